@@ -1,0 +1,170 @@
+//! Configuration of a [`crate::Database`]: which backend, how durable, how large, how grouped.
+//!
+//! Plain values with defaults that favour durability. This module must never open a connection.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result, redact_url};
+
+/// Which engine a URL selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// Embedded SQLite, one file, WAL.
+    Sqlite,
+    /// PostgreSQL server.
+    Postgres,
+}
+
+impl Backend {
+    /// Lower-case name, as in URLs and error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+
+    /// Picks the backend from a URL's scheme: `sqlite:` or `postgres:`/`postgresql:`.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let invalid = |reason: &str| Error::InvalidUrl { url: redact_url(url), reason: reason.to_owned() };
+        let Some((scheme, rest)) = url.split_once(':') else {
+            return Err(invalid("expected `sqlite://PATH` or `postgres://USER@HOST:PORT/DB`"));
+        };
+        match scheme {
+            "sqlite" => {
+                let path = rest.trim_start_matches("//");
+                let path = path.split('?').next().unwrap_or_default();
+                if path.is_empty() {
+                    return Err(invalid("sqlite URL has no file path"));
+                }
+                if path == ":memory:" {
+                    return Err(invalid(
+                        "in-memory SQLite is not supported: every connection would see its own empty \
+                         database; use a file in a temporary directory",
+                    ));
+                }
+                Ok(Backend::Sqlite)
+            }
+            "postgres" | "postgresql" => {
+                let rest = rest.strip_prefix("//").ok_or_else(|| invalid("postgres URL must start with postgres://"))?;
+                let host = rest.rsplit('@').next().unwrap_or_default();
+                if host.is_empty() || host.starts_with('/') {
+                    return Err(invalid("postgres URL has no host"));
+                }
+                Ok(Backend::Postgres)
+            }
+            other => Err(invalid(&format!("unsupported scheme `{other}` (use sqlite or postgres)"))),
+        }
+    }
+}
+
+/// How hard SQLite works to keep a commit across power loss. PostgreSQL follows its own
+/// `synchronous_commit` setting and ignores this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// `synchronous=FULL`: a commit is on disk before it is acknowledged; survives power loss.
+    #[default]
+    Full,
+    /// `synchronous=NORMAL`: survives a process crash, but the last commits before a power loss
+    /// may be lost. About 1.5x the single-writer commit rate; group commit makes the gap smaller.
+    Normal,
+}
+
+/// How snowflake ids get their machine id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MachineId {
+    /// Lease a free machine id from the database (`machine_leases`), renewed while open.
+    #[default]
+    Lease,
+    /// Use this id; the operator guarantees no other live process uses it.
+    Fixed(u16),
+}
+
+/// Everything needed to open a [`crate::Database`].
+#[derive(Debug, Clone)]
+pub struct DbConfig {
+    /// `sqlite://PATH` (created if missing) or `postgres://USER@HOST:PORT/DB`.
+    pub url: String,
+    /// SQLite durability; default [`Durability::Full`].
+    pub durability: Durability,
+    /// Largest serialized content of one message, in bytes; default 1 MiB.
+    pub max_content_bytes: usize,
+    /// Connections for reads; default 4.
+    pub read_connections: u32,
+    /// Writer connections on PostgreSQL (SQLite always has exactly one writer); default 4.
+    pub pg_write_connections: u32,
+    /// Most writes committed together in one transaction; default 256.
+    pub max_group: usize,
+    /// Writes that may wait for the writer before callers wait too; default 4096.
+    pub queue_capacity: usize,
+    /// Machine id source for snowflake ids; default a database lease.
+    pub machine_id: MachineId,
+    /// How long a run holds an open batch without renewing before recovery may abandon it.
+    pub batch_lease: Duration,
+    /// How long a machine-id lease lasts; it is renewed at a third of this.
+    pub machine_lease: Duration,
+    /// Time allowed to connect; default 10 s.
+    pub connect_timeout: Duration,
+    /// Identifies this process as the owner of the batches it opens.
+    pub run_owner: String,
+}
+
+impl DbConfig {
+    /// Defaults for the given URL.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            durability: Durability::Full,
+            max_content_bytes: 1024 * 1024,
+            read_connections: 4,
+            pg_write_connections: 4,
+            max_group: 256,
+            queue_capacity: 4096,
+            machine_id: MachineId::Lease,
+            batch_lease: Duration::from_secs(600),
+            machine_lease: Duration::from_secs(300),
+            connect_timeout: Duration::from_secs(10),
+            run_owner: format!("pid{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()),
+        }
+    }
+
+    /// Checks ranges; called by [`crate::Database::open`].
+    pub fn validate(&self) -> Result<Backend> {
+        let backend = Backend::from_url(&self.url)?;
+        let check = |ok: bool, what: &str| if ok { Ok(()) } else { Err(Error::Config(what.to_owned())) };
+        check(self.max_content_bytes > 0, "max_content_bytes must be positive")?;
+        check(self.read_connections > 0, "read_connections must be positive")?;
+        check(self.pg_write_connections > 0, "pg_write_connections must be positive")?;
+        check(self.max_group > 0, "max_group must be positive")?;
+        check(self.queue_capacity > 0, "queue_capacity must be positive")?;
+        check(!self.batch_lease.is_zero(), "batch_lease must be positive")?;
+        check(self.machine_lease >= Duration::from_secs(3), "machine_lease must be at least 3 s")?;
+        if let MachineId::Fixed(id) = self.machine_id {
+            check(id <= crate::id::MAX_MACHINE_ID, "machine id must be at most 1023")?;
+        }
+        Ok(backend)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_from_url() {
+        assert_eq!(Backend::from_url("sqlite:///tmp/x.db").unwrap(), Backend::Sqlite);
+        assert_eq!(Backend::from_url("sqlite://rel.db?mode=rwc").unwrap(), Backend::Sqlite);
+        assert_eq!(Backend::from_url("postgres://u@127.0.0.1:5432/db").unwrap(), Backend::Postgres);
+        assert_eq!(Backend::from_url("postgresql://u:p@h/db").unwrap(), Backend::Postgres);
+        for bad in ["", "nonsense", "mysql://h/db", "sqlite://", "sqlite::memory:", "postgres:h", "postgres://"] {
+            let err = Backend::from_url(bad).unwrap_err();
+            assert!(matches!(err, Error::InvalidUrl { .. }), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn error_hides_password() {
+        let err = Backend::from_url("postgres://u:hunter2@").unwrap_err().to_string();
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+}

@@ -1,0 +1,387 @@
+//! [`Database`]: one handle over SQLite or PostgreSQL, chosen by URL.
+//!
+//! Opening connects, checks the engine version, applies pending migrations, leases a machine id
+//! for snowflake ids and starts the group-commit writer. Reads go to a pool; every write goes to
+//! the writer. This module must never issue a write outside the writer, so that every
+//! acknowledged write is committed and grouped.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{AnyPool, ConnectOptions, Executor, Row};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::config::{Backend, DbConfig, Durability, MachineId};
+use crate::error::{Error, Result, redact_url};
+use crate::id::{MAX_MACHINE_ID, SnowflakeGenerator};
+use crate::migrate::{self, MigrationStatus};
+use crate::model::{Abandoned, Agent, AgentId, NewAgent, RecoveryScope};
+use crate::ops::{self, Ctx, Done, Op, now_ms};
+use crate::store::MessageStore;
+use crate::writer::Writer;
+
+/// The oldest SQLite this crate runs on: 3.51.3 fixed a WAL-reset bug that could lose committed
+/// transactions when two connections checkpoint and commit at the same moment.
+pub const MIN_SQLITE_VERSION: (u32, u32, u32) = (3, 51, 3);
+
+/// A handle to the database. Cheap to clone; all clones share pools and the writer.
+#[derive(Clone, Debug)]
+pub struct Database {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    backend: Backend,
+    url: String,
+    read: AnyPool,
+    write_pool: AnyPool,
+    writer: Writer,
+    ctx: Arc<Ctx>,
+    lease_task: Option<JoinHandle<()>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(task) = self.lease_task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// Options shared by every connection: SQLite pragmas that make commits durable and readers
+/// concurrent.
+fn connect_options(config: &DbConfig, backend: Backend) -> Result<AnyConnectOptions> {
+    let mut url = config.url.clone();
+    if backend == Backend::Sqlite {
+        // Create the file when missing.
+        if !url.contains("mode=") {
+            url.push(if url.contains('?') { '&' } else { '?' });
+            url.push_str("mode=rwc");
+        }
+    }
+    let options = AnyConnectOptions::from_str(&url)
+        .map_err(|e| Error::InvalidUrl { url: redact_url(&config.url), reason: e.to_string() })?;
+    Ok(options.disable_statement_logging())
+}
+
+fn sqlite_pragmas(durability: Durability) -> &'static str {
+    match durability {
+        Durability::Full => {
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; \
+             PRAGMA busy_timeout = 10000;"
+        }
+        Durability::Normal => {
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
+             PRAGMA busy_timeout = 10000;"
+        }
+    }
+}
+
+async fn pool(
+    config: &DbConfig,
+    backend: Backend,
+    options: &AnyConnectOptions,
+    size: u32,
+) -> Result<AnyPool> {
+    let durability = config.durability;
+    let mut builder = AnyPoolOptions::new()
+        .max_connections(size)
+        .min_connections(0)
+        .acquire_timeout(config.connect_timeout);
+    if backend == Backend::Sqlite {
+        builder = builder.after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                conn.execute(sqlite_pragmas(durability)).await?;
+                Ok(())
+            })
+        });
+    }
+    builder.connect_with(options.clone()).await.map_err(|source| Error::Connect {
+        backend: backend.name(),
+        url: redact_url(&config.url),
+        source,
+    })
+}
+
+/// Parses `3.51.3` into a comparable triple.
+pub(crate) fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
+    let mut parts = text.split('.').map(|p| p.parse::<u32>().ok());
+    Some((parts.next()??, parts.next()??, parts.next().unwrap_or(Some(0))?))
+}
+
+impl Database {
+    /// Opens (creating when needed) the database at `url` with default settings.
+    pub async fn open_url(url: &str) -> Result<Self> {
+        Self::open(DbConfig::new(url)).await
+    }
+
+    /// Opens the database described by `config`: connects, checks versions, migrates, leases a
+    /// machine id and starts the writer.
+    pub async fn open(config: DbConfig) -> Result<Self> {
+        let backend = config.validate()?;
+        sqlx::any::install_default_drivers();
+        let options = connect_options(&config, backend)?;
+        let (read_size, write_size) = match backend {
+            Backend::Sqlite => (config.read_connections, 1),
+            Backend::Postgres => (config.read_connections, config.pg_write_connections),
+        };
+        let write_pool = pool(&config, backend, &options, write_size).await?;
+        if backend == Backend::Sqlite {
+            let version: String = sqlx::query("SELECT sqlite_version()").fetch_one(&write_pool).await?.try_get(0)?;
+            if parse_version(&version).is_none_or(|v| v < MIN_SQLITE_VERSION) {
+                return Err(Error::SqliteTooOld { found: version, required: "3.51.3" });
+            }
+        }
+        migrate::up(&write_pool, backend).await?;
+        let read = pool(&config, backend, &options, read_size).await?;
+
+        let (machine_id, lease_task) = match config.machine_id {
+            MachineId::Fixed(id) => (id, None),
+            MachineId::Lease => {
+                let holder = config.run_owner.clone();
+                let id = lease_machine_id(&write_pool, backend, &holder, config.machine_lease).await?;
+                let task = spawn_lease_renewal(write_pool.clone(), id, holder, config.machine_lease);
+                (id, Some(task))
+            }
+        };
+        info!(backend = backend.name(), machine_id, "database open");
+        let ctx = Arc::new(Ctx {
+            backend,
+            ids: Arc::new(SnowflakeGenerator::new(machine_id)?),
+            max_content_bytes: config.max_content_bytes,
+            run_owner: config.run_owner.clone(),
+            batch_lease: config.batch_lease,
+        });
+        let writer = Writer::start(
+            write_pool.clone(),
+            ctx.clone(),
+            write_size as usize,
+            config.queue_capacity,
+            config.max_group,
+        );
+        Ok(Self {
+            inner: Arc::new(Inner {
+                backend,
+                url: redact_url(&config.url),
+                read,
+                write_pool,
+                writer,
+                ctx,
+                lease_task,
+            }),
+        })
+    }
+
+    /// Which engine this is.
+    pub fn backend(&self) -> Backend {
+        self.inner.backend
+    }
+
+    /// The URL, with any password removed.
+    pub fn url(&self) -> &str {
+        &self.inner.url
+    }
+
+    /// The machine id stamped into this process's snowflake ids.
+    pub fn machine_id(&self) -> u16 {
+        self.inner.ctx.ids.machine_id()
+    }
+
+    /// The owner name this process writes on the batches it opens.
+    pub fn run_owner(&self) -> &str {
+        &self.inner.ctx.run_owner
+    }
+
+    /// The largest message content accepted, in bytes.
+    pub fn max_content_bytes(&self) -> usize {
+        self.inner.ctx.max_content_bytes
+    }
+
+    /// The engine's version string (e.g. `3.51.3` or `PostgreSQL 15.18 ...`).
+    pub async fn engine_version(&self) -> Result<String> {
+        let sql = match self.inner.backend {
+            Backend::Sqlite => "SELECT sqlite_version()",
+            Backend::Postgres => "SELECT version()",
+        };
+        Ok(sqlx::query(sql).fetch_one(&self.inner.read).await?.try_get(0)?)
+    }
+
+    /// Every shipped migration and whether this database has it.
+    pub async fn migration_status(&self) -> Result<Vec<MigrationStatus>> {
+        migrate::status(&self.inner.read, self.inner.backend).await
+    }
+
+    /// Reverts migrations down to `target` (0: all). Destroys data; for operators and tests.
+    pub async fn migrate_down(&self, target: i64) -> Result<()> {
+        migrate::down_to(&self.inner.write_pool, self.inner.backend, target).await
+    }
+
+    /// Applies pending migrations (done by [`open`](Self::open) already; for after a down).
+    pub async fn migrate_up(&self) -> Result<()> {
+        migrate::up(&self.inner.write_pool, self.inner.backend).await
+    }
+
+    /// A fresh snowflake id from this process's generator (for summaries and other rows the
+    /// caller names itself).
+    pub fn next_id(&self) -> Result<crate::id::SnowflakeId> {
+        self.inner.ctx.ids.next_id()
+    }
+
+    pub(crate) fn reader(&self) -> &AnyPool {
+        &self.inner.read
+    }
+
+    pub(crate) async fn write(&self, op: Op) -> Result<Done> {
+        self.inner.writer.submit(op).await
+    }
+
+    /// The message store of one agent.
+    pub fn messages(&self, agent: AgentId) -> MessageStore {
+        MessageStore::new(self.clone(), agent)
+    }
+
+    // -- agents --------------------------------------------------------------------------------
+
+    /// Creates an agent. A taken name is [`Error::AgentNameTaken`].
+    pub async fn create_agent(&self, new: NewAgent) -> Result<Agent> {
+        match self.write(Op::CreateAgent(new)).await? {
+            Done::Agent(agent) => Ok(agent),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Deletes an agent and everything stored for it.
+    pub async fn delete_agent(&self, agent: AgentId) -> Result<()> {
+        self.write(Op::DeleteAgent(agent)).await.map(|_| ())
+    }
+
+    /// The agent with this id.
+    pub async fn agent(&self, agent: AgentId) -> Result<Agent> {
+        let row = sqlx::query("SELECT id, name, metadata, created_at FROM agents WHERE id = $1")
+            .bind(agent.to_string())
+            .fetch_optional(&self.inner.read)
+            .await?;
+        row.as_ref().map(ops::agent_from_row).transpose()?.ok_or(Error::AgentNotFound(agent))
+    }
+
+    /// The agent with this name.
+    pub async fn agent_by_name(&self, name: &str) -> Result<Agent> {
+        let row = sqlx::query("SELECT id, name, metadata, created_at FROM agents WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.inner.read)
+            .await?;
+        row.as_ref().map(ops::agent_from_row).transpose()?.ok_or_else(|| Error::AgentNameNotFound(name.to_owned()))
+    }
+
+    /// Every agent, by name.
+    pub async fn agents(&self) -> Result<Vec<Agent>> {
+        sqlx::query("SELECT id, name, metadata, created_at FROM agents ORDER BY name")
+            .fetch_all(&self.inner.read)
+            .await?
+            .iter()
+            .map(ops::agent_from_row)
+            .collect()
+    }
+
+    /// Recovery across every agent: open batches in `scope` become `abandoned`; returns them with
+    /// their triggers, for retry.
+    pub async fn recover_all(&self, scope: RecoveryScope) -> Result<Vec<Abandoned>> {
+        match self.write(Op::Recover { agent: None, scope }).await? {
+            Done::Abandoned(list) => Ok(list),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Stops accepting writes once every clone is dropped and closes the pools after the queued
+    /// writes are committed.
+    pub async fn close(self) {
+        let inner = self.inner.clone();
+        drop(self);
+        inner.read.close().await;
+        if Arc::strong_count(&inner) == 1 {
+            inner.write_pool.close().await;
+        }
+    }
+}
+
+pub(crate) fn unexpected(done: Done) -> Error {
+    Error::Corrupt(format!("writer answered with an unexpected outcome: {done:?}"))
+}
+
+/// Takes the lowest machine id whose lease is free or expired.
+async fn lease_machine_id(pool: &AnyPool, backend: Backend, holder: &str, lease: Duration) -> Result<u16> {
+    let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2);
+    let mut tx = match backend {
+        Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await?,
+        Backend::Postgres => pool.begin().await?,
+    };
+    if backend == Backend::Postgres {
+        // One leaser at a time across processes; released at commit.
+        sqlx::query("SELECT pg_advisory_xact_lock(7061747465726e)").execute(&mut *tx).await?;
+    }
+    let now = now_ms();
+    let rows = sqlx::query("SELECT machine_id, expires_at FROM machine_leases ORDER BY machine_id")
+        .fetch_all(&mut *tx)
+        .await?;
+    let mut taken = vec![false; usize::from(MAX_MACHINE_ID) + 1];
+    for row in &rows {
+        let id: i64 = row.try_get(0)?;
+        let expires: i64 = row.try_get(1)?;
+        if expires > now
+            && let Some(slot) = usize::try_from(id).ok().and_then(|i| taken.get_mut(i))
+        {
+            *slot = true;
+        }
+    }
+    let Some(free) = taken.iter().position(|t| !t) else {
+        return Err(Error::MachineIdsExhausted);
+    };
+    sqlx::query(
+        "INSERT INTO machine_leases (machine_id, holder, expires_at) VALUES ($1, $2, $3) \
+         ON CONFLICT (machine_id) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at",
+    )
+    .bind(free as i64)
+    .bind(holder)
+    .bind(now + lease_ms)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(free as u16)
+}
+
+fn spawn_lease_renewal(pool: AnyPool, id: u16, holder: String, lease: Duration) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2);
+        loop {
+            tokio::time::sleep(lease / 3).await;
+            let renewed = sqlx::query("UPDATE machine_leases SET expires_at = $1 WHERE machine_id = $2 AND holder = $3")
+                .bind(now_ms() + lease_ms)
+                .bind(i64::from(id))
+                .bind(&holder)
+                .execute(&pool)
+                .await;
+            match renewed {
+                Ok(r) if r.rows_affected() == 1 => {}
+                Ok(_) => warn!(machine_id = id, "machine-id lease was taken over by another process"),
+                Err(e) => warn!(machine_id = id, error = %e, "cannot renew machine-id lease"),
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_compare() {
+        assert_eq!(parse_version("3.51.3"), Some((3, 51, 3)));
+        assert!(parse_version("3.50.9").unwrap() < MIN_SQLITE_VERSION);
+        assert!(parse_version("3.52.0").unwrap() >= MIN_SQLITE_VERSION);
+        assert_eq!(parse_version("x"), None);
+    }
+}

@@ -1,0 +1,236 @@
+//! The one error type of `pattern_db`.
+//!
+//! Every failure a caller can act on has its own variant with the facts needed to act; the driver's
+//! own error is kept as a source, never flattened into a string. This module must never print or
+//! log: callers decide what to show.
+
+use crate::id::SnowflakeId;
+use crate::model::{AgentId, BatchState};
+
+/// Result alias for this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the storage layer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The database URL could not be understood.
+    #[error("invalid database url `{url}`: {reason}")]
+    InvalidUrl {
+        /// The URL as given (with any password removed).
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The server could not be reached or refused the connection.
+    #[error("cannot connect to {backend} database at `{url}`: {source}")]
+    Connect {
+        /// `sqlite` or `postgres`.
+        backend: &'static str,
+        /// The URL (with any password removed).
+        url: String,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A configuration value is out of range.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The bundled SQLite is older than the version this crate requires.
+    #[error("SQLite {found} is older than the required {required} (WAL-reset bug fixed in 3.51.3)")]
+    SqliteTooOld {
+        /// Version found at run time.
+        found: String,
+        /// Minimum version.
+        required: &'static str,
+    },
+    /// A migration already applied to this database differs from the one shipped in this build.
+    #[error(
+        "migration {version} was applied to this database but its file has changed since \
+         (checksum mismatch); restore the original migration or migrate a copy"
+    )]
+    MigrationChecksumMismatch {
+        /// The migration version.
+        version: i64,
+    },
+    /// The database has a migration this build does not know (it was opened by a newer build).
+    #[error("database has migration {version}, which this build does not know: upgrade Pattern")]
+    MigrationUnknown {
+        /// The migration version.
+        version: i64,
+    },
+    /// Any other migration failure.
+    #[error("migration failed: {0}")]
+    Migrate(#[source] sqlx::migrate::MigrateError),
+    /// An id string could not be parsed.
+    #[error("invalid {what} `{value}`: {reason}")]
+    InvalidId {
+        /// What kind of id.
+        what: &'static str,
+        /// The text given.
+        value: String,
+        /// Why it is invalid.
+        reason: String,
+    },
+    /// No agent with this id.
+    #[error("unknown agent {0}")]
+    AgentNotFound(AgentId),
+    /// No agent with this name.
+    #[error("unknown agent `{0}`")]
+    AgentNameNotFound(String),
+    /// An agent with this name exists already.
+    #[error("an agent named `{0}` exists already")]
+    AgentNameTaken(String),
+    /// No batch with this id for this agent.
+    #[error("unknown batch {batch} for agent {agent}")]
+    BatchNotFound {
+        /// The agent.
+        agent: AgentId,
+        /// The batch asked for.
+        batch: SnowflakeId,
+    },
+    /// The batch is not open, so nothing can be appended to it.
+    #[error("batch {batch} is {state}, not open: nothing can be appended to it")]
+    BatchNotOpen {
+        /// The batch.
+        batch: SnowflakeId,
+        /// Its state.
+        state: BatchState,
+    },
+    /// The operation needs a batch in another state.
+    #[error("batch {batch} is {state}: {action} is not possible")]
+    InvalidBatchState {
+        /// The batch.
+        batch: SnowflakeId,
+        /// Its state.
+        state: BatchState,
+        /// What was attempted.
+        action: &'static str,
+    },
+    /// A tool result names a tool call that is not in its batch.
+    #[error("tool_result for `{tool_use_id}` has no matching tool_use in batch {batch}")]
+    UnpairedToolResult {
+        /// The batch.
+        batch: SnowflakeId,
+        /// The unknown call id.
+        tool_use_id: String,
+    },
+    /// A tool call id is used twice in one batch.
+    #[error("tool_use id `{tool_use_id}` appears twice in batch {batch}")]
+    DuplicateToolUse {
+        /// The batch.
+        batch: SnowflakeId,
+        /// The repeated id.
+        tool_use_id: String,
+    },
+    /// A tool call already has its result.
+    #[error("tool_use `{tool_use_id}` in batch {batch} already has a result")]
+    DuplicateToolResult {
+        /// The batch.
+        batch: SnowflakeId,
+        /// The call id.
+        tool_use_id: String,
+    },
+    /// The batch cannot complete while tool calls wait for results.
+    #[error("batch {batch} still waits for tool results: {pending:?}")]
+    PendingToolCalls {
+        /// The batch.
+        batch: SnowflakeId,
+        /// Calls without results, in call order.
+        pending: Vec<String>,
+    },
+    /// A step must hold at least one message.
+    #[error("a step needs at least one message")]
+    EmptyStep,
+    /// A message's content is larger than the configured limit.
+    #[error("message content is {size} bytes, over the limit of {limit} bytes")]
+    ContentTooLarge {
+        /// Size of the serialized content.
+        size: usize,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// Content does not have a valid shape.
+    #[error("invalid message content: {0}")]
+    InvalidContent(String),
+    /// A legacy history could not be imported.
+    #[error("legacy import: message {index}: {reason}")]
+    LegacyImport {
+        /// Index of the offending message in the input.
+        index: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A stored row does not decode (written by something else, or damaged).
+    #[error("stored data is damaged: {0}")]
+    Corrupt(String),
+    /// The clock is outside the range snowflake ids can encode.
+    #[error("clock error: {0}")]
+    Clock(String),
+    /// Every machine id (0..=1023) is leased by a live process.
+    #[error("no free machine id: all 1024 are leased by live processes")]
+    MachineIdsExhausted,
+    /// A lock was poisoned by a panic in another thread.
+    #[error("internal lock `{0}` poisoned by an earlier panic")]
+    Poisoned(&'static str),
+    /// The transaction that held this write could not commit; the write was not performed.
+    #[error("the write was not committed: {0}")]
+    Commit(#[source] std::sync::Arc<sqlx::Error>),
+    /// The database was closed; the write was not performed.
+    #[error("the database is closed")]
+    Closed,
+    /// The database reported an error.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+impl From<sqlx::migrate::MigrateError> for Error {
+    fn from(e: sqlx::migrate::MigrateError) -> Self {
+        use sqlx::migrate::MigrateError as M;
+        match e {
+            M::VersionMismatch(version) => Error::MigrationChecksumMismatch { version },
+            M::VersionMissing(version) => Error::MigrationUnknown { version },
+            other => Error::Migrate(other),
+        }
+    }
+}
+
+impl Error {
+    /// Whether retrying the same call later may succeed (connection trouble, lock timeouts).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Connect { .. } | Error::Closed | Error::Commit(_) => true,
+            Error::Database(e) => matches!(
+                e,
+                sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed
+            ) || e.as_database_error().and_then(|d| d.code()).is_some_and(|c| {
+                // SQLITE_BUSY / SQLITE_LOCKED; PostgreSQL serialization failure, deadlock.
+                matches!(c.as_ref(), "5" | "6" | "517" | "40001" | "40P01")
+            }),
+            _ => false,
+        }
+    }
+}
+
+/// Removes a password from a URL before it goes into an error message.
+pub(crate) fn redact_url(url: &str) -> String {
+    if let Some((scheme, rest)) = url.split_once("://")
+        && let Some((creds, host)) = rest.split_once('@')
+        && let Some((user, _password)) = creds.split_once(':')
+    {
+        return format!("{scheme}://{user}:***@{host}");
+    }
+    url.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(redact_url("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact_url("sqlite://x.db"), "sqlite://x.db");
+    }
+}

@@ -1,0 +1,60 @@
+//! `pattern_db`: the storage layer of Pattern.
+//!
+//! One API over two backends chosen by URL: SQLite (the embedded default: one file, WAL,
+//! `synchronous=FULL`) and PostgreSQL (for many processes and machines). It owns the schema and
+//! its migrations, snowflake ids, and the batch-aware [`MessageStore`] that makes the
+//! incremental-save flow crash-safe:
+//!
+//! - [`MessageStore::begin_batch`] commits the trigger before anything runs (the "received"
+//!   acknowledgement);
+//! - [`MessageStore::append_step`] stores a step whole or not at all, and refuses a tool result
+//!   whose call is not in the batch;
+//! - [`MessageStore::recover`] turns the open batches of dead runs into `abandoned` ones and hands
+//!   back their triggers for retry;
+//! - [`MessageStore::get_recent`] reads the latest batches whole, at a cost that follows the
+//!   window and not the history.
+//!
+//! Every write goes through a group-commit writer: concurrent acknowledgements share one
+//! transaction and one fsync, and none is acknowledged before its commit.
+//!
+//! ```no_run
+//! # async fn demo() -> pattern_db::Result<()> {
+//! use pattern_db::{BeginBatch, Database, NewAgent, NewMessage};
+//! let db = Database::open_url("sqlite:///tmp/pattern-example.db").await?;
+//! let agent = db.create_agent(NewAgent::named("ada")).await?;
+//! let store = db.messages(agent.id);
+//! let received = store.begin_batch(NewMessage::user("hello"), BeginBatch::default()).await?;
+//! store.append_step(received.batch_id, vec![NewMessage::assistant("hi!")]).await?;
+//! store.complete_batch(received.batch_id).await?;
+//! let recent = store.get_recent(10).await?;
+//! assert_eq!(recent.len(), 1);
+//! # Ok(()) }
+//! ```
+//!
+//! This crate must never know about models, prompts or providers, and is the only crate that
+//! names `sqlx`: layers above use its types and its [`Error`].
+
+mod config;
+mod db;
+mod error;
+pub mod id;
+pub mod legacy;
+mod migrate;
+mod model;
+mod ops;
+mod store;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+mod writer;
+
+pub use config::{Backend, DbConfig, Durability, MachineId};
+pub use db::{Database, MIN_SQLITE_VERSION};
+pub use error::{Error, Result};
+pub use id::{SnowflakeGenerator, SnowflakeId};
+pub use legacy::{Anomaly, ImportPlan, LegacyMessage, PlannedBatch};
+pub use migrate::MigrationStatus;
+pub use model::{
+    Abandoned, ActivityEvent, Agent, AgentId, BatchId, BatchInfo, BatchState, BatchType, BeginBatch, ContentBlock,
+    Message, MessageId, NewAgent, NewMessage, Received, RecoveryScope, Role, StepReceipt, StoredBatch, Summary,
+    pending_calls,
+};

@@ -1,0 +1,350 @@
+//! [`MessageStore`]: one agent's history, organised in batches.
+//!
+//! The batch life cycle of the incremental-save flow lives here: [`begin_batch`] commits the
+//! trigger and is the "received" acknowledgement; [`append_step`] stores one step whole or not at
+//! all; [`complete_batch`], [`continue_batch`] and [`recover`] move batches between states.
+//! Reads never cut a batch in half. This type must never hand back a write as done before the
+//! writer has committed it.
+//!
+//! [`begin_batch`]: MessageStore::begin_batch
+//! [`append_step`]: MessageStore::append_step
+//! [`complete_batch`]: MessageStore::complete_batch
+//! [`continue_batch`]: MessageStore::continue_batch
+//! [`recover`]: MessageStore::recover
+
+use std::collections::BTreeMap;
+
+use sqlx::Row;
+
+use crate::db::{Database, unexpected};
+use crate::error::{Error, Result};
+use crate::id::SnowflakeId;
+use crate::legacy::{self, ImportPlan, LegacyMessage};
+use crate::model::{
+    Abandoned, ActivityEvent, AgentId, BatchId, BatchInfo, BatchState, BeginBatch, Message, NewMessage, Received,
+    RecoveryScope, StepReceipt, StoredBatch, Summary,
+};
+use crate::ops::{self, Done, Op};
+
+/// The message store of one agent. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct MessageStore {
+    db: Database,
+    agent: AgentId,
+}
+
+impl MessageStore {
+    pub(crate) fn new(db: Database, agent: AgentId) -> Self {
+        Self { db, agent }
+    }
+
+    /// The agent this store serves.
+    pub fn agent_id(&self) -> AgentId {
+        self.agent
+    }
+
+    /// The database behind it.
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    async fn write(&self, op: Op) -> Result<Done> {
+        self.db.write(op).await
+    }
+
+    // -- batch life cycle ----------------------------------------------------------------------
+
+    /// Commits `trigger` as the first message of a new open batch and returns where it lives.
+    /// When this returns, the trigger is durable: it is the "received" acknowledgement.
+    pub async fn begin_batch(&self, trigger: NewMessage, opts: BeginBatch) -> Result<Received> {
+        match self.write(Op::BeginBatch { agent: self.agent, trigger, opts }).await? {
+            Done::Received(r) => Ok(r),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Appends one step (the messages of one model turn and its tool results) to an open batch,
+    /// in one transaction. Refuses a tool result whose call is not in the batch, a repeated call
+    /// id or result, and any batch that is not open. Renews the batch's lease.
+    pub async fn append_step(&self, batch: BatchId, messages: Vec<NewMessage>) -> Result<StepReceipt> {
+        match self.write(Op::AppendStep { agent: self.agent, batch, messages }).await? {
+            Done::Step(s) => Ok(s),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Marks the batch complete. Refused while a tool call waits for its result. Completing a
+    /// complete batch is a no-op.
+    pub async fn complete_batch(&self, batch: BatchId) -> Result<BatchInfo> {
+        self.batch_op(Op::CompleteBatch { agent: self.agent, batch }).await
+    }
+
+    /// Heartbeat continuation: reopens (or keeps open) the batch under this process's lease, so
+    /// the next steps extend it; their messages carry the `continuation` batch type.
+    pub async fn continue_batch(&self, batch: BatchId) -> Result<BatchInfo> {
+        self.batch_op(Op::ContinueBatch { agent: self.agent, batch }).await
+    }
+
+    /// Extends the lease of an open batch, for runs that work long between steps.
+    pub async fn renew_lease(&self, batch: BatchId) -> Result<BatchInfo> {
+        self.batch_op(Op::RenewLease { agent: self.agent, batch }).await
+    }
+
+    async fn batch_op(&self, op: Op) -> Result<BatchInfo> {
+        match self.write(op).await? {
+            Done::Batch(b) => Ok(b),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Turns this agent's open batches whose run lease has expired into `abandoned`, and returns
+    /// them with their trigger messages for retry.
+    pub async fn recover(&self) -> Result<Vec<Abandoned>> {
+        self.recover_scope(RecoveryScope::ExpiredLeases).await
+    }
+
+    /// Like [`recover`](Self::recover) with an explicit scope.
+    pub async fn recover_scope(&self, scope: RecoveryScope) -> Result<Vec<Abandoned>> {
+        match self.write(Op::Recover { agent: Some(self.agent), scope }).await? {
+            Done::Abandoned(list) => Ok(list),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    // -- reads ---------------------------------------------------------------------------------
+
+    /// The latest `n_batches` batches that are not archived (in every state), oldest first, each
+    /// whole. The cost follows `n_batches`, not the length of the history.
+    pub async fn get_recent(&self, n_batches: usize) -> Result<Vec<StoredBatch>> {
+        if n_batches == 0 {
+            return Ok(Vec::new());
+        }
+        let limit = i64::try_from(n_batches).unwrap_or(i64::MAX);
+        let sql = ops::batch_select("WHERE b.agent_id = $1 AND NOT b.archived ORDER BY b.id DESC LIMIT $2");
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(self.agent.to_string())
+            .bind(limit)
+            .fetch_all(self.db.reader())
+            .await?;
+        let mut infos = rows.iter().map(ops::batch_from_row).collect::<Result<Vec<_>>>()?;
+        infos.reverse();
+        let Some(oldest) = infos.first().map(|b| b.id) else { return Ok(Vec::new()) };
+        let sql = ops::message_select(
+            "WHERE m.agent_id = $1 AND m.batch_id >= $2 AND NOT m.deleted ORDER BY m.batch_id, m.sequence_num",
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(self.agent.to_string())
+            .bind(oldest.get())
+            .fetch_all(self.db.reader())
+            .await?;
+        group(infos, rows.iter().map(ops::message_from_row).collect::<Result<Vec<_>>>()?)
+    }
+
+    /// Every message of the agent in position order, archived ones included when asked; at most
+    /// `limit` messages after `after` (exclusive) for paging.
+    pub async fn get_all(&self, after: Option<SnowflakeId>, limit: usize, include_archived: bool) -> Result<Vec<Message>> {
+        let sql = ops::message_select(if include_archived {
+            "WHERE m.agent_id = $1 AND m.position > $2 AND NOT m.deleted ORDER BY m.position LIMIT $3"
+        } else {
+            "WHERE m.agent_id = $1 AND m.position > $2 AND NOT m.deleted AND NOT m.archived ORDER BY m.position LIMIT $3"
+        });
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(self.agent.to_string())
+            .bind(after.map_or(-1, SnowflakeId::get))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(self.db.reader())
+            .await?
+            .iter()
+            .map(ops::message_from_row)
+            .collect()
+    }
+
+    /// One batch with its messages. Unknown (or another agent's) batch is [`Error::BatchNotFound`].
+    pub async fn get_batch(&self, batch: BatchId) -> Result<StoredBatch> {
+        let info = self.batch_info(batch).await?;
+        let sql = ops::message_select("WHERE m.batch_id = $1 AND NOT m.deleted ORDER BY m.sequence_num");
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(batch.get()).fetch_all(self.db.reader()).await?;
+        let messages = rows.iter().map(ops::message_from_row).collect::<Result<Vec<_>>>()?;
+        Ok(StoredBatch { info, messages })
+    }
+
+    /// One batch's row.
+    pub async fn batch_info(&self, batch: BatchId) -> Result<BatchInfo> {
+        let sql = ops::batch_select("WHERE b.id = $1 AND b.agent_id = $2");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(batch.get())
+            .bind(self.agent.to_string())
+            .fetch_optional(self.db.reader())
+            .await?;
+        match row {
+            Some(row) => ops::batch_from_row(&row),
+            None => Err(Error::BatchNotFound { agent: self.agent, batch }),
+        }
+    }
+
+    /// The newest open batch, if any: the batch a run is working on.
+    pub async fn current_batch(&self) -> Result<Option<BatchInfo>> {
+        let sql = ops::batch_select("WHERE b.agent_id = $1 AND b.state = 'open' ORDER BY b.id DESC LIMIT 1");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(self.agent.to_string())
+            .fetch_optional(self.db.reader())
+            .await?;
+        row.as_ref().map(ops::batch_from_row).transpose()
+    }
+
+    /// Batch rows newest first, at most `limit`, optionally only those before `before`.
+    pub async fn list_batches(&self, before: Option<BatchId>, limit: usize) -> Result<Vec<BatchInfo>> {
+        let sql = ops::batch_select("WHERE b.agent_id = $1 AND b.id < $2 ORDER BY b.id DESC LIMIT $3");
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(self.agent.to_string())
+            .bind(before.map_or(i64::MAX, SnowflakeId::get))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(self.db.reader())
+            .await?
+            .iter()
+            .map(ops::batch_from_row)
+            .collect()
+    }
+
+    /// Number of live (not archived, not deleted) messages.
+    pub async fn count_live(&self) -> Result<i64> {
+        Ok(sqlx::query("SELECT COUNT(*) FROM messages WHERE agent_id = $1 AND NOT archived AND NOT deleted")
+            .bind(self.agent.to_string())
+            .fetch_one(self.db.reader())
+            .await?
+            .try_get(0)?)
+    }
+
+    // -- archive and summaries -----------------------------------------------------------------
+
+    /// Archives every whole, closed batch that lies entirely before `position`; returns the number
+    /// of messages archived. Open batches and batches reaching past `position` stay.
+    pub async fn archive_before(&self, position: SnowflakeId) -> Result<u64> {
+        match self.write(Op::ArchiveBefore { agent: self.agent, position }).await? {
+            Done::Count(n) => Ok(n),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Stores `summary` and archives the batches it covers (`from_batch..=through_batch`) in one
+    /// transaction, so the summary is never lost and its batches never counted twice. Refused if
+    /// an open batch lies in the range. Returns the archived batch ids.
+    pub async fn summarize_and_archive(&self, summary: Summary) -> Result<Vec<BatchId>> {
+        self.check_owner(&summary)?;
+        match self.write(Op::SummarizeAndArchive { summary }).await? {
+            Done::Batches(ids) => Ok(ids),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Inserts or replaces a summary (by id).
+    pub async fn upsert_summary(&self, summary: Summary) -> Result<()> {
+        self.check_owner(&summary)?;
+        self.write(Op::UpsertSummary(summary)).await.map(|_| ())
+    }
+
+    fn check_owner(&self, summary: &Summary) -> Result<()> {
+        if summary.agent_id == self.agent {
+            Ok(())
+        } else {
+            Err(Error::InvalidContent(format!(
+                "summary belongs to agent {}, not to this store's agent {}",
+                summary.agent_id, self.agent
+            )))
+        }
+    }
+
+    /// The newest summary (covering the latest batches), if any.
+    pub async fn get_summary(&self) -> Result<Option<Summary>> {
+        Ok(self.get_summaries().await?.pop())
+    }
+
+    /// Every summary, oldest coverage first.
+    pub async fn get_summaries(&self) -> Result<Vec<Summary>> {
+        sqlx::query(
+            "SELECT id, agent_id, content, from_batch, through_batch, message_count, depth, created_at \
+             FROM summaries WHERE agent_id = $1 ORDER BY through_batch, id",
+        )
+        .bind(self.agent.to_string())
+        .fetch_all(self.db.reader())
+        .await?
+        .iter()
+        .map(ops::summary_from_row)
+        .collect()
+    }
+
+    /// A new summary id (a snowflake from this process's generator).
+    pub fn new_summary_id(&self) -> Result<SnowflakeId> {
+        self.db.next_id()
+    }
+
+    // -- activity ------------------------------------------------------------------------------
+
+    /// Records an event in the agent's activity log; returns its id.
+    pub async fn log_activity(&self, kind: &str, payload: serde_json::Value) -> Result<SnowflakeId> {
+        match self.write(Op::LogActivity { agent: self.agent, kind: kind.to_owned(), payload }).await? {
+            Done::Id(id) => Ok(id),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The latest `limit` events, newest first.
+    pub async fn recent_activity(&self, limit: usize) -> Result<Vec<ActivityEvent>> {
+        let rows = sqlx::query(
+            "SELECT id, agent_id, kind, payload, created_at FROM activity_events WHERE agent_id = $1 \
+             ORDER BY id DESC LIMIT $2",
+        )
+        .bind(self.agent.to_string())
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(self.db.reader())
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let payload: String = r.try_get(3)?;
+                Ok(ActivityEvent {
+                    id: SnowflakeId(r.try_get(0)?),
+                    agent_id: self.agent,
+                    kind: r.try_get(2)?,
+                    payload: serde_json::from_str(&payload)
+                        .map_err(|e| Error::Corrupt(format!("activity payload does not decode: {e}")))?,
+                    created_at: ops::from_ms(r.try_get(4)?),
+                })
+            })
+            .collect()
+    }
+
+    // -- legacy import -------------------------------------------------------------------------
+
+    /// Splits a legacy history into batches (see [`legacy::plan`]) and stores it after the
+    /// agent's current history, in one transaction. Returns the plan that was applied.
+    pub async fn import_legacy(&self, messages: Vec<LegacyMessage>) -> Result<ImportPlan> {
+        let plan = legacy::plan(&messages)?;
+        if messages.is_empty() {
+            return Ok(plan);
+        }
+        match self.write(Op::ImportLegacy { agent: self.agent, messages, plan: plan.clone() }).await? {
+            Done::Batches(_) => Ok(plan),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// Puts messages into their batches; a message whose batch is not among `infos` is ignored (the
+/// query range can include nothing else, but this keeps the grouping total).
+fn group(infos: Vec<BatchInfo>, messages: Vec<Message>) -> Result<Vec<StoredBatch>> {
+    let mut by_id: BTreeMap<BatchId, StoredBatch> =
+        infos.into_iter().map(|info| (info.id, StoredBatch { info, messages: Vec::new() })).collect();
+    for m in messages {
+        if let Some(b) = by_id.get_mut(&m.batch_id) {
+            b.messages.push(m);
+        }
+    }
+    Ok(by_id.into_values().collect())
+}
+
+impl BatchState {
+    /// Whether a batch in this state may be sent to a model.
+    pub fn is_sendable(self) -> bool {
+        self != BatchState::Abandoned
+    }
+}

@@ -1,0 +1,212 @@
+//! Test support (feature `testkit`): fresh databases on both backends, and a throwaway PostgreSQL
+//! server when the environment does not provide one.
+//!
+//! `PATTERN_TEST_PG_URL` (set by `cargo xtask test` and `cargo xtask ci`) names a server to use.
+//! Without it, the first test that asks starts a private cluster with the machine's PostgreSQL
+//! binaries (`cargo xtask setup` installs them) on a free loopback port, and a watchdog stops and
+//! deletes it when the test process exits. A missing PostgreSQL is an error, never a skipped test.
+//! This module must never be compiled into a production build: it panics-free but runs shell
+//! commands as the `postgres` user.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use tempfile::TempDir;
+
+use crate::config::DbConfig;
+use crate::db::Database;
+use crate::error::{Error, Result};
+
+/// A fresh database and what keeps it alive.
+#[derive(Debug)]
+pub struct TestDb {
+    /// Its URL.
+    pub url: String,
+    /// For PostgreSQL: the admin URL and the database name, to drop it.
+    pg: Option<(String, String)>,
+    _dir: Option<TempDir>,
+}
+
+impl TestDb {
+    /// A fresh SQLite file in its own temporary directory.
+    pub fn sqlite() -> Result<Self> {
+        let dir = tempfile::tempdir().map_err(|e| Error::Config(format!("cannot create a temp dir: {e}")))?;
+        let url = format!("sqlite://{}", dir.path().join("test.db").display());
+        Ok(Self { url, pg: None, _dir: Some(dir) })
+    }
+
+    /// A fresh, empty PostgreSQL database on the test server.
+    pub async fn postgres() -> Result<Self> {
+        let admin = pg_admin_url()?;
+        let name = format!("pattern_test_{}", uuid::Uuid::new_v4().simple());
+        run_admin(&admin, &format!("CREATE DATABASE {name}")).await?;
+        let url = replace_db(&admin, &name);
+        Ok(Self { url, pg: Some((admin, name)), _dir: None })
+    }
+
+    /// The temporary directory of a SQLite database.
+    pub fn dir(&self) -> Option<&Path> {
+        self._dir.as_ref().map(TempDir::path)
+    }
+
+    /// Default configuration for this database.
+    pub fn config(&self) -> DbConfig {
+        DbConfig::new(self.url.clone())
+    }
+
+    /// Opens it with default configuration.
+    pub async fn open(&self) -> Result<Database> {
+        Database::open(self.config()).await
+    }
+
+    /// Drops a PostgreSQL database (a SQLite one goes with its directory).
+    pub async fn cleanup(self) -> Result<()> {
+        if let Some((admin, name)) = &self.pg {
+            run_admin(admin, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await?;
+        }
+        Ok(())
+    }
+}
+
+async fn run_admin(admin: &str, sql: &str) -> Result<()> {
+    use sqlx::{Connection, Executor};
+    let mut conn = sqlx::PgConnection::connect(admin)
+        .await
+        .map_err(|source| Error::Connect { backend: "postgres", url: admin.to_owned(), source })?;
+    conn.execute(sqlx::AssertSqlSafe(sql.to_owned())).await?;
+    conn.close().await?;
+    Ok(())
+}
+
+fn replace_db(url: &str, db: &str) -> String {
+    match url.rsplit_once('/') {
+        Some((base, last)) if !base.ends_with('/') => {
+            let query = last.split_once('?').map(|(_, q)| format!("?{q}")).unwrap_or_default();
+            format!("{base}/{db}{query}")
+        }
+        _ => format!("{url}/{db}"),
+    }
+}
+
+static SERVER: OnceLock<std::result::Result<String, String>> = OnceLock::new();
+
+/// The admin URL of the test PostgreSQL server: `PATTERN_TEST_PG_URL`, or a private cluster
+/// started on first use.
+pub fn pg_admin_url() -> Result<String> {
+    if let Ok(url) = std::env::var("PATTERN_TEST_PG_URL")
+        && !url.is_empty()
+    {
+        return Ok(url);
+    }
+    SERVER.get_or_init(start_private_cluster).clone().map_err(Error::Config)
+}
+
+fn pg_bin_dir() -> std::result::Result<PathBuf, String> {
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .map_err(|_| "PostgreSQL is not installed (no /usr/lib/postgresql): run `cargo xtask setup`".to_owned())?
+        .flatten()
+        .filter_map(|e| {
+            let version = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").exists().then_some((version, bin))
+        })
+        .collect();
+    found.sort();
+    found
+        .pop()
+        .map(|(_, bin)| bin)
+        .ok_or_else(|| "no initdb under /usr/lib/postgresql/*/bin: run `cargo xtask setup`".to_owned())
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+fn as_postgres(root: bool, program: &Path) -> Command {
+    if root {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+fn run(mut cmd: Command, what: &str) -> std::result::Result<(), String> {
+    let out = cmd.output().map_err(|e| format!("{what}: cannot run: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+fn start_private_cluster() -> std::result::Result<String, String> {
+    let bin = pg_bin_dir()?;
+    let root = is_root();
+    // /tmp is traversable by the postgres user; a TempDir would be 0700 root-owned.
+    let dir = PathBuf::from(format!("/tmp/pattern-test-pg-{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    if root {
+        run(
+            {
+                let mut c = Command::new("chown");
+                c.args(["postgres:postgres"]).arg(&dir);
+                c
+            },
+            "chown",
+        )?;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("no free port: {e}"))?;
+    let data = dir.join("data");
+    let mut initdb = as_postgres(root, &bin.join("initdb"));
+    initdb.arg("-D").arg(&data).args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"]);
+    run(initdb, "initdb")?;
+    let mut start = as_postgres(root, &bin.join("pg_ctl"));
+    start.arg("-D").arg(&data).arg("-l").arg(dir.join("server.log")).args(["-w", "-t", "60", "-o"]).arg(format!(
+        "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=on",
+        dir.display()
+    ));
+    start.arg("start");
+    run(start, "pg_ctl start")?;
+    // Watchdog: when this test process exits, stop the cluster and remove its files.
+    let pg_ctl = bin.join("pg_ctl");
+    let stop = if root {
+        format!("runuser -u postgres -- {} -D {} stop -m immediate", pg_ctl.display(), data.display())
+    } else {
+        format!("{} -D {} stop -m immediate", pg_ctl.display(), data.display())
+    };
+    let script = format!(
+        "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; {stop} >/dev/null 2>&1; rm -rf {dir}",
+        pid = std::process::id(),
+        dir = dir.display()
+    );
+    Command::new("setsid")
+        .args(["sh", "-c", &script])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start the cluster watchdog: {e}"))?;
+    Ok(format!("postgres://postgres@127.0.0.1:{port}/postgres"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_database_name() {
+        assert_eq!(replace_db("postgres://u@h:1/postgres", "t"), "postgres://u@h:1/t");
+        assert_eq!(replace_db("postgres://u@h:1/postgres?sslmode=disable", "t"), "postgres://u@h:1/t?sslmode=disable");
+    }
+}
