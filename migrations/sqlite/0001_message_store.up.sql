@@ -20,7 +20,7 @@ CREATE TABLE batches (
     lease_expires_at INTEGER,
     next_sequence    INTEGER NOT NULL DEFAULT 0 CHECK (next_sequence >= 0),
     continuations    INTEGER NOT NULL DEFAULT 0,
-    archived         BOOLEAN NOT NULL DEFAULT 0,
+    archived         INTEGER NOT NULL DEFAULT 0,
     started_at       INTEGER NOT NULL,
     completed_at     INTEGER
 );
@@ -39,8 +39,8 @@ CREATE TABLE messages (
     role            TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool')),
     content         TEXT NOT NULL,
     token_estimate  INTEGER NOT NULL,
-    archived        BOOLEAN NOT NULL DEFAULT 0,
-    deleted         BOOLEAN NOT NULL DEFAULT 0,
+    archived        INTEGER NOT NULL DEFAULT 0,
+    deleted         INTEGER NOT NULL DEFAULT 0,
     created_at      INTEGER NOT NULL
 );
 -- Total order per agent, and the highest position in O(log n).

@@ -42,6 +42,8 @@ struct Inner {
     writer: Writer,
     ctx: Arc<Ctx>,
     lease_task: Option<JoinHandle<()>>,
+    /// `(machine id, holder)` of a leased machine id, released on close.
+    lease: Option<(u16, String)>,
 }
 
 impl Drop for Inner {
@@ -172,6 +174,7 @@ impl Database {
                 writer,
                 ctx,
                 lease_task,
+                lease: matches!(config.machine_id, MachineId::Lease).then(|| (machine_id, config.run_owner.clone())),
             }),
         })
     }
@@ -296,15 +299,28 @@ impl Database {
         }
     }
 
-    /// Stops accepting writes once every clone is dropped and closes the pools after the queued
-    /// writes are committed.
+    /// Closes the database for every clone: releases the machine-id lease and closes the pools.
+    /// Writes already acknowledged are committed; a write still queued fails with an error, so no
+    /// caller is told a write succeeded that did not.
     pub async fn close(self) {
         let inner = self.inner.clone();
         drop(self);
-        inner.read.close().await;
-        if Arc::strong_count(&inner) == 1 {
-            inner.write_pool.close().await;
+        if let Some(task) = &inner.lease_task {
+            task.abort();
         }
+        if let Some((id, holder)) = &inner.lease {
+            // Hand the machine id back so short-lived processes do not use up the 1024 ids.
+            let released = sqlx::query("DELETE FROM machine_leases WHERE machine_id = $1 AND holder = $2")
+                .bind(i64::from(*id))
+                .bind(holder.as_str())
+                .execute(&inner.write_pool)
+                .await;
+            if let Err(e) = released {
+                warn!(machine_id = id, error = %e, "cannot release machine-id lease");
+            }
+        }
+        inner.read.close().await;
+        inner.write_pool.close().await;
     }
 }
 
@@ -321,7 +337,7 @@ async fn lease_machine_id(pool: &AnyPool, backend: Backend, holder: &str, lease:
     };
     if backend == Backend::Postgres {
         // One leaser at a time across processes; released at commit.
-        sqlx::query("SELECT pg_advisory_xact_lock(7061747465726e)").execute(&mut *tx).await?;
+        sqlx::query("SELECT pg_advisory_xact_lock(7061747465)").execute(&mut *tx).await?;
     }
     let now = now_ms();
     let rows = sqlx::query("SELECT machine_id, expires_at FROM machine_leases ORDER BY machine_id")

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use sqlx::any::AnyRow;
-use sqlx::{AnyConnection, QueryBuilder, Row};
+use sqlx::{AnyConnection, Row};
 
 use crate::config::Backend;
 use crate::error::{Error, Result};
@@ -235,28 +235,54 @@ struct MessageRow<'a> {
     created_at: i64,
 }
 
+/// `(` `$a, $b, ...` `)` groups for a multi-row VALUES or an IN list. sqlx's `QueryBuilder`
+/// writes `?` placeholders for the `Any` driver, which PostgreSQL rejects, so the numbered form
+/// is built here.
+pub(crate) fn placeholders(rows: usize, columns: usize, first: usize) -> String {
+    let mut out = String::with_capacity(rows * columns * 5);
+    for r in 0..rows {
+        if r > 0 {
+            out.push_str(", ");
+        }
+        out.push('(');
+        for c in 0..columns {
+            if c > 0 {
+                out.push_str(", ");
+            }
+            out.push('$');
+            out.push_str(&(first + r * columns + c).to_string());
+        }
+        out.push(')');
+    }
+    out
+}
+
 async fn insert_messages(conn: &mut AnyConnection, agent: AgentId, rows: &[MessageRow<'_>]) -> Result<()> {
+    let agent = agent.to_string();
     // 100 rows x 12 columns per statement keeps far below every backend's parameter limit.
     for chunk in rows.chunks(100) {
-        let mut qb = QueryBuilder::new(
+        let sql = format!(
             "INSERT INTO messages (id, agent_id, position, batch_id, sequence_num, batch_type, role, content, \
-             token_estimate, archived, deleted, created_at) ",
+             token_estimate, archived, deleted, created_at) VALUES {}",
+            placeholders(chunk.len(), 12, 1)
         );
-        qb.push_values(chunk, |mut b, row| {
-            b.push_bind(row.id.to_string())
-                .push_bind(agent.to_string())
-                .push_bind(row.position.get())
-                .push_bind(row.batch.get())
-                .push_bind(row.seq)
-                .push_bind(row.batch_type.as_str())
-                .push_bind(row.role.as_str())
-                .push_bind(row.content.to_owned())
-                .push_bind(NewMessage::estimate_tokens(row.content.len()))
-                .push_bind(false)
-                .push_bind(false)
-                .push_bind(row.created_at);
-        });
-        qb.build().execute(&mut *conn).await?;
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for row in chunk {
+            q = q
+                .bind(row.id.to_string())
+                .bind(agent.clone())
+                .bind(row.position.get())
+                .bind(row.batch.get())
+                .bind(row.seq)
+                .bind(row.batch_type.as_str())
+                .bind(row.role.as_str())
+                .bind(row.content.to_owned())
+                .bind(NewMessage::estimate_tokens(row.content.len()))
+                .bind(false)
+                .bind(false)
+                .bind(row.created_at);
+        }
+        q.execute(&mut *conn).await?;
     }
     Ok(())
 }
@@ -563,23 +589,19 @@ async fn recover(
 async fn archive_batches(conn: &mut AnyConnection, batches: &[i64]) -> Result<u64> {
     let mut archived = 0;
     for chunk in batches.chunks(500) {
-        let mut qb = QueryBuilder::new("UPDATE batches SET archived = ");
-        qb.push_bind(true).push(" WHERE id IN (");
-        let mut list = qb.separated(", ");
-        for id in chunk {
-            list.push_bind(*id);
+        let list = placeholders(1, chunk.len(), 2);
+        for table in ["batches", "messages"] {
+            let column = if table == "batches" { "id" } else { "batch_id" };
+            let sql = format!("UPDATE {table} SET archived = $1 WHERE {column} IN {list}");
+            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(true);
+            for id in chunk {
+                q = q.bind(*id);
+            }
+            let done = q.execute(&mut *conn).await?;
+            if table == "messages" {
+                archived += done.rows_affected();
+            }
         }
-        qb.push(")");
-        qb.build().execute(&mut *conn).await?;
-
-        let mut qb = QueryBuilder::new("UPDATE messages SET archived = ");
-        qb.push_bind(true).push(" WHERE batch_id IN (");
-        let mut list = qb.separated(", ");
-        for id in chunk {
-            list.push_bind(*id);
-        }
-        qb.push(")");
-        archived += qb.build().execute(&mut *conn).await?.rows_affected();
     }
     Ok(archived)
 }
@@ -766,6 +788,15 @@ fn parse_uuid(text: &str) -> Result<uuid::Uuid> {
     uuid::Uuid::parse_str(text).map_err(|e| Error::Corrupt(format!("stored id `{text}` is not a UUID: {e}")))
 }
 
+/// Reads a flag column: BOOLEAN on PostgreSQL, INTEGER 0/1 on SQLite (the `Any` driver decodes
+/// neither as the other).
+fn flag(row: &AnyRow, index: usize) -> Result<bool> {
+    match row.try_get::<bool, _>(index) {
+        Ok(v) => Ok(v),
+        Err(_) => Ok(row.try_get::<i64, _>(index)? != 0),
+    }
+}
+
 pub(crate) fn message_from_row(row: &AnyRow) -> Result<Message> {
     let id: String = row.try_get(0)?;
     let agent: String = row.try_get(1)?;
@@ -782,8 +813,8 @@ pub(crate) fn message_from_row(row: &AnyRow) -> Result<Message> {
         role: role.parse().map_err(|_| Error::Corrupt(format!("unknown stored role `{role}`")))?,
         content: decode_content(&content)?,
         token_estimate: row.try_get(8)?,
-        archived: row.try_get(9)?,
-        deleted: row.try_get(10)?,
+        archived: flag(row, 9)?,
+        deleted: flag(row, 10)?,
         created_at: from_ms(row.try_get(11)?),
     })
 }
@@ -801,7 +832,7 @@ pub(crate) fn batch_from_row(row: &AnyRow) -> Result<BatchInfo> {
         run_owner: row.try_get(5)?,
         lease_expires_at: row.try_get::<Option<i64>, _>(6)?.map(from_ms),
         message_count: row.try_get(7)?,
-        archived: row.try_get(8)?,
+        archived: flag(row, 8)?,
         started_at: from_ms(row.try_get(9)?),
         completed_at: row.try_get::<Option<i64>, _>(10)?.map(from_ms),
     })
@@ -831,4 +862,15 @@ pub(crate) fn summary_from_row(row: &AnyRow) -> Result<Summary> {
         depth: row.try_get(6)?,
         created_at: from_ms(row.try_get(7)?),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbered_placeholders() {
+        assert_eq!(placeholders(2, 3, 1), "($1, $2, $3), ($4, $5, $6)");
+        assert_eq!(placeholders(1, 2, 2), "($2, $3)");
+    }
 }

@@ -77,7 +77,7 @@ async fn run(n: usize, pool: AnyPool, ctx: Arc<Ctx>, rx: Arc<Mutex<mpsc::Receive
         }
         if ctx.backend == Backend::Postgres {
             // Lock agents in one global order: groups of different writers never deadlock.
-            group.sort_by(|a, b| a.op.agent_key().cmp(&b.op.agent_key()));
+            group.sort_by_key(|job| job.op.agent_key());
         }
         debug!(writer = n, size = group.len(), "committing write group");
         commit_group(&pool, &ctx, group).await;

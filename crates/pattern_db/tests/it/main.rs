@@ -1,1 +1,37 @@
+//! Integration tests of `pattern_db`: one binary, one module per concern.
+//!
+//! The conformance suite runs every case against SQLite and against a real PostgreSQL server
+//! (from `PATTERN_TEST_PG_URL`, or a private cluster the testkit starts). These tests must never
+//! skip a backend silently: a missing server fails them.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs, unreachable_pub)]
+
+mod conformance;
+mod crash;
+mod ids;
+mod props;
+
+use pattern_db::testkit::TestDb;
+use pattern_db::{Database, DbConfig};
+
+/// Which backend a conformance case runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Sqlite,
+    Postgres,
+}
+
+/// A fresh database of the given kind.
+pub async fn fresh(kind: Kind) -> TestDb {
+    match kind {
+        Kind::Sqlite => TestDb::sqlite().unwrap(),
+        Kind::Postgres => TestDb::postgres().await.unwrap(),
+    }
+}
+
+/// Opens `tdb` with `tweak` applied to its default configuration.
+pub async fn open_with(tdb: &TestDb, tweak: impl FnOnce(&mut DbConfig)) -> Database {
+    let mut config = tdb.config();
+    tweak(&mut config);
+    Database::open(config).await.unwrap()
+}

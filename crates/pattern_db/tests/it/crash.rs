@@ -1,0 +1,191 @@
+//! Crash safety: a child process appends steps in a loop and is killed with SIGKILL at random
+//! moments. After every kill, every acknowledged step is stored whole, no step is stored in part,
+//! and recovery abandons exactly the batches that were open.
+//!
+//! The child is this same test binary, re-run with `PATTERN_CRASH_CHILD` set; it prints a line
+//! for every acknowledgement only after the store returned it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pattern_db::testkit::TestDb;
+use pattern_db::{
+    BatchState, BeginBatch, ContentBlock, Database, DbConfig, MachineId, NewAgent, NewMessage, RecoveryScope, Role,
+};
+use rand::Rng;
+
+const STEP_SIZE: usize = 3;
+
+/// Entry point of the child; a no-op in a normal test run.
+#[test]
+fn crash_child() {
+    let (Ok(url), Ok(agent)) = (std::env::var("PATTERN_CRASH_CHILD"), std::env::var("PATTERN_CRASH_AGENT")) else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async move {
+        let mut config = DbConfig::new(url);
+        config.machine_id = MachineId::Fixed(1);
+        let db = Database::open(config).await.unwrap();
+        let store = db.messages(agent.parse().unwrap());
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "READY").unwrap();
+        out.flush().unwrap();
+        for round in 0u64.. {
+            let b = store.begin_batch(NewMessage::user(format!("round {round}")), BeginBatch::default()).await.unwrap();
+            writeln!(out, "BEGIN {}", b.batch_id).unwrap();
+            out.flush().unwrap();
+            for step in 0..3 {
+                let call = format!("c{round}-{step}");
+                let messages = vec![
+                    NewMessage::new(Role::Assistant, vec![
+                        ContentBlock::text(format!("step {round}.{step} part 0")),
+                        ContentBlock::tool_use(&call, "work", serde_json::json!({})),
+                    ]),
+                    NewMessage::new(Role::Tool, vec![ContentBlock::tool_result(&call, format!("step {round}.{step} part 1"), false)]),
+                    NewMessage::assistant(format!("step {round}.{step} part 2")),
+                ];
+                store.append_step(b.batch_id, messages).await.unwrap();
+                writeln!(out, "STEP {} {round}.{step}", b.batch_id).unwrap();
+                out.flush().unwrap();
+            }
+            store.complete_batch(b.batch_id).await.unwrap();
+            writeln!(out, "COMPLETE {}", b.batch_id).unwrap();
+            out.flush().unwrap();
+        }
+    });
+}
+
+#[derive(Default, Debug)]
+struct Acked {
+    begun: BTreeSet<i64>,
+    steps: BTreeSet<(i64, String)>,
+    completed: BTreeSet<i64>,
+}
+
+fn run_child_and_kill(url: &str, agent: &str, kill_after: Duration) -> Acked {
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new(exe)
+        .args(["crash::crash_child", "--exact", "--nocapture", "--test-threads=1"])
+        .env("PATTERN_CRASH_CHILD", url)
+        .env("PATTERN_CRASH_AGENT", agent)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // Wait until the child is ready, then let it run for the random interval and kill it.
+    let started = Instant::now();
+    let mut lines = Vec::new();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) if line == "READY" => break,
+            Ok(line) => lines.push(line),
+            Err(e) => panic!("child never became ready: {e} after {:?}", started.elapsed()),
+        }
+    }
+    std::thread::sleep(kill_after);
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    reader.join().unwrap();
+    lines.extend(rx.try_iter());
+    let mut acked = Acked::default();
+    for line in lines {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        match parts.as_slice() {
+            ["BEGIN", b] => {
+                acked.begun.insert(b.parse().unwrap());
+            }
+            ["STEP", b, s] => {
+                acked.steps.insert((b.parse().unwrap(), (*s).to_owned()));
+            }
+            ["COMPLETE", b] => {
+                acked.completed.insert(b.parse().unwrap());
+            }
+            _ => {}
+        }
+    }
+    acked
+}
+
+async fn check_after_kill(db: &Database, agent: pattern_db::AgentId, acked: &Acked, all_acked: &mut Acked) {
+    let store = db.messages(agent);
+    let batches = store.get_recent(100_000).await.unwrap();
+    let open_before: BTreeSet<i64> =
+        batches.iter().filter(|b| b.info.state == BatchState::Open).map(|b| b.info.id.get()).collect();
+    let stored: BTreeMap<i64, &pattern_db::StoredBatch> = batches.iter().map(|b| (b.info.id.get(), b)).collect();
+
+    for b in &acked.begun {
+        assert!(stored.contains_key(b), "acknowledged batch {b} is missing");
+    }
+    for (b, step) in &acked.steps {
+        let batch = stored.get(b).unwrap_or_else(|| panic!("batch {b} of acknowledged step {step} missing"));
+        let parts = batch.messages.iter().filter(|m| m.text().starts_with(&format!("step {step} part"))
+            || m.content.iter().any(|c| matches!(c, ContentBlock::ToolResult { content, .. } if content.starts_with(&format!("step {step} part")))))
+            .count();
+        assert_eq!(parts, STEP_SIZE, "acknowledged step {step} is not whole");
+    }
+    for b in &acked.completed {
+        assert_eq!(stored[b].info.state, BatchState::Complete, "acknowledged completion of {b} lost");
+    }
+    // No partial step anywhere: every batch holds the trigger plus whole steps.
+    for batch in stored.values() {
+        assert_eq!((batch.messages.len() - 1) % STEP_SIZE, 0, "batch {} holds a partial step", batch.info.id);
+        assert!(batch.messages.windows(2).all(|w| w[0].sequence_num + 1 == w[1].sequence_num));
+    }
+    // At most the batch of this run can be open; recovery abandons exactly the open ones.
+    assert!(open_before.len() <= 1, "{open_before:?}");
+    let recovered: BTreeSet<i64> =
+        store.recover_scope(RecoveryScope::AllOpen).await.unwrap().iter().map(|a| a.batch.id.get()).collect();
+    assert_eq!(recovered, open_before);
+    for b in &recovered {
+        assert!(!acked.completed.contains(b));
+    }
+    all_acked.begun.extend(acked.begun.iter().copied());
+    all_acked.steps.extend(acked.steps.iter().cloned());
+    all_acked.completed.extend(acked.completed.iter().copied());
+}
+
+async fn crash_loop(tdb: &TestDb, kills: usize) {
+    let db = tdb.open().await.unwrap();
+    let agent = db.create_agent(NewAgent::named("crashy")).await.unwrap();
+    let mut all = Acked::default();
+    let mut rng = rand::rng();
+    for _ in 0..kills {
+        let kill_after = Duration::from_millis(rng.random_range(0..40));
+        let url = tdb.url.clone();
+        let agent_s = agent.id.to_string();
+        let acked = tokio::task::spawn_blocking(move || run_child_and_kill(&url, &agent_s, kill_after)).await.unwrap();
+        check_after_kill(&db, agent.id, &acked, &mut all).await;
+    }
+    // Everything acknowledged in any run is still there at the end.
+    let store = db.messages(agent.id);
+    let stored: BTreeSet<i64> = store.get_recent(100_000).await.unwrap().iter().map(|b| b.info.id.get()).collect();
+    assert!(all.begun.is_subset(&stored));
+    assert!(!all.steps.is_empty(), "the child never acknowledged a step: the kill intervals are too short");
+    db.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_sqlite_200_times() {
+    let tdb = TestDb::sqlite().unwrap();
+    crash_loop(&tdb, 200).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_postgres_30_times() {
+    let tdb = TestDb::postgres().await.unwrap();
+    crash_loop(&tdb, 30).await;
+    tdb.cleanup().await.unwrap();
+}
