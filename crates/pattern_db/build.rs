@@ -17,7 +17,10 @@ fn main() {
         let dir = root.join(backend);
         println!("cargo:rerun-if-changed={}", dir.display());
         let files = migration_files(&dir);
-        let _ = writeln!(out, "/// Migrations for {backend}: (version, description, up, down).");
+        let _ = writeln!(
+            out,
+            "/// Migrations for {backend}: (version, description, up, down)."
+        );
         let _ = writeln!(
             out,
             "pub(crate) const {}: &[(i64, &str, &str, &str)] = &[",
@@ -51,7 +54,9 @@ fn migration_files(dir: &Path) -> Vec<(i64, String, PathBuf, PathBuf)> {
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(stem) = name.strip_suffix(".up.sql") else { continue };
+        let Some(stem) = name.strip_suffix(".up.sql") else {
+            continue;
+        };
         let Some((num, desc)) = stem.split_once('_') else {
             panic!("migration {name} must be named NNNN_description.up.sql")
         };
@@ -71,7 +76,11 @@ fn migration_files(dir: &Path) -> Vec<(i64, String, PathBuf, PathBuf)> {
     found.sort_by_key(|f| f.0);
     for pair in found.windows(2) {
         if pair[0].0 == pair[1].0 {
-            panic!("two migrations share version {} in {}", pair[0].0, dir.display());
+            panic!(
+                "two migrations share version {} in {}",
+                pair[0].0,
+                dir.display()
+            );
         }
     }
     found

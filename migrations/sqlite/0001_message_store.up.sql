@@ -50,6 +50,17 @@ CREATE UNIQUE INDEX messages_by_batch ON messages (batch_id, sequence_num);
 -- The messages of an agent's latest batches (get_recent) as one index range.
 CREATE INDEX messages_by_agent_batch ON messages (agent_id, batch_id, sequence_num);
 
+-- Tool calls of each batch and the message that answered each: pairing checks cost what the
+-- step costs, not what the batch already holds, and batch inspection can list tool pairs.
+CREATE TABLE tool_calls (
+    batch_id        INTEGER NOT NULL REFERENCES batches(id) ON DELETE CASCADE,
+    tool_use_id     TEXT NOT NULL,
+    call_position   INTEGER NOT NULL,
+    ordinal         INTEGER NOT NULL,
+    result_position INTEGER,
+    PRIMARY KEY (batch_id, tool_use_id)
+);
+
 CREATE TABLE summaries (
     id             INTEGER PRIMARY KEY NOT NULL,
     agent_id       TEXT NOT NULL REFERENCES agents(id) ON DELETE CASCADE,

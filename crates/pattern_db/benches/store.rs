@@ -4,7 +4,8 @@
 //!   a bare one-row autocommit `INSERT` through sqlx on the same database (the ratio is printed);
 //! - `throughput/acks_1_agent` and `throughput/acks_100_agents`: durable acknowledgements per
 //!   second from one writer task and from 100 concurrent tasks, one agent each (group commit);
-//! - `append_step/10_messages`: one step of ten assistant messages appended to an open batch;
+//! - `append_step/10_messages`: one step of ten assistant messages appended to an open batch
+//!   (a fresh batch every 20 steps; the cost of a step into a 2001-message batch is printed);
 //! - `get_recent_20/{1k,100k,1M}`: `get_recent(20)` for an agent with that many messages of
 //!   history (the largest/smallest ratio is printed).
 //!
@@ -26,8 +27,8 @@ use criterion::{
 };
 use pattern_db::testkit::TestDb;
 use pattern_db::{
-    AgentId, BatchId, BatchInfo, BeginBatch, ContentBlock, Database, ImportPlan, LegacyMessage,
-    NewAgent, NewMessage, Received, Result, Role, StepReceipt, StoredBatch,
+    BatchId, BeginBatch, ContentBlock, Database, LegacyMessage, MessageStore, NewAgent, NewMessage,
+    Role,
 };
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{
@@ -114,16 +115,13 @@ impl Fixture {
         Self { tdb, db }
     }
 
-    async fn agent(&self, name: &str) -> Store {
+    async fn agent(&self, name: &str) -> MessageStore {
         let agent = self
             .db
             .create_agent(NewAgent::named(name))
             .await
             .expect("create agent");
-        Store {
-            db: self.db.clone(),
-            agent: agent.id,
-        }
+        self.db.messages(agent.id)
     }
 
     async fn close(self) {
@@ -135,52 +133,11 @@ impl Fixture {
     }
 }
 
-/// One agent's message store. `pattern_db` does not export the `MessageStore` type (only
-/// `Database::messages` returns one), so this names the agent and asks for its store per call:
-/// an `Arc` clone, nothing next to a commit.
-#[derive(Debug, Clone)]
-struct Store {
-    db: Database,
-    agent: AgentId,
-}
-
-impl Store {
-    fn agent_id(&self) -> AgentId {
-        self.agent
-    }
-
-    async fn begin_batch(&self, trigger: NewMessage, opts: BeginBatch) -> Result<Received> {
-        self.db
-            .messages(self.agent)
-            .begin_batch(trigger, opts)
-            .await
-    }
-
-    async fn append_step(&self, batch: BatchId, messages: Vec<NewMessage>) -> Result<StepReceipt> {
-        self.db
-            .messages(self.agent)
-            .append_step(batch, messages)
-            .await
-    }
-
-    async fn complete_batch(&self, batch: BatchId) -> Result<BatchInfo> {
-        self.db.messages(self.agent).complete_batch(batch).await
-    }
-
-    async fn get_recent(&self, n_batches: usize) -> Result<Vec<StoredBatch>> {
-        self.db.messages(self.agent).get_recent(n_batches).await
-    }
-
-    async fn import_legacy(&self, messages: Vec<LegacyMessage>) -> Result<ImportPlan> {
-        self.db.messages(self.agent).import_legacy(messages).await
-    }
-}
-
 fn trigger() -> NewMessage {
     NewMessage::user(TRIGGER_TEXT)
 }
 
-async fn ack(store: &Store) {
+async fn ack(store: &MessageStore) {
     black_box(
         store
             .begin_batch(trigger(), BeginBatch::default())
@@ -307,7 +264,7 @@ impl Bare {
 
 struct AckFx {
     fx: Fixture,
-    store: Store,
+    store: MessageStore,
     bare: Bare,
 }
 
@@ -390,7 +347,7 @@ fn bench_ack(c: &mut Criterion, rt: &Runtime) {
 
 struct ThroughputFx {
     fx: Fixture,
-    stores: Vec<Store>,
+    stores: Vec<MessageStore>,
 }
 
 impl ThroughputFx {
@@ -406,7 +363,7 @@ impl ThroughputFx {
 
 /// `iters` acknowledgements spread over `writers` tasks (one agent each) that take work from a
 /// shared budget until it is spent; returns the wall time.
-async fn acks(stores: Vec<Store>, iters: u64) -> Duration {
+async fn acks(stores: Vec<MessageStore>, iters: u64) -> Duration {
     let budget = std::sync::Arc::new(AtomicU64::new(iters));
     let start = Instant::now();
     let tasks: Vec<_> = stores
@@ -456,7 +413,7 @@ fn bench_throughput(c: &mut Criterion, rt: &Runtime) {
 
 struct AppendFx {
     fx: Fixture,
-    store: Store,
+    store: MessageStore,
     /// The open batch and how many steps it holds.
     cursor: Mutex<(Option<BatchId>, usize)>,
 }
@@ -594,7 +551,7 @@ fn bench_append_step(c: &mut Criterion, rt: &Runtime) {
 
 struct RecentFx {
     fx: Fixture,
-    store: Store,
+    store: MessageStore,
 }
 
 /// `len` messages of history starting at pair `first / 2`: user question, assistant answer, so

@@ -23,8 +23,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use pattern_db::{
-    AgentId, BatchId, BatchState, BeginBatch, ContentBlock, Database, DbConfig, Error, NewAgent, NewMessage,
-    RecoveryScope, Role, StoredBatch,
+    AgentId, BatchId, BatchState, BeginBatch, ContentBlock, Database, DbConfig, Error, NewAgent,
+    NewMessage, RecoveryScope, Role, StoredBatch,
 };
 use serde_json::json;
 
@@ -118,7 +118,8 @@ fn default_path() -> DemoResult<PathBuf> {
 fn default_url() -> DemoResult<String> {
     let path = default_path()?;
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
     Ok(format!("sqlite://{}", path.display()))
 }
@@ -127,14 +128,23 @@ async fn demo(db: &Database) -> DemoResult<()> {
     let engine = db.engine_version().await?;
     let engine = engine.split(" on ").next().unwrap_or(&engine);
     println!("Pattern demo: the crash-safe, batch-aware message store");
-    println!("database  {} ({engine}, machine id {})", db.url(), db.machine_id());
+    println!(
+        "database  {} ({engine}, machine id {})",
+        db.url(),
+        db.machine_id()
+    );
 
     let (agent, created) = match db.agent_by_name(AGENT).await {
         Ok(agent) => (agent, false),
         Err(Error::AgentNameNotFound(_)) => (db.create_agent(NewAgent::named(AGENT)).await?, true),
         Err(e) => return Err(e.into()),
     };
-    println!("agent     {} {} ({})", agent.name, agent.id, if created { "created" } else { "reused" });
+    println!(
+        "agent     {} {} ({})",
+        agent.name,
+        agent.id,
+        if created { "created" } else { "reused" }
+    );
     let store = db.messages(agent.id);
     let mut this_run: HashSet<BatchId> = HashSet::new();
 
@@ -150,23 +160,32 @@ async fn demo(db: &Database) -> DemoResult<()> {
     let batch = receive(db, agent.id, trigger).await?;
     this_run.insert(batch);
     let call = ContentBlock::tool_use("call_1", "archival_search", json!({ "query": "garden" }));
-    store.append_step(batch, vec![NewMessage::new(Role::Assistant, vec![call])]).await?;
+    store
+        .append_step(batch, vec![NewMessage::new(Role::Assistant, vec![call])])
+        .await?;
     println!("  step: assistant calls archival_search [call_1]");
 
     println!("(a) a buggy runtime stores a result for a call the model never made:");
-    let stray = NewMessage::new(Role::Tool, vec![ContentBlock::tool_result("call_7", "no such call", false)]);
+    let stray = NewMessage::new(
+        Role::Tool,
+        vec![ContentBlock::tool_result("call_7", "no such call", false)],
+    );
     match store.append_step(batch, vec![stray]).await {
         Err(e @ Error::UnpairedToolResult { .. }) => println!("  refused: {e}"),
         Err(e) => return Err(e.into()),
         Ok(_) => return Err("the store accepted a tool result without its call".into()),
     }
     match store.complete_batch(batch).await {
-        Err(e @ Error::PendingToolCalls { .. }) => println!("  completing it early is refused too: {e}"),
+        Err(e @ Error::PendingToolCalls { .. }) => {
+            println!("  completing it early is refused too: {e}")
+        }
         Err(e) => return Err(e.into()),
         Ok(_) => return Err("the store completed a batch with a pending tool call".into()),
     }
 
-    println!("(b) the run dies before call_1 gets its result; at start-up, recovery finds the open batch:");
+    println!(
+        "(b) the run dies before call_1 gets its result; at start-up, recovery finds the open batch:"
+    );
     let abandoned = store.recover_scope(RecoveryScope::AllOpen).await?;
     if abandoned.is_empty() {
         return Err("recovery found no open batch".into());
@@ -227,33 +246,62 @@ async fn receive(db: &Database, agent: AgentId, trigger: NewMessage) -> DemoResu
     let started = Instant::now();
     let received = store.begin_batch(trigger, BeginBatch::default()).await?;
     let ms = started.elapsed().as_secs_f64() * 1000.0;
-    println!("  received: batch {} (committed in {ms:.1} ms, before any model call)", received.batch_id);
+    println!(
+        "  received: batch {} (committed in {ms:.1} ms, before any model call)",
+        received.batch_id
+    );
     Ok(received.batch_id)
 }
 
 /// One turn as the runtime runs it: acknowledge the trigger, store the tool call, store the tool
 /// result with the final answer, complete.
-async fn run_turn(db: &Database, agent: AgentId, trigger: NewMessage, turn: &Turn) -> DemoResult<BatchId> {
+async fn run_turn(
+    db: &Database,
+    agent: AgentId,
+    trigger: NewMessage,
+    turn: &Turn,
+) -> DemoResult<BatchId> {
     println!("user: {}", trigger_text(&trigger));
     let batch = receive(db, agent, trigger).await?;
     let store = db.messages(agent);
 
     let call = ContentBlock::tool_use("call_1", "archival_search", json!({ "query": turn.query }));
-    store.append_step(batch, vec![NewMessage::new(Role::Assistant, vec![call])]).await?;
-    println!("  step 1: assistant calls archival_search {{\"query\": {:?}}} [call_1]", turn.query);
+    store
+        .append_step(batch, vec![NewMessage::new(Role::Assistant, vec![call])])
+        .await?;
+    println!(
+        "  step 1: assistant calls archival_search {{\"query\": {:?}}} [call_1]",
+        turn.query
+    );
 
-    let result = NewMessage::new(Role::Tool, vec![ContentBlock::tool_result("call_1", turn.found, false)]);
-    let receipt = store.append_step(batch, vec![result, NewMessage::assistant(turn.reply)]).await?;
-    println!("  step 2: tool result + reply, {} messages in one transaction", receipt.stored.len());
+    let result = NewMessage::new(
+        Role::Tool,
+        vec![ContentBlock::tool_result("call_1", turn.found, false)],
+    );
+    let receipt = store
+        .append_step(batch, vec![result, NewMessage::assistant(turn.reply)])
+        .await?;
+    println!(
+        "  step 2: tool result + reply, {} messages in one transaction",
+        receipt.stored.len()
+    );
 
     let info = store.complete_batch(batch).await?;
-    println!("  batch {} {} with {} messages", info.id, info.state, info.message_count);
+    println!(
+        "  batch {} {} with {} messages",
+        info.id, info.state, info.message_count
+    );
     println!("agent: {}", turn.reply);
     Ok(batch)
 }
 
 fn trigger_text(message: &NewMessage) -> String {
-    message.content.iter().map(block_summary).collect::<Vec<_>>().join(" ")
+    message
+        .content
+        .iter()
+        .map(block_summary)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn print_batch(batch: &StoredBatch, new: bool) {
@@ -267,7 +315,12 @@ fn print_batch(batch: &StoredBatch, new: bool) {
         info.message_count
     );
     for m in &batch.messages {
-        let text = m.content.iter().map(block_summary).collect::<Vec<_>>().join(" | ");
+        let text = m
+            .content
+            .iter()
+            .map(block_summary)
+            .collect::<Vec<_>>()
+            .join(" | ");
         println!("      {:<9}  {}", m.role.as_str(), text);
     }
 }
@@ -277,12 +330,19 @@ fn block_summary(block: &ContentBlock) -> String {
     match block {
         ContentBlock::Text { text } => short(text),
         ContentBlock::ToolUse { id, name, input } => short(&format!("{name}({input}) [{id}]")),
-        ContentBlock::ToolResult { tool_use_id, content, is_error } => {
+        ContentBlock::ToolResult {
+            tool_use_id,
+            content,
+            is_error,
+        } => {
             let label = if *is_error { "error" } else { "result" };
             short(&format!("{label} for {tool_use_id}: {content}"))
         }
         ContentBlock::Thinking { text, .. } => short(&format!("(thinking) {text}")),
-        ContentBlock::Image { media_type, reference } => format!("[{media_type} image: {reference}]"),
+        ContentBlock::Image {
+            media_type,
+            reference,
+        } => format!("[{media_type} image: {reference}]"),
     }
 }
 

@@ -26,9 +26,14 @@ impl Backend {
 
     /// Picks the backend from a URL's scheme: `sqlite:` or `postgres:`/`postgresql:`.
     pub fn from_url(url: &str) -> Result<Self> {
-        let invalid = |reason: &str| Error::InvalidUrl { url: redact_url(url), reason: reason.to_owned() };
+        let invalid = |reason: &str| Error::InvalidUrl {
+            url: redact_url(url),
+            reason: reason.to_owned(),
+        };
         let Some((scheme, rest)) = url.split_once(':') else {
-            return Err(invalid("expected `sqlite://PATH` or `postgres://USER@HOST:PORT/DB`"));
+            return Err(invalid(
+                "expected `sqlite://PATH` or `postgres://USER@HOST:PORT/DB`",
+            ));
         };
         match scheme {
             "sqlite" => {
@@ -46,14 +51,18 @@ impl Backend {
                 Ok(Backend::Sqlite)
             }
             "postgres" | "postgresql" => {
-                let rest = rest.strip_prefix("//").ok_or_else(|| invalid("postgres URL must start with postgres://"))?;
+                let rest = rest
+                    .strip_prefix("//")
+                    .ok_or_else(|| invalid("postgres URL must start with postgres://"))?;
                 let host = rest.rsplit('@').next().unwrap_or_default();
                 if host.is_empty() || host.starts_with('/') {
                     return Err(invalid("postgres URL has no host"));
                 }
                 Ok(Backend::Postgres)
             }
-            other => Err(invalid(&format!("unsupported scheme `{other}` (use sqlite or postgres)"))),
+            other => Err(invalid(&format!(
+                "unsupported scheme `{other}` (use sqlite or postgres)"
+            ))),
         }
     }
 }
@@ -124,23 +133,48 @@ impl DbConfig {
             batch_lease: Duration::from_secs(600),
             machine_lease: Duration::from_secs(300),
             connect_timeout: Duration::from_secs(10),
-            run_owner: format!("pid{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()),
+            run_owner: format!(
+                "pid{}-{}",
+                std::process::id(),
+                uuid::Uuid::new_v4().simple()
+            ),
         }
     }
 
     /// Checks ranges; called by [`crate::Database::open`].
     pub fn validate(&self) -> Result<Backend> {
         let backend = Backend::from_url(&self.url)?;
-        let check = |ok: bool, what: &str| if ok { Ok(()) } else { Err(Error::Config(what.to_owned())) };
-        check(self.max_content_bytes > 0, "max_content_bytes must be positive")?;
-        check(self.read_connections > 0, "read_connections must be positive")?;
-        check(self.pg_write_connections > 0, "pg_write_connections must be positive")?;
+        let check = |ok: bool, what: &str| {
+            if ok {
+                Ok(())
+            } else {
+                Err(Error::Config(what.to_owned()))
+            }
+        };
+        check(
+            self.max_content_bytes > 0,
+            "max_content_bytes must be positive",
+        )?;
+        check(
+            self.read_connections > 0,
+            "read_connections must be positive",
+        )?;
+        check(
+            self.pg_write_connections > 0,
+            "pg_write_connections must be positive",
+        )?;
         check(self.max_group > 0, "max_group must be positive")?;
         check(self.queue_capacity > 0, "queue_capacity must be positive")?;
         check(!self.batch_lease.is_zero(), "batch_lease must be positive")?;
-        check(self.machine_lease >= Duration::from_secs(3), "machine_lease must be at least 3 s")?;
+        check(
+            self.machine_lease >= Duration::from_secs(3),
+            "machine_lease must be at least 3 s",
+        )?;
         if let MachineId::Fixed(id) = self.machine_id {
-            check(id <= crate::id::MAX_MACHINE_ID, "machine id must be at most 1023")?;
+            check(
+                id <= crate::id::MAX_MACHINE_ID,
+                "machine id must be at most 1023",
+            )?;
         }
         Ok(backend)
     }
@@ -152,11 +186,31 @@ mod tests {
 
     #[test]
     fn backend_from_url() {
-        assert_eq!(Backend::from_url("sqlite:///tmp/x.db").unwrap(), Backend::Sqlite);
-        assert_eq!(Backend::from_url("sqlite://rel.db?mode=rwc").unwrap(), Backend::Sqlite);
-        assert_eq!(Backend::from_url("postgres://u@127.0.0.1:5432/db").unwrap(), Backend::Postgres);
-        assert_eq!(Backend::from_url("postgresql://u:p@h/db").unwrap(), Backend::Postgres);
-        for bad in ["", "nonsense", "mysql://h/db", "sqlite://", "sqlite::memory:", "postgres:h", "postgres://"] {
+        assert_eq!(
+            Backend::from_url("sqlite:///tmp/x.db").unwrap(),
+            Backend::Sqlite
+        );
+        assert_eq!(
+            Backend::from_url("sqlite://rel.db?mode=rwc").unwrap(),
+            Backend::Sqlite
+        );
+        assert_eq!(
+            Backend::from_url("postgres://u@127.0.0.1:5432/db").unwrap(),
+            Backend::Postgres
+        );
+        assert_eq!(
+            Backend::from_url("postgresql://u:p@h/db").unwrap(),
+            Backend::Postgres
+        );
+        for bad in [
+            "",
+            "nonsense",
+            "mysql://h/db",
+            "sqlite://",
+            "sqlite::memory:",
+            "postgres:h",
+            "postgres://",
+        ] {
             let err = Backend::from_url(bad).unwrap_err();
             assert!(matches!(err, Error::InvalidUrl { .. }), "{bad}: {err}");
         }
@@ -164,7 +218,9 @@ mod tests {
 
     #[test]
     fn error_hides_password() {
-        let err = Backend::from_url("postgres://u:hunter2@").unwrap_err().to_string();
+        let err = Backend::from_url("postgres://u:hunter2@")
+            .unwrap_err()
+            .to_string();
         assert!(!err.contains("hunter2"), "{err}");
     }
 }

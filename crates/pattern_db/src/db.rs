@@ -65,8 +65,10 @@ fn connect_options(config: &DbConfig, backend: Backend) -> Result<AnyConnectOpti
             url.push_str("mode=rwc");
         }
     }
-    let options = AnyConnectOptions::from_str(&url)
-        .map_err(|e| Error::InvalidUrl { url: redact_url(&config.url), reason: e.to_string() })?;
+    let options = AnyConnectOptions::from_str(&url).map_err(|e| Error::InvalidUrl {
+        url: redact_url(&config.url),
+        reason: e.to_string(),
+    })?;
     Ok(options.disable_statement_logging())
 }
 
@@ -102,17 +104,24 @@ async fn pool(
             })
         });
     }
-    builder.connect_with(options.clone()).await.map_err(|source| Error::Connect {
-        backend: backend.name(),
-        url: redact_url(&config.url),
-        source,
-    })
+    builder
+        .connect_with(options.clone())
+        .await
+        .map_err(|source| Error::Connect {
+            backend: backend.name(),
+            url: redact_url(&config.url),
+            source,
+        })
 }
 
 /// Parses `3.51.3` into a comparable triple.
 pub(crate) fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
     let mut parts = text.split('.').map(|p| p.parse::<u32>().ok());
-    Some((parts.next()??, parts.next()??, parts.next().unwrap_or(Some(0))?))
+    Some((
+        parts.next()??,
+        parts.next()??,
+        parts.next().unwrap_or(Some(0))?,
+    ))
 }
 
 impl Database {
@@ -133,9 +142,15 @@ impl Database {
         };
         let write_pool = pool(&config, backend, &options, write_size).await?;
         if backend == Backend::Sqlite {
-            let version: String = sqlx::query("SELECT sqlite_version()").fetch_one(&write_pool).await?.try_get(0)?;
+            let version: String = sqlx::query("SELECT sqlite_version()")
+                .fetch_one(&write_pool)
+                .await?
+                .try_get(0)?;
             if parse_version(&version).is_none_or(|v| v < MIN_SQLITE_VERSION) {
-                return Err(Error::SqliteTooOld { found: version, required: "3.51.3" });
+                return Err(Error::SqliteTooOld {
+                    found: version,
+                    required: "3.51.3",
+                });
             }
         }
         migrate::up(&write_pool, backend).await?;
@@ -145,8 +160,10 @@ impl Database {
             MachineId::Fixed(id) => (id, None),
             MachineId::Lease => {
                 let holder = config.run_owner.clone();
-                let id = lease_machine_id(&write_pool, backend, &holder, config.machine_lease).await?;
-                let task = spawn_lease_renewal(write_pool.clone(), id, holder, config.machine_lease);
+                let id =
+                    lease_machine_id(&write_pool, backend, &holder, config.machine_lease).await?;
+                let task =
+                    spawn_lease_renewal(write_pool.clone(), id, holder, config.machine_lease);
                 (id, Some(task))
             }
         };
@@ -174,7 +191,8 @@ impl Database {
                 writer,
                 ctx,
                 lease_task,
-                lease: matches!(config.machine_id, MachineId::Lease).then(|| (machine_id, config.run_owner.clone())),
+                lease: matches!(config.machine_id, MachineId::Lease)
+                    .then(|| (machine_id, config.run_owner.clone())),
             }),
         })
     }
@@ -210,7 +228,10 @@ impl Database {
             Backend::Sqlite => "SELECT sqlite_version()",
             Backend::Postgres => "SELECT version()",
         };
-        Ok(sqlx::query(sql).fetch_one(&self.inner.read).await?.try_get(0)?)
+        Ok(sqlx::query(sql)
+            .fetch_one(&self.inner.read)
+            .await?
+            .try_get(0)?)
     }
 
     /// Every shipped migration and whether this database has it.
@@ -268,7 +289,10 @@ impl Database {
             .bind(agent.to_string())
             .fetch_optional(&self.inner.read)
             .await?;
-        row.as_ref().map(ops::agent_from_row).transpose()?.ok_or(Error::AgentNotFound(agent))
+        row.as_ref()
+            .map(ops::agent_from_row)
+            .transpose()?
+            .ok_or(Error::AgentNotFound(agent))
     }
 
     /// The agent with this name.
@@ -277,7 +301,10 @@ impl Database {
             .bind(name)
             .fetch_optional(&self.inner.read)
             .await?;
-        row.as_ref().map(ops::agent_from_row).transpose()?.ok_or_else(|| Error::AgentNameNotFound(name.to_owned()))
+        row.as_ref()
+            .map(ops::agent_from_row)
+            .transpose()?
+            .ok_or_else(|| Error::AgentNameNotFound(name.to_owned()))
     }
 
     /// Every agent, by name.
@@ -310,11 +337,12 @@ impl Database {
         }
         if let Some((id, holder)) = &inner.lease {
             // Hand the machine id back so short-lived processes do not use up the 1024 ids.
-            let released = sqlx::query("DELETE FROM machine_leases WHERE machine_id = $1 AND holder = $2")
-                .bind(i64::from(*id))
-                .bind(holder.as_str())
-                .execute(&inner.write_pool)
-                .await;
+            let released =
+                sqlx::query("DELETE FROM machine_leases WHERE machine_id = $1 AND holder = $2")
+                    .bind(i64::from(*id))
+                    .bind(holder.as_str())
+                    .execute(&inner.write_pool)
+                    .await;
             if let Err(e) = released {
                 warn!(machine_id = id, error = %e, "cannot release machine-id lease");
             }
@@ -325,11 +353,18 @@ impl Database {
 }
 
 pub(crate) fn unexpected(done: Done) -> Error {
-    Error::Corrupt(format!("writer answered with an unexpected outcome: {done:?}"))
+    Error::Corrupt(format!(
+        "writer answered with an unexpected outcome: {done:?}"
+    ))
 }
 
 /// Takes the lowest machine id whose lease is free or expired.
-async fn lease_machine_id(pool: &AnyPool, backend: Backend, holder: &str, lease: Duration) -> Result<u16> {
+async fn lease_machine_id(
+    pool: &AnyPool,
+    backend: Backend,
+    holder: &str,
+    lease: Duration,
+) -> Result<u16> {
     let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2);
     let mut tx = match backend {
         Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await?,
@@ -337,7 +372,9 @@ async fn lease_machine_id(pool: &AnyPool, backend: Backend, holder: &str, lease:
     };
     if backend == Backend::Postgres {
         // One leaser at a time across processes; released at commit.
-        sqlx::query("SELECT pg_advisory_xact_lock(7061747465)").execute(&mut *tx).await?;
+        sqlx::query("SELECT pg_advisory_xact_lock(7061747465)")
+            .execute(&mut *tx)
+            .await?;
     }
     let now = now_ms();
     let rows = sqlx::query("SELECT machine_id, expires_at FROM machine_leases ORDER BY machine_id")
@@ -374,15 +411,20 @@ fn spawn_lease_renewal(pool: AnyPool, id: u16, holder: String, lease: Duration) 
         let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2);
         loop {
             tokio::time::sleep(lease / 3).await;
-            let renewed = sqlx::query("UPDATE machine_leases SET expires_at = $1 WHERE machine_id = $2 AND holder = $3")
-                .bind(now_ms() + lease_ms)
-                .bind(i64::from(id))
-                .bind(&holder)
-                .execute(&pool)
-                .await;
+            let renewed = sqlx::query(
+                "UPDATE machine_leases SET expires_at = $1 WHERE machine_id = $2 AND holder = $3",
+            )
+            .bind(now_ms() + lease_ms)
+            .bind(i64::from(id))
+            .bind(&holder)
+            .execute(&pool)
+            .await;
             match renewed {
                 Ok(r) if r.rows_affected() == 1 => {}
-                Ok(_) => warn!(machine_id = id, "machine-id lease was taken over by another process"),
+                Ok(_) => warn!(
+                    machine_id = id,
+                    "machine-id lease was taken over by another process"
+                ),
                 Err(e) => warn!(machine_id = id, error = %e, "cannot renew machine-id lease"),
             }
         }

@@ -200,13 +200,21 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Connect { .. } | Error::Closed | Error::Commit(_) => true,
-            Error::Database(e) => matches!(
-                e,
-                sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed
-            ) || e.as_database_error().and_then(|d| d.code()).is_some_and(|c| {
-                // SQLITE_BUSY / SQLITE_LOCKED; PostgreSQL serialization failure, deadlock.
-                matches!(c.as_ref(), "5" | "6" | "517" | "40001" | "40P01")
-            }),
+            Error::Database(e) => {
+                matches!(
+                    e,
+                    sqlx::Error::Io(_)
+                        | sqlx::Error::PoolTimedOut
+                        | sqlx::Error::PoolClosed
+                        | sqlx::Error::WorkerCrashed
+                ) || e
+                    .as_database_error()
+                    .and_then(|d| d.code())
+                    .is_some_and(|c| {
+                        // SQLITE_BUSY / SQLITE_LOCKED; PostgreSQL serialization failure, deadlock.
+                        matches!(c.as_ref(), "5" | "6" | "517" | "40001" | "40P01")
+                    })
+            }
             _ => false,
         }
     }
@@ -229,7 +237,10 @@ mod tests {
 
     #[test]
     fn redacts_passwords() {
-        assert_eq!(redact_url("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(
+            redact_url("postgres://u:secret@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
         assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
         assert_eq!(redact_url("sqlite://x.db"), "sqlite://x.db");
     }

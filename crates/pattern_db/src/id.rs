@@ -53,7 +53,9 @@ impl SnowflakeId {
 
     /// The time encoded in the id.
     pub fn timestamp(self) -> DateTime<Utc> {
-        Utc.timestamp_millis_opt(self.unix_millis()).single().unwrap_or_default()
+        Utc.timestamp_millis_opt(self.unix_millis())
+            .single()
+            .unwrap_or_default()
     }
 
     /// The machine id field.
@@ -67,7 +69,11 @@ impl SnowflakeId {
     }
 
     fn compose(ms_since_epoch: i64, machine: u16, seq: i64) -> Self {
-        Self((ms_since_epoch << (MACHINE_BITS + SEQUENCE_BITS)) | (i64::from(machine) << SEQUENCE_BITS) | seq)
+        Self(
+            (ms_since_epoch << (MACHINE_BITS + SEQUENCE_BITS))
+                | (i64::from(machine) << SEQUENCE_BITS)
+                | seq,
+        )
     }
 }
 
@@ -82,8 +88,16 @@ impl FromStr for SnowflakeId {
     fn from_str(s: &str) -> Result<Self> {
         match s.parse::<i64>() {
             Ok(v) if v >= 0 => Ok(Self(v)),
-            Ok(_) => Err(Error::InvalidId { what: "snowflake id", value: s.to_owned(), reason: "negative".into() }),
-            Err(e) => Err(Error::InvalidId { what: "snowflake id", value: s.to_owned(), reason: e.to_string() }),
+            Ok(_) => Err(Error::InvalidId {
+                what: "snowflake id",
+                value: s.to_owned(),
+                reason: "negative".into(),
+            }),
+            Err(e) => Err(Error::InvalidId {
+                what: "snowflake id",
+                value: s.to_owned(),
+                reason: e.to_string(),
+            }),
         }
     }
 }
@@ -134,9 +148,18 @@ impl<C: Clock> SnowflakeGenerator<C> {
     /// A generator on the given clock.
     pub fn with_clock(machine_id: u16, clock: C) -> Result<Self> {
         if machine_id > MAX_MACHINE_ID {
-            return Err(Error::Config(format!("machine id {machine_id} is over the maximum {MAX_MACHINE_ID}")));
+            return Err(Error::Config(format!(
+                "machine id {machine_id} is over the maximum {MAX_MACHINE_ID}"
+            )));
         }
-        Ok(Self { machine_id, clock, state: Mutex::new(State { last_ms: -1, seq: MAX_SEQUENCE }) })
+        Ok(Self {
+            machine_id,
+            clock,
+            state: Mutex::new(State {
+                last_ms: -1,
+                seq: MAX_SEQUENCE,
+            }),
+        })
     }
 
     /// The machine id this generator stamps.
@@ -148,7 +171,10 @@ impl<C: Clock> SnowflakeGenerator<C> {
     pub fn next_id(&self) -> Result<SnowflakeId> {
         loop {
             let now = self.clock.now_millis() - EPOCH_MS;
-            let mut state = self.state.lock().map_err(|_| Error::Poisoned("snowflake generator"))?;
+            let mut state = self
+                .state
+                .lock()
+                .map_err(|_| Error::Poisoned("snowflake generator"))?;
             if now > state.last_ms {
                 state.last_ms = now;
                 state.seq = 0;
@@ -172,7 +198,11 @@ impl<C: Clock> SnowflakeGenerator<C> {
                     state.last_ms
                 )));
             }
-            return Ok(SnowflakeId::compose(state.last_ms, self.machine_id, state.seq));
+            return Ok(SnowflakeId::compose(
+                state.last_ms,
+                self.machine_id,
+                state.seq,
+            ));
         }
     }
 
@@ -180,7 +210,10 @@ impl<C: Clock> SnowflakeGenerator<C> {
     /// that ids stay increasing across restarts and clock steps).
     pub fn observe(&self, seen: SnowflakeId) -> Result<()> {
         let ms = seen.0 >> (MACHINE_BITS + SEQUENCE_BITS);
-        let mut state = self.state.lock().map_err(|_| Error::Poisoned("snowflake generator"))?;
+        let mut state = self
+            .state
+            .lock()
+            .map_err(|_| Error::Poisoned("snowflake generator"))?;
         // Machine ids sit above the sequence bits, so an id of another machine in the same
         // millisecond may outrank anything we could stamp there: move to the next millisecond.
         if ms >= state.last_ms {
@@ -217,7 +250,10 @@ mod tests {
 
     #[test]
     fn rejects_machine_id_over_range() {
-        assert!(matches!(SnowflakeGenerator::new(1024), Err(Error::Config(_))));
+        assert!(matches!(
+            SnowflakeGenerator::new(1024),
+            Err(Error::Config(_))
+        ));
     }
 
     #[test]

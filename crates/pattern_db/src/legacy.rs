@@ -108,7 +108,10 @@ pub fn plan(messages: &[LegacyMessage]) -> Result<ImportPlan> {
     for (index, message) in messages.iter().enumerate() {
         crate::model::NewMessage::new(message.role, message.content.clone())
             .validate_shape()
-            .map_err(|e| Error::LegacyImport { index, reason: e.to_string() })?;
+            .map_err(|e| Error::LegacyImport {
+                index,
+                reason: e.to_string(),
+            })?;
         let results: Vec<&str> = message
             .content
             .iter()
@@ -135,7 +138,10 @@ pub fn plan(messages: &[LegacyMessage]) -> Result<ImportPlan> {
             };
             for id in &results {
                 if call_owner.get(id) != Some(&target) {
-                    anomalies.push(Anomaly::OrphanToolResult { index, tool_use_id: (*id).to_owned() });
+                    anomalies.push(Anomaly::OrphanToolResult {
+                        index,
+                        tool_use_id: (*id).to_owned(),
+                    });
                     batches[target].broken = true;
                 } else {
                     batches[target].pending.retain(|p| p != id);
@@ -144,9 +150,14 @@ pub fn plan(messages: &[LegacyMessage]) -> Result<ImportPlan> {
             target
         } else if matches!(message.role, Role::User | Role::System) {
             // Rule 1: a trigger opens a batch.
-            let batch_type = message.origin.filter(|o| *o != BatchType::Continuation).unwrap_or(
-                if message.role == Role::System { BatchType::SystemTrigger } else { BatchType::UserRequest },
-            );
+            let batch_type = message
+                .origin
+                .filter(|o| *o != BatchType::Continuation)
+                .unwrap_or(if message.role == Role::System {
+                    BatchType::SystemTrigger
+                } else {
+                    BatchType::UserRequest
+                });
             open(&mut batches, batch_type)
         } else {
             // Rule 3: everything else continues the batch just before it.
@@ -160,7 +171,10 @@ pub fn plan(messages: &[LegacyMessage]) -> Result<ImportPlan> {
         batch.messages.push(index);
         for id in calls {
             if call_owner.get(id) == Some(&target) {
-                anomalies.push(Anomaly::DuplicateToolUse { index, tool_use_id: id.to_owned() });
+                anomalies.push(Anomaly::DuplicateToolUse {
+                    index,
+                    tool_use_id: id.to_owned(),
+                });
                 batch.broken = true;
             } else {
                 call_owner.insert(id, target);
@@ -169,7 +183,10 @@ pub fn plan(messages: &[LegacyMessage]) -> Result<ImportPlan> {
         }
         // Rule 4: a final answer completes the batch.
         if message.role == Role::Assistant
-            && !message.content.iter().any(|b| matches!(b, ContentBlock::ToolUse { .. }))
+            && !message
+                .content
+                .iter()
+                .any(|b| matches!(b, ContentBlock::ToolUse { .. }))
             && batch.pending.is_empty()
         {
             batch.answered = true;
@@ -182,12 +199,19 @@ pub fn plan(messages: &[LegacyMessage]) -> Result<ImportPlan> {
         .map(|b| {
             let finished = b.answered && b.pending.is_empty();
             if !finished && !b.broken {
-                anomalies.push(Anomaly::Unfinished { opener: b.messages[0], pending: b.pending.clone() });
+                anomalies.push(Anomaly::Unfinished {
+                    opener: b.messages[0],
+                    pending: b.pending.clone(),
+                });
             }
             PlannedBatch {
                 batch_type: b.batch_type,
                 // Rule 5.
-                state: if finished && !b.broken { BatchState::Complete } else { BatchState::Abandoned },
+                state: if finished && !b.broken {
+                    BatchState::Complete
+                } else {
+                    BatchState::Abandoned
+                },
                 messages: b.messages,
             }
         })
@@ -196,7 +220,13 @@ pub fn plan(messages: &[LegacyMessage]) -> Result<ImportPlan> {
 }
 
 fn open(batches: &mut Vec<Building>, batch_type: BatchType) -> usize {
-    batches.push(Building { batch_type, messages: Vec::new(), pending: Vec::new(), answered: false, broken: false });
+    batches.push(Building {
+        batch_type,
+        messages: Vec::new(),
+        pending: Vec::new(),
+        answered: false,
+        broken: false,
+    });
     batches.len() - 1
 }
 
@@ -206,7 +236,12 @@ mod tests {
     use serde_json::json;
 
     fn m(role: Role, content: Vec<ContentBlock>) -> LegacyMessage {
-        LegacyMessage { role, content, created_at: None, origin: None }
+        LegacyMessage {
+            role,
+            content,
+            created_at: None,
+            origin: None,
+        }
     }
     fn user(t: &str) -> LegacyMessage {
         m(Role::User, vec![ContentBlock::text(t)])
@@ -215,21 +250,40 @@ mod tests {
         m(Role::Assistant, vec![ContentBlock::text(t)])
     }
     fn call(ids: &[&str]) -> LegacyMessage {
-        m(Role::Assistant, ids.iter().map(|id| ContentBlock::tool_use(*id, "search", json!({}))).collect())
+        m(
+            Role::Assistant,
+            ids.iter()
+                .map(|id| ContentBlock::tool_use(*id, "search", json!({})))
+                .collect(),
+        )
     }
     fn result(id: &str) -> LegacyMessage {
         m(Role::Tool, vec![ContentBlock::tool_result(id, "ok", false)])
     }
     fn shape(p: &ImportPlan) -> Vec<(Vec<usize>, BatchState)> {
-        p.batches.iter().map(|b| (b.messages.clone(), b.state)).collect()
+        p.batches
+            .iter()
+            .map(|b| (b.messages.clone(), b.state))
+            .collect()
     }
 
     #[test]
     fn simple_turns_become_complete_batches() {
-        let p = plan(&[user("hi"), say("hello"), user("search"), call(&["t1"]), result("t1"), say("found")]).unwrap();
+        let p = plan(&[
+            user("hi"),
+            say("hello"),
+            user("search"),
+            call(&["t1"]),
+            result("t1"),
+            say("found"),
+        ])
+        .unwrap();
         assert_eq!(
             shape(&p),
-            vec![(vec![0, 1], BatchState::Complete), (vec![2, 3, 4, 5], BatchState::Complete)]
+            vec![
+                (vec![0, 1], BatchState::Complete),
+                (vec![2, 3, 4, 5], BatchState::Complete)
+            ]
         );
         assert!(p.anomalies.is_empty());
         assert_eq!(p.batches[0].batch_type, BatchType::UserRequest);
@@ -239,22 +293,48 @@ mod tests {
     fn interleaved_result_joins_its_call() {
         // u1 calls t1; before the result arrives, u2 is asked and answered; then t1's result and
         // the final answer of the first request.
-        let p = plan(&[user("u1"), call(&["t1"]), user("u2"), say("a2"), result("t1"), say("a1")]).unwrap();
+        let p = plan(&[
+            user("u1"),
+            call(&["t1"]),
+            user("u2"),
+            say("a2"),
+            result("t1"),
+            say("a1"),
+        ])
+        .unwrap();
         assert_eq!(
             shape(&p),
-            vec![(vec![0, 1, 4, 5], BatchState::Complete), (vec![2, 3], BatchState::Complete)]
+            vec![
+                (vec![0, 1, 4, 5], BatchState::Complete),
+                (vec![2, 3], BatchState::Complete)
+            ]
         );
     }
 
     #[test]
     fn out_of_order_results_stay_in_their_batch() {
-        let p = plan(&[user("u"), call(&["a", "b"]), result("b"), result("a"), say("done")]).unwrap();
+        let p = plan(&[
+            user("u"),
+            call(&["a", "b"]),
+            result("b"),
+            result("a"),
+            say("done"),
+        ])
+        .unwrap();
         assert_eq!(shape(&p), vec![(vec![0, 1, 2, 3, 4], BatchState::Complete)]);
     }
 
     #[test]
     fn unanswered_and_orphaned_batches_are_abandoned_not_dropped() {
-        let p = plan(&[user("u1"), call(&["t1"]), user("u2"), result("zz"), say("x"), user("u3")]).unwrap();
+        let p = plan(&[
+            user("u1"),
+            call(&["t1"]),
+            user("u2"),
+            result("zz"),
+            say("x"),
+            user("u3"),
+        ])
+        .unwrap();
         assert_eq!(
             shape(&p),
             vec![
@@ -263,8 +343,14 @@ mod tests {
                 (vec![5], BatchState::Abandoned),
             ]
         );
-        assert!(p.anomalies.contains(&Anomaly::OrphanToolResult { index: 3, tool_use_id: "zz".into() }));
-        assert!(p.anomalies.contains(&Anomaly::Unfinished { opener: 0, pending: vec!["t1".into()] }));
+        assert!(p.anomalies.contains(&Anomaly::OrphanToolResult {
+            index: 3,
+            tool_use_id: "zz".into()
+        }));
+        assert!(p.anomalies.contains(&Anomaly::Unfinished {
+            opener: 0,
+            pending: vec!["t1".into()]
+        }));
         let total: usize = p.batches.iter().map(|b| b.messages.len()).sum();
         assert_eq!(total, 6);
     }
@@ -273,19 +359,31 @@ mod tests {
     fn history_starting_with_assistant_opens_system_batch() {
         let p = plan(&[say("welcome"), user("hi"), say("hey")]).unwrap();
         assert_eq!(p.batches[0].batch_type, BatchType::SystemTrigger);
-        assert_eq!(shape(&p), vec![(vec![0], BatchState::Complete), (vec![1, 2], BatchState::Complete)]);
+        assert_eq!(
+            shape(&p),
+            vec![
+                (vec![0], BatchState::Complete),
+                (vec![1, 2], BatchState::Complete)
+            ]
+        );
     }
 
     #[test]
     fn duplicate_call_ids_abandon_the_batch() {
         let p = plan(&[user("u"), call(&["t"]), result("t"), call(&["t"]), say("x")]).unwrap();
         assert_eq!(p.batches[0].state, BatchState::Abandoned);
-        assert!(matches!(p.anomalies[0], Anomaly::DuplicateToolUse { index: 3, .. }));
+        assert!(matches!(
+            p.anomalies[0],
+            Anomaly::DuplicateToolUse { index: 3, .. }
+        ));
     }
 
     #[test]
     fn malformed_message_is_a_typed_error_with_its_index() {
-        let bad = m(Role::User, vec![ContentBlock::tool_use("t", "x", json!({}))]);
+        let bad = m(
+            Role::User,
+            vec![ContentBlock::tool_use("t", "x", json!({}))],
+        );
         let err = plan(&[user("ok"), bad]).unwrap_err();
         assert!(matches!(err, Error::LegacyImport { index: 1, .. }), "{err}");
     }

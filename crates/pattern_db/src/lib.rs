@@ -53,9 +53,9 @@ pub use error::{Error, Result};
 pub use id::{SnowflakeGenerator, SnowflakeId};
 pub use legacy::{Anomaly, ImportPlan, LegacyMessage, PlannedBatch};
 pub use migrate::MigrationStatus;
-pub use store::MessageStore;
 pub use model::{
-    Abandoned, ActivityEvent, Agent, AgentId, BatchId, BatchInfo, BatchState, BatchType, BeginBatch, ContentBlock,
-    Message, MessageId, NewAgent, NewMessage, Received, RecoveryScope, Role, StepReceipt, StoredBatch, Summary,
-    pending_calls,
+    Abandoned, ActivityEvent, Agent, AgentId, BatchId, BatchInfo, BatchState, BatchType,
+    BeginBatch, ContentBlock, Message, MessageId, NewAgent, NewMessage, Received, RecoveryScope,
+    Role, StepReceipt, StoredBatch, Summary, pending_calls,
 };
+pub use store::MessageStore;

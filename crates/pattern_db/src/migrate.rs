@@ -11,8 +11,8 @@ use serde::Serialize;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::{AnyPool, Row, SqlSafeStr};
 
-use crate::error::Result;
 use crate::Backend;
+use crate::error::Result;
 
 mod embedded {
     include!(concat!(env!("OUT_DIR"), "/migrations.rs"));

@@ -42,9 +42,11 @@ impl fmt::Display for AgentId {
 impl FromStr for AgentId {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        Uuid::parse_str(s)
-            .map(Self)
-            .map_err(|e| Error::InvalidId { what: "agent id", value: s.to_owned(), reason: e.to_string() })
+        Uuid::parse_str(s).map(Self).map_err(|e| Error::InvalidId {
+            what: "agent id",
+            value: s.to_owned(),
+            reason: e.to_string(),
+        })
     }
 }
 
@@ -76,9 +78,11 @@ impl fmt::Display for MessageId {
 impl FromStr for MessageId {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        Uuid::parse_str(s)
-            .map(Self)
-            .map_err(|e| Error::InvalidId { what: "message id", value: s.to_owned(), reason: e.to_string() })
+        Uuid::parse_str(s).map(Self).map_err(|e| Error::InvalidId {
+            what: "message id",
+            value: s.to_owned(),
+            reason: e.to_string(),
+        })
     }
 }
 
@@ -111,7 +115,10 @@ pub struct NewAgent {
 impl NewAgent {
     /// An agent with this name and no metadata.
     pub fn named(name: impl Into<String>) -> Self {
-        Self { name: name.into(), metadata: serde_json::Value::Null }
+        Self {
+            name: name.into(),
+            metadata: serde_json::Value::Null,
+        }
     }
 }
 
@@ -206,13 +213,29 @@ impl ContentBlock {
     }
 
     /// A tool call block.
-    pub fn tool_use(id: impl Into<String>, name: impl Into<String>, input: serde_json::Value) -> Self {
-        ContentBlock::ToolUse { id: id.into(), name: name.into(), input }
+    pub fn tool_use(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        input: serde_json::Value,
+    ) -> Self {
+        ContentBlock::ToolUse {
+            id: id.into(),
+            name: name.into(),
+            input,
+        }
     }
 
     /// A tool result block.
-    pub fn tool_result(tool_use_id: impl Into<String>, content: impl Into<String>, is_error: bool) -> Self {
-        ContentBlock::ToolResult { tool_use_id: tool_use_id.into(), content: content.into(), is_error }
+    pub fn tool_result(
+        tool_use_id: impl Into<String>,
+        content: impl Into<String>,
+        is_error: bool,
+    ) -> Self {
+        ContentBlock::ToolResult {
+            tool_use_id: tool_use_id.into(),
+            content: content.into(),
+            is_error,
+        }
     }
 }
 
@@ -250,8 +273,9 @@ impl NewMessage {
     ///
     /// Malformed JSON or an unknown block shape is [`Error::InvalidContent`].
     pub fn from_json(role: Role, content_json: &str) -> Result<Self> {
-        let content: Vec<ContentBlock> = serde_json::from_str(content_json)
-            .map_err(|e| Error::InvalidContent(format!("content is not a valid block array: {e}")))?;
+        let content: Vec<ContentBlock> = serde_json::from_str(content_json).map_err(|e| {
+            Error::InvalidContent(format!("content is not a valid block array: {e}"))
+        })?;
         Ok(Self { role, content })
     }
 
@@ -275,7 +299,9 @@ impl NewMessage {
     /// come only from the assistant, tool results only in user or tool messages, ids are not empty.
     pub fn validate_shape(&self) -> Result<()> {
         if self.content.is_empty() {
-            return Err(Error::InvalidContent("a message needs at least one content block".into()));
+            return Err(Error::InvalidContent(
+                "a message needs at least one content block".into(),
+            ));
         }
         for block in &self.content {
             match block {
@@ -287,7 +313,9 @@ impl NewMessage {
                         )));
                     }
                     if id.is_empty() || name.is_empty() {
-                        return Err(Error::InvalidContent("tool_use needs a non-empty id and name".into()));
+                        return Err(Error::InvalidContent(
+                            "tool_use needs a non-empty id and name".into(),
+                        ));
                     }
                 }
                 ContentBlock::ToolResult { tool_use_id, .. } => {
@@ -298,7 +326,9 @@ impl NewMessage {
                         )));
                     }
                     if tool_use_id.is_empty() {
-                        return Err(Error::InvalidContent("tool_result needs a non-empty tool_use_id".into()));
+                        return Err(Error::InvalidContent(
+                            "tool_result needs a non-empty tool_use_id".into(),
+                        ));
                     }
                 }
                 _ => {}
@@ -482,6 +512,8 @@ pub struct BatchInfo {
     pub started_at: DateTime<Utc>,
     /// When it completed (or was abandoned).
     pub completed_at: Option<DateTime<Utc>>,
+    /// How many times a heartbeat continued it.
+    pub continuations: i64,
 }
 
 /// A batch with its messages in sequence order.

@@ -19,8 +19,8 @@ use crate::error::{Error, Result};
 use crate::id::{SnowflakeGenerator, SnowflakeId};
 use crate::legacy::{ImportPlan, LegacyMessage};
 use crate::model::{
-    Abandoned, Agent, AgentId, BatchId, BatchInfo, BatchState, BatchType, BeginBatch, ContentBlock, Message,
-    MessageId, NewAgent, NewMessage, Received, RecoveryScope, Role, StepReceipt, Summary,
+    Abandoned, Agent, AgentId, BatchId, BatchInfo, BatchState, BatchType, BeginBatch, ContentBlock,
+    Message, MessageId, NewAgent, NewMessage, Received, RecoveryScope, Role, StepReceipt, Summary,
 };
 
 /// What every op needs besides its arguments.
@@ -38,17 +38,50 @@ pub(crate) struct Ctx {
 pub(crate) enum Op {
     CreateAgent(NewAgent),
     DeleteAgent(AgentId),
-    BeginBatch { agent: AgentId, trigger: NewMessage, opts: BeginBatch },
-    AppendStep { agent: AgentId, batch: BatchId, messages: Vec<NewMessage> },
-    CompleteBatch { agent: AgentId, batch: BatchId },
-    ContinueBatch { agent: AgentId, batch: BatchId },
-    RenewLease { agent: AgentId, batch: BatchId },
-    Recover { agent: Option<AgentId>, scope: RecoveryScope },
-    ArchiveBefore { agent: AgentId, position: SnowflakeId },
-    SummarizeAndArchive { summary: Summary },
+    BeginBatch {
+        agent: AgentId,
+        trigger: NewMessage,
+        opts: BeginBatch,
+    },
+    AppendStep {
+        agent: AgentId,
+        batch: BatchId,
+        messages: Vec<NewMessage>,
+    },
+    CompleteBatch {
+        agent: AgentId,
+        batch: BatchId,
+    },
+    ContinueBatch {
+        agent: AgentId,
+        batch: BatchId,
+    },
+    RenewLease {
+        agent: AgentId,
+        batch: BatchId,
+    },
+    Recover {
+        agent: Option<AgentId>,
+        scope: RecoveryScope,
+    },
+    ArchiveBefore {
+        agent: AgentId,
+        position: SnowflakeId,
+    },
+    SummarizeAndArchive {
+        summary: Summary,
+    },
     UpsertSummary(Summary),
-    LogActivity { agent: AgentId, kind: String, payload: serde_json::Value },
-    ImportLegacy { agent: AgentId, messages: Vec<LegacyMessage>, plan: ImportPlan },
+    LogActivity {
+        agent: AgentId,
+        kind: String,
+        payload: serde_json::Value,
+    },
+    ImportLegacy {
+        agent: AgentId,
+        messages: Vec<LegacyMessage>,
+        plan: ImportPlan,
+    },
 }
 
 impl Op {
@@ -62,11 +95,15 @@ impl Op {
             | Op::CompleteBatch { agent, .. }
             | Op::ContinueBatch { agent, .. }
             | Op::RenewLease { agent, .. }
-            | Op::Recover { agent: Some(agent), .. }
+            | Op::Recover {
+                agent: Some(agent), ..
+            }
             | Op::ArchiveBefore { agent, .. }
             | Op::LogActivity { agent, .. }
             | Op::ImportLegacy { agent, .. } => Some(*agent),
-            Op::SummarizeAndArchive { summary } | Op::UpsertSummary(summary) => Some(summary.agent_id),
+            Op::SummarizeAndArchive { summary } | Op::UpsertSummary(summary) => {
+                Some(summary.agent_id)
+            }
         }
     }
 }
@@ -102,21 +139,55 @@ pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Resul
     match op {
         Op::CreateAgent(new) => create_agent(conn, new).await.map(Done::Agent),
         Op::DeleteAgent(agent) => delete_agent(conn, ctx, *agent).await.map(|()| Done::Unit),
-        Op::BeginBatch { agent, trigger, opts } => begin_batch(conn, ctx, *agent, trigger, opts).await.map(Done::Received),
-        Op::AppendStep { agent, batch, messages } => append_step(conn, ctx, *agent, *batch, messages).await.map(Done::Step),
-        Op::CompleteBatch { agent, batch } => complete_batch(conn, ctx, *agent, *batch).await.map(Done::Batch),
-        Op::ContinueBatch { agent, batch } => continue_batch(conn, ctx, *agent, *batch).await.map(Done::Batch),
-        Op::RenewLease { agent, batch } => renew_lease(conn, ctx, *agent, *batch).await.map(Done::Batch),
-        Op::Recover { agent, scope } => recover(conn, ctx, *agent, *scope).await.map(Done::Abandoned),
-        Op::ArchiveBefore { agent, position } => archive_before(conn, ctx, *agent, *position).await.map(Done::Count),
-        Op::SummarizeAndArchive { summary } => summarize_and_archive(conn, ctx, summary).await.map(Done::Batches),
-        Op::UpsertSummary(summary) => upsert_summary(conn, ctx, summary).await.map(|()| Done::Unit),
-        Op::LogActivity { agent, kind, payload } => {
-            log_activity(conn, ctx, *agent, kind, payload).await.map(Done::Id)
-        }
-        Op::ImportLegacy { agent, messages, plan } => {
-            import_legacy(conn, ctx, *agent, messages, plan).await.map(Done::Batches)
-        }
+        Op::BeginBatch {
+            agent,
+            trigger,
+            opts,
+        } => begin_batch(conn, ctx, *agent, trigger, opts)
+            .await
+            .map(Done::Received),
+        Op::AppendStep {
+            agent,
+            batch,
+            messages,
+        } => append_step(conn, ctx, *agent, *batch, messages)
+            .await
+            .map(Done::Step),
+        Op::CompleteBatch { agent, batch } => complete_batch(conn, ctx, *agent, *batch)
+            .await
+            .map(Done::Batch),
+        Op::ContinueBatch { agent, batch } => continue_batch(conn, ctx, *agent, *batch)
+            .await
+            .map(Done::Batch),
+        Op::RenewLease { agent, batch } => renew_lease(conn, ctx, *agent, *batch)
+            .await
+            .map(Done::Batch),
+        Op::Recover { agent, scope } => recover(conn, ctx, *agent, *scope)
+            .await
+            .map(Done::Abandoned),
+        Op::ArchiveBefore { agent, position } => archive_before(conn, ctx, *agent, *position)
+            .await
+            .map(Done::Count),
+        Op::SummarizeAndArchive { summary } => summarize_and_archive(conn, ctx, summary)
+            .await
+            .map(Done::Batches),
+        Op::UpsertSummary(summary) => upsert_summary(conn, ctx, summary)
+            .await
+            .map(|()| Done::Unit),
+        Op::LogActivity {
+            agent,
+            kind,
+            payload,
+        } => log_activity(conn, ctx, *agent, kind, payload)
+            .await
+            .map(Done::Id),
+        Op::ImportLegacy {
+            agent,
+            messages,
+            plan,
+        } => import_legacy(conn, ctx, *agent, messages, plan)
+            .await
+            .map(Done::Batches),
     }
 }
 
@@ -126,7 +197,9 @@ pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Resul
 fn validate_agent_name(name: &str) -> Result<()> {
     let len = name.chars().count();
     if len == 0 || len > 200 {
-        return Err(Error::InvalidContent(format!("agent name must be 1 to 200 characters, got {len}")));
+        return Err(Error::InvalidContent(format!(
+            "agent name must be 1 to 200 characters, got {len}"
+        )));
     }
     if name.chars().any(char::is_control) || name.trim() != name {
         return Err(Error::InvalidContent(
@@ -138,7 +211,10 @@ fn validate_agent_name(name: &str) -> Result<()> {
 
 async fn create_agent(conn: &mut AnyConnection, new: &NewAgent) -> Result<Agent> {
     validate_agent_name(&new.name)?;
-    let taken = sqlx::query("SELECT id FROM agents WHERE name = $1").bind(&new.name).fetch_optional(&mut *conn).await?;
+    let taken = sqlx::query("SELECT id FROM agents WHERE name = $1")
+        .bind(&new.name)
+        .fetch_optional(&mut *conn)
+        .await?;
     if taken.is_some() {
         return Err(Error::AgentNameTaken(new.name.clone()));
     }
@@ -148,14 +224,16 @@ async fn create_agent(conn: &mut AnyConnection, new: &NewAgent) -> Result<Agent>
         metadata: new.metadata.clone(),
         created_at: from_ms(now_ms()),
     };
-    let metadata = serde_json::to_string(&agent.metadata).map_err(|e| Error::InvalidContent(e.to_string()))?;
-    let inserted = sqlx::query("INSERT INTO agents (id, name, metadata, created_at) VALUES ($1, $2, $3, $4)")
-        .bind(agent.id.to_string())
-        .bind(&agent.name)
-        .bind(metadata)
-        .bind(agent.created_at.timestamp_millis())
-        .execute(&mut *conn)
-        .await;
+    let metadata =
+        serde_json::to_string(&agent.metadata).map_err(|e| Error::InvalidContent(e.to_string()))?;
+    let inserted =
+        sqlx::query("INSERT INTO agents (id, name, metadata, created_at) VALUES ($1, $2, $3, $4)")
+            .bind(agent.id.to_string())
+            .bind(&agent.name)
+            .bind(metadata)
+            .bind(agent.created_at.timestamp_millis())
+            .execute(&mut *conn)
+            .await;
     match inserted {
         Ok(_) => Ok(agent),
         Err(e) if is_unique_violation(&e) => Err(Error::AgentNameTaken(new.name.clone())),
@@ -164,24 +242,47 @@ async fn create_agent(conn: &mut AnyConnection, new: &NewAgent) -> Result<Agent>
 }
 
 fn is_unique_violation(e: &sqlx::Error) -> bool {
-    e.as_database_error().is_some_and(|d| d.kind() == sqlx::error::ErrorKind::UniqueViolation)
+    e.as_database_error()
+        .is_some_and(|d| d.kind() == sqlx::error::ErrorKind::UniqueViolation)
 }
 
 async fn delete_agent(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId) -> Result<()> {
     lock_agent(conn, ctx, agent).await?;
-    sqlx::query("DELETE FROM agents WHERE id = $1").bind(agent.to_string()).execute(&mut *conn).await?;
+    sqlx::query("DELETE FROM agents WHERE id = $1")
+        .bind(agent.to_string())
+        .execute(&mut *conn)
+        .await?;
     Ok(())
 }
 
 /// Fails with [`Error::AgentNotFound`] unless the agent exists; on PostgreSQL also takes the
 /// agent's row lock, which serialises every write of one agent across processes.
 async fn lock_agent(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId) -> Result<()> {
+    lock_agent_position(conn, ctx, agent).await.map(|_| ())
+}
+
+/// Like [`lock_agent`], and returns the agent's highest stored position, in one statement.
+async fn lock_agent_position(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+) -> Result<Option<i64>> {
     let sql = match ctx.backend {
-        Backend::Sqlite => "SELECT id FROM agents WHERE id = $1",
-        Backend::Postgres => "SELECT id FROM agents WHERE id = $1 FOR NO KEY UPDATE",
+        Backend::Sqlite => {
+            "SELECT a.id, (SELECT m.position FROM messages m WHERE m.agent_id = a.id \
+             ORDER BY m.position DESC LIMIT 1) FROM agents a WHERE a.id = $1"
+        }
+        Backend::Postgres => {
+            "SELECT a.id, (SELECT m.position FROM messages m WHERE m.agent_id = a.id \
+             ORDER BY m.position DESC LIMIT 1) FROM agents a WHERE a.id = $1 FOR NO KEY UPDATE OF a"
+        }
     };
-    match sqlx::query(sql).bind(agent.to_string()).fetch_optional(&mut *conn).await? {
-        Some(_) => Ok(()),
+    match sqlx::query(sql)
+        .bind(agent.to_string())
+        .fetch_optional(&mut *conn)
+        .await?
+    {
+        Some(row) => Ok(row.try_get::<Option<i64>, _>(1)?),
         None => Err(Error::AgentNotFound(agent)),
     }
 }
@@ -189,16 +290,9 @@ async fn lock_agent(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId) -> Resu
 // ---------------------------------------------------------------------------------------------
 // positions and content
 
-/// `count` fresh positions for `agent`, each greater than every stored one (so the history stays
-/// in order across restarts, clock steps and other processes).
-async fn next_positions(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId, count: usize) -> Result<Vec<SnowflakeId>> {
-    let max: Option<i64> =
-        sqlx::query("SELECT position FROM messages WHERE agent_id = $1 ORDER BY position DESC LIMIT 1")
-            .bind(agent.to_string())
-            .fetch_optional(&mut *conn)
-            .await?
-            .map(|r| r.try_get::<i64, _>(0))
-            .transpose()?;
+/// `count` fresh positions, each greater than `max` (the agent's highest stored position), so the
+/// history stays in order across restarts, clock steps and other processes.
+fn positions_after(ctx: &Ctx, max: Option<i64>, count: usize) -> Result<Vec<SnowflakeId>> {
     let mut first = ctx.ids.next_id()?;
     if let Some(max) = max
         && first.get() <= max
@@ -217,15 +311,20 @@ async fn next_positions(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId, cou
 /// Checks a message's shape and size and serializes its content.
 pub(crate) fn encode_content(ctx_limit: usize, message: &NewMessage) -> Result<String> {
     message.validate_shape()?;
-    let json = serde_json::to_string(&message.content).map_err(|e| Error::InvalidContent(e.to_string()))?;
+    let json = serde_json::to_string(&message.content)
+        .map_err(|e| Error::InvalidContent(e.to_string()))?;
     if json.len() > ctx_limit {
-        return Err(Error::ContentTooLarge { size: json.len(), limit: ctx_limit });
+        return Err(Error::ContentTooLarge {
+            size: json.len(),
+            limit: ctx_limit,
+        });
     }
     Ok(json)
 }
 
 struct MessageRow<'a> {
     id: MessageId,
+    agent: AgentId,
     position: SnowflakeId,
     batch: BatchId,
     seq: i64,
@@ -257,8 +356,7 @@ pub(crate) fn placeholders(rows: usize, columns: usize, first: usize) -> String 
     out
 }
 
-async fn insert_messages(conn: &mut AnyConnection, agent: AgentId, rows: &[MessageRow<'_>]) -> Result<()> {
-    let agent = agent.to_string();
+async fn insert_messages(conn: &mut AnyConnection, rows: &[MessageRow<'_>]) -> Result<()> {
     // 100 rows x 12 columns per statement keeps far below every backend's parameter limit.
     for chunk in rows.chunks(100) {
         let sql = format!(
@@ -270,7 +368,7 @@ async fn insert_messages(conn: &mut AnyConnection, agent: AgentId, rows: &[Messa
         for row in chunk {
             q = q
                 .bind(row.id.to_string())
-                .bind(agent.clone())
+                .bind(row.agent.to_string())
                 .bind(row.position.get())
                 .bind(row.batch.get())
                 .bind(row.seq)
@@ -287,11 +385,77 @@ async fn insert_messages(conn: &mut AnyConnection, agent: AgentId, rows: &[Messa
     Ok(())
 }
 
+/// A new batch row.
+struct BatchRow {
+    id: BatchId,
+    agent: AgentId,
+    batch_type: BatchType,
+    state: BatchState,
+    parent: Option<BatchId>,
+    owner: Option<String>,
+    lease_expires_at: Option<i64>,
+    next_sequence: i64,
+    started_at: i64,
+    completed_at: Option<i64>,
+}
+
+async fn insert_batches(conn: &mut AnyConnection, rows: &[BatchRow]) -> Result<()> {
+    for chunk in rows.chunks(100) {
+        let sql = format!(
+            "INSERT INTO batches (id, agent_id, batch_type, state, parent_batch, run_owner, lease_expires_at, \
+             next_sequence, continuations, archived, started_at, completed_at) VALUES {}",
+            placeholders(chunk.len(), 12, 1)
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for row in chunk {
+            q = q
+                .bind(row.id.get())
+                .bind(row.agent.to_string())
+                .bind(row.batch_type.as_str())
+                .bind(row.state.as_str())
+                .bind(row.parent.map(SnowflakeId::get))
+                .bind(row.owner.clone())
+                .bind(row.lease_expires_at)
+                .bind(row.next_sequence)
+                .bind(0_i64)
+                .bind(false)
+                .bind(row.started_at)
+                .bind(row.completed_at);
+        }
+        q.execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+/// A tool call row: `(batch, call id, call position, ordinal in its message, result position)`.
+type CallRow = (BatchId, String, SnowflakeId, i64, Option<SnowflakeId>);
+
+async fn insert_calls(conn: &mut AnyConnection, rows: &[CallRow]) -> Result<()> {
+    for chunk in rows.chunks(100) {
+        let sql = format!(
+            "INSERT INTO tool_calls (batch_id, tool_use_id, call_position, ordinal, result_position) VALUES {} \
+             ON CONFLICT (batch_id, tool_use_id) DO NOTHING",
+            placeholders(chunk.len(), 5, 1)
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for (batch, id, position, ordinal, result) in chunk {
+            q = q
+                .bind(batch.get())
+                .bind(id.clone())
+                .bind(position.get())
+                .bind(*ordinal)
+                .bind(result.map(SnowflakeId::get));
+        }
+        q.execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------
 // batches
 
 const BATCH_COLUMNS: &str = "b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, \
-    b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at";
+    b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations";
 
 pub(crate) fn batch_select(tail: &str) -> String {
     format!("SELECT {BATCH_COLUMNS} FROM batches b {tail}")
@@ -310,34 +474,12 @@ async fn load_batch(conn: &mut AnyConnection, agent: AgentId, batch: BatchId) ->
     }
 }
 
-async fn batch_contents(conn: &mut AnyConnection, batch: BatchId) -> Result<Vec<Vec<ContentBlock>>> {
-    let rows = sqlx::query("SELECT content FROM messages WHERE batch_id = $1 ORDER BY sequence_num")
-        .bind(batch.get())
-        .fetch_all(&mut *conn)
-        .await?;
-    rows.iter()
-        .map(|r| {
-            let text: String = r.try_get(0)?;
-            decode_content(&text)
-        })
-        .collect()
-}
-
-async fn batch_continuations(conn: &mut AnyConnection, batch: BatchId) -> Result<i64> {
-    Ok(sqlx::query("SELECT continuations FROM batches WHERE id = $1")
-        .bind(batch.get())
-        .fetch_one(&mut *conn)
-        .await?
-        .try_get::<i64, _>(0)?)
-}
-
-async fn begin_batch(
-    conn: &mut AnyConnection,
+/// Checks what can be checked of a trigger without the database, and serializes it.
+fn prepare_trigger(
     ctx: &Ctx,
-    agent: AgentId,
     trigger: &NewMessage,
     opts: &BeginBatch,
-) -> Result<Received> {
+) -> Result<(String, BatchType)> {
     if !matches!(trigger.role, Role::User | Role::System) {
         return Err(Error::InvalidContent(format!(
             "a batch starts with a user or system message, not {}",
@@ -346,11 +488,9 @@ async fn begin_batch(
     }
     let content = encode_content(ctx.max_content_bytes, trigger)?;
     if let Some(id) = trigger.tool_result_ids().next() {
-        return Err(Error::InvalidContent(format!("a trigger cannot answer tool call `{id}`: it opens a new batch")));
-    }
-    lock_agent(conn, ctx, agent).await?;
-    if let Some(parent) = opts.parent_batch {
-        load_batch(conn, agent, parent).await?;
+        return Err(Error::InvalidContent(format!(
+            "a trigger cannot answer tool call `{id}`: it opens a new batch"
+        )));
     }
     let batch_type = opts.batch_type.unwrap_or(match trigger.role {
         Role::System => BatchType::SystemTrigger,
@@ -361,26 +501,61 @@ async fn begin_batch(
             "a new batch cannot have type continuation: continue the existing batch instead".into(),
         ));
     }
-    let position = next_positions(conn, ctx, agent, 1).await?[0];
+    Ok((content, batch_type))
+}
+
+fn open_batch_row(
+    ctx: &Ctx,
+    agent: AgentId,
+    id: BatchId,
+    batch_type: BatchType,
+    parent: Option<BatchId>,
+    now: i64,
+) -> BatchRow {
+    BatchRow {
+        id,
+        agent,
+        batch_type,
+        state: BatchState::Open,
+        parent,
+        owner: Some(ctx.run_owner.clone()),
+        lease_expires_at: Some(now + lease_ms(ctx.batch_lease)),
+        next_sequence: 1,
+        started_at: now,
+        completed_at: None,
+    }
+}
+
+async fn begin_batch(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+    trigger: &NewMessage,
+    opts: &BeginBatch,
+) -> Result<Received> {
+    let (content, batch_type) = prepare_trigger(ctx, trigger, opts)?;
+    let max = lock_agent_position(conn, ctx, agent).await?;
+    if let Some(parent) = opts.parent_batch {
+        load_batch(conn, agent, parent).await?;
+    }
+    let position = positions_after(ctx, max, 1)?[0];
     let now = now_ms();
-    sqlx::query(
-        "INSERT INTO batches (id, agent_id, batch_type, state, parent_batch, run_owner, lease_expires_at, \
-         next_sequence, continuations, archived, started_at, completed_at) \
-         VALUES ($1, $2, $3, 'open', $4, $5, $6, 1, 0, $7, $8, NULL)",
+    insert_batches(
+        conn,
+        &[open_batch_row(
+            ctx,
+            agent,
+            position,
+            batch_type,
+            opts.parent_batch,
+            now,
+        )],
     )
-    .bind(position.get())
-    .bind(agent.to_string())
-    .bind(batch_type.as_str())
-    .bind(opts.parent_batch.map(SnowflakeId::get))
-    .bind(&ctx.run_owner)
-    .bind(now + lease_ms(ctx.batch_lease))
-    .bind(false)
-    .bind(now)
-    .execute(&mut *conn)
     .await?;
     let message_id = MessageId::new();
     let row = MessageRow {
         id: message_id,
+        agent,
         position,
         batch: position,
         seq: 0,
@@ -389,47 +564,175 @@ async fn begin_batch(
         content: &content,
         created_at: now,
     };
-    insert_messages(conn, agent, std::slice::from_ref(&row)).await?;
-    Ok(Received { batch_id: position, message_id })
+    insert_messages(conn, std::slice::from_ref(&row)).await?;
+    Ok(Received {
+        batch_id: position,
+        message_id,
+    })
 }
 
-/// Checks that `step` keeps the batch's tool pairing valid given what the batch holds already.
-pub(crate) fn check_step_pairing(
-    batch: BatchId,
-    existing: &[Vec<ContentBlock>],
-    step: &[NewMessage],
-) -> Result<()> {
-    let mut calls: HashSet<&str> = HashSet::new();
-    let mut answered: HashSet<&str> = HashSet::new();
-    for blocks in existing {
-        for block in blocks {
-            match block {
-                ContentBlock::ToolUse { id, .. } => {
-                    calls.insert(id);
-                }
-                ContentBlock::ToolResult { tool_use_id, .. } => {
-                    answered.insert(tool_use_id);
-                }
-                _ => {}
+/// Many `begin_batch` calls of one write group in a handful of statements: the agents are checked
+/// (and on PostgreSQL locked, in agent order) by one query, then every batch row and every
+/// trigger is inserted by one multi-row statement each. The outer error means the statements
+/// failed and the caller must redo the calls one by one; the inner results are per call.
+pub(crate) async fn begin_batches_bulk(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    calls: &[(AgentId, &NewMessage, &BeginBatch)],
+) -> Result<Vec<Result<Received>>> {
+    let mut out: Vec<Result<Received>> = Vec::with_capacity(calls.len());
+    let mut prepared = Vec::with_capacity(calls.len());
+    for (agent, trigger, opts) in calls {
+        match prepare_trigger(ctx, trigger, opts) {
+            Ok(p) => {
+                prepared.push(Some(p));
+                out.push(Err(Error::AgentNotFound(*agent)));
+            }
+            Err(e) => {
+                prepared.push(None);
+                out.push(Err(e));
             }
         }
     }
+    let mut agents: Vec<AgentId> = calls
+        .iter()
+        .zip(&prepared)
+        .filter(|(_, p)| p.is_some())
+        .map(|((a, _, _), _)| *a)
+        .collect();
+    agents.sort_unstable();
+    agents.dedup();
+    if agents.is_empty() {
+        return Ok(out);
+    }
+    let lock = match ctx.backend {
+        Backend::Sqlite => "",
+        Backend::Postgres => " FOR NO KEY UPDATE OF a",
+    };
+    let sql = format!(
+        "SELECT a.id, (SELECT m.position FROM messages m WHERE m.agent_id = a.id ORDER BY m.position DESC LIMIT 1) \
+         FROM agents a WHERE a.id IN {} ORDER BY a.id{lock}",
+        placeholders(1, agents.len(), 1)
+    );
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+    for a in &agents {
+        q = q.bind(a.to_string());
+    }
+    let mut max: std::collections::HashMap<AgentId, Option<i64>> = std::collections::HashMap::new();
+    for row in q.fetch_all(&mut *conn).await? {
+        let id: String = row.try_get(0)?;
+        max.insert(AgentId(parse_uuid(&id)?), row.try_get::<Option<i64>, _>(1)?);
+    }
+    let now = now_ms();
+    let mut batch_rows = Vec::new();
+    let mut message_ids = Vec::new();
+    for (i, ((agent, trigger, _opts), prep)) in calls.iter().zip(&prepared).enumerate() {
+        let (Some((_, batch_type)), Some(agent_max)) = (prep, max.get_mut(agent)) else {
+            continue;
+        };
+        let position = positions_after(ctx, *agent_max, 1)?[0];
+        *agent_max = Some(position.get());
+        batch_rows.push(open_batch_row(
+            ctx,
+            *agent,
+            position,
+            *batch_type,
+            None,
+            now,
+        ));
+        let message_id = MessageId::new();
+        message_ids.push((i, message_id, position, *batch_type, trigger.role));
+        out[i] = Ok(Received {
+            batch_id: position,
+            message_id,
+        });
+    }
+    insert_batches(conn, &batch_rows).await?;
+    let rows: Vec<MessageRow<'_>> = message_ids
+        .iter()
+        .filter_map(|&(i, id, position, batch_type, role)| {
+            let (content, _) = prepared[i].as_ref()?;
+            Some(MessageRow {
+                id,
+                agent: calls[i].0,
+                position,
+                batch: position,
+                seq: 0,
+                batch_type,
+                role,
+                content,
+                created_at: now,
+            })
+        })
+        .collect();
+    insert_messages(conn, &rows).await?;
+    Ok(out)
+}
+
+/// Checks that `step` keeps the batch's tool pairing valid. `known` maps each call id the step
+/// mentions that the batch already holds to whether it has its result.
+pub(crate) fn check_step_pairing(
+    batch: BatchId,
+    known: &std::collections::HashMap<String, bool>,
+    step: &[NewMessage],
+) -> Result<()> {
+    let mut calls: HashSet<&str> = known.keys().map(String::as_str).collect();
+    let mut answered: HashSet<&str> = known
+        .iter()
+        .filter(|(_, a)| **a)
+        .map(|(id, _)| id.as_str())
+        .collect();
     for message in step {
         for id in message.tool_use_ids() {
             if !calls.insert(id) {
-                return Err(Error::DuplicateToolUse { batch, tool_use_id: id.to_owned() });
+                return Err(Error::DuplicateToolUse {
+                    batch,
+                    tool_use_id: id.to_owned(),
+                });
             }
         }
         for id in message.tool_result_ids() {
             if !calls.contains(id) {
-                return Err(Error::UnpairedToolResult { batch, tool_use_id: id.to_owned() });
+                return Err(Error::UnpairedToolResult {
+                    batch,
+                    tool_use_id: id.to_owned(),
+                });
             }
             if !answered.insert(id) {
-                return Err(Error::DuplicateToolResult { batch, tool_use_id: id.to_owned() });
+                return Err(Error::DuplicateToolResult {
+                    batch,
+                    tool_use_id: id.to_owned(),
+                });
             }
         }
     }
     Ok(())
+}
+
+/// What the batch holds of the given call ids: id -> has its result.
+async fn known_calls(
+    conn: &mut AnyConnection,
+    batch: BatchId,
+    ids: &[&str],
+) -> Result<std::collections::HashMap<String, bool>> {
+    let mut known = std::collections::HashMap::new();
+    for chunk in ids.chunks(500) {
+        let sql = format!(
+            "SELECT tool_use_id, result_position FROM tool_calls WHERE batch_id = $1 AND tool_use_id IN {}",
+            placeholders(1, chunk.len(), 2)
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(batch.get());
+        for id in chunk {
+            q = q.bind(*id);
+        }
+        for row in q.fetch_all(&mut *conn).await? {
+            known.insert(
+                row.try_get::<String, _>(0)?,
+                row.try_get::<Option<i64>, _>(1)?.is_some(),
+            );
+        }
+    }
+    Ok(known)
 }
 
 async fn append_step(
@@ -442,17 +745,34 @@ async fn append_step(
     if messages.is_empty() {
         return Err(Error::EmptyStep);
     }
-    let contents = messages.iter().map(|m| encode_content(ctx.max_content_bytes, m)).collect::<Result<Vec<_>>>()?;
-    lock_agent(conn, ctx, agent).await?;
+    let contents = messages
+        .iter()
+        .map(|m| encode_content(ctx.max_content_bytes, m))
+        .collect::<Result<Vec<_>>>()?;
+    let max = lock_agent_position(conn, ctx, agent).await?;
     let info = load_batch(conn, agent, batch).await?;
     if info.state != BatchState::Open {
-        return Err(Error::BatchNotOpen { batch, state: info.state });
+        return Err(Error::BatchNotOpen {
+            batch,
+            state: info.state,
+        });
     }
-    let existing = batch_contents(conn, batch).await?;
-    check_step_pairing(batch, &existing, messages)?;
-    let batch_type =
-        if batch_continuations(conn, batch).await? > 0 { BatchType::Continuation } else { info.batch_type };
-    let positions = next_positions(conn, ctx, agent, messages.len()).await?;
+    let mentioned: Vec<&str> = messages
+        .iter()
+        .flat_map(|m| m.tool_use_ids().chain(m.tool_result_ids()))
+        .collect();
+    let known = if mentioned.is_empty() {
+        Default::default()
+    } else {
+        known_calls(conn, batch, &mentioned).await?
+    };
+    check_step_pairing(batch, &known, messages)?;
+    let batch_type = if info.continuations > 0 {
+        BatchType::Continuation
+    } else {
+        info.batch_type
+    };
+    let positions = positions_after(ctx, max, messages.len())?;
     let first_seq = info.message_count;
     let now = now_ms();
     let rows: Vec<MessageRow<'_>> = messages
@@ -462,6 +782,7 @@ async fn append_step(
         .enumerate()
         .map(|(i, ((m, content), position))| MessageRow {
             id: MessageId::new(),
+            agent,
             position: *position,
             batch,
             seq: first_seq + i as i64,
@@ -471,28 +792,72 @@ async fn append_step(
             created_at: now,
         })
         .collect();
-    insert_messages(conn, agent, &rows).await?;
+    insert_messages(conn, &rows).await?;
+    let mut calls: Vec<CallRow> = Vec::new();
+    let mut results: Vec<(&str, SnowflakeId)> = Vec::new();
+    for (m, position) in messages.iter().zip(&positions) {
+        for (ordinal, id) in m.tool_use_ids().enumerate() {
+            calls.push((batch, id.to_owned(), *position, ordinal as i64, None));
+        }
+        results.extend(m.tool_result_ids().map(|id| (id, *position)));
+    }
+    insert_calls(conn, &calls).await?;
+    for (id, position) in results {
+        sqlx::query(
+            "UPDATE tool_calls SET result_position = $1 WHERE batch_id = $2 AND tool_use_id = $3",
+        )
+        .bind(position.get())
+        .bind(batch.get())
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    }
     sqlx::query("UPDATE batches SET next_sequence = next_sequence + $1, lease_expires_at = $2 WHERE id = $3")
         .bind(messages.len() as i64)
         .bind(now + lease_ms(ctx.batch_lease))
         .bind(batch.get())
         .execute(&mut *conn)
         .await?;
-    Ok(StepReceipt { batch_id: batch, stored: rows.iter().map(|r| (r.id, r.position, r.seq)).collect() })
+    Ok(StepReceipt {
+        batch_id: batch,
+        stored: rows.iter().map(|r| (r.id, r.position, r.seq)).collect(),
+    })
 }
 
-async fn complete_batch(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId, batch: BatchId) -> Result<BatchInfo> {
+/// Call ids of the batch still waiting for a result, in call order.
+pub(crate) async fn pending_calls(conn: &mut AnyConnection, batch: BatchId) -> Result<Vec<String>> {
+    sqlx::query(
+        "SELECT tool_use_id FROM tool_calls WHERE batch_id = $1 AND result_position IS NULL \
+         ORDER BY call_position, ordinal",
+    )
+    .bind(batch.get())
+    .fetch_all(&mut *conn)
+    .await?
+    .iter()
+    .map(|r| r.try_get::<String, _>(0).map_err(Error::from))
+    .collect()
+}
+
+async fn complete_batch(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+    batch: BatchId,
+) -> Result<BatchInfo> {
     lock_agent(conn, ctx, agent).await?;
     let info = load_batch(conn, agent, batch).await?;
     match info.state {
         BatchState::Complete => return Ok(info),
         BatchState::Abandoned => {
-            return Err(Error::InvalidBatchState { batch, state: info.state, action: "completing it" });
+            return Err(Error::InvalidBatchState {
+                batch,
+                state: info.state,
+                action: "completing it",
+            });
         }
         BatchState::Open => {}
     }
-    let contents = batch_contents(conn, batch).await?;
-    let pending = crate::model::pending_calls(contents.iter().map(|c| &c[..]));
+    let pending = pending_calls(conn, batch).await?;
     if !pending.is_empty() {
         return Err(Error::PendingToolCalls { batch, pending });
     }
@@ -507,14 +872,27 @@ async fn complete_batch(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId, bat
     load_batch(conn, agent, batch).await
 }
 
-async fn continue_batch(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId, batch: BatchId) -> Result<BatchInfo> {
+async fn continue_batch(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+    batch: BatchId,
+) -> Result<BatchInfo> {
     lock_agent(conn, ctx, agent).await?;
     let info = load_batch(conn, agent, batch).await?;
     if info.state == BatchState::Abandoned {
-        return Err(Error::InvalidBatchState { batch, state: info.state, action: "continuing it" });
+        return Err(Error::InvalidBatchState {
+            batch,
+            state: info.state,
+            action: "continuing it",
+        });
     }
     if info.archived {
-        return Err(Error::InvalidBatchState { batch, state: info.state, action: "continuing an archived batch" });
+        return Err(Error::InvalidBatchState {
+            batch,
+            state: info.state,
+            action: "continuing an archived batch",
+        });
     }
     sqlx::query(
         "UPDATE batches SET state = 'open', completed_at = NULL, run_owner = $1, lease_expires_at = $2, \
@@ -528,11 +906,19 @@ async fn continue_batch(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId, bat
     load_batch(conn, agent, batch).await
 }
 
-async fn renew_lease(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId, batch: BatchId) -> Result<BatchInfo> {
+async fn renew_lease(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+    batch: BatchId,
+) -> Result<BatchInfo> {
     lock_agent(conn, ctx, agent).await?;
     let info = load_batch(conn, agent, batch).await?;
     if info.state != BatchState::Open {
-        return Err(Error::BatchNotOpen { batch, state: info.state });
+        return Err(Error::BatchNotOpen {
+            batch,
+            state: info.state,
+        });
     }
     sqlx::query("UPDATE batches SET lease_expires_at = $1, run_owner = $2 WHERE id = $3")
         .bind(now_ms() + lease_ms(ctx.batch_lease))
@@ -552,7 +938,9 @@ async fn recover(
     let now = now_ms();
     // One statement decides and flips: on PostgreSQL a batch whose run renews its lease at this
     // moment is re-checked after that run commits, and is then no longer expired.
-    let mut sql = String::from("UPDATE batches SET state = 'abandoned', completed_at = $1 WHERE state = 'open'");
+    let mut sql = String::from(
+        "UPDATE batches SET state = 'abandoned', completed_at = $1 WHERE state = 'open'",
+    );
     if scope == RecoveryScope::ExpiredLeases {
         sql.push_str(" AND lease_expires_at < $1");
     }
@@ -564,7 +952,12 @@ async fn recover(
     if let Some(agent) = agent {
         q = q.bind(agent.to_string());
     }
-    let mut ids: Vec<i64> = q.fetch_all(&mut *conn).await?.iter().map(|r| r.try_get(0)).collect::<Result<_, _>>()?;
+    let mut ids: Vec<i64> = q
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, _>>()?;
     ids.sort_unstable();
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
@@ -573,10 +966,12 @@ async fn recover(
             .fetch_one(&mut *conn)
             .await?;
         let batch = batch_from_row(&row)?;
-        let trigger = sqlx::query(sqlx::AssertSqlSafe(message_select("WHERE m.batch_id = $1 AND m.sequence_num = 0")))
-            .bind(id)
-            .fetch_one(&mut *conn)
-            .await?;
+        let trigger = sqlx::query(sqlx::AssertSqlSafe(message_select(
+            "WHERE m.batch_id = $1 AND m.sequence_num = 0",
+        )))
+        .bind(id)
+        .fetch_one(&mut *conn)
+        .await?;
         let trigger = message_from_row(&trigger)?;
         let payload = serde_json::json!({ "batch_id": id, "run_owner": batch.run_owner });
         log_activity(conn, ctx, batch.agent_id, "batch_abandoned", &payload).await?;
@@ -606,7 +1001,12 @@ async fn archive_batches(conn: &mut AnyConnection, batches: &[i64]) -> Result<u6
     Ok(archived)
 }
 
-async fn archive_before(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId, position: SnowflakeId) -> Result<u64> {
+async fn archive_before(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+    position: SnowflakeId,
+) -> Result<u64> {
     lock_agent(conn, ctx, agent).await?;
     // Whole batches only: a batch that has any message at or after `position` stays, and so does
     // an open one.
@@ -624,10 +1024,16 @@ async fn archive_before(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId, pos
     archive_batches(conn, &ids).await
 }
 
-async fn summarize_and_archive(conn: &mut AnyConnection, ctx: &Ctx, summary: &Summary) -> Result<Vec<BatchId>> {
+async fn summarize_and_archive(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    summary: &Summary,
+) -> Result<Vec<BatchId>> {
     lock_agent(conn, ctx, summary.agent_id).await?;
     if summary.from_batch > summary.through_batch {
-        return Err(Error::InvalidContent("summary covers an empty range (from_batch > through_batch)".into()));
+        return Err(Error::InvalidContent(
+            "summary covers an empty range (from_batch > through_batch)".into(),
+        ));
     }
     let rows = sqlx::query(
         "SELECT id, state FROM batches WHERE agent_id = $1 AND id >= $2 AND id <= $3 AND NOT archived ORDER BY id",
@@ -658,10 +1064,15 @@ async fn summarize_and_archive(conn: &mut AnyConnection, ctx: &Ctx, summary: &Su
 async fn upsert_summary(conn: &mut AnyConnection, ctx: &Ctx, s: &Summary) -> Result<()> {
     lock_agent(conn, ctx, s.agent_id).await?;
     if s.from_batch > s.through_batch {
-        return Err(Error::InvalidContent("summary covers an empty range (from_batch > through_batch)".into()));
+        return Err(Error::InvalidContent(
+            "summary covers an empty range (from_batch > through_batch)".into(),
+        ));
     }
     if s.content.len() > ctx.max_content_bytes {
-        return Err(Error::ContentTooLarge { size: s.content.len(), limit: ctx.max_content_bytes });
+        return Err(Error::ContentTooLarge {
+            size: s.content.len(),
+            limit: ctx.max_content_bytes,
+        });
     }
     sqlx::query(
         "INSERT INTO summaries (id, agent_id, content, from_batch, through_batch, message_count, depth, created_at) \
@@ -690,11 +1101,17 @@ async fn log_activity(
     payload: &serde_json::Value,
 ) -> Result<SnowflakeId> {
     if kind.is_empty() || kind.len() > 100 {
-        return Err(Error::InvalidContent("activity kind must be 1 to 100 bytes".into()));
+        return Err(Error::InvalidContent(
+            "activity kind must be 1 to 100 bytes".into(),
+        ));
     }
-    let payload = serde_json::to_string(payload).map_err(|e| Error::InvalidContent(e.to_string()))?;
+    let payload =
+        serde_json::to_string(payload).map_err(|e| Error::InvalidContent(e.to_string()))?;
     if payload.len() > ctx.max_content_bytes {
-        return Err(Error::ContentTooLarge { size: payload.len(), limit: ctx.max_content_bytes });
+        return Err(Error::ContentTooLarge {
+            size: payload.len(),
+            limit: ctx.max_content_bytes,
+        });
     }
     let id = ctx.ids.next_id()?;
     let inserted = sqlx::query("INSERT INTO activity_events (id, agent_id, kind, payload, created_at) VALUES ($1, $2, $3, $4, $5)")
@@ -707,7 +1124,10 @@ async fn log_activity(
         .await;
     match inserted {
         Ok(_) => Ok(id),
-        Err(e) if e.as_database_error().is_some_and(|d| d.kind() == sqlx::error::ErrorKind::ForeignKeyViolation) => {
+        Err(e)
+            if e.as_database_error()
+                .is_some_and(|d| d.kind() == sqlx::error::ErrorKind::ForeignKeyViolation) =>
+        {
             Err(Error::AgentNotFound(agent))
         }
         Err(e) => Err(e.into()),
@@ -721,53 +1141,82 @@ async fn import_legacy(
     messages: &[LegacyMessage],
     plan: &ImportPlan,
 ) -> Result<Vec<BatchId>> {
-    lock_agent(conn, ctx, agent).await?;
     let contents = messages
         .iter()
-        .map(|m| encode_content(ctx.max_content_bytes, &NewMessage::new(m.role, m.content.clone())))
+        .map(|m| {
+            encode_content(
+                ctx.max_content_bytes,
+                &NewMessage::new(m.role, m.content.clone()),
+            )
+        })
         .collect::<Result<Vec<_>>>()?;
+    let max = lock_agent_position(conn, ctx, agent).await?;
     // Positions follow the input order, so the history reads as it was written.
-    let positions = next_positions(conn, ctx, agent, messages.len()).await?;
+    let positions = positions_after(ctx, max, messages.len())?;
     let now = now_ms();
-    let mut batch_ids = Vec::with_capacity(plan.batches.len());
+    let at = |index: usize| {
+        messages[index]
+            .created_at
+            .map_or(now, |t| t.timestamp_millis())
+    };
+    let mut batch_rows = Vec::with_capacity(plan.batches.len());
     let mut rows = Vec::with_capacity(messages.len());
+    let mut calls: Vec<CallRow> = Vec::new();
     for planned in &plan.batches {
-        let Some(&first) = planned.messages.first() else { continue };
+        let (Some(&first), Some(&last)) = (planned.messages.first(), planned.messages.last())
+        else {
+            continue;
+        };
         let batch = positions[first];
-        let started = messages[first].created_at.map_or(now, |t| t.timestamp_millis());
-        let last = planned.messages.last().copied().unwrap_or(first);
-        let ended = messages[last].created_at.map_or(now, |t| t.timestamp_millis());
-        sqlx::query(
-            "INSERT INTO batches (id, agent_id, batch_type, state, parent_batch, run_owner, lease_expires_at, \
-             next_sequence, continuations, archived, started_at, completed_at) \
-             VALUES ($1, $2, $3, $4, NULL, NULL, NULL, $5, 0, $6, $7, $8)",
-        )
-        .bind(batch.get())
-        .bind(agent.to_string())
-        .bind(planned.batch_type.as_str())
-        .bind(planned.state.as_str())
-        .bind(planned.messages.len() as i64)
-        .bind(false)
-        .bind(started)
-        .bind(if planned.state == BatchState::Open { None } else { Some(ended) })
-        .execute(&mut *conn)
-        .await?;
+        batch_rows.push(BatchRow {
+            id: batch,
+            agent,
+            batch_type: planned.batch_type,
+            state: planned.state,
+            parent: None,
+            owner: None,
+            lease_expires_at: None,
+            next_sequence: planned.messages.len() as i64,
+            started_at: at(first),
+            completed_at: (planned.state != BatchState::Open).then(|| at(last)),
+        });
+        let mut open_calls: std::collections::HashMap<&str, usize> =
+            std::collections::HashMap::new();
+        let first_call = calls.len();
         for (seq, &index) in planned.messages.iter().enumerate() {
+            let message = &messages[index];
             rows.push(MessageRow {
                 id: MessageId::new(),
+                agent,
                 position: positions[index],
                 batch,
                 seq: seq as i64,
                 batch_type: planned.batch_type,
-                role: messages[index].role,
+                role: message.role,
                 content: &contents[index],
-                created_at: messages[index].created_at.map_or(now, |t| t.timestamp_millis()),
+                created_at: at(index),
             });
+            for block in &message.content {
+                match block {
+                    ContentBlock::ToolUse { id, .. } if !open_calls.contains_key(id.as_str()) => {
+                        let ordinal = (calls.len() - first_call) as i64;
+                        open_calls.insert(id, calls.len());
+                        calls.push((batch, id.clone(), positions[index], ordinal, None));
+                    }
+                    ContentBlock::ToolResult { tool_use_id, .. } => {
+                        if let Some(&k) = open_calls.get(tool_use_id.as_str()) {
+                            calls[k].4.get_or_insert(positions[index]);
+                        }
+                    }
+                    _ => {}
+                }
+            }
         }
-        batch_ids.push(batch);
     }
-    insert_messages(conn, agent, &rows).await?;
-    Ok(batch_ids)
+    insert_batches(conn, &batch_rows).await?;
+    insert_messages(conn, &rows).await?;
+    insert_calls(conn, &calls).await?;
+    Ok(batch_rows.iter().map(|b| b.id).collect())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -781,11 +1230,13 @@ pub(crate) fn message_select(tail: &str) -> String {
 }
 
 pub(crate) fn decode_content(text: &str) -> Result<Vec<ContentBlock>> {
-    serde_json::from_str(text).map_err(|e| Error::Corrupt(format!("message content does not decode: {e}")))
+    serde_json::from_str(text)
+        .map_err(|e| Error::Corrupt(format!("message content does not decode: {e}")))
 }
 
 fn parse_uuid(text: &str) -> Result<uuid::Uuid> {
-    uuid::Uuid::parse_str(text).map_err(|e| Error::Corrupt(format!("stored id `{text}` is not a UUID: {e}")))
+    uuid::Uuid::parse_str(text)
+        .map_err(|e| Error::Corrupt(format!("stored id `{text}` is not a UUID: {e}")))
 }
 
 /// Reads a flag column: BOOLEAN on PostgreSQL, INTEGER 0/1 on SQLite (the `Any` driver decodes
@@ -810,7 +1261,9 @@ pub(crate) fn message_from_row(row: &AnyRow) -> Result<Message> {
         batch_id: SnowflakeId(row.try_get(3)?),
         sequence_num: row.try_get(4)?,
         batch_type: batch_type.parse()?,
-        role: role.parse().map_err(|_| Error::Corrupt(format!("unknown stored role `{role}`")))?,
+        role: role
+            .parse()
+            .map_err(|_| Error::Corrupt(format!("unknown stored role `{role}`")))?,
         content: decode_content(&content)?,
         token_estimate: row.try_get(8)?,
         archived: flag(row, 9)?,
@@ -835,6 +1288,7 @@ pub(crate) fn batch_from_row(row: &AnyRow) -> Result<BatchInfo> {
         archived: flag(row, 8)?,
         started_at: from_ms(row.try_get(9)?),
         completed_at: row.try_get::<Option<i64>, _>(10)?.map(from_ms),
+        continuations: row.try_get(11)?,
     })
 }
 

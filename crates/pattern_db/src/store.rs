@@ -21,8 +21,8 @@ use crate::error::{Error, Result};
 use crate::id::SnowflakeId;
 use crate::legacy::{self, ImportPlan, LegacyMessage};
 use crate::model::{
-    Abandoned, ActivityEvent, AgentId, BatchId, BatchInfo, BatchState, BeginBatch, Message, NewMessage, Received,
-    RecoveryScope, StepReceipt, StoredBatch, Summary,
+    Abandoned, ActivityEvent, AgentId, BatchId, BatchInfo, BatchState, BeginBatch, Message,
+    NewMessage, Received, RecoveryScope, StepReceipt, StoredBatch, Summary,
 };
 use crate::ops::{self, Done, Op};
 
@@ -57,7 +57,14 @@ impl MessageStore {
     /// Commits `trigger` as the first message of a new open batch and returns where it lives.
     /// When this returns, the trigger is durable: it is the "received" acknowledgement.
     pub async fn begin_batch(&self, trigger: NewMessage, opts: BeginBatch) -> Result<Received> {
-        match self.write(Op::BeginBatch { agent: self.agent, trigger, opts }).await? {
+        match self
+            .write(Op::BeginBatch {
+                agent: self.agent,
+                trigger,
+                opts,
+            })
+            .await?
+        {
             Done::Received(r) => Ok(r),
             other => Err(unexpected(other)),
         }
@@ -66,8 +73,19 @@ impl MessageStore {
     /// Appends one step (the messages of one model turn and its tool results) to an open batch,
     /// in one transaction. Refuses a tool result whose call is not in the batch, a repeated call
     /// id or result, and any batch that is not open. Renews the batch's lease.
-    pub async fn append_step(&self, batch: BatchId, messages: Vec<NewMessage>) -> Result<StepReceipt> {
-        match self.write(Op::AppendStep { agent: self.agent, batch, messages }).await? {
+    pub async fn append_step(
+        &self,
+        batch: BatchId,
+        messages: Vec<NewMessage>,
+    ) -> Result<StepReceipt> {
+        match self
+            .write(Op::AppendStep {
+                agent: self.agent,
+                batch,
+                messages,
+            })
+            .await?
+        {
             Done::Step(s) => Ok(s),
             other => Err(unexpected(other)),
         }
@@ -76,18 +94,30 @@ impl MessageStore {
     /// Marks the batch complete. Refused while a tool call waits for its result. Completing a
     /// complete batch is a no-op.
     pub async fn complete_batch(&self, batch: BatchId) -> Result<BatchInfo> {
-        self.batch_op(Op::CompleteBatch { agent: self.agent, batch }).await
+        self.batch_op(Op::CompleteBatch {
+            agent: self.agent,
+            batch,
+        })
+        .await
     }
 
     /// Heartbeat continuation: reopens (or keeps open) the batch under this process's lease, so
     /// the next steps extend it; their messages carry the `continuation` batch type.
     pub async fn continue_batch(&self, batch: BatchId) -> Result<BatchInfo> {
-        self.batch_op(Op::ContinueBatch { agent: self.agent, batch }).await
+        self.batch_op(Op::ContinueBatch {
+            agent: self.agent,
+            batch,
+        })
+        .await
     }
 
     /// Extends the lease of an open batch, for runs that work long between steps.
     pub async fn renew_lease(&self, batch: BatchId) -> Result<BatchInfo> {
-        self.batch_op(Op::RenewLease { agent: self.agent, batch }).await
+        self.batch_op(Op::RenewLease {
+            agent: self.agent,
+            batch,
+        })
+        .await
     }
 
     async fn batch_op(&self, op: Op) -> Result<BatchInfo> {
@@ -105,7 +135,13 @@ impl MessageStore {
 
     /// Like [`recover`](Self::recover) with an explicit scope.
     pub async fn recover_scope(&self, scope: RecoveryScope) -> Result<Vec<Abandoned>> {
-        match self.write(Op::Recover { agent: Some(self.agent), scope }).await? {
+        match self
+            .write(Op::Recover {
+                agent: Some(self.agent),
+                scope,
+            })
+            .await?
+        {
             Done::Abandoned(list) => Ok(list),
             other => Err(unexpected(other)),
         }
@@ -120,15 +156,22 @@ impl MessageStore {
             return Ok(Vec::new());
         }
         let limit = i64::try_from(n_batches).unwrap_or(i64::MAX);
-        let sql = ops::batch_select("WHERE b.agent_id = $1 AND NOT b.archived ORDER BY b.id DESC LIMIT $2");
+        let sql = ops::batch_select(
+            "WHERE b.agent_id = $1 AND NOT b.archived ORDER BY b.id DESC LIMIT $2",
+        );
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(self.agent.to_string())
             .bind(limit)
             .fetch_all(self.db.reader())
             .await?;
-        let mut infos = rows.iter().map(ops::batch_from_row).collect::<Result<Vec<_>>>()?;
+        let mut infos = rows
+            .iter()
+            .map(ops::batch_from_row)
+            .collect::<Result<Vec<_>>>()?;
         infos.reverse();
-        let Some(oldest) = infos.first().map(|b| b.id) else { return Ok(Vec::new()) };
+        let Some(oldest) = infos.first().map(|b| b.id) else {
+            return Ok(Vec::new());
+        };
         let sql = ops::message_select(
             "WHERE m.agent_id = $1 AND m.batch_id >= $2 AND NOT m.deleted ORDER BY m.batch_id, m.sequence_num",
         );
@@ -137,12 +180,22 @@ impl MessageStore {
             .bind(oldest.get())
             .fetch_all(self.db.reader())
             .await?;
-        group(infos, rows.iter().map(ops::message_from_row).collect::<Result<Vec<_>>>()?)
+        group(
+            infos,
+            rows.iter()
+                .map(ops::message_from_row)
+                .collect::<Result<Vec<_>>>()?,
+        )
     }
 
     /// Every message of the agent in position order, archived ones included when asked; at most
     /// `limit` messages after `after` (exclusive) for paging.
-    pub async fn get_all(&self, after: Option<SnowflakeId>, limit: usize, include_archived: bool) -> Result<Vec<Message>> {
+    pub async fn get_all(
+        &self,
+        after: Option<SnowflakeId>,
+        limit: usize,
+        include_archived: bool,
+    ) -> Result<Vec<Message>> {
         let sql = ops::message_select(if include_archived {
             "WHERE m.agent_id = $1 AND m.position > $2 AND NOT m.deleted ORDER BY m.position LIMIT $3"
         } else {
@@ -162,9 +215,16 @@ impl MessageStore {
     /// One batch with its messages. Unknown (or another agent's) batch is [`Error::BatchNotFound`].
     pub async fn get_batch(&self, batch: BatchId) -> Result<StoredBatch> {
         let info = self.batch_info(batch).await?;
-        let sql = ops::message_select("WHERE m.batch_id = $1 AND NOT m.deleted ORDER BY m.sequence_num");
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(batch.get()).fetch_all(self.db.reader()).await?;
-        let messages = rows.iter().map(ops::message_from_row).collect::<Result<Vec<_>>>()?;
+        let sql =
+            ops::message_select("WHERE m.batch_id = $1 AND NOT m.deleted ORDER BY m.sequence_num");
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(batch.get())
+            .fetch_all(self.db.reader())
+            .await?;
+        let messages = rows
+            .iter()
+            .map(ops::message_from_row)
+            .collect::<Result<Vec<_>>>()?;
         Ok(StoredBatch { info, messages })
     }
 
@@ -178,13 +238,18 @@ impl MessageStore {
             .await?;
         match row {
             Some(row) => ops::batch_from_row(&row),
-            None => Err(Error::BatchNotFound { agent: self.agent, batch }),
+            None => Err(Error::BatchNotFound {
+                agent: self.agent,
+                batch,
+            }),
         }
     }
 
     /// The newest open batch, if any: the batch a run is working on.
     pub async fn current_batch(&self) -> Result<Option<BatchInfo>> {
-        let sql = ops::batch_select("WHERE b.agent_id = $1 AND b.state = 'open' ORDER BY b.id DESC LIMIT 1");
+        let sql = ops::batch_select(
+            "WHERE b.agent_id = $1 AND b.state = 'open' ORDER BY b.id DESC LIMIT 1",
+        );
         let row = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(self.agent.to_string())
             .fetch_optional(self.db.reader())
@@ -193,8 +258,13 @@ impl MessageStore {
     }
 
     /// Batch rows newest first, at most `limit`, optionally only those before `before`.
-    pub async fn list_batches(&self, before: Option<BatchId>, limit: usize) -> Result<Vec<BatchInfo>> {
-        let sql = ops::batch_select("WHERE b.agent_id = $1 AND b.id < $2 ORDER BY b.id DESC LIMIT $3");
+    pub async fn list_batches(
+        &self,
+        before: Option<BatchId>,
+        limit: usize,
+    ) -> Result<Vec<BatchInfo>> {
+        let sql =
+            ops::batch_select("WHERE b.agent_id = $1 AND b.id < $2 ORDER BY b.id DESC LIMIT $3");
         sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(self.agent.to_string())
             .bind(before.map_or(i64::MAX, SnowflakeId::get))
@@ -208,11 +278,13 @@ impl MessageStore {
 
     /// Number of live (not archived, not deleted) messages.
     pub async fn count_live(&self) -> Result<i64> {
-        Ok(sqlx::query("SELECT COUNT(*) FROM messages WHERE agent_id = $1 AND NOT archived AND NOT deleted")
-            .bind(self.agent.to_string())
-            .fetch_one(self.db.reader())
-            .await?
-            .try_get(0)?)
+        Ok(sqlx::query(
+            "SELECT COUNT(*) FROM messages WHERE agent_id = $1 AND NOT archived AND NOT deleted",
+        )
+        .bind(self.agent.to_string())
+        .fetch_one(self.db.reader())
+        .await?
+        .try_get(0)?)
     }
 
     // -- archive and summaries -----------------------------------------------------------------
@@ -220,7 +292,13 @@ impl MessageStore {
     /// Archives every whole, closed batch that lies entirely before `position`; returns the number
     /// of messages archived. Open batches and batches reaching past `position` stay.
     pub async fn archive_before(&self, position: SnowflakeId) -> Result<u64> {
-        match self.write(Op::ArchiveBefore { agent: self.agent, position }).await? {
+        match self
+            .write(Op::ArchiveBefore {
+                agent: self.agent,
+                position,
+            })
+            .await?
+        {
             Done::Count(n) => Ok(n),
             other => Err(unexpected(other)),
         }
@@ -281,8 +359,19 @@ impl MessageStore {
     // -- activity ------------------------------------------------------------------------------
 
     /// Records an event in the agent's activity log; returns its id.
-    pub async fn log_activity(&self, kind: &str, payload: serde_json::Value) -> Result<SnowflakeId> {
-        match self.write(Op::LogActivity { agent: self.agent, kind: kind.to_owned(), payload }).await? {
+    pub async fn log_activity(
+        &self,
+        kind: &str,
+        payload: serde_json::Value,
+    ) -> Result<SnowflakeId> {
+        match self
+            .write(Op::LogActivity {
+                agent: self.agent,
+                kind: kind.to_owned(),
+                payload,
+            })
+            .await?
+        {
             Done::Id(id) => Ok(id),
             other => Err(unexpected(other)),
         }
@@ -305,8 +394,9 @@ impl MessageStore {
                     id: SnowflakeId(r.try_get(0)?),
                     agent_id: self.agent,
                     kind: r.try_get(2)?,
-                    payload: serde_json::from_str(&payload)
-                        .map_err(|e| Error::Corrupt(format!("activity payload does not decode: {e}")))?,
+                    payload: serde_json::from_str(&payload).map_err(|e| {
+                        Error::Corrupt(format!("activity payload does not decode: {e}"))
+                    })?,
                     created_at: ops::from_ms(r.try_get(4)?),
                 })
             })
@@ -322,7 +412,14 @@ impl MessageStore {
         if messages.is_empty() {
             return Ok(plan);
         }
-        match self.write(Op::ImportLegacy { agent: self.agent, messages, plan: plan.clone() }).await? {
+        match self
+            .write(Op::ImportLegacy {
+                agent: self.agent,
+                messages,
+                plan: plan.clone(),
+            })
+            .await?
+        {
             Done::Batches(_) => Ok(plan),
             other => Err(unexpected(other)),
         }
@@ -332,8 +429,18 @@ impl MessageStore {
 /// Puts messages into their batches; a message whose batch is not among `infos` is ignored (the
 /// query range can include nothing else, but this keeps the grouping total).
 fn group(infos: Vec<BatchInfo>, messages: Vec<Message>) -> Result<Vec<StoredBatch>> {
-    let mut by_id: BTreeMap<BatchId, StoredBatch> =
-        infos.into_iter().map(|info| (info.id, StoredBatch { info, messages: Vec::new() })).collect();
+    let mut by_id: BTreeMap<BatchId, StoredBatch> = infos
+        .into_iter()
+        .map(|info| {
+            (
+                info.id,
+                StoredBatch {
+                    info,
+                    messages: Vec::new(),
+                },
+            )
+        })
+        .collect();
     for m in messages {
         if let Some(b) = by_id.get_mut(&m.batch_id) {
             b.messages.push(m);

@@ -31,9 +31,14 @@ pub struct TestDb {
 impl TestDb {
     /// A fresh SQLite file in its own temporary directory.
     pub fn sqlite() -> Result<Self> {
-        let dir = tempfile::tempdir().map_err(|e| Error::Config(format!("cannot create a temp dir: {e}")))?;
+        let dir = tempfile::tempdir()
+            .map_err(|e| Error::Config(format!("cannot create a temp dir: {e}")))?;
         let url = format!("sqlite://{}", dir.path().join("test.db").display());
-        Ok(Self { url, pg: None, _dir: Some(dir) })
+        Ok(Self {
+            url,
+            pg: None,
+            _dir: Some(dir),
+        })
     }
 
     /// A fresh, empty PostgreSQL database on the test server.
@@ -42,7 +47,11 @@ impl TestDb {
         let name = format!("pattern_test_{}", uuid::Uuid::new_v4().simple());
         run_admin(&admin, &format!("CREATE DATABASE {name}")).await?;
         let url = replace_db(&admin, &name);
-        Ok(Self { url, pg: Some((admin, name)), _dir: None })
+        Ok(Self {
+            url,
+            pg: Some((admin, name)),
+            _dir: None,
+        })
     }
 
     /// The temporary directory of a SQLite database.
@@ -63,7 +72,11 @@ impl TestDb {
     /// Drops a PostgreSQL database (a SQLite one goes with its directory).
     pub async fn cleanup(self) -> Result<()> {
         if let Some((admin, name)) = &self.pg {
-            run_admin(admin, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await?;
+            run_admin(
+                admin,
+                &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+            )
+            .await?;
         }
         Ok(())
     }
@@ -73,7 +86,11 @@ async fn run_admin(admin: &str, sql: &str) -> Result<()> {
     use sqlx::{Connection, Executor};
     let mut conn = sqlx::PgConnection::connect(admin)
         .await
-        .map_err(|source| Error::Connect { backend: "postgres", url: admin.to_owned(), source })?;
+        .map_err(|source| Error::Connect {
+            backend: "postgres",
+            url: admin.to_owned(),
+            source,
+        })?;
     conn.execute(sqlx::AssertSqlSafe(sql.to_owned())).await?;
     conn.close().await?;
     Ok(())
@@ -82,7 +99,10 @@ async fn run_admin(admin: &str, sql: &str) -> Result<()> {
 fn replace_db(url: &str, db: &str) -> String {
     match url.rsplit_once('/') {
         Some((base, last)) if !base.ends_with('/') => {
-            let query = last.split_once('?').map(|(_, q)| format!("?{q}")).unwrap_or_default();
+            let query = last
+                .split_once('?')
+                .map(|(_, q)| format!("?{q}"))
+                .unwrap_or_default();
             format!("{base}/{db}{query}")
         }
         _ => format!("{url}/{db}"),
@@ -99,12 +119,18 @@ pub fn pg_admin_url() -> Result<String> {
     {
         return Ok(url);
     }
-    SERVER.get_or_init(start_private_cluster).clone().map_err(Error::Config)
+    SERVER
+        .get_or_init(start_private_cluster)
+        .clone()
+        .map_err(Error::Config)
 }
 
 fn pg_bin_dir() -> std::result::Result<PathBuf, String> {
     let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .map_err(|_| "PostgreSQL is not installed (no /usr/lib/postgresql): run `cargo xtask setup`".to_owned())?
+        .map_err(|_| {
+            "PostgreSQL is not installed (no /usr/lib/postgresql): run `cargo xtask setup`"
+                .to_owned()
+        })?
         .flatten()
         .filter_map(|e| {
             let version = e.file_name().to_string_lossy().parse::<u32>().ok()?;
@@ -113,14 +139,16 @@ fn pg_bin_dir() -> std::result::Result<PathBuf, String> {
         })
         .collect();
     found.sort();
-    found
-        .pop()
-        .map(|(_, bin)| bin)
-        .ok_or_else(|| "no initdb under /usr/lib/postgresql/*/bin: run `cargo xtask setup`".to_owned())
+    found.pop().map(|(_, bin)| bin).ok_or_else(|| {
+        "no initdb under /usr/lib/postgresql/*/bin: run `cargo xtask setup`".to_owned()
+    })
 }
 
 fn is_root() -> bool {
-    Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
 fn as_postgres(root: bool, program: &Path) -> Command {
@@ -134,7 +162,9 @@ fn as_postgres(root: bool, program: &Path) -> Command {
 }
 
 fn run(mut cmd: Command, what: &str) -> std::result::Result<(), String> {
-    let out = cmd.output().map_err(|e| format!("{what}: cannot run: {e}"))?;
+    let out = cmd
+        .output()
+        .map_err(|e| format!("{what}: cannot run: {e}"))?;
     if out.status.success() {
         Ok(())
     } else {
@@ -151,7 +181,11 @@ fn start_private_cluster() -> std::result::Result<String, String> {
     let bin = pg_bin_dir()?;
     let root = is_root();
     // /tmp is traversable by the postgres user; a TempDir would be 0700 root-owned.
-    let dir = PathBuf::from(format!("/tmp/pattern-test-pg-{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()));
+    let dir = PathBuf::from(format!(
+        "/tmp/pattern-test-pg-{}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ));
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     if root {
         run(
@@ -169,21 +203,44 @@ fn start_private_cluster() -> std::result::Result<String, String> {
         .map_err(|e| format!("no free port: {e}"))?;
     let data = dir.join("data");
     let mut initdb = as_postgres(root, &bin.join("initdb"));
-    initdb.arg("-D").arg(&data).args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"]);
+    initdb.arg("-D").arg(&data).args([
+        "-U",
+        "postgres",
+        "-A",
+        "trust",
+        "-E",
+        "UTF8",
+        "--locale=C",
+        "--no-sync",
+    ]);
     run(initdb, "initdb")?;
     let mut start = as_postgres(root, &bin.join("pg_ctl"));
-    start.arg("-D").arg(&data).arg("-l").arg(dir.join("server.log")).args(["-w", "-t", "60", "-o"]).arg(format!(
-        "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=on",
-        dir.display()
-    ));
+    start
+        .arg("-D")
+        .arg(&data)
+        .arg("-l")
+        .arg(dir.join("server.log"))
+        .args(["-w", "-t", "60", "-o"])
+        .arg(format!(
+            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=on",
+            dir.display()
+        ));
     start.arg("start");
     run(start, "pg_ctl start")?;
     // Watchdog: when this test process exits, stop the cluster and remove its files.
     let pg_ctl = bin.join("pg_ctl");
     let stop = if root {
-        format!("runuser -u postgres -- {} -D {} stop -m immediate", pg_ctl.display(), data.display())
+        format!(
+            "runuser -u postgres -- {} -D {} stop -m immediate",
+            pg_ctl.display(),
+            data.display()
+        )
     } else {
-        format!("{} -D {} stop -m immediate", pg_ctl.display(), data.display())
+        format!(
+            "{} -D {} stop -m immediate",
+            pg_ctl.display(),
+            data.display()
+        )
     };
     let script = format!(
         "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; {stop} >/dev/null 2>&1; rm -rf {dir}",
@@ -206,7 +263,13 @@ mod tests {
 
     #[test]
     fn replaces_database_name() {
-        assert_eq!(replace_db("postgres://u@h:1/postgres", "t"), "postgres://u@h:1/t");
-        assert_eq!(replace_db("postgres://u@h:1/postgres?sslmode=disable", "t"), "postgres://u@h:1/t?sslmode=disable");
+        assert_eq!(
+            replace_db("postgres://u@h:1/postgres", "t"),
+            "postgres://u@h:1/t"
+        );
+        assert_eq!(
+            replace_db("postgres://u@h:1/postgres?sslmode=disable", "t"),
+            "postgres://u@h:1/t?sslmode=disable"
+        );
     }
 }

@@ -33,13 +33,21 @@ pub(crate) struct Writer {
 
 impl std::fmt::Debug for Writer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Writer").field("queued", &(self.tx.max_capacity() - self.tx.capacity())).finish()
+        f.debug_struct("Writer")
+            .field("queued", &(self.tx.max_capacity() - self.tx.capacity()))
+            .finish()
     }
 }
 
 impl Writer {
     /// Starts `tasks` writer tasks over `pool`.
-    pub(crate) fn start(pool: AnyPool, ctx: Arc<Ctx>, tasks: usize, capacity: usize, max_group: usize) -> Self {
+    pub(crate) fn start(
+        pool: AnyPool,
+        ctx: Arc<Ctx>,
+        tasks: usize,
+        capacity: usize,
+        max_group: usize,
+    ) -> Self {
         let (tx, rx) = mpsc::channel::<Job>(capacity);
         let rx = Arc::new(Mutex::new(rx));
         for n in 0..tasks.max(1) {
@@ -54,12 +62,21 @@ impl Writer {
     /// Queues an op and waits until it is committed (or failed).
     pub(crate) async fn submit(&self, op: Op) -> Result<Done> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Job { op, reply }).await.map_err(|_| Error::Closed)?;
+        self.tx
+            .send(Job { op, reply })
+            .await
+            .map_err(|_| Error::Closed)?;
         rx.await.map_err(|_| Error::Closed)?
     }
 }
 
-async fn run(n: usize, pool: AnyPool, ctx: Arc<Ctx>, rx: Arc<Mutex<mpsc::Receiver<Job>>>, max_group: usize) {
+async fn run(
+    n: usize,
+    pool: AnyPool,
+    ctx: Arc<Ctx>,
+    rx: Arc<Mutex<mpsc::Receiver<Job>>>,
+    max_group: usize,
+) {
     loop {
         let mut group = Vec::new();
         {
@@ -116,70 +133,107 @@ async fn commit_group(pool: &AnyPool, ctx: &Ctx, group: Vec<Job>) {
         return;
     }
 
-    let mut results: Vec<(oneshot::Sender<Result<Done>>, Result<Done>)> = Vec::with_capacity(group.len());
-    let mut broken: Option<Error> = None;
-    for job in group {
-        if let Some(e) = &broken {
-            results.push((job.reply, Err(Error::Commit(Arc::new(sqlx::Error::Protocol(e.to_string()))))));
-            continue;
-        }
-        if let Err(e) = sqlx::query("SAVEPOINT pattern_op").execute(&mut *tx).await {
-            broken = Some(e.into());
-            results.push((job.reply, Err(Error::Closed)));
-            continue;
-        }
-        match ops::apply(&mut tx, ctx, &job.op).await {
-            Ok(done) => match sqlx::query("RELEASE SAVEPOINT pattern_op").execute(&mut *tx).await {
-                Ok(_) => results.push((job.reply, Ok(done))),
-                Err(e) => {
-                    broken = Some(e.into());
-                    results.push((job.reply, Err(Error::Closed)));
-                }
-            },
-            Err(err) => {
-                let undo = async {
-                    sqlx::query("ROLLBACK TO SAVEPOINT pattern_op").execute(&mut *tx).await?;
-                    sqlx::query("RELEASE SAVEPOINT pattern_op").execute(&mut *tx).await
-                };
-                if let Err(e) = undo.await {
-                    broken = Some(e.into());
-                }
-                results.push((job.reply, Err(err)));
-            }
-        }
-    }
-    if let Some(e) = broken {
-        // The transaction is unusable: nothing of this group is committed.
-        let _ = tx.rollback().await;
-        let shared = Arc::new(sqlx::Error::Protocol(format!("write group aborted: {e}")));
-        for (reply, result) in results {
-            let _ = reply.send(match result {
-                Ok(_) => Err(Error::Commit(shared.clone())),
-                Err(err) => Err(err),
-            });
-        }
-        return;
-    }
-    match tx.commit().await {
+    let mut outcomes: Vec<Option<Result<Done>>> = group.iter().map(|_| None).collect();
+    match run_group(&mut tx, ctx, &group, &mut outcomes).await {
         Ok(()) => {
-            for (reply, result) in results {
-                let _ = reply.send(result);
+            if let Err(e) = tx.commit().await {
+                let shared = Arc::new(e);
+                for outcome in outcomes.iter_mut() {
+                    if matches!(outcome, Some(Ok(_))) {
+                        *outcome = Some(Err(Error::Commit(shared.clone())));
+                    }
+                }
             }
         }
         Err(e) => {
-            let shared = Arc::new(e);
-            for (reply, result) in results {
-                let _ = reply.send(match result {
-                    Ok(_) => Err(Error::Commit(shared.clone())),
-                    Err(err) => Err(err),
-                });
+            // The transaction itself broke (connection lost, savepoint refused): nothing of the
+            // group is committed, so no write of it may be acknowledged.
+            let _ = tx.rollback().await;
+            let shared = Arc::new(sqlx::Error::Protocol(format!("write group aborted: {e}")));
+            for outcome in outcomes.iter_mut() {
+                if !matches!(outcome, Some(Err(_))) {
+                    *outcome = Some(Err(Error::Commit(shared.clone())));
+                }
             }
         }
     }
+    for (job, outcome) in group.into_iter().zip(outcomes) {
+        let _ = job.reply.send(outcome.unwrap_or(Err(Error::Closed)));
+    }
+}
+
+/// Runs every op of a group inside `tx`, each isolated by a savepoint so that one failing op
+/// leaves the others intact. `begin_batch` calls go first, together, through the bulk path
+/// (three statements for the lot); if that fails they are retried one by one.
+async fn run_group(
+    tx: &mut Transaction<'static, Any>,
+    ctx: &Ctx,
+    group: &[Job],
+    outcomes: &mut [Option<Result<Done>>],
+) -> std::result::Result<(), sqlx::Error> {
+    let mut begins = Vec::new();
+    let mut calls = Vec::new();
+    for (i, job) in group.iter().enumerate() {
+        if let Op::BeginBatch {
+            agent,
+            trigger,
+            opts,
+        } = &job.op
+            && opts.parent_batch.is_none()
+        {
+            begins.push(i);
+            calls.push((*agent, trigger, opts));
+        }
+    }
+    if begins.len() >= 2 {
+        sqlx::query("SAVEPOINT pattern_bulk")
+            .execute(&mut **tx)
+            .await?;
+        match ops::begin_batches_bulk(tx, ctx, &calls).await {
+            Ok(results) => {
+                sqlx::query("RELEASE SAVEPOINT pattern_bulk")
+                    .execute(&mut **tx)
+                    .await?;
+                for (i, result) in begins.into_iter().zip(results) {
+                    outcomes[i] = Some(result.map(Done::Received));
+                }
+            }
+            Err(e) => {
+                debug!(error = %e, "bulk begin_batch failed; running the calls one by one");
+                sqlx::query("ROLLBACK TO SAVEPOINT pattern_bulk")
+                    .execute(&mut **tx)
+                    .await?;
+                sqlx::query("RELEASE SAVEPOINT pattern_bulk")
+                    .execute(&mut **tx)
+                    .await?;
+            }
+        }
+    }
+    for (job, outcome) in group.iter().zip(outcomes.iter_mut()) {
+        if outcome.is_some() {
+            continue;
+        }
+        sqlx::query("SAVEPOINT pattern_op")
+            .execute(&mut **tx)
+            .await?;
+        let result = ops::apply(tx, ctx, &job.op).await;
+        if result.is_err() {
+            sqlx::query("ROLLBACK TO SAVEPOINT pattern_op")
+                .execute(&mut **tx)
+                .await?;
+        }
+        sqlx::query("RELEASE SAVEPOINT pattern_op")
+            .execute(&mut **tx)
+            .await?;
+        *outcome = Some(result);
+    }
+    Ok(())
 }
 
 fn fail_all(group: Vec<Job>, e: &Error) {
-    let shared = Arc::new(sqlx::Error::Protocol(format!("cannot begin a transaction: {e}")));
+    let shared = Arc::new(sqlx::Error::Protocol(format!(
+        "cannot begin a transaction: {e}"
+    )));
     for job in group {
         let _ = job.reply.send(Err(Error::Commit(shared.clone())));
     }

@@ -67,7 +67,10 @@ struct Invocation {
 /// Parses the arguments after the program name. `Err` holds a one-line reason for the usage error.
 fn parse(args: &[String]) -> Result<Invocation, String> {
     if args.iter().any(|a| a == "-h" || a == "--help") {
-        return Ok(Invocation { command: Command::Help, url: String::new() });
+        return Ok(Invocation {
+            command: Command::Help,
+            url: String::new(),
+        });
     }
     let mut positional: Vec<&str> = Vec::new();
     let mut url: Option<String> = None;
@@ -81,7 +84,10 @@ fn parse(args: &[String]) -> Result<Invocation, String> {
         };
         let mut value = |name: &str| match inline.clone() {
             Some(v) => Ok(v),
-            None => rest.next().cloned().ok_or_else(|| format!("{name} needs a value")),
+            None => rest
+                .next()
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value")),
         };
         match flag {
             "--url" => {
@@ -95,7 +101,9 @@ fn parse(args: &[String]) -> Result<Invocation, String> {
                     .parse::<i64>()
                     .ok()
                     .filter(|v| *v >= 0)
-                    .ok_or_else(|| format!("--to needs a migration version (0 or more), not `{text}`"))?;
+                    .ok_or_else(|| {
+                        format!("--to needs a migration version (0 or more), not `{text}`")
+                    })?;
                 if to.replace(version).is_some() {
                     return Err("--to given twice".into());
                 }
@@ -108,7 +116,9 @@ fn parse(args: &[String]) -> Result<Invocation, String> {
     let command = match positional.as_slice() {
         ["migrate", action] => Command::Migrate(match *action {
             "up" => MigrateAction::Up,
-            "down" => MigrateAction::Down { to: to.unwrap_or(0) },
+            "down" => MigrateAction::Down {
+                to: to.unwrap_or(0),
+            },
             "reset" => MigrateAction::Reset,
             "status" => MigrateAction::Status,
             other => return Err(format!("unknown migrate action `{other}`")),
@@ -145,7 +155,10 @@ fn main() -> ExitCode {
         println!("{USAGE}");
         return ExitCode::SUCCESS;
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -184,7 +197,11 @@ async fn execute(db: &Database, command: Command) -> pattern_db::Result<()> {
             print_status(&db.migration_status().await?);
         }
         Command::Recover { all_open } => {
-            let scope = if all_open { RecoveryScope::AllOpen } else { RecoveryScope::ExpiredLeases };
+            let scope = if all_open {
+                RecoveryScope::AllOpen
+            } else {
+                RecoveryScope::ExpiredLeases
+            };
             let abandoned = db.recover_all(scope).await?;
             for a in &abandoned {
                 println!(
@@ -194,11 +211,19 @@ async fn execute(db: &Database, command: Command) -> pattern_db::Result<()> {
                     one_line(&a.trigger.text())
                 );
             }
-            let noun = if abandoned.len() == 1 { "batch" } else { "batches" };
+            let noun = if abandoned.len() == 1 {
+                "batch"
+            } else {
+                "batches"
+            };
             println!("{} {noun} abandoned", abandoned.len());
         }
         Command::Version => {
-            println!("engine: {} {}", db.backend().name(), db.engine_version().await?);
+            println!(
+                "engine: {} {}",
+                db.backend().name(),
+                db.engine_version().await?
+            );
             println!("machine id: {}", db.machine_id());
         }
         Command::Help => println!("{USAGE}"),
@@ -208,7 +233,11 @@ async fn execute(db: &Database, command: Command) -> pattern_db::Result<()> {
 
 /// One line per migration: `0001 message store  applied`.
 fn print_status(list: &[MigrationStatus]) {
-    let width = list.iter().map(|m| m.description.chars().count()).max().unwrap_or(0);
+    let width = list
+        .iter()
+        .map(|m| m.description.chars().count())
+        .max()
+        .unwrap_or(0);
     for m in list {
         let state = if m.applied { "applied" } else { "pending" };
         println!("{:04} {:<width$}  {state}", m.version, m.description);
@@ -237,7 +266,10 @@ mod tests {
         assert_eq!(inv.command, Command::Migrate(MigrateAction::Down { to: 0 }));
         let inv = parse(&args("--url sqlite:///x.db recover --all-open")).unwrap();
         assert_eq!(inv.command, Command::Recover { all_open: true });
-        assert_eq!(parse(&args("version --url u")).unwrap().command, Command::Version);
+        assert_eq!(
+            parse(&args("version --url u")).unwrap().command,
+            Command::Version
+        );
         assert_eq!(parse(&args("migrate -h")).unwrap().command, Command::Help);
     }
 

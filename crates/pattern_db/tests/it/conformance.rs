@@ -4,41 +4,79 @@
 use std::time::Duration;
 
 use pattern_db::{
-    Backend, BatchState, BatchType, BeginBatch, ContentBlock, Database, DbConfig, Error, LegacyMessage, MachineId,
-    NewAgent, NewMessage, RecoveryScope, Role, SnowflakeId, Summary,
+    Backend, BatchState, BatchType, BeginBatch, ContentBlock, Database, DbConfig, Error,
+    LegacyMessage, MachineId, NewAgent, NewMessage, RecoveryScope, Role, SnowflakeId, Summary,
 };
 use serde_json::json;
 
 use crate::{Kind, fresh, open_with};
 
 fn call(id: &str) -> NewMessage {
-    NewMessage::new(Role::Assistant, vec![ContentBlock::tool_use(id, "search", json!({"q": id}))])
+    NewMessage::new(
+        Role::Assistant,
+        vec![ContentBlock::tool_use(id, "search", json!({"q": id}))],
+    )
 }
 
 fn result(id: &str) -> NewMessage {
-    NewMessage::new(Role::Tool, vec![ContentBlock::tool_result(id, format!("result of {id}"), false)])
+    NewMessage::new(
+        Role::Tool,
+        vec![ContentBlock::tool_result(
+            id,
+            format!("result of {id}"),
+            false,
+        )],
+    )
 }
 
 async fn agents(kind: Kind) {
     let tdb = fresh(kind).await;
     let db = tdb.open().await;
     let db = db.unwrap();
-    let a = db.create_agent(NewAgent { name: "ada".into(), metadata: json!({"model": "m"}) }).await.unwrap();
+    let a = db
+        .create_agent(NewAgent {
+            name: "ada".into(),
+            metadata: json!({"model": "m"}),
+        })
+        .await
+        .unwrap();
     let b = db.create_agent(NewAgent::named("bob")).await.unwrap();
     assert_eq!(db.agent(a.id).await.unwrap(), a);
     assert_eq!(db.agent_by_name("bob").await.unwrap().id, b.id);
-    assert_eq!(db.agents().await.unwrap().iter().map(|x| x.name.as_str()).collect::<Vec<_>>(), ["ada", "bob"]);
-    assert!(matches!(db.create_agent(NewAgent::named("ada")).await, Err(Error::AgentNameTaken(n)) if n == "ada"));
-    assert!(matches!(db.create_agent(NewAgent::named("")).await, Err(Error::InvalidContent(_))));
-    assert!(matches!(db.agent_by_name("nobody").await, Err(Error::AgentNameNotFound(_))));
+    assert_eq!(
+        db.agents()
+            .await
+            .unwrap()
+            .iter()
+            .map(|x| x.name.as_str())
+            .collect::<Vec<_>>(),
+        ["ada", "bob"]
+    );
+    assert!(
+        matches!(db.create_agent(NewAgent::named("ada")).await, Err(Error::AgentNameTaken(n)) if n == "ada")
+    );
+    assert!(matches!(
+        db.create_agent(NewAgent::named("")).await,
+        Err(Error::InvalidContent(_))
+    ));
+    assert!(matches!(
+        db.agent_by_name("nobody").await,
+        Err(Error::AgentNameNotFound(_))
+    ));
 
     // Deleting an agent removes its history too.
     let store = db.messages(b.id);
-    store.begin_batch(NewMessage::user("hi"), BeginBatch::default()).await.unwrap();
+    store
+        .begin_batch(NewMessage::user("hi"), BeginBatch::default())
+        .await
+        .unwrap();
     db.delete_agent(b.id).await.unwrap();
     assert!(matches!(db.agent(b.id).await, Err(Error::AgentNotFound(_))));
     assert!(store.get_recent(10).await.unwrap().is_empty());
-    assert!(matches!(db.delete_agent(b.id).await, Err(Error::AgentNotFound(_))));
+    assert!(matches!(
+        db.delete_agent(b.id).await,
+        Err(Error::AgentNotFound(_))
+    ));
     db.close().await;
     tdb.cleanup().await.unwrap();
 }
@@ -49,33 +87,51 @@ async fn batch_lifecycle(kind: Kind) {
     let agent = db.create_agent(NewAgent::named("ada")).await.unwrap();
     let store = db.messages(agent.id);
 
-    let received = store.begin_batch(NewMessage::user("find the report"), BeginBatch::default()).await.unwrap();
+    let received = store
+        .begin_batch(NewMessage::user("find the report"), BeginBatch::default())
+        .await
+        .unwrap();
     let open = store.get_batch(received.batch_id).await.unwrap();
     assert_eq!(open.info.state, BatchState::Open);
     assert_eq!(open.info.batch_type, BatchType::UserRequest);
     assert_eq!(open.info.run_owner.as_deref(), Some(db.run_owner()));
     assert_eq!(open.messages.len(), 1);
-    assert_eq!(open.messages[0].position, received.batch_id, "the batch id is the trigger's position");
+    assert_eq!(
+        open.messages[0].position, received.batch_id,
+        "the batch id is the trigger's position"
+    );
     assert_eq!(open.messages[0].sequence_num, 0);
-    assert_eq!(store.current_batch().await.unwrap().map(|b| b.id), Some(received.batch_id));
+    assert_eq!(
+        store.current_batch().await.unwrap().map(|b| b.id),
+        Some(received.batch_id)
+    );
 
     // Parallel calls, results stored in the order they finished.
     let step1 = NewMessage::new(
         Role::Assistant,
         vec![
-            ContentBlock::Thinking { text: "two searches".into(), signature: None },
+            ContentBlock::Thinking {
+                text: "two searches".into(),
+                signature: None,
+            },
             ContentBlock::tool_use("a", "search", json!({})),
             ContentBlock::tool_use("b", "search", json!({})),
         ],
     );
-    let r1 = store.append_step(received.batch_id, vec![step1]).await.unwrap();
+    let r1 = store
+        .append_step(received.batch_id, vec![step1])
+        .await
+        .unwrap();
     assert_eq!(r1.stored.len(), 1);
     assert!(matches!(
         store.complete_batch(received.batch_id).await,
         Err(Error::PendingToolCalls { pending, .. }) if pending == ["a", "b"]
     ));
     let r2 = store
-        .append_step(received.batch_id, vec![result("b"), result("a"), NewMessage::assistant("found it")])
+        .append_step(
+            received.batch_id,
+            vec![result("b"), result("a"), NewMessage::assistant("found it")],
+        )
         .await
         .unwrap();
     assert_eq!(r2.stored.iter().map(|s| s.2).collect::<Vec<_>>(), [2, 3, 4]);
@@ -84,20 +140,55 @@ async fn batch_lifecycle(kind: Kind) {
     assert!(done.completed_at.is_some());
     assert_eq!(done.run_owner, None);
     // Completing again is a no-op.
-    assert_eq!(store.complete_batch(received.batch_id).await.unwrap().state, BatchState::Complete);
+    assert_eq!(
+        store.complete_batch(received.batch_id).await.unwrap().state,
+        BatchState::Complete
+    );
     assert_eq!(store.current_batch().await.unwrap(), None);
 
     let batch = store.get_batch(received.batch_id).await.unwrap();
     assert_eq!(batch.messages.len(), 5);
-    assert!(batch.messages.windows(2).all(|w| w[0].position < w[1].position));
-    assert_eq!(batch.messages.iter().map(|m| m.sequence_num).collect::<Vec<_>>(), [0, 1, 2, 3, 4]);
+    assert!(
+        batch
+            .messages
+            .windows(2)
+            .all(|w| w[0].position < w[1].position)
+    );
+    assert_eq!(
+        batch
+            .messages
+            .iter()
+            .map(|m| m.sequence_num)
+            .collect::<Vec<_>>(),
+        [0, 1, 2, 3, 4]
+    );
     assert!(batch.pending_tool_calls().is_empty());
     assert_eq!(batch.info.message_count, 5);
 
     // Nothing can be appended to a complete batch, and nothing changes.
-    let err = store.append_step(received.batch_id, vec![NewMessage::assistant("late")]).await.unwrap_err();
-    assert!(matches!(err, Error::BatchNotOpen { state: BatchState::Complete, .. }), "{err}");
-    assert_eq!(store.get_batch(received.batch_id).await.unwrap().messages.len(), 5);
+    let err = store
+        .append_step(received.batch_id, vec![NewMessage::assistant("late")])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::BatchNotOpen {
+                state: BatchState::Complete,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        store
+            .get_batch(received.batch_id)
+            .await
+            .unwrap()
+            .messages
+            .len(),
+        5
+    );
     db.close().await;
     tdb.cleanup().await.unwrap();
 }
@@ -107,35 +198,72 @@ async fn pairing_is_enforced(kind: Kind) {
     let db = tdb.open().await.unwrap();
     let agent = db.create_agent(NewAgent::named("ada")).await.unwrap();
     let store = db.messages(agent.id);
-    let b = store.begin_batch(NewMessage::user("go"), BeginBatch::default()).await.unwrap().batch_id;
+    let b = store
+        .begin_batch(NewMessage::user("go"), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
     store.append_step(b, vec![call("t1")]).await.unwrap();
 
-    let err = store.append_step(b, vec![result("nope")]).await.unwrap_err();
-    assert!(matches!(&err, Error::UnpairedToolResult { tool_use_id, .. } if tool_use_id == "nope"), "{err}");
+    let err = store
+        .append_step(b, vec![result("nope")])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::UnpairedToolResult { tool_use_id, .. } if tool_use_id == "nope"),
+        "{err}"
+    );
     let err = store.append_step(b, vec![call("t1")]).await.unwrap_err();
     assert!(matches!(err, Error::DuplicateToolUse { .. }), "{err}");
-    let err = store.append_step(b, vec![result("t1"), result("t1")]).await.unwrap_err();
+    let err = store
+        .append_step(b, vec![result("t1"), result("t1")])
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::DuplicateToolResult { .. }), "{err}");
     // A step that fails is not stored in part: the valid first message of it is gone too.
-    let err = store.append_step(b, vec![NewMessage::assistant("partial"), result("zz")]).await.unwrap_err();
+    let err = store
+        .append_step(b, vec![NewMessage::assistant("partial"), result("zz")])
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::UnpairedToolResult { .. }), "{err}");
     assert_eq!(store.get_batch(b).await.unwrap().messages.len(), 2);
 
     // A result for a call of another batch is refused as well.
-    let other = store.begin_batch(NewMessage::user("other"), BeginBatch::default()).await.unwrap().batch_id;
-    assert!(matches!(store.append_step(other, vec![result("t1")]).await, Err(Error::UnpairedToolResult { .. })));
+    let other = store
+        .begin_batch(NewMessage::user("other"), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
+    assert!(matches!(
+        store.append_step(other, vec![result("t1")]).await,
+        Err(Error::UnpairedToolResult { .. })
+    ));
     // Roles: a user message cannot call tools; triggers cannot be assistant messages.
     let err = store
-        .append_step(b, vec![NewMessage::new(Role::User, vec![ContentBlock::tool_use("x", "y", json!({}))])])
+        .append_step(
+            b,
+            vec![NewMessage::new(
+                Role::User,
+                vec![ContentBlock::tool_use("x", "y", json!({}))],
+            )],
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::InvalidContent(_)), "{err}");
     assert!(matches!(
-        store.begin_batch(NewMessage::assistant("me first"), BeginBatch::default()).await,
+        store
+            .begin_batch(NewMessage::assistant("me first"), BeginBatch::default())
+            .await,
         Err(Error::InvalidContent(_))
     ));
-    assert!(matches!(store.append_step(b, vec![]).await, Err(Error::EmptyStep)));
-    store.append_step(b, vec![result("t1"), NewMessage::assistant("ok")]).await.unwrap();
+    assert!(matches!(
+        store.append_step(b, vec![]).await,
+        Err(Error::EmptyStep)
+    ));
+    store
+        .append_step(b, vec![result("t1"), NewMessage::assistant("ok")])
+        .await
+        .unwrap();
     store.complete_batch(b).await.unwrap();
     db.close().await;
     tdb.cleanup().await.unwrap();
@@ -146,29 +274,63 @@ async fn continuation_keeps_the_batch(kind: Kind) {
     let db = tdb.open().await.unwrap();
     let agent = db.create_agent(NewAgent::named("ada")).await.unwrap();
     let store = db.messages(agent.id);
-    let b = store.begin_batch(NewMessage::system("wake up"), BeginBatch::default()).await.unwrap().batch_id;
-    assert_eq!(store.batch_info(b).await.unwrap().batch_type, BatchType::SystemTrigger);
-    store.append_step(b, vec![NewMessage::assistant("thinking, will continue")]).await.unwrap();
+    let b = store
+        .begin_batch(NewMessage::system("wake up"), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
+    assert_eq!(
+        store.batch_info(b).await.unwrap().batch_type,
+        BatchType::SystemTrigger
+    );
+    store
+        .append_step(b, vec![NewMessage::assistant("thinking, will continue")])
+        .await
+        .unwrap();
     store.complete_batch(b).await.unwrap();
     // Another batch in between, then the heartbeat continues the first one.
-    let b2 = store.begin_batch(NewMessage::user("meanwhile"), BeginBatch::default()).await.unwrap().batch_id;
-    store.append_step(b2, vec![NewMessage::assistant("sure")]).await.unwrap();
+    let b2 = store
+        .begin_batch(NewMessage::user("meanwhile"), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
+    store
+        .append_step(b2, vec![NewMessage::assistant("sure")])
+        .await
+        .unwrap();
     store.complete_batch(b2).await.unwrap();
     let info = store.continue_batch(b).await.unwrap();
     assert_eq!(info.state, BatchState::Open);
     assert_eq!(info.id, b);
-    let r = store.append_step(b, vec![NewMessage::assistant("continued")]).await.unwrap();
+    let r = store
+        .append_step(b, vec![NewMessage::assistant("continued")])
+        .await
+        .unwrap();
     assert_eq!(r.stored[0].2, 2);
     store.complete_batch(b).await.unwrap();
     let batch = store.get_batch(b).await.unwrap();
-    assert_eq!(batch.messages.last().unwrap().batch_type, BatchType::Continuation);
+    assert_eq!(
+        batch.messages.last().unwrap().batch_type,
+        BatchType::Continuation
+    );
     assert_eq!(batch.messages[0].batch_type, BatchType::SystemTrigger);
     // The continued message is later in the history than the batch in between.
     let recent = store.get_recent(2).await.unwrap();
-    assert_eq!(recent.iter().map(|b| b.info.id).collect::<Vec<_>>(), [b, b2]);
+    assert_eq!(
+        recent.iter().map(|b| b.info.id).collect::<Vec<_>>(),
+        [b, b2]
+    );
     assert!(recent[0].messages.last().unwrap().position > recent[1].messages[0].position);
     assert!(matches!(
-        store.begin_batch(NewMessage::user("x"), BeginBatch { batch_type: Some(BatchType::Continuation), ..Default::default() }).await,
+        store
+            .begin_batch(
+                NewMessage::user("x"),
+                BeginBatch {
+                    batch_type: Some(BatchType::Continuation),
+                    ..Default::default()
+                }
+            )
+            .await,
         Err(Error::InvalidContent(_))
     ));
     db.close().await;
@@ -180,10 +342,21 @@ async fn recovery_abandons_expired_open_batches(kind: Kind) {
     let db = open_with(&tdb, |c| c.batch_lease = Duration::from_millis(300)).await;
     let agent = db.create_agent(NewAgent::named("ada")).await.unwrap();
     let store = db.messages(agent.id);
-    let done = store.begin_batch(NewMessage::user("one"), BeginBatch::default()).await.unwrap().batch_id;
-    store.append_step(done, vec![NewMessage::assistant("ok")]).await.unwrap();
+    let done = store
+        .begin_batch(NewMessage::user("one"), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
+    store
+        .append_step(done, vec![NewMessage::assistant("ok")])
+        .await
+        .unwrap();
     store.complete_batch(done).await.unwrap();
-    let crashed = store.begin_batch(NewMessage::user("two"), BeginBatch::default()).await.unwrap().batch_id;
+    let crashed = store
+        .begin_batch(NewMessage::user("two"), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
     store.append_step(crashed, vec![call("t")]).await.unwrap();
 
     // The lease is still valid: nothing to recover.
@@ -194,21 +367,57 @@ async fn recovery_abandons_expired_open_batches(kind: Kind) {
     assert_eq!(abandoned[0].batch.id, crashed);
     assert_eq!(abandoned[0].batch.state, BatchState::Abandoned);
     assert_eq!(abandoned[0].trigger.text(), "two");
-    assert!(store.recover().await.unwrap().is_empty(), "recovery is idempotent");
-    assert_eq!(store.batch_info(done).await.unwrap().state, BatchState::Complete);
-    let err = store.append_step(crashed, vec![result("t")]).await.unwrap_err();
-    assert!(matches!(err, Error::BatchNotOpen { state: BatchState::Abandoned, .. }), "{err}");
-    assert!(matches!(store.continue_batch(crashed).await, Err(Error::InvalidBatchState { .. })));
-    assert!(matches!(store.complete_batch(crashed).await, Err(Error::InvalidBatchState { .. })));
-    assert_eq!(store.recent_activity(10).await.unwrap()[0].kind, "batch_abandoned");
+    assert!(
+        store.recover().await.unwrap().is_empty(),
+        "recovery is idempotent"
+    );
+    assert_eq!(
+        store.batch_info(done).await.unwrap().state,
+        BatchState::Complete
+    );
+    let err = store
+        .append_step(crashed, vec![result("t")])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::BatchNotOpen {
+                state: BatchState::Abandoned,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(matches!(
+        store.continue_batch(crashed).await,
+        Err(Error::InvalidBatchState { .. })
+    ));
+    assert!(matches!(
+        store.complete_batch(crashed).await,
+        Err(Error::InvalidBatchState { .. })
+    ));
+    assert_eq!(
+        store.recent_activity(10).await.unwrap()[0].kind,
+        "batch_abandoned"
+    );
 
     // A renewed lease protects a long run.
-    let long = store.begin_batch(NewMessage::user("three"), BeginBatch::default()).await.unwrap().batch_id;
+    let long = store
+        .begin_batch(NewMessage::user("three"), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(150)).await;
         store.renew_lease(long).await.unwrap();
     }
-    assert!(db.recover_all(RecoveryScope::ExpiredLeases).await.unwrap().is_empty());
+    assert!(
+        db.recover_all(RecoveryScope::ExpiredLeases)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // The owner of an embedded database knows at start-up that no run is alive.
     let all = store.recover_scope(RecoveryScope::AllOpen).await.unwrap();
     assert_eq!(all.iter().map(|a| a.batch.id).collect::<Vec<_>>(), [long]);
@@ -225,28 +434,71 @@ async fn get_recent_returns_whole_batches(kind: Kind) {
     let noise = db.messages(other.id);
     let mut ids = Vec::new();
     for i in 0..6 {
-        let b = store.begin_batch(NewMessage::user(format!("q{i}")), BeginBatch::default()).await.unwrap().batch_id;
-        noise.begin_batch(NewMessage::user("noise"), BeginBatch::default()).await.unwrap();
-        store.append_step(b, vec![call(&format!("c{i}"))]).await.unwrap();
-        store.append_step(b, vec![result(&format!("c{i}")), NewMessage::assistant(format!("a{i}"))]).await.unwrap();
+        let b = store
+            .begin_batch(NewMessage::user(format!("q{i}")), BeginBatch::default())
+            .await
+            .unwrap()
+            .batch_id;
+        noise
+            .begin_batch(NewMessage::user("noise"), BeginBatch::default())
+            .await
+            .unwrap();
+        store
+            .append_step(b, vec![call(&format!("c{i}"))])
+            .await
+            .unwrap();
+        store
+            .append_step(
+                b,
+                vec![
+                    result(&format!("c{i}")),
+                    NewMessage::assistant(format!("a{i}")),
+                ],
+            )
+            .await
+            .unwrap();
         store.complete_batch(b).await.unwrap();
         ids.push(b);
     }
     let recent = store.get_recent(3).await.unwrap();
-    assert_eq!(recent.iter().map(|b| b.info.id).collect::<Vec<_>>(), ids[3..]);
+    assert_eq!(
+        recent.iter().map(|b| b.info.id).collect::<Vec<_>>(),
+        ids[3..]
+    );
     for b in &recent {
         assert_eq!(b.messages.len(), 4, "batch cut");
         assert!(b.messages.iter().all(|m| m.agent_id == agent.id));
-        assert_eq!(b.messages.iter().map(|m| m.sequence_num).collect::<Vec<_>>(), [0, 1, 2, 3]);
+        assert_eq!(
+            b.messages
+                .iter()
+                .map(|m| m.sequence_num)
+                .collect::<Vec<_>>(),
+            [0, 1, 2, 3]
+        );
     }
     assert_eq!(store.get_recent(100).await.unwrap().len(), 6);
     assert!(store.get_recent(0).await.unwrap().is_empty());
     let all = store.get_all(None, 1000, false).await.unwrap();
     assert_eq!(all.len(), 24);
     assert!(all.windows(2).all(|w| w[0].position < w[1].position));
-    let page = store.get_all(Some(all[9].position), 5, false).await.unwrap();
-    assert_eq!(page.iter().map(|m| m.id).collect::<Vec<_>>(), all[10..15].iter().map(|m| m.id).collect::<Vec<_>>());
-    assert_eq!(store.list_batches(None, 2).await.unwrap().iter().map(|b| b.id).collect::<Vec<_>>(), [ids[5], ids[4]]);
+    let page = store
+        .get_all(Some(all[9].position), 5, false)
+        .await
+        .unwrap();
+    assert_eq!(
+        page.iter().map(|m| m.id).collect::<Vec<_>>(),
+        all[10..15].iter().map(|m| m.id).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        store
+            .list_batches(None, 2)
+            .await
+            .unwrap()
+            .iter()
+            .map(|b| b.id)
+            .collect::<Vec<_>>(),
+        [ids[5], ids[4]]
+    );
     db.close().await;
     tdb.cleanup().await.unwrap();
 }
@@ -258,18 +510,34 @@ async fn archive_and_summaries(kind: Kind) {
     let store = db.messages(agent.id);
     let mut ids = Vec::new();
     for i in 0..5 {
-        let b = store.begin_batch(NewMessage::user(format!("q{i}")), BeginBatch::default()).await.unwrap().batch_id;
-        store.append_step(b, vec![NewMessage::assistant(format!("a{i}"))]).await.unwrap();
+        let b = store
+            .begin_batch(NewMessage::user(format!("q{i}")), BeginBatch::default())
+            .await
+            .unwrap()
+            .batch_id;
+        store
+            .append_step(b, vec![NewMessage::assistant(format!("a{i}"))])
+            .await
+            .unwrap();
         store.complete_batch(b).await.unwrap();
         ids.push(b);
     }
     // Batch 1 is continued later, so it reaches past batch 3's start and must not be cut.
     store.continue_batch(ids[1]).await.unwrap();
-    store.append_step(ids[1], vec![NewMessage::assistant("late")]).await.unwrap();
+    store
+        .append_step(ids[1], vec![NewMessage::assistant("late")])
+        .await
+        .unwrap();
     store.complete_batch(ids[1]).await.unwrap();
     let archived = store.archive_before(ids[3]).await.unwrap();
     assert_eq!(archived, 4, "batches 0 and 2 (two messages each)");
-    let live: Vec<SnowflakeId> = store.get_recent(10).await.unwrap().iter().map(|b| b.info.id).collect();
+    let live: Vec<SnowflakeId> = store
+        .get_recent(10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|b| b.info.id)
+        .collect();
     assert_eq!(live, [ids[1], ids[3], ids[4]]);
     assert!(store.batch_info(ids[0]).await.unwrap().archived);
     assert_eq!(store.count_live().await.unwrap(), 7);
@@ -287,17 +555,47 @@ async fn archive_and_summaries(kind: Kind) {
     };
     let covered = store.summarize_and_archive(summary.clone()).await.unwrap();
     assert_eq!(covered, [ids[1], ids[3]]);
-    assert_eq!(store.get_summary().await.unwrap().unwrap().content, summary.content);
-    assert_eq!(store.get_recent(10).await.unwrap().iter().map(|b| b.info.id).collect::<Vec<_>>(), [ids[4]]);
-    store.upsert_summary(Summary { content: "revised".into(), ..summary.clone() }).await.unwrap();
+    assert_eq!(
+        store.get_summary().await.unwrap().unwrap().content,
+        summary.content
+    );
+    assert_eq!(
+        store
+            .get_recent(10)
+            .await
+            .unwrap()
+            .iter()
+            .map(|b| b.info.id)
+            .collect::<Vec<_>>(),
+        [ids[4]]
+    );
+    store
+        .upsert_summary(Summary {
+            content: "revised".into(),
+            ..summary.clone()
+        })
+        .await
+        .unwrap();
     let all = store.get_summaries().await.unwrap();
     assert_eq!(all.len(), 1);
     assert_eq!(all[0].content, "revised");
 
     // An open batch cannot be summarised away, and nothing is written when that is refused.
-    let open = store.begin_batch(NewMessage::user("open"), BeginBatch::default()).await.unwrap().batch_id;
-    let bad = Summary { id: store.new_summary_id().unwrap(), from_batch: ids[4], through_batch: open, ..summary };
-    assert!(matches!(store.summarize_and_archive(bad).await, Err(Error::InvalidBatchState { .. })));
+    let open = store
+        .begin_batch(NewMessage::user("open"), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
+    let bad = Summary {
+        id: store.new_summary_id().unwrap(),
+        from_batch: ids[4],
+        through_batch: open,
+        ..summary
+    };
+    assert!(matches!(
+        store.summarize_and_archive(bad).await,
+        Err(Error::InvalidBatchState { .. })
+    ));
     assert_eq!(store.get_summaries().await.unwrap().len(), 1);
     assert!(!store.batch_info(ids[4]).await.unwrap().archived);
     db.close().await;
@@ -310,13 +608,28 @@ async fn activity_log(kind: Kind) {
     let agent = db.create_agent(NewAgent::named("ada")).await.unwrap();
     let store = db.messages(agent.id);
     for i in 0..5 {
-        store.log_activity("tool_called", json!({"n": i})).await.unwrap();
+        store
+            .log_activity("tool_called", json!({"n": i}))
+            .await
+            .unwrap();
     }
     let events = store.recent_activity(3).await.unwrap();
-    assert_eq!(events.iter().map(|e| e.payload["n"].as_i64().unwrap()).collect::<Vec<_>>(), [4, 3, 2]);
-    assert!(matches!(store.log_activity("", json!(null)).await, Err(Error::InvalidContent(_))));
+    assert_eq!(
+        events
+            .iter()
+            .map(|e| e.payload["n"].as_i64().unwrap())
+            .collect::<Vec<_>>(),
+        [4, 3, 2]
+    );
+    assert!(matches!(
+        store.log_activity("", json!(null)).await,
+        Err(Error::InvalidContent(_))
+    ));
     let ghost = db.messages(pattern_db::AgentId::new());
-    assert!(matches!(ghost.log_activity("x", json!(1)).await, Err(Error::AgentNotFound(_))));
+    assert!(matches!(
+        ghost.log_activity("x", json!(1)).await,
+        Err(Error::AgentNotFound(_))
+    ));
     db.close().await;
     tdb.cleanup().await.unwrap();
 }
@@ -326,13 +639,24 @@ async fn legacy_import(kind: Kind) {
     let db = tdb.open().await.unwrap();
     let agent = db.create_agent(NewAgent::named("ada")).await.unwrap();
     let store = db.messages(agent.id);
-    let m = |role, content| LegacyMessage { role, content, created_at: None, origin: None };
+    let m = |role, content| LegacyMessage {
+        role,
+        content,
+        created_at: None,
+        origin: None,
+    };
     let history = vec![
         m(Role::User, vec![ContentBlock::text("u1")]),
-        m(Role::Assistant, vec![ContentBlock::tool_use("t1", "search", json!({}))]),
+        m(
+            Role::Assistant,
+            vec![ContentBlock::tool_use("t1", "search", json!({}))],
+        ),
         m(Role::User, vec![ContentBlock::text("u2")]),
         m(Role::Assistant, vec![ContentBlock::text("a2")]),
-        m(Role::Tool, vec![ContentBlock::tool_result("t1", "r1", false)]),
+        m(
+            Role::Tool,
+            vec![ContentBlock::tool_result("t1", "r1", false)],
+        ),
         m(Role::Assistant, vec![ContentBlock::text("a1")]),
         m(Role::User, vec![ContentBlock::text("u3 never answered")]),
     ];
@@ -341,17 +665,35 @@ async fn legacy_import(kind: Kind) {
     let batches = store.get_recent(10).await.unwrap();
     let texts: Vec<Vec<String>> = batches
         .iter()
-        .map(|b| b.messages.iter().map(|m| format!("{}", m.sequence_num)).collect())
+        .map(|b| {
+            b.messages
+                .iter()
+                .map(|m| format!("{}", m.sequence_num))
+                .collect()
+        })
         .collect();
     assert_eq!(texts, [vec!["0", "1", "2", "3"], vec!["0", "1"], vec!["0"]]);
-    assert_eq!(batches[0].messages[2].tool_result_ids().collect::<Vec<_>>(), ["t1"]);
+    assert_eq!(
+        batches[0].messages[2].tool_result_ids().collect::<Vec<_>>(),
+        ["t1"]
+    );
     assert_eq!(batches[0].info.state, BatchState::Complete);
     assert_eq!(batches[2].info.state, BatchState::Abandoned);
     // Positions follow the input order across the interleaving.
     let all = store.get_all(None, 100, false).await.unwrap();
-    assert_eq!(all.iter().map(|m| m.text()).filter(|t| !t.is_empty()).collect::<Vec<_>>(), ["u1", "u2", "a2", "a1", "u3 never answered"]);
+    assert_eq!(
+        all.iter()
+            .map(|m| m.text())
+            .filter(|t| !t.is_empty())
+            .collect::<Vec<_>>(),
+        ["u1", "u2", "a2", "a1", "u3 never answered"]
+    );
     // New batches go after the imported history.
-    let b = store.begin_batch(NewMessage::user("now"), BeginBatch::default()).await.unwrap().batch_id;
+    let b = store
+        .begin_batch(NewMessage::user("now"), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
     assert!(b > all.last().unwrap().position);
     db.close().await;
     tdb.cleanup().await.unwrap();
@@ -364,11 +706,20 @@ async fn many_agents_write_at_once(kind: Kind) {
     for i in 0..50 {
         let db = db.clone();
         tasks.push(tokio::spawn(async move {
-            let agent = db.create_agent(NewAgent::named(format!("agent-{i}"))).await.unwrap();
+            let agent = db
+                .create_agent(NewAgent::named(format!("agent-{i}")))
+                .await
+                .unwrap();
             let store = db.messages(agent.id);
             for j in 0..10 {
-                let b = store.begin_batch(NewMessage::user(format!("{j}")), BeginBatch::default()).await.unwrap();
-                store.append_step(b.batch_id, vec![NewMessage::assistant("ok")]).await.unwrap();
+                let b = store
+                    .begin_batch(NewMessage::user(format!("{j}")), BeginBatch::default())
+                    .await
+                    .unwrap();
+                store
+                    .append_step(b.batch_id, vec![NewMessage::assistant("ok")])
+                    .await
+                    .unwrap();
                 store.complete_batch(b.batch_id).await.unwrap();
             }
             let all = store.get_all(None, 1000, false).await.unwrap();
@@ -379,6 +730,70 @@ async fn many_agents_write_at_once(kind: Kind) {
     for t in tasks {
         t.await.unwrap();
     }
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+async fn grouped_acknowledgements_fail_one_by_one(kind: Kind) {
+    // Concurrent begin_batch calls are committed together; bad ones in the same group fail alone.
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let mut agents = Vec::new();
+    for i in 0..20 {
+        agents.push(
+            db.create_agent(NewAgent::named(format!("g{i}")))
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let db = db.clone();
+        let agent = if i % 5 == 3 {
+            pattern_db::AgentId::new()
+        } else {
+            agents[i % 20]
+        };
+        let trigger = if i % 5 == 4 {
+            NewMessage::assistant("not a trigger")
+        } else {
+            NewMessage::user(format!("m{i}"))
+        };
+        tasks.push(tokio::spawn(async move {
+            (
+                i,
+                db.messages(agent)
+                    .begin_batch(trigger, BeginBatch::default())
+                    .await,
+            )
+        }));
+    }
+    let mut ok = 0;
+    for t in tasks {
+        let (i, r) = t.await.unwrap();
+        match i % 5 {
+            3 => assert!(matches!(r, Err(Error::AgentNotFound(_))), "{i}: {r:?}"),
+            4 => assert!(matches!(r, Err(Error::InvalidContent(_))), "{i}: {r:?}"),
+            _ => {
+                r.unwrap();
+                ok += 1;
+            }
+        }
+    }
+    assert_eq!(ok, 120);
+    let mut total = 0;
+    for agent in &agents {
+        let batches = db.messages(*agent).get_recent(1000).await.unwrap();
+        assert!(batches.windows(2).all(|w| w[0].info.id < w[1].info.id));
+        assert!(
+            batches
+                .iter()
+                .all(|b| b.messages.len() == 1 && b.messages[0].position == b.info.id)
+        );
+        total += batches.len();
+    }
+    assert_eq!(total, 120);
     db.close().await;
     tdb.cleanup().await.unwrap();
 }
@@ -394,10 +809,20 @@ async fn machine_ids_are_leased_per_process(kind: Kind) {
     let agent = a.create_agent(NewAgent::named("shared")).await.unwrap();
     for i in 0..20 {
         let db = if i % 2 == 0 { &a } else { &b };
-        db.messages(agent.id).begin_batch(NewMessage::user(format!("{i}")), BeginBatch::default()).await.unwrap();
+        db.messages(agent.id)
+            .begin_batch(NewMessage::user(format!("{i}")), BeginBatch::default())
+            .await
+            .unwrap();
     }
-    let all = a.messages(agent.id).get_all(None, 100, false).await.unwrap();
-    assert_eq!(all.iter().map(|m| m.text()).collect::<Vec<_>>(), (0..20).map(|i| i.to_string()).collect::<Vec<_>>());
+    let all = a
+        .messages(agent.id)
+        .get_all(None, 100, false)
+        .await
+        .unwrap();
+    assert_eq!(
+        all.iter().map(|m| m.text()).collect::<Vec<_>>(),
+        (0..20).map(|i| i.to_string()).collect::<Vec<_>>()
+    );
     assert!(all.windows(2).all(|w| w[0].position < w[1].position));
     a.close().await;
     b.close().await;
@@ -410,33 +835,84 @@ async fn bad_input_is_typed_and_changes_nothing(kind: Kind) {
     let db = open_with(&tdb, |c| c.max_content_bytes = 1000).await;
     let agent = db.create_agent(NewAgent::named("ada")).await.unwrap();
     let store = db.messages(agent.id);
-    let b = store.begin_batch(NewMessage::user("hi"), BeginBatch::default()).await.unwrap().batch_id;
+    let b = store
+        .begin_batch(NewMessage::user("hi"), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
 
-    let err = store.append_step(b, vec![NewMessage::assistant("x".repeat(2000))]).await.unwrap_err();
-    assert!(matches!(err, Error::ContentTooLarge { limit: 1000, .. }), "{err}");
+    let err = store
+        .append_step(b, vec![NewMessage::assistant("x".repeat(2000))])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::ContentTooLarge { limit: 1000, .. }),
+        "{err}"
+    );
     assert!(matches!(
-        store.begin_batch(NewMessage::user("y".repeat(5000)), BeginBatch::default()).await,
+        store
+            .begin_batch(NewMessage::user("y".repeat(5000)), BeginBatch::default())
+            .await,
         Err(Error::ContentTooLarge { .. })
     ));
-    assert!(matches!(NewMessage::from_json(Role::User, "{not json"), Err(Error::InvalidContent(_))));
-    assert!(matches!(NewMessage::from_json(Role::User, r#"[{"type":"video"}]"#), Err(Error::InvalidContent(_))));
-    assert!(matches!(NewMessage::from_json(Role::User, "[]").unwrap().validate_shape(), Err(Error::InvalidContent(_))));
+    assert!(matches!(
+        NewMessage::from_json(Role::User, "{not json"),
+        Err(Error::InvalidContent(_))
+    ));
+    assert!(matches!(
+        NewMessage::from_json(Role::User, r#"[{"type":"video"}]"#),
+        Err(Error::InvalidContent(_))
+    ));
+    assert!(matches!(
+        NewMessage::from_json(Role::User, "[]")
+            .unwrap()
+            .validate_shape(),
+        Err(Error::InvalidContent(_))
+    ));
     let unknown = SnowflakeId(42);
-    assert!(matches!(store.append_step(unknown, vec![NewMessage::assistant("x")]).await, Err(Error::BatchNotFound { .. })));
-    assert!(matches!(store.get_batch(unknown).await, Err(Error::BatchNotFound { .. })));
-    assert!(matches!(store.complete_batch(unknown).await, Err(Error::BatchNotFound { .. })));
+    assert!(matches!(
+        store
+            .append_step(unknown, vec![NewMessage::assistant("x")])
+            .await,
+        Err(Error::BatchNotFound { .. })
+    ));
+    assert!(matches!(
+        store.get_batch(unknown).await,
+        Err(Error::BatchNotFound { .. })
+    ));
+    assert!(matches!(
+        store.complete_batch(unknown).await,
+        Err(Error::BatchNotFound { .. })
+    ));
     // Another agent's batch is not found through this agent's store.
     let other = db.create_agent(NewAgent::named("bob")).await.unwrap();
-    assert!(matches!(db.messages(other.id).get_batch(b).await, Err(Error::BatchNotFound { .. })));
     assert!(matches!(
-        db.messages(other.id).append_step(b, vec![NewMessage::assistant("x")]).await,
+        db.messages(other.id).get_batch(b).await,
+        Err(Error::BatchNotFound { .. })
+    ));
+    assert!(matches!(
+        db.messages(other.id)
+            .append_step(b, vec![NewMessage::assistant("x")])
+            .await,
         Err(Error::BatchNotFound { .. })
     ));
     let ghost = db.messages(pattern_db::AgentId::new());
-    assert!(matches!(ghost.begin_batch(NewMessage::user("x"), BeginBatch::default()).await, Err(Error::AgentNotFound(_))));
+    assert!(matches!(
+        ghost
+            .begin_batch(NewMessage::user("x"), BeginBatch::default())
+            .await,
+        Err(Error::AgentNotFound(_))
+    ));
     // Nothing of the above was stored.
     assert_eq!(store.get_all(None, 100, true).await.unwrap().len(), 1);
-    assert_eq!(db.messages(other.id).get_all(None, 100, true).await.unwrap().len(), 0);
+    assert_eq!(
+        db.messages(other.id)
+            .get_all(None, 100, true)
+            .await
+            .unwrap()
+            .len(),
+        0
+    );
     db.close().await;
     tdb.cleanup().await.unwrap();
 }
@@ -445,18 +921,38 @@ async fn migrations_are_checksummed_and_reversible(kind: Kind) {
     let tdb = fresh(kind).await;
     let db = tdb.open().await.unwrap();
     let status = db.migration_status().await.unwrap();
-    assert!(!status.is_empty() && status.iter().all(|m| m.applied), "{status:?}");
+    assert!(
+        !status.is_empty() && status.iter().all(|m| m.applied),
+        "{status:?}"
+    );
     db.migrate_down(0).await.unwrap();
-    assert!(db.migration_status().await.unwrap().iter().all(|m| !m.applied));
+    assert!(
+        db.migration_status()
+            .await
+            .unwrap()
+            .iter()
+            .all(|m| !m.applied)
+    );
     db.migrate_up().await.unwrap();
-    assert!(db.migration_status().await.unwrap().iter().all(|m| m.applied));
-    db.create_agent(NewAgent::named("after-reset")).await.unwrap();
+    assert!(
+        db.migration_status()
+            .await
+            .unwrap()
+            .iter()
+            .all(|m| m.applied)
+    );
+    db.create_agent(NewAgent::named("after-reset"))
+        .await
+        .unwrap();
     db.close().await;
 
     // Tamper with the recorded checksum: the next open refuses instead of re-running anything.
     tamper_checksum(&tdb.url, kind).await;
     let err = tdb.open().await.unwrap_err();
-    assert!(matches!(err, Error::MigrationChecksumMismatch { version: 1 }), "{err}");
+    assert!(
+        matches!(err, Error::MigrationChecksumMismatch { version: 1 }),
+        "{err}"
+    );
     tdb.cleanup().await.unwrap();
 }
 
@@ -465,11 +961,15 @@ async fn tamper_checksum(url: &str, kind: Kind) {
     match kind {
         Kind::Sqlite => {
             let mut c = sqlx::SqliteConnection::connect(url).await.unwrap();
-            c.execute("UPDATE _sqlx_migrations SET checksum = X'00' WHERE version = 1").await.unwrap();
+            c.execute("UPDATE _sqlx_migrations SET checksum = X'00' WHERE version = 1")
+                .await
+                .unwrap();
         }
         Kind::Postgres => {
             let mut c = sqlx::PgConnection::connect(url).await.unwrap();
-            c.execute("UPDATE _sqlx_migrations SET checksum = '\\x00' WHERE version = 1").await.unwrap();
+            c.execute("UPDATE _sqlx_migrations SET checksum = '\\x00' WHERE version = 1")
+                .await
+                .unwrap();
         }
     }
 }
@@ -482,7 +982,10 @@ async fn engine_and_urls(kind: Kind) {
         Kind::Sqlite => {
             assert_eq!(db.backend(), Backend::Sqlite);
             let v: Vec<u32> = version.split('.').map(|p| p.parse().unwrap()).collect();
-            assert!((v[0], v[1], v[2]) >= pattern_db::MIN_SQLITE_VERSION, "bundled SQLite {version} lacks the WAL-reset fix");
+            assert!(
+                (v[0], v[1], v[2]) >= pattern_db::MIN_SQLITE_VERSION,
+                "bundled SQLite {version} lacks the WAL-reset fix"
+            );
         }
         Kind::Postgres => {
             assert_eq!(db.backend(), Backend::Postgres);
@@ -496,17 +999,40 @@ async fn engine_and_urls(kind: Kind) {
 #[tokio::test]
 async fn malformed_and_unreachable_urls_are_typed_errors() {
     for bad in ["", "nope", "mysql://x/y", "sqlite://", "sqlite::memory:"] {
-        assert!(matches!(Database::open_url(bad).await, Err(Error::InvalidUrl { .. })), "{bad}");
+        assert!(
+            matches!(Database::open_url(bad).await, Err(Error::InvalidUrl { .. })),
+            "{bad}"
+        );
     }
     // Nothing listens on port 1.
     let mut config = DbConfig::new("postgres://postgres:secret@127.0.0.1:1/postgres");
     config.connect_timeout = Duration::from_secs(2);
     let err = Database::open(config).await.unwrap_err();
-    assert!(matches!(err, Error::Connect { backend: "postgres", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Connect {
+                backend: "postgres",
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(!err.to_string().contains("secret"), "{err}");
     // A directory that does not exist.
-    let err = Database::open_url("sqlite:///nonexistent-dir-for-pattern/x.db").await.unwrap_err();
-    assert!(matches!(err, Error::Connect { backend: "sqlite", .. }), "{err}");
+    let err = Database::open_url("sqlite:///nonexistent-dir-for-pattern/x.db")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Connect {
+                backend: "sqlite",
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 macro_rules! conformance {
@@ -541,6 +1067,7 @@ conformance!(
     activity_log,
     legacy_import,
     many_agents_write_at_once,
+    grouped_acknowledgements_fail_one_by_one,
     machine_ids_are_leased_per_process,
     bad_input_is_typed_and_changes_nothing,
     migrations_are_checksummed_and_reversible,

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use pattern_db::testkit::TestDb;
 use pattern_db::{
-    BatchState, BeginBatch, ContentBlock, Database, DbConfig, MachineId, NewAgent, NewMessage, RecoveryScope, Role,
+    BatchState, BeginBatch, ContentBlock, Database, DbConfig, MachineId, NewAgent, NewMessage,
+    RecoveryScope, Role,
 };
 use rand::Rng;
 
@@ -21,41 +22,74 @@ const STEP_SIZE: usize = 3;
 /// Entry point of the child; a no-op in a normal test run.
 #[test]
 fn crash_child() {
-    let (Ok(url), Ok(agent)) = (std::env::var("PATTERN_CRASH_CHILD"), std::env::var("PATTERN_CRASH_AGENT")) else {
+    let (Ok(url), Ok(agent)) = (
+        std::env::var("PATTERN_CRASH_CHILD"),
+        std::env::var("PATTERN_CRASH_AGENT"),
+    ) else {
         return;
     };
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async move {
         let mut config = DbConfig::new(url);
         config.machine_id = MachineId::Fixed(1);
         let db = Database::open(config).await.unwrap();
         let store = db.messages(agent.parse().unwrap());
         let mut out = std::io::stdout().lock();
-        writeln!(out, "READY").unwrap();
+        writeln!(out, "@@READY").unwrap();
         out.flush().unwrap();
         for round in 0u64.. {
-            let b = store.begin_batch(NewMessage::user(format!("round {round}")), BeginBatch::default()).await.unwrap();
-            writeln!(out, "BEGIN {}", b.batch_id).unwrap();
+            let b = store
+                .begin_batch(
+                    NewMessage::user(format!("round {round}")),
+                    BeginBatch::default(),
+                )
+                .await
+                .unwrap();
+            writeln!(out, "@@BEGIN {}", b.batch_id).unwrap();
             out.flush().unwrap();
             for step in 0..3 {
                 let call = format!("c{round}-{step}");
                 let messages = vec![
-                    NewMessage::new(Role::Assistant, vec![
-                        ContentBlock::text(format!("step {round}.{step} part 0")),
-                        ContentBlock::tool_use(&call, "work", serde_json::json!({})),
-                    ]),
-                    NewMessage::new(Role::Tool, vec![ContentBlock::tool_result(&call, format!("step {round}.{step} part 1"), false)]),
+                    NewMessage::new(
+                        Role::Assistant,
+                        vec![
+                            ContentBlock::text(format!("step {round}.{step} part 0")),
+                            ContentBlock::tool_use(&call, "work", serde_json::json!({})),
+                        ],
+                    ),
+                    NewMessage::new(
+                        Role::Tool,
+                        vec![ContentBlock::tool_result(
+                            &call,
+                            format!("step {round}.{step} part 1"),
+                            false,
+                        )],
+                    ),
                     NewMessage::assistant(format!("step {round}.{step} part 2")),
                 ];
                 store.append_step(b.batch_id, messages).await.unwrap();
-                writeln!(out, "STEP {} {round}.{step}", b.batch_id).unwrap();
+                writeln!(out, "@@STEP {} {round}.{step}", b.batch_id).unwrap();
                 out.flush().unwrap();
             }
             store.complete_batch(b.batch_id).await.unwrap();
-            writeln!(out, "COMPLETE {}", b.batch_id).unwrap();
+            writeln!(out, "@@COMPLETE {}", b.batch_id).unwrap();
             out.flush().unwrap();
         }
     });
+}
+
+/// Kills the child if the parent fails before it means to, so no child outlives the test.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 #[derive(Default, Debug)]
@@ -63,24 +97,35 @@ struct Acked {
     begun: BTreeSet<i64>,
     steps: BTreeSet<(i64, String)>,
     completed: BTreeSet<i64>,
+    kills_mid_batch: usize,
 }
 
 fn run_child_and_kill(url: &str, agent: &str, kill_after: Duration) -> Acked {
     let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new(exe)
-        .args(["crash::crash_child", "--exact", "--nocapture", "--test-threads=1"])
+    let child = Command::new(exe)
+        .args([
+            "crash::crash_child",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("PATTERN_CRASH_CHILD", url)
         .env("PATTERN_CRASH_AGENT", agent)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let stdout = child.stdout.take().unwrap();
+    let mut child = KillOnDrop(child);
+    let stdout = child.0.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     let reader = std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
+            // libtest may print `test name ... ` on the same line: keep what follows the marker.
+            let Some((_, line)) = line.split_once("@@") else {
+                continue;
+            };
+            if tx.send(line.to_owned()).is_err() {
                 break;
             }
         }
@@ -92,12 +137,15 @@ fn run_child_and_kill(url: &str, agent: &str, kill_after: Duration) -> Acked {
         match rx.recv_timeout(Duration::from_secs(60)) {
             Ok(line) if line == "READY" => break,
             Ok(line) => lines.push(line),
-            Err(e) => panic!("child never became ready: {e} after {:?}", started.elapsed()),
+            Err(e) => panic!(
+                "child never became ready: {e} after {:?}",
+                started.elapsed()
+            ),
         }
     }
     std::thread::sleep(kill_after);
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
+    child.0.kill().unwrap(); // SIGKILL
+    child.0.wait().unwrap();
     reader.join().unwrap();
     lines.extend(rx.try_iter());
     let mut acked = Acked::default();
@@ -119,35 +167,68 @@ fn run_child_and_kill(url: &str, agent: &str, kill_after: Duration) -> Acked {
     acked
 }
 
-async fn check_after_kill(db: &Database, agent: pattern_db::AgentId, acked: &Acked, all_acked: &mut Acked) {
+async fn check_after_kill(
+    db: &Database,
+    agent: pattern_db::AgentId,
+    acked: &Acked,
+    all_acked: &mut Acked,
+) {
     let store = db.messages(agent);
     let batches = store.get_recent(100_000).await.unwrap();
-    let open_before: BTreeSet<i64> =
-        batches.iter().filter(|b| b.info.state == BatchState::Open).map(|b| b.info.id.get()).collect();
-    let stored: BTreeMap<i64, &pattern_db::StoredBatch> = batches.iter().map(|b| (b.info.id.get(), b)).collect();
+    let open_before: BTreeSet<i64> = batches
+        .iter()
+        .filter(|b| b.info.state == BatchState::Open)
+        .map(|b| b.info.id.get())
+        .collect();
+    let stored: BTreeMap<i64, &pattern_db::StoredBatch> =
+        batches.iter().map(|b| (b.info.id.get(), b)).collect();
 
     for b in &acked.begun {
         assert!(stored.contains_key(b), "acknowledged batch {b} is missing");
     }
     for (b, step) in &acked.steps {
-        let batch = stored.get(b).unwrap_or_else(|| panic!("batch {b} of acknowledged step {step} missing"));
+        let batch = stored
+            .get(b)
+            .unwrap_or_else(|| panic!("batch {b} of acknowledged step {step} missing"));
         let parts = batch.messages.iter().filter(|m| m.text().starts_with(&format!("step {step} part"))
             || m.content.iter().any(|c| matches!(c, ContentBlock::ToolResult { content, .. } if content.starts_with(&format!("step {step} part")))))
             .count();
         assert_eq!(parts, STEP_SIZE, "acknowledged step {step} is not whole");
     }
     for b in &acked.completed {
-        assert_eq!(stored[b].info.state, BatchState::Complete, "acknowledged completion of {b} lost");
+        assert_eq!(
+            stored[b].info.state,
+            BatchState::Complete,
+            "acknowledged completion of {b} lost"
+        );
     }
     // No partial step anywhere: every batch holds the trigger plus whole steps.
     for batch in stored.values() {
-        assert_eq!((batch.messages.len() - 1) % STEP_SIZE, 0, "batch {} holds a partial step", batch.info.id);
-        assert!(batch.messages.windows(2).all(|w| w[0].sequence_num + 1 == w[1].sequence_num));
+        assert_eq!(
+            (batch.messages.len() - 1) % STEP_SIZE,
+            0,
+            "batch {} holds a partial step",
+            batch.info.id
+        );
+        assert!(
+            batch
+                .messages
+                .windows(2)
+                .all(|w| w[0].sequence_num + 1 == w[1].sequence_num)
+        );
     }
     // At most the batch of this run can be open; recovery abandons exactly the open ones.
     assert!(open_before.len() <= 1, "{open_before:?}");
-    let recovered: BTreeSet<i64> =
-        store.recover_scope(RecoveryScope::AllOpen).await.unwrap().iter().map(|a| a.batch.id.get()).collect();
+    if !open_before.is_empty() {
+        all_acked.kills_mid_batch += 1;
+    }
+    let recovered: BTreeSet<i64> = store
+        .recover_scope(RecoveryScope::AllOpen)
+        .await
+        .unwrap()
+        .iter()
+        .map(|a| a.batch.id.get())
+        .collect();
     assert_eq!(recovered, open_before);
     for b in &recovered {
         assert!(!acked.completed.contains(b));
@@ -166,14 +247,38 @@ async fn crash_loop(tdb: &TestDb, kills: usize) {
         let kill_after = Duration::from_millis(rng.random_range(0..40));
         let url = tdb.url.clone();
         let agent_s = agent.id.to_string();
-        let acked = tokio::task::spawn_blocking(move || run_child_and_kill(&url, &agent_s, kill_after)).await.unwrap();
+        let acked =
+            tokio::task::spawn_blocking(move || run_child_and_kill(&url, &agent_s, kill_after))
+                .await
+                .unwrap();
         check_after_kill(&db, agent.id, &acked, &mut all).await;
     }
     // Everything acknowledged in any run is still there at the end.
     let store = db.messages(agent.id);
-    let stored: BTreeSet<i64> = store.get_recent(100_000).await.unwrap().iter().map(|b| b.info.id.get()).collect();
+    let stored: BTreeSet<i64> = store
+        .get_recent(100_000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|b| b.info.id.get())
+        .collect();
     assert!(all.begun.is_subset(&stored));
-    assert!(!all.steps.is_empty(), "the child never acknowledged a step: the kill intervals are too short");
+    assert!(
+        !all.steps.is_empty(),
+        "the child never acknowledged a step: the kill intervals are too short"
+    );
+    // Most kills must land inside a batch, or the test would prove little.
+    assert!(
+        all.kills_mid_batch * 2 >= kills,
+        "only {} of {kills} kills hit an open batch",
+        all.kills_mid_batch
+    );
+    eprintln!(
+        "{kills} kills: {} inside an open batch, {} batches and {} steps acknowledged in all",
+        all.kills_mid_batch,
+        all.begun.len(),
+        all.steps.len()
+    );
     db.close().await;
 }
 

@@ -23,7 +23,10 @@ fn eight_threads_hundred_thousand_ids_each_no_duplicates() {
     let mut all = HashSet::with_capacity(800_000);
     for h in handles {
         let ids = h.join().unwrap();
-        assert!(ids.windows(2).all(|w| w[0] < w[1]), "a thread saw ids out of order");
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "a thread saw ids out of order"
+        );
         for id in ids {
             assert_eq!(id.machine_id(), 5);
             assert!(all.insert(id), "duplicate id {id}");

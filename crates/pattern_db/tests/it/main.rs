@@ -4,7 +4,13 @@
 //! (from `PATTERN_TEST_PG_URL`, or a private cluster the testkit starts). These tests must never
 //! skip a backend silently: a missing server fails them.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs, unreachable_pub)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs,
+    unreachable_pub
+)]
 
 mod conformance;
 mod crash;

@@ -33,7 +33,10 @@ fn action() -> impl Strategy<Value = Action> {
 }
 
 async fn run(db: &Database, actions: Vec<Action>) {
-    let agent = db.create_agent(NewAgent::named(format!("p-{}", uuid::Uuid::new_v4()))).await.unwrap();
+    let agent = db
+        .create_agent(NewAgent::named(format!("p-{}", uuid::Uuid::new_v4())))
+        .await
+        .unwrap();
     let store = db.messages(agent.id);
     let mut current = None;
     let mut pending: Vec<String> = Vec::new();
@@ -41,36 +44,77 @@ async fn run(db: &Database, actions: Vec<Action>) {
     for action in actions {
         let before = store.get_all(None, 10_000, true).await.unwrap().len();
         let outcome = match (&action, current) {
-            (Action::Begin, _) => store.begin_batch(NewMessage::user("go"), BeginBatch::default()).await.map(|r| {
-                current = Some(r.batch_id);
-                pending.clear();
-            }),
+            (Action::Begin, _) => store
+                .begin_batch(NewMessage::user("go"), BeginBatch::default())
+                .await
+                .map(|r| {
+                    current = Some(r.batch_id);
+                    pending.clear();
+                }),
             (_, None) => continue,
-            (Action::Say, Some(b)) => store.append_step(b, vec![NewMessage::assistant("hm")]).await.map(|_| ()),
+            (Action::Say, Some(b)) => store
+                .append_step(b, vec![NewMessage::assistant("hm")])
+                .await
+                .map(|_| ()),
             (Action::Call(n), Some(b)) => {
-                let ids: Vec<String> = (0..*n).map(|_| { next_call += 1; format!("c{next_call}") }).collect();
-                let msg = NewMessage::new(Role::Assistant, ids.iter().map(|i| ContentBlock::tool_use(i, "t", serde_json::json!({}))).collect());
-                store.append_step(b, vec![msg]).await.map(|_| pending.extend(ids))
+                let ids: Vec<String> = (0..*n)
+                    .map(|_| {
+                        next_call += 1;
+                        format!("c{next_call}")
+                    })
+                    .collect();
+                let msg = NewMessage::new(
+                    Role::Assistant,
+                    ids.iter()
+                        .map(|i| ContentBlock::tool_use(i, "t", serde_json::json!({})))
+                        .collect(),
+                );
+                store
+                    .append_step(b, vec![msg])
+                    .await
+                    .map(|_| pending.extend(ids))
             }
             (Action::Answer(k), Some(b)) => {
-                let id = if pending.is_empty() { "unknown".to_owned() } else { pending[usize::from(*k) % pending.len()].clone() };
-                let msg = NewMessage::new(Role::Tool, vec![ContentBlock::tool_result(&id, "r", false)]);
-                store.append_step(b, vec![msg]).await.map(|_| pending.retain(|p| *p != id))
+                let id = if pending.is_empty() {
+                    "unknown".to_owned()
+                } else {
+                    pending[usize::from(*k) % pending.len()].clone()
+                };
+                let msg =
+                    NewMessage::new(Role::Tool, vec![ContentBlock::tool_result(&id, "r", false)]);
+                store
+                    .append_step(b, vec![msg])
+                    .await
+                    .map(|_| pending.retain(|p| *p != id))
             }
             (Action::Complete, Some(b)) => store.complete_batch(b).await.map(|_| ()),
             (Action::Continue, Some(b)) => store.continue_batch(b).await.map(|_| ()),
-            (Action::Recover, Some(_)) => store.recover_scope(pattern_db::RecoveryScope::AllOpen).await.map(|_| ()),
+            (Action::Recover, Some(_)) => store
+                .recover_scope(pattern_db::RecoveryScope::AllOpen)
+                .await
+                .map(|_| ()),
         };
         if outcome.is_err() {
-            assert_eq!(store.get_all(None, 10_000, true).await.unwrap().len(), before, "a refused {action:?} changed the history");
+            assert_eq!(
+                store.get_all(None, 10_000, true).await.unwrap().len(),
+                before,
+                "a refused {action:?} changed the history"
+            );
         }
     }
     // Invariants over the whole stored history.
     let all = store.get_all(None, 10_000, true).await.unwrap();
-    assert!(all.windows(2).all(|w| w[0].position < w[1].position), "positions not strictly increasing");
+    assert!(
+        all.windows(2).all(|w| w[0].position < w[1].position),
+        "positions not strictly increasing"
+    );
     for batch in store.get_recent(10_000).await.unwrap() {
         let seqs: Vec<i64> = batch.messages.iter().map(|m| m.sequence_num).collect();
-        assert_eq!(seqs, (0..seqs.len() as i64).collect::<Vec<_>>(), "sequence numbers not dense");
+        assert_eq!(
+            seqs,
+            (0..seqs.len() as i64).collect::<Vec<_>>(),
+            "sequence numbers not dense"
+        );
         assert_eq!(batch.messages[0].position, batch.info.id);
         let mut calls = HashSet::new();
         for m in &batch.messages {
@@ -82,17 +126,27 @@ async fn run(db: &Database, actions: Vec<Action>) {
             }
         }
         if batch.info.state == BatchState::Complete {
-            assert!(batch.pending_tool_calls().is_empty(), "complete batch with pending calls");
+            assert!(
+                batch.pending_tool_calls().is_empty(),
+                "complete batch with pending calls"
+            );
         }
     }
 }
 
 #[test]
 fn batch_invariants_hold_for_any_operation_sequence() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let tdb = TestDb::sqlite().unwrap();
     let db = rt.block_on(tdb.open()).unwrap();
-    let config = ProptestConfig { cases: 48, ..ProptestConfig::default() };
+    let config = ProptestConfig {
+        cases: 48,
+        ..ProptestConfig::default()
+    };
     proptest!(config, |(actions in proptest::collection::vec(action(), 1..40))| {
         rt.block_on(run(&db, actions));
     });
