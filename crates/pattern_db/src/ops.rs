@@ -356,9 +356,24 @@ pub(crate) fn placeholders(rows: usize, columns: usize, first: usize) -> String 
     out
 }
 
+/// Splits `rows` into chunks of 64, 16, 4 and 1 rows: few statements, and few distinct SQL texts,
+/// so the prepared statements stay in the connection's cache (a fresh text per group size would
+/// be parsed and planned every time). 64 rows x 12 columns stays far below every backend's
+/// parameter limit.
+pub(crate) fn fixed_chunks<T>(mut rows: &[T]) -> Vec<&[T]> {
+    let mut out = Vec::new();
+    for size in [64, 16, 4, 1] {
+        while rows.len() >= size {
+            let (head, tail) = rows.split_at(size);
+            out.push(head);
+            rows = tail;
+        }
+    }
+    out
+}
+
 async fn insert_messages(conn: &mut AnyConnection, rows: &[MessageRow<'_>]) -> Result<()> {
-    // 100 rows x 12 columns per statement keeps far below every backend's parameter limit.
-    for chunk in rows.chunks(100) {
+    for chunk in fixed_chunks(rows) {
         let sql = format!(
             "INSERT INTO messages (id, agent_id, position, batch_id, sequence_num, batch_type, role, content, \
              token_estimate, archived, deleted, created_at) VALUES {}",
@@ -400,7 +415,7 @@ struct BatchRow {
 }
 
 async fn insert_batches(conn: &mut AnyConnection, rows: &[BatchRow]) -> Result<()> {
-    for chunk in rows.chunks(100) {
+    for chunk in fixed_chunks(rows) {
         let sql = format!(
             "INSERT INTO batches (id, agent_id, batch_type, state, parent_batch, run_owner, lease_expires_at, \
              next_sequence, continuations, archived, started_at, completed_at) VALUES {}",
@@ -431,7 +446,7 @@ async fn insert_batches(conn: &mut AnyConnection, rows: &[BatchRow]) -> Result<(
 type CallRow = (BatchId, String, SnowflakeId, i64, Option<SnowflakeId>);
 
 async fn insert_calls(conn: &mut AnyConnection, rows: &[CallRow]) -> Result<()> {
-    for chunk in rows.chunks(100) {
+    for chunk in fixed_chunks(rows) {
         let sql = format!(
             "INSERT INTO tool_calls (batch_id, tool_use_id, call_position, ordinal, result_position) VALUES {} \
              ON CONFLICT (batch_id, tool_use_id) DO NOTHING",
@@ -609,19 +624,27 @@ pub(crate) async fn begin_batches_bulk(
         Backend::Sqlite => "",
         Backend::Postgres => " FOR NO KEY UPDATE OF a",
     };
-    let sql = format!(
-        "SELECT a.id, (SELECT m.position FROM messages m WHERE m.agent_id = a.id ORDER BY m.position DESC LIMIT 1) \
-         FROM agents a WHERE a.id IN {} ORDER BY a.id{lock}",
-        placeholders(1, agents.len(), 1)
-    );
-    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
-    for a in &agents {
-        q = q.bind(a.to_string());
-    }
     let mut max: std::collections::HashMap<AgentId, Option<i64>> = std::collections::HashMap::new();
-    for row in q.fetch_all(&mut *conn).await? {
-        let id: String = row.try_get(0)?;
-        max.insert(AgentId(parse_uuid(&id)?), row.try_get::<Option<i64>, _>(1)?);
+    for chunk in agents.chunks(256) {
+        // The IN list is padded (repeating the last id) to one of a few lengths, so the statement
+        // text repeats and stays prepared.
+        let width = [1, 4, 16, 64, 256]
+            .into_iter()
+            .find(|w| *w >= chunk.len())
+            .unwrap_or(256);
+        let sql = format!(
+            "SELECT a.id, (SELECT m.position FROM messages m WHERE m.agent_id = a.id ORDER BY m.position DESC LIMIT 1) \
+             FROM agents a WHERE a.id IN {} ORDER BY a.id{lock}",
+            placeholders(1, width, 1)
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for i in 0..width {
+            q = q.bind(chunk[i.min(chunk.len() - 1)].to_string());
+        }
+        for row in q.fetch_all(&mut *conn).await? {
+            let id: String = row.try_get(0)?;
+            max.insert(AgentId(parse_uuid(&id)?), row.try_get::<Option<i64>, _>(1)?);
+        }
     }
     let now = now_ms();
     let mut batch_rows = Vec::new();
@@ -1326,5 +1349,16 @@ mod tests {
     fn numbered_placeholders() {
         assert_eq!(placeholders(2, 3, 1), "($1, $2, $3), ($4, $5, $6)");
         assert_eq!(placeholders(1, 2, 2), "($2, $3)");
+    }
+
+    #[test]
+    fn chunks_cover_every_row_once_with_few_sizes() {
+        for n in 0..300usize {
+            let rows: Vec<usize> = (0..n).collect();
+            let chunks = fixed_chunks(&rows);
+            assert_eq!(chunks.concat(), rows);
+            assert!(chunks.iter().all(|c| [64, 16, 4, 1].contains(&c.len())));
+            assert!(chunks.len() <= n / 64 + 3 + 3 + 3);
+        }
     }
 }
