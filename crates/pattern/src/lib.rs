@@ -1,1 +1,26 @@
-//! f
+//! Pattern: a framework for stateful LLM agents whose memory and history survive crashes,
+//! restarts and long lives.
+//!
+//! This is the facade: it re-exports the public API of every layer so an application depends on
+//! one crate. It must never hold logic of its own; wiring that needs code lives in the layer that
+//! owns it. Today the storage layer is here; the memory, context, runtime and protocol layers are
+//! added as they land.
+//!
+//! ```no_run
+//! # async fn demo() -> pattern::db::Result<()> {
+//! let db = pattern::Database::open_url("sqlite:///tmp/pattern-facade.db").await?;
+//! let agent = db.create_agent(pattern::NewAgent::named("ada")).await?;
+//! let store = db.messages(agent.id);
+//! let received = store.begin_batch(pattern::NewMessage::user("hello"), Default::default()).await?;
+//! println!("stored as batch {}", received.batch_id);
+//! # Ok(()) }
+//! ```
+
+/// The storage layer: databases, migrations, ids and the batch-aware message store.
+pub use pattern_db as db;
+
+pub use pattern_db::{
+    Agent, AgentId, BatchInfo, BatchState, BatchType, BeginBatch, ContentBlock, Database, DbConfig,
+    Message, MessageStore, NewAgent, NewMessage, Received, RecoveryScope, Role, SnowflakeId,
+    StoredBatch,
+};
