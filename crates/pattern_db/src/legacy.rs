@@ -388,3 +388,54 @@ mod tests {
         assert!(matches!(err, Error::LegacyImport { index: 1, .. }), "{err}");
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    /// A message of a random legacy history over a small set of call ids.
+    fn message() -> impl Strategy<Value = LegacyMessage> {
+        let id = (0u8..6).prop_map(|i| format!("t{i}"));
+        prop_oneof![
+            3 => Just((Role::User, vec![ContentBlock::text("q")])),
+            1 => Just((Role::System, vec![ContentBlock::text("tick")])),
+            3 => Just((Role::Assistant, vec![ContentBlock::text("a")])),
+            2 => proptest::collection::vec(id.clone(), 1..3)
+                .prop_map(|ids| (Role::Assistant, ids.into_iter().map(|i| ContentBlock::tool_use(i, "f", json!({}))).collect())),
+            3 => id.prop_map(|i| (Role::Tool, vec![ContentBlock::tool_result(i, "r", false)])),
+        ]
+        .prop_map(|(role, content)| LegacyMessage { role, content, created_at: None, origin: None })
+    }
+
+    proptest! {
+        #[test]
+        fn every_message_lands_in_exactly_one_batch_and_complete_batches_are_paired(
+            history in proptest::collection::vec(message(), 0..60)
+        ) {
+            let plan = plan(&history).unwrap();
+            let mut seen: Vec<usize> = plan.batches.iter().flat_map(|b| b.messages.iter().copied()).collect();
+            seen.sort_unstable();
+            prop_assert_eq!(seen, (0..history.len()).collect::<Vec<_>>());
+            for batch in &plan.batches {
+                prop_assert!(batch.messages.windows(2).all(|w| w[0] < w[1]), "sequence follows input order");
+                if batch.state == BatchState::Complete {
+                    let blocks = batch.messages.iter().map(|&i| &history[i].content[..]);
+                    prop_assert!(crate::model::pending_calls(blocks).is_empty());
+                    // Every result in a complete batch follows its call in that batch.
+                    let mut calls = std::collections::HashSet::new();
+                    for &i in &batch.messages {
+                        for block in &history[i].content {
+                            match block {
+                                ContentBlock::ToolUse { id, .. } => { calls.insert(id.clone()); }
+                                ContentBlock::ToolResult { tool_use_id, .. } => prop_assert!(calls.contains(tool_use_id)),
+                                _ => {}
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

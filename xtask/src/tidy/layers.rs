@@ -219,6 +219,16 @@ mod tests {
     }
 
     #[test]
+    fn a_dev_dependency_on_itself_is_allowed_a_normal_one_is_not() {
+        let list = arch("pattern_db\n");
+        let mut dev = krate("pattern_db", &[("pattern_db", 20)]);
+        dev.deps[0].section = "dev-dependencies".to_owned();
+        assert!(check_layers("A.md", &list, &[dev]).is_empty());
+        let normal = krate("pattern_db", &[("pattern_db", 20)]);
+        assert_eq!(check_layers("A.md", &list, &[normal]).len(), 1);
+    }
+
+    #[test]
     fn missing_marker_or_fence() {
         assert!(parse_layers("A.md", "# nothing\n").is_err());
         let no_fence = format!("{MARKER}\n\nplain text\n");
