@@ -68,6 +68,10 @@ pub(crate) enum Op {
         agent: AgentId,
         position: SnowflakeId,
     },
+    ArchiveBatches {
+        agent: AgentId,
+        batches: Vec<BatchId>,
+    },
     SummarizeAndArchive {
         summary: Summary,
     },
@@ -99,6 +103,7 @@ impl Op {
                 agent: Some(agent), ..
             }
             | Op::ArchiveBefore { agent, .. }
+            | Op::ArchiveBatches { agent, .. }
             | Op::LogActivity { agent, .. }
             | Op::ImportLegacy { agent, .. } => Some(*agent),
             Op::SummarizeAndArchive { summary } | Op::UpsertSummary(summary) => {
@@ -166,6 +171,9 @@ pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Resul
             .await
             .map(Done::Abandoned),
         Op::ArchiveBefore { agent, position } => archive_before(conn, ctx, *agent, *position)
+            .await
+            .map(Done::Count),
+        Op::ArchiveBatches { agent, batches } => archive_chosen(conn, ctx, *agent, batches)
             .await
             .map(Done::Count),
         Op::SummarizeAndArchive { summary } => summarize_and_archive(conn, ctx, summary)
@@ -1047,6 +1055,32 @@ async fn archive_before(
     archive_batches(conn, &ids).await
 }
 
+/// Archives the given whole batches of `agent`; refuses (changing nothing) if any is unknown,
+/// another agent's, or open.
+async fn archive_chosen(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+    batches: &[BatchId],
+) -> Result<u64> {
+    lock_agent(conn, ctx, agent).await?;
+    let mut ids = Vec::with_capacity(batches.len());
+    for &batch in batches {
+        let info = load_batch(conn, agent, batch).await?;
+        if info.state == BatchState::Open {
+            return Err(Error::InvalidBatchState {
+                batch,
+                state: info.state,
+                action: "archiving an open batch",
+            });
+        }
+        if !info.archived {
+            ids.push(batch.get());
+        }
+    }
+    archive_batches(conn, &ids).await
+}
+
 async fn summarize_and_archive(
     conn: &mut AnyConnection,
     ctx: &Ctx,
@@ -1066,18 +1100,15 @@ async fn summarize_and_archive(
     .bind(summary.through_batch.get())
     .fetch_all(&mut *conn)
     .await?;
+    // Open batches in the range stay live: a run may still be writing them (or recovery will
+    // abandon them); the summary covers the closed ones.
     let mut ids = Vec::with_capacity(rows.len());
     for row in &rows {
         let id: i64 = row.try_get(0)?;
         let state: String = row.try_get(1)?;
-        if state == "open" {
-            return Err(Error::InvalidBatchState {
-                batch: SnowflakeId(id),
-                state: BatchState::Open,
-                action: "summarizing an open batch",
-            });
+        if state != "open" {
+            ids.push(id);
         }
-        ids.push(id);
     }
     upsert_summary(conn, ctx, summary).await?;
     archive_batches(conn, &ids).await?;

@@ -21,8 +21,8 @@ use crate::error::{Error, Result};
 use crate::id::SnowflakeId;
 use crate::legacy::{self, ImportPlan, LegacyMessage};
 use crate::model::{
-    Abandoned, ActivityEvent, AgentId, BatchId, BatchInfo, BatchState, BeginBatch, Message,
-    NewMessage, Received, RecoveryScope, StepReceipt, StoredBatch, Summary,
+    Abandoned, ActivityEvent, AgentId, BatchId, BatchInfo, BeginBatch, Message, NewMessage,
+    Received, RecoveryScope, StepReceipt, StoredBatch, Summary,
 };
 use crate::ops::{self, Done, Op};
 
@@ -304,9 +304,24 @@ impl MessageStore {
         }
     }
 
+    /// Archives exactly these whole batches (for importance-based compression); returns the
+    /// number of messages archived. Refused, with nothing changed, if any batch is unknown or open.
+    pub async fn archive_batches(&self, batches: Vec<BatchId>) -> Result<u64> {
+        match self
+            .write(Op::ArchiveBatches {
+                agent: self.agent,
+                batches,
+            })
+            .await?
+        {
+            Done::Count(n) => Ok(n),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Stores `summary` and archives the batches it covers (`from_batch..=through_batch`) in one
-    /// transaction, so the summary is never lost and its batches never counted twice. Refused if
-    /// an open batch lies in the range. Returns the archived batch ids.
+    /// transaction, so the summary is never lost and its batches never counted twice. Open batches
+    /// in the range are left live (a run may still write them). Returns the archived batch ids.
     pub async fn summarize_and_archive(&self, summary: Summary) -> Result<Vec<BatchId>> {
         self.check_owner(&summary)?;
         match self.write(Op::SummarizeAndArchive { summary }).await? {
@@ -447,11 +462,4 @@ fn group(infos: Vec<BatchInfo>, messages: Vec<Message>) -> Result<Vec<StoredBatc
         }
     }
     Ok(by_id.into_values().collect())
-}
-
-impl BatchState {
-    /// Whether a batch in this state may be sent to a model.
-    pub fn is_sendable(self) -> bool {
-        self != BatchState::Abandoned
-    }
 }

@@ -543,6 +543,29 @@ async fn archive_and_summaries(kind: Kind) {
     assert_eq!(store.count_live().await.unwrap(), 7);
     assert_eq!(store.get_all(None, 100, true).await.unwrap().len(), 11);
 
+    // Archiving chosen batches: an open one is refused and nothing changes.
+    let open_one = store
+        .begin_batch(NewMessage::user("still running"), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
+    assert!(matches!(
+        store.archive_batches(vec![ids[4], open_one]).await,
+        Err(Error::InvalidBatchState { .. })
+    ));
+    assert!(!store.batch_info(ids[4]).await.unwrap().archived);
+    assert!(matches!(
+        store.archive_batches(vec![SnowflakeId(7)]).await,
+        Err(Error::BatchNotFound { .. })
+    ));
+    store.complete_batch(open_one).await.unwrap();
+    assert_eq!(store.archive_batches(vec![open_one]).await.unwrap(), 1);
+    assert_eq!(
+        store.archive_batches(vec![open_one]).await.unwrap(),
+        0,
+        "archiving twice changes nothing"
+    );
+
     let summary = Summary {
         id: store.new_summary_id().unwrap(),
         agent_id: agent.id,
@@ -586,18 +609,31 @@ async fn archive_and_summaries(kind: Kind) {
         .await
         .unwrap()
         .batch_id;
-    let bad = Summary {
+    // An open batch inside the range stays live; the closed ones are archived with the summary.
+    let wider = Summary {
         id: store.new_summary_id().unwrap(),
         from_batch: ids[4],
         through_batch: open,
+        ..summary.clone()
+    };
+    assert_eq!(store.summarize_and_archive(wider).await.unwrap(), [ids[4]]);
+    assert_eq!(store.get_summaries().await.unwrap().len(), 2);
+    assert!(store.batch_info(ids[4]).await.unwrap().archived);
+    let open_info = store.batch_info(open).await.unwrap();
+    assert!(!open_info.archived);
+    assert_eq!(open_info.state, BatchState::Open);
+    // A summary that covers nothing is refused, and nothing is written.
+    let empty = Summary {
+        id: store.new_summary_id().unwrap(),
+        from_batch: open,
+        through_batch: ids[0],
         ..summary
     };
     assert!(matches!(
-        store.summarize_and_archive(bad).await,
-        Err(Error::InvalidBatchState { .. })
+        store.summarize_and_archive(empty).await,
+        Err(Error::InvalidContent(_))
     ));
-    assert_eq!(store.get_summaries().await.unwrap().len(), 1);
-    assert!(!store.batch_info(ids[4]).await.unwrap().archived);
+    assert_eq!(store.get_summaries().await.unwrap().len(), 2);
     db.close().await;
     tdb.cleanup().await.unwrap();
 }
