@@ -68,6 +68,32 @@ pub enum Error {
         damage: Damage,
     },
 
+    /// The memory layer failed.
+    #[error(transparent)]
+    Memory(#[from] memory_v2::Error),
+    /// A section that must never be cut (instructions and memory blocks, tools, the newest
+    /// summary, the active batch) does not fit its budget or the window.
+    #[error(
+        "{section} need {tokens} tokens but only {budget} are available: raise the budget or the \
+         model window, or shorten the {section}"
+    )]
+    OverBudget {
+        /// Which section.
+        section: &'static str,
+        /// Tokens it needs.
+        tokens: usize,
+        /// Tokens it may use.
+        budget: usize,
+    },
+    /// The configuration is inconsistent (e.g. the response reserve takes the whole window).
+    #[error("invalid context configuration: {0}")]
+    Config(String),
+    /// Compression by summarization was asked for, but no summarizer was given.
+    #[error("history must be compressed by summarization, but the builder has no summarizer")]
+    NoSummarizer,
+    /// The summarizer failed; nothing was archived.
+    #[error("summarizer failed: {0}")]
+    Summarizer(String),
     /// Two input batches carry the same id.
     #[error("batch {batch} is given twice")]
     DuplicateBatch {
@@ -84,6 +110,16 @@ pub enum Error {
         message: MessageId,
         /// The batch the message names.
         message_batch: BatchId,
+    },
+
+    /// A tokenizer could not be loaded: an unknown model name, or a tokenizer file that is
+    /// missing or unreadable. Nothing is fetched from the network to make up for it.
+    #[error("tokenizer {what} could not be loaded: {reason}")]
+    Tokenizer {
+        /// Which tokenizer: the model name, encoding, or file path asked for.
+        what: String,
+        /// Why it could not be loaded.
+        reason: String,
     },
 }
 

@@ -3,8 +3,8 @@
 //!
 //! This is the facade: it re-exports the public API of every layer so an application depends on
 //! one crate. It must never hold logic of its own; wiring that needs code lives in the layer that
-//! owns it. Today the storage layer is here; the memory, context, runtime and protocol layers are
-//! added as they land.
+//! owns it. Today: storage (`db`), memory (`memory`) and context building (`context`); the
+//! runtime and protocol layers are added as they land.
 //!
 //! ```no_run
 //! # async fn demo() -> pattern::db::Result<()> {
@@ -16,6 +16,10 @@
 //! # Ok(()) }
 //! ```
 
+/// Context building: batches and memory to a validated request that fits the window.
+pub use context_v2 as context;
+/// Memory: the block model and the `MemoryStore` trait.
+pub use memory_v2 as memory;
 /// The storage layer: databases, migrations, ids and the batch-aware message store.
 pub use pattern_db as db;
 

@@ -6,5 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+mod builder;
+mod format;
 mod props;
 mod sqlite;
