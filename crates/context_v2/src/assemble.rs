@@ -43,9 +43,12 @@
 //!    text stored beside a result) keep their relative order after the results; and a message
 //!    mixing results with other blocks has its results moved and its other blocks kept in its
 //!    own place, under the same position.
-//! 7. **Validation.** The whole sequence goes through [`validate`]; its error is returned instead
-//!    of the output (for example [`Error::DuplicateToolUse`] when two included batches reuse a
-//!    call id).
+//! 7. **Reused call ids.** A call id that an earlier batch of the request already used (some
+//!    OpenAI-compatible servers answer `call_0` every turn) is renamed in this batch's call and
+//!    results alike, to `{id}_{batch id}`: providers reject repeated ids, and an agent must not be
+//!    bricked by its server's id scheme.
+//! 8. **Validation.** The whole sequence goes through [`validate`]; its error is returned instead
+//!    of the output.
 //!
 //! A [`ContextMessage`]'s `position` is the identity of the stored message its blocks come from,
 //! not an order key: moved results carry their own message's position, and a continued batch's
@@ -54,7 +57,7 @@
 //! This module must never invent content (no synthesised tool results, no placeholder text),
 //! never send a call without its result, and never change the store.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use pattern_db::{BatchId, BatchState, ContentBlock, Message, Role, SnowflakeId, StoredBatch};
 use serde::Serialize;
@@ -138,6 +141,7 @@ pub fn assemble(batches: &[StoredBatch], active: Option<BatchId>) -> Result<Asse
     ordered.sort_by_key(|b| b.info.id);
     let mut out = AssembledHistory::default();
     let mut previous: Option<BatchId> = None;
+    let mut used_ids: HashSet<String> = HashSet::new();
     for batch in ordered {
         let id = batch.info.id;
         if previous == Some(id) {
@@ -149,13 +153,58 @@ pub fn assemble(batches: &[StoredBatch], active: Option<BatchId>) -> Result<Asse
             continue;
         }
         let may_wait = Some(id) == active && batch.info.state == BatchState::Open;
+        let start = out.messages.len();
         if let Some(trimmed) = assemble_batch(batch, may_wait, &mut out.messages)? {
             out.trimmed_active = Some(trimmed);
         }
+        rename_reused_ids(id, &mut out.messages[start..], &mut used_ids);
         out.included_batches.push(id);
     }
     validate(&out.messages)?;
     Ok(out)
+}
+
+/// Call ids are unique per batch (the store enforces it) but some OpenAI-compatible servers reuse
+/// them from turn to turn (`call_0` in every batch), and providers reject a request that repeats
+/// one. A call id already used by an earlier batch of this request is therefore renamed, in its
+/// call and its results alike, to `{id}_{batch}` (then `_2`, `_3` ... if needed). Only the request
+/// changes; the store keeps what the provider sent.
+fn rename_reused_ids(batch: BatchId, segment: &mut [ContextMessage], used: &mut HashSet<String>) {
+    let mut renames: HashMap<String, String> = HashMap::new();
+    for message in segment.iter() {
+        for block in &message.content {
+            if let ContentBlock::ToolUse { id, .. } = block
+                && used.contains(id)
+                && !renames.contains_key(id)
+            {
+                let mut fresh = format!("{id}_{batch}");
+                let mut n = 2;
+                while used.contains(&fresh) {
+                    fresh = format!("{id}_{batch}_{n}");
+                    n += 1;
+                }
+                renames.insert(id.clone(), fresh);
+            }
+        }
+    }
+    for message in segment.iter_mut() {
+        for block in &mut message.content {
+            match block {
+                ContentBlock::ToolUse { id, .. } => {
+                    if let Some(fresh) = renames.get(id) {
+                        *id = fresh.clone();
+                    }
+                    used.insert(id.clone());
+                }
+                ContentBlock::ToolResult { tool_use_id, .. } => {
+                    if let Some(fresh) = renames.get(tool_use_id) {
+                        *tool_use_id = fresh.clone();
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
 }
 
 /// Rule 2: why `batch` is left out, if it is.
@@ -782,10 +831,18 @@ mod tests {
                 results(22, &["call_0"]),
             ],
         );
-        let err = assemble(&[one.clone(), two.clone()], None).unwrap_err();
-        assert!(
-            matches!(err, Error::DuplicateToolUse { ref tool_use_id } if tool_use_id == "call_0")
-        );
+        // Servers that reuse `call_0` every turn must not brick the agent: the later batch's
+        // call and result are renamed together in the request.
+        let out = assemble(&[one.clone(), two.clone()], None).unwrap();
+        let ids: Vec<&str> = out.messages.iter().flat_map(|m| m.tool_use_ids()).collect();
+        let answered: Vec<&str> = out
+            .messages
+            .iter()
+            .flat_map(|m| m.tool_result_ids())
+            .collect();
+        let renamed = format!("call_0_{}", two.info.id);
+        assert_eq!(ids, ["call_0", renamed.as_str()]);
+        assert_eq!(answered, ids);
         // Not a problem when one of them is not sent.
         let mut two = two;
         two.info.state = BatchState::Abandoned;

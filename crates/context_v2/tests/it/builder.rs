@@ -510,6 +510,11 @@ fn any_budget_gives_a_valid_fitting_context_or_a_typed_error() {
                 Ok(ctx) => {
                     assert!(ctx.tokens.total() <= window - config.response_reserve, "{:?}", ctx.tokens);
                     validate(&ctx.messages).unwrap();
+                    // Every provider accepts it: the formatters re-check pairing and alternation.
+                    for provider in [Provider::Anthropic, Provider::OpenAi, Provider::Gemini] {
+                        let model = ModelInfo { provider, model: "m".into(), context_window: window, max_output_tokens: 10 };
+                        context_v2::format::request(&ctx, &model, &Default::default()).unwrap();
+                    }
                     // Every included batch is whole: as many messages as the store holds for it.
                     for id in &ctx.assembly.included_batches {
                         let stored = f.store.get_batch(*id).await.unwrap();

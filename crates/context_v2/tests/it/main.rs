@@ -9,4 +9,5 @@
 mod builder;
 mod format;
 mod props;
+mod regressions;
 mod sqlite;
