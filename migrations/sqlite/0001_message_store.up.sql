@@ -7,6 +7,9 @@ CREATE TABLE agents (
     id          TEXT PRIMARY KEY NOT NULL,
     name        TEXT NOT NULL UNIQUE,
     metadata    TEXT NOT NULL DEFAULT 'null',
+    -- Bumped by every write of the agent's history (in the same transaction): readers keep
+    -- caches valid with one primary-key lookup.
+    revision    INTEGER NOT NULL DEFAULT 0,
     created_at  INTEGER NOT NULL
 );
 

@@ -161,7 +161,9 @@ fn build(c: &mut Criterion) {
 fn compression(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let counter = EstimateCounter::default();
-    let mut config = ContextConfig::for_window("You are a helpful agent.", 4_000);
+    // 20 blocks take about 2k tokens; 400 messages of history about 5k: a 6k window must compress.
+    let mut config = ContextConfig::for_window("You are a helpful agent.", 6_000);
+    config.budgets.system = 3_000;
     config.compression = CompressionStrategy::Truncate;
     let mut group = c.benchmark_group("compress");
     group

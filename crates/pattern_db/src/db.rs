@@ -5,6 +5,7 @@
 //! the writer. This module must never issue a write outside the writer, so that every
 //! acknowledged write is committed and grouped.
 
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +19,7 @@ use crate::config::{Backend, DbConfig, Durability, MachineId};
 use crate::error::{Error, Result, redact_url};
 use crate::id::{MAX_MACHINE_ID, SnowflakeGenerator};
 use crate::migrate::{self, MigrationStatus};
-use crate::model::{Abandoned, Agent, AgentId, NewAgent, RecoveryScope};
+use crate::model::{Abandoned, Agent, AgentId, NewAgent, RecoveryScope, StoredBatch};
 use crate::ops::{self, Ctx, Done, Op, now_ms};
 use crate::store::MessageStore;
 use crate::writer::Writer;
@@ -44,7 +45,20 @@ struct Inner {
     lease_task: Option<JoinHandle<()>>,
     /// `(machine id, holder)` of a leased machine id, released on close.
     lease: Option<(u16, String)>,
+    /// The latest batches read per agent, valid while the agent's revision is unchanged.
+    recent: std::sync::Mutex<HashMap<AgentId, CachedRecent>>,
 }
+
+/// A cached `get_recent` answer.
+#[derive(Debug)]
+struct CachedRecent {
+    revision: i64,
+    n_batches: usize,
+    batches: Arc<Vec<StoredBatch>>,
+}
+
+/// Agents whose latest batches are cached at most; past it the cache starts over.
+const RECENT_CACHE_AGENTS: usize = 1024;
 
 impl Drop for Inner {
     fn drop(&mut self) {
@@ -193,6 +207,7 @@ impl Database {
                 lease_task,
                 lease: matches!(config.machine_id, MachineId::Lease)
                     .then(|| (machine_id, config.run_owner.clone())),
+                recent: std::sync::Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -253,6 +268,46 @@ impl Database {
     /// caller names itself).
     pub fn next_id(&self) -> Result<crate::id::SnowflakeId> {
         self.inner.ctx.ids.next_id()
+    }
+
+    /// The last `n_batches` of a cached answer for `agent` at `revision`, if one covers them.
+    pub(crate) fn cached_recent(
+        &self,
+        agent: AgentId,
+        revision: i64,
+        n_batches: usize,
+    ) -> Option<Vec<StoredBatch>> {
+        let cache = self.inner.recent.lock().ok()?;
+        let hit = cache.get(&agent)?;
+        if hit.revision != revision || hit.n_batches < n_batches {
+            return None;
+        }
+        let skip = hit.batches.len().saturating_sub(n_batches);
+        Some(hit.batches[skip..].to_vec())
+    }
+
+    /// Remembers a `get_recent` answer read at `revision` (read before the batches, so the answer
+    /// is at least that new).
+    pub(crate) fn cache_recent(
+        &self,
+        agent: AgentId,
+        revision: i64,
+        n_batches: usize,
+        batches: &[StoredBatch],
+    ) {
+        if let Ok(mut cache) = self.inner.recent.lock() {
+            if cache.len() >= RECENT_CACHE_AGENTS && !cache.contains_key(&agent) {
+                cache.clear();
+            }
+            cache.insert(
+                agent,
+                CachedRecent {
+                    revision,
+                    n_batches,
+                    batches: Arc::new(batches.to_vec()),
+                },
+            );
+        }
     }
 
     pub(crate) fn reader(&self) -> &AnyPool {

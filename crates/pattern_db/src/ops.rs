@@ -265,34 +265,38 @@ async fn delete_agent(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId) -> Re
 
 /// Fails with [`Error::AgentNotFound`] unless the agent exists; on PostgreSQL also takes the
 /// agent's row lock, which serialises every write of one agent across processes.
-async fn lock_agent(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId) -> Result<()> {
-    lock_agent_position(conn, ctx, agent).await.map(|_| ())
+async fn lock_agent(conn: &mut AnyConnection, _ctx: &Ctx, agent: AgentId) -> Result<()> {
+    touch_agent(conn, agent).await
 }
 
-/// Like [`lock_agent`], and returns the agent's highest stored position, in one statement.
+/// Like [`lock_agent`], and returns the agent's highest stored position.
 async fn lock_agent_position(
     conn: &mut AnyConnection,
-    ctx: &Ctx,
+    _ctx: &Ctx,
     agent: AgentId,
 ) -> Result<Option<i64>> {
-    let sql = match ctx.backend {
-        Backend::Sqlite => {
-            "SELECT a.id, (SELECT m.position FROM messages m WHERE m.agent_id = a.id \
-             ORDER BY m.position DESC LIMIT 1) FROM agents a WHERE a.id = $1"
-        }
-        Backend::Postgres => {
-            "SELECT a.id, (SELECT m.position FROM messages m WHERE m.agent_id = a.id \
-             ORDER BY m.position DESC LIMIT 1) FROM agents a WHERE a.id = $1 FOR NO KEY UPDATE OF a"
-        }
-    };
-    match sqlx::query(sql)
+    touch_agent(conn, agent).await?;
+    Ok(sqlx::query(
+        "SELECT position FROM messages WHERE agent_id = $1 ORDER BY position DESC LIMIT 1",
+    )
+    .bind(agent.to_string())
+    .fetch_optional(&mut *conn)
+    .await?
+    .map(|row| row.try_get::<i64, _>(0))
+    .transpose()?)
+}
+
+/// Bumps the agent's `revision` (readers' caches key on it) and so, on PostgreSQL, takes the
+/// agent's row lock until the transaction ends. Unknown agent: [`Error::AgentNotFound`].
+async fn touch_agent(conn: &mut AnyConnection, agent: AgentId) -> Result<()> {
+    let done = sqlx::query("UPDATE agents SET revision = revision + 1 WHERE id = $1")
         .bind(agent.to_string())
-        .fetch_optional(&mut *conn)
-        .await?
-    {
-        Some(row) => Ok(row.try_get::<Option<i64>, _>(1)?),
-        None => Err(Error::AgentNotFound(agent)),
+        .execute(&mut *conn)
+        .await?;
+    if done.rows_affected() == 0 {
+        return Err(Error::AgentNotFound(agent));
     }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -653,6 +657,15 @@ pub(crate) async fn begin_batches_bulk(
             let id: String = row.try_get(0)?;
             max.insert(AgentId(parse_uuid(&id)?), row.try_get::<Option<i64>, _>(1)?);
         }
+        let sql = format!(
+            "UPDATE agents SET revision = revision + 1 WHERE id IN {}",
+            placeholders(1, width, 1)
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for i in 0..width {
+            q = q.bind(chunk[i.min(chunk.len() - 1)].to_string());
+        }
+        q.execute(&mut *conn).await?;
     }
     let now = now_ms();
     let mut batch_rows = Vec::new();
@@ -997,6 +1010,7 @@ async fn recover(
             .fetch_one(&mut *conn)
             .await?;
         let batch = batch_from_row(&row)?;
+        touch_agent(conn, batch.agent_id).await?;
         let trigger = sqlx::query(sqlx::AssertSqlSafe(message_select(
             "WHERE m.batch_id = $1 AND m.sequence_num = 0",
         )))

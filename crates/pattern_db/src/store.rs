@@ -150,11 +150,36 @@ impl MessageStore {
     // -- reads ---------------------------------------------------------------------------------
 
     /// The latest `n_batches` batches that are not archived (in every state), oldest first, each
-    /// whole. The cost follows `n_batches`, not the length of the history.
+    /// whole. The cost follows `n_batches`, not the length of the history; a repeated call with no
+    /// write in between (by any process) is answered from memory after one primary-key lookup of
+    /// the agent's revision.
     pub async fn get_recent(&self, n_batches: usize) -> Result<Vec<StoredBatch>> {
         if n_batches == 0 {
             return Ok(Vec::new());
         }
+        let Some(revision) = self.revision().await? else {
+            return Ok(Vec::new());
+        };
+        if let Some(hit) = self.db.cached_recent(self.agent, revision, n_batches) {
+            return Ok(hit);
+        }
+        let batches = self.fetch_recent(n_batches).await?;
+        self.db
+            .cache_recent(self.agent, revision, n_batches, &batches);
+        Ok(batches)
+    }
+
+    /// The agent's revision: bumped by every write of its history. `None` for an unknown agent.
+    pub async fn revision(&self) -> Result<Option<i64>> {
+        Ok(sqlx::query("SELECT revision FROM agents WHERE id = $1")
+            .bind(self.agent.to_string())
+            .fetch_optional(self.db.reader())
+            .await?
+            .map(|r| r.try_get::<i64, _>(0))
+            .transpose()?)
+    }
+
+    async fn fetch_recent(&self, n_batches: usize) -> Result<Vec<StoredBatch>> {
         let limit = i64::try_from(n_batches).unwrap_or(i64::MAX);
         let sql = ops::batch_select(
             "WHERE b.agent_id = $1 AND NOT b.archived ORDER BY b.id DESC LIMIT $2",

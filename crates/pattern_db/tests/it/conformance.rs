@@ -834,6 +834,67 @@ async fn grouped_acknowledgements_fail_one_by_one(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
+async fn cached_reads_see_writes_of_other_processes(kind: Kind) {
+    // Two handles stand for two processes: each has its own read cache.
+    let tdb = fresh(kind).await;
+    let reader = tdb.open().await.unwrap();
+    let writer = tdb.open().await.unwrap();
+    let agent = writer.create_agent(NewAgent::named("ada")).await.unwrap();
+    let (r, w) = (reader.messages(agent.id), writer.messages(agent.id));
+    let b = w
+        .begin_batch(NewMessage::user("one"), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
+    let first = r.get_recent(10).await.unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(
+        r.get_recent(10).await.unwrap(),
+        first,
+        "a repeated read is answered the same"
+    );
+    let rev = r.revision().await.unwrap().unwrap();
+    w.append_step(b, vec![NewMessage::assistant("two")])
+        .await
+        .unwrap();
+    assert!(r.revision().await.unwrap().unwrap() > rev);
+    assert_eq!(
+        r.get_recent(10).await.unwrap()[0].messages.len(),
+        2,
+        "append seen"
+    );
+    w.complete_batch(b).await.unwrap();
+    assert_eq!(
+        r.get_recent(10).await.unwrap()[0].info.state,
+        BatchState::Complete,
+        "completion seen"
+    );
+    let b2 = w
+        .begin_batch(NewMessage::user("three"), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
+    assert_eq!(r.get_recent(1).await.unwrap()[0].info.id, b2);
+    assert_eq!(
+        r.get_recent(10).await.unwrap().len(),
+        2,
+        "a wider window than cached is read"
+    );
+    w.archive_before(b2).await.unwrap();
+    assert_eq!(r.get_recent(10).await.unwrap().len(), 1, "archiving seen");
+    w.recover_scope(RecoveryScope::AllOpen).await.unwrap();
+    assert_eq!(
+        r.get_recent(10).await.unwrap()[0].info.state,
+        BatchState::Abandoned,
+        "recovery seen"
+    );
+    writer.delete_agent(agent.id).await.unwrap();
+    assert!(r.get_recent(10).await.unwrap().is_empty(), "deletion seen");
+    reader.close().await;
+    writer.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
 async fn machine_ids_are_leased_per_process(kind: Kind) {
     let tdb = fresh(kind).await;
     let a = tdb.open().await.unwrap();
@@ -1105,6 +1166,7 @@ conformance!(
     many_agents_write_at_once,
     grouped_acknowledgements_fail_one_by_one,
     machine_ids_are_leased_per_process,
+    cached_reads_see_writes_of_other_processes,
     bad_input_is_typed_and_changes_nothing,
     migrations_are_checksummed_and_reversible,
     engine_and_urls,
