@@ -8,6 +8,7 @@
 
 mod builder;
 mod format;
+mod pipeline;
 mod props;
 mod regressions;
 mod sqlite;
