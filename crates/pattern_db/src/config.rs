@@ -116,6 +116,10 @@ pub struct DbConfig {
     pub connect_timeout: Duration,
     /// Identifies this process as the owner of the batches it opens.
     pub run_owner: String,
+    /// Apply pending migrations on open (default). Operator tools that inspect a database
+    /// without changing it turn this off; they must then use [`MachineId::Fixed`], since the
+    /// lease table may not exist yet.
+    pub migrate_on_open: bool,
 }
 
 impl DbConfig {
@@ -138,6 +142,7 @@ impl DbConfig {
                 std::process::id(),
                 uuid::Uuid::new_v4().simple()
             ),
+            migrate_on_open: true,
         }
     }
 
@@ -214,6 +219,15 @@ mod tests {
             let err = Backend::from_url(bad).unwrap_err();
             assert!(matches!(err, Error::InvalidUrl { .. }), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn opening_without_migrating_needs_a_fixed_machine_id() {
+        let mut c = DbConfig::new("sqlite:///tmp/x.db");
+        c.migrate_on_open = false;
+        assert!(matches!(c.validate(), Err(Error::Config(_))));
+        c.machine_id = MachineId::Fixed(1023);
+        assert_eq!(c.validate().unwrap(), Backend::Sqlite);
     }
 
     #[test]

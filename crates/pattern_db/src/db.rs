@@ -167,7 +167,9 @@ impl Database {
                 });
             }
         }
-        migrate::up(&write_pool, backend).await?;
+        if config.migrate_on_open {
+            migrate::up(&write_pool, backend).await?;
+        }
         let read = pool(&config, backend, &options, read_size).await?;
 
         let (machine_id, lease_task) = match config.machine_id {

@@ -22,7 +22,7 @@
 
 use std::process::ExitCode;
 
-use pattern_db::{Database, DbConfig, MigrationStatus, RecoveryScope};
+use pattern_db::{Database, DbConfig, MachineId, MigrationStatus, RecoveryScope};
 
 const USAGE: &str = "\
 usage: pattern-db migrate <up|down|reset|status> --url URL [--to VERSION]
@@ -176,7 +176,14 @@ fn main() -> ExitCode {
 
 async fn run(invocation: Invocation) -> pattern_db::Result<()> {
     // Opening applies pending migrations, so `migrate up` is done once this returns.
-    let db = Database::open(DbConfig::new(invocation.url)).await?;
+    let mut config = DbConfig::new(invocation.url);
+    if matches!(invocation.command, Command::Migrate(_)) {
+        // Inspect and migrate exactly as asked: no automatic migration on open. Migrations write
+        // no snowflake ids, so the machine id is a fixed one and no lease is taken.
+        config.migrate_on_open = false;
+        config.machine_id = MachineId::Fixed(pattern_db::id::MAX_MACHINE_ID);
+    }
+    let db = Database::open(config).await?;
     let result = execute(&db, invocation.command).await;
     db.close().await;
     result
