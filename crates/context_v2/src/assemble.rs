@@ -82,18 +82,12 @@ pub struct ContextMessage {
 impl ContextMessage {
     /// Ids of the tool calls this message makes, in order.
     pub fn tool_use_ids(&self) -> impl Iterator<Item = &str> {
-        self.content.iter().filter_map(|b| match b {
-            ContentBlock::ToolUse { id, .. } => Some(id.as_str()),
-            _ => None,
-        })
+        pattern_db::tool_use_ids(&self.content)
     }
 
     /// Ids of the tool calls this message answers, in order.
     pub fn tool_result_ids(&self) -> impl Iterator<Item = &str> {
-        self.content.iter().filter_map(|b| match b {
-            ContentBlock::ToolResult { tool_use_id, .. } => Some(tool_use_id.as_str()),
-            _ => None,
-        })
+        pattern_db::tool_result_ids(&self.content)
     }
 }
 

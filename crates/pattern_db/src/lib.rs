@@ -56,6 +56,6 @@ pub use migrate::MigrationStatus;
 pub use model::{
     Abandoned, ActivityEvent, Agent, AgentId, BatchId, BatchInfo, BatchState, BatchType,
     BeginBatch, ContentBlock, Message, MessageId, NewAgent, NewMessage, Received, RecoveryScope,
-    Role, StepReceipt, StoredBatch, Summary, pending_calls,
+    Role, StepReceipt, StoredBatch, Summary, pending_calls, tool_result_ids, tool_use_ids,
 };
 pub use store::MessageStore;

@@ -281,18 +281,12 @@ impl NewMessage {
 
     /// Ids of the tool calls this message makes, in order.
     pub fn tool_use_ids(&self) -> impl Iterator<Item = &str> {
-        self.content.iter().filter_map(|b| match b {
-            ContentBlock::ToolUse { id, .. } => Some(id.as_str()),
-            _ => None,
-        })
+        tool_use_ids(&self.content)
     }
 
     /// Ids of the tool calls this message answers, in order.
     pub fn tool_result_ids(&self) -> impl Iterator<Item = &str> {
-        self.content.iter().filter_map(|b| match b {
-            ContentBlock::ToolResult { tool_use_id, .. } => Some(tool_use_id.as_str()),
-            _ => None,
-        })
+        tool_result_ids(&self.content)
     }
 
     /// Checks the shape rules that hold for any single message: content is not empty, tool calls
@@ -458,18 +452,12 @@ pub struct Message {
 impl Message {
     /// Ids of the tool calls this message makes, in order.
     pub fn tool_use_ids(&self) -> impl Iterator<Item = &str> {
-        self.content.iter().filter_map(|b| match b {
-            ContentBlock::ToolUse { id, .. } => Some(id.as_str()),
-            _ => None,
-        })
+        tool_use_ids(&self.content)
     }
 
     /// Ids of the tool calls this message answers, in order.
     pub fn tool_result_ids(&self) -> impl Iterator<Item = &str> {
-        self.content.iter().filter_map(|b| match b {
-            ContentBlock::ToolResult { tool_use_id, .. } => Some(tool_use_id.as_str()),
-            _ => None,
-        })
+        tool_result_ids(&self.content)
     }
 
     /// The concatenated text blocks, for display and search.
@@ -530,6 +518,22 @@ impl StoredBatch {
     pub fn pending_tool_calls(&self) -> Vec<String> {
         pending_calls(self.messages.iter().map(|m| &m.content[..]))
     }
+}
+
+/// Ids of the tool calls among `blocks`, in order.
+pub fn tool_use_ids(blocks: &[ContentBlock]) -> impl Iterator<Item = &str> {
+    blocks.iter().filter_map(|b| match b {
+        ContentBlock::ToolUse { id, .. } => Some(id.as_str()),
+        _ => None,
+    })
+}
+
+/// Ids of the tool calls that `blocks` answer, in order.
+pub fn tool_result_ids(blocks: &[ContentBlock]) -> impl Iterator<Item = &str> {
+    blocks.iter().filter_map(|b| match b {
+        ContentBlock::ToolResult { tool_use_id, .. } => Some(tool_use_id.as_str()),
+        _ => None,
+    })
 }
 
 /// Tool call ids without a result, in call order, over a sequence of messages' blocks.
