@@ -181,6 +181,10 @@ impl DbConfig {
                 "machine id must be at most 1023",
             )?;
         }
+        check(
+            self.migrate_on_open || matches!(self.machine_id, MachineId::Fixed(_)),
+            "opening without migrating needs a fixed machine id (the lease table may not exist yet)",
+        )?;
         Ok(backend)
     }
 }
