@@ -5,41 +5,14 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use chrono::Utc;
 use context_v2::{
     CachePoint, CompressionStrategy, ContextBuilder, ContextConfig, Error, EstimateCounter,
     ModelInfo, Provider, Summarizer, SystemPartKind, ToolDefinition, validate,
 };
-use memory_v2::{BlockType, MemoryBlock, MemoryStore, Permission};
-use pattern_db::testkit::TestDb;
-use pattern_db::{
-    AgentId, BeginBatch, ContentBlock, Database, MessageStore, NewAgent, NewMessage, Role,
-    StoredBatch, Summary,
-};
+use pattern_db::{BeginBatch, ContentBlock, NewMessage, Role, StoredBatch, Summary};
 use serde_json::json;
 
-/// Blocks held in a map: the real store over db_v2 comes with the memory layer.
-struct Blocks(HashMap<AgentId, Vec<MemoryBlock>>);
-
-#[async_trait]
-impl MemoryStore for Blocks {
-    async fn context_blocks(&self, agent: AgentId) -> memory_v2::Result<Vec<MemoryBlock>> {
-        Ok(self.0.get(&agent).cloned().unwrap_or_default())
-    }
-}
-
-fn block(label: &str, value: &str) -> MemoryBlock {
-    MemoryBlock {
-        label: label.into(),
-        description: format!("the {label}"),
-        value: value.into(),
-        char_limit: 2000,
-        block_type: BlockType::Core,
-        permission: Permission::ReadWrite,
-        version: 1,
-        updated_at: Utc::now(),
-    }
-}
+use crate::support::{Agent, Blocks, agent, block};
 
 /// A deterministic summarizer: lists the triggers it folds in, after the previous summary.
 #[derive(Default)]
@@ -71,18 +44,13 @@ impl Summarizer for ListSummarizer {
     }
 }
 
-struct Fixture {
-    _tdb: TestDb,
-    db: Database,
-    store: MessageStore,
-    memory: Blocks,
-}
-
-async fn fixture(batches: usize, with_tools_every: usize) -> Fixture {
-    let tdb = TestDb::sqlite().unwrap();
-    let db = tdb.open().await.unwrap();
-    let agent = db.create_agent(NewAgent::named("ada")).await.unwrap();
-    let store = db.messages(agent.id);
+async fn fixture(batches: usize, with_tools_every: usize) -> Agent {
+    let f = agent(vec![
+        block("persona", "I am Ada."),
+        block("human", "Sam, likes tea."),
+    ])
+    .await;
+    let store = &f.store;
     for i in 0..batches {
         let b = store
             .begin_batch(
@@ -127,19 +95,7 @@ async fn fixture(batches: usize, with_tools_every: usize) -> Fixture {
             .unwrap();
         store.complete_batch(b).await.unwrap();
     }
-    let memory = Blocks(HashMap::from([(
-        agent.id,
-        vec![
-            block("persona", "I am Ada."),
-            block("human", "Sam, likes tea."),
-        ],
-    )]));
-    Fixture {
-        _tdb: tdb,
-        db,
-        store,
-        memory,
-    }
+    f
 }
 
 fn config(window: usize, strategy: CompressionStrategy) -> ContextConfig {

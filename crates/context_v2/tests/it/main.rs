@@ -12,3 +12,4 @@ mod pipeline;
 mod props;
 mod regressions;
 mod sqlite;
+mod support;

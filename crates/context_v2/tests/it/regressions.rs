@@ -10,43 +10,22 @@
 //!   cuts between a call and its result.
 //! - Parallel tool results stored in completion order, not call order.
 
-use std::collections::HashMap;
-
-use async_trait::async_trait;
-use chrono::Utc;
 use context_v2::format::{RequestOptions, request};
 use context_v2::{
     CompressionStrategy, ContextBuilder, ContextConfig, EstimateCounter, MemoryContext, ModelInfo,
     Provider,
 };
-use memory_v2::{BlockType, MemoryBlock, MemoryStore, Permission};
-use pattern_db::testkit::TestDb;
-use pattern_db::{AgentId, BeginBatch, ContentBlock, NewAgent, NewMessage, RecoveryScope, Role};
+use memory_v2::{MemoryBlock, Permission};
+use pattern_db::{BeginBatch, ContentBlock, NewMessage, RecoveryScope, Role};
 use serde_json::{Value, json};
 
-struct Blocks(HashMap<AgentId, Vec<MemoryBlock>>);
+use crate::support::{Agent, agent, block};
 
-#[async_trait]
-impl MemoryStore for Blocks {
-    async fn context_blocks(&self, agent: AgentId) -> memory_v2::Result<Vec<MemoryBlock>> {
-        Ok(self.0.get(&agent).cloned().unwrap_or_default())
+fn persona() -> MemoryBlock {
+    MemoryBlock {
+        permission: Permission::ReadOnly,
+        ..block("persona", "A careful assistant.")
     }
-}
-
-fn persona(agent: AgentId) -> Blocks {
-    Blocks(HashMap::from([(
-        agent,
-        vec![MemoryBlock {
-            label: "persona".into(),
-            description: "who I am".into(),
-            value: "A careful assistant.".into(),
-            char_limit: 500,
-            block_type: BlockType::Core,
-            permission: Permission::ReadOnly,
-            version: 1,
-            updated_at: Utc::now(),
-        }],
-    )]))
 }
 
 fn call(ids: &[&str]) -> NewMessage {
@@ -122,11 +101,12 @@ fn unanswered(provider: Provider, body: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn letta_3250_interrupted_tool_call_never_bricks_the_agent() {
-    let tdb = TestDb::sqlite().unwrap();
-    let db = tdb.open().await.unwrap();
-    let agent = db.create_agent(NewAgent::named("ada")).await.unwrap();
-    let store = db.messages(agent.id);
-    let memory = persona(agent.id);
+    let Agent {
+        tdb: _tdb,
+        db,
+        store,
+        memory,
+    } = agent(vec![persona()]).await;
     let counter = EstimateCounter::default();
     let config = ContextConfig::for_window("Be helpful.", 50_000);
     // The run calls a tool and dies before the result is stored.
@@ -181,11 +161,12 @@ async fn letta_3250_interrupted_tool_call_never_bricks_the_agent() {
 
 #[tokio::test]
 async fn langgraph_invalid_chat_history_a_cancelled_run_is_cut_at_its_running_call() {
-    let tdb = TestDb::sqlite().unwrap();
-    let db = tdb.open().await.unwrap();
-    let agent = db.create_agent(NewAgent::named("ada")).await.unwrap();
-    let store = db.messages(agent.id);
-    let memory = persona(agent.id);
+    let Agent {
+        tdb: _tdb,
+        db,
+        store,
+        memory,
+    } = agent(vec![persona()]).await;
     let counter = EstimateCounter::default();
     let config = ContextConfig::for_window("Be helpful.", 50_000);
     // The active run has one finished call and one still running: the request keeps the finished
@@ -227,11 +208,12 @@ async fn langgraph_invalid_chat_history_a_cancelled_run_is_cut_at_its_running_ca
 
 #[tokio::test]
 async fn openhands_compression_never_cuts_between_call_and_result() {
-    let tdb = TestDb::sqlite().unwrap();
-    let db = tdb.open().await.unwrap();
-    let agent = db.create_agent(NewAgent::named("ada")).await.unwrap();
-    let store = db.messages(agent.id);
-    let memory = persona(agent.id);
+    let Agent {
+        tdb: _tdb,
+        db,
+        store,
+        memory,
+    } = agent(vec![persona()]).await;
     let counter = EstimateCounter::default();
     // Long tool loops: every batch is call, result, call, result, answer.
     for i in 0..30 {
@@ -279,11 +261,12 @@ async fn openhands_compression_never_cuts_between_call_and_result() {
 
 #[tokio::test]
 async fn parallel_results_stored_in_completion_order_are_sent_in_call_order() {
-    let tdb = TestDb::sqlite().unwrap();
-    let db = tdb.open().await.unwrap();
-    let agent = db.create_agent(NewAgent::named("ada")).await.unwrap();
-    let store = db.messages(agent.id);
-    let memory = persona(agent.id);
+    let Agent {
+        tdb: _tdb,
+        db,
+        store,
+        memory,
+    } = agent(vec![persona()]).await;
     let counter = EstimateCounter::default();
     let config = ContextConfig::for_window("Be helpful.", 50_000);
     let b = store
