@@ -275,15 +275,18 @@ async fn lock_agent_position(
     _ctx: &Ctx,
     agent: AgentId,
 ) -> Result<Option<i64>> {
-    touch_agent(conn, agent).await?;
-    Ok(sqlx::query(
-        "SELECT position FROM messages WHERE agent_id = $1 ORDER BY position DESC LIMIT 1",
+    // One statement: the revision bump (and so, on PostgreSQL, the row lock) and the lookup.
+    let row = sqlx::query(
+        "UPDATE agents SET revision = revision + 1 WHERE id = $1 RETURNING \
+         (SELECT m.position FROM messages m WHERE m.agent_id = agents.id ORDER BY m.position DESC LIMIT 1)",
     )
     .bind(agent.to_string())
     .fetch_optional(&mut *conn)
-    .await?
-    .map(|row| row.try_get::<i64, _>(0))
-    .transpose()?)
+    .await?;
+    match row {
+        Some(row) => Ok(row.try_get::<Option<i64>, _>(0)?),
+        None => Err(Error::AgentNotFound(agent)),
+    }
 }
 
 /// Bumps the agent's `revision` (readers' caches key on it) and so, on PostgreSQL, takes the
