@@ -161,6 +161,71 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// No memory block with this label is visible to this agent.
+    #[error("no memory block labelled `{label}` for agent {agent}")]
+    BlockNotFound {
+        /// The agent.
+        agent: AgentId,
+        /// The label asked for.
+        label: String,
+    },
+    /// The agent's permission on the block does not allow this change.
+    #[error("permission `{permission}` on block `{label}` does not allow this change")]
+    PermissionDenied {
+        /// The block's label.
+        label: String,
+        /// The agent's permission.
+        permission: String,
+    },
+    /// A value longer than the block's limit (never cut to fit).
+    #[error("block `{label}` holds at most {limit} characters; the new value has {chars}")]
+    BlockOverLimit {
+        /// The block's label.
+        label: String,
+        /// Characters (Unicode scalar values) in the refused value.
+        chars: usize,
+        /// The block's limit.
+        limit: usize,
+    },
+    /// The block changed since the version the write was based on.
+    #[error(
+        "block `{label}` is at version {current}, not {expected}: read it again and redo the change"
+    )]
+    VersionConflict {
+        /// The block's label.
+        label: String,
+        /// The version the write expected.
+        expected: i64,
+        /// The version stored.
+        current: i64,
+    },
+    /// The agent already sees another block under this label.
+    #[error("agent {agent} already has a memory block labelled `{label}`")]
+    BlockLabelTaken {
+        /// The agent.
+        agent: AgentId,
+        /// The label.
+        label: String,
+    },
+    /// A block label is malformed.
+    #[error("invalid block label `{label}`: {reason}")]
+    InvalidBlockLabel {
+        /// The label given.
+        label: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A block field or request is invalid (limit, type, permission, change kind).
+    #[error("invalid memory block request: {0}")]
+    InvalidBlock(String),
+    /// The block has no earlier version to go back to.
+    #[error("block `{label}` is at version {version}, which has no earlier version to undo to")]
+    NothingToUndo {
+        /// The block's label.
+        label: String,
+        /// Its current version.
+        version: i64,
+    },
     /// A stored row does not decode (written by something else, or damaged).
     #[error("stored data is damaged: {0}")]
     Corrupt(String),

@@ -14,6 +14,9 @@
 //! - [`MessageStore::get_recent`] reads the latest batches whole, at a cost that follows the
 //!   window and not the history.
 //!
+//! It also keeps memory blocks (module [`blocks`]): size-limited, versioned text shared between
+//! agents through access rows, written with optimistic concurrency and full history.
+//!
 //! Every write goes through a group-commit writer: concurrent acknowledgements share one
 //! transaction and one fsync, and none is acknowledged before its commit.
 //!
@@ -34,6 +37,7 @@
 //! This crate must never know about models, prompts or providers, and is the only crate that
 //! names `sqlx`: layers above use its types and its [`Error`].
 
+pub mod blocks;
 mod config;
 mod db;
 mod error;
@@ -47,6 +51,7 @@ mod store;
 pub mod testkit;
 mod writer;
 
+pub use blocks::{BlockVersion, NewBlock, StoredBlock};
 pub use config::{Backend, DbConfig, Durability, MachineId};
 pub use db::{Database, MIN_SQLITE_VERSION};
 pub use error::{Error, Result};

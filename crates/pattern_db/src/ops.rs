@@ -14,6 +14,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
+use crate::blocks::{NewBlock, StoredBlock};
 use crate::config::Backend;
 use crate::error::{Error, Result};
 use crate::id::{SnowflakeGenerator, SnowflakeId};
@@ -22,6 +23,8 @@ use crate::model::{
     Abandoned, Agent, AgentId, BatchId, BatchInfo, BatchState, BatchType, BeginBatch, ContentBlock,
     Message, MessageId, NewAgent, NewMessage, Received, RecoveryScope, Role, StepReceipt, Summary,
 };
+
+mod blocks;
 
 /// What every op needs besides its arguments.
 #[derive(Debug)]
@@ -86,6 +89,33 @@ pub(crate) enum Op {
         messages: Vec<LegacyMessage>,
         plan: ImportPlan,
     },
+    CreateBlock {
+        owner: AgentId,
+        new: NewBlock,
+    },
+    /// A new version of a block; `value: None` is an undo.
+    WriteBlock {
+        agent: AgentId,
+        owner: AgentId,
+        label: String,
+        expected: i64,
+        value: Option<String>,
+        change: String,
+        allowed: Vec<String>,
+    },
+    /// Share with `permission`, or unshare (`None`).
+    ShareBlock {
+        agent: AgentId,
+        owner: AgentId,
+        label: String,
+        with: AgentId,
+        permission: Option<String>,
+    },
+    DeleteBlock {
+        agent: AgentId,
+        owner: AgentId,
+        label: String,
+    },
 }
 
 impl Op {
@@ -106,6 +136,11 @@ impl Op {
             | Op::ArchiveBatches { agent, .. }
             | Op::LogActivity { agent, .. }
             | Op::ImportLegacy { agent, .. } => Some(*agent),
+            // Block writes lock the block's owner.
+            Op::CreateBlock { owner, .. }
+            | Op::WriteBlock { owner, .. }
+            | Op::ShareBlock { owner, .. }
+            | Op::DeleteBlock { owner, .. } => Some(*owner),
             Op::SummarizeAndArchive { summary } | Op::UpsertSummary(summary) => {
                 Some(summary.agent_id)
             }
@@ -125,6 +160,8 @@ pub(crate) enum Done {
     Count(u64),
     Id(SnowflakeId),
     Batches(Vec<BatchId>),
+    Block(StoredBlock),
+    Version(i64),
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -196,6 +233,55 @@ pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Resul
         } => import_legacy(conn, ctx, *agent, messages, plan)
             .await
             .map(Done::Batches),
+        Op::CreateBlock { owner, new } => blocks::create_block(conn, ctx, *owner, new)
+            .await
+            .map(Done::Block),
+        Op::WriteBlock {
+            agent,
+            owner,
+            label,
+            expected,
+            value,
+            change,
+            allowed,
+        } => {
+            let write = blocks::Write {
+                agent: *agent,
+                owner: *owner,
+                label,
+                expected: *expected,
+                value: value.as_deref(),
+                change,
+                allowed,
+            };
+            blocks::write_block(conn, ctx, write)
+                .await
+                .map(Done::Version)
+        }
+        Op::ShareBlock {
+            agent,
+            owner,
+            label,
+            with,
+            permission,
+        } => blocks::share_block(
+            conn,
+            ctx,
+            *agent,
+            *owner,
+            label,
+            *with,
+            permission.as_deref(),
+        )
+        .await
+        .map(|()| Done::Unit),
+        Op::DeleteBlock {
+            agent,
+            owner,
+            label,
+        } => blocks::delete_block(conn, ctx, *agent, *owner, label)
+            .await
+            .map(|()| Done::Unit),
     }
 }
 
@@ -1305,7 +1391,7 @@ pub(crate) fn decode_content(text: &str) -> Result<Vec<ContentBlock>> {
         .map_err(|e| Error::Corrupt(format!("message content does not decode: {e}")))
 }
 
-fn parse_uuid(text: &str) -> Result<uuid::Uuid> {
+pub(crate) fn parse_uuid(text: &str) -> Result<uuid::Uuid> {
     uuid::Uuid::parse_str(text)
         .map_err(|e| Error::Corrupt(format!("stored id `{text}` is not a UUID: {e}")))
 }

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use pattern_db::{
     Backend, BatchState, BatchType, BeginBatch, ContentBlock, Database, DbConfig, Error,
-    LegacyMessage, MachineId, NewAgent, NewMessage, RecoveryScope, Role, SnowflakeId, Summary,
+    LegacyMessage, MachineId, NewAgent, NewBlock, NewMessage, RecoveryScope, Role, SnowflakeId,
+    Summary,
 };
 use serde_json::json;
 
@@ -1132,6 +1133,358 @@ async fn malformed_and_unreachable_urls_are_typed_errors() {
     );
 }
 
+// ---------------------------------------------------------------------------------------------
+// memory blocks
+
+const WRITERS: &[&str] = &["append", "read_write", "admin"];
+
+fn new_block(label: &str, value: &str, limit: i64) -> NewBlock {
+    NewBlock {
+        label: label.into(),
+        description: format!("about {label}"),
+        value: value.into(),
+        char_limit: limit,
+        block_type: "core".into(),
+    }
+}
+
+async fn blocks_lifecycle(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let ada = db.create_agent(NewAgent::named("ada")).await.unwrap();
+    let bob = db.create_agent(NewAgent::named("bob")).await.unwrap();
+
+    let created = db
+        .create_block(ada.id, new_block("persona", "I am Ada.", 100))
+        .await
+        .unwrap();
+    assert_eq!(created.version, 1);
+    assert_eq!(created.permission, "admin");
+    assert_eq!(created.owner, ada.id);
+    db.create_block(ada.id, new_block("human", "", 50))
+        .await
+        .unwrap();
+    let read = db.block(ada.id, "persona").await.unwrap();
+    assert_eq!(read, created);
+    let labels =
+        |v: Vec<pattern_db::StoredBlock>| v.into_iter().map(|b| b.label).collect::<Vec<_>>();
+    assert_eq!(
+        labels(db.blocks_for(ada.id).await.unwrap()),
+        ["human", "persona"]
+    );
+    assert!(db.blocks_for(bob.id).await.unwrap().is_empty());
+
+    // Write, history, undo.
+    let v2 = db
+        .write_block(
+            ada.id,
+            "persona",
+            1,
+            "I am Ada, héllo.".into(),
+            "replace",
+            WRITERS,
+        )
+        .await
+        .unwrap();
+    assert_eq!(v2, 2);
+    assert_eq!(
+        db.block(ada.id, "persona").await.unwrap().value,
+        "I am Ada, héllo."
+    );
+    let v3 = db.undo_block(ada.id, "persona", 2, WRITERS).await.unwrap();
+    assert_eq!(v3, 3);
+    assert_eq!(
+        db.block(ada.id, "persona").await.unwrap().value,
+        "I am Ada."
+    );
+    let history = db.block_history(ada.id, "persona").await.unwrap();
+    assert_eq!(
+        history
+            .iter()
+            .map(|v| (v.version, v.change.as_str(), v.value.as_str()))
+            .collect::<Vec<_>>(),
+        [
+            (3, "undo", "I am Ada."),
+            (2, "replace", "I am Ada, héllo."),
+            (1, "create", "I am Ada."),
+        ]
+    );
+    assert!(history.iter().all(|v| v.changed_by == ada.id));
+    assert!(matches!(
+        db.undo_block(ada.id, "human", 1, WRITERS).await,
+        Err(Error::NothingToUndo { version: 1, .. })
+    ));
+
+    // Share: bob sees the block with his own permission; an append-only writer may not rewrite.
+    db.share_block(ada.id, "persona", bob.id, "read_only")
+        .await
+        .unwrap();
+    let seen = db.block(bob.id, "persona").await.unwrap();
+    assert_eq!(
+        (seen.permission.as_str(), seen.version, seen.owner),
+        ("read_only", 3, ada.id)
+    );
+    assert!(matches!(
+        db.write_block(bob.id, "persona", 3, "x".into(), "replace", WRITERS).await,
+        Err(Error::PermissionDenied { ref permission, .. }) if permission == "read_only"
+    ));
+    // Only an admin shares.
+    assert!(matches!(
+        db.share_block(bob.id, "persona", bob.id, "admin").await,
+        Err(Error::PermissionDenied { .. })
+    ));
+    // Re-sharing changes the permission.
+    db.share_block(ada.id, "persona", bob.id, "read_write")
+        .await
+        .unwrap();
+    let v4 = db
+        .write_block(
+            bob.id,
+            "persona",
+            3,
+            "Bob was here.".into(),
+            "replace",
+            WRITERS,
+        )
+        .await
+        .unwrap();
+    assert_eq!(v4, 4);
+    let theirs = db.block(ada.id, "persona").await.unwrap();
+    assert_eq!(
+        (theirs.value.as_str(), theirs.version),
+        ("Bob was here.", 4)
+    );
+    assert_eq!(
+        db.block_history(ada.id, "persona").await.unwrap()[0].changed_by,
+        bob.id
+    );
+    // Label taken by another block of the other agent.
+    db.create_block(bob.id, new_block("human", "bob's human", 50))
+        .await
+        .unwrap();
+    assert!(matches!(
+        db.share_block(ada.id, "human", bob.id, "read_only").await,
+        Err(Error::BlockLabelTaken { agent, .. }) if agent == bob.id
+    ));
+    // Unshare: bob no longer sees it.
+    db.unshare_block(ada.id, "persona", bob.id).await.unwrap();
+    assert!(matches!(
+        db.block(bob.id, "persona").await,
+        Err(Error::BlockNotFound { agent, .. }) if agent == bob.id
+    ));
+    assert!(matches!(
+        db.unshare_block(ada.id, "persona", bob.id).await,
+        Err(Error::BlockNotFound { .. })
+    ));
+    assert!(matches!(
+        db.unshare_block(ada.id, "persona", ada.id).await,
+        Err(Error::InvalidBlock(_))
+    ));
+
+    // Delete: admin only; history goes too; the label is free again.
+    db.share_block(ada.id, "persona", bob.id, "read_write")
+        .await
+        .unwrap();
+    assert!(matches!(
+        db.delete_block(bob.id, "persona").await,
+        Err(Error::PermissionDenied { .. })
+    ));
+    db.delete_block(ada.id, "persona").await.unwrap();
+    assert!(matches!(
+        db.block(ada.id, "persona").await,
+        Err(Error::BlockNotFound { .. })
+    ));
+    assert!(matches!(
+        db.block(bob.id, "persona").await,
+        Err(Error::BlockNotFound { .. })
+    ));
+    db.create_block(ada.id, new_block("persona", "again", 10))
+        .await
+        .unwrap();
+    assert_eq!(db.block_history(ada.id, "persona").await.unwrap().len(), 1);
+
+    // Deleting the owner deletes its blocks.
+    db.delete_agent(ada.id).await.unwrap();
+    assert_eq!(labels(db.blocks_for(bob.id).await.unwrap()), ["human"]);
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+async fn bad_block_writes_are_typed_and_change_nothing(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let ada = db.create_agent(NewAgent::named("ada")).await.unwrap();
+    let bob = db.create_agent(NewAgent::named("bob")).await.unwrap();
+    let before = db
+        .create_block(ada.id, new_block("notes", "short", 10))
+        .await
+        .unwrap();
+    db.share_block(ada.id, "notes", bob.id, "append")
+        .await
+        .unwrap();
+
+    // Over the limit, counted in characters: 11 characters (more bytes) are refused, never cut.
+    let err = db
+        .write_block(ada.id, "notes", 1, "ééééééééééé".into(), "replace", WRITERS)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::BlockOverLimit { ref label, chars: 11, limit: 10 } if label == "notes"),
+        "{err}"
+    );
+    // Creating over the limit is refused too.
+    assert!(matches!(
+        db.create_block(ada.id, new_block("big", &"x".repeat(11), 10))
+            .await,
+        Err(Error::BlockOverLimit { .. })
+    ));
+    // Unknown label.
+    assert!(matches!(
+        db.write_block(ada.id, "nope", 1, "x".into(), "replace", WRITERS).await,
+        Err(Error::BlockNotFound { ref label, .. }) if label == "nope"
+    ));
+    // Wrong permission (bob holds `append`, the caller allows only rewriters).
+    assert!(matches!(
+        db.write_block(bob.id, "notes", 1, "x".into(), "replace", &["read_write", "admin"]).await,
+        Err(Error::PermissionDenied { ref permission, .. }) if permission == "append"
+    ));
+    // Stale version.
+    assert!(matches!(
+        db.write_block(ada.id, "notes", 0, "x".into(), "replace", WRITERS)
+            .await,
+        Err(Error::VersionConflict {
+            expected: 0,
+            current: 1,
+            ..
+        })
+    ));
+    // Bad labels, limits, types, permissions, change kinds.
+    for label in ["", "Notes", "a b", "ünï", &"x".repeat(101)] {
+        assert!(
+            matches!(
+                db.create_block(ada.id, new_block(label, "", 10)).await,
+                Err(Error::InvalidBlockLabel { .. })
+            ),
+            "{label:?}"
+        );
+    }
+    for limit in [0, -1, 1_000_001] {
+        assert!(matches!(
+            db.create_block(ada.id, new_block("x", "", limit)).await,
+            Err(Error::InvalidBlock(_))
+        ));
+    }
+    let mut odd = new_block("x", "", 10);
+    odd.block_type = "weird".into();
+    assert!(matches!(
+        db.create_block(ada.id, odd).await,
+        Err(Error::InvalidBlock(_))
+    ));
+    assert!(matches!(
+        db.share_block(ada.id, "notes", bob.id, "owner").await,
+        Err(Error::InvalidBlock(_))
+    ));
+    assert!(matches!(
+        db.write_block(ada.id, "notes", 1, "x".into(), "rewrite", WRITERS)
+            .await,
+        Err(Error::InvalidBlock(_))
+    ));
+    // Taken label, unknown agents.
+    assert!(matches!(
+        db.create_block(ada.id, new_block("notes", "", 10)).await,
+        Err(Error::BlockLabelTaken { .. })
+    ));
+    let ghost = pattern_db::AgentId::new();
+    assert!(matches!(
+        db.create_block(ghost, new_block("notes", "", 10)).await,
+        Err(Error::AgentNotFound(_))
+    ));
+    assert!(matches!(
+        db.share_block(ada.id, "notes", ghost, "read_only").await,
+        Err(Error::AgentNotFound(_))
+    ));
+
+    // Nothing changed.
+    assert_eq!(db.block(ada.id, "notes").await.unwrap(), before);
+    assert_eq!(db.block_history(ada.id, "notes").await.unwrap().len(), 1);
+    assert_eq!(db.blocks_for(ada.id).await.unwrap().len(), 1);
+    assert_eq!(
+        db.block(bob.id, "notes").await.unwrap().permission,
+        "append"
+    );
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+async fn concurrent_block_writes_lose_nothing(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let ada = db.create_agent(NewAgent::named("ada")).await.unwrap();
+    let bob = db.create_agent(NewAgent::named("bob")).await.unwrap();
+    db.create_block(ada.id, new_block("shared", "start", 10_000))
+        .await
+        .unwrap();
+    db.share_block(ada.id, "shared", bob.id, "read_write")
+        .await
+        .unwrap();
+
+    let mut successes: Vec<(i64, String)> = Vec::new();
+    let mut conflicts = 0;
+    // Several rounds: in each, 20 tasks read the version and all write against it.
+    for round in 0..3 {
+        let mut tasks = Vec::new();
+        for t in 0..20 {
+            let db = db.clone();
+            let agent = if t % 2 == 0 { ada.id } else { bob.id };
+            tasks.push(tokio::spawn(async move {
+                let v = db.block(agent, "shared").await.unwrap().version;
+                let text = format!("round {round} task {t}");
+                let r = db
+                    .write_block(agent, "shared", v, text.clone(), "replace", WRITERS)
+                    .await;
+                (v, text, r)
+            }));
+        }
+        for task in tasks {
+            let (v, text, r) = task.await.unwrap();
+            match r {
+                Ok(new) => {
+                    assert_eq!(new, v + 1);
+                    successes.push((new, text));
+                }
+                Err(Error::VersionConflict {
+                    expected, current, ..
+                }) => {
+                    assert_eq!(expected, v);
+                    assert!(current > expected);
+                    conflicts += 1;
+                }
+                Err(e) => panic!("unexpected error: {e}"),
+            }
+        }
+    }
+    // Exactly one success per version.
+    let mut versions: Vec<i64> = successes.iter().map(|s| s.0).collect();
+    versions.sort_unstable();
+    let before = versions.len();
+    versions.dedup();
+    assert_eq!(versions.len(), before, "two writes got the same version");
+    assert_eq!(successes.len() + conflicts, 60);
+    assert!(successes.len() >= 3);
+
+    let block = db.block(ada.id, "shared").await.unwrap();
+    assert_eq!(block.version, 1 + successes.len() as i64);
+    let history = db.block_history(ada.id, "shared").await.unwrap();
+    assert_eq!(history.len() as i64, block.version);
+    for (version, text) in &successes {
+        let row = history.iter().find(|h| h.version == *version).unwrap();
+        assert_eq!(&row.value, text);
+    }
+    assert_eq!(history[0].value, block.value);
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
         mod sqlite {
@@ -1170,4 +1523,7 @@ conformance!(
     bad_input_is_typed_and_changes_nothing,
     migrations_are_checksummed_and_reversible,
     engine_and_urls,
+    blocks_lifecycle,
+    bad_block_writes_are_typed_and_change_nothing,
+    concurrent_block_writes_lose_nothing,
 );

@@ -1,0 +1,420 @@
+//! Memory blocks: size-limited, versioned text an agent keeps in context, owned by one agent and
+//! shared with others through access rows.
+//!
+//! The types ([`NewBlock`], [`StoredBlock`], [`BlockVersion`]), the reads, and the [`Database`]
+//! methods that queue block writes to the writer (their SQL is in `ops::blocks`). Invariants:
+//!
+//! - an agent only ever sees (and changes) blocks it has an access row for;
+//! - a value is never cut to fit its limit: a longer value is [`Error::BlockOverLimit`];
+//! - no lost update: a write names the version it read, and a stale one is
+//!   [`Error::VersionConflict`], checked in the same transaction as the update;
+//! - every change is a new version with its row in the history, written in that transaction.
+//!
+//! Permissions are plain names here (`read_only`, `partner`, `human`, `append`, `read_write`,
+//! `admin`); which of them may make which change is the caller's rule (`memory_v2`), passed in as
+//! `allowed_permissions`. Only `admin` may share, unshare and delete, whatever the caller says.
+//! This module must never write outside the writer.
+
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+use sqlx::any::AnyRow;
+use uuid::Uuid;
+
+use crate::db::{Database, unexpected};
+use crate::error::{Error, Result};
+use crate::model::AgentId;
+use crate::ops::{Done, Op, from_ms, parse_uuid};
+
+/// Block types a block may have.
+pub const BLOCK_TYPES: &[&str] = &["core", "working", "archival", "log"];
+/// Permissions an agent may hold on a block, from least to most access.
+pub const PERMISSIONS: &[&str] = &[
+    "read_only",
+    "partner",
+    "human",
+    "append",
+    "read_write",
+    "admin",
+];
+/// Kinds of change a version records.
+pub const CHANGES: &[&str] = &["create", "replace", "append", "insert", "undo", "settings"];
+/// Most characters a label may hold.
+pub const MAX_LABEL_CHARS: usize = 100;
+/// Largest character limit a block may have.
+pub const MAX_CHAR_LIMIT: i64 = 1_000_000;
+
+/// A block to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewBlock {
+    /// 1 to 100 characters of `[a-z0-9_-]`, unique among the blocks the owner sees.
+    pub label: String,
+    /// What the block is for, shown to the model.
+    pub description: String,
+    /// The first value; at most `char_limit` characters.
+    pub value: String,
+    /// Most characters the value may hold, 1 to 1,000,000.
+    pub char_limit: i64,
+    /// One of [`BLOCK_TYPES`].
+    pub block_type: String,
+}
+
+/// A block as one agent sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredBlock {
+    /// The block's id.
+    pub id: Uuid,
+    /// The agent that created it.
+    pub owner: AgentId,
+    /// Its label.
+    pub label: String,
+    /// What it is for.
+    pub description: String,
+    /// The current value.
+    pub value: String,
+    /// Most characters the value may hold.
+    pub char_limit: i64,
+    /// One of [`BLOCK_TYPES`].
+    pub block_type: String,
+    /// The permission of the agent that read it, one of [`PERMISSIONS`].
+    pub permission: String,
+    /// The current version (1 at creation, +1 per change).
+    pub version: i64,
+    /// When the value last changed.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// One version of a block, from its history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockVersion {
+    /// The version number.
+    pub version: i64,
+    /// The value at this version.
+    pub value: String,
+    /// The description at this version.
+    pub description: String,
+    /// The agent that made the change.
+    pub changed_by: AgentId,
+    /// One of [`CHANGES`].
+    pub change: String,
+    /// When.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Characters in `text` as limits count them: Unicode scalar values.
+pub fn char_count(text: &str) -> usize {
+    text.chars().count()
+}
+
+/// Checks a label: 1 to [`MAX_LABEL_CHARS`] characters of `[a-z0-9_-]`.
+pub fn validate_label(label: &str) -> Result<()> {
+    let len = label.chars().count();
+    if len == 0 || len > MAX_LABEL_CHARS {
+        return Err(Error::InvalidBlockLabel {
+            label: label.to_owned(),
+            reason: format!("must be 1 to {MAX_LABEL_CHARS} characters, got {len}"),
+        });
+    }
+    if let Some(c) = label
+        .chars()
+        .find(|c| !matches!(c, 'a'..='z' | '0'..='9' | '_' | '-'))
+    {
+        return Err(Error::InvalidBlockLabel {
+            label: label.to_owned(),
+            reason: format!("only a-z, 0-9, `_` and `-` are allowed, found {c:?}"),
+        });
+    }
+    Ok(())
+}
+
+pub(crate) fn validate_one_of(what: &'static str, value: &str, allowed: &[&str]) -> Result<()> {
+    if allowed.contains(&value) {
+        Ok(())
+    } else {
+        Err(Error::InvalidBlock(format!(
+            "unknown {what} `{value}`; expected one of {allowed:?}"
+        )))
+    }
+}
+
+/// Checks a new block's fields (label, limit, type, value length).
+pub(crate) fn validate_new(new: &NewBlock) -> Result<()> {
+    validate_label(&new.label)?;
+    if !(1..=MAX_CHAR_LIMIT).contains(&new.char_limit) {
+        return Err(Error::InvalidBlock(format!(
+            "char_limit must be 1 to {MAX_CHAR_LIMIT}, got {}",
+            new.char_limit
+        )));
+    }
+    validate_one_of("block type", &new.block_type, BLOCK_TYPES)?;
+    check_limit(&new.label, &new.value, new.char_limit)
+}
+
+/// [`Error::BlockOverLimit`] when `value` has more characters than `limit`.
+pub(crate) fn check_limit(label: &str, value: &str, limit: i64) -> Result<()> {
+    let chars = char_count(value);
+    let limit = usize::try_from(limit).unwrap_or(0);
+    if chars > limit {
+        return Err(Error::BlockOverLimit {
+            label: label.to_owned(),
+            chars,
+            limit,
+        });
+    }
+    Ok(())
+}
+
+/// Columns of a block seen through an access row `a` joined with its block `b`.
+pub(crate) const BLOCK_COLUMNS: &str = "b.id, b.owner_agent_id, a.label, b.description, b.value, \
+    b.char_limit, b.block_type, a.permission, b.version, b.updated_at";
+
+pub(crate) fn block_from_row(row: &AnyRow) -> Result<StoredBlock> {
+    let id: String = row.try_get(0)?;
+    let owner: String = row.try_get(1)?;
+    Ok(StoredBlock {
+        id: parse_uuid(&id)?,
+        owner: AgentId(parse_uuid(&owner)?),
+        label: row.try_get(2)?,
+        description: row.try_get(3)?,
+        value: row.try_get(4)?,
+        char_limit: row.try_get(5)?,
+        block_type: row.try_get(6)?,
+        permission: row.try_get(7)?,
+        version: row.try_get(8)?,
+        updated_at: from_ms(row.try_get(9)?),
+    })
+}
+
+fn version_from_row(row: &AnyRow) -> Result<BlockVersion> {
+    let by: String = row.try_get(3)?;
+    Ok(BlockVersion {
+        version: row.try_get(0)?,
+        value: row.try_get(1)?,
+        description: row.try_get(2)?,
+        changed_by: AgentId(parse_uuid(&by)?),
+        change: row.try_get(4)?,
+        created_at: from_ms(row.try_get(5)?),
+    })
+}
+
+impl Database {
+    /// Creates a block owned by `owner`, who gets `admin` access; version 1 is its first history
+    /// row. Bad fields are [`Error::InvalidBlockLabel`], [`Error::InvalidBlock`] or
+    /// [`Error::BlockOverLimit`]; a label the owner already sees is [`Error::BlockLabelTaken`].
+    pub async fn create_block(&self, owner: AgentId, new: NewBlock) -> Result<StoredBlock> {
+        validate_new(&new)?;
+        match self.write(Op::CreateBlock { owner, new }).await? {
+            Done::Block(block) => Ok(block),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The block `agent` sees under `label`, with `agent`'s permission.
+    pub async fn block(&self, agent: AgentId, label: &str) -> Result<StoredBlock> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {BLOCK_COLUMNS} FROM memory_block_access a \
+             JOIN memory_blocks b ON b.id = a.block_id WHERE a.agent_id = $1 AND a.label = $2"
+        )))
+        .bind(agent.to_string())
+        .bind(label)
+        .fetch_optional(self.reader())
+        .await?;
+        match row {
+            Some(row) => block_from_row(&row),
+            None => Err(Error::BlockNotFound {
+                agent,
+                label: label.to_owned(),
+            }),
+        }
+    }
+
+    /// Every block `agent` has access to, sorted by label.
+    pub async fn blocks_for(&self, agent: AgentId) -> Result<Vec<StoredBlock>> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {BLOCK_COLUMNS} FROM memory_block_access a \
+             JOIN memory_blocks b ON b.id = a.block_id WHERE a.agent_id = $1 ORDER BY a.label"
+        )))
+        .bind(agent.to_string())
+        .fetch_all(self.reader())
+        .await?
+        .iter()
+        .map(block_from_row)
+        .collect()
+    }
+
+    /// Sets the value of the block `agent` sees as `label`, if its current version is
+    /// `expected_version` and `agent`'s permission is one of `allowed_permissions`; records the
+    /// change (one of [`CHANGES`]) as a new version and returns it. One transaction: on any error
+    /// nothing changes. Errors: [`Error::BlockNotFound`], [`Error::PermissionDenied`],
+    /// [`Error::BlockOverLimit`] (the value is never cut), [`Error::VersionConflict`].
+    pub async fn write_block(
+        &self,
+        agent: AgentId,
+        label: &str,
+        expected_version: i64,
+        new_value: String,
+        change: &str,
+        allowed_permissions: &[&str],
+    ) -> Result<i64> {
+        validate_one_of("change", change, CHANGES)?;
+        let owner = self.block_owner(agent, label).await?;
+        let op = Op::WriteBlock {
+            agent,
+            owner,
+            label: label.to_owned(),
+            expected: expected_version,
+            value: Some(new_value),
+            change: change.to_owned(),
+            allowed: allowed_permissions
+                .iter()
+                .map(|p| (*p).to_owned())
+                .collect(),
+        };
+        match self.write(op).await? {
+            Done::Version(v) => Ok(v),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Restores the value the block had before its latest change, as a new version with change
+    /// `undo` (so undoing twice restores the undone value). Same checks as [`Self::write_block`];
+    /// a block still at its first version is [`Error::NothingToUndo`].
+    pub async fn undo_block(
+        &self,
+        agent: AgentId,
+        label: &str,
+        expected_version: i64,
+        allowed_permissions: &[&str],
+    ) -> Result<i64> {
+        let owner = self.block_owner(agent, label).await?;
+        let op = Op::WriteBlock {
+            agent,
+            owner,
+            label: label.to_owned(),
+            expected: expected_version,
+            value: None,
+            change: "undo".to_owned(),
+            allowed: allowed_permissions
+                .iter()
+                .map(|p| (*p).to_owned())
+                .collect(),
+        };
+        match self.write(op).await? {
+            Done::Version(v) => Ok(v),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Every version of the block `agent` sees as `label`, newest first.
+    pub async fn block_history(&self, agent: AgentId, label: &str) -> Result<Vec<BlockVersion>> {
+        let block = self.block(agent, label).await?;
+        sqlx::query(
+            "SELECT version, value, description, changed_by, change, created_at \
+             FROM memory_block_versions WHERE block_id = $1 ORDER BY version DESC",
+        )
+        .bind(block.id.to_string())
+        .fetch_all(self.reader())
+        .await?
+        .iter()
+        .map(version_from_row)
+        .collect()
+    }
+
+    /// Gives `with` access to the block `agent` sees as `label`, under the same label, with
+    /// `permission` (or changes the permission `with` has). Only an `admin` of the block may share
+    /// ([`Error::PermissionDenied`]); a label `with` already uses for another block is
+    /// [`Error::BlockLabelTaken`].
+    pub async fn share_block(
+        &self,
+        agent: AgentId,
+        label: &str,
+        with: AgentId,
+        permission: &str,
+    ) -> Result<()> {
+        validate_one_of("permission", permission, PERMISSIONS)?;
+        let owner = self.block_owner(agent, label).await?;
+        let op = Op::ShareBlock {
+            agent,
+            owner,
+            label: label.to_owned(),
+            with,
+            permission: Some(permission.to_owned()),
+        };
+        self.write(op).await.map(|_| ())
+    }
+
+    /// Takes away the access `with` has to the block `agent` (an `admin`) sees as `label`. The
+    /// owner's own access cannot be taken away ([`Error::InvalidBlock`]); delete the block
+    /// instead. `with` without access is [`Error::BlockNotFound`] for `with`.
+    pub async fn unshare_block(&self, agent: AgentId, label: &str, with: AgentId) -> Result<()> {
+        let owner = self.block_owner(agent, label).await?;
+        let op = Op::ShareBlock {
+            agent,
+            owner,
+            label: label.to_owned(),
+            with,
+            permission: None,
+        };
+        self.write(op).await.map(|_| ())
+    }
+
+    /// Deletes the block `agent` (an `admin`) sees as `label`, with every access row and its
+    /// history.
+    pub async fn delete_block(&self, agent: AgentId, label: &str) -> Result<()> {
+        let owner = self.block_owner(agent, label).await?;
+        let op = Op::DeleteBlock {
+            agent,
+            owner,
+            label: label.to_owned(),
+        };
+        self.write(op).await.map(|_| ())
+    }
+
+    /// The owner of the block `agent` sees as `label`: the write locks the owner's agent row
+    /// first, so every write of one block is serialised and write groups keep their lock order.
+    async fn block_owner(&self, agent: AgentId, label: &str) -> Result<AgentId> {
+        let row = sqlx::query(
+            "SELECT b.owner_agent_id FROM memory_block_access a \
+             JOIN memory_blocks b ON b.id = a.block_id WHERE a.agent_id = $1 AND a.label = $2",
+        )
+        .bind(agent.to_string())
+        .bind(label)
+        .fetch_optional(self.reader())
+        .await?;
+        match row {
+            Some(row) => Ok(AgentId(parse_uuid(&row.try_get::<String, _>(0)?)?)),
+            None => Err(Error::BlockNotFound {
+                agent,
+                label: label.to_owned(),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_checked() {
+        assert!(validate_label("persona").is_ok());
+        assert!(validate_label("a-b_9").is_ok());
+        assert!(validate_label("").is_err());
+        assert!(validate_label("Persona").is_err());
+        assert!(validate_label("a b").is_err());
+        assert!(validate_label(&"x".repeat(101)).is_err());
+        assert!(validate_label(&"x".repeat(100)).is_ok());
+    }
+
+    #[test]
+    fn limits_count_characters() {
+        assert!(check_limit("l", "héllo", 5).is_ok());
+        assert!(matches!(
+            check_limit("l", "héllo!", 5),
+            Err(Error::BlockOverLimit {
+                chars: 6,
+                limit: 5,
+                ..
+            })
+        ));
+    }
+}

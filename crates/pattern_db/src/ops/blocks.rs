@@ -1,0 +1,390 @@
+//! The SQL of every memory-block write, run by the writer inside a transaction.
+//!
+//! Each function first locks the block owner's agent row (on PostgreSQL; on SQLite the single
+//! writer serialises anyway), then checks access, permission, limit and version, and only then
+//! changes anything, so a refused write leaves no trace. Like the rest of `ops`, these functions
+//! must never commit, roll back or open a transaction of their own.
+
+use sqlx::any::AnyRow;
+use sqlx::{AnyConnection, Row};
+use uuid::Uuid;
+
+use super::{Ctx, is_unique_violation, lock_agent, now_ms};
+use crate::blocks::{BLOCK_COLUMNS, NewBlock, StoredBlock, block_from_row, check_limit};
+use crate::error::{Error, Result};
+use crate::model::AgentId;
+use crate::ops::from_ms;
+
+/// Locks `owner` (the block's owner as read before the write was queued). An owner that is gone
+/// took its blocks with it: the block is not found.
+async fn lock_owner(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    owner: AgentId,
+    agent: AgentId,
+    label: &str,
+) -> Result<()> {
+    match lock_agent(conn, ctx, owner).await {
+        Err(Error::AgentNotFound(_)) => Err(Error::BlockNotFound {
+            agent,
+            label: label.to_owned(),
+        }),
+        other => other,
+    }
+}
+
+/// The block `agent` sees as `label`, read inside the transaction.
+async fn access(conn: &mut AnyConnection, agent: AgentId, label: &str) -> Result<StoredBlock> {
+    let row: Option<AnyRow> = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {BLOCK_COLUMNS} FROM memory_block_access a \
+         JOIN memory_blocks b ON b.id = a.block_id WHERE a.agent_id = $1 AND a.label = $2"
+    )))
+    .bind(agent.to_string())
+    .bind(label)
+    .fetch_optional(&mut *conn)
+    .await?;
+    match row {
+        Some(row) => block_from_row(&row),
+        None => Err(Error::BlockNotFound {
+            agent,
+            label: label.to_owned(),
+        }),
+    }
+}
+
+/// Locks the owner and reads the block `agent` sees as `label`. Should the block have changed
+/// hands since `owner` was read, its real owner is locked too.
+async fn locked_access(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+    owner: AgentId,
+    label: &str,
+) -> Result<StoredBlock> {
+    lock_owner(conn, ctx, owner, agent, label).await?;
+    let block = access(conn, agent, label).await?;
+    if block.owner != owner {
+        lock_owner(conn, ctx, block.owner, agent, label).await?;
+    }
+    Ok(block)
+}
+
+fn require_admin(block: &StoredBlock) -> Result<()> {
+    if block.permission == "admin" {
+        Ok(())
+    } else {
+        Err(Error::PermissionDenied {
+            label: block.label.clone(),
+            permission: block.permission.clone(),
+        })
+    }
+}
+
+async fn label_used_by(conn: &mut AnyConnection, agent: AgentId, label: &str) -> Result<bool> {
+    Ok(
+        sqlx::query("SELECT block_id FROM memory_block_access WHERE agent_id = $1 AND label = $2")
+            .bind(agent.to_string())
+            .bind(label)
+            .fetch_optional(&mut *conn)
+            .await?
+            .is_some(),
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn insert_version(
+    conn: &mut AnyConnection,
+    block: Uuid,
+    version: i64,
+    value: &str,
+    description: &str,
+    by: AgentId,
+    change: &str,
+    at: i64,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO memory_block_versions \
+         (block_id, version, value, description, changed_by, change, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(block.to_string())
+    .bind(version)
+    .bind(value)
+    .bind(description)
+    .bind(by.to_string())
+    .bind(change)
+    .bind(at)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Creates a block, the owner's `admin` access row and version 1.
+pub(crate) async fn create_block(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    owner: AgentId,
+    new: &NewBlock,
+) -> Result<StoredBlock> {
+    lock_agent(conn, ctx, owner).await?;
+    let taken = || Error::BlockLabelTaken {
+        agent: owner,
+        label: new.label.clone(),
+    };
+    if label_used_by(conn, owner, &new.label).await? {
+        return Err(taken());
+    }
+    let id = Uuid::now_v7();
+    let now = now_ms();
+    let inserted = sqlx::query(
+        "INSERT INTO memory_blocks (id, owner_agent_id, label, description, value, char_limit, \
+         block_type, version, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, $8)",
+    )
+    .bind(id.to_string())
+    .bind(owner.to_string())
+    .bind(&new.label)
+    .bind(&new.description)
+    .bind(&new.value)
+    .bind(new.char_limit)
+    .bind(&new.block_type)
+    .bind(now)
+    .execute(&mut *conn)
+    .await;
+    match inserted {
+        Ok(_) => {}
+        Err(e) if is_unique_violation(&e) => return Err(taken()),
+        Err(e) => return Err(e.into()),
+    }
+    sqlx::query(
+        "INSERT INTO memory_block_access (block_id, agent_id, label, permission) \
+         VALUES ($1, $2, $3, 'admin')",
+    )
+    .bind(id.to_string())
+    .bind(owner.to_string())
+    .bind(&new.label)
+    .execute(&mut *conn)
+    .await?;
+    insert_version(
+        conn,
+        id,
+        1,
+        &new.value,
+        &new.description,
+        owner,
+        "create",
+        now,
+    )
+    .await?;
+    Ok(StoredBlock {
+        id,
+        owner,
+        label: new.label.clone(),
+        description: new.description.clone(),
+        value: new.value.clone(),
+        char_limit: new.char_limit,
+        block_type: new.block_type.clone(),
+        permission: "admin".to_owned(),
+        version: 1,
+        updated_at: from_ms(now),
+    })
+}
+
+/// What a block write carries.
+pub(crate) struct Write<'a> {
+    pub(crate) agent: AgentId,
+    pub(crate) owner: AgentId,
+    pub(crate) label: &'a str,
+    pub(crate) expected: i64,
+    /// The new value; `None` restores the previous version's value (undo).
+    pub(crate) value: Option<&'a str>,
+    pub(crate) change: &'a str,
+    pub(crate) allowed: &'a [String],
+}
+
+/// Writes a new version of a block; returns its number.
+pub(crate) async fn write_block(conn: &mut AnyConnection, ctx: &Ctx, w: Write<'_>) -> Result<i64> {
+    let block = locked_access(conn, ctx, w.agent, w.owner, w.label).await?;
+    if !w.allowed.contains(&block.permission) {
+        return Err(Error::PermissionDenied {
+            label: block.label,
+            permission: block.permission,
+        });
+    }
+    let conflict = |current| Error::VersionConflict {
+        label: w.label.to_owned(),
+        expected: w.expected,
+        current,
+    };
+    if block.version != w.expected {
+        return Err(conflict(block.version));
+    }
+    let value = match w.value {
+        Some(value) => value.to_owned(),
+        None => previous_value(conn, &block).await?,
+    };
+    check_limit(&block.label, &value, block.char_limit)?;
+    let now = now_ms();
+    let updated = sqlx::query(
+        "UPDATE memory_blocks SET value = $1, version = version + 1, updated_at = $2 \
+         WHERE id = $3 AND version = $4",
+    )
+    .bind(&value)
+    .bind(now)
+    .bind(block.id.to_string())
+    .bind(w.expected)
+    .execute(&mut *conn)
+    .await?;
+    if updated.rows_affected() == 0 {
+        let current: i64 = sqlx::query("SELECT version FROM memory_blocks WHERE id = $1")
+            .bind(block.id.to_string())
+            .fetch_one(&mut *conn)
+            .await?
+            .try_get(0)?;
+        return Err(conflict(current));
+    }
+    let version = w.expected + 1;
+    insert_version(
+        conn,
+        block.id,
+        version,
+        &value,
+        &block.description,
+        w.agent,
+        w.change,
+        now,
+    )
+    .await?;
+    Ok(version)
+}
+
+async fn previous_value(conn: &mut AnyConnection, block: &StoredBlock) -> Result<String> {
+    let row =
+        sqlx::query("SELECT value FROM memory_block_versions WHERE block_id = $1 AND version = $2")
+            .bind(block.id.to_string())
+            .bind(block.version - 1)
+            .fetch_optional(&mut *conn)
+            .await?;
+    match row {
+        Some(row) => Ok(row.try_get(0)?),
+        None => Err(Error::NothingToUndo {
+            label: block.label.clone(),
+            version: block.version,
+        }),
+    }
+}
+
+/// Gives `with` access with `permission`, or takes it away (`None`).
+pub(crate) async fn share_block(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+    owner: AgentId,
+    label: &str,
+    with: AgentId,
+    permission: Option<&str>,
+) -> Result<()> {
+    let block = locked_access(conn, ctx, agent, owner, label).await?;
+    require_admin(&block)?;
+    let Some(permission) = permission else {
+        if with == block.owner {
+            return Err(Error::InvalidBlock(format!(
+                "the owner's access to block `{label}` cannot be taken away; delete the block instead"
+            )));
+        }
+        let removed =
+            sqlx::query("DELETE FROM memory_block_access WHERE block_id = $1 AND agent_id = $2")
+                .bind(block.id.to_string())
+                .bind(with.to_string())
+                .execute(&mut *conn)
+                .await?;
+        if removed.rows_affected() == 0 {
+            return Err(Error::BlockNotFound {
+                agent: with,
+                label: label.to_owned(),
+            });
+        }
+        return Ok(());
+    };
+    if with == block.owner && permission != "admin" {
+        return Err(Error::InvalidBlock(format!(
+            "the owner of block `{label}` keeps `admin`"
+        )));
+    }
+    let exists = sqlx::query("SELECT id FROM agents WHERE id = $1")
+        .bind(with.to_string())
+        .fetch_optional(&mut *conn)
+        .await?;
+    if exists.is_none() {
+        return Err(Error::AgentNotFound(with));
+    }
+    let current =
+        sqlx::query("SELECT block_id FROM memory_block_access WHERE agent_id = $1 AND label = $2")
+            .bind(with.to_string())
+            .bind(&block.label)
+            .fetch_optional(&mut *conn)
+            .await?;
+    match current {
+        Some(row) if row.try_get::<String, _>(0)? == block.id.to_string() => {
+            sqlx::query(
+                "UPDATE memory_block_access SET permission = $1 WHERE block_id = $2 AND agent_id = $3",
+            )
+            .bind(permission)
+            .bind(block.id.to_string())
+            .bind(with.to_string())
+            .execute(&mut *conn)
+            .await?;
+        }
+        Some(_) => {
+            return Err(Error::BlockLabelTaken {
+                agent: with,
+                label: block.label,
+            });
+        }
+        None => {
+            let inserted = sqlx::query(
+                "INSERT INTO memory_block_access (block_id, agent_id, label, permission) \
+                 VALUES ($1, $2, $3, $4)",
+            )
+            .bind(block.id.to_string())
+            .bind(with.to_string())
+            .bind(&block.label)
+            .bind(permission)
+            .execute(&mut *conn)
+            .await;
+            match inserted {
+                Ok(_) => {}
+                Err(e) if is_unique_violation(&e) => {
+                    return Err(Error::BlockLabelTaken {
+                        agent: with,
+                        label: block.label,
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Deletes a block with its access rows and history.
+pub(crate) async fn delete_block(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+    owner: AgentId,
+    label: &str,
+) -> Result<()> {
+    let block = locked_access(conn, ctx, agent, owner, label).await?;
+    require_admin(&block)?;
+    let id = block.id.to_string();
+    // Explicit deletes rather than relying on cascades, which SQLite applies only with
+    // `foreign_keys` on.
+    for sql in [
+        "DELETE FROM memory_block_versions WHERE block_id = $1",
+        "DELETE FROM memory_block_access WHERE block_id = $1",
+        "DELETE FROM memory_blocks WHERE id = $1",
+    ] {
+        sqlx::query(sql).bind(&id).execute(&mut *conn).await?;
+    }
+    Ok(())
+}
