@@ -1,9 +1,12 @@
 //! The one error type of `memory_v2`. It must never hide which block or agent a failure is about.
 
+use crate::block::Permission;
+
 /// Result alias for this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// What can go wrong reading or writing memory.
+/// What can go wrong reading or writing memory. Every refusal an agent can act on has its own
+/// variant with the facts it needs (the block, the numbers, the permission).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -25,7 +28,116 @@ pub enum Error {
         /// The block's limit.
         limit: usize,
     },
+    /// The block changed since the version the change was based on: read it again and redo.
+    #[error(
+        "block `{label}` is at version {current}, not {expected}: read it again and redo the change"
+    )]
+    Conflict {
+        /// The block.
+        label: String,
+        /// The version the change expected.
+        expected: i64,
+        /// The version stored.
+        current: i64,
+    },
+    /// The agent's permission does not allow this change.
+    #[error("permission `{}` on block `{label}` does not allow {operation}", permission.as_str())]
+    PermissionDenied {
+        /// The block.
+        label: String,
+        /// The agent's permission.
+        permission: Permission,
+        /// What was attempted.
+        operation: &'static str,
+    },
+    /// The change is allowed only with a human's approval; call again with
+    /// [`WriteAuth::Approved`](crate::WriteAuth::Approved) once it is given.
+    #[error("changing block `{label}` needs approval (permission `{}`)", permission.as_str())]
+    NeedsApproval {
+        /// The block.
+        label: String,
+        /// The agent's permission (`partner` or `human`).
+        permission: Permission,
+    },
+    /// The text to replace is not in the block.
+    #[error("block `{label}` does not contain the text to replace: {text:?}")]
+    TextNotFound {
+        /// The block.
+        label: String,
+        /// The text looked for.
+        text: String,
+    },
+    /// An insert position past the end of the block.
+    #[error("block `{label}` has {lines} lines; cannot insert as line {line}")]
+    LineOutOfRange {
+        /// The block.
+        label: String,
+        /// The position asked for (0-based).
+        line: usize,
+        /// Lines the block has.
+        lines: usize,
+    },
+    /// The block has no earlier version to go back to.
+    #[error("block `{label}` is at its first version: nothing to undo")]
+    NothingToUndo {
+        /// The block.
+        label: String,
+    },
+    /// The agent already sees a block under this label.
+    #[error("agent {agent} already has a memory block labelled `{label}`")]
+    LabelTaken {
+        /// The agent.
+        agent: pattern_db::AgentId,
+        /// The label.
+        label: String,
+    },
+    /// A malformed label, limit or other block field.
+    #[error("invalid memory block request: {0}")]
+    Invalid(String),
     /// The storage layer failed.
     #[error(transparent)]
-    Db(#[from] pattern_db::Error),
+    Db(pattern_db::Error),
+}
+
+impl From<pattern_db::Error> for Error {
+    /// Maps the storage layer's block refusals to this crate's variants, keeping their facts.
+    fn from(e: pattern_db::Error) -> Self {
+        use pattern_db::Error as D;
+        match e {
+            D::BlockNotFound { agent, label } => Error::UnknownBlock { agent, label },
+            D::BlockOverLimit {
+                label,
+                chars,
+                limit,
+            } => Error::OverLimit {
+                label,
+                chars,
+                limit,
+            },
+            D::VersionConflict {
+                label,
+                expected,
+                current,
+            } => Error::Conflict {
+                label,
+                expected,
+                current,
+            },
+            D::PermissionDenied { label, permission } => match permission.parse::<Permission>() {
+                Ok(permission) => Error::PermissionDenied {
+                    label,
+                    permission,
+                    operation: "this change",
+                },
+                Err(e) => e,
+            },
+            D::BlockLabelTaken { agent, label } => Error::LabelTaken { agent, label },
+            D::NothingToUndo { label, .. } => Error::NothingToUndo { label },
+            D::InvalidBlockLabel { label, reason } => {
+                Error::Invalid(format!("label `{label}`: {reason}"))
+            }
+            D::InvalidBlock(reason) => Error::Invalid(reason),
+            other => Error::Db(other),
+        }
+    }
 }

@@ -1,6 +1,9 @@
-//! Integration tests of `memory_v2`'s contract: a store is usable as a shared trait object.
+//! Integration tests of `memory_v2`: a store is usable as a shared trait object, and the store
+//! over `pattern_db` keeps its invariants on SQLite and PostgreSQL (`db_store`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+mod db_store;
 
 use std::collections::HashMap;
 use std::sync::Arc;
