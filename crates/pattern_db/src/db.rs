@@ -312,6 +312,11 @@ impl Database {
         }
     }
 
+    #[cfg(feature = "testkit")]
+    pub(crate) fn write_pool(&self) -> &AnyPool {
+        &self.inner.write_pool
+    }
+
     pub(crate) fn reader(&self) -> &AnyPool {
         &self.inner.read
     }

@@ -6,6 +6,7 @@
 
 use crate::id::SnowflakeId;
 use crate::model::{AgentId, BatchState};
+use crate::protocol::{ProtocolAgentId, SessionId};
 
 /// Result alias for this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -244,6 +245,57 @@ pub enum Error {
     /// The database was closed; the write was not performed.
     #[error("the database is closed")]
     Closed,
+    /// An organization or protocol agent with this external id exists already.
+    #[error("a {kind} with external id `{external_id}` exists already")]
+    ExternalIdTaken {
+        /// `organization` or `protocol agent`.
+        kind: &'static str,
+        /// The external id.
+        external_id: String,
+    },
+    /// No organization or protocol agent with this external id.
+    #[error("unknown {kind} with external id `{external_id}`")]
+    ExternalIdNotFound {
+        /// `organization` or `protocol agent`.
+        kind: &'static str,
+        /// The external id.
+        external_id: String,
+    },
+    /// No protocol row (organization, protocol agent, session) with this id.
+    #[error("unknown {kind} {id}")]
+    ProtocolNotFound {
+        /// `organization`, `protocol agent` or `session`.
+        kind: &'static str,
+        /// The id asked for.
+        id: uuid::Uuid,
+    },
+    /// A session needs two different agents.
+    #[error("protocol agent {0} cannot open a session with itself")]
+    SelfSession(ProtocolAgentId),
+    /// The agent is not one of the session's two participants.
+    #[error("protocol agent {agent} is not a participant of session {session}")]
+    NotParticipant {
+        /// The session.
+        session: SessionId,
+        /// The agent.
+        agent: ProtocolAgentId,
+    },
+    /// A sync session's turn belongs to the other agent: nothing was stored.
+    #[error("protocol agent {agent} cannot send in session {session}: it is not its turn")]
+    OutOfTurn {
+        /// The session.
+        session: SessionId,
+        /// The agent that tried to send.
+        agent: ProtocolAgentId,
+        /// Whose turn it is.
+        turn: Option<ProtocolAgentId>,
+    },
+    /// The session has ended: nothing more can be sent or ended.
+    #[error("session {0} has ended")]
+    SessionEnded(SessionId),
+    /// A protocol message, external id or name is not acceptable (e.g. content that is not JSON).
+    #[error("invalid protocol message: {0}")]
+    InvalidProtocolMessage(String),
     /// The database reported an error.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),

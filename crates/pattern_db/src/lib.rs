@@ -17,6 +17,10 @@
 //! It also keeps memory blocks (module [`blocks`]): size-limited, versioned text shared between
 //! agents through access rows, written with optimistic concurrency and full history.
 //!
+//! And the storage of the agent-to-agent protocol (module [`protocol`]): organizations, protocol
+//! agents, one-to-one sessions (sync with strict turns, or async) and their messages; the API on
+//! top is the `pattern_protocol` crate.
+//!
 //! Every write goes through a group-commit writer: concurrent acknowledgements share one
 //! transaction and one fsync, and none is acknowledged before its commit.
 //!
@@ -46,6 +50,7 @@ pub mod legacy;
 mod migrate;
 mod model;
 mod ops;
+pub mod protocol;
 mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -62,5 +67,10 @@ pub use model::{
     Abandoned, ActivityEvent, Agent, AgentId, BatchId, BatchInfo, BatchState, BatchType,
     BeginBatch, ContentBlock, Message, MessageId, NewAgent, NewMessage, Received, RecoveryScope,
     Role, StepReceipt, StoredBatch, Summary, pending_calls, tool_result_ids, tool_use_ids,
+};
+pub use protocol::{
+    NewProtocolAgent, NewProtocolMessage, Organization, OrganizationId, ProtocolAgent,
+    ProtocolAgentId, ProtocolMessage, ProtocolMessageId, Session, SessionId, SessionStatus,
+    SessionType,
 };
 pub use store::MessageStore;

@@ -23,8 +23,13 @@ use crate::model::{
     Abandoned, Agent, AgentId, BatchId, BatchInfo, BatchState, BatchType, BeginBatch, ContentBlock,
     Message, MessageId, NewAgent, NewMessage, Received, RecoveryScope, Role, StepReceipt, Summary,
 };
+use crate::protocol::{
+    NewProtocolAgent, NewProtocolMessage, Organization, ProtocolAgent, ProtocolAgentId,
+    ProtocolMessage, ProtocolMessageId, Session, SessionId, SessionType,
+};
 
 mod blocks;
+pub(crate) mod protocol;
 
 /// What every op needs besides its arguments.
 #[derive(Debug)]
@@ -116,6 +121,29 @@ pub(crate) enum Op {
         owner: AgentId,
         label: String,
     },
+    CreateOrganization {
+        external_id: String,
+        name: String,
+    },
+    CreateProtocolAgent(NewProtocolAgent),
+    OpenSession {
+        opener: ProtocolAgentId,
+        other: ProtocolAgentId,
+        session_type: SessionType,
+    },
+    EndSession {
+        session: SessionId,
+        agent: ProtocolAgentId,
+    },
+    SendSessionMessage {
+        session: SessionId,
+        sender: ProtocolAgentId,
+        message: NewProtocolMessage,
+    },
+    MarkRead {
+        agent: ProtocolAgentId,
+        messages: Vec<ProtocolMessageId>,
+    },
 }
 
 impl Op {
@@ -123,6 +151,13 @@ impl Op {
     pub(crate) fn agent_key(&self) -> Option<AgentId> {
         match self {
             Op::CreateAgent(_) | Op::Recover { agent: None, .. } => None,
+            // Protocol writes lock no Pattern agent; see `protocol_key`.
+            Op::CreateOrganization { .. }
+            | Op::CreateProtocolAgent(_)
+            | Op::OpenSession { .. }
+            | Op::EndSession { .. }
+            | Op::SendSessionMessage { .. }
+            | Op::MarkRead { .. } => None,
             Op::DeleteAgent(agent)
             | Op::BeginBatch { agent, .. }
             | Op::AppendStep { agent, .. }
@@ -148,6 +183,20 @@ impl Op {
     }
 }
 
+impl Op {
+    /// The protocol row this op locks or updates first (a session, or the recipient whose
+    /// messages are marked read), for ordering within a write group next to [`Op::agent_key`].
+    pub(crate) fn protocol_key(&self) -> Option<uuid::Uuid> {
+        match self {
+            Op::EndSession { session, .. } | Op::SendSessionMessage { session, .. } => {
+                Some(session.0)
+            }
+            Op::MarkRead { agent, .. } => Some(agent.0),
+            _ => None,
+        }
+    }
+}
+
 /// A write's outcome.
 #[derive(Debug)]
 pub(crate) enum Done {
@@ -162,6 +211,10 @@ pub(crate) enum Done {
     Batches(Vec<BatchId>),
     Block(StoredBlock),
     Version(i64),
+    Organization(Organization),
+    ProtocolAgent(ProtocolAgent),
+    Session(Session),
+    ProtocolMessage(ProtocolMessage),
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -282,6 +335,34 @@ pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Resul
         } => blocks::delete_block(conn, ctx, *agent, *owner, label)
             .await
             .map(|()| Done::Unit),
+        Op::CreateOrganization { external_id, name } => {
+            protocol::create_organization(conn, external_id, name)
+                .await
+                .map(Done::Organization)
+        }
+        Op::CreateProtocolAgent(new) => protocol::create_agent(conn, new)
+            .await
+            .map(Done::ProtocolAgent),
+        Op::OpenSession {
+            opener,
+            other,
+            session_type,
+        } => protocol::open_session(conn, *opener, *other, *session_type)
+            .await
+            .map(Done::Session),
+        Op::EndSession { session, agent } => protocol::end_session(conn, ctx, *session, *agent)
+            .await
+            .map(Done::Session),
+        Op::SendSessionMessage {
+            session,
+            sender,
+            message,
+        } => protocol::send_session_message(conn, ctx, *session, *sender, message)
+            .await
+            .map(Done::ProtocolMessage),
+        Op::MarkRead { agent, messages } => protocol::mark_read(conn, *agent, messages)
+            .await
+            .map(Done::Count),
     }
 }
 

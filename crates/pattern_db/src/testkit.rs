@@ -82,6 +82,20 @@ impl TestDb {
     }
 }
 
+/// Inserts a protocol message row straight into the table, bypassing every check of the API:
+/// with a recipient, a meeting id, both or neither. For the test that the schema itself refuses
+/// a message with both (or neither). A refused row is [`Error::Database`].
+pub async fn insert_raw_protocol_message(
+    db: &Database,
+    sender: crate::protocol::ProtocolAgentId,
+    recipient: Option<crate::protocol::ProtocolAgentId>,
+    meeting: Option<&str>,
+) -> Result<()> {
+    let mut conn = db.write_pool().acquire().await?;
+    crate::ops::protocol::insert_raw_message(&mut conn, sender, recipient, meeting).await?;
+    Ok(())
+}
+
 async fn run_admin(admin: &str, sql: &str) -> Result<()> {
     use sqlx::{Connection, Executor};
     let mut conn = sqlx::PgConnection::connect(admin)

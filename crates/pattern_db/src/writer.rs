@@ -93,8 +93,9 @@ async fn run(
             }
         }
         if ctx.backend == Backend::Postgres {
-            // Lock agents in one global order: groups of different writers never deadlock.
-            group.sort_by_key(|job| job.op.agent_key());
+            // Lock agents, then protocol sessions, in one global order: groups of different
+            // writers never deadlock.
+            group.sort_by_key(|job| (job.op.agent_key(), job.op.protocol_key()));
         }
         debug!(writer = n, size = group.len(), "committing write group");
         commit_group(&pool, &ctx, group).await;

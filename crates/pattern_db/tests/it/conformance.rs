@@ -3,10 +3,12 @@
 
 use std::time::Duration;
 
+use pattern_db::testkit::insert_raw_protocol_message;
 use pattern_db::{
     Backend, BatchState, BatchType, BeginBatch, ContentBlock, Database, DbConfig, Error,
-    LegacyMessage, MachineId, NewAgent, NewBlock, NewMessage, RecoveryScope, Role, SnowflakeId,
-    Summary,
+    LegacyMessage, MachineId, NewAgent, NewBlock, NewMessage, NewProtocolAgent, NewProtocolMessage,
+    OrganizationId, ProtocolAgent, ProtocolAgentId, ProtocolMessageId, RecoveryScope, Role,
+    SessionId, SessionStatus, SessionType, SnowflakeId, Summary,
 };
 use serde_json::json;
 
@@ -1485,6 +1487,403 @@ async fn concurrent_block_writes_lose_nothing(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
+// -- agent-to-agent protocol -----------------------------------------------------------------
+
+async fn protocol_pair(db: &Database) -> (ProtocolAgent, ProtocolAgent) {
+    let org = db.create_organization("acme", "Acme").await.unwrap();
+    let new = |ext: &str| NewProtocolAgent {
+        external_id: ext.into(),
+        organization: org.id,
+        name: ext.to_uppercase(),
+        agent: None,
+    };
+    let a = db.create_protocol_agent(new("ada")).await.unwrap();
+    let b = db.create_protocol_agent(new("bob")).await.unwrap();
+    (a, b)
+}
+
+fn say(text: &str) -> NewProtocolMessage {
+    NewProtocolMessage::new("chat", json!({ "text": text }))
+}
+
+async fn protocol_organizations_and_agents(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let pattern_agent = db.create_agent(NewAgent::named("ada")).await.unwrap();
+    let acme = db.create_organization("acme", "Acme").await.unwrap();
+    let beta = db.create_organization("beta", "Beta").await.unwrap();
+    assert_eq!(db.organization_by_external_id("acme").await.unwrap(), acme);
+    assert_eq!(
+        db.organizations().await.unwrap(),
+        [acme.clone(), beta.clone()]
+    );
+    assert!(matches!(
+        db.create_organization("acme", "Again").await,
+        Err(Error::ExternalIdTaken { kind: "organization", external_id }) if external_id == "acme"
+    ));
+    assert!(matches!(
+        db.organization_by_external_id("nope").await,
+        Err(Error::ExternalIdNotFound {
+            kind: "organization",
+            ..
+        })
+    ));
+    assert!(matches!(
+        db.create_organization("", "Empty").await,
+        Err(Error::InvalidProtocolMessage(_))
+    ));
+
+    let ada = db
+        .create_protocol_agent(NewProtocolAgent {
+            external_id: "ada@acme".into(),
+            organization: acme.id,
+            name: "Ada".into(),
+            agent: Some(pattern_agent.id),
+        })
+        .await
+        .unwrap();
+    assert_eq!(ada.agent, Some(pattern_agent.id));
+    assert_eq!(
+        db.protocol_agent_by_external_id("ada@acme").await.unwrap(),
+        ada
+    );
+    assert_eq!(db.protocol_agent(ada.id).await.unwrap(), ada);
+    assert_eq!(
+        db.protocol_agents(acme.id).await.unwrap().as_slice(),
+        std::slice::from_ref(&ada)
+    );
+    assert!(db.protocol_agents(beta.id).await.unwrap().is_empty());
+    let dup = db
+        .create_protocol_agent(NewProtocolAgent {
+            external_id: "ada@acme".into(),
+            organization: beta.id,
+            name: "Other".into(),
+            agent: None,
+        })
+        .await;
+    assert!(
+        matches!(
+            dup,
+            Err(Error::ExternalIdTaken {
+                kind: "protocol agent",
+                ..
+            })
+        ),
+        "{dup:?}"
+    );
+    assert!(matches!(
+        db.protocol_agent_by_external_id("nobody").await,
+        Err(Error::ExternalIdNotFound {
+            kind: "protocol agent",
+            ..
+        })
+    ));
+    let orphan = db
+        .create_protocol_agent(NewProtocolAgent {
+            external_id: "orphan".into(),
+            organization: OrganizationId::new(),
+            name: "Orphan".into(),
+            agent: None,
+        })
+        .await;
+    assert!(matches!(
+        orphan,
+        Err(Error::ProtocolNotFound {
+            kind: "organization",
+            ..
+        })
+    ));
+    assert!(db.protocol_agent_by_external_id("orphan").await.is_err());
+
+    // Deleting the Pattern agent unlinks, and keeps, the protocol agent.
+    db.delete_agent(pattern_agent.id).await.unwrap();
+    assert_eq!(db.protocol_agent(ada.id).await.unwrap().agent, None);
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+async fn protocol_sessions_are_normalised_and_one_live(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let (a, b) = protocol_pair(&db).await;
+    let ab = db
+        .open_session(a.id, b.id, SessionType::Sync)
+        .await
+        .unwrap();
+    assert!(ab.agent_a < ab.agent_b);
+    assert_eq!(ab.status, SessionStatus::Active);
+    assert_eq!(ab.turn, Some(a.id), "the opener speaks first");
+    // B-A is A-B: the same live session, turn unchanged.
+    let ba = db
+        .open_session(b.id, a.id, SessionType::Sync)
+        .await
+        .unwrap();
+    assert_eq!(ba, ab);
+    assert_eq!(db.session(ab.id).await.unwrap(), ab);
+    // Another type is another session; an async one has no turn.
+    let async_ = db
+        .open_session(b.id, a.id, SessionType::Async)
+        .await
+        .unwrap();
+    assert_ne!(async_.id, ab.id);
+    assert_eq!(async_.turn, None);
+    // Concurrent opens of one pair agree on one session.
+    let opens = (0..8).map(|i| {
+        let db = db.clone();
+        let (x, y) = if i % 2 == 0 {
+            (a.id, b.id)
+        } else {
+            (b.id, a.id)
+        };
+        tokio::spawn(async move { db.open_session(x, y, SessionType::Sync).await.unwrap().id })
+    });
+    for id in futures::future::join_all(opens).await {
+        assert_eq!(id.unwrap(), ab.id);
+    }
+    // Once ended, the pair may open a new one.
+    db.end_session(ab.id, b.id).await.unwrap();
+    let again = db
+        .open_session(b.id, a.id, SessionType::Sync)
+        .await
+        .unwrap();
+    assert_ne!(again.id, ab.id);
+    assert_eq!(again.turn, Some(b.id));
+
+    assert!(matches!(
+        db.open_session(a.id, a.id, SessionType::Async).await,
+        Err(Error::SelfSession(x)) if x == a.id
+    ));
+    assert!(matches!(
+        db.open_session(a.id, ProtocolAgentId::new(), SessionType::Async)
+            .await,
+        Err(Error::ProtocolNotFound {
+            kind: "protocol agent",
+            ..
+        })
+    ));
+    assert!(matches!(
+        db.session(SessionId::new()).await,
+        Err(Error::ProtocolNotFound {
+            kind: "session",
+            ..
+        })
+    ));
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+async fn protocol_sync_sessions_alternate_strictly(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let (a, b) = protocol_pair(&db).await;
+    let s = db
+        .open_session(b.id, a.id, SessionType::Sync)
+        .await
+        .unwrap();
+    // B opened: A is out of turn, and the refusal changes nothing.
+    let refused = db.send_session_message(s.id, a.id, say("too early")).await;
+    assert!(
+        matches!(&refused, Err(Error::OutOfTurn { agent, turn, .. }) if *agent == a.id && *turn == Some(b.id)),
+        "{refused:?}"
+    );
+    assert_eq!(db.session(s.id).await.unwrap(), s);
+    assert!(db.session_messages(s.id).await.unwrap().is_empty());
+    assert_eq!(db.unread_count(b.id).await.unwrap(), 0);
+
+    let m1 = db
+        .send_session_message(s.id, b.id, say("one"))
+        .await
+        .unwrap();
+    assert_eq!(m1.recipient, Some(a.id));
+    assert_eq!(m1.session, Some(s.id));
+    assert_eq!(db.session(s.id).await.unwrap().turn, Some(a.id));
+    assert!(matches!(
+        db.send_session_message(s.id, b.id, say("twice")).await,
+        Err(Error::OutOfTurn { .. })
+    ));
+    let m2 = db
+        .send_session_message(s.id, a.id, say("two"))
+        .await
+        .unwrap();
+    let m3 = db
+        .send_session_message(s.id, b.id, say("three"))
+        .await
+        .unwrap();
+    assert!(m1.seq < m2.seq && m2.seq < m3.seq);
+    let stored = db.session_messages(s.id).await.unwrap();
+    assert_eq!(stored, [m1.clone(), m2.clone(), m3.clone()]);
+    assert_eq!(db.session(s.id).await.unwrap().turn, Some(a.id));
+
+    // A stranger can neither send nor end.
+    let org = db.organization_by_external_id("acme").await.unwrap();
+    let eve = db
+        .create_protocol_agent(NewProtocolAgent {
+            external_id: "eve".into(),
+            organization: org.id,
+            name: "Eve".into(),
+            agent: None,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(
+        db.send_session_message(s.id, eve.id, say("hi")).await,
+        Err(Error::NotParticipant { .. })
+    ));
+    assert!(matches!(
+        db.end_session(s.id, eve.id).await,
+        Err(Error::NotParticipant { .. })
+    ));
+    assert!(matches!(
+        db.send_session_message(s.id, a.id, NewProtocolMessage::new("", json!(1)))
+            .await,
+        Err(Error::InvalidProtocolMessage(_))
+    ));
+    assert!(matches!(
+        NewProtocolMessage::from_json_str("chat", "{not json"),
+        Err(Error::InvalidProtocolMessage(_))
+    ));
+    let parsed = NewProtocolMessage::from_json_str("chat", r#"{"k": [1, 2]}"#).unwrap();
+    let m4 = db.send_session_message(s.id, a.id, parsed).await.unwrap();
+    assert_eq!(m4.content, json!({"k": [1, 2]}));
+
+    // Ending: the turn is gone, nothing more can be sent, ending again is refused.
+    let ended = db.end_session(s.id, a.id).await.unwrap();
+    assert_eq!(ended.status, SessionStatus::Ended);
+    assert_eq!(ended.turn, None);
+    assert!(ended.ended_at.is_some());
+    assert_eq!(db.session(s.id).await.unwrap(), ended);
+    assert!(matches!(
+        db.send_session_message(s.id, b.id, say("late")).await,
+        Err(Error::SessionEnded(_))
+    ));
+    assert!(matches!(
+        db.end_session(s.id, b.id).await,
+        Err(Error::SessionEnded(_))
+    ));
+    assert_eq!(db.session_messages(s.id).await.unwrap().len(), 4);
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+async fn protocol_async_inbox(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let (a, b) = protocol_pair(&db).await;
+    let s = db
+        .open_session(a.id, b.id, SessionType::Async)
+        .await
+        .unwrap();
+    let mut sent = Vec::new();
+    for i in 0..5 {
+        sent.push(
+            db.send_session_message(s.id, a.id, say(&format!("a{i}")))
+                .await
+                .unwrap(),
+        );
+    }
+    let from_b = db
+        .send_session_message(s.id, b.id, say("b0"))
+        .await
+        .unwrap();
+    assert_eq!(db.unread_count(b.id).await.unwrap(), 5);
+    assert_eq!(db.unread_count(a.id).await.unwrap(), 1);
+    assert_eq!(db.unread(b.id).await.unwrap(), sent);
+    assert_eq!(db.oldest_unread(b.id).await.unwrap().as_ref(), sent.first());
+    assert_eq!(
+        db.unread(a.id).await.unwrap().as_slice(),
+        std::slice::from_ref(&from_b)
+    );
+
+    // Only the recipient can mark: A marking B's messages changes nothing.
+    let ids: Vec<_> = sent.iter().map(|m| m.id).collect();
+    assert_eq!(db.mark_read(a.id, &ids).await.unwrap(), 0);
+    assert_eq!(db.unread_count(b.id).await.unwrap(), 5);
+    // Idempotent, counts only what changed.
+    assert_eq!(db.mark_read(b.id, &ids[..2]).await.unwrap(), 2);
+    assert_eq!(db.mark_read(b.id, &ids[..3]).await.unwrap(), 1);
+    assert_eq!(db.mark_read(b.id, &ids[..3]).await.unwrap(), 0);
+    assert_eq!(
+        db.mark_read(b.id, &[ProtocolMessageId::new()])
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(db.unread_count(b.id).await.unwrap(), 2);
+    assert_eq!(db.unread(b.id).await.unwrap(), sent[3..]);
+    let read = db.session_messages(s.id).await.unwrap();
+    assert!(read[..3].iter().all(|m| m.read_at.is_some()));
+    assert!(read[3..].iter().all(|m| m.read_at.is_none()));
+    assert!(matches!(
+        db.mark_read(ProtocolAgentId::new(), &ids).await,
+        Err(Error::ProtocolNotFound { .. })
+    ));
+
+    db.end_session(s.id, b.id).await.unwrap();
+    assert!(matches!(
+        db.send_session_message(s.id, a.id, say("late")).await,
+        Err(Error::SessionEnded(_))
+    ));
+    // Unread messages outlive their session.
+    assert_eq!(db.unread_count(b.id).await.unwrap(), 2);
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+async fn protocol_schema_refuses_recipient_and_meeting(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let (a, b) = protocol_pair(&db).await;
+    let both = insert_raw_protocol_message(&db, a.id, Some(b.id), Some("meeting-1")).await;
+    assert!(matches!(both, Err(Error::Database(_))), "{both:?}");
+    let neither = insert_raw_protocol_message(&db, a.id, None, None).await;
+    assert!(matches!(neither, Err(Error::Database(_))), "{neither:?}");
+    // The same statement with exactly one of them is accepted: the CHECK is what refused.
+    insert_raw_protocol_message(&db, a.id, Some(b.id), None)
+        .await
+        .unwrap();
+    insert_raw_protocol_message(&db, a.id, None, Some("meeting-1"))
+        .await
+        .unwrap();
+    assert_eq!(db.unread_count(b.id).await.unwrap(), 1);
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+async fn protocol_sync_turn_race_has_one_winner(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = open_with(&tdb, |c| c.pg_write_connections = 4).await;
+    let (a, b) = protocol_pair(&db).await;
+    for round in 0..5 {
+        let s = db
+            .open_session(a.id, b.id, SessionType::Sync)
+            .await
+            .unwrap();
+        let sends = (0..6).map(|i| {
+            let db = db.clone();
+            let id = s.id;
+            let sender = a.id;
+            tokio::spawn(async move {
+                db.send_session_message(id, sender, say(&format!("r{round} t{i}")))
+                    .await
+            })
+        });
+        let mut won = 0;
+        for r in futures::future::join_all(sends).await {
+            match r.unwrap() {
+                Ok(_) => won += 1,
+                Err(Error::OutOfTurn { turn, .. }) => assert_eq!(turn, Some(b.id)),
+                Err(e) => panic!("unexpected error: {e}"),
+            }
+        }
+        assert_eq!(won, 1, "exactly one send of the turn wins");
+        assert_eq!(db.session_messages(s.id).await.unwrap().len(), 1);
+        assert_eq!(db.session(s.id).await.unwrap().turn, Some(b.id));
+        db.end_session(s.id, a.id).await.unwrap();
+    }
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
         mod sqlite {
@@ -1526,4 +1925,10 @@ conformance!(
     blocks_lifecycle,
     bad_block_writes_are_typed_and_change_nothing,
     concurrent_block_writes_lose_nothing,
+    protocol_organizations_and_agents,
+    protocol_sessions_are_normalised_and_one_live,
+    protocol_sync_sessions_alternate_strictly,
+    protocol_async_inbox,
+    protocol_schema_refuses_recipient_and_meeting,
+    protocol_sync_turn_race_has_one_winner,
 );

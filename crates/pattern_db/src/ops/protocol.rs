@@ -1,0 +1,385 @@
+//! The SQL of the protocol's writes: organizations, protocol agents, sessions, session messages
+//! and read marks.
+//!
+//! Each function runs inside the writer's transaction and checks everything before it changes
+//! anything, so a refused write leaves no trace. A session write first locks the session row
+//! (`SELECT ... FOR UPDATE` on PostgreSQL; on SQLite the single writer already serialises), so
+//! the turn check and the turn change of a sync session are atomic. These functions must never
+//! commit, roll back or open a transaction of their own, and never run a statement after one that
+//! failed (a failed statement aborts a PostgreSQL transaction).
+
+use sqlx::AnyConnection;
+
+use super::{Ctx, from_ms, is_unique_violation, now_ms};
+use crate::config::Backend;
+use crate::error::{Error, Result};
+use crate::protocol::{
+    AGENT_COLUMNS, NewProtocolAgent, NewProtocolMessage, Organization, OrganizationId,
+    ProtocolAgent, ProtocolAgentId, ProtocolMessage, ProtocolMessageId, SESSION_COLUMNS, Session,
+    SessionId, SessionStatus, SessionType, agent_from_row, session_from_row,
+};
+
+pub(crate) async fn create_organization(
+    conn: &mut AnyConnection,
+    external_id: &str,
+    name: &str,
+) -> Result<Organization> {
+    let taken = || Error::ExternalIdTaken {
+        kind: "organization",
+        external_id: external_id.to_owned(),
+    };
+    if sqlx::query("SELECT id FROM protocol_organizations WHERE external_id = $1")
+        .bind(external_id)
+        .fetch_optional(&mut *conn)
+        .await?
+        .is_some()
+    {
+        return Err(taken());
+    }
+    let org = Organization {
+        id: OrganizationId::new(),
+        external_id: external_id.to_owned(),
+        name: name.to_owned(),
+        created_at: from_ms(now_ms()),
+    };
+    let inserted = sqlx::query(
+        "INSERT INTO protocol_organizations (id, external_id, name, created_at) \
+         VALUES ($1, $2, $3, $4)",
+    )
+    .bind(org.id.to_string())
+    .bind(&org.external_id)
+    .bind(&org.name)
+    .bind(org.created_at.timestamp_millis())
+    .execute(&mut *conn)
+    .await;
+    match inserted {
+        Ok(_) => Ok(org),
+        Err(e) if is_unique_violation(&e) => Err(taken()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub(crate) async fn create_agent(
+    conn: &mut AnyConnection,
+    new: &NewProtocolAgent,
+) -> Result<ProtocolAgent> {
+    let taken = || Error::ExternalIdTaken {
+        kind: "protocol agent",
+        external_id: new.external_id.clone(),
+    };
+    if sqlx::query("SELECT id FROM protocol_organizations WHERE id = $1")
+        .bind(new.organization.to_string())
+        .fetch_optional(&mut *conn)
+        .await?
+        .is_none()
+    {
+        return Err(Error::ProtocolNotFound {
+            kind: "organization",
+            id: new.organization.0,
+        });
+    }
+    if let Some(agent) = new.agent
+        && sqlx::query("SELECT id FROM agents WHERE id = $1")
+            .bind(agent.to_string())
+            .fetch_optional(&mut *conn)
+            .await?
+            .is_none()
+    {
+        return Err(Error::AgentNotFound(agent));
+    }
+    if sqlx::query("SELECT id FROM protocol_agents WHERE external_id = $1")
+        .bind(&new.external_id)
+        .fetch_optional(&mut *conn)
+        .await?
+        .is_some()
+    {
+        return Err(taken());
+    }
+    let agent = ProtocolAgent {
+        id: ProtocolAgentId::new(),
+        external_id: new.external_id.clone(),
+        organization: new.organization,
+        name: new.name.clone(),
+        agent: new.agent,
+        created_at: from_ms(now_ms()),
+    };
+    let inserted = sqlx::query(
+        "INSERT INTO protocol_agents (id, external_id, organization_id, name, agent_id, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(agent.id.to_string())
+    .bind(&agent.external_id)
+    .bind(agent.organization.to_string())
+    .bind(&agent.name)
+    .bind(agent.agent.map(|a| a.to_string()))
+    .bind(agent.created_at.timestamp_millis())
+    .execute(&mut *conn)
+    .await;
+    match inserted {
+        Ok(_) => Ok(agent),
+        Err(e) if is_unique_violation(&e) => Err(taken()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn require_agent(conn: &mut AnyConnection, id: ProtocolAgentId) -> Result<ProtocolAgent> {
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {AGENT_COLUMNS} FROM protocol_agents WHERE id = $1"
+    )))
+    .bind(id.to_string())
+    .fetch_optional(&mut *conn)
+    .await?;
+    match row {
+        Some(row) => agent_from_row(&row),
+        None => Err(Error::ProtocolNotFound {
+            kind: "protocol agent",
+            id: id.0,
+        }),
+    }
+}
+
+/// Reads a session and, on PostgreSQL, locks its row until the transaction ends.
+async fn lock_session(conn: &mut AnyConnection, ctx: &Ctx, id: SessionId) -> Result<Session> {
+    let lock = match ctx.backend {
+        Backend::Postgres => " FOR UPDATE",
+        Backend::Sqlite => "",
+    };
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {SESSION_COLUMNS} FROM protocol_sessions WHERE id = $1{lock}"
+    )))
+    .bind(id.to_string())
+    .fetch_optional(&mut *conn)
+    .await?;
+    match row {
+        Some(row) => session_from_row(&row),
+        None => Err(Error::ProtocolNotFound {
+            kind: "session",
+            id: id.0,
+        }),
+    }
+}
+
+async fn live_session(
+    conn: &mut AnyConnection,
+    a: ProtocolAgentId,
+    b: ProtocolAgentId,
+    session_type: SessionType,
+) -> Result<Option<Session>> {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {SESSION_COLUMNS} FROM protocol_sessions \
+         WHERE agent_a_id = $1 AND agent_b_id = $2 AND session_type = $3 AND status <> 'ended'"
+    )))
+    .bind(a.to_string())
+    .bind(b.to_string())
+    .bind(session_type.as_str())
+    .fetch_optional(&mut *conn)
+    .await?
+    .as_ref()
+    .map(session_from_row)
+    .transpose()
+}
+
+/// Returns the live session of the pair and type, or opens one (`opener` holds the first turn of
+/// a sync session).
+pub(crate) async fn open_session(
+    conn: &mut AnyConnection,
+    opener: ProtocolAgentId,
+    other: ProtocolAgentId,
+    session_type: SessionType,
+) -> Result<Session> {
+    if opener == other {
+        return Err(Error::SelfSession(opener));
+    }
+    require_agent(conn, opener).await?;
+    require_agent(conn, other).await?;
+    let (a, b) = if opener < other {
+        (opener, other)
+    } else {
+        (other, opener)
+    };
+    if let Some(live) = live_session(conn, a, b, session_type).await? {
+        return Ok(live);
+    }
+    let now = now_ms();
+    let session = Session {
+        id: SessionId::new(),
+        agent_a: a,
+        agent_b: b,
+        session_type,
+        status: SessionStatus::Active,
+        turn: (session_type == SessionType::Sync).then_some(opener),
+        created_at: from_ms(now),
+        updated_at: from_ms(now),
+        ended_at: None,
+    };
+    // A concurrent open in another process may win the race for the partial unique index: the
+    // insert then does nothing (no failed statement), and the winner's session is read back.
+    let inserted = sqlx::query(
+        "INSERT INTO protocol_sessions (id, agent_a_id, agent_b_id, session_type, status, \
+         locked_agent_id, created_at, updated_at, ended_at) \
+         VALUES ($1, $2, $3, $4, 'active', $5, $6, $6, NULL) ON CONFLICT DO NOTHING",
+    )
+    .bind(session.id.to_string())
+    .bind(a.to_string())
+    .bind(b.to_string())
+    .bind(session_type.as_str())
+    .bind(session.turn.map(|t| t.to_string()))
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    if inserted.rows_affected() == 1 {
+        return Ok(session);
+    }
+    live_session(conn, a, b, session_type)
+        .await?
+        .ok_or_else(|| Error::Corrupt("a live session conflicts but cannot be read".into()))
+}
+
+pub(crate) async fn end_session(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    id: SessionId,
+    agent: ProtocolAgentId,
+) -> Result<Session> {
+    let mut session = lock_session(conn, ctx, id).await?;
+    if !session.has_participant(agent) {
+        return Err(Error::NotParticipant { session: id, agent });
+    }
+    if !session.is_live() {
+        return Err(Error::SessionEnded(id));
+    }
+    let now = now_ms();
+    sqlx::query(
+        "UPDATE protocol_sessions SET status = 'ended', locked_agent_id = NULL, updated_at = $1, \
+         ended_at = $1 WHERE id = $2",
+    )
+    .bind(now)
+    .bind(id.to_string())
+    .execute(&mut *conn)
+    .await?;
+    session.status = SessionStatus::Ended;
+    session.turn = None;
+    session.updated_at = from_ms(now);
+    session.ended_at = Some(from_ms(now));
+    Ok(session)
+}
+
+pub(crate) async fn send_session_message(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    id: SessionId,
+    sender: ProtocolAgentId,
+    message: &NewProtocolMessage,
+) -> Result<ProtocolMessage> {
+    let session = lock_session(conn, ctx, id).await?;
+    let Some(recipient) = session.other(sender) else {
+        return Err(Error::NotParticipant {
+            session: id,
+            agent: sender,
+        });
+    };
+    if !session.is_live() {
+        return Err(Error::SessionEnded(id));
+    }
+    if session.session_type == SessionType::Sync && session.turn != Some(sender) {
+        return Err(Error::OutOfTurn {
+            session: id,
+            agent: sender,
+            turn: session.turn,
+        });
+    }
+    let content = serde_json::to_string(&message.content)
+        .map_err(|e| Error::InvalidProtocolMessage(format!("content does not encode: {e}")))?;
+    let metadata = message
+        .metadata
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| Error::InvalidProtocolMessage(format!("metadata does not encode: {e}")))?;
+    let now = now_ms();
+    let stored = ProtocolMessage {
+        id: ProtocolMessageId::new(),
+        sender,
+        recipient: Some(recipient),
+        session: Some(id),
+        message_type: message.message_type.clone(),
+        content: message.content.clone(),
+        metadata: message.metadata.clone(),
+        read_at: None,
+        seq: ctx.ids.next_id()?,
+        created_at: from_ms(now),
+    };
+    sqlx::query(
+        "INSERT INTO protocol_messages (id, sender_id, recipient_id, session_id, meeting_id, \
+         message_type, content, metadata, read_at, seq, created_at) \
+         VALUES ($1, $2, $3, $4, NULL, $5, $6, $7, NULL, $8, $9)",
+    )
+    .bind(stored.id.to_string())
+    .bind(sender.to_string())
+    .bind(recipient.to_string())
+    .bind(id.to_string())
+    .bind(&stored.message_type)
+    .bind(content)
+    .bind(metadata)
+    .bind(stored.seq.get())
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    let turn = match session.session_type {
+        SessionType::Sync => Some(recipient.to_string()),
+        SessionType::Async => None,
+    };
+    sqlx::query("UPDATE protocol_sessions SET locked_agent_id = $1, updated_at = $2 WHERE id = $3")
+        .bind(turn)
+        .bind(now)
+        .bind(id.to_string())
+        .execute(&mut *conn)
+        .await?;
+    Ok(stored)
+}
+
+pub(crate) async fn mark_read(
+    conn: &mut AnyConnection,
+    agent: ProtocolAgentId,
+    messages: &[ProtocolMessageId],
+) -> Result<u64> {
+    require_agent(conn, agent).await?;
+    let now = now_ms();
+    let mut changed = 0;
+    for message in messages {
+        changed += sqlx::query(
+            "UPDATE protocol_messages SET read_at = $1 \
+             WHERE id = $2 AND recipient_id = $3 AND read_at IS NULL",
+        )
+        .bind(now)
+        .bind(message.to_string())
+        .bind(agent.to_string())
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    }
+    Ok(changed)
+}
+
+/// Inserts a message row directly, bypassing the API's checks (testkit: proves the schema's
+/// CHECK on recipient and meeting holds by itself). Returns the driver's answer.
+#[cfg(feature = "testkit")]
+pub(crate) async fn insert_raw_message(
+    conn: &mut AnyConnection,
+    sender: ProtocolAgentId,
+    recipient: Option<ProtocolAgentId>,
+    meeting: Option<&str>,
+) -> std::result::Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO protocol_messages (id, sender_id, recipient_id, session_id, meeting_id, \
+         message_type, content, metadata, read_at, seq, created_at) \
+         VALUES ($1, $2, $3, NULL, $4, 'raw', '{}', NULL, NULL, 1, 0)",
+    )
+    .bind(ProtocolMessageId::new().to_string())
+    .bind(sender.to_string())
+    .bind(recipient.map(|r| r.to_string()))
+    .bind(meeting)
+    .execute(&mut *conn)
+    .await
+    .map(|_| ())
+}

@@ -1,0 +1,649 @@
+//! The agent-to-agent protocol's storage: organizations, protocol agents, one-to-one sessions and
+//! their messages (migration `0003_protocol`).
+//!
+//! The types, the reads, and the [`Database`] methods that queue protocol writes to the writer
+//! (their SQL is in `ops::protocol`). Each write is one writer op, so one transaction. Rules:
+//!
+//! - a session joins two different agents, stored in id order, so A-B and B-A are one session;
+//!   [`Database::open_session`] returns the live session of a pair and type when there is one
+//!   (at most one is live: a partial unique index), and opens one otherwise;
+//! - in a sync session the opener speaks first; only the agent holding the turn
+//!   (`locked_agent_id`) may send ([`Error::OutOfTurn`] otherwise, changing nothing), and the turn
+//!   passes to the other agent in the transaction that stores the message. On PostgreSQL the
+//!   session row is locked with `SELECT ... FOR UPDATE`; on SQLite the one writer serialises
+//!   (see `docs/decisions/0003-protocol-turn-locks.md`);
+//! - every session message has the other participant as recipient, so it is in that agent's
+//!   inbox (unread until the recipient marks it read) whatever the session type;
+//! - messages are ordered by `seq`, a snowflake taken when the message is stored.
+//!
+//! Meetings are not stored yet: no API here writes `meeting_id`. This module must never write
+//! outside the writer.
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::Row;
+use sqlx::any::AnyRow;
+use uuid::Uuid;
+
+use crate::db::{Database, unexpected};
+use crate::error::{Error, Result};
+use crate::id::SnowflakeId;
+use crate::model::AgentId;
+use crate::ops::{Done, Op, from_ms, parse_uuid};
+
+macro_rules! protocol_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub Uuid);
+
+        impl $name {
+            /// A fresh id (UUID v7).
+            pub fn new() -> Self {
+                Self(Uuid::now_v7())
+            }
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+    };
+}
+
+protocol_id!(
+    /// Id of a protocol organization.
+    OrganizationId
+);
+protocol_id!(
+    /// Id of a protocol agent (not a Pattern [`AgentId`]; a protocol agent may link to one).
+    ProtocolAgentId
+);
+protocol_id!(
+    /// Id of a one-to-one session.
+    SessionId
+);
+protocol_id!(
+    /// Id of a protocol message.
+    ProtocolMessageId
+);
+
+/// Most characters an external id, a name or a message type may hold.
+pub const MAX_PROTOCOL_NAME_CHARS: usize = 255;
+
+/// An organization: the owner of protocol agents.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Organization {
+    /// Its id.
+    pub id: OrganizationId,
+    /// The id the outside world knows it by; unique.
+    pub external_id: String,
+    /// Its display name.
+    pub name: String,
+    /// When it was created.
+    pub created_at: DateTime<Utc>,
+}
+
+/// A protocol agent to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewProtocolAgent {
+    /// The id the outside world knows it by; unique among protocol agents.
+    pub external_id: String,
+    /// The organization it belongs to.
+    pub organization: OrganizationId,
+    /// Its display name.
+    pub name: String,
+    /// The Pattern agent behind it, if any.
+    pub agent: Option<AgentId>,
+}
+
+/// An agent as the protocol knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProtocolAgent {
+    /// Its id.
+    pub id: ProtocolAgentId,
+    /// The id the outside world knows it by; unique.
+    pub external_id: String,
+    /// Its organization.
+    pub organization: OrganizationId,
+    /// Its display name.
+    pub name: String,
+    /// The Pattern agent behind it, if any (cleared when that agent is deleted).
+    pub agent: Option<AgentId>,
+    /// When it was created.
+    pub created_at: DateTime<Utc>,
+}
+
+/// How a session's two agents take turns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionType {
+    /// Strict alternation: only the agent holding the turn may send.
+    Sync,
+    /// Either agent sends whenever it likes; messages wait in the recipient's inbox.
+    Async,
+}
+
+impl SessionType {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionType::Sync => "sync",
+            SessionType::Async => "async",
+        }
+    }
+
+    fn parse(text: &str) -> Result<Self> {
+        match text {
+            "sync" => Ok(SessionType::Sync),
+            "async" => Ok(SessionType::Async),
+            other => Err(Error::Corrupt(format!(
+                "unknown stored session type `{other}`"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for SessionType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a session stands. `Waiting` is in the schema for later use; sessions are `Active` until
+/// ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionStatus {
+    /// Live.
+    Active,
+    /// Live, waiting (reserved).
+    Waiting,
+    /// Over: nothing more can be sent.
+    Ended,
+}
+
+impl SessionStatus {
+    fn parse(text: &str) -> Result<Self> {
+        match text {
+            "active" => Ok(SessionStatus::Active),
+            "waiting" => Ok(SessionStatus::Waiting),
+            "ended" => Ok(SessionStatus::Ended),
+            other => Err(Error::Corrupt(format!(
+                "unknown stored session status `{other}`"
+            ))),
+        }
+    }
+}
+
+/// A one-to-one session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Session {
+    /// Its id.
+    pub id: SessionId,
+    /// The participant with the smaller id.
+    pub agent_a: ProtocolAgentId,
+    /// The participant with the larger id.
+    pub agent_b: ProtocolAgentId,
+    /// Sync (turns) or async (inbox).
+    pub session_type: SessionType,
+    /// Live or ended.
+    pub status: SessionStatus,
+    /// Sync sessions: whose turn it is (`None` once ended). Async sessions: always `None`.
+    pub turn: Option<ProtocolAgentId>,
+    /// When it was opened.
+    pub created_at: DateTime<Utc>,
+    /// When it last changed.
+    pub updated_at: DateTime<Utc>,
+    /// When it ended.
+    pub ended_at: Option<DateTime<Utc>>,
+}
+
+impl Session {
+    /// Whether `agent` is one of the two participants.
+    pub fn has_participant(&self, agent: ProtocolAgentId) -> bool {
+        self.agent_a == agent || self.agent_b == agent
+    }
+
+    /// The participant that is not `agent` (`None` when `agent` is not a participant).
+    pub fn other(&self, agent: ProtocolAgentId) -> Option<ProtocolAgentId> {
+        if agent == self.agent_a {
+            Some(self.agent_b)
+        } else if agent == self.agent_b {
+            Some(self.agent_a)
+        } else {
+            None
+        }
+    }
+
+    /// Whether the session is still live.
+    pub fn is_live(&self) -> bool {
+        self.status != SessionStatus::Ended
+    }
+}
+
+/// A message to send.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewProtocolMessage {
+    /// What kind of message this is (the application's vocabulary): 1 to 255 characters.
+    pub message_type: String,
+    /// The content, any JSON value.
+    pub content: serde_json::Value,
+    /// Optional JSON metadata.
+    pub metadata: Option<serde_json::Value>,
+}
+
+impl NewProtocolMessage {
+    /// A message with JSON content and no metadata.
+    pub fn new(message_type: impl Into<String>, content: serde_json::Value) -> Self {
+        Self {
+            message_type: message_type.into(),
+            content,
+            metadata: None,
+        }
+    }
+
+    /// A message whose content is given as JSON text; text that is not JSON is
+    /// [`Error::InvalidProtocolMessage`].
+    pub fn from_json_str(message_type: impl Into<String>, content: &str) -> Result<Self> {
+        let content = serde_json::from_str(content).map_err(|e| {
+            Error::InvalidProtocolMessage(format!("content is not valid JSON: {e}"))
+        })?;
+        Ok(Self::new(message_type, content))
+    }
+}
+
+/// A stored protocol message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProtocolMessage {
+    /// Its id.
+    pub id: ProtocolMessageId,
+    /// Who sent it.
+    pub sender: ProtocolAgentId,
+    /// Who receives it (always set for session messages).
+    pub recipient: Option<ProtocolAgentId>,
+    /// The session it belongs to, if any.
+    pub session: Option<SessionId>,
+    /// The application's message type.
+    pub message_type: String,
+    /// The content.
+    pub content: serde_json::Value,
+    /// The metadata, if any.
+    pub metadata: Option<serde_json::Value>,
+    /// When the recipient marked it read.
+    pub read_at: Option<DateTime<Utc>>,
+    /// Arrival order (a snowflake).
+    pub seq: SnowflakeId,
+    /// When it was stored.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Checks an external id, a name or a message type: 1 to [`MAX_PROTOCOL_NAME_CHARS`]
+/// characters, no control characters.
+pub(crate) fn validate_name(what: &str, text: &str) -> Result<()> {
+    let len = text.chars().count();
+    if len == 0 || len > MAX_PROTOCOL_NAME_CHARS {
+        return Err(Error::InvalidProtocolMessage(format!(
+            "{what} must be 1 to {MAX_PROTOCOL_NAME_CHARS} characters, got {len}"
+        )));
+    }
+    if text.chars().any(char::is_control) {
+        return Err(Error::InvalidProtocolMessage(format!(
+            "{what} must not contain control characters"
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) const ORG_COLUMNS: &str = "id, external_id, name, created_at";
+pub(crate) const AGENT_COLUMNS: &str =
+    "id, external_id, organization_id, name, agent_id, created_at";
+pub(crate) const SESSION_COLUMNS: &str = "id, agent_a_id, agent_b_id, session_type, status, \
+    locked_agent_id, created_at, updated_at, ended_at";
+pub(crate) const MESSAGE_COLUMNS: &str = "id, sender_id, recipient_id, session_id, message_type, \
+    content, metadata, read_at, seq, created_at";
+
+fn opt_uuid(row: &AnyRow, index: usize) -> Result<Option<Uuid>> {
+    row.try_get::<Option<String>, _>(index)?
+        .map(|s| parse_uuid(&s))
+        .transpose()
+}
+
+fn json(text: &str) -> Result<serde_json::Value> {
+    serde_json::from_str(text)
+        .map_err(|e| Error::Corrupt(format!("stored protocol JSON does not decode: {e}")))
+}
+
+pub(crate) fn org_from_row(row: &AnyRow) -> Result<Organization> {
+    let id: String = row.try_get(0)?;
+    Ok(Organization {
+        id: OrganizationId(parse_uuid(&id)?),
+        external_id: row.try_get(1)?,
+        name: row.try_get(2)?,
+        created_at: from_ms(row.try_get(3)?),
+    })
+}
+
+pub(crate) fn agent_from_row(row: &AnyRow) -> Result<ProtocolAgent> {
+    let id: String = row.try_get(0)?;
+    let org: String = row.try_get(2)?;
+    Ok(ProtocolAgent {
+        id: ProtocolAgentId(parse_uuid(&id)?),
+        external_id: row.try_get(1)?,
+        organization: OrganizationId(parse_uuid(&org)?),
+        name: row.try_get(3)?,
+        agent: opt_uuid(row, 4)?.map(AgentId),
+        created_at: from_ms(row.try_get(5)?),
+    })
+}
+
+pub(crate) fn session_from_row(row: &AnyRow) -> Result<Session> {
+    let id: String = row.try_get(0)?;
+    let a: String = row.try_get(1)?;
+    let b: String = row.try_get(2)?;
+    let session_type: String = row.try_get(3)?;
+    let status: String = row.try_get(4)?;
+    Ok(Session {
+        id: SessionId(parse_uuid(&id)?),
+        agent_a: ProtocolAgentId(parse_uuid(&a)?),
+        agent_b: ProtocolAgentId(parse_uuid(&b)?),
+        session_type: SessionType::parse(&session_type)?,
+        status: SessionStatus::parse(&status)?,
+        turn: opt_uuid(row, 5)?.map(ProtocolAgentId),
+        created_at: from_ms(row.try_get(6)?),
+        updated_at: from_ms(row.try_get(7)?),
+        ended_at: row.try_get::<Option<i64>, _>(8)?.map(from_ms),
+    })
+}
+
+pub(crate) fn message_from_row(row: &AnyRow) -> Result<ProtocolMessage> {
+    let id: String = row.try_get(0)?;
+    let sender: String = row.try_get(1)?;
+    let content: String = row.try_get(5)?;
+    Ok(ProtocolMessage {
+        id: ProtocolMessageId(parse_uuid(&id)?),
+        sender: ProtocolAgentId(parse_uuid(&sender)?),
+        recipient: opt_uuid(row, 2)?.map(ProtocolAgentId),
+        session: opt_uuid(row, 3)?.map(SessionId),
+        message_type: row.try_get(4)?,
+        content: json(&content)?,
+        metadata: row
+            .try_get::<Option<String>, _>(6)?
+            .map(|m| json(&m))
+            .transpose()?,
+        read_at: row.try_get::<Option<i64>, _>(7)?.map(from_ms),
+        seq: SnowflakeId(row.try_get(8)?),
+        created_at: from_ms(row.try_get(9)?),
+    })
+}
+
+impl Database {
+    // -- organizations -------------------------------------------------------------------------
+
+    /// Creates an organization. A taken external id is [`Error::ExternalIdTaken`]; an empty or
+    /// over-long external id or name is [`Error::InvalidProtocolMessage`].
+    pub async fn create_organization(&self, external_id: &str, name: &str) -> Result<Organization> {
+        validate_name("external id", external_id)?;
+        validate_name("name", name)?;
+        let op = Op::CreateOrganization {
+            external_id: external_id.to_owned(),
+            name: name.to_owned(),
+        };
+        match self.write(op).await? {
+            Done::Organization(org) => Ok(org),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The organization with this external id ([`Error::ExternalIdNotFound`] otherwise).
+    pub async fn organization_by_external_id(&self, external_id: &str) -> Result<Organization> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {ORG_COLUMNS} FROM protocol_organizations WHERE external_id = $1"
+        )))
+        .bind(external_id)
+        .fetch_optional(self.reader())
+        .await?;
+        match row {
+            Some(row) => org_from_row(&row),
+            None => Err(Error::ExternalIdNotFound {
+                kind: "organization",
+                external_id: external_id.to_owned(),
+            }),
+        }
+    }
+
+    /// Every organization, by external id.
+    pub async fn organizations(&self) -> Result<Vec<Organization>> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {ORG_COLUMNS} FROM protocol_organizations ORDER BY external_id"
+        )))
+        .fetch_all(self.reader())
+        .await?
+        .iter()
+        .map(org_from_row)
+        .collect()
+    }
+
+    // -- protocol agents -----------------------------------------------------------------------
+
+    /// Creates a protocol agent. A taken external id is [`Error::ExternalIdTaken`]; an unknown
+    /// organization or Pattern agent is [`Error::ProtocolNotFound`] / [`Error::AgentNotFound`].
+    pub async fn create_protocol_agent(&self, new: NewProtocolAgent) -> Result<ProtocolAgent> {
+        validate_name("external id", &new.external_id)?;
+        validate_name("name", &new.name)?;
+        match self.write(Op::CreateProtocolAgent(new)).await? {
+            Done::ProtocolAgent(agent) => Ok(agent),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The protocol agent with this external id ([`Error::ExternalIdNotFound`] otherwise).
+    pub async fn protocol_agent_by_external_id(&self, external_id: &str) -> Result<ProtocolAgent> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {AGENT_COLUMNS} FROM protocol_agents WHERE external_id = $1"
+        )))
+        .bind(external_id)
+        .fetch_optional(self.reader())
+        .await?;
+        match row {
+            Some(row) => agent_from_row(&row),
+            None => Err(Error::ExternalIdNotFound {
+                kind: "protocol agent",
+                external_id: external_id.to_owned(),
+            }),
+        }
+    }
+
+    /// The protocol agent with this id ([`Error::ProtocolNotFound`] otherwise).
+    pub async fn protocol_agent(&self, id: ProtocolAgentId) -> Result<ProtocolAgent> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {AGENT_COLUMNS} FROM protocol_agents WHERE id = $1"
+        )))
+        .bind(id.to_string())
+        .fetch_optional(self.reader())
+        .await?;
+        match row {
+            Some(row) => agent_from_row(&row),
+            None => Err(Error::ProtocolNotFound {
+                kind: "protocol agent",
+                id: id.0,
+            }),
+        }
+    }
+
+    /// The protocol agents of an organization, by external id.
+    pub async fn protocol_agents(
+        &self,
+        organization: OrganizationId,
+    ) -> Result<Vec<ProtocolAgent>> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {AGENT_COLUMNS} FROM protocol_agents WHERE organization_id = $1 \
+             ORDER BY external_id"
+        )))
+        .bind(organization.to_string())
+        .fetch_all(self.reader())
+        .await?
+        .iter()
+        .map(agent_from_row)
+        .collect()
+    }
+
+    // -- sessions ------------------------------------------------------------------------------
+
+    /// The live session of `opener` and `other` of this type, or a new one. The pair is unordered
+    /// (A-B is B-A). A new sync session gives the first turn to `opener`; an existing session is
+    /// returned as it is (whoever holds its turn). A session with oneself is
+    /// [`Error::SelfSession`]; unknown agents are [`Error::ProtocolNotFound`].
+    pub async fn open_session(
+        &self,
+        opener: ProtocolAgentId,
+        other: ProtocolAgentId,
+        session_type: SessionType,
+    ) -> Result<Session> {
+        if opener == other {
+            return Err(Error::SelfSession(opener));
+        }
+        let op = Op::OpenSession {
+            opener,
+            other,
+            session_type,
+        };
+        match self.write(op).await? {
+            Done::Session(session) => Ok(session),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The session with this id ([`Error::ProtocolNotFound`] otherwise).
+    pub async fn session(&self, id: SessionId) -> Result<Session> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {SESSION_COLUMNS} FROM protocol_sessions WHERE id = $1"
+        )))
+        .bind(id.to_string())
+        .fetch_optional(self.reader())
+        .await?;
+        match row {
+            Some(row) => session_from_row(&row),
+            None => Err(Error::ProtocolNotFound {
+                kind: "session",
+                id: id.0,
+            }),
+        }
+    }
+
+    /// Ends a session; only a participant may ([`Error::NotParticipant`]), and an ended session
+    /// is [`Error::SessionEnded`]. Returns the ended session.
+    pub async fn end_session(&self, session: SessionId, agent: ProtocolAgentId) -> Result<Session> {
+        match self.write(Op::EndSession { session, agent }).await? {
+            Done::Session(session) => Ok(session),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Stores a message from `sender` to the other participant of `session`. In a sync session
+    /// only the agent holding the turn may send ([`Error::OutOfTurn`], nothing stored) and the
+    /// turn passes to the other agent in the same transaction. Also [`Error::NotParticipant`],
+    /// [`Error::SessionEnded`], [`Error::ProtocolNotFound`] and [`Error::InvalidProtocolMessage`]
+    /// (bad message type).
+    pub async fn send_session_message(
+        &self,
+        session: SessionId,
+        sender: ProtocolAgentId,
+        message: NewProtocolMessage,
+    ) -> Result<ProtocolMessage> {
+        validate_name("message type", &message.message_type)?;
+        let op = Op::SendSessionMessage {
+            session,
+            sender,
+            message,
+        };
+        match self.write(op).await? {
+            Done::ProtocolMessage(message) => Ok(message),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Every message of a session, in arrival order.
+    pub async fn session_messages(&self, session: SessionId) -> Result<Vec<ProtocolMessage>> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {MESSAGE_COLUMNS} FROM protocol_messages WHERE session_id = $1 ORDER BY seq"
+        )))
+        .bind(session.to_string())
+        .fetch_all(self.reader())
+        .await?
+        .iter()
+        .map(message_from_row)
+        .collect()
+    }
+
+    // -- inbox ---------------------------------------------------------------------------------
+
+    /// The unread messages of `agent`, oldest first (arrival order).
+    pub async fn unread(&self, agent: ProtocolAgentId) -> Result<Vec<ProtocolMessage>> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {MESSAGE_COLUMNS} FROM protocol_messages \
+             WHERE recipient_id = $1 AND read_at IS NULL ORDER BY seq"
+        )))
+        .bind(agent.to_string())
+        .fetch_all(self.reader())
+        .await?
+        .iter()
+        .map(message_from_row)
+        .collect()
+    }
+
+    /// The oldest unread message of `agent`, if any.
+    pub async fn oldest_unread(&self, agent: ProtocolAgentId) -> Result<Option<ProtocolMessage>> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {MESSAGE_COLUMNS} FROM protocol_messages \
+             WHERE recipient_id = $1 AND read_at IS NULL ORDER BY seq LIMIT 1"
+        )))
+        .bind(agent.to_string())
+        .fetch_optional(self.reader())
+        .await?
+        .as_ref()
+        .map(message_from_row)
+        .transpose()
+    }
+
+    /// How many unread messages `agent` has.
+    pub async fn unread_count(&self, agent: ProtocolAgentId) -> Result<u64> {
+        let n: i64 = sqlx::query(
+            "SELECT COUNT(*) FROM protocol_messages WHERE recipient_id = $1 AND read_at IS NULL",
+        )
+        .bind(agent.to_string())
+        .fetch_one(self.reader())
+        .await?
+        .try_get(0)?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    /// Marks messages read for `agent`. Only messages whose recipient is `agent` and that are
+    /// still unread change: ids of other agents' messages, unknown ids and messages read already
+    /// are left alone, so marking twice is harmless. Returns how many changed. An unknown agent
+    /// is [`Error::ProtocolNotFound`].
+    pub async fn mark_read(
+        &self,
+        agent: ProtocolAgentId,
+        messages: &[ProtocolMessageId],
+    ) -> Result<u64> {
+        let op = Op::MarkRead {
+            agent,
+            messages: messages.to_vec(),
+        };
+        match self.write(op).await? {
+            Done::Count(n) => Ok(n),
+            other => Err(unexpected(other)),
+        }
+    }
+}
