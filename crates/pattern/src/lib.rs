@@ -3,8 +3,8 @@
 //!
 //! This is the facade: it re-exports the public API of every layer so an application depends on
 //! one crate. It must never hold logic of its own; wiring that needs code lives in the layer that
-//! owns it. Today: storage (`db`), memory (`memory`) and context building (`context`); the
-//! runtime and protocol layers are added as they land.
+//! owns it. Today: storage (`db`), memory (`memory`), context building (`context`) and the
+//! agent-to-agent protocol (`protocol`); the runtime layer is added as it lands.
 //!
 //! ```no_run
 //! # async fn demo() -> pattern::db::Result<()> {
@@ -22,6 +22,8 @@ pub use context_v2 as context;
 pub use memory_v2 as memory;
 /// The storage layer: databases, migrations, ids and the batch-aware message store.
 pub use pattern_db as db;
+/// The agent-to-agent protocol: organizations, sessions, inboxes and waiting.
+pub use pattern_protocol as protocol;
 
 pub use pattern_db::{
     Agent, AgentId, BatchInfo, BatchState, BatchType, BeginBatch, ContentBlock, Database, DbConfig,
