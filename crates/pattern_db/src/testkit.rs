@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 
 use tempfile::TempDir;
 
-use crate::config::DbConfig;
+use crate::config::{Backend, DbConfig};
 use crate::db::Database;
 use crate::error::{Error, Result};
 
@@ -39,6 +39,14 @@ impl TestDb {
             pg: None,
             _dir: Some(dir),
         })
+    }
+
+    /// A fresh, empty database on the given backend (for suites that run every case on both).
+    pub async fn fresh(backend: Backend) -> Result<Self> {
+        match backend {
+            Backend::Sqlite => Self::sqlite(),
+            Backend::Postgres => Self::postgres().await,
+        }
     }
 
     /// A fresh, empty PostgreSQL database on the test server.

@@ -13,17 +13,10 @@ use pattern_db::{AgentId, Database, NewAgent};
 
 use WriteAuth::{Agent, Approved};
 
-#[derive(Debug, Clone, Copy)]
-enum Kind {
-    Sqlite,
-    Postgres,
-}
+use pattern_db::Backend as Kind;
 
 async fn fresh(kind: Kind) -> TestDb {
-    match kind {
-        Kind::Sqlite => TestDb::sqlite().unwrap(),
-        Kind::Postgres => TestDb::postgres().await.unwrap(),
-    }
+    TestDb::fresh(kind).await.unwrap()
 }
 
 fn new(label: &str, value: &str, limit: usize, block_type: BlockType) -> NewMemoryBlock {

@@ -20,19 +20,12 @@ mod props;
 use pattern_db::testkit::TestDb;
 use pattern_db::{Database, DbConfig};
 
-/// Which backend a conformance case runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Sqlite,
-    Postgres,
-}
+/// Which backend a case runs on.
+pub use pattern_db::Backend as Kind;
 
 /// A fresh database of the given kind.
 pub async fn fresh(kind: Kind) -> TestDb {
-    match kind {
-        Kind::Sqlite => TestDb::sqlite().unwrap(),
-        Kind::Postgres => TestDb::postgres().await.unwrap(),
-    }
+    TestDb::fresh(kind).await.unwrap()
 }
 
 /// Opens `tdb` with `tweak` applied to its default configuration.

@@ -17,18 +17,11 @@ use pattern_db::testkit::TestDb;
 use pattern_protocol::{NewProtocolAgent, Protocol, ProtocolAgent};
 
 /// Which backend a case runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Sqlite,
-    Postgres,
-}
+pub use pattern_db::Backend as Kind;
 
 /// A fresh database of the given kind.
 pub async fn fresh(kind: Kind) -> TestDb {
-    match kind {
-        Kind::Sqlite => TestDb::sqlite().unwrap(),
-        Kind::Postgres => TestDb::postgres().await.unwrap(),
-    }
+    TestDb::fresh(kind).await.unwrap()
 }
 
 /// A protocol over a fresh database, with its organization.
