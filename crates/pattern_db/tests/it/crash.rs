@@ -238,6 +238,33 @@ async fn check_after_kill(
     all_acked.completed.extend(acked.completed.iter().copied());
 }
 
+/// `application_name` of the child's PostgreSQL sessions.
+const CHILD_APP: &str = "pattern_crash_child";
+
+/// Waits until no session of the killed child is left on the server (at most 30 s).
+async fn wait_for_child_sessions_to_end(url: &str) {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+    let started = Instant::now();
+    loop {
+        let (left,): (i64,) =
+            sqlx::query_as("SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = $1")
+                .bind(CHILD_APP)
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+        if left == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the killed child's sessions never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    conn.close().await.unwrap();
+}
+
 async fn crash_loop(tdb: &TestDb, kills: usize) {
     let db = tdb.open().await.unwrap();
     let agent = db.create_agent(NewAgent::named("crashy")).await.unwrap();
@@ -245,12 +272,22 @@ async fn crash_loop(tdb: &TestDb, kills: usize) {
     let mut rng = rand::rng();
     for _ in 0..kills {
         let kill_after = Duration::from_millis(rng.random_range(0..40));
-        let url = tdb.url.clone();
+        let postgres = db.backend() == pattern_db::Backend::Postgres;
+        // On PostgreSQL the child's sessions are named, so the parent can wait until the server
+        // has finished with them: a COMMIT the child sent just before it died is still applied.
+        let url = if postgres {
+            format!("{}?application_name={CHILD_APP}", tdb.url)
+        } else {
+            tdb.url.clone()
+        };
         let agent_s = agent.id.to_string();
         let acked =
             tokio::task::spawn_blocking(move || run_child_and_kill(&url, &agent_s, kill_after))
                 .await
                 .unwrap();
+        if postgres {
+            wait_for_child_sessions_to_end(&tdb.url).await;
+        }
         check_after_kill(&db, agent.id, &acked, &mut all).await;
     }
     // Everything acknowledged in any run is still there at the end.
