@@ -342,7 +342,7 @@ async fn continuation_keeps_the_batch(kind: Kind) {
 
 async fn recovery_abandons_expired_open_batches(kind: Kind) {
     let tdb = fresh(kind).await;
-    let db = open_with(&tdb, |c| c.batch_lease = Duration::from_millis(300)).await;
+    let db = open_with(&tdb, |c| c.batch_lease = Duration::from_millis(1_000)).await;
     let agent = db.create_agent(NewAgent::named("ada")).await.unwrap();
     let store = db.messages(agent.id);
     let done = store
@@ -364,7 +364,7 @@ async fn recovery_abandons_expired_open_batches(kind: Kind) {
 
     // The lease is still valid: nothing to recover.
     assert!(store.recover().await.unwrap().is_empty());
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
     let abandoned = store.recover().await.unwrap();
     assert_eq!(abandoned.len(), 1);
     assert_eq!(abandoned[0].batch.id, crashed);
@@ -412,7 +412,7 @@ async fn recovery_abandons_expired_open_batches(kind: Kind) {
         .unwrap()
         .batch_id;
     for _ in 0..3 {
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
         store.renew_lease(long).await.unwrap();
     }
     assert!(
