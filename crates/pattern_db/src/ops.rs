@@ -233,7 +233,7 @@ fn lease_ms(d: Duration) -> i64 {
 pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Result<Done> {
     match op {
         Op::CreateAgent(new) => create_agent(conn, new).await.map(Done::Agent),
-        Op::DeleteAgent(agent) => delete_agent(conn, ctx, *agent).await.map(|()| Done::Unit),
+        Op::DeleteAgent(agent) => delete_agent(conn, *agent).await.map(|()| Done::Unit),
         Op::BeginBatch {
             agent,
             trigger,
@@ -248,9 +248,9 @@ pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Resul
         } => append_step(conn, ctx, *agent, *batch, messages)
             .await
             .map(Done::Step),
-        Op::CompleteBatch { agent, batch } => complete_batch(conn, ctx, *agent, *batch)
-            .await
-            .map(Done::Batch),
+        Op::CompleteBatch { agent, batch } => {
+            complete_batch(conn, *agent, *batch).await.map(Done::Batch)
+        }
         Op::ContinueBatch { agent, batch } => continue_batch(conn, ctx, *agent, *batch)
             .await
             .map(Done::Batch),
@@ -260,12 +260,12 @@ pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Resul
         Op::Recover { agent, scope } => recover(conn, ctx, *agent, *scope)
             .await
             .map(Done::Abandoned),
-        Op::ArchiveBefore { agent, position } => archive_before(conn, ctx, *agent, *position)
+        Op::ArchiveBefore { agent, position } => archive_before(conn, *agent, *position)
             .await
             .map(Done::Count),
-        Op::ArchiveBatches { agent, batches } => archive_chosen(conn, ctx, *agent, batches)
-            .await
-            .map(Done::Count),
+        Op::ArchiveBatches { agent, batches } => {
+            archive_chosen(conn, *agent, batches).await.map(Done::Count)
+        }
         Op::SummarizeAndArchive { summary } => summarize_and_archive(conn, ctx, summary)
             .await
             .map(Done::Batches),
@@ -286,7 +286,7 @@ pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Resul
         } => import_legacy(conn, ctx, *agent, messages, plan)
             .await
             .map(Done::Batches),
-        Op::CreateBlock { owner, new } => blocks::create_block(conn, ctx, *owner, new)
+        Op::CreateBlock { owner, new } => blocks::create_block(conn, *owner, new)
             .await
             .map(Done::Block),
         Op::WriteBlock {
@@ -307,9 +307,7 @@ pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Resul
                 change,
                 allowed,
             };
-            blocks::write_block(conn, ctx, write)
-                .await
-                .map(Done::Version)
+            blocks::write_block(conn, write).await.map(Done::Version)
         }
         Op::ShareBlock {
             agent,
@@ -317,22 +315,14 @@ pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Resul
             label,
             with,
             permission,
-        } => blocks::share_block(
-            conn,
-            ctx,
-            *agent,
-            *owner,
-            label,
-            *with,
-            permission.as_deref(),
-        )
-        .await
-        .map(|()| Done::Unit),
+        } => blocks::share_block(conn, *agent, *owner, label, *with, permission.as_deref())
+            .await
+            .map(|()| Done::Unit),
         Op::DeleteBlock {
             agent,
             owner,
             label,
-        } => blocks::delete_block(conn, ctx, *agent, *owner, label)
+        } => blocks::delete_block(conn, *agent, *owner, label)
             .await
             .map(|()| Done::Unit),
         Op::CreateOrganization { external_id, name } => {
@@ -421,8 +411,8 @@ fn is_unique_violation(e: &sqlx::Error) -> bool {
         .is_some_and(|d| d.kind() == sqlx::error::ErrorKind::UniqueViolation)
 }
 
-async fn delete_agent(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId) -> Result<()> {
-    lock_agent(conn, ctx, agent).await?;
+async fn delete_agent(conn: &mut AnyConnection, agent: AgentId) -> Result<()> {
+    lock_agent(conn, agent).await?;
     sqlx::query("DELETE FROM agents WHERE id = $1")
         .bind(agent.to_string())
         .execute(&mut *conn)
@@ -430,18 +420,8 @@ async fn delete_agent(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId) -> Re
     Ok(())
 }
 
-/// Fails with [`Error::AgentNotFound`] unless the agent exists; on PostgreSQL also takes the
-/// agent's row lock, which serialises every write of one agent across processes.
-async fn lock_agent(conn: &mut AnyConnection, _ctx: &Ctx, agent: AgentId) -> Result<()> {
-    touch_agent(conn, agent).await
-}
-
 /// Like [`lock_agent`], and returns the agent's highest stored position.
-async fn lock_agent_position(
-    conn: &mut AnyConnection,
-    _ctx: &Ctx,
-    agent: AgentId,
-) -> Result<Option<i64>> {
+async fn lock_agent_position(conn: &mut AnyConnection, agent: AgentId) -> Result<Option<i64>> {
     // One statement: the revision bump (and so, on PostgreSQL, the row lock) and the lookup.
     let row = sqlx::query(
         "UPDATE agents SET revision = revision + 1 WHERE id = $1 RETURNING \
@@ -458,7 +438,7 @@ async fn lock_agent_position(
 
 /// Bumps the agent's `revision` (readers' caches key on it) and so, on PostgreSQL, takes the
 /// agent's row lock until the transaction ends. Unknown agent: [`Error::AgentNotFound`].
-async fn touch_agent(conn: &mut AnyConnection, agent: AgentId) -> Result<()> {
+pub(crate) async fn lock_agent(conn: &mut AnyConnection, agent: AgentId) -> Result<()> {
     let done = sqlx::query("UPDATE agents SET revision = revision + 1 WHERE id = $1")
         .bind(agent.to_string())
         .execute(&mut *conn)
@@ -731,7 +711,7 @@ async fn begin_batch(
     opts: &BeginBatch,
 ) -> Result<Received> {
     let (content, batch_type) = prepare_trigger(ctx, trigger, opts)?;
-    let max = lock_agent_position(conn, ctx, agent).await?;
+    let max = lock_agent_position(conn, agent).await?;
     if let Some(parent) = opts.parent_batch {
         load_batch(conn, agent, parent).await?;
     }
@@ -963,7 +943,7 @@ async fn append_step(
         .iter()
         .map(|m| encode_content(ctx.max_content_bytes, m))
         .collect::<Result<Vec<_>>>()?;
-    let max = lock_agent_position(conn, ctx, agent).await?;
+    let max = lock_agent_position(conn, agent).await?;
     let info = load_batch(conn, agent, batch).await?;
     if info.state != BatchState::Open {
         return Err(Error::BatchNotOpen {
@@ -1054,11 +1034,10 @@ pub(crate) async fn pending_calls(conn: &mut AnyConnection, batch: BatchId) -> R
 
 async fn complete_batch(
     conn: &mut AnyConnection,
-    ctx: &Ctx,
     agent: AgentId,
     batch: BatchId,
 ) -> Result<BatchInfo> {
-    lock_agent(conn, ctx, agent).await?;
+    lock_agent(conn, agent).await?;
     let info = load_batch(conn, agent, batch).await?;
     match info.state {
         BatchState::Complete => return Ok(info),
@@ -1092,7 +1071,7 @@ async fn continue_batch(
     agent: AgentId,
     batch: BatchId,
 ) -> Result<BatchInfo> {
-    lock_agent(conn, ctx, agent).await?;
+    lock_agent(conn, agent).await?;
     let info = load_batch(conn, agent, batch).await?;
     if info.state == BatchState::Abandoned {
         return Err(Error::InvalidBatchState {
@@ -1126,7 +1105,7 @@ async fn renew_lease(
     agent: AgentId,
     batch: BatchId,
 ) -> Result<BatchInfo> {
-    lock_agent(conn, ctx, agent).await?;
+    lock_agent(conn, agent).await?;
     let info = load_batch(conn, agent, batch).await?;
     if info.state != BatchState::Open {
         return Err(Error::BatchNotOpen {
@@ -1180,7 +1159,7 @@ async fn recover(
             .fetch_one(&mut *conn)
             .await?;
         let batch = batch_from_row(&row)?;
-        touch_agent(conn, batch.agent_id).await?;
+        lock_agent(conn, batch.agent_id).await?;
         let trigger = sqlx::query(sqlx::AssertSqlSafe(message_select(
             "WHERE m.batch_id = $1 AND m.sequence_num = 0",
         )))
@@ -1218,11 +1197,10 @@ async fn archive_batches(conn: &mut AnyConnection, batches: &[i64]) -> Result<u6
 
 async fn archive_before(
     conn: &mut AnyConnection,
-    ctx: &Ctx,
     agent: AgentId,
     position: SnowflakeId,
 ) -> Result<u64> {
-    lock_agent(conn, ctx, agent).await?;
+    lock_agent(conn, agent).await?;
     // Whole batches only: a batch that has any message at or after `position` stays, and so does
     // an open one.
     let ids: Vec<i64> = sqlx::query(
@@ -1243,11 +1221,10 @@ async fn archive_before(
 /// another agent's, or open.
 async fn archive_chosen(
     conn: &mut AnyConnection,
-    ctx: &Ctx,
     agent: AgentId,
     batches: &[BatchId],
 ) -> Result<u64> {
-    lock_agent(conn, ctx, agent).await?;
+    lock_agent(conn, agent).await?;
     let mut ids = Vec::with_capacity(batches.len());
     for &batch in batches {
         let info = load_batch(conn, agent, batch).await?;
@@ -1270,7 +1247,7 @@ async fn summarize_and_archive(
     ctx: &Ctx,
     summary: &Summary,
 ) -> Result<Vec<BatchId>> {
-    lock_agent(conn, ctx, summary.agent_id).await?;
+    lock_agent(conn, summary.agent_id).await?;
     if summary.from_batch > summary.through_batch {
         return Err(Error::InvalidContent(
             "summary covers an empty range (from_batch > through_batch)".into(),
@@ -1300,7 +1277,7 @@ async fn summarize_and_archive(
 }
 
 async fn upsert_summary(conn: &mut AnyConnection, ctx: &Ctx, s: &Summary) -> Result<()> {
-    lock_agent(conn, ctx, s.agent_id).await?;
+    lock_agent(conn, s.agent_id).await?;
     if s.from_batch > s.through_batch {
         return Err(Error::InvalidContent(
             "summary covers an empty range (from_batch > through_batch)".into(),
@@ -1388,7 +1365,7 @@ async fn import_legacy(
             )
         })
         .collect::<Result<Vec<_>>>()?;
-    let max = lock_agent_position(conn, ctx, agent).await?;
+    let max = lock_agent_position(conn, agent).await?;
     // Positions follow the input order, so the history reads as it was written.
     let positions = positions_after(ctx, max, messages.len())?;
     let now = now_ms();

@@ -9,7 +9,7 @@ use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 use uuid::Uuid;
 
-use super::{Ctx, is_unique_violation, lock_agent, now_ms};
+use super::{is_unique_violation, lock_agent, now_ms};
 use crate::blocks::{BLOCK_COLUMNS, NewBlock, StoredBlock, block_from_row, check_limit};
 use crate::error::{Error, Result};
 use crate::model::AgentId;
@@ -19,12 +19,11 @@ use crate::ops::from_ms;
 /// took its blocks with it: the block is not found.
 async fn lock_owner(
     conn: &mut AnyConnection,
-    ctx: &Ctx,
     owner: AgentId,
     agent: AgentId,
     label: &str,
 ) -> Result<()> {
-    match lock_agent(conn, ctx, owner).await {
+    match lock_agent(conn, owner).await {
         Err(Error::AgentNotFound(_)) => Err(Error::BlockNotFound {
             agent,
             label: label.to_owned(),
@@ -56,15 +55,14 @@ async fn access(conn: &mut AnyConnection, agent: AgentId, label: &str) -> Result
 /// hands since `owner` was read, its real owner is locked too.
 async fn locked_access(
     conn: &mut AnyConnection,
-    ctx: &Ctx,
     agent: AgentId,
     owner: AgentId,
     label: &str,
 ) -> Result<StoredBlock> {
-    lock_owner(conn, ctx, owner, agent, label).await?;
+    lock_owner(conn, owner, agent, label).await?;
     let block = access(conn, agent, label).await?;
     if block.owner != owner {
-        lock_owner(conn, ctx, block.owner, agent, label).await?;
+        lock_owner(conn, block.owner, agent, label).await?;
     }
     Ok(block)
 }
@@ -122,11 +120,10 @@ async fn insert_version(
 /// Creates a block, the owner's `admin` access row and version 1.
 pub(crate) async fn create_block(
     conn: &mut AnyConnection,
-    ctx: &Ctx,
     owner: AgentId,
     new: &NewBlock,
 ) -> Result<StoredBlock> {
-    lock_agent(conn, ctx, owner).await?;
+    lock_agent(conn, owner).await?;
     let taken = || Error::BlockLabelTaken {
         agent: owner,
         label: new.label.clone(),
@@ -202,8 +199,8 @@ pub(crate) struct Write<'a> {
 }
 
 /// Writes a new version of a block; returns its number.
-pub(crate) async fn write_block(conn: &mut AnyConnection, ctx: &Ctx, w: Write<'_>) -> Result<i64> {
-    let block = locked_access(conn, ctx, w.agent, w.owner, w.label).await?;
+pub(crate) async fn write_block(conn: &mut AnyConnection, w: Write<'_>) -> Result<i64> {
+    let block = locked_access(conn, w.agent, w.owner, w.label).await?;
     if !w.allowed.contains(&block.permission) {
         return Err(Error::PermissionDenied {
             label: block.label,
@@ -276,14 +273,13 @@ async fn previous_value(conn: &mut AnyConnection, block: &StoredBlock) -> Result
 /// Gives `with` access with `permission`, or takes it away (`None`).
 pub(crate) async fn share_block(
     conn: &mut AnyConnection,
-    ctx: &Ctx,
     agent: AgentId,
     owner: AgentId,
     label: &str,
     with: AgentId,
     permission: Option<&str>,
 ) -> Result<()> {
-    let block = locked_access(conn, ctx, agent, owner, label).await?;
+    let block = locked_access(conn, agent, owner, label).await?;
     require_admin(&block)?;
     let Some(permission) = permission else {
         if with == block.owner {
@@ -369,12 +365,11 @@ pub(crate) async fn share_block(
 /// Deletes a block with its access rows and history.
 pub(crate) async fn delete_block(
     conn: &mut AnyConnection,
-    ctx: &Ctx,
     agent: AgentId,
     owner: AgentId,
     label: &str,
 ) -> Result<()> {
-    let block = locked_access(conn, ctx, agent, owner, label).await?;
+    let block = locked_access(conn, agent, owner, label).await?;
     require_admin(&block)?;
     let id = block.id.to_string();
     // Explicit deletes rather than relying on cascades, which SQLite applies only with
