@@ -1,0 +1,30 @@
+//! The one error type of `pattern_core`.
+//!
+//! Lower layers' errors are wrapped as variants; provider failures carry a [`ProviderError`] that
+//! says whether a retry can help. This module must never log, retry or repair: callers decide.
+
+use crate::provider::ProviderError;
+
+/// Result alias for this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong while an agent runs.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The storage layer failed.
+    #[error(transparent)]
+    Db(#[from] pattern_db::Error),
+
+    /// Memory (blocks, archival, search) failed.
+    #[error(transparent)]
+    Memory(#[from] memory_v2::Error),
+
+    /// Context building failed.
+    #[error(transparent)]
+    Context(#[from] context_v2::Error),
+
+    /// A model provider failed.
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+}

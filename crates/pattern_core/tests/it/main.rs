@@ -1,0 +1,4 @@
+//! Integration tests of `pattern_core`, one binary (modules per area).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+mod provider_contract;
