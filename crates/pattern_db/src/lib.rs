@@ -51,6 +51,7 @@ mod migrate;
 mod model;
 mod ops;
 pub mod protocol;
+pub mod queue;
 mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;

@@ -30,6 +30,7 @@ use crate::protocol::{
 
 mod blocks;
 pub(crate) mod protocol;
+mod queue;
 
 /// What every op needs besides its arguments.
 #[derive(Debug)]
@@ -144,6 +145,23 @@ pub(crate) enum Op {
         agent: ProtocolAgentId,
         messages: Vec<ProtocolMessageId>,
     },
+    AbandonBatch {
+        agent: AgentId,
+        batch: BatchId,
+        reason: String,
+    },
+    Enqueue {
+        agent: AgentId,
+        entry: crate::queue::NewQueued,
+    },
+    BeginQueued {
+        agent: AgentId,
+        id: SnowflakeId,
+    },
+    CancelQueued {
+        agent: AgentId,
+        id: SnowflakeId,
+    },
 }
 
 impl Op {
@@ -170,7 +188,11 @@ impl Op {
             | Op::ArchiveBefore { agent, .. }
             | Op::ArchiveBatches { agent, .. }
             | Op::LogActivity { agent, .. }
-            | Op::ImportLegacy { agent, .. } => Some(*agent),
+            | Op::ImportLegacy { agent, .. }
+            | Op::AbandonBatch { agent, .. }
+            | Op::Enqueue { agent, .. }
+            | Op::BeginQueued { agent, .. }
+            | Op::CancelQueued { agent, .. } => Some(*agent),
             // Block writes lock the block's owner.
             Op::CreateBlock { owner, .. }
             | Op::WriteBlock { owner, .. }
@@ -215,6 +237,9 @@ pub(crate) enum Done {
     ProtocolAgent(ProtocolAgent),
     Session(Session),
     ProtocolMessage(ProtocolMessage),
+    Queued(crate::queue::QueuedMessage),
+    Delivered(Option<crate::queue::Delivered>),
+    OneAbandoned(Abandoned),
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -286,6 +311,22 @@ pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Resul
         } => import_legacy(conn, ctx, *agent, messages, plan)
             .await
             .map(Done::Batches),
+        Op::AbandonBatch {
+            agent,
+            batch,
+            reason,
+        } => abandon_batch(conn, ctx, *agent, *batch, reason)
+            .await
+            .map(Done::OneAbandoned),
+        Op::Enqueue { agent, entry } => queue::enqueue(conn, ctx, *agent, entry)
+            .await
+            .map(Done::Queued),
+        Op::BeginQueued { agent, id } => queue::begin_queued(conn, ctx, *agent, *id)
+            .await
+            .map(Done::Delivered),
+        Op::CancelQueued { agent, id } => queue::cancel_queued(conn, *agent, *id)
+            .await
+            .map(Done::Count),
         Op::CreateBlock { owner, new } => blocks::create_block(conn, *owner, new)
             .await
             .map(Done::Block),
@@ -1172,6 +1213,45 @@ async fn recover(
         out.push(Abandoned { batch, trigger });
     }
     Ok(out)
+}
+
+/// Turns one open batch of `agent` into `abandoned` (its run gave up: the model failed, the
+/// caller cancelled), logs why, and returns it with its trigger for retry.
+async fn abandon_batch(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+    batch: BatchId,
+    reason: &str,
+) -> Result<Abandoned> {
+    lock_agent(conn, agent).await?;
+    let info = load_batch(conn, agent, batch).await?;
+    if info.state != BatchState::Open {
+        return Err(Error::InvalidBatchState {
+            batch,
+            state: info.state,
+            action: "abandoning",
+        });
+    }
+    sqlx::query("UPDATE batches SET state = 'abandoned', completed_at = $1 WHERE id = $2")
+        .bind(now_ms())
+        .bind(batch.get())
+        .execute(&mut *conn)
+        .await?;
+    let info = load_batch(conn, agent, batch).await?;
+    let trigger = sqlx::query(sqlx::AssertSqlSafe(message_select(
+        "WHERE m.batch_id = $1 AND m.sequence_num = 0",
+    )))
+    .bind(batch.get())
+    .fetch_one(&mut *conn)
+    .await?;
+    let trigger = message_from_row(&trigger)?;
+    let payload = serde_json::json!({ "batch_id": batch.get(), "reason": reason });
+    log_activity(conn, ctx, agent, "batch_abandoned", &payload).await?;
+    Ok(Abandoned {
+        batch: info,
+        trigger,
+    })
 }
 
 /// Marks whole batches archived (and their messages); returns the number of messages archived.

@@ -127,6 +127,22 @@ impl MessageStore {
         }
     }
 
+    /// Abandons one open batch now (its run gave up: the model failed, the caller cancelled):
+    /// it is never sent to a provider again, and is returned with its trigger for retry.
+    pub async fn abandon_batch(&self, batch: BatchId, reason: &str) -> Result<Abandoned> {
+        match self
+            .write(Op::AbandonBatch {
+                agent: self.agent,
+                batch,
+                reason: reason.to_owned(),
+            })
+            .await?
+        {
+            Done::OneAbandoned(a) => Ok(a),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Turns this agent's open batches whose run lease has expired into `abandoned`, and returns
     /// them with their trigger messages for retry.
     pub async fn recover(&self) -> Result<Vec<Abandoned>> {

@@ -1884,27 +1884,6 @@ async fn protocol_sync_turn_race_has_one_winner(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
-macro_rules! conformance {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(crate::Kind::Sqlite).await
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(crate::Kind::Postgres).await
-                }
-            )*
-        }
-    };
-}
-
 conformance!(
     agents,
     batch_lifecycle,

@@ -12,10 +12,33 @@
     unreachable_pub
 )]
 
+/// Instantiates each case (an `async fn(Kind)`) as one test per backend.
+macro_rules! conformance {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(crate::Kind::Sqlite).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(crate::Kind::Postgres).await
+                }
+            )*
+        }
+    };
+}
+
 mod conformance;
 mod crash;
 mod ids;
 mod props;
+mod queue;
 
 use pattern_db::testkit::TestDb;
 use pattern_db::{Database, DbConfig};

@@ -1,0 +1,204 @@
+//! Each agent's durable queue: triggers waiting while a batch is in flight, and scheduled
+//! wakeups (one-off and recurring).
+//!
+//! [`Database::enqueue`] commits an entry (the durable "received" of a trigger that cannot start
+//! its batch yet). [`Database::begin_queued`] delivers one: in one transaction it claims the
+//! entry (a one-off is marked delivered, a recurring one moves to its next time after now) and
+//! begins its batch, so an entry is delivered exactly once across restarts and processes: a
+//! crash before the commit leaves it pending, a crash after leaves an open batch that recovery
+//! abandons and offers for retry. This module must never deliver an entry without beginning its
+//! batch in the same transaction, nor begin a batch for an entry that is not due.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use crate::db::{Database, unexpected};
+use crate::error::{Error, Result};
+use crate::id::SnowflakeId;
+use crate::model::{AgentId, BatchId, BatchType, ContentBlock, Received, Role};
+use crate::ops::{Done, Op, decode_content, from_ms};
+
+/// What to queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewQueued {
+    /// What kind of batch delivery begins (not `continuation`).
+    pub batch_type: BatchType,
+    /// `user` or `system`.
+    pub role: Role,
+    /// The trigger's content.
+    pub content: Vec<ContentBlock>,
+    /// Who sent it, for inspection (an endpoint, an agent name, `scheduler`).
+    pub source: String,
+    /// Not delivered before this time; `None` means now.
+    pub deliver_at: Option<DateTime<Utc>>,
+    /// Come back every this long after each delivery (a recurring wakeup); at least 1 s.
+    pub every: Option<Duration>,
+}
+
+impl NewQueued {
+    /// A trigger to deliver as soon as the agent is free.
+    pub fn now(batch_type: BatchType, role: Role, content: Vec<ContentBlock>) -> Self {
+        Self {
+            batch_type,
+            role,
+            content,
+            source: String::new(),
+            deliver_at: None,
+            every: None,
+        }
+    }
+}
+
+/// A queued entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueuedMessage {
+    /// Identity and arrival order.
+    pub id: SnowflakeId,
+    /// The agent it is for.
+    pub agent_id: AgentId,
+    /// The batch type delivery begins.
+    pub batch_type: BatchType,
+    /// `user` or `system`.
+    pub role: Role,
+    /// The trigger's content.
+    pub content: Vec<ContentBlock>,
+    /// Who sent it.
+    pub source: String,
+    /// Next delivery time.
+    pub deliver_at: DateTime<Utc>,
+    /// Period of a recurring entry.
+    pub every: Option<Duration>,
+    /// When a one-off entry was delivered.
+    pub delivered_at: Option<DateTime<Utc>>,
+    /// The batch the latest delivery began.
+    pub delivered_batch: Option<BatchId>,
+    /// How often it was delivered.
+    pub deliveries: i64,
+    /// When it was queued.
+    pub created_at: DateTime<Utc>,
+}
+
+/// A delivery: the entry as it is after delivery, and its new batch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Delivered {
+    /// The entry, updated.
+    pub entry: QueuedMessage,
+    /// The batch its trigger began.
+    pub received: Received,
+}
+
+pub(crate) const QUEUE_COLUMNS: &str = "id, agent_id, batch_type, role, content, source, \
+     deliver_at, every_ms, delivered_at, delivered_batch, deliveries, created_at";
+
+pub(crate) fn queued_from_row(row: &AnyRow) -> Result<QueuedMessage> {
+    let agent: String = row.try_get(1)?;
+    let batch_type: String = row.try_get(2)?;
+    let role: String = row.try_get(3)?;
+    let content: String = row.try_get(4)?;
+    let every: Option<i64> = row.try_get(7)?;
+    let delivered_at: Option<i64> = row.try_get(8)?;
+    let delivered_batch: Option<i64> = row.try_get(9)?;
+    Ok(QueuedMessage {
+        id: SnowflakeId(row.try_get(0)?),
+        agent_id: AgentId(crate::ops::parse_uuid(&agent)?),
+        batch_type: batch_type.parse()?,
+        role: role.parse()?,
+        content: decode_content(&content)?,
+        source: row.try_get(5)?,
+        deliver_at: from_ms(row.try_get(6)?),
+        every: every.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+        delivered_at: delivered_at.map(from_ms),
+        delivered_batch: delivered_batch.map(SnowflakeId),
+        deliveries: row.try_get(10)?,
+        created_at: from_ms(row.try_get(11)?),
+    })
+}
+
+impl Database {
+    /// Commits `entry` to `agent`'s queue. When this returns, the trigger is durable.
+    pub async fn enqueue(&self, agent: AgentId, entry: NewQueued) -> Result<QueuedMessage> {
+        if entry.batch_type == BatchType::Continuation {
+            return Err(Error::InvalidContent(
+                "a queued trigger cannot have type continuation".into(),
+            ));
+        }
+        if !matches!(entry.role, Role::User | Role::System) {
+            return Err(Error::InvalidContent(format!(
+                "a queued trigger is a user or system message, not {}",
+                entry.role.as_str()
+            )));
+        }
+        if let Some(every) = entry.every
+            && every < Duration::from_secs(1)
+        {
+            return Err(Error::InvalidContent(
+                "a recurring wakeup comes back at most once a second".into(),
+            ));
+        }
+        match self.write(Op::Enqueue { agent, entry }).await? {
+            Done::Queued(q) => Ok(q),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Delivers entry `id` of `agent`'s queue if it is pending and due: begins its batch and
+    /// marks it delivered (or moves a recurring entry on) in one transaction. `None` when it is
+    /// not pending (delivered already, cancelled) or not due yet.
+    pub async fn begin_queued(&self, agent: AgentId, id: SnowflakeId) -> Result<Option<Delivered>> {
+        match self.write(Op::BeginQueued { agent, id }).await? {
+            Done::Delivered(d) => Ok(d),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Removes a pending entry; `false` when there was none.
+    pub async fn cancel_queued(&self, agent: AgentId, id: SnowflakeId) -> Result<bool> {
+        match self.write(Op::CancelQueued { agent, id }).await? {
+            Done::Count(n) => Ok(n > 0),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// `agent`'s pending entries (due or not) in arrival order.
+    pub async fn pending_queue(&self, agent: AgentId) -> Result<Vec<QueuedMessage>> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {QUEUE_COLUMNS} FROM agent_queue WHERE agent_id = $1 AND delivered_at IS NULL \
+             ORDER BY id"
+        )))
+        .bind(agent.to_string())
+        .fetch_all(self.reader())
+        .await?
+        .iter()
+        .map(queued_from_row)
+        .collect()
+    }
+
+    /// Pending entries of every agent that are due at `now`, by due time then arrival, at most
+    /// `limit`.
+    pub async fn due_queue(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<QueuedMessage>> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {QUEUE_COLUMNS} FROM agent_queue WHERE delivered_at IS NULL AND deliver_at <= $1 \
+             ORDER BY deliver_at, id LIMIT $2"
+        )))
+        .bind(now.timestamp_millis())
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(self.reader())
+        .await?
+        .iter()
+        .map(queued_from_row)
+        .collect()
+    }
+
+    /// When the next pending entry of any agent is due, if there is one.
+    pub async fn next_queue_due(&self) -> Result<Option<DateTime<Utc>>> {
+        let row = sqlx::query("SELECT MIN(deliver_at) FROM agent_queue WHERE delivered_at IS NULL")
+            .fetch_one(self.reader())
+            .await?;
+        let at: Option<i64> = row.try_get(0)?;
+        Ok(at.map(from_ms))
+    }
+}
