@@ -27,4 +27,25 @@ pub enum Error {
     /// A model provider failed.
     #[error(transparent)]
     Provider(#[from] ProviderError),
+
+    /// A tool (or a rule about one) cannot be registered.
+    #[error("tool `{name}` refused: {reason}")]
+    InvalidTool {
+        /// The tool's name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+
+    /// A message has nowhere to go.
+    #[error("no endpoint for {0}")]
+    NoEndpoint(String),
+
+    /// An endpoint failed to deliver.
+    #[error(transparent)]
+    Endpoint(#[from] crate::endpoint::EndpointError),
+
+    /// The agent cannot take this state change now.
+    #[error("invalid agent state change: {0}")]
+    InvalidState(String),
 }

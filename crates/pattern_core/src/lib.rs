@@ -1,14 +1,39 @@
 //! `pattern_core`: the agent runtime of Pattern.
 //!
-//! - [`provider`]: the [`ModelProvider`](provider::ModelProvider) trait and its implementations
-//!   (Anthropic Messages, OpenAI Chat Completions and compatible servers, Gemini), streaming,
-//!   tool calls, retries.
+//! - [`Agent`] is slim (identity, state, `process`); [`DatabaseAgent`] implements it with the
+//!   crash-safe request flow (trigger committed first, one batch per agent, each step atomic,
+//!   failures abandon the batch and keep the trigger for retry; see [`db_agent`]).
+//! - [`AgentRuntime`] does all acting: tools (registry, rules, permissions, timeouts), steps,
+//!   messages to endpoints and other agents, context building, wakeups.
+//! - [`tool`]: the `Tool` trait, the registry, rules, and the built-in tools.
+//! - [`permission`]: the per-runtime permission broker.
+//! - [`provider`]: the [`ModelProvider`](provider::ModelProvider) trait and its implementations.
+//! - [`QueueProcessor`]: delivers queued triggers and scheduled wakeups through `Agent::process`.
+//! - [`ModelSummarizer`]: recursive summarization with the agent's model.
 //!
 //! This crate must never name a database driver (storage goes through `pattern_db`'s API),
-//! never hold process-wide mutable state (each runtime owns its registry and permission broker),
-//! and never send a request whose history failed `context_v2::validate`.
+//! never hold process-wide mutable state (each runtime owns its rule counters and permission
+//! broker), and never send a request whose history failed `context_v2::validate`.
 
+mod agent;
+pub mod db_agent;
+pub mod endpoint;
 mod error;
+pub mod permission;
 pub mod provider;
+mod queue;
+mod runtime;
+mod summarizer;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+pub mod tool;
 
+pub use agent::{
+    Agent, AgentState, DoneReason, ErrorKind, IncomingMessage, Response, ResponseEvent,
+    ResponseStream, TurnError, collect_response,
+};
+pub use db_agent::DatabaseAgent;
 pub use error::{Error, Result};
+pub use queue::QueueProcessor;
+pub use runtime::{AgentRuntime, CallOutcome, RuntimeBuilder, RuntimeConfig, ToolCall};
+pub use summarizer::{ModelSummarizer, transcript};

@@ -104,6 +104,51 @@ pub async fn insert_raw_protocol_message(
     Ok(())
 }
 
+/// Makes the database itself refuse inserts into `table` whose `column` equals `value` (a
+/// trigger raising `injected storage failure`), to test how callers survive a storage failure
+/// in the middle of their work. [`allow_inserts`] removes it. Test-only: names are spliced into
+/// SQL unchecked.
+pub async fn refuse_inserts(db: &Database, table: &str, column: &str, value: &str) -> Result<()> {
+    let name = format!("pattern_inject_{table}");
+    let statements = match db.backend() {
+        Backend::Sqlite => vec![format!(
+            "CREATE TRIGGER {name} BEFORE INSERT ON {table} WHEN NEW.{column} = '{value}' \
+             BEGIN SELECT RAISE(ABORT, 'injected storage failure'); END"
+        )],
+        Backend::Postgres => vec![
+            format!(
+                "CREATE OR REPLACE FUNCTION {name}() RETURNS trigger AS $body$ BEGIN \
+                 IF NEW.{column} = '{value}' THEN RAISE EXCEPTION 'injected storage failure'; \
+                 END IF; RETURN NEW; END $body$ LANGUAGE plpgsql"
+            ),
+            format!(
+                "CREATE TRIGGER {name} BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION {name}()"
+            ),
+        ],
+    };
+    let mut conn = db.write_pool().acquire().await?;
+    for sql in statements {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Removes what [`refuse_inserts`] installed on `table`.
+pub async fn allow_inserts(db: &Database, table: &str) -> Result<()> {
+    let name = format!("pattern_inject_{table}");
+    let sql = match db.backend() {
+        Backend::Sqlite => format!("DROP TRIGGER IF EXISTS {name}"),
+        Backend::Postgres => format!("DROP TRIGGER IF EXISTS {name} ON {table}"),
+    };
+    let mut conn = db.write_pool().acquire().await?;
+    sqlx::query(sqlx::AssertSqlSafe(sql))
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
 async fn run_admin(admin: &str, sql: &str) -> Result<()> {
     use sqlx::{Connection, Executor};
     let mut conn = sqlx::PgConnection::connect(admin)

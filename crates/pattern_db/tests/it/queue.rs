@@ -116,7 +116,7 @@ async fn queue_delivers_once_in_arrival_order(kind: Kind) {
         .unwrap();
     assert_eq!(b2.batch_type, BatchType::AgentToAgent);
     assert!(db.pending_queue(agent).await.unwrap().is_empty());
-    tdb.cleanup().await;
+    tdb.cleanup().await.unwrap();
 }
 
 async fn recurring_wakeups_move_to_their_next_slot(kind: Kind) {
@@ -151,7 +151,7 @@ async fn recurring_wakeups_move_to_their_next_slot(kind: Kind) {
     // Not due again until then.
     assert!(db.begin_queued(agent, entry.id).await.unwrap().is_none());
     assert_eq!(db.pending_queue(agent).await.unwrap().len(), 1);
-    tdb.cleanup().await;
+    tdb.cleanup().await.unwrap();
 }
 
 async fn bad_queue_entries_are_typed(kind: Kind) {
@@ -176,7 +176,7 @@ async fn bad_queue_entries_are_typed(kind: Kind) {
         assert!(matches!(err, Error::InvalidContent(_)), "{err}");
     }
     assert!(db.pending_queue(agent).await.unwrap().is_empty());
-    tdb.cleanup().await;
+    tdb.cleanup().await.unwrap();
 }
 
 async fn abandon_batch_offers_the_trigger(kind: Kind) {
@@ -202,7 +202,7 @@ async fn abandon_batch_offers_the_trigger(kind: Kind) {
     let events = store.recent_activity(5).await.unwrap();
     assert_eq!(events[0].kind, "batch_abandoned");
     assert_eq!(events[0].payload["reason"], "model failed");
-    tdb.cleanup().await;
+    tdb.cleanup().await.unwrap();
 }
 
 conformance!(
