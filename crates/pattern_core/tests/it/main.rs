@@ -30,6 +30,9 @@ macro_rules! conformance {
     };
 }
 
+mod crash;
 mod flow;
 mod provider_contract;
+mod queue;
 mod support;
+mod tools;

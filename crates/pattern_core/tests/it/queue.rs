@@ -1,0 +1,166 @@
+//! The queue processor: messages between agents and scheduled wakeups are delivered through
+//! `Agent::process`, exactly once, also with two processors (two processes) watching one
+//! database.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use memory_v2::DbMemoryStore;
+use pattern_core::testkit::{ScriptedProvider, Turn};
+use pattern_core::{Agent, QueueProcessor};
+use pattern_db::{Backend, BatchState, BatchType, ContentBlock};
+use serde_json::json;
+use tokio::sync::Notify;
+
+use crate::support::{Harness, batches_of, config};
+
+async fn wait_for(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+async fn agents_message_each_other_through_the_queue(kind: Backend) {
+    let h = Harness::new(
+        kind,
+        vec![
+            Turn::call(
+                "c1",
+                "send_message",
+                json!({"target": "agent:bob", "content": "meeting at noon"}),
+            ),
+            Turn::text("told bob"),
+        ],
+    )
+    .await;
+    let bob_model = ScriptedProvider::new(vec![Turn::text("noted, thanks ada")]);
+    let bob = Harness::agent(&h.db, &h.memory, &bob_model, "bob", config(), None).await;
+    let processor = QueueProcessor::new(
+        h.db.clone(),
+        Arc::new(Notify::new()),
+        Duration::from_millis(50),
+    );
+    processor.register(h.agent.clone()).await;
+    processor.register(bob.clone()).await;
+    let task = processor.clone().spawn();
+
+    let events = h.turn("tell bob about the meeting").await;
+    assert!(matches!(
+        crate::support::last(&events),
+        pattern_core::ResponseEvent::Done { .. }
+    ));
+    let db = h.db.clone();
+    let bob_id = bob.id();
+    wait_for("bob's turn", Duration::from_secs(20), async || {
+        batches_of(&db, bob_id)
+            .await
+            .iter()
+            .any(|b| b.info.state == BatchState::Complete)
+    })
+    .await;
+    let batches = batches_of(&h.db, bob.id()).await;
+    assert_eq!(batches.len(), 1);
+    assert_eq!(batches[0].info.batch_type, BatchType::AgentToAgent);
+    assert_eq!(
+        batches[0].messages[0].content,
+        vec![ContentBlock::text(
+            "[message from agent ada] meeting at noon"
+        )]
+    );
+    assert!(h.db.pending_queue(bob.id()).await.unwrap().is_empty());
+    processor.stop();
+    task.await.unwrap();
+    drop(bob);
+    h.cleanup().await;
+}
+
+async fn wakeups_run_once_each_even_with_two_processors(kind: Backend) {
+    let h = Harness::new(kind, vec![]).await;
+    // A second process: its own agent object and processor over the same database.
+    let other_model = ScriptedProvider::new(vec![]);
+    let other_runtime = pattern_core::AgentRuntime::builder(
+        h.db.clone(),
+        h.db.agent(h.agent.id()).await.unwrap(),
+        Arc::new(DbMemoryStore::new(h.db.clone())),
+        Arc::new(other_model.clone()),
+        config(),
+    )
+    .build()
+    .unwrap();
+    let other = pattern_core::DatabaseAgent::new(other_runtime);
+    let p1 = QueueProcessor::new(
+        h.db.clone(),
+        Arc::new(Notify::new()),
+        Duration::from_millis(20),
+    );
+    let p2 = QueueProcessor::new(
+        h.db.clone(),
+        Arc::new(Notify::new()),
+        Duration::from_millis(20),
+    );
+    p1.register(h.agent.clone()).await;
+    p2.register(other.clone()).await;
+    let (t1, t2) = (p1.clone().spawn(), p2.clone().spawn());
+
+    let runtime = h.agent.runtime();
+    let soon = chrono::Utc::now() + chrono::Duration::milliseconds(200);
+    let once = runtime
+        .schedule_wakeup(soon, None, "check the oven")
+        .await
+        .unwrap();
+    let recurring = runtime
+        .schedule_wakeup(soon, Some(Duration::from_secs(1)), "hourly review")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2_600)).await;
+    p1.stop();
+    p2.stop();
+    t1.await.unwrap();
+    t2.await.unwrap();
+    assert!(pattern_core::db_agent::wait_idle(&h.agent, Duration::from_secs(10)).await);
+    assert!(pattern_core::db_agent::wait_idle(&other, Duration::from_secs(10)).await);
+
+    let batches = batches_of(&h.db, h.agent.id()).await;
+    let texts: Vec<String> = batches
+        .iter()
+        .map(|b| match &b.messages[0].content[0] {
+            ContentBlock::Text { text } => text.clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        texts.iter().filter(|t| *t == "check the oven").count(),
+        1,
+        "{texts:?}"
+    );
+    let reviews = texts.iter().filter(|t| *t == "hourly review").count();
+    assert!(reviews >= 2, "{texts:?}");
+    let pending = h.db.pending_queue(h.agent.id()).await.unwrap();
+    assert!(
+        pending.iter().all(|q| q.id != once.id),
+        "the one-off is delivered"
+    );
+    let rec = pending.iter().find(|q| q.id == recurring.id).unwrap();
+    assert_eq!(
+        rec.deliveries as usize, reviews,
+        "every delivery began exactly one batch"
+    );
+    assert!(
+        batches
+            .iter()
+            .all(|b| b.info.batch_type == BatchType::SystemTrigger)
+    );
+    assert_eq!(h.provider.calls() + other_model.calls(), batches.len());
+    drop(other);
+    h.cleanup().await;
+}
+
+conformance!(
+    agents_message_each_other_through_the_queue,
+    wakeups_run_once_each_even_with_two_processors,
+);
