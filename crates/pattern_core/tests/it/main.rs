@@ -34,5 +34,6 @@ mod crash;
 mod flow;
 mod provider_contract;
 mod queue;
+mod summarizer;
 mod support;
 mod tools;
