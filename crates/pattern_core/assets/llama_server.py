@@ -6,9 +6,11 @@ Takes the usual llama-server options (-m, --alias, --host, --port, -t, -c, -np,
 server accepts connections, and runs until it gets SIGTERM or SIGINT (or its parent closes
 stdin when --exit-on-stdin-eof is given).
 
-Installed by `cargo xtask setup` (step "llama.cpp server") into .cache/llama/venv and started by
-`pattern_core::local_server`. It must never bind anything but the host it is given (default
-127.0.0.1) and never download anything: the model is a local file.
+Runs with the Python of the venv that `cargo xtask setup` (step "llama.cpp server") makes under
+.cache/llama/venv; `pattern_core::local_server` embeds this file and runs it with `python -c`, and
+it can be run by hand as `.cache/llama/venv/bin/python crates/pattern_core/assets/llama_server.py`.
+It must never bind anything but the host it is given (default 127.0.0.1) and never download
+anything: the model is a local file.
 """
 
 import argparse
@@ -19,7 +21,7 @@ import threading
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description="Start llama.cpp's HTTP server on loopback.")
     p.add_argument("-m", "--model", required=True, help="GGUF model file")
     p.add_argument("--alias", default=None, help="model name the API reports")
     p.add_argument("--host", default="127.0.0.1")
