@@ -21,10 +21,13 @@ use crate::provider_support::{
     weather_question,
 };
 
+/// One exchange: the request, and the response's status, content type and body.
+type Exchange = (RecordedRequest, u16, String, Vec<u8>);
+
 /// A loopback proxy to `upstream` that keeps every exchange.
 struct Recorder {
     base: String,
-    log: Arc<Mutex<Vec<(RecordedRequest, u16, String, Vec<u8>)>>>,
+    log: Arc<Mutex<Vec<Exchange>>>,
 }
 
 async fn read_request(
