@@ -3,5 +3,6 @@
 
 mod provider_cassettes;
 mod provider_contract;
+mod provider_e2e;
 mod provider_record;
 mod provider_support;
