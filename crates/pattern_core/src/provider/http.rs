@@ -261,7 +261,10 @@ impl Endpoint {
                 Err(_) => return Err(timed_out()),
                 Ok(Err(e)) => Failure::Transport(describe(&e)),
                 Ok(Ok(response)) if response.status().is_success() => {
-                    match self.first_events(response, make_decoder(), deadline).await {
+                    match self
+                        .first_events(response, make_decoder(), deadline, after)
+                        .await
+                    {
                         Ok(Opened::Stream(stream)) => return Ok(stream),
                         Ok(Opened::Retry(failure)) => failure,
                         Err(OpenError::Deadline) => return Err(timed_out()),
@@ -299,6 +302,7 @@ impl Endpoint {
         response: reqwest::Response,
         mut decoder: D,
         deadline: Instant,
+        after: Duration,
     ) -> Result<Opened, OpenError> {
         let mut events: SseStream = Box::pin(response.bytes_stream().eventsource());
         let mut ready = VecDeque::new();
@@ -340,7 +344,7 @@ impl Endpoint {
             ready,
             finished,
             deadline,
-            after: deadline.saturating_duration_since(Instant::now()),
+            after,
         };
         Ok(Opened::Stream(Box::pin(drive(state))))
     }
@@ -536,6 +540,7 @@ struct Driver<D> {
     ready: VecDeque<ProviderEvent>,
     finished: bool,
     deadline: Instant,
+    /// The whole-call timeout, for the error.
     after: Duration,
 }
 
