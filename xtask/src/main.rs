@@ -26,6 +26,7 @@ mod demo;
 mod guard;
 mod pg;
 mod setup;
+mod setup_llama;
 mod tidy;
 mod workspace;
 

@@ -42,6 +42,10 @@ const STEPS: &[Step] = &[
         name: "postgresql",
         run: postgresql,
     },
+    Step {
+        name: "llama.cpp server",
+        run: crate::setup_llama::llama_server,
+    },
 ];
 
 /// Run every step, printing one line per component.

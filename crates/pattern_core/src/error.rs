@@ -45,6 +45,10 @@ pub enum Error {
     #[error(transparent)]
     Endpoint(#[from] crate::endpoint::EndpointError),
 
+    /// The local model server could not be started.
+    #[error(transparent)]
+    LocalServer(#[from] crate::local_server::LocalServerError),
+
     /// The agent cannot take this state change now.
     #[error("invalid agent state change: {0}")]
     InvalidState(String),

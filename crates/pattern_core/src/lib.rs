@@ -7,9 +7,12 @@
 //!   messages to endpoints and other agents, context building, wakeups.
 //! - [`tool`]: the `Tool` trait, the registry, rules, and the built-in tools.
 //! - [`permission`]: the per-runtime permission broker.
-//! - [`provider`]: the [`ModelProvider`](provider::ModelProvider) trait and its implementations.
 //! - [`QueueProcessor`]: delivers queued triggers and scheduled wakeups through `Agent::process`.
 //! - [`ModelSummarizer`]: recursive summarization with the agent's model.
+//! - [`provider`]: the [`ModelProvider`](provider::ModelProvider) trait and its implementations
+//!   (Anthropic Messages, OpenAI Chat Completions and compatible servers, Gemini), streaming,
+//!   tool calls, retries.
+//! - [`local_server`]: a real model (llama.cpp's server) on loopback for tests and local use.
 //!
 //! This crate must never name a database driver (storage goes through `pattern_db`'s API),
 //! never hold process-wide mutable state (each runtime owns its rule counters and permission
@@ -19,6 +22,7 @@ mod agent;
 pub mod db_agent;
 pub mod endpoint;
 mod error;
+pub mod local_server;
 pub mod permission;
 pub mod provider;
 mod queue;

@@ -22,6 +22,12 @@
 //! This module must never store anything, never execute a tool, and never log request bodies or
 //! API keys.
 
+mod answer;
+pub mod anthropic;
+pub mod gemini;
+mod http;
+pub mod openai;
+
 use std::fmt;
 use std::time::Duration;
 
@@ -31,6 +37,11 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use pattern_db::ContentBlock;
 use serde::{Deserialize, Serialize};
+
+pub use anthropic::AnthropicProvider;
+pub use gemini::GeminiProvider;
+pub use http::{ApiKey, DEFAULT_TIMEOUT, ProviderConfig, RetryPolicy};
+pub use openai::OpenAiProvider;
 
 /// Options of one model call that are not part of the context.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -32,7 +32,11 @@ macro_rules! conformance {
 
 mod crash;
 mod flow;
+mod provider_cassettes;
 mod provider_contract;
+mod provider_e2e;
+mod provider_record;
+mod provider_support;
 mod queue;
 mod summarizer;
 mod support;

