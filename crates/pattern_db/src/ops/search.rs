@@ -975,13 +975,35 @@ pub(crate) async fn vectors_for(
 // ---------------------------------------------------------------------------------------------
 // PostgreSQL full-text search
 
-/// Full-text search on PostgreSQL: `plainto_tsquery('english', ...)` (plain words, never query
-/// syntax) against the stored tsvector columns, ranked by `ts_rank_cd`, live rows only.
+/// Full-text search on PostgreSQL: the query's words normalised by the 'english' configuration
+/// (never read as query syntax), any of them matching the stored tsvector columns, ranked by
+/// `ts_rank_cd`, live rows only.
 pub(crate) async fn search_pg(
     pool: &AnyPool,
     query: &str,
     opts: &TextSearch,
 ) -> Result<Vec<TextHit>> {
+    // The words, as the 'english' configuration normalises them (stemmed, stop words dropped);
+    // then an OR of exactly those lexemes, built here so no user text is read as tsquery syntax.
+    // PostgreSQL text cannot hold NUL, which no word contains anyway.
+    let plain = query.replace('\0', " ");
+    let lexemes: Vec<String> = sqlx::query(
+        "SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('english'::regconfig, $1)))",
+    )
+    .bind(plain)
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(|r| r.try_get::<String, _>(0))
+    .collect::<Result<_, _>>()?;
+    if lexemes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let tsquery = lexemes
+        .iter()
+        .map(|l| format!("'{}'", l.replace('\\', "\\\\").replace('\'', "''")))
+        .collect::<Vec<_>>()
+        .join(" | ");
     let mut n = 1;
     let mut next = || {
         n += 1;
@@ -1019,24 +1041,26 @@ pub(crate) async fn search_pg(
             )
         });
         parts.push(format!(
-            "SELECT 'block', b.id, b.owner_agent_id, b.created_at, b.value, ts_rank_cd(b.search_tsv, q.q) \
+            "SELECT 'block' AS ct, b.id AS cid, b.owner_agent_id AS aid, b.created_at AS at, b.value AS body, \
+             ts_rank_cd(b.search_tsv, q.q) AS score \
              FROM memory_blocks b, q WHERE b.search_tsv @@ q.q{access}{}",
             filters(None, "b.created_at")
         ));
     }
     if opts.wants(ContentType::Message) {
         parts.push(format!(
-            "SELECT 'message', m.id, m.agent_id, m.created_at, m.content, ts_rank_cd(m.search_tsv, q.q) \
+            "SELECT 'message' AS ct, m.id AS cid, m.agent_id AS aid, m.created_at AS at, m.content AS body, \
+             ts_rank_cd(m.search_tsv, q.q) AS score \
              FROM messages m, q WHERE m.search_tsv @@ q.q AND NOT m.archived AND NOT m.deleted{}",
             filters(Some("m.agent_id"), "m.created_at")
         ));
     }
     let sql = format!(
-        "WITH q AS (SELECT plainto_tsquery('english'::regconfig, $1) AS q) \
+        "WITH q AS (SELECT $1::tsquery AS q) \
          SELECT ct, cid, aid, at, body, score FROM ({}) hits ORDER BY score DESC, at DESC, cid LIMIT ${limit}",
         parts.join(" UNION ALL ")
     );
-    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(query.to_owned());
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(tsquery);
     if let Some(a) = opts.agent {
         q = q.bind(a.to_string());
     }
