@@ -748,7 +748,10 @@ async fn full_text_search(kind: Kind) {
         Role::Tool,
         vec![ContentBlock::tool_result("c1", "no results", false)],
     );
-    store.append_step(r.batch_id, vec![call, result]).await.unwrap();
+    store
+        .append_step(r.batch_id, vec![call, result])
+        .await
+        .unwrap();
 
     // Exact terms, any kind; stemming matches zebra/zebras.
     let hits = ids(&db, "zebras", &search(10)).await;
