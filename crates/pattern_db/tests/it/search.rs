@@ -992,6 +992,45 @@ async fn arbitrary_queries_never_fail_otherwise(kind: Kind) {
     db.close().await;
     tdb.cleanup().await.unwrap();
 }
+/// Two handles (as two processes would) claim at once: every job goes to exactly one of them.
+async fn claims_are_disjoint_across_handles(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let one = open_with(&tdb, |c| c.record_embedding_jobs = true).await;
+    let two = tdb.open().await.unwrap();
+    let a = one.create_agent(NewAgent::named("ada")).await.unwrap();
+    let entries = (0..40)
+        .map(|i| NewArchival::text(format!("passage {i}")))
+        .collect();
+    one.insert_archival_many(a.id, entries).await.unwrap();
+    let claim = |db: Database| async move {
+        let mut got = Vec::new();
+        loop {
+            let jobs = db
+                .claim_embedding_jobs(3, Duration::from_secs(600))
+                .await
+                .unwrap();
+            if jobs.is_empty() {
+                return got;
+            }
+            got.extend(jobs.into_iter().map(|j| j.content));
+        }
+    };
+    let (x, y) = tokio::join!(
+        tokio::spawn(claim(one.clone())),
+        tokio::spawn(claim(two.clone()))
+    );
+    let (x, y) = (x.unwrap(), y.unwrap());
+    let xs: HashSet<_> = x.iter().cloned().collect();
+    let ys: HashSet<_> = y.iter().cloned().collect();
+    assert_eq!(xs.len(), x.len());
+    assert_eq!(ys.len(), y.len());
+    assert!(xs.is_disjoint(&ys));
+    assert_eq!(xs.len() + ys.len(), 40);
+    one.close().await;
+    two.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
 macro_rules! search_conformance {
     ($($case:ident),* $(,)?) => {
         mod sqlite {
@@ -1017,6 +1056,7 @@ search_conformance!(
     archival_crud,
     jobs_are_recorded_with_their_content,
     claim_store_fail,
+    claims_are_disjoint_across_handles,
     model_mismatch_and_reembed,
     change_log_never_misses_under_concurrent_writers,
     resolve_content_only_live_and_visible,
