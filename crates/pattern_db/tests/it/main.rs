@@ -39,6 +39,7 @@ mod crash;
 mod ids;
 mod props;
 mod queue;
+mod search;
 
 use pattern_db::testkit::TestDb;
 use pattern_db::{Database, DbConfig};
