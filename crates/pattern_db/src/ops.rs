@@ -144,6 +144,8 @@ pub(crate) enum Op {
         agent: ProtocolAgentId,
         messages: Vec<ProtocolMessageId>,
     },
+    /// Meetings and retention (`ops::protocol`).
+    Protocol(protocol::ProtocolOp),
 }
 
 impl Op {
@@ -157,7 +159,8 @@ impl Op {
             | Op::OpenSession { .. }
             | Op::EndSession { .. }
             | Op::SendSessionMessage { .. }
-            | Op::MarkRead { .. } => None,
+            | Op::MarkRead { .. }
+            | Op::Protocol(_) => None,
             Op::DeleteAgent(agent)
             | Op::BeginBatch { agent, .. }
             | Op::AppendStep { agent, .. }
@@ -192,6 +195,7 @@ impl Op {
                 Some(session.0)
             }
             Op::MarkRead { agent, .. } => Some(agent.0),
+            Op::Protocol(op) => op.key(),
             _ => None,
         }
     }
@@ -215,6 +219,7 @@ pub(crate) enum Done {
     ProtocolAgent(ProtocolAgent),
     Session(Session),
     ProtocolMessage(ProtocolMessage),
+    Protocol(protocol::ProtocolDone),
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -353,6 +358,7 @@ pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Resul
         Op::MarkRead { agent, messages } => protocol::mark_read(conn, *agent, messages)
             .await
             .map(Done::Count),
+        Op::Protocol(op) => protocol::apply(conn, ctx, op).await.map(Done::Protocol),
     }
 }
 
