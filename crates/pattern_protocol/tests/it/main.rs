@@ -10,6 +10,7 @@
     unreachable_pub
 )]
 
+mod meetings;
 mod props;
 mod waiting;
 
@@ -26,7 +27,7 @@ pub async fn fresh(kind: Kind) -> TestDb {
 
 /// A protocol over a fresh database, with its organization.
 pub async fn protocol(tdb: &TestDb) -> Protocol {
-    let protocol = Protocol::new(tdb.open().await.unwrap());
+    let protocol = Protocol::new(tdb.open().await.unwrap()).await.unwrap();
     protocol.create_organization("acme", "Acme").await.unwrap();
     protocol
 }

@@ -69,7 +69,7 @@ async fn next_message_times_out_with_none(kind: Kind) {
 
     // A send through another handle (another process, as far as the notifier knows) is not a
     // wake-up, but the re-check at the timeout sees it.
-    let other = Protocol::new(p.db().clone());
+    let other = Protocol::new(p.db().clone()).await.unwrap();
     let waiter = {
         let p = p.clone();
         tokio::spawn(async move { p.next_message(b.id, Duration::from_millis(800)).await })
