@@ -68,6 +68,9 @@ pub(crate) enum ProtocolOp {
 #[derive(Debug)]
 pub(crate) enum ProtocolDone {
     Meeting(Box<MeetingUpdate>),
+    /// The op was refused after an expired turn deadline was applied; the timeout commits, the
+    /// caller gets the refusal.
+    Refused(Box<(MeetingUpdate, Error)>),
     Retention(Box<RetentionReport>),
 }
 
@@ -93,39 +96,18 @@ pub(crate) async fn apply(
     ctx: &Ctx,
     op: &ProtocolOp,
 ) -> Result<ProtocolDone> {
-    let update = match op {
+    match op {
         ProtocolOp::CreateMeeting {
             host,
             turn_duration,
-        } => meetings::create_meeting(conn, ctx, *host, *turn_duration).await?,
-        ProtocolOp::Invite {
-            meeting,
-            host,
-            agent,
-        } => meetings::invite(conn, ctx, *meeting, *host, *agent).await?,
-        ProtocolOp::Join { meeting, agent } => meetings::join(conn, ctx, *meeting, *agent).await?,
-        ProtocolOp::Start { meeting, host } => meetings::start(conn, ctx, *meeting, *host).await?,
-        ProtocolOp::Speak {
-            meeting,
-            agent,
-            message,
-        } => meetings::speak(conn, ctx, *meeting, *agent, message.as_ref()).await?,
-        ProtocolOp::Leave { meeting, agent } => {
-            meetings::leave(conn, ctx, *meeting, *agent).await?
-        }
-        ProtocolOp::EndMeeting { meeting, host } => {
-            meetings::end_meeting(conn, ctx, *meeting, *host).await?
-        }
-        ProtocolOp::ApplyTimeouts { meeting } => {
-            meetings::apply_timeouts(conn, ctx, *meeting).await?
-        }
-        ProtocolOp::Retention(policy) => {
-            return Ok(ProtocolDone::Retention(Box::new(
-                meetings::retention(conn, ctx, policy).await?,
-            )));
-        }
-    };
-    Ok(ProtocolDone::Meeting(Box::new(update)))
+        } => Ok(ProtocolDone::Meeting(Box::new(
+            meetings::create_meeting(conn, ctx, *host, *turn_duration).await?,
+        ))),
+        ProtocolOp::Retention(policy) => Ok(ProtocolDone::Retention(Box::new(
+            meetings::retention(conn, ctx, policy).await?,
+        ))),
+        _ => meetings::run(conn, ctx, op).await,
+    }
 }
 
 /// On PostgreSQL, queues `NOTIFY`s for the wake-ups inside the current transaction: they are

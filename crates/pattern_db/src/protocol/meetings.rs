@@ -499,6 +499,7 @@ impl Database {
     async fn meeting_write(&self, op: ProtocolOp) -> Result<MeetingUpdate> {
         match self.write(Op::Protocol(op)).await? {
             Done::Protocol(ProtocolDone::Meeting(update)) => Ok(*update),
+            Done::Protocol(ProtocolDone::Refused(refused)) => Err(refused.1),
             other => Err(unexpected(other)),
         }
     }

@@ -1833,18 +1833,29 @@ async fn protocol_schema_refuses_recipient_and_meeting(kind: Kind) {
     let tdb = fresh(kind).await;
     let db = tdb.open().await.unwrap();
     let (a, b) = protocol_pair(&db).await;
-    let both = insert_raw_protocol_message(&db, a.id, Some(b.id), Some("meeting-1")).await;
+    let meeting = db.create_meeting(a.id, None).await.unwrap().meeting.id.to_string();
+    let both = insert_raw_protocol_message(&db, a.id, Some(b.id), Some(&meeting)).await;
     assert!(matches!(both, Err(Error::Database(_))), "{both:?}");
     let neither = insert_raw_protocol_message(&db, a.id, None, None).await;
     assert!(matches!(neither, Err(Error::Database(_))), "{neither:?}");
+    // A meeting id must name a meeting (a foreign key on PostgreSQL, triggers on SQLite).
+    let unknown = insert_raw_protocol_message(&db, a.id, None, Some("meeting-1")).await;
+    assert!(matches!(unknown, Err(Error::Database(_))), "{unknown:?}");
     // The same statement with exactly one of them is accepted: the CHECK is what refused.
     insert_raw_protocol_message(&db, a.id, Some(b.id), None)
         .await
         .unwrap();
-    insert_raw_protocol_message(&db, a.id, None, Some("meeting-1"))
+    insert_raw_protocol_message(&db, a.id, None, Some(&meeting))
         .await
         .unwrap();
     assert_eq!(db.unread_count(b.id).await.unwrap(), 1);
+    assert_eq!(
+        db.meeting_messages(pattern_db::MeetingId(meeting.parse().unwrap()))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     db.close().await;
     tdb.cleanup().await.unwrap();
 }

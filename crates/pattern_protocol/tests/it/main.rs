@@ -10,8 +10,10 @@
     unreachable_pub
 )]
 
+mod fairness;
 mod meetings;
 mod props;
+mod races;
 mod waiting;
 
 use pattern_db::testkit::TestDb;

@@ -21,7 +21,7 @@ use crate::protocol::{
     SessionId, Wakeup, meeting_from_row, participant_from_row,
 };
 
-use super::{notify, require_agent};
+use super::{ProtocolDone, ProtocolOp, notify, require_agent};
 
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
@@ -411,14 +411,13 @@ pub(crate) async fn create_meeting(
     finish(conn, ctx, change, None).await
 }
 
-pub(crate) async fn invite(
+async fn invite(
     conn: &mut AnyConnection,
-    ctx: &Ctx,
-    meeting: MeetingId,
+    change: &mut Change,
     host: ProtocolAgentId,
     agent: ProtocolAgentId,
-) -> Result<MeetingUpdate> {
-    let mut change = lock_meeting(conn, ctx, meeting).await?;
+) -> Result<Option<ProtocolMessage>> {
+    let meeting = change.meeting.id;
     refuse_ended(&change)?;
     require_host(&change, host)?;
     require_agent(conn, agent).await?;
@@ -453,16 +452,15 @@ pub(crate) async fn invite(
     change
         .event(conn, MeetingEventType::AgentInvited, Some(agent), None)
         .await?;
-    finish(conn, ctx, change, None).await
+    Ok(None)
 }
 
-pub(crate) async fn join(
+async fn join(
     conn: &mut AnyConnection,
-    ctx: &Ctx,
-    meeting: MeetingId,
+    change: &mut Change,
     agent: ProtocolAgentId,
-) -> Result<MeetingUpdate> {
-    let mut change = lock_meeting(conn, ctx, meeting).await?;
+) -> Result<Option<ProtocolMessage>> {
+    let meeting = change.meeting.id;
     refuse_ended(&change)?;
     require_agent(conn, agent).await?;
     let existing = participant(conn, meeting, agent).await?;
@@ -529,16 +527,15 @@ pub(crate) async fn join(
                 .await?;
         }
     }
-    finish(conn, ctx, change, None).await
+    Ok(None)
 }
 
-pub(crate) async fn start(
+async fn start(
     conn: &mut AnyConnection,
-    ctx: &Ctx,
-    meeting: MeetingId,
+    change: &mut Change,
     host: ProtocolAgentId,
-) -> Result<MeetingUpdate> {
-    let mut change = lock_meeting(conn, ctx, meeting).await?;
+) -> Result<Option<ProtocolMessage>> {
+    let meeting = change.meeting.id;
     refuse_ended(&change)?;
     require_host(&change, host)?;
     let present: Vec<Participant> = participants(conn, meeting)
@@ -566,17 +563,17 @@ pub(crate) async fn start(
         .event(conn, MeetingEventType::MeetingStarted, Some(host), None)
         .await?;
     change.hand_over(conn, None, 0, "start").await?;
-    finish(conn, ctx, change, None).await
+    Ok(None)
 }
 
-pub(crate) async fn speak(
+async fn speak(
     conn: &mut AnyConnection,
     ctx: &Ctx,
-    meeting: MeetingId,
+    change: &mut Change,
     agent: ProtocolAgentId,
     message: Option<&NewProtocolMessage>,
-) -> Result<MeetingUpdate> {
-    let mut change = lock_meeting(conn, ctx, meeting).await?;
+) -> Result<Option<ProtocolMessage>> {
+    let meeting = change.meeting.id;
     refuse_ended(&change)?;
     let me = participant(conn, meeting, agent)
         .await?
@@ -651,16 +648,15 @@ pub(crate) async fn speak(
     change
         .hand_over(conn, Some(agent), me.join_order.unwrap_or(0), reason)
         .await?;
-    finish(conn, ctx, change, stored).await
+    Ok(stored)
 }
 
-pub(crate) async fn leave(
+async fn leave(
     conn: &mut AnyConnection,
-    ctx: &Ctx,
-    meeting: MeetingId,
+    change: &mut Change,
     agent: ProtocolAgentId,
-) -> Result<MeetingUpdate> {
-    let mut change = lock_meeting(conn, ctx, meeting).await?;
+) -> Result<Option<ProtocolMessage>> {
+    let meeting = change.meeting.id;
     refuse_ended(&change)?;
     let me = participant(conn, meeting, agent)
         .await?
@@ -691,29 +687,75 @@ pub(crate) async fn leave(
             change.end(conn, "everyone_left").await?;
         }
     }
-    finish(conn, ctx, change, None).await
+    Ok(None)
 }
 
-pub(crate) async fn end_meeting(
+async fn end_meeting(
     conn: &mut AnyConnection,
-    ctx: &Ctx,
-    meeting: MeetingId,
+    change: &mut Change,
     host: ProtocolAgentId,
-) -> Result<MeetingUpdate> {
-    let mut change = lock_meeting(conn, ctx, meeting).await?;
+) -> Result<Option<ProtocolMessage>> {
     refuse_ended(&change)?;
     require_host(&change, host)?;
     change.end(conn, "host").await?;
-    finish(conn, ctx, change, None).await
+    Ok(None)
 }
 
-pub(crate) async fn apply_timeouts(
+/// Whether `e` is a refusal raised by a check before any write of the op (so the rows written
+/// before it, the applied timeout, are consistent and may commit).
+fn is_refusal(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::MeetingEnded(_)
+            | Error::NotHost { .. }
+            | Error::NotMeetingParticipant { .. }
+            | Error::AlreadyParticipant { .. }
+            | Error::NotSpeaker { .. }
+            | Error::MeetingState { .. }
+            | Error::ProtocolNotFound { .. }
+            | Error::InvalidProtocolMessage(_)
+    )
+}
+
+/// Runs a write on an existing meeting: locks it, applies an expired turn deadline, runs the
+/// op. When the op is refused after a timeout was applied, the timeout still commits (it happened
+/// first, whatever the op): the outcome is [`ProtocolDone::Refused`] with the refusal.
+pub(crate) async fn run(
     conn: &mut AnyConnection,
     ctx: &Ctx,
-    meeting: MeetingId,
-) -> Result<MeetingUpdate> {
-    let change = lock_meeting(conn, ctx, meeting).await?;
-    finish(conn, ctx, change, None).await
+    op: &ProtocolOp,
+) -> Result<ProtocolDone> {
+    let Some(id) = op.key().map(MeetingId) else {
+        return Err(Error::Corrupt(format!("{op:?} names no meeting")));
+    };
+    let mut change = lock_meeting(conn, ctx, id).await?;
+    let timed_out = (change.meeting.clone(), change.events.len());
+    let outcome = match op {
+        ProtocolOp::Invite { host, agent, .. } => invite(conn, &mut change, *host, *agent).await,
+        ProtocolOp::Join { agent, .. } => join(conn, &mut change, *agent).await,
+        ProtocolOp::Start { host, .. } => start(conn, &mut change, *host).await,
+        ProtocolOp::Speak { agent, message, .. } => {
+            speak(conn, ctx, &mut change, *agent, message.as_ref()).await
+        }
+        ProtocolOp::Leave { agent, .. } => leave(conn, &mut change, *agent).await,
+        ProtocolOp::EndMeeting { host, .. } => end_meeting(conn, &mut change, *host).await,
+        ProtocolOp::ApplyTimeouts { .. } => Ok(None),
+        ProtocolOp::CreateMeeting { .. } | ProtocolOp::Retention(_) => {
+            return Err(Error::Corrupt(format!("{op:?} is not a meeting write")));
+        }
+    };
+    match outcome {
+        Ok(message) => Ok(ProtocolDone::Meeting(Box::new(
+            finish(conn, ctx, change, message).await?,
+        ))),
+        Err(e) if timed_out.1 > 0 && is_refusal(&e) => {
+            change.meeting = timed_out.0;
+            change.events.truncate(timed_out.1);
+            let update = finish(conn, ctx, change, None).await?;
+            Ok(ProtocolDone::Refused(Box::new((update, e))))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// The one parameter (`$1`) of a retention query.
