@@ -104,6 +104,16 @@ pub async fn insert_raw_protocol_message(
     Ok(())
 }
 
+/// Runs one SQL statement straight on the database, bypassing the writer and every check of the
+/// API: for tests that the schema's own constraints refuse rows the API never writes.
+pub async fn execute_raw(db: &Database, sql: &str) -> Result<()> {
+    let mut conn = db.write_pool().acquire().await?;
+    sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
 async fn run_admin(admin: &str, sql: &str) -> Result<()> {
     use sqlx::{Connection, Executor};
     let mut conn = sqlx::PgConnection::connect(admin)

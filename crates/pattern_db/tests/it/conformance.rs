@@ -1829,6 +1829,56 @@ async fn protocol_async_inbox(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
+async fn protocol_schema_guards_meetings(kind: Kind) {
+    use pattern_db::testkit::execute_raw;
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let (a, b) = protocol_pair(&db).await;
+    let m = db.create_meeting(a.id, None).await.unwrap().meeting.id;
+    db.join_meeting(m, b.id).await.unwrap();
+    db.start_meeting(m, a.id).await.unwrap();
+    let refused = [
+        // A second speaker.
+        format!(
+            "UPDATE protocol_meeting_participants SET status = 'speaking' \
+             WHERE meeting_id = '{m}' AND agent_id = '{}'",
+            b.id
+        ),
+        // A status outside the vocabulary.
+        format!("UPDATE protocol_meeting_participants SET status = 'napping' WHERE meeting_id = '{m}'"),
+        // A speaker in a meeting that is not active.
+        format!("UPDATE protocol_meetings SET status = 'ready' WHERE id = '{m}'"),
+        // Ended without an end time.
+        format!(
+            "UPDATE protocol_meetings SET status = 'ended', current_speaker_id = NULL, \
+             turn_deadline = NULL WHERE id = '{m}'"
+        ),
+        // Two participants with one join order.
+        format!(
+            "UPDATE protocol_meeting_participants SET join_order = 1 \
+             WHERE meeting_id = '{m}' AND agent_id = '{}'",
+            b.id
+        ),
+        // A repeated event number.
+        format!(
+            "INSERT INTO protocol_meeting_events (meeting_id, seq, event_type, agent_id, data, \
+             created_at) VALUES ('{m}', 1, 'agent_spoke', NULL, NULL, 0)"
+        ),
+        // A non-positive turn duration.
+        format!("UPDATE protocol_meetings SET turn_duration_ms = 0 WHERE id = '{m}'"),
+    ];
+    for sql in refused {
+        let got = execute_raw(&db, &sql).await;
+        assert!(matches!(got, Err(Error::Database(_))), "{sql}: {got:?}");
+    }
+    // The meeting is untouched.
+    let meeting = db.meeting(m).await.unwrap();
+    assert_eq!(meeting.speaker, Some(a.id));
+    assert_eq!(meeting.last_event_seq, 6);
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
 async fn protocol_schema_refuses_recipient_and_meeting(kind: Kind) {
     let tdb = fresh(kind).await;
     let db = tdb.open().await.unwrap();
@@ -1941,5 +1991,6 @@ conformance!(
     protocol_sync_sessions_alternate_strictly,
     protocol_async_inbox,
     protocol_schema_refuses_recipient_and_meeting,
+    protocol_schema_guards_meetings,
     protocol_sync_turn_race_has_one_winner,
 );
