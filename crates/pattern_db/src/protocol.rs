@@ -86,9 +86,9 @@ protocol_id!(
 mod meetings;
 
 pub use meetings::{
-    ActiveConversation, ActiveMeeting, MAX_TURN_DURATION, Meeting, MeetingEvent,
-    MeetingEventType, MeetingStatus, MeetingUpdate, Participant, ParticipantStatus,
-    RetentionPolicy, RetentionReport, UnreadSummary, WAKEUP_CHANNEL, Wakeup, WakeupListener,
+    ActiveConversation, ActiveMeeting, MAX_TURN_DURATION, Meeting, MeetingEvent, MeetingEventType,
+    MeetingStatus, MeetingUpdate, Participant, ParticipantStatus, RetentionPolicy, RetentionReport,
+    UnreadSummary, WAKEUP_CHANNEL, Wakeup, WakeupListener,
 };
 pub(crate) use meetings::{
     MEETING_COLUMNS, PARTICIPANT_COLUMNS, meeting_from_row, participant_from_row,

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use pattern_db::{
     ActiveConversation, ActiveMeeting, Database, Meeting, MeetingEvent, MeetingId, MeetingUpdate,
-    NewProtocolAgent, NewProtocolMessage, Organization, OrganizationId, Participant,
-    ProtocolAgent, ProtocolAgentId, ProtocolMessage, ProtocolMessageId, RetentionPolicy,
-    RetentionReport, Session, SessionId, SessionType, UnreadSummary,
+    NewProtocolAgent, NewProtocolMessage, Organization, OrganizationId, Participant, ProtocolAgent,
+    ProtocolAgentId, ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, Session,
+    SessionId, SessionType, UnreadSummary,
 };
 use tokio::time::Instant;
 

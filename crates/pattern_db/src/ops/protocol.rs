@@ -367,7 +367,10 @@ pub(crate) async fn end_session(
     notify(
         conn,
         ctx,
-        &[Wakeup::Agent(session.agent_a), Wakeup::Agent(session.agent_b)],
+        &[
+            Wakeup::Agent(session.agent_a),
+            Wakeup::Agent(session.agent_b),
+        ],
     )
     .await?;
     session.status = SessionStatus::Ended;

@@ -627,7 +627,10 @@ impl Database {
     /// Runs retention (see [`RetentionPolicy`]) as one transaction and reports what it did. On
     /// PostgreSQL rows another transaction holds are skipped (never waited for) and counted.
     pub async fn protocol_retention(&self, policy: RetentionPolicy) -> Result<RetentionReport> {
-        match self.write(Op::Protocol(ProtocolOp::Retention(policy))).await? {
+        match self
+            .write(Op::Protocol(ProtocolOp::Retention(policy)))
+            .await?
+        {
             Done::Protocol(ProtocolDone::Retention(report)) => Ok(*report),
             other => Err(unexpected(other)),
         }

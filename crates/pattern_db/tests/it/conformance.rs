@@ -1845,7 +1845,9 @@ async fn protocol_schema_guards_meetings(kind: Kind) {
             b.id
         ),
         // A status outside the vocabulary.
-        format!("UPDATE protocol_meeting_participants SET status = 'napping' WHERE meeting_id = '{m}'"),
+        format!(
+            "UPDATE protocol_meeting_participants SET status = 'napping' WHERE meeting_id = '{m}'"
+        ),
         // A speaker in a meeting that is not active.
         format!("UPDATE protocol_meetings SET status = 'ready' WHERE id = '{m}'"),
         // Ended without an end time.
@@ -1883,7 +1885,13 @@ async fn protocol_schema_refuses_recipient_and_meeting(kind: Kind) {
     let tdb = fresh(kind).await;
     let db = tdb.open().await.unwrap();
     let (a, b) = protocol_pair(&db).await;
-    let meeting = db.create_meeting(a.id, None).await.unwrap().meeting.id.to_string();
+    let meeting = db
+        .create_meeting(a.id, None)
+        .await
+        .unwrap()
+        .meeting
+        .id
+        .to_string();
     let both = insert_raw_protocol_message(&db, a.id, Some(b.id), Some(&meeting)).await;
     assert!(matches!(both, Err(Error::Database(_))), "{both:?}");
     let neither = insert_raw_protocol_message(&db, a.id, None, None).await;

@@ -137,7 +137,11 @@ async fn lifecycle_and_round_robin(kind: Kind) {
     let history = p.meeting_messages(m).await.unwrap();
     assert_eq!(history.len(), 5);
     assert_eq!(&history[..4], &said[..]);
-    assert!(history.iter().all(|x| x.meeting == Some(m) && x.recipient.is_none()));
+    assert!(
+        history
+            .iter()
+            .all(|x| x.meeting == Some(m) && x.recipient.is_none())
+    );
 
     // Only the host ends; an ended meeting refuses everything.
     assert!(matches!(
@@ -161,7 +165,10 @@ async fn lifecycle_and_round_robin(kind: Kind) {
     let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>());
     assert_eq!(events.last().unwrap().event_type, E::MeetingEnded);
-    assert_eq!(p.meeting(m).await.unwrap().last_event_seq, events.len() as u64);
+    assert_eq!(
+        p.meeting(m).await.unwrap().last_event_seq,
+        events.len() as u64
+    );
     assert_eq!(p.events_after(m, 3, 2).await.unwrap(), events[3..5]);
     p.db().clone().close().await;
     tdb.cleanup().await.unwrap();
@@ -197,11 +204,15 @@ async fn bad_input_is_typed(kind: Kind) {
         DbError::ProtocolNotFound { .. }
     ));
     assert!(matches!(
-        db(p.speak(m, a.id, NewProtocolMessage::new("", json!(1))).await.unwrap_err()),
+        db(p.speak(m, a.id, NewProtocolMessage::new("", json!(1)))
+            .await
+            .unwrap_err()),
         DbError::InvalidProtocolMessage(_)
     ));
     assert!(matches!(
-        db(NewProtocolMessage::from_json_str("chat", "{not json").unwrap_err().into()),
+        db(NewProtocolMessage::from_json_str("chat", "{not json")
+            .unwrap_err()
+            .into()),
         DbError::InvalidProtocolMessage(_)
     ));
     // Nothing of the refused writes left a trace: two events (created, host joined).
@@ -241,7 +252,12 @@ async fn timeouts_apply_without_a_watcher(kind: Kind) {
     let kinds: Vec<_> = u.events.iter().map(|e| e.event_type).collect();
     assert_eq!(
         kinds,
-        [E::AgentTimedOut, E::TurnPassed, E::AgentSpoke, E::TurnPassed]
+        [
+            E::AgentTimedOut,
+            E::TurnPassed,
+            E::AgentSpoke,
+            E::TurnPassed
+        ]
     );
     assert_eq!(u.events[0].agent, Some(ids[0]));
     assert_eq!(u.meeting.speaker, Some(ids[2]));
@@ -265,11 +281,12 @@ async fn timeouts_apply_without_a_watcher(kind: Kind) {
     assert!(p.wait_for_meeting_turn(m, ids[1], LONG).await.unwrap());
     assert!(start.elapsed() < turn * 3, "took {:?}", start.elapsed());
     let last = p.events_after(m, 0, 1000).await.unwrap();
-    assert!(last
-        .iter()
-        .rev()
-        .take(2)
-        .any(|e| e.event_type == E::AgentTimedOut && e.agent == Some(ids[0])));
+    assert!(
+        last.iter()
+            .rev()
+            .take(2)
+            .any(|e| e.event_type == E::AgentTimedOut && e.agent == Some(ids[0]))
+    );
     p.db().clone().close().await;
     tdb.cleanup().await.unwrap();
 }
@@ -344,7 +361,10 @@ async fn follower_never_misses_or_repeats_across_reconnects(kind: Kind) {
     let mut cursor = 0;
     let give_up = Instant::now() + LONG;
     'outer: loop {
-        assert!(Instant::now() < give_up, "the follower stopped making progress");
+        assert!(
+            Instant::now() < give_up,
+            "the follower stopped making progress"
+        );
         let mut follower = p.follow(m, cursor);
         for _ in 0..7 {
             match tokio::time::timeout(Duration::from_millis(100), follower.next()).await {
@@ -375,7 +395,10 @@ async fn views(kind: Kind) {
     let tdb = fresh(kind).await;
     let p = protocol(&tdb).await;
     let (a, b) = (agent(&p, "ada").await, agent(&p, "bob").await);
-    let s = p.open_session(a.id, b.id, SessionType::Async).await.unwrap();
+    let s = p
+        .open_session(a.id, b.id, SessionType::Async)
+        .await
+        .unwrap();
     let ended = p.open_session(a.id, b.id, SessionType::Sync).await.unwrap();
     p.end_session(ended.id, a.id).await.unwrap();
     p.send(s.id, a.id, say("one")).await.unwrap();
@@ -418,19 +441,35 @@ async fn retention_archives_and_deletes_only_what_is_old_and_over(kind: Kind) {
     let tdb = fresh(kind).await;
     let p = protocol(&tdb).await;
     let (a, b) = (agent(&p, "ada").await, agent(&p, "bob").await);
-    let inbox = p.open_session(a.id, b.id, SessionType::Async).await.unwrap();
+    let inbox = p
+        .open_session(a.id, b.id, SessionType::Async)
+        .await
+        .unwrap();
     let read = p.send(inbox.id, a.id, say("read")).await.unwrap();
     let unread = p.send(inbox.id, a.id, say("unread")).await.unwrap();
     p.mark_read(b.id, &[read.id]).await.unwrap();
     let sync = p.open_session(a.id, b.id, SessionType::Sync).await.unwrap();
-    let in_ended = p.send(sync.id, a.id, say("in an ended session")).await.unwrap();
+    let in_ended = p
+        .send(sync.id, a.id, say("in an ended session"))
+        .await
+        .unwrap();
     p.end_session(sync.id, b.id).await.unwrap();
     let (live, ids) = started(&p, &["cy", "dee"], None).await;
-    let live_said = p.speak(live, ids[0], say("live")).await.unwrap().message.unwrap();
+    let live_said = p
+        .speak(live, ids[0], say("live"))
+        .await
+        .unwrap()
+        .message
+        .unwrap();
     let over = p.create_meeting(a.id, None).await.unwrap().meeting.id;
     p.join_meeting(over, b.id).await.unwrap();
     p.start_meeting(over, a.id).await.unwrap();
-    let over_said = p.speak(over, a.id, say("over")).await.unwrap().message.unwrap();
+    let over_said = p
+        .speak(over, a.id, say("over"))
+        .await
+        .unwrap()
+        .message
+        .unwrap();
     p.end_meeting(over, a.id).await.unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
 
@@ -457,12 +496,22 @@ async fn retention_archives_and_deletes_only_what_is_old_and_over(kind: Kind) {
     assert_eq!(got, expected);
     assert_eq!(dry.deleted_sessions, [sync.id]);
     assert_eq!(dry.deleted_meetings, [over]);
-    assert!(serde_json::to_value(&dry).unwrap()["dry_run"].as_bool().unwrap());
+    assert!(
+        serde_json::to_value(&dry).unwrap()["dry_run"]
+            .as_bool()
+            .unwrap()
+    );
     // The dry run changed nothing.
     assert_eq!(p.session(sync.id).await.unwrap().id, sync.id);
     assert!(p.db().archived_message(read.id).await.unwrap().is_none());
 
-    let wet = p.retention(RetentionPolicy { dry_run: false, ..now }).await.unwrap();
+    let wet = p
+        .retention(RetentionPolicy {
+            dry_run: false,
+            ..now
+        })
+        .await
+        .unwrap();
     assert_eq!(wet.archived_messages.len(), 3);
     assert!(p.session(sync.id).await.is_err());
     assert!(p.meeting(over).await.is_err());
@@ -474,7 +523,13 @@ async fn retention_archives_and_deletes_only_what_is_old_and_over(kind: Kind) {
     assert_eq!(p.meeting_messages(live).await.unwrap(), [live_said]);
     assert_eq!(p.meeting(live).await.unwrap().status, MeetingStatus::Active);
     // Running again finds nothing more.
-    let again = p.retention(RetentionPolicy { dry_run: false, ..now }).await.unwrap();
+    let again = p
+        .retention(RetentionPolicy {
+            dry_run: false,
+            ..now
+        })
+        .await
+        .unwrap();
     assert!(again.archived_messages.is_empty() && again.deleted_sessions.is_empty());
     p.db().clone().close().await;
     tdb.cleanup().await.unwrap();

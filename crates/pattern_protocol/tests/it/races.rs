@@ -107,7 +107,9 @@ async fn timeout_fires_while_the_speaker_answers(kind: Kind) {
         let before = meeting.last_event_seq;
         // Answer right around the deadline: a little before, at, or a little after it.
         let offset = chrono::Duration::milliseconds(round as i64 % 5 * 5 - 10);
-        let wait = (deadline + offset - chrono::Utc::now()).to_std().unwrap_or_default();
+        let wait = (deadline + offset - chrono::Utc::now())
+            .to_std()
+            .unwrap_or_default();
         tokio::time::sleep(wait).await;
         let (h0, h1) = (hs[0].clone(), hs[1].clone());
         let (answer, sweep) = tokio::join!(
@@ -183,16 +185,19 @@ async fn mark_read_races_a_new_message(kind: Kind) {
     let tdb = fresh(kind).await;
     let p = protocol(&tdb).await;
     let (a, b) = (agent(&p, "ada").await, agent(&p, "bob").await);
-    let s = p.open_session(a.id, b.id, SessionType::Async).await.unwrap();
+    let s = p
+        .open_session(a.id, b.id, SessionType::Async)
+        .await
+        .unwrap();
     let hs = handles(&tdb, 2).await;
     p.send(s.id, a.id, say("first")).await.unwrap();
     for _ in 0..ROUNDS {
         let seen: Vec<_> = p.unread(b.id).await.unwrap().iter().map(|x| x.id).collect();
         let (h0, h1) = (hs[0].clone(), hs[1].clone());
-        let (marked, sent) = tokio::join!(
-            async move { h0.mark_read(b.id, &seen).await },
-            async move { h1.send(s.id, a.id, say("new")).await }
-        );
+        let (marked, sent) =
+            tokio::join!(async move { h0.mark_read(b.id, &seen).await }, async move {
+                h1.send(s.id, a.id, say("new")).await
+            });
         // Whatever the order, exactly what was seen is marked and the new message stays unread.
         assert_eq!(marked.unwrap(), 1);
         let sent = sent.unwrap();
@@ -217,7 +222,14 @@ async fn retention_races_an_active_meeting(kind: Kind) {
             let mut said = Vec::new();
             for round in 0..ROUNDS * 2 {
                 let who = ids[round % 2];
-                said.push(h.speak(m, who, say("live")).await.unwrap().message.unwrap().id);
+                said.push(
+                    h.speak(m, who, say("live"))
+                        .await
+                        .unwrap()
+                        .message
+                        .unwrap()
+                        .id,
+                );
             }
             said
         })
@@ -246,12 +258,24 @@ async fn retention_races_an_active_meeting(kind: Kind) {
     let said = speaking.await.unwrap();
     let (archived, deleted) = cleaning.await.unwrap();
     // The active meeting lost nothing; the ended one went whole, its message archived.
-    let history: Vec<_> = p.meeting_messages(m).await.unwrap().iter().map(|x| x.id).collect();
+    let history: Vec<_> = p
+        .meeting_messages(m)
+        .await
+        .unwrap()
+        .iter()
+        .map(|x| x.id)
+        .collect();
     assert_eq!(history, said);
     assert!(said.iter().all(|id| !archived.contains(id)));
     assert_eq!(deleted, [old]);
     assert_eq!(archived.len(), 1);
-    assert!(p.db().archived_message(archived[0]).await.unwrap().is_some());
+    assert!(
+        p.db()
+            .archived_message(archived[0])
+            .await
+            .unwrap()
+            .is_some()
+    );
     log_is_consistent(&p, m).await;
     let mut all = hs;
     all.push(p);
@@ -416,7 +440,11 @@ async fn postgres_processes_race_to_speak_and_wake_each_other() {
             tokio::task::spawn_blocking(move || children.into_iter().map(Child::finish).collect())
                 .await
                 .unwrap();
-        assert_eq!(outcomes.iter().filter(|o| *o == "OK").count(), 1, "{outcomes:?}");
+        assert_eq!(
+            outcomes.iter().filter(|o| *o == "OK").count(),
+            1,
+            "{outcomes:?}"
+        );
         assert_eq!(
             outcomes.iter().filter(|o| *o == "NOT_SPEAKER").count(),
             3,

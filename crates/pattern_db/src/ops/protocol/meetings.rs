@@ -595,17 +595,14 @@ async fn speak(
     }
     let mut stored = None;
     if let Some(message) = message {
-        let content = serde_json::to_string(&message.content).map_err(|e| {
-            Error::InvalidProtocolMessage(format!("content does not encode: {e}"))
-        })?;
+        let content = serde_json::to_string(&message.content)
+            .map_err(|e| Error::InvalidProtocolMessage(format!("content does not encode: {e}")))?;
         let metadata = message
             .metadata
             .as_ref()
             .map(serde_json::to_string)
             .transpose()
-            .map_err(|e| {
-                Error::InvalidProtocolMessage(format!("metadata does not encode: {e}"))
-            })?;
+            .map_err(|e| Error::InvalidProtocolMessage(format!("metadata does not encode: {e}")))?;
         let row = ProtocolMessage {
             id: ProtocolMessageId::new(),
             sender: agent,
@@ -918,14 +915,8 @@ pub(crate) async fn retention(
     }
     messages.sort_unstable();
     messages.dedup();
-    let sessions: Vec<String> = sessions
-        .into_iter()
-        .filter(|s| !kept.contains(s))
-        .collect();
-    let meetings: Vec<String> = meetings
-        .into_iter()
-        .filter(|m| !kept.contains(m))
-        .collect();
+    let sessions: Vec<String> = sessions.into_iter().filter(|s| !kept.contains(s)).collect();
+    let meetings: Vec<String> = meetings.into_iter().filter(|m| !kept.contains(m)).collect();
     let report = RetentionReport {
         dry_run: policy.dry_run,
         message_cutoff: from_ms(message_cutoff),
