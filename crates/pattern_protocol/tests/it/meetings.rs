@@ -519,7 +519,7 @@ async fn retention_archives_and_deletes_only_what_is_old_and_over(kind: Kind) {
         assert_eq!(p.db().archived_message(id).await.unwrap().unwrap().id, id);
     }
     // Unread messages stay in the inbox; the live meeting keeps its history.
-    assert_eq!(p.unread(b.id).await.unwrap(), [unread.clone()]);
+    assert_eq!(p.unread(b.id).await.unwrap(), [unread]);
     assert_eq!(p.meeting_messages(live).await.unwrap(), [live_said]);
     assert_eq!(p.meeting(live).await.unwrap().status, MeetingStatus::Active);
     // Running again finds nothing more.

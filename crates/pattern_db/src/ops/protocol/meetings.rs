@@ -418,8 +418,8 @@ async fn invite(
     agent: ProtocolAgentId,
 ) -> Result<Option<ProtocolMessage>> {
     let meeting = change.meeting.id;
-    refuse_ended(&change)?;
-    require_host(&change, host)?;
+    refuse_ended(change)?;
+    require_host(change, host)?;
     require_agent(conn, agent).await?;
     match participant(conn, meeting, agent).await? {
         Some(p) if p.status != ParticipantStatus::Left => {
@@ -461,7 +461,7 @@ async fn join(
     agent: ProtocolAgentId,
 ) -> Result<Option<ProtocolMessage>> {
     let meeting = change.meeting.id;
-    refuse_ended(&change)?;
+    refuse_ended(change)?;
     require_agent(conn, agent).await?;
     let existing = participant(conn, meeting, agent).await?;
     if existing.as_ref().is_some_and(|p| p.status.is_present()) {
@@ -536,8 +536,8 @@ async fn start(
     host: ProtocolAgentId,
 ) -> Result<Option<ProtocolMessage>> {
     let meeting = change.meeting.id;
-    refuse_ended(&change)?;
-    require_host(&change, host)?;
+    refuse_ended(change)?;
+    require_host(change, host)?;
     let present: Vec<Participant> = participants(conn, meeting)
         .await?
         .into_iter()
@@ -574,7 +574,7 @@ async fn speak(
     message: Option<&NewProtocolMessage>,
 ) -> Result<Option<ProtocolMessage>> {
     let meeting = change.meeting.id;
-    refuse_ended(&change)?;
+    refuse_ended(change)?;
     let me = participant(conn, meeting, agent)
         .await?
         .filter(|p| p.status.is_present())
@@ -654,7 +654,7 @@ async fn leave(
     agent: ProtocolAgentId,
 ) -> Result<Option<ProtocolMessage>> {
     let meeting = change.meeting.id;
-    refuse_ended(&change)?;
+    refuse_ended(change)?;
     let me = participant(conn, meeting, agent)
         .await?
         .filter(|p| p.status.is_present())
@@ -692,8 +692,8 @@ async fn end_meeting(
     change: &mut Change,
     host: ProtocolAgentId,
 ) -> Result<Option<ProtocolMessage>> {
-    refuse_ended(&change)?;
-    require_host(&change, host)?;
+    refuse_ended(change)?;
+    require_host(change, host)?;
     change.end(conn, "host").await?;
     Ok(None)
 }
