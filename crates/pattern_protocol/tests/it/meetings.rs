@@ -243,7 +243,8 @@ pub(crate) async fn started(
 async fn timeouts_apply_without_a_watcher(kind: Kind) {
     let tdb = fresh(kind).await;
     let p = protocol(&tdb).await;
-    let turn = Duration::from_millis(300);
+    // Long enough that a loaded machine does not let a second turn expire between two calls.
+    let turn = Duration::from_millis(1000);
     let (m, ids) = started(&p, &["ada", "bob", "cy"], Some(turn)).await;
     // Nobody watches; ada stays silent past her deadline. The next write (bob speaking) applies
     // the timeout first, so bob is the speaker by then.
