@@ -7,7 +7,7 @@
 use crate::archival::ArchivalId;
 use crate::id::SnowflakeId;
 use crate::model::{AgentId, BatchState};
-use crate::protocol::{ProtocolAgentId, SessionId};
+use crate::protocol::{MeetingId, ProtocolAgentId, SessionId};
 use crate::search::{ContentRef, EmbeddingModelInfo};
 
 /// Result alias for this crate.
@@ -358,6 +358,53 @@ pub enum Error {
     /// The full-text index (tantivy) failed; it is derived data, rebuilt by `reindex`.
     #[error("full-text index error: {0}")]
     Index(#[source] std::sync::Arc<tantivy::TantivyError>),
+    /// The meeting has ended: nothing more happens in it.
+    #[error("meeting {0} has ended")]
+    MeetingEnded(MeetingId),
+    /// Only the meeting's host may do this.
+    #[error("protocol agent {agent} is not the host of meeting {meeting}")]
+    NotHost {
+        /// The meeting.
+        meeting: MeetingId,
+        /// The agent that tried.
+        agent: ProtocolAgentId,
+    },
+    /// The agent has not joined the meeting (or has left it).
+    #[error("protocol agent {agent} is not present in meeting {meeting}")]
+    NotMeetingParticipant {
+        /// The meeting.
+        meeting: MeetingId,
+        /// The agent.
+        agent: ProtocolAgentId,
+    },
+    /// The agent is already invited to or present in the meeting.
+    #[error("protocol agent {agent} is already in meeting {meeting}")]
+    AlreadyParticipant {
+        /// The meeting.
+        meeting: MeetingId,
+        /// The agent.
+        agent: ProtocolAgentId,
+    },
+    /// Only the current speaker may speak or pass: nothing was stored.
+    #[error("protocol agent {agent} cannot speak in meeting {meeting}: it is not the speaker")]
+    NotSpeaker {
+        /// The meeting.
+        meeting: MeetingId,
+        /// The agent that tried.
+        agent: ProtocolAgentId,
+        /// Who speaks now.
+        speaker: Option<ProtocolAgentId>,
+    },
+    /// The meeting is not in a state that allows this (e.g. starting one that is not ready).
+    #[error("meeting {meeting} is {status}; this needs it {needed}")]
+    MeetingState {
+        /// The meeting.
+        meeting: MeetingId,
+        /// Its status.
+        status: &'static str,
+        /// What the operation needs.
+        needed: &'static str,
+    },
     /// The database reported an error.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),

@@ -18,8 +18,9 @@
 //! agents through access rows, written with optimistic concurrency and full history.
 //!
 //! And the storage of the agent-to-agent protocol (module [`protocol`]): organizations, protocol
-//! agents, one-to-one sessions (sync with strict turns, or async) and their messages; the API on
-//! top is the `pattern_protocol` crate.
+//! agents, one-to-one sessions (sync with strict turns, or async) and their messages, meetings
+//! with round-robin turns and an event log, retention, and PostgreSQL wake-ups; the API on top is
+//! the `pattern_protocol` crate.
 //!
 //! And search storage (modules [`archival`] and [`search`]): archival memory passages,
 //! embedding jobs recorded in the transaction of the content they belong to, stored vectors of
@@ -79,9 +80,11 @@ pub use model::{
     Role, StepReceipt, StoredBatch, Summary, pending_calls, tool_result_ids, tool_use_ids,
 };
 pub use protocol::{
-    NewProtocolAgent, NewProtocolMessage, Organization, OrganizationId, ProtocolAgent,
-    ProtocolAgentId, ProtocolMessage, ProtocolMessageId, Session, SessionId, SessionStatus,
-    SessionType,
+    ActiveConversation, ActiveMeeting, Meeting, MeetingEvent, MeetingEventType, MeetingId,
+    MeetingStatus, MeetingUpdate, NewProtocolAgent, NewProtocolMessage, Organization,
+    OrganizationId, Participant, ParticipantStatus, ProtocolAgent, ProtocolAgentId,
+    ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, Session, SessionId,
+    SessionStatus, SessionType, UnreadSummary, Wakeup, WakeupListener,
 };
 pub use search::{
     ChangeKind, ContentRef, ContentRow, ContentType, EmbeddingJob, EmbeddingModelInfo, NewVector,

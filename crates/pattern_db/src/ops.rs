@@ -193,6 +193,8 @@ pub(crate) enum Op {
         name: String,
         seq: i64,
     },
+    /// Meetings and retention (`ops::protocol`).
+    Protocol(protocol::ProtocolOp),
 }
 
 impl Op {
@@ -218,6 +220,7 @@ impl Op {
             | Op::PruneSearchChanges { .. }
             | Op::SetSearchCursor { .. } => None,
             Op::InsertArchival { agent, .. } | Op::DeleteArchival { agent, .. } => Some(*agent),
+            Op::Protocol(_) => None,
             Op::DeleteAgent(agent)
             | Op::BeginBatch { agent, .. }
             | Op::AppendStep { agent, .. }
@@ -273,6 +276,7 @@ impl Op {
                 Some(session.0)
             }
             Op::MarkRead { agent, .. } => Some(agent.0),
+            Op::Protocol(op) => op.key(),
             _ => None,
         }
     }
@@ -302,6 +306,7 @@ pub(crate) enum Done {
     Archival(Vec<crate::archival::ArchivalEntry>),
     Jobs(Vec<crate::search::EmbeddingJob>),
     Stored(crate::search::StoreReport),
+    Protocol(protocol::ProtocolDone),
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -495,6 +500,7 @@ pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Resul
         Op::SetSearchCursor { name, seq } => search::set_cursor(conn, name, *seq)
             .await
             .map(|()| Done::Unit),
+        Op::Protocol(op) => protocol::apply(conn, ctx, op).await.map(Done::Protocol),
     }
 }
 

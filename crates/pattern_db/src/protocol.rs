@@ -16,8 +16,9 @@
 //!   inbox (unread until the recipient marks it read) whatever the session type;
 //! - messages are ordered by `seq`, a snowflake taken when the message is stored.
 //!
-//! Meetings are not stored yet: no API here writes `meeting_id`. This module must never write
-//! outside the writer.
+//! Meetings, their event log, the views, retention and PostgreSQL wake-ups are in the
+//! `meetings` submodule (migration `0005_meetings`). This module must never write outside the
+//! writer.
 
 use std::fmt;
 
@@ -77,6 +78,21 @@ protocol_id!(
     /// Id of a protocol message.
     ProtocolMessageId
 );
+protocol_id!(
+    /// Id of a meeting.
+    MeetingId
+);
+
+mod meetings;
+
+pub use meetings::{
+    ActiveConversation, ActiveMeeting, MAX_TURN_DURATION, Meeting, MeetingEvent, MeetingEventType,
+    MeetingStatus, MeetingUpdate, Participant, ParticipantStatus, RetentionPolicy, RetentionReport,
+    UnreadSummary, WAKEUP_CHANNEL, Wakeup, WakeupListener,
+};
+pub(crate) use meetings::{
+    MEETING_COLUMNS, PARTICIPANT_COLUMNS, meeting_from_row, participant_from_row,
+};
 
 /// Most characters an external id, a name or a message type may hold.
 pub const MAX_PROTOCOL_NAME_CHARS: usize = 255;
@@ -274,6 +290,8 @@ pub struct ProtocolMessage {
     pub recipient: Option<ProtocolAgentId>,
     /// The session it belongs to, if any.
     pub session: Option<SessionId>,
+    /// The meeting it was said in (then `recipient` is `None`).
+    pub meeting: Option<MeetingId>,
     /// The application's message type.
     pub message_type: String,
     /// The content.
@@ -311,7 +329,7 @@ pub(crate) const AGENT_COLUMNS: &str =
 pub(crate) const SESSION_COLUMNS: &str = "id, agent_a_id, agent_b_id, session_type, status, \
     locked_agent_id, created_at, updated_at, ended_at";
 pub(crate) const MESSAGE_COLUMNS: &str = "id, sender_id, recipient_id, session_id, message_type, \
-    content, metadata, read_at, seq, created_at";
+    content, metadata, read_at, seq, created_at, meeting_id";
 
 fn opt_uuid(row: &AnyRow, index: usize) -> Result<Option<Uuid>> {
     row.try_get::<Option<String>, _>(index)?
@@ -375,6 +393,7 @@ pub(crate) fn message_from_row(row: &AnyRow) -> Result<ProtocolMessage> {
         sender: ProtocolAgentId(parse_uuid(&sender)?),
         recipient: opt_uuid(row, 2)?.map(ProtocolAgentId),
         session: opt_uuid(row, 3)?.map(SessionId),
+        meeting: opt_uuid(row, 10)?.map(MeetingId),
         message_type: row.try_get(4)?,
         content: json(&content)?,
         metadata: row

@@ -149,6 +149,61 @@ pub async fn allow_inserts(db: &Database, table: &str) -> Result<()> {
     Ok(())
 }
 
+/// Stores `count` session messages from `sender` to `recipient` in `session` with multi-row
+/// inserts in one transaction, bypassing the writer (benchmark fixtures: millions of rows in
+/// reasonable time). Every `unread_every`-th message is left unread, the others are read.
+pub async fn insert_bulk_protocol_messages(
+    db: &Database,
+    session: crate::protocol::SessionId,
+    sender: crate::protocol::ProtocolAgentId,
+    recipient: crate::protocol::ProtocolAgentId,
+    count: usize,
+    unread_every: usize,
+) -> Result<()> {
+    const CHUNK: usize = 64;
+    let mut tx = db.write_pool().begin().await?;
+    let now = chrono::Utc::now().timestamp_millis();
+    let mut done = 0;
+    while done < count {
+        let rows = CHUNK.min(count - done);
+        let sql = format!(
+            "INSERT INTO protocol_messages (id, sender_id, recipient_id, session_id, meeting_id, \
+             message_type, content, read_at, seq, created_at) VALUES {}",
+            crate::ops::placeholders(rows, 10, 1)
+        );
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for k in 0..rows {
+            let n = done + k;
+            let read = unread_every == 0 || n % unread_every != 0;
+            query = query
+                .bind(crate::protocol::ProtocolMessageId::new().to_string())
+                .bind(sender.to_string())
+                .bind(recipient.to_string())
+                .bind(session.to_string())
+                .bind(None::<String>)
+                .bind("user_defined")
+                .bind(format!("{{\"n\":{n}}}"))
+                .bind(read.then_some(now))
+                .bind(db.next_id()?.get())
+                .bind(now);
+        }
+        query.execute(&mut *tx).await?;
+        done += rows;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Runs one SQL statement straight on the database, bypassing the writer and every check of the
+/// API: for tests that the schema's own constraints refuse rows the API never writes.
+pub async fn execute_raw(db: &Database, sql: &str) -> Result<()> {
+    let mut conn = db.write_pool().acquire().await?;
+    sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
 async fn run_admin(admin: &str, sql: &str) -> Result<()> {
     use sqlx::{Connection, Executor};
     let mut conn = sqlx::PgConnection::connect(admin)

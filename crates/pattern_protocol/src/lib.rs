@@ -10,22 +10,32 @@
 //! - every session message lands unread in the other participant's inbox, in arrival order;
 //!   [`Protocol::mark_read`] marks it read (only the recipient can, and marking twice is harmless).
 //!
-//! [`Protocol`] is the handle: the operations above with the domain types ([`Organization`],
-//! [`ProtocolAgent`], [`Session`], [`SessionType`], [`ProtocolMessage`]), and waiting without
-//! polling: [`Protocol::next_message`] and [`Protocol::wait_for_turn`] sleep on an in-process
-//! notifier that sends made through the same handle (or its clones) wake. A waiter always checks
-//! the database before sleeping and again on timeout, so nothing is missed; a send made by
-//! another process is seen at the latest when the waiter's timeout expires.
+//! Meetings (migration `0005_meetings`) gather many agents: the host creates one (and joins),
+//! others join (invited or not), the meeting is ready with two present, the host starts it, and
+//! the speaker goes round-robin by join order, skipping those who left and wrapping around. Only
+//! the speaker speaks ([`Protocol::speak`]) or passes; with a turn duration a silent speaker is
+//! timed out (`agent_timed_out`) by the next write, by a waiter, or by
+//! [`Protocol::sweep_timeouts`], even if nobody watched at that moment. The host ends it. Every
+//! change is an event in the meeting's log with a dense sequence number:
+//! [`Protocol::events_after`] reads after a cursor and [`Protocol::follow`] ([`Follower`]) waits
+//! for new ones, without gaps or repeats across reconnects.
 //!
-//! Not here yet: meetings and their event log, cross-process wake-ups (PostgreSQL
-//! LISTEN/NOTIFY, which will wake the same notifier), and retention of old messages.
+//! [`Protocol`] is the handle: the operations above with the domain types, the seed's views as
+//! queries ([`Protocol::active_conversations`], [`Protocol::active_meetings`],
+//! [`Protocol::unread_per_agent`]), retention with a dry run ([`Protocol::retention`],
+//! [`RetentionReport`]), and waiting without polling: [`Protocol::next_message`],
+//! [`Protocol::wait_for_turn`] and [`Protocol::wait_for_meeting_turn`] sleep on a notifier that
+//! writes through the same handle (or its clones) wake, and on PostgreSQL also writes of every
+//! other process (`LISTEN/NOTIFY`; the `NOTIFY` is sent inside the write's transaction, so it
+//! arrives after the commit). A waiter always checks the database before sleeping and again on
+//! timeout, so nothing is missed.
 //!
 //! ```no_run
 //! # async fn demo() -> pattern_protocol::Result<()> {
 //! use std::time::Duration;
 //! use pattern_protocol::{NewProtocolAgent, NewProtocolMessage, Protocol, SessionType};
 //! let db = pattern_db::Database::open_url("sqlite:///tmp/pattern-protocol.db").await?;
-//! let protocol = Protocol::new(db);
+//! let protocol = Protocol::new(db).await?;
 //! let org = protocol.create_organization("acme", "Acme").await?;
 //! let ada = protocol.create_agent(NewProtocolAgent {
 //!     external_id: "ada".into(), organization: org.id, name: "Ada".into(), agent: None,
@@ -44,13 +54,17 @@
 //! This crate must never name `sqlx` or hold SQL: storage is `pattern_db`'s.
 
 mod error;
+mod follow;
 mod notify;
 mod protocol;
 
 pub use error::{Error, Result};
+pub use follow::Follower;
 pub use pattern_db::{
-    NewProtocolAgent, NewProtocolMessage, Organization, OrganizationId, ProtocolAgent,
-    ProtocolAgentId, ProtocolMessage, ProtocolMessageId, Session, SessionId, SessionStatus,
-    SessionType,
+    ActiveConversation, ActiveMeeting, Meeting, MeetingEvent, MeetingEventType, MeetingId,
+    MeetingStatus, MeetingUpdate, NewProtocolAgent, NewProtocolMessage, Organization,
+    OrganizationId, Participant, ParticipantStatus, ProtocolAgent, ProtocolAgentId,
+    ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, Session, SessionId,
+    SessionStatus, SessionType, UnreadSummary,
 };
 pub use protocol::Protocol;

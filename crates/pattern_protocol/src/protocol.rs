@@ -1,39 +1,56 @@
-//! [`Protocol`]: the protocol's handle over a [`Database`], with waiting on the in-process
-//! notifier.
+//! [`Protocol`]: the protocol's handle over a [`Database`], with waiting on the notifier.
 //!
-//! Every operation is one `pattern_db` call (one transaction); after a send or an end commits, the
-//! agents concerned are woken. Waiting never polls: it sleeps on the notifier until woken or until
-//! the deadline, re-reading the database only after a wake-up and once at the deadline. This
-//! module must never wake anyone before the write that concerns them is committed.
+//! Every operation is one `pattern_db` call (one transaction); after a write commits, the agents
+//! or the meeting concerned are woken in this process, and on PostgreSQL in every process (the
+//! write's `NOTIFY`, delivered at commit, reaches each handle's listener). Waiting never polls:
+//! it sleeps on the notifier until woken, until the deadline, or until the current meeting turn's
+//! deadline (to apply the timeout), re-reading the database only then. This module must never
+//! wake anyone before the write that concerns them is committed.
 
 use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use pattern_db::{
-    Database, NewProtocolAgent, NewProtocolMessage, Organization, OrganizationId, ProtocolAgent,
-    ProtocolAgentId, ProtocolMessage, ProtocolMessageId, Session, SessionId, SessionType,
+    ActiveConversation, ActiveMeeting, Database, Meeting, MeetingEvent, MeetingId, MeetingUpdate,
+    NewProtocolAgent, NewProtocolMessage, Organization, OrganizationId, Participant, ProtocolAgent,
+    ProtocolAgentId, ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, Session,
+    SessionId, SessionType, UnreadSummary,
 };
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::notify::Notifier;
+use crate::follow::Follower;
+use crate::notify::{Key, ListenerTask, Notifier, spawn_listener};
 
-/// The protocol over one database. Cloning shares the database and the notifier, so a waiter
-/// on one clone is woken by a send through another.
+/// Most expired meetings one [`Protocol::sweep_timeouts`] call handles.
+const SWEEP_BATCH: u32 = 1000;
+
+/// The protocol over one database. Cloning shares the database, the notifier and the listener,
+/// so a waiter on one clone is woken by a write through another (and, on PostgreSQL, by a write
+/// from any process).
 #[derive(Debug, Clone)]
 pub struct Protocol {
     db: Database,
     notifier: Arc<Notifier>,
+    _listener: Option<Arc<ListenerTask>>,
 }
 
 impl Protocol {
-    /// A protocol handle over `db` (migrated: `Database::open` applies `0003_protocol`).
-    pub fn new(db: Database) -> Self {
-        Self {
+    /// A protocol handle over `db` (migrated: `Database::open` applies the protocol's
+    /// migrations). On PostgreSQL it opens a listening connection first (`LISTEN` has run when
+    /// this returns), so waiters are woken by writes of other processes too.
+    pub async fn new(db: Database) -> Result<Self> {
+        let notifier = Arc::new(Notifier::default());
+        let listener = db
+            .protocol_wakeups()
+            .await?
+            .map(|l| Arc::new(spawn_listener(l, &notifier)));
+        Ok(Self {
             db,
-            notifier: Arc::new(Notifier::default()),
-        }
+            notifier,
+            _listener: listener,
+        })
     }
 
     /// The database underneath.
@@ -94,8 +111,8 @@ impl Protocol {
     /// Ends a session (a participant only) and wakes both participants.
     pub async fn end_session(&self, session: SessionId, agent: ProtocolAgentId) -> Result<Session> {
         let ended = self.db.end_session(session, agent).await?;
-        self.notifier.wake(ended.agent_a);
-        self.notifier.wake(ended.agent_b);
+        self.notifier.wake(Key::Agent(ended.agent_a));
+        self.notifier.wake(Key::Agent(ended.agent_b));
         Ok(ended)
     }
 
@@ -112,7 +129,7 @@ impl Protocol {
             .send_session_message(session, sender, message)
             .await?;
         if let Some(recipient) = stored.recipient {
-            self.notifier.wake(recipient);
+            self.notifier.wake(Key::Agent(recipient));
         }
         Ok(stored)
     }
@@ -147,15 +164,16 @@ impl Protocol {
 
     /// The oldest unread message of `agent`, waiting up to `timeout` for one to arrive. It is not
     /// marked read: call [`Self::mark_read`] once it is handled (until then it is returned again).
-    /// Sends through this handle wake the wait at once; a send from another process is seen at
-    /// the latest when `timeout` expires. `None`: nothing arrived in time.
+    /// Sends through this handle (and, on PostgreSQL, from any process) wake the wait at once;
+    /// on SQLite a send from another process is seen at the latest when `timeout` expires.
+    /// `None`: nothing arrived in time.
     pub async fn next_message(
         &self,
         agent: ProtocolAgentId,
         timeout: Duration,
     ) -> Result<Option<ProtocolMessage>> {
         let deadline = Instant::now() + timeout;
-        let channel = self.notifier.channel(agent);
+        let channel = self.notifier.channel(Key::Agent(agent));
         loop {
             let mut woken = pin!(channel.notified());
             woken.as_mut().enable();
@@ -179,7 +197,7 @@ impl Protocol {
         timeout: Duration,
     ) -> Result<bool> {
         let deadline = Instant::now() + timeout;
-        let channel = self.notifier.channel(agent);
+        let channel = self.notifier.channel(Key::Agent(agent));
         loop {
             let mut woken = pin!(channel.notified());
             woken.as_mut().enable();
@@ -190,6 +208,215 @@ impl Protocol {
                 return self.has_turn(session, agent).await;
             }
         }
+    }
+
+    // -- meetings ------------------------------------------------------------------------------
+
+    fn woke(&self, update: MeetingUpdate) -> MeetingUpdate {
+        if !update.events.is_empty() {
+            self.notifier.wake(Key::Meeting(update.meeting.id));
+        }
+        update
+    }
+
+    /// Creates a meeting hosted (and joined) by `host`, with an optional turn duration. See
+    /// [`Database::create_meeting`].
+    pub async fn create_meeting(
+        &self,
+        host: ProtocolAgentId,
+        turn_duration: Option<Duration>,
+    ) -> Result<MeetingUpdate> {
+        Ok(self.woke(self.db.create_meeting(host, turn_duration).await?))
+    }
+
+    /// The host invites `agent`. See [`Database::invite_to_meeting`].
+    pub async fn invite(
+        &self,
+        meeting: MeetingId,
+        host: ProtocolAgentId,
+        agent: ProtocolAgentId,
+    ) -> Result<MeetingUpdate> {
+        Ok(self.woke(self.db.invite_to_meeting(meeting, host, agent).await?))
+    }
+
+    /// `agent` joins. See [`Database::join_meeting`].
+    pub async fn join_meeting(
+        &self,
+        meeting: MeetingId,
+        agent: ProtocolAgentId,
+    ) -> Result<MeetingUpdate> {
+        Ok(self.woke(self.db.join_meeting(meeting, agent).await?))
+    }
+
+    /// The host starts a ready meeting. See [`Database::start_meeting`].
+    pub async fn start_meeting(
+        &self,
+        meeting: MeetingId,
+        host: ProtocolAgentId,
+    ) -> Result<MeetingUpdate> {
+        Ok(self.woke(self.db.start_meeting(meeting, host).await?))
+    }
+
+    /// The current speaker speaks; the turn passes on. See [`Database::speak`].
+    pub async fn speak(
+        &self,
+        meeting: MeetingId,
+        agent: ProtocolAgentId,
+        message: NewProtocolMessage,
+    ) -> Result<MeetingUpdate> {
+        Ok(self.woke(self.db.speak(meeting, agent, message).await?))
+    }
+
+    /// The current speaker passes. See [`Database::pass_turn`].
+    pub async fn pass_turn(
+        &self,
+        meeting: MeetingId,
+        agent: ProtocolAgentId,
+    ) -> Result<MeetingUpdate> {
+        Ok(self.woke(self.db.pass_turn(meeting, agent).await?))
+    }
+
+    /// `agent` leaves. See [`Database::leave_meeting`].
+    pub async fn leave_meeting(
+        &self,
+        meeting: MeetingId,
+        agent: ProtocolAgentId,
+    ) -> Result<MeetingUpdate> {
+        Ok(self.woke(self.db.leave_meeting(meeting, agent).await?))
+    }
+
+    /// The host ends the meeting. See [`Database::end_meeting`].
+    pub async fn end_meeting(
+        &self,
+        meeting: MeetingId,
+        host: ProtocolAgentId,
+    ) -> Result<MeetingUpdate> {
+        Ok(self.woke(self.db.end_meeting(meeting, host).await?))
+    }
+
+    /// The meeting with this id.
+    pub async fn meeting(&self, meeting: MeetingId) -> Result<Meeting> {
+        Ok(self.db.meeting(meeting).await?)
+    }
+
+    /// Its participants, in join order.
+    pub async fn participants(&self, meeting: MeetingId) -> Result<Vec<Participant>> {
+        Ok(self.db.meeting_participants(meeting).await?)
+    }
+
+    /// Its messages (the meeting's history), in order.
+    pub async fn meeting_messages(&self, meeting: MeetingId) -> Result<Vec<ProtocolMessage>> {
+        Ok(self.db.meeting_messages(meeting).await?)
+    }
+
+    /// Up to `limit` events after sequence number `cursor` (0: from the start), in order.
+    pub async fn events_after(
+        &self,
+        meeting: MeetingId,
+        cursor: u64,
+        limit: u32,
+    ) -> Result<Vec<MeetingEvent>> {
+        Ok(self.db.meeting_events_after(meeting, cursor, limit).await?)
+    }
+
+    /// Follows a meeting's event log from `cursor` (the last sequence number already seen; 0:
+    /// from the start): see [`Follower`].
+    pub fn follow(&self, meeting: MeetingId, cursor: u64) -> Follower {
+        Follower::new(self.clone(), meeting, cursor)
+    }
+
+    pub(crate) fn meeting_channel(&self, meeting: MeetingId) -> Arc<tokio::sync::Notify> {
+        self.notifier.channel(Key::Meeting(meeting))
+    }
+
+    /// Applies every expired turn deadline (times the silent speakers out, passes their turns)
+    /// and returns the updates that changed something. Waiters and every meeting write apply
+    /// deadlines too; a sweeper calling this now and then covers meetings nobody touches.
+    pub async fn sweep_timeouts(&self) -> Result<Vec<MeetingUpdate>> {
+        let mut changed = Vec::new();
+        for meeting in self.db.expired_meetings(SWEEP_BATCH).await? {
+            let update = self.woke(self.db.apply_meeting_timeouts(meeting).await?);
+            if !update.events.is_empty() {
+                changed.push(update);
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Waits up to `timeout` until `agent` is the speaker of `meeting`: `true` when it is (at
+    /// once if it already is), `false` on timeout. A turn deadline that passes while waiting is
+    /// applied by the waiter (the silent speaker is timed out). An ended meeting is
+    /// `MeetingEnded`; an agent that is not present is `NotMeetingParticipant`.
+    pub async fn wait_for_meeting_turn(
+        &self,
+        meeting: MeetingId,
+        agent: ProtocolAgentId,
+        timeout: Duration,
+    ) -> Result<bool> {
+        let deadline = Instant::now() + timeout;
+        let channel = self.meeting_channel(meeting);
+        loop {
+            let mut woken = pin!(channel.notified());
+            woken.as_mut().enable();
+            let m = self.db.meeting(meeting).await?;
+            if !m.is_live() {
+                return Err(pattern_db::Error::MeetingEnded(meeting).into());
+            }
+            let now = chrono::Utc::now();
+            if let Some(turn_end) = m.turn_deadline
+                && turn_end <= now
+            {
+                self.woke(self.db.apply_meeting_timeouts(meeting).await?);
+                continue;
+            }
+            if m.speaker == Some(agent) {
+                return Ok(true);
+            }
+            let present = self
+                .db
+                .meeting_participants(meeting)
+                .await?
+                .iter()
+                .any(|p| p.agent == agent && p.status.is_present());
+            if !present {
+                return Err(pattern_db::Error::NotMeetingParticipant { meeting, agent }.into());
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            // Sleep until woken, the caller's deadline, or the end of the current turn.
+            let mut until = deadline;
+            if let Some(turn_end) = m.turn_deadline {
+                let left = (turn_end - now).to_std().unwrap_or_default();
+                until = until.min(Instant::now() + left);
+            }
+            let _ = tokio::time::timeout_at(until, woken).await;
+        }
+    }
+
+    // -- views and retention -------------------------------------------------------------------
+
+    /// Live sessions with their agents (the "active conversations" view).
+    pub async fn active_conversations(&self) -> Result<Vec<ActiveConversation>> {
+        Ok(self.db.active_conversations().await?)
+    }
+
+    /// Meetings not ended, with host, speaker and head count (the "active meetings" view).
+    pub async fn active_meetings(&self) -> Result<Vec<ActiveMeeting>> {
+        Ok(self.db.active_meetings().await?)
+    }
+
+    /// Unread counts of every agent (the "unread per agent" view).
+    pub async fn unread_per_agent(&self) -> Result<Vec<UnreadSummary>> {
+        Ok(self.db.unread_per_agent().await?)
+    }
+
+    /// Archives old messages and deletes old ended sessions and meetings, or with
+    /// `policy.dry_run` only reports what it would do. Safe while meetings run: messages of live
+    /// meetings and unread messages stay, nothing live is deleted, and nothing is dropped (the
+    /// messages of what is deleted are archived in the same transaction).
+    pub async fn retention(&self, policy: RetentionPolicy) -> Result<RetentionReport> {
+        Ok(self.db.protocol_retention(policy).await?)
     }
 
     async fn has_turn(&self, id: SessionId, agent: ProtocolAgentId) -> Result<bool> {

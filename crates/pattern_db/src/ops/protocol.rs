@@ -8,16 +8,123 @@
 //! commit, roll back or open a transaction of their own, and never run a statement after one that
 //! failed (a failed statement aborts a PostgreSQL transaction).
 
+use std::time::Duration;
+
 use sqlx::AnyConnection;
 
 use super::{Ctx, from_ms, is_unique_violation, now_ms};
 use crate::config::Backend;
 use crate::error::{Error, Result};
 use crate::protocol::{
-    AGENT_COLUMNS, NewProtocolAgent, NewProtocolMessage, Organization, OrganizationId,
-    ProtocolAgent, ProtocolAgentId, ProtocolMessage, ProtocolMessageId, SESSION_COLUMNS, Session,
-    SessionId, SessionStatus, SessionType, agent_from_row, session_from_row,
+    AGENT_COLUMNS, MeetingId, MeetingUpdate, NewProtocolAgent, NewProtocolMessage, Organization,
+    OrganizationId, ProtocolAgent, ProtocolAgentId, ProtocolMessage, ProtocolMessageId,
+    RetentionPolicy, RetentionReport, SESSION_COLUMNS, Session, SessionId, SessionStatus,
+    SessionType, WAKEUP_CHANNEL, Wakeup, agent_from_row, session_from_row,
 };
+
+mod meetings;
+
+/// The protocol writes added with meetings (one [`super::Op`] variant holds them all).
+#[derive(Debug)]
+pub(crate) enum ProtocolOp {
+    CreateMeeting {
+        host: ProtocolAgentId,
+        turn_duration: Option<Duration>,
+    },
+    Invite {
+        meeting: MeetingId,
+        host: ProtocolAgentId,
+        agent: ProtocolAgentId,
+    },
+    Join {
+        meeting: MeetingId,
+        agent: ProtocolAgentId,
+    },
+    Start {
+        meeting: MeetingId,
+        host: ProtocolAgentId,
+    },
+    /// Speak (`Some`) or pass (`None`).
+    Speak {
+        meeting: MeetingId,
+        agent: ProtocolAgentId,
+        message: Option<NewProtocolMessage>,
+    },
+    Leave {
+        meeting: MeetingId,
+        agent: ProtocolAgentId,
+    },
+    EndMeeting {
+        meeting: MeetingId,
+        host: ProtocolAgentId,
+    },
+    ApplyTimeouts {
+        meeting: MeetingId,
+    },
+    Retention(RetentionPolicy),
+}
+
+/// Outcomes of [`ProtocolOp`]s.
+#[derive(Debug)]
+pub(crate) enum ProtocolDone {
+    Meeting(Box<MeetingUpdate>),
+    /// The op was refused after an expired turn deadline was applied; the timeout commits, the
+    /// caller gets the refusal.
+    Refused(Box<(MeetingUpdate, Error)>),
+    Retention(Box<RetentionReport>),
+}
+
+impl ProtocolOp {
+    /// The row this op locks first (its meeting), for lock ordering within a write group.
+    pub(crate) fn key(&self) -> Option<uuid::Uuid> {
+        match self {
+            ProtocolOp::CreateMeeting { .. } | ProtocolOp::Retention(_) => None,
+            ProtocolOp::Invite { meeting, .. }
+            | ProtocolOp::Join { meeting, .. }
+            | ProtocolOp::Start { meeting, .. }
+            | ProtocolOp::Speak { meeting, .. }
+            | ProtocolOp::Leave { meeting, .. }
+            | ProtocolOp::EndMeeting { meeting, .. }
+            | ProtocolOp::ApplyTimeouts { meeting } => Some(meeting.0),
+        }
+    }
+}
+
+/// Runs one [`ProtocolOp`] inside the writer's transaction.
+pub(crate) async fn apply(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    op: &ProtocolOp,
+) -> Result<ProtocolDone> {
+    match op {
+        ProtocolOp::CreateMeeting {
+            host,
+            turn_duration,
+        } => Ok(ProtocolDone::Meeting(Box::new(
+            meetings::create_meeting(conn, ctx, *host, *turn_duration).await?,
+        ))),
+        ProtocolOp::Retention(policy) => Ok(ProtocolDone::Retention(Box::new(
+            meetings::retention(conn, ctx, policy).await?,
+        ))),
+        _ => meetings::run(conn, ctx, op).await,
+    }
+}
+
+/// On PostgreSQL, queues `NOTIFY`s for the wake-ups inside the current transaction: they are
+/// delivered when (and only if) it commits. Nothing on SQLite (the handle wakes in-process).
+pub(crate) async fn notify(conn: &mut AnyConnection, ctx: &Ctx, wakeups: &[Wakeup]) -> Result<()> {
+    if ctx.backend != Backend::Postgres {
+        return Ok(());
+    }
+    for wakeup in wakeups {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(WAKEUP_CHANNEL)
+            .bind(wakeup.payload())
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
 
 pub(crate) async fn create_organization(
     conn: &mut AnyConnection,
@@ -257,6 +364,15 @@ pub(crate) async fn end_session(
     .bind(id.to_string())
     .execute(&mut *conn)
     .await?;
+    notify(
+        conn,
+        ctx,
+        &[
+            Wakeup::Agent(session.agent_a),
+            Wakeup::Agent(session.agent_b),
+        ],
+    )
+    .await?;
     session.status = SessionStatus::Ended;
     session.turn = None;
     session.updated_at = from_ms(now);
@@ -302,6 +418,7 @@ pub(crate) async fn send_session_message(
         sender,
         recipient: Some(recipient),
         session: Some(id),
+        meeting: None,
         message_type: message.message_type.clone(),
         content: message.content.clone(),
         metadata: message.metadata.clone(),
@@ -335,6 +452,7 @@ pub(crate) async fn send_session_message(
         .bind(id.to_string())
         .execute(&mut *conn)
         .await?;
+    notify(conn, ctx, &[Wakeup::Agent(recipient)]).await?;
     Ok(stored)
 }
 

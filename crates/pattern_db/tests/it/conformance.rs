@@ -1829,22 +1829,91 @@ async fn protocol_async_inbox(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
+async fn protocol_schema_guards_meetings(kind: Kind) {
+    use pattern_db::testkit::execute_raw;
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let (a, b) = protocol_pair(&db).await;
+    let m = db.create_meeting(a.id, None).await.unwrap().meeting.id;
+    db.join_meeting(m, b.id).await.unwrap();
+    db.start_meeting(m, a.id).await.unwrap();
+    let refused = [
+        // A second speaker.
+        format!(
+            "UPDATE protocol_meeting_participants SET status = 'speaking' \
+             WHERE meeting_id = '{m}' AND agent_id = '{}'",
+            b.id
+        ),
+        // A status outside the vocabulary.
+        format!(
+            "UPDATE protocol_meeting_participants SET status = 'napping' WHERE meeting_id = '{m}'"
+        ),
+        // A speaker in a meeting that is not active.
+        format!("UPDATE protocol_meetings SET status = 'ready' WHERE id = '{m}'"),
+        // Ended without an end time.
+        format!(
+            "UPDATE protocol_meetings SET status = 'ended', current_speaker_id = NULL, \
+             turn_deadline = NULL WHERE id = '{m}'"
+        ),
+        // Two participants with one join order.
+        format!(
+            "UPDATE protocol_meeting_participants SET join_order = 1 \
+             WHERE meeting_id = '{m}' AND agent_id = '{}'",
+            b.id
+        ),
+        // A repeated event number.
+        format!(
+            "INSERT INTO protocol_meeting_events (meeting_id, seq, event_type, agent_id, data, \
+             created_at) VALUES ('{m}', 1, 'agent_spoke', NULL, NULL, 0)"
+        ),
+        // A non-positive turn duration.
+        format!("UPDATE protocol_meetings SET turn_duration_ms = 0 WHERE id = '{m}'"),
+    ];
+    for sql in refused {
+        let got = execute_raw(&db, &sql).await;
+        assert!(matches!(got, Err(Error::Database(_))), "{sql}: {got:?}");
+    }
+    // The meeting is untouched.
+    let meeting = db.meeting(m).await.unwrap();
+    assert_eq!(meeting.speaker, Some(a.id));
+    assert_eq!(meeting.last_event_seq, 6);
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
 async fn protocol_schema_refuses_recipient_and_meeting(kind: Kind) {
     let tdb = fresh(kind).await;
     let db = tdb.open().await.unwrap();
     let (a, b) = protocol_pair(&db).await;
-    let both = insert_raw_protocol_message(&db, a.id, Some(b.id), Some("meeting-1")).await;
+    let meeting = db
+        .create_meeting(a.id, None)
+        .await
+        .unwrap()
+        .meeting
+        .id
+        .to_string();
+    let both = insert_raw_protocol_message(&db, a.id, Some(b.id), Some(&meeting)).await;
     assert!(matches!(both, Err(Error::Database(_))), "{both:?}");
     let neither = insert_raw_protocol_message(&db, a.id, None, None).await;
     assert!(matches!(neither, Err(Error::Database(_))), "{neither:?}");
+    // A meeting id must name a meeting (a foreign key on PostgreSQL, triggers on SQLite).
+    let unknown = insert_raw_protocol_message(&db, a.id, None, Some("meeting-1")).await;
+    assert!(matches!(unknown, Err(Error::Database(_))), "{unknown:?}");
     // The same statement with exactly one of them is accepted: the CHECK is what refused.
     insert_raw_protocol_message(&db, a.id, Some(b.id), None)
         .await
         .unwrap();
-    insert_raw_protocol_message(&db, a.id, None, Some("meeting-1"))
+    insert_raw_protocol_message(&db, a.id, None, Some(&meeting))
         .await
         .unwrap();
     assert_eq!(db.unread_count(b.id).await.unwrap(), 1);
+    assert_eq!(
+        db.meeting_messages(pattern_db::MeetingId(meeting.parse().unwrap()))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     db.close().await;
     tdb.cleanup().await.unwrap();
 }
@@ -1909,5 +1978,6 @@ conformance!(
     protocol_sync_sessions_alternate_strictly,
     protocol_async_inbox,
     protocol_schema_refuses_recipient_and_meeting,
+    protocol_schema_guards_meetings,
     protocol_sync_turn_race_has_one_winner,
 );

@@ -10,7 +10,10 @@
     unreachable_pub
 )]
 
+mod fairness;
+mod meetings;
 mod props;
+mod races;
 mod waiting;
 
 use pattern_db::testkit::TestDb;
@@ -26,7 +29,7 @@ pub async fn fresh(kind: Kind) -> TestDb {
 
 /// A protocol over a fresh database, with its organization.
 pub async fn protocol(tdb: &TestDb) -> Protocol {
-    let protocol = Protocol::new(tdb.open().await.unwrap());
+    let protocol = Protocol::new(tdb.open().await.unwrap()).await.unwrap();
     protocol.create_organization("acme", "Acme").await.unwrap();
     protocol
 }

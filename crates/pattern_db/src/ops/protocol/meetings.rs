@@ -1,0 +1,977 @@
+//! The SQL of meeting writes and of retention, run by the writer inside its transaction.
+//!
+//! Every meeting write first locks the meeting row (`SELECT ... FOR UPDATE` on PostgreSQL; on
+//! SQLite the single writer serialises), applies an expired turn deadline, checks, and only then
+//! changes rows and appends events with the next sequence numbers; the meeting row (status,
+//! speaker, deadline, last event sequence) is written last. Retention never waits for a lock: on
+//! PostgreSQL it skips rows others hold (`SKIP LOCKED`). These functions must never commit, roll
+//! back or open a transaction, and never run a statement after one that failed.
+
+use std::time::Duration;
+
+use sqlx::{AnyConnection, Row};
+
+use crate::config::Backend;
+use crate::error::{Error, Result};
+use crate::ops::{Ctx, from_ms, now_ms, parse_uuid};
+use crate::protocol::{
+    MEETING_COLUMNS, Meeting, MeetingEvent, MeetingEventType, MeetingId, MeetingStatus,
+    MeetingUpdate, NewProtocolMessage, PARTICIPANT_COLUMNS, Participant, ParticipantStatus,
+    ProtocolAgentId, ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport,
+    SessionId, Wakeup, meeting_from_row, participant_from_row,
+};
+
+use super::{ProtocolDone, ProtocolOp, notify, require_agent};
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
+}
+
+fn lock_suffix(ctx: &Ctx) -> &'static str {
+    match ctx.backend {
+        Backend::Postgres => " FOR UPDATE",
+        Backend::Sqlite => "",
+    }
+}
+
+/// A meeting write in progress: the locked meeting, the events appended so far, the clock.
+struct Change {
+    meeting: Meeting,
+    events: Vec<MeetingEvent>,
+    now: i64,
+}
+
+impl Change {
+    async fn event(
+        &mut self,
+        conn: &mut AnyConnection,
+        event_type: MeetingEventType,
+        agent: Option<ProtocolAgentId>,
+        data: Option<serde_json::Value>,
+    ) -> Result<()> {
+        let seq = self.meeting.last_event_seq + 1;
+        let text = data.as_ref().map(serde_json::Value::to_string);
+        sqlx::query(
+            "INSERT INTO protocol_meeting_events \
+             (meeting_id, seq, event_type, agent_id, data, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(self.meeting.id.to_string())
+        .bind(i64::try_from(seq).unwrap_or(i64::MAX))
+        .bind(event_type.as_str())
+        .bind(agent.map(|a| a.to_string()))
+        .bind(text)
+        .bind(self.now)
+        .execute(&mut *conn)
+        .await?;
+        self.meeting.last_event_seq = seq;
+        self.events.push(MeetingEvent {
+            meeting: self.meeting.id,
+            seq,
+            event_type,
+            agent,
+            data,
+            created_at: from_ms(self.now),
+        });
+        Ok(())
+    }
+
+    /// Writes the meeting row back (last statement of every write).
+    async fn save(&self, conn: &mut AnyConnection) -> Result<()> {
+        let m = &self.meeting;
+        sqlx::query(
+            "UPDATE protocol_meetings SET status = $1, current_speaker_id = $2, \
+             turn_started_at = $3, turn_deadline = $4, last_event_seq = $5, started_at = $6, \
+             ended_at = $7 WHERE id = $8",
+        )
+        .bind(m.status.as_str())
+        .bind(m.speaker.map(|s| s.to_string()))
+        .bind(m.turn_started_at.map(|t| t.timestamp_millis()))
+        .bind(m.turn_deadline.map(|t| t.timestamp_millis()))
+        .bind(i64::try_from(m.last_event_seq).unwrap_or(i64::MAX))
+        .bind(m.started_at.map(|t| t.timestamp_millis()))
+        .bind(m.ended_at.map(|t| t.timestamp_millis()))
+        .bind(m.id.to_string())
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+
+    fn start_turn(&mut self, speaker: Option<ProtocolAgentId>) {
+        self.meeting.speaker = speaker;
+        match speaker {
+            Some(_) => {
+                self.meeting.turn_started_at = Some(from_ms(self.now));
+                self.meeting.turn_deadline = self
+                    .meeting
+                    .turn_duration
+                    .map(|d| from_ms(self.now.saturating_add(ms(d))));
+            }
+            None => {
+                self.meeting.turn_started_at = None;
+                self.meeting.turn_deadline = None;
+            }
+        }
+    }
+
+    /// Ends the meeting (speaker cleared, the speaking participant back to waiting).
+    async fn end(&mut self, conn: &mut AnyConnection, reason: &str) -> Result<()> {
+        set_status_where(
+            conn,
+            self.meeting.id,
+            ParticipantStatus::Speaking,
+            ParticipantStatus::Waiting,
+        )
+        .await?;
+        self.meeting.status = MeetingStatus::Ended;
+        self.meeting.ended_at = Some(from_ms(self.now));
+        self.start_turn(None);
+        self.event(
+            conn,
+            MeetingEventType::MeetingEnded,
+            None,
+            Some(serde_json::json!({ "reason": reason })),
+        )
+        .await
+    }
+
+    /// Hands the turn from the participant at `after` (a join order; 0: from the start) to the
+    /// next present participant in join order, wrapping around; ends the meeting if nobody is
+    /// present.
+    async fn hand_over(
+        &mut self,
+        conn: &mut AnyConnection,
+        from: Option<ProtocolAgentId>,
+        after: u64,
+        reason: &str,
+    ) -> Result<()> {
+        set_status_where(
+            conn,
+            self.meeting.id,
+            ParticipantStatus::Speaking,
+            ParticipantStatus::Waiting,
+        )
+        .await?;
+        let present: Vec<Participant> = participants(conn, self.meeting.id)
+            .await?
+            .into_iter()
+            .filter(|p| p.status.is_present())
+            .collect();
+        let Some(next) = next_speaker(&present, after) else {
+            return self.end(conn, "everyone_left").await;
+        };
+        set_participant_status(conn, self.meeting.id, next, ParticipantStatus::Speaking).await?;
+        self.start_turn(Some(next));
+        self.event(
+            conn,
+            MeetingEventType::TurnPassed,
+            Some(next),
+            Some(serde_json::json!({
+                "from": from.map(|f| f.to_string()),
+                "reason": reason,
+            })),
+        )
+        .await
+    }
+
+    /// Times the speaker out if the turn's deadline has passed.
+    async fn apply_timeout(&mut self, conn: &mut AnyConnection) -> Result<()> {
+        let expired = self.meeting.status == MeetingStatus::Active
+            && self
+                .meeting
+                .turn_deadline
+                .is_some_and(|d| d.timestamp_millis() <= self.now);
+        if !expired {
+            return Ok(());
+        }
+        let speaker = self.meeting.speaker;
+        let deadline = self.meeting.turn_deadline.map(|d| d.timestamp_millis());
+        self.event(
+            conn,
+            MeetingEventType::AgentTimedOut,
+            speaker,
+            Some(serde_json::json!({ "deadline_ms": deadline })),
+        )
+        .await?;
+        let after = match speaker {
+            Some(s) => participant(conn, self.meeting.id, s)
+                .await?
+                .and_then(|p| p.join_order)
+                .unwrap_or(0),
+            None => 0,
+        };
+        self.hand_over(conn, speaker, after, "timeout").await
+    }
+
+    fn done(self, message: Option<ProtocolMessage>) -> MeetingUpdate {
+        MeetingUpdate {
+            meeting: self.meeting,
+            events: self.events,
+            message,
+        }
+    }
+}
+
+/// The next speaker after join order `after` among `present` (sorted by join order), wrapping.
+fn next_speaker(present: &[Participant], after: u64) -> Option<ProtocolAgentId> {
+    present
+        .iter()
+        .find(|p| p.join_order.is_some_and(|o| o > after))
+        .or_else(|| present.first())
+        .map(|p| p.agent)
+}
+
+async fn lock_meeting(conn: &mut AnyConnection, ctx: &Ctx, id: MeetingId) -> Result<Change> {
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {MEETING_COLUMNS} FROM protocol_meetings WHERE id = $1{}",
+        lock_suffix(ctx)
+    )))
+    .bind(id.to_string())
+    .fetch_optional(&mut *conn)
+    .await?;
+    let meeting = match row {
+        Some(row) => meeting_from_row(&row)?,
+        None => {
+            return Err(Error::ProtocolNotFound {
+                kind: "meeting",
+                id: id.0,
+            });
+        }
+    };
+    let mut change = Change {
+        meeting,
+        events: Vec::new(),
+        now: now_ms(),
+    };
+    change.apply_timeout(conn).await?;
+    Ok(change)
+}
+
+async fn participants(conn: &mut AnyConnection, meeting: MeetingId) -> Result<Vec<Participant>> {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {PARTICIPANT_COLUMNS} FROM protocol_meeting_participants \
+         WHERE meeting_id = $1 ORDER BY join_order IS NULL, join_order, agent_id"
+    )))
+    .bind(meeting.to_string())
+    .fetch_all(&mut *conn)
+    .await?
+    .iter()
+    .map(participant_from_row)
+    .collect()
+}
+
+async fn participant(
+    conn: &mut AnyConnection,
+    meeting: MeetingId,
+    agent: ProtocolAgentId,
+) -> Result<Option<Participant>> {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {PARTICIPANT_COLUMNS} FROM protocol_meeting_participants \
+         WHERE meeting_id = $1 AND agent_id = $2"
+    )))
+    .bind(meeting.to_string())
+    .bind(agent.to_string())
+    .fetch_optional(&mut *conn)
+    .await?
+    .as_ref()
+    .map(participant_from_row)
+    .transpose()
+}
+
+async fn set_participant_status(
+    conn: &mut AnyConnection,
+    meeting: MeetingId,
+    agent: ProtocolAgentId,
+    status: ParticipantStatus,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE protocol_meeting_participants SET status = $1 \
+         WHERE meeting_id = $2 AND agent_id = $3",
+    )
+    .bind(status.as_str())
+    .bind(meeting.to_string())
+    .bind(agent.to_string())
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+async fn set_status_where(
+    conn: &mut AnyConnection,
+    meeting: MeetingId,
+    from: ParticipantStatus,
+    to: ParticipantStatus,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE protocol_meeting_participants SET status = $1 \
+         WHERE meeting_id = $2 AND status = $3",
+    )
+    .bind(to.as_str())
+    .bind(meeting.to_string())
+    .bind(from.as_str())
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+fn refuse_ended(change: &Change) -> Result<()> {
+    if change.meeting.status == MeetingStatus::Ended {
+        return Err(Error::MeetingEnded(change.meeting.id));
+    }
+    Ok(())
+}
+
+fn require_host(change: &Change, agent: ProtocolAgentId) -> Result<()> {
+    if change.meeting.host != agent {
+        return Err(Error::NotHost {
+            meeting: change.meeting.id,
+            agent,
+        });
+    }
+    Ok(())
+}
+
+async fn finish(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    change: Change,
+    message: Option<ProtocolMessage>,
+) -> Result<MeetingUpdate> {
+    change.save(conn).await?;
+    if !change.events.is_empty() {
+        notify(conn, ctx, &[Wakeup::Meeting(change.meeting.id)]).await?;
+    }
+    Ok(change.done(message))
+}
+
+pub(crate) async fn create_meeting(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    host: ProtocolAgentId,
+    turn_duration: Option<Duration>,
+) -> Result<MeetingUpdate> {
+    require_agent(conn, host).await?;
+    let now = now_ms();
+    let meeting = Meeting {
+        id: MeetingId::new(),
+        host,
+        status: MeetingStatus::Created,
+        speaker: None,
+        turn_duration,
+        turn_started_at: None,
+        turn_deadline: None,
+        last_event_seq: 0,
+        created_at: from_ms(now),
+        started_at: None,
+        ended_at: None,
+    };
+    sqlx::query(
+        "INSERT INTO protocol_meetings (id, host_id, status, current_speaker_id, \
+         turn_duration_ms, turn_started_at, turn_deadline, last_event_seq, last_join_order, \
+         created_at, started_at, ended_at) \
+         VALUES ($1, $2, 'created', NULL, $3, NULL, NULL, 0, 1, $4, NULL, NULL)",
+    )
+    .bind(meeting.id.to_string())
+    .bind(host.to_string())
+    .bind(turn_duration.map(ms))
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "INSERT INTO protocol_meeting_participants \
+         (meeting_id, agent_id, status, join_order, invited_at, joined_at, left_at) \
+         VALUES ($1, $2, 'attending', 1, NULL, $3, NULL)",
+    )
+    .bind(meeting.id.to_string())
+    .bind(host.to_string())
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    let mut change = Change {
+        meeting,
+        events: Vec::new(),
+        now,
+    };
+    change
+        .event(
+            conn,
+            MeetingEventType::MeetingCreated,
+            Some(host),
+            Some(serde_json::json!({ "turn_duration_ms": turn_duration.map(ms) })),
+        )
+        .await?;
+    change
+        .event(
+            conn,
+            MeetingEventType::AgentJoined,
+            Some(host),
+            Some(serde_json::json!({ "join_order": 1 })),
+        )
+        .await?;
+    finish(conn, ctx, change, None).await
+}
+
+async fn invite(
+    conn: &mut AnyConnection,
+    change: &mut Change,
+    host: ProtocolAgentId,
+    agent: ProtocolAgentId,
+) -> Result<Option<ProtocolMessage>> {
+    let meeting = change.meeting.id;
+    refuse_ended(change)?;
+    require_host(change, host)?;
+    require_agent(conn, agent).await?;
+    match participant(conn, meeting, agent).await? {
+        Some(p) if p.status != ParticipantStatus::Left => {
+            return Err(Error::AlreadyParticipant { meeting, agent });
+        }
+        Some(_) => {
+            sqlx::query(
+                "UPDATE protocol_meeting_participants SET status = 'invited', invited_at = $1, \
+                 left_at = NULL WHERE meeting_id = $2 AND agent_id = $3",
+            )
+            .bind(change.now)
+            .bind(meeting.to_string())
+            .bind(agent.to_string())
+            .execute(&mut *conn)
+            .await?;
+        }
+        None => {
+            sqlx::query(
+                "INSERT INTO protocol_meeting_participants \
+                 (meeting_id, agent_id, status, join_order, invited_at, joined_at, left_at) \
+                 VALUES ($1, $2, 'invited', NULL, $3, NULL, NULL)",
+            )
+            .bind(meeting.to_string())
+            .bind(agent.to_string())
+            .bind(change.now)
+            .execute(&mut *conn)
+            .await?;
+        }
+    }
+    change
+        .event(conn, MeetingEventType::AgentInvited, Some(agent), None)
+        .await?;
+    Ok(None)
+}
+
+async fn join(
+    conn: &mut AnyConnection,
+    change: &mut Change,
+    agent: ProtocolAgentId,
+) -> Result<Option<ProtocolMessage>> {
+    let meeting = change.meeting.id;
+    refuse_ended(change)?;
+    require_agent(conn, agent).await?;
+    let existing = participant(conn, meeting, agent).await?;
+    if existing.as_ref().is_some_and(|p| p.status.is_present()) {
+        return Err(Error::AlreadyParticipant { meeting, agent });
+    }
+    let order: i64 = sqlx::query(
+        "UPDATE protocol_meetings SET last_join_order = last_join_order + 1 \
+         WHERE id = $1 RETURNING last_join_order",
+    )
+    .bind(meeting.to_string())
+    .fetch_one(&mut *conn)
+    .await?
+    .try_get(0)?;
+    let status = if change.meeting.status == MeetingStatus::Active {
+        ParticipantStatus::Waiting
+    } else {
+        ParticipantStatus::Attending
+    };
+    if existing.is_some() {
+        sqlx::query(
+            "UPDATE protocol_meeting_participants SET status = $1, join_order = $2, \
+             joined_at = $3, left_at = NULL WHERE meeting_id = $4 AND agent_id = $5",
+        )
+        .bind(status.as_str())
+        .bind(order)
+        .bind(change.now)
+        .bind(meeting.to_string())
+        .bind(agent.to_string())
+        .execute(&mut *conn)
+        .await?;
+    } else {
+        sqlx::query(
+            "INSERT INTO protocol_meeting_participants \
+             (meeting_id, agent_id, status, join_order, invited_at, joined_at, left_at) \
+             VALUES ($1, $2, $3, $4, NULL, $5, NULL)",
+        )
+        .bind(meeting.to_string())
+        .bind(agent.to_string())
+        .bind(status.as_str())
+        .bind(order)
+        .bind(change.now)
+        .execute(&mut *conn)
+        .await?;
+    }
+    change
+        .event(
+            conn,
+            MeetingEventType::AgentJoined,
+            Some(agent),
+            Some(serde_json::json!({ "join_order": order })),
+        )
+        .await?;
+    if change.meeting.status == MeetingStatus::Created {
+        let present = participants(conn, meeting)
+            .await?
+            .iter()
+            .filter(|p| p.status.is_present())
+            .count();
+        if present >= 2 {
+            change.meeting.status = MeetingStatus::Ready;
+            change
+                .event(conn, MeetingEventType::MeetingReady, None, None)
+                .await?;
+        }
+    }
+    Ok(None)
+}
+
+async fn start(
+    conn: &mut AnyConnection,
+    change: &mut Change,
+    host: ProtocolAgentId,
+) -> Result<Option<ProtocolMessage>> {
+    let meeting = change.meeting.id;
+    refuse_ended(change)?;
+    require_host(change, host)?;
+    let present: Vec<Participant> = participants(conn, meeting)
+        .await?
+        .into_iter()
+        .filter(|p| p.status.is_present())
+        .collect();
+    if change.meeting.status != MeetingStatus::Ready || present.is_empty() {
+        return Err(Error::MeetingState {
+            meeting,
+            status: change.meeting.status.as_str(),
+            needed: "ready, with a participant present",
+        });
+    }
+    set_status_where(
+        conn,
+        meeting,
+        ParticipantStatus::Attending,
+        ParticipantStatus::Waiting,
+    )
+    .await?;
+    change.meeting.status = MeetingStatus::Active;
+    change.meeting.started_at = Some(from_ms(change.now));
+    change
+        .event(conn, MeetingEventType::MeetingStarted, Some(host), None)
+        .await?;
+    change.hand_over(conn, None, 0, "start").await?;
+    Ok(None)
+}
+
+async fn speak(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    change: &mut Change,
+    agent: ProtocolAgentId,
+    message: Option<&NewProtocolMessage>,
+) -> Result<Option<ProtocolMessage>> {
+    let meeting = change.meeting.id;
+    refuse_ended(change)?;
+    let me = participant(conn, meeting, agent)
+        .await?
+        .filter(|p| p.status.is_present())
+        .ok_or(Error::NotMeetingParticipant { meeting, agent })?;
+    if change.meeting.status != MeetingStatus::Active {
+        return Err(Error::MeetingState {
+            meeting,
+            status: change.meeting.status.as_str(),
+            needed: "active",
+        });
+    }
+    if change.meeting.speaker != Some(agent) {
+        return Err(Error::NotSpeaker {
+            meeting,
+            agent,
+            speaker: change.meeting.speaker,
+        });
+    }
+    let mut stored = None;
+    if let Some(message) = message {
+        let content = serde_json::to_string(&message.content)
+            .map_err(|e| Error::InvalidProtocolMessage(format!("content does not encode: {e}")))?;
+        let metadata = message
+            .metadata
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| Error::InvalidProtocolMessage(format!("metadata does not encode: {e}")))?;
+        let row = ProtocolMessage {
+            id: ProtocolMessageId::new(),
+            sender: agent,
+            recipient: None,
+            session: None,
+            meeting: Some(meeting),
+            message_type: message.message_type.clone(),
+            content: message.content.clone(),
+            metadata: message.metadata.clone(),
+            read_at: None,
+            seq: ctx.ids.next_id()?,
+            created_at: from_ms(change.now),
+        };
+        sqlx::query(
+            "INSERT INTO protocol_messages (id, sender_id, recipient_id, session_id, meeting_id, \
+             message_type, content, metadata, read_at, seq, created_at) \
+             VALUES ($1, $2, NULL, NULL, $3, $4, $5, $6, NULL, $7, $8)",
+        )
+        .bind(row.id.to_string())
+        .bind(agent.to_string())
+        .bind(meeting.to_string())
+        .bind(&row.message_type)
+        .bind(content)
+        .bind(metadata)
+        .bind(row.seq.get())
+        .bind(change.now)
+        .execute(&mut *conn)
+        .await?;
+        change
+            .event(
+                conn,
+                MeetingEventType::AgentSpoke,
+                Some(agent),
+                Some(serde_json::json!({ "message": row.id.to_string() })),
+            )
+            .await?;
+        stored = Some(row);
+    }
+    let reason = if stored.is_some() { "spoke" } else { "passed" };
+    change
+        .hand_over(conn, Some(agent), me.join_order.unwrap_or(0), reason)
+        .await?;
+    Ok(stored)
+}
+
+async fn leave(
+    conn: &mut AnyConnection,
+    change: &mut Change,
+    agent: ProtocolAgentId,
+) -> Result<Option<ProtocolMessage>> {
+    let meeting = change.meeting.id;
+    refuse_ended(change)?;
+    let me = participant(conn, meeting, agent)
+        .await?
+        .filter(|p| p.status.is_present())
+        .ok_or(Error::NotMeetingParticipant { meeting, agent })?;
+    sqlx::query(
+        "UPDATE protocol_meeting_participants SET status = 'left', left_at = $1 \
+         WHERE meeting_id = $2 AND agent_id = $3",
+    )
+    .bind(change.now)
+    .bind(meeting.to_string())
+    .bind(agent.to_string())
+    .execute(&mut *conn)
+    .await?;
+    change
+        .event(conn, MeetingEventType::AgentLeft, Some(agent), None)
+        .await?;
+    if change.meeting.status == MeetingStatus::Active && change.meeting.speaker == Some(agent) {
+        change
+            .hand_over(conn, Some(agent), me.join_order.unwrap_or(0), "left")
+            .await?;
+    } else if change.meeting.status == MeetingStatus::Active {
+        let anyone = participants(conn, meeting)
+            .await?
+            .iter()
+            .any(|p| p.status.is_present());
+        if !anyone {
+            change.end(conn, "everyone_left").await?;
+        }
+    }
+    Ok(None)
+}
+
+async fn end_meeting(
+    conn: &mut AnyConnection,
+    change: &mut Change,
+    host: ProtocolAgentId,
+) -> Result<Option<ProtocolMessage>> {
+    refuse_ended(change)?;
+    require_host(change, host)?;
+    change.end(conn, "host").await?;
+    Ok(None)
+}
+
+/// Whether `e` is a refusal raised by a check before any write of the op (so the rows written
+/// before it, the applied timeout, are consistent and may commit).
+fn is_refusal(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::MeetingEnded(_)
+            | Error::NotHost { .. }
+            | Error::NotMeetingParticipant { .. }
+            | Error::AlreadyParticipant { .. }
+            | Error::NotSpeaker { .. }
+            | Error::MeetingState { .. }
+            | Error::ProtocolNotFound { .. }
+            | Error::InvalidProtocolMessage(_)
+    )
+}
+
+/// Runs a write on an existing meeting: locks it, applies an expired turn deadline, runs the
+/// op. When the op is refused after a timeout was applied, the timeout still commits (it happened
+/// first, whatever the op): the outcome is [`ProtocolDone::Refused`] with the refusal.
+pub(crate) async fn run(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    op: &ProtocolOp,
+) -> Result<ProtocolDone> {
+    let Some(id) = op.key().map(MeetingId) else {
+        return Err(Error::Corrupt(format!("{op:?} names no meeting")));
+    };
+    let mut change = lock_meeting(conn, ctx, id).await?;
+    let timed_out = (change.meeting.clone(), change.events.len());
+    let outcome = match op {
+        ProtocolOp::Invite { host, agent, .. } => invite(conn, &mut change, *host, *agent).await,
+        ProtocolOp::Join { agent, .. } => join(conn, &mut change, *agent).await,
+        ProtocolOp::Start { host, .. } => start(conn, &mut change, *host).await,
+        ProtocolOp::Speak { agent, message, .. } => {
+            speak(conn, ctx, &mut change, *agent, message.as_ref()).await
+        }
+        ProtocolOp::Leave { agent, .. } => leave(conn, &mut change, *agent).await,
+        ProtocolOp::EndMeeting { host, .. } => end_meeting(conn, &mut change, *host).await,
+        ProtocolOp::ApplyTimeouts { .. } => Ok(None),
+        ProtocolOp::CreateMeeting { .. } | ProtocolOp::Retention(_) => {
+            return Err(Error::Corrupt(format!("{op:?} is not a meeting write")));
+        }
+    };
+    match outcome {
+        Ok(message) => Ok(ProtocolDone::Meeting(Box::new(
+            finish(conn, ctx, change, message).await?,
+        ))),
+        Err(e) if timed_out.1 > 0 && is_refusal(&e) => {
+            change.meeting = timed_out.0;
+            change.events.truncate(timed_out.1);
+            let update = finish(conn, ctx, change, None).await?;
+            Ok(ProtocolDone::Refused(Box::new((update, e))))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The one parameter (`$1`) of a retention query.
+#[derive(Clone, Copy)]
+enum Arg<'a> {
+    Ms(i64),
+    Id(&'a str),
+}
+
+/// Ids (TEXT) from a one-column query.
+async fn ids(conn: &mut AnyConnection, sql: String, arg: Arg<'_>) -> Result<Vec<String>> {
+    let query = sqlx::query(sqlx::AssertSqlSafe(sql));
+    let query = match arg {
+        Arg::Ms(ms) => query.bind(ms),
+        Arg::Id(id) => query.bind(id.to_owned()),
+    };
+    query
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|row| Ok(row.try_get::<String, _>(0)?))
+        .collect()
+}
+
+/// Ids of rows matching `filter` that nobody else holds: on PostgreSQL they are locked, skipping
+/// those held by other transactions; the number is how many matched but were held.
+async fn take(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    table: &str,
+    filter: &str,
+    arg: Arg<'_>,
+) -> Result<(Vec<String>, u64)> {
+    let all = ids(
+        conn,
+        format!("SELECT id FROM {table} WHERE {filter} ORDER BY id"),
+        arg,
+    )
+    .await?;
+    let free = match ctx.backend {
+        Backend::Sqlite => all.clone(),
+        Backend::Postgres => {
+            ids(
+                conn,
+                format!("SELECT id FROM {table} WHERE {filter} ORDER BY id FOR UPDATE SKIP LOCKED"),
+                arg,
+            )
+            .await?
+        }
+    };
+    let skipped = all.len().saturating_sub(free.len());
+    Ok((free, u64::try_from(skipped).unwrap_or(0)))
+}
+
+/// Runs `sql` (with `$1` the archive time and `$2..` the ids) over `ids` in fixed-size chunks.
+async fn for_chunks(
+    conn: &mut AnyConnection,
+    ids: &[String],
+    sql: impl Fn(&str) -> String,
+    with_time: Option<i64>,
+) -> Result<()> {
+    for chunk in crate::ops::fixed_chunks(ids) {
+        let first = if with_time.is_some() { 2 } else { 1 };
+        let list = (first..first + chunk.len())
+            .map(|n| format!("${n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let text = sql(&list);
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(text));
+        if let Some(t) = with_time {
+            query = query.bind(t);
+        }
+        for id in chunk {
+            query = query.bind(id.clone());
+        }
+        query.execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+const ARCHIVE_COLUMNS: &str = "id, sender_id, recipient_id, session_id, meeting_id, \
+    message_type, content, metadata, read_at, seq, created_at";
+
+async fn archive(conn: &mut AnyConnection, ids: &[String], now: i64) -> Result<()> {
+    for_chunks(
+        conn,
+        ids,
+        |list| {
+            format!(
+                "INSERT INTO protocol_messages_archive ({ARCHIVE_COLUMNS}, archived_at) \
+                 SELECT {ARCHIVE_COLUMNS}, $1 FROM protocol_messages WHERE id IN ({list})"
+            )
+        },
+        Some(now),
+    )
+    .await?;
+    for_chunks(
+        conn,
+        ids,
+        |list| format!("DELETE FROM protocol_messages WHERE id IN ({list})"),
+        None,
+    )
+    .await
+}
+
+fn uuids<T>(ids: &[String], wrap: impl Fn(uuid::Uuid) -> T) -> Result<Vec<T>> {
+    ids.iter().map(|s| Ok(wrap(parse_uuid(s)?))).collect()
+}
+
+pub(crate) async fn retention(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    policy: &RetentionPolicy,
+) -> Result<RetentionReport> {
+    let now = now_ms();
+    let message_cutoff = now.saturating_sub(ms(policy.archive_messages_after));
+    let ended_cutoff = now.saturating_sub(ms(policy.delete_ended_after));
+    // Ended sessions and meetings old enough to go, and the messages that go with them.
+    let (sessions, busy_s) = take(
+        conn,
+        ctx,
+        "protocol_sessions",
+        "status = 'ended' AND ended_at < $1",
+        Arg::Ms(ended_cutoff),
+    )
+    .await?;
+    let (meetings, busy_m) = take(
+        conn,
+        ctx,
+        "protocol_meetings",
+        "status = 'ended' AND ended_at < $1",
+        Arg::Ms(ended_cutoff),
+    )
+    .await?;
+    // Old messages: read ones, and those of meetings that ended.
+    let (mut messages, busy_old) = take(
+        conn,
+        ctx,
+        "protocol_messages",
+        "created_at < $1 AND (read_at IS NOT NULL OR (meeting_id IS NOT NULL AND EXISTS \
+         (SELECT 1 FROM protocol_meetings pm WHERE pm.id = meeting_id AND pm.status = 'ended')))",
+        Arg::Ms(message_cutoff),
+    )
+    .await?;
+    let mut busy = busy_s + busy_m + busy_old;
+    // Every message of a session or meeting that goes is archived with it, read or not.
+    let mut kept = Vec::new();
+    for (column, owners) in [("session_id", &sessions), ("meeting_id", &meetings)] {
+        for owner in owners.iter() {
+            let filter = format!("{column} = $1");
+            let (mine, held) =
+                take(conn, ctx, "protocol_messages", &filter, Arg::Id(owner)).await?;
+            if held > 0 {
+                // Some of its messages are held by another transaction: keep the owner this time.
+                busy += held;
+                kept.push(owner.clone());
+            }
+            messages.extend(mine);
+        }
+    }
+    messages.sort_unstable();
+    messages.dedup();
+    let sessions: Vec<String> = sessions.into_iter().filter(|s| !kept.contains(s)).collect();
+    let meetings: Vec<String> = meetings.into_iter().filter(|m| !kept.contains(m)).collect();
+    let report = RetentionReport {
+        dry_run: policy.dry_run,
+        message_cutoff: from_ms(message_cutoff),
+        ended_cutoff: from_ms(ended_cutoff),
+        archived_messages: uuids(&messages, ProtocolMessageId)?,
+        deleted_sessions: uuids(&sessions, SessionId)?,
+        deleted_meetings: uuids(&meetings, MeetingId)?,
+        skipped_busy: busy,
+    };
+    if policy.dry_run {
+        return Ok(report);
+    }
+    archive(conn, &messages, now).await?;
+    for_chunks(
+        conn,
+        &sessions,
+        |list| format!("DELETE FROM protocol_sessions WHERE id IN ({list})"),
+        None,
+    )
+    .await?;
+    for_chunks(
+        conn,
+        &meetings,
+        |list| format!("DELETE FROM protocol_meetings WHERE id IN ({list})"),
+        None,
+    )
+    .await?;
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(order: u64) -> Participant {
+        Participant {
+            meeting: MeetingId(uuid::Uuid::nil()),
+            agent: ProtocolAgentId(uuid::Uuid::from_u128(u128::from(order))),
+            status: ParticipantStatus::Waiting,
+            join_order: Some(order),
+            invited_at: None,
+            joined_at: None,
+            left_at: None,
+        }
+    }
+
+    #[test]
+    fn next_speaker_follows_join_order_and_wraps() {
+        let present = [at(2), at(5), at(9)];
+        let id = |o: u128| Some(ProtocolAgentId(uuid::Uuid::from_u128(o)));
+        assert_eq!(next_speaker(&present, 0), id(2));
+        assert_eq!(next_speaker(&present, 2), id(5));
+        // The one after a participant who left (order 6) is the next present one.
+        assert_eq!(next_speaker(&present, 6), id(9));
+        assert_eq!(next_speaker(&present, 9), id(2));
+        assert_eq!(next_speaker(&[], 3), None);
+    }
+}
