@@ -42,6 +42,10 @@ const STEPS: &[Step] = &[
         name: "postgresql",
         run: postgresql,
     },
+    Step {
+        name: "embedding model",
+        run: crate::setup_embedding::embedding_model,
+    },
 ];
 
 /// Run every step, printing one line per component.
