@@ -120,6 +120,10 @@ pub struct DbConfig {
     /// without changing it turn this off; they must then use [`MachineId::Fixed`], since the
     /// lease table may not exist yet.
     pub migrate_on_open: bool,
+    /// Record an embedding job with every content write, in its transaction (messages with
+    /// text, block values, archival passages); default off. Turned on by the layer that runs
+    /// an embedder (db_v2).
+    pub record_embedding_jobs: bool,
 }
 
 impl DbConfig {
@@ -143,6 +147,7 @@ impl DbConfig {
                 uuid::Uuid::new_v4().simple()
             ),
             migrate_on_open: true,
+            record_embedding_jobs: false,
         }
     }
 

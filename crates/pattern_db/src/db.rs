@@ -45,6 +45,10 @@ struct Inner {
     lease_task: Option<JoinHandle<()>>,
     /// `(machine id, holder)` of a leased machine id, released on close.
     lease: Option<(u16, String)>,
+    /// The full-text index of a SQLite database, opened by the first search.
+    fts: tokio::sync::OnceCell<Arc<crate::fts::FtsIndex>>,
+    /// Where that index lives (`<file>.search`).
+    fts_dir: Option<std::path::PathBuf>,
     /// The latest batches read per agent, valid while the agent's revision is unchanged.
     recent: std::sync::Mutex<HashMap<AgentId, CachedRecent>>,
 }
@@ -190,6 +194,7 @@ impl Database {
             max_content_bytes: config.max_content_bytes,
             run_owner: config.run_owner.clone(),
             batch_lease: config.batch_lease,
+            record_jobs: config.record_embedding_jobs,
         });
         let writer = Writer::start(
             write_pool.clone(),
@@ -210,6 +215,8 @@ impl Database {
                 lease: matches!(config.machine_id, MachineId::Lease)
                     .then(|| (machine_id, config.run_owner.clone())),
                 recent: std::sync::Mutex::new(HashMap::new()),
+                fts: tokio::sync::OnceCell::new(),
+                fts_dir: crate::fts::dir_for(&config.url),
             }),
         })
     }
@@ -315,6 +322,19 @@ impl Database {
     #[cfg(feature = "testkit")]
     pub(crate) fn write_pool(&self) -> &AnyPool {
         &self.inner.write_pool
+    }
+
+    /// The full-text index (SQLite), opened on first use.
+    pub(crate) async fn fts(&self) -> Result<Arc<crate::fts::FtsIndex>> {
+        self.inner
+            .fts
+            .get_or_try_init(|| async {
+                crate::fts::FtsIndex::open(self.inner.fts_dir.clone())
+                    .await
+                    .map(Arc::new)
+            })
+            .await
+            .cloned()
     }
 
     pub(crate) fn reader(&self) -> &AnyPool {

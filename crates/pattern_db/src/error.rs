@@ -4,9 +4,11 @@
 //! own error is kept as a source, never flattened into a string. This module must never print or
 //! log: callers decide what to show.
 
+use crate::archival::ArchivalId;
 use crate::id::SnowflakeId;
 use crate::model::{AgentId, BatchState};
 use crate::protocol::{ProtocolAgentId, SessionId};
+use crate::search::{ContentRef, EmbeddingModelInfo};
 
 /// Result alias for this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -296,6 +298,65 @@ pub enum Error {
     /// A protocol message, external id or name is not acceptable (e.g. content that is not JSON).
     #[error("invalid protocol message: {0}")]
     InvalidProtocolMessage(String),
+    /// No archival passage with this id for this agent.
+    #[error("no archival passage {id} for agent {agent}")]
+    ArchivalNotFound {
+        /// The agent.
+        agent: AgentId,
+        /// The id asked for.
+        id: ArchivalId,
+    },
+    /// An archival passage or listing request is invalid (empty content, bad tags or key).
+    #[error("invalid archival memory request: {0}")]
+    InvalidArchival(String),
+    /// No live content (not deleted, not archived) with this reference.
+    #[error("no live content {0}")]
+    ContentNotFound(ContentRef),
+    /// The database holds vectors of another embedding model.
+    #[error(
+        "the database holds vectors of embedding model {stored}, not {requested}: mixing them \
+         would make search meaningless. Keep the stored model, or re-embed everything with the \
+         new one (`pattern-db reembed`, i.e. `Database::reset_embeddings`)"
+    )]
+    EmbeddingModelMismatch {
+        /// The model the stored vectors belong to.
+        stored: EmbeddingModelInfo,
+        /// The model asked for.
+        requested: EmbeddingModelInfo,
+    },
+    /// Vectors cannot be stored before an embedding model is registered.
+    #[error("no embedding model is registered: register one before storing vectors")]
+    EmbeddingModelNotRegistered,
+    /// A vector's length is not the registered model's dimension.
+    #[error("vector for {content} has {got} dimensions; the registered model has {expected}")]
+    EmbeddingDimension {
+        /// The content the vector is for.
+        content: ContentRef,
+        /// The registered dimension.
+        expected: u32,
+        /// The vector's length.
+        got: usize,
+    },
+    /// A vector or model description is invalid (non-finite values, empty name).
+    #[error("invalid embedding: {0}")]
+    InvalidEmbedding(String),
+    /// A search query with no words.
+    #[error("the search query is empty")]
+    EmptyQuery,
+    /// A search query longer than allowed (never cut to fit).
+    #[error("the search query is {bytes} bytes, over the limit of {limit} bytes")]
+    QueryTooLong {
+        /// The query's length.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// Search options are invalid (limit, empty time range).
+    #[error("invalid search: {0}")]
+    InvalidSearch(String),
+    /// The full-text index (tantivy) failed; it is derived data, rebuilt by `reindex`.
+    #[error("full-text index error: {0}")]
+    Index(#[source] std::sync::Arc<tantivy::TantivyError>),
     /// The database reported an error.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),

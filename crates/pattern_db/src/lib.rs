@@ -21,6 +21,11 @@
 //! agents, one-to-one sessions (sync with strict turns, or async) and their messages; the API on
 //! top is the `pattern_protocol` crate.
 //!
+//! And search storage (modules [`archival`] and [`search`]): archival memory passages,
+//! embedding jobs recorded in the transaction of the content they belong to, stored vectors of
+//! one registered model, an ordered change log that derived indexes follow, and full-text search
+//! (tantivy beside SQLite files, tsvector on PostgreSQL).
+//!
 //! Every write goes through a group-commit writer: concurrent acknowledgements share one
 //! transaction and one fsync, and none is acknowledged before its commit.
 //!
@@ -41,21 +46,25 @@
 //! This crate must never know about models, prompts or providers, and is the only crate that
 //! names `sqlx`: layers above use its types and its [`Error`].
 
+pub mod archival;
 pub mod blocks;
 mod config;
 mod db;
 mod error;
+mod fts;
 pub mod id;
 pub mod legacy;
 mod migrate;
 mod model;
 mod ops;
 pub mod protocol;
+pub mod search;
 mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 mod writer;
 
+pub use archival::{ArchivalEntry, ArchivalId, ListArchival, NewArchival};
 pub use blocks::{BlockVersion, NewBlock, StoredBlock};
 pub use config::{Backend, DbConfig, Durability, MachineId};
 pub use db::{Database, MIN_SQLITE_VERSION};
@@ -72,5 +81,9 @@ pub use protocol::{
     NewProtocolAgent, NewProtocolMessage, Organization, OrganizationId, ProtocolAgent,
     ProtocolAgentId, ProtocolMessage, ProtocolMessageId, Session, SessionId, SessionStatus,
     SessionType,
+};
+pub use search::{
+    ChangeKind, ContentRef, ContentRow, ContentType, EmbeddingJob, EmbeddingModelInfo, NewVector,
+    SearchChange, StoreReport, TextHit, TextSearch, VectorRow,
 };
 pub use store::MessageStore;

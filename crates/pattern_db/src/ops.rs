@@ -30,6 +30,7 @@ use crate::protocol::{
 
 mod blocks;
 pub(crate) mod protocol;
+pub(crate) mod search;
 
 /// What every op needs besides its arguments.
 #[derive(Debug)]
@@ -39,6 +40,8 @@ pub(crate) struct Ctx {
     pub(crate) max_content_bytes: usize,
     pub(crate) run_owner: String,
     pub(crate) batch_lease: Duration,
+    /// Record embedding jobs with content writes (`DbConfig::record_embedding_jobs`).
+    pub(crate) record_jobs: bool,
 }
 
 /// A write, as queued to the writer.
@@ -144,6 +147,34 @@ pub(crate) enum Op {
         agent: ProtocolAgentId,
         messages: Vec<ProtocolMessageId>,
     },
+    InsertArchival {
+        agent: AgentId,
+        entries: Vec<crate::archival::NewArchival>,
+    },
+    DeleteArchival {
+        agent: AgentId,
+        id: crate::archival::ArchivalId,
+    },
+    RegisterModel(crate::search::EmbeddingModelInfo),
+    ResetEmbeddings(crate::search::EmbeddingModelInfo),
+    EnqueueEmbedding(crate::search::ContentRef),
+    BackfillEmbeddingJobs,
+    ClaimEmbeddingJobs {
+        limit: usize,
+        lease: Duration,
+    },
+    StoreEmbeddings(Vec<crate::search::NewVector>),
+    FailEmbeddingJobs {
+        failures: Vec<(crate::search::ContentRef, String)>,
+        retry_at: DateTime<Utc>,
+    },
+    PruneSearchChanges {
+        upto: i64,
+    },
+    SetSearchCursor {
+        name: String,
+        seq: i64,
+    },
 }
 
 impl Op {
@@ -158,6 +189,17 @@ impl Op {
             | Op::EndSession { .. }
             | Op::SendSessionMessage { .. }
             | Op::MarkRead { .. } => None,
+            // Search bookkeeping locks no agent row.
+            Op::RegisterModel(_)
+            | Op::ResetEmbeddings(_)
+            | Op::EnqueueEmbedding(_)
+            | Op::BackfillEmbeddingJobs
+            | Op::ClaimEmbeddingJobs { .. }
+            | Op::StoreEmbeddings(_)
+            | Op::FailEmbeddingJobs { .. }
+            | Op::PruneSearchChanges { .. }
+            | Op::SetSearchCursor { .. } => None,
+            Op::InsertArchival { agent, .. } | Op::DeleteArchival { agent, .. } => Some(*agent),
             Op::DeleteAgent(agent)
             | Op::BeginBatch { agent, .. }
             | Op::AppendStep { agent, .. }
@@ -184,6 +226,23 @@ impl Op {
 }
 
 impl Op {
+    /// Whether this op may append `vector` or `delete` changes to `search_changes`, and so takes
+    /// the change-log advisory lock on PostgreSQL. The writer takes that lock first for a group
+    /// holding such an op, before any agent row lock, so groups never deadlock on it.
+    pub(crate) fn logs_changes(&self) -> bool {
+        matches!(
+            self,
+            Op::DeleteAgent(_)
+                | Op::ArchiveBefore { .. }
+                | Op::ArchiveBatches { .. }
+                | Op::SummarizeAndArchive { .. }
+                | Op::DeleteBlock { .. }
+                | Op::DeleteArchival { .. }
+                | Op::ResetEmbeddings(_)
+                | Op::StoreEmbeddings(_)
+        )
+    }
+
     /// The protocol row this op locks or updates first (a session, or the recipient whose
     /// messages are marked read), for ordering within a write group next to [`Op::agent_key`].
     pub(crate) fn protocol_key(&self) -> Option<uuid::Uuid> {
@@ -215,6 +274,9 @@ pub(crate) enum Done {
     ProtocolAgent(ProtocolAgent),
     Session(Session),
     ProtocolMessage(ProtocolMessage),
+    Archival(Vec<crate::archival::ArchivalEntry>),
+    Jobs(Vec<crate::search::EmbeddingJob>),
+    Stored(crate::search::StoreReport),
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -233,7 +295,7 @@ fn lease_ms(d: Duration) -> i64 {
 pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Result<Done> {
     match op {
         Op::CreateAgent(new) => create_agent(conn, new).await.map(Done::Agent),
-        Op::DeleteAgent(agent) => delete_agent(conn, *agent).await.map(|()| Done::Unit),
+        Op::DeleteAgent(agent) => delete_agent(conn, ctx, *agent).await.map(|()| Done::Unit),
         Op::BeginBatch {
             agent,
             trigger,
@@ -260,12 +322,12 @@ pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Resul
         Op::Recover { agent, scope } => recover(conn, ctx, *agent, *scope)
             .await
             .map(Done::Abandoned),
-        Op::ArchiveBefore { agent, position } => archive_before(conn, *agent, *position)
+        Op::ArchiveBefore { agent, position } => archive_before(conn, ctx, *agent, *position)
             .await
             .map(Done::Count),
-        Op::ArchiveBatches { agent, batches } => {
-            archive_chosen(conn, *agent, batches).await.map(Done::Count)
-        }
+        Op::ArchiveBatches { agent, batches } => archive_chosen(conn, ctx, *agent, batches)
+            .await
+            .map(Done::Count),
         Op::SummarizeAndArchive { summary } => summarize_and_archive(conn, ctx, summary)
             .await
             .map(Done::Batches),
@@ -286,7 +348,7 @@ pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Resul
         } => import_legacy(conn, ctx, *agent, messages, plan)
             .await
             .map(Done::Batches),
-        Op::CreateBlock { owner, new } => blocks::create_block(conn, *owner, new)
+        Op::CreateBlock { owner, new } => blocks::create_block(conn, ctx, *owner, new)
             .await
             .map(Done::Block),
         Op::WriteBlock {
@@ -307,7 +369,9 @@ pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Resul
                 change,
                 allowed,
             };
-            blocks::write_block(conn, write).await.map(Done::Version)
+            blocks::write_block(conn, ctx, write)
+                .await
+                .map(Done::Version)
         }
         Op::ShareBlock {
             agent,
@@ -315,14 +379,22 @@ pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Resul
             label,
             with,
             permission,
-        } => blocks::share_block(conn, *agent, *owner, label, *with, permission.as_deref())
-            .await
-            .map(|()| Done::Unit),
+        } => blocks::share_block(
+            conn,
+            ctx,
+            *agent,
+            *owner,
+            label,
+            *with,
+            permission.as_deref(),
+        )
+        .await
+        .map(|()| Done::Unit),
         Op::DeleteBlock {
             agent,
             owner,
             label,
-        } => blocks::delete_block(conn, *agent, *owner, label)
+        } => blocks::delete_block(conn, ctx, *agent, *owner, label)
             .await
             .map(|()| Done::Unit),
         Op::CreateOrganization { external_id, name } => {
@@ -353,6 +425,35 @@ pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Resul
         Op::MarkRead { agent, messages } => protocol::mark_read(conn, *agent, messages)
             .await
             .map(Done::Count),
+        Op::InsertArchival { agent, entries } => {
+            search::insert_archival(conn, ctx, *agent, entries)
+                .await
+                .map(Done::Archival)
+        }
+        Op::DeleteArchival { agent, id } => search::delete_archival(conn, ctx, *agent, *id)
+            .await
+            .map(Done::Count),
+        Op::RegisterModel(info) => search::register_model(conn, info)
+            .await
+            .map(|()| Done::Unit),
+        Op::ResetEmbeddings(info) => search::reset_embeddings(conn, ctx, info)
+            .await
+            .map(Done::Count),
+        Op::EnqueueEmbedding(content) => search::enqueue(conn, content).await.map(|()| Done::Unit),
+        Op::BackfillEmbeddingJobs => search::backfill(conn).await.map(Done::Count),
+        Op::ClaimEmbeddingJobs { limit, lease } => search::claim(conn, ctx, *limit, *lease)
+            .await
+            .map(Done::Jobs),
+        Op::StoreEmbeddings(vectors) => search::store(conn, ctx, vectors).await.map(Done::Stored),
+        Op::FailEmbeddingJobs { failures, retry_at } => search::fail(conn, failures, *retry_at)
+            .await
+            .map(Done::Count),
+        Op::PruneSearchChanges { upto } => {
+            search::prune_changes(conn, *upto).await.map(Done::Count)
+        }
+        Op::SetSearchCursor { name, seq } => search::set_cursor(conn, name, *seq)
+            .await
+            .map(|()| Done::Unit),
     }
 }
 
@@ -411,8 +512,9 @@ fn is_unique_violation(e: &sqlx::Error) -> bool {
         .is_some_and(|d| d.kind() == sqlx::error::ErrorKind::UniqueViolation)
 }
 
-async fn delete_agent(conn: &mut AnyConnection, agent: AgentId) -> Result<()> {
+async fn delete_agent(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId) -> Result<()> {
     lock_agent(conn, agent).await?;
+    search::agent_removed(conn, ctx, agent).await?;
     sqlx::query("DELETE FROM agents WHERE id = $1")
         .bind(agent.to_string())
         .execute(&mut *conn)
@@ -534,7 +636,11 @@ pub(crate) fn fixed_chunks<T>(mut rows: &[T]) -> Vec<&[T]> {
     out
 }
 
-async fn insert_messages(conn: &mut AnyConnection, rows: &[MessageRow<'_>]) -> Result<()> {
+async fn insert_messages(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    rows: &[MessageRow<'_>],
+) -> Result<()> {
     for chunk in fixed_chunks(rows) {
         let sql = format!(
             "INSERT INTO messages (id, agent_id, position, batch_id, sequence_num, batch_type, role, content, \
@@ -559,7 +665,8 @@ async fn insert_messages(conn: &mut AnyConnection, rows: &[MessageRow<'_>]) -> R
         }
         q.execute(&mut *conn).await?;
     }
-    Ok(())
+    let written: Vec<_> = rows.iter().map(|r| (r.id.0, r.agent, r.content)).collect();
+    search::messages_written(conn, ctx, &written).await
 }
 
 /// A new batch row.
@@ -741,7 +848,7 @@ async fn begin_batch(
         content: &content,
         created_at: now,
     };
-    insert_messages(conn, std::slice::from_ref(&row)).await?;
+    insert_messages(conn, ctx, std::slice::from_ref(&row)).await?;
     Ok(Received {
         batch_id: position,
         message_id,
@@ -859,7 +966,7 @@ pub(crate) async fn begin_batches_bulk(
             })
         })
         .collect();
-    insert_messages(conn, &rows).await?;
+    insert_messages(conn, ctx, &rows).await?;
     Ok(out)
 }
 
@@ -986,7 +1093,7 @@ async fn append_step(
             created_at: now,
         })
         .collect();
-    insert_messages(conn, &rows).await?;
+    insert_messages(conn, ctx, &rows).await?;
     let mut calls: Vec<CallRow> = Vec::new();
     let mut results: Vec<(&str, SnowflakeId)> = Vec::new();
     for (m, position) in messages.iter().zip(&positions) {
@@ -1175,7 +1282,8 @@ async fn recover(
 }
 
 /// Marks whole batches archived (and their messages); returns the number of messages archived.
-async fn archive_batches(conn: &mut AnyConnection, batches: &[i64]) -> Result<u64> {
+async fn archive_batches(conn: &mut AnyConnection, ctx: &Ctx, batches: &[i64]) -> Result<u64> {
+    search::batches_archived(conn, ctx, batches).await?;
     let mut archived = 0;
     for chunk in batches.chunks(500) {
         let list = placeholders(1, chunk.len(), 2);
@@ -1197,6 +1305,7 @@ async fn archive_batches(conn: &mut AnyConnection, batches: &[i64]) -> Result<u6
 
 async fn archive_before(
     conn: &mut AnyConnection,
+    ctx: &Ctx,
     agent: AgentId,
     position: SnowflakeId,
 ) -> Result<u64> {
@@ -1214,13 +1323,14 @@ async fn archive_before(
     .iter()
     .map(|r| r.try_get(0))
     .collect::<Result<_, _>>()?;
-    archive_batches(conn, &ids).await
+    archive_batches(conn, ctx, &ids).await
 }
 
 /// Archives the given whole batches of `agent`; refuses (changing nothing) if any is unknown,
 /// another agent's, or open.
 async fn archive_chosen(
     conn: &mut AnyConnection,
+    ctx: &Ctx,
     agent: AgentId,
     batches: &[BatchId],
 ) -> Result<u64> {
@@ -1239,7 +1349,7 @@ async fn archive_chosen(
             ids.push(batch.get());
         }
     }
-    archive_batches(conn, &ids).await
+    archive_batches(conn, ctx, &ids).await
 }
 
 async fn summarize_and_archive(
@@ -1272,7 +1382,7 @@ async fn summarize_and_archive(
         }
     }
     upsert_summary(conn, ctx, summary).await?;
-    archive_batches(conn, &ids).await?;
+    archive_batches(conn, ctx, &ids).await?;
     Ok(ids.into_iter().map(SnowflakeId).collect())
 }
 
@@ -1429,7 +1539,7 @@ async fn import_legacy(
         }
     }
     insert_batches(conn, &batch_rows).await?;
-    insert_messages(conn, &rows).await?;
+    insert_messages(conn, ctx, &rows).await?;
     insert_calls(conn, &calls).await?;
     Ok(batch_rows.iter().map(|b| b.id).collect())
 }

@@ -116,6 +116,14 @@ async fn commit_group(pool: &AnyPool, ctx: &Ctx, group: Vec<Job>) {
         Ok(tx) => tx,
         Err(e) => return fail_all(group, &e),
     };
+    if group.iter().any(|job| job.op.logs_changes()) {
+        // PostgreSQL: the search change-log lock before any agent row lock (see
+        // `Op::logs_changes`).
+        if let Err(e) = ops::search::change_lock(&mut tx, ctx.backend).await {
+            let _ = tx.rollback().await;
+            return fail_all(group, &e);
+        }
+    }
     if group.len() == 1 {
         let mut group = group;
         let Some(job) = group.pop() else { return };

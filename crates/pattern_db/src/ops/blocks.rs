@@ -9,11 +9,12 @@ use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 use uuid::Uuid;
 
-use super::{is_unique_violation, lock_agent, now_ms};
+use super::{Ctx, is_unique_violation, lock_agent, now_ms, search};
 use crate::blocks::{BLOCK_COLUMNS, NewBlock, StoredBlock, block_from_row, check_limit};
 use crate::error::{Error, Result};
 use crate::model::AgentId;
 use crate::ops::from_ms;
+use crate::search::ContentType;
 
 /// Locks `owner` (the block's owner as read before the write was queued). An owner that is gone
 /// took its blocks with it: the block is not found.
@@ -120,6 +121,7 @@ async fn insert_version(
 /// Creates a block, the owner's `admin` access row and version 1.
 pub(crate) async fn create_block(
     conn: &mut AnyConnection,
+    ctx: &Ctx,
     owner: AgentId,
     new: &NewBlock,
 ) -> Result<StoredBlock> {
@@ -172,6 +174,17 @@ pub(crate) async fn create_block(
         now,
     )
     .await?;
+    search::content_written(
+        conn,
+        ctx,
+        &[(
+            ContentType::Block,
+            id.to_string(),
+            owner,
+            new.value.as_str(),
+        )],
+    )
+    .await?;
     Ok(StoredBlock {
         id,
         owner,
@@ -199,7 +212,7 @@ pub(crate) struct Write<'a> {
 }
 
 /// Writes a new version of a block; returns its number.
-pub(crate) async fn write_block(conn: &mut AnyConnection, w: Write<'_>) -> Result<i64> {
+pub(crate) async fn write_block(conn: &mut AnyConnection, ctx: &Ctx, w: Write<'_>) -> Result<i64> {
     let block = locked_access(conn, w.agent, w.owner, w.label).await?;
     if !w.allowed.contains(&block.permission) {
         return Err(Error::PermissionDenied {
@@ -251,6 +264,17 @@ pub(crate) async fn write_block(conn: &mut AnyConnection, w: Write<'_>) -> Resul
         now,
     )
     .await?;
+    search::content_written(
+        conn,
+        ctx,
+        &[(
+            ContentType::Block,
+            block.id.to_string(),
+            block.owner,
+            value.as_str(),
+        )],
+    )
+    .await?;
     Ok(version)
 }
 
@@ -273,6 +297,7 @@ async fn previous_value(conn: &mut AnyConnection, block: &StoredBlock) -> Result
 /// Gives `with` access with `permission`, or takes it away (`None`).
 pub(crate) async fn share_block(
     conn: &mut AnyConnection,
+    ctx: &Ctx,
     agent: AgentId,
     owner: AgentId,
     label: &str,
@@ -299,7 +324,7 @@ pub(crate) async fn share_block(
                 label: label.to_owned(),
             });
         }
-        return Ok(());
+        return search::block_access_changed(conn, ctx, block.id, block.owner).await;
     };
     if with == block.owner && permission != "admin" {
         return Err(Error::InvalidBlock(format!(
@@ -359,12 +384,13 @@ pub(crate) async fn share_block(
             }
         }
     }
-    Ok(())
+    search::block_access_changed(conn, ctx, block.id, block.owner).await
 }
 
 /// Deletes a block with its access rows and history.
 pub(crate) async fn delete_block(
     conn: &mut AnyConnection,
+    ctx: &Ctx,
     agent: AgentId,
     owner: AgentId,
     label: &str,
@@ -372,6 +398,7 @@ pub(crate) async fn delete_block(
     let block = locked_access(conn, agent, owner, label).await?;
     require_admin(&block)?;
     let id = block.id.to_string();
+    search::content_removed(conn, ctx, &[(ContentType::Block, id.clone(), block.owner)]).await?;
     // Explicit deletes rather than relying on cascades, which SQLite applies only with
     // `foreign_keys` on.
     for sql in [

@@ -1,0 +1,346 @@
+//! Archival memory: passages an agent stores for later recall (by search), with JSON metadata,
+//! tags and an optional dedupe key.
+//!
+//! The types ([`NewArchival`], [`ArchivalEntry`], [`ListArchival`]), the reads, and the
+//! [`Database`] methods that queue archival writes to the writer (their SQL is in
+//! `ops::search`). Invariants: content is never cut (over `max_content_bytes` is
+//! [`Error::ContentTooLarge`]); a dedupe key is unique per agent, and inserting it again returns
+//! the stored entry and stores nothing (re-imports are idempotent); an insert records its
+//! embedding job and search change in its own transaction. This module must never write outside
+//! the writer.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+use sqlx::any::AnyRow;
+use uuid::Uuid;
+
+use crate::db::{Database, unexpected};
+use crate::error::{Error, Result};
+use crate::model::AgentId;
+use crate::ops::{Done, Op, from_ms, parse_uuid};
+
+/// Most tags one passage may carry.
+pub const MAX_TAGS: usize = 32;
+/// Most characters one tag may hold.
+pub const MAX_TAG_CHARS: usize = 100;
+/// Most bytes a dedupe key may hold.
+pub const MAX_DEDUPE_KEY_BYTES: usize = 512;
+/// Most entries [`Database::list_archival`] returns at once.
+pub const MAX_LIST: usize = 1000;
+
+/// The id of an archival passage (UUID v7: ids sort by creation time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ArchivalId(pub Uuid);
+
+impl fmt::Display for ArchivalId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.hyphenated().fmt(f)
+    }
+}
+
+impl FromStr for ArchivalId {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Uuid::parse_str(s).map(Self).map_err(|e| Error::InvalidId {
+            what: "archival id",
+            value: s.to_owned(),
+            reason: e.to_string(),
+        })
+    }
+}
+
+/// A passage to store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewArchival {
+    /// The text; 1 byte to `max_content_bytes`.
+    pub content: String,
+    /// Free-form JSON (source, importance, ...).
+    pub metadata: serde_json::Value,
+    /// Up to [`MAX_TAGS`] distinct tags of 1 to [`MAX_TAG_CHARS`] characters.
+    pub tags: Vec<String>,
+    /// When set, at most one passage per agent has it: inserting it again returns that passage.
+    pub dedupe_key: Option<String>,
+}
+
+impl NewArchival {
+    /// A passage with no metadata, tags or dedupe key.
+    pub fn text(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            metadata: serde_json::Value::Null,
+            tags: Vec::new(),
+            dedupe_key: None,
+        }
+    }
+
+    /// Checks everything that needs no database.
+    pub(crate) fn validate(&self, max_content_bytes: usize) -> Result<()> {
+        if self.content.is_empty() {
+            return Err(Error::InvalidArchival("content is empty".into()));
+        }
+        if self.content.len() > max_content_bytes {
+            return Err(Error::ContentTooLarge {
+                size: self.content.len(),
+                limit: max_content_bytes,
+            });
+        }
+        if self.tags.len() > MAX_TAGS {
+            return Err(Error::InvalidArchival(format!(
+                "{} tags, at most {MAX_TAGS} allowed",
+                self.tags.len()
+            )));
+        }
+        for (i, tag) in self.tags.iter().enumerate() {
+            let chars = tag.chars().count();
+            if chars == 0 || chars > MAX_TAG_CHARS {
+                return Err(Error::InvalidArchival(format!(
+                    "tag {i} has {chars} characters; tags hold 1 to {MAX_TAG_CHARS}"
+                )));
+            }
+            if tag.trim() != tag || tag.chars().any(char::is_control) {
+                return Err(Error::InvalidArchival(format!(
+                    "tag `{tag}` has leading/trailing spaces or control characters"
+                )));
+            }
+            if self.tags[..i].contains(tag) {
+                return Err(Error::InvalidArchival(format!("tag `{tag}` appears twice")));
+            }
+        }
+        if let Some(key) = &self.dedupe_key
+            && (key.is_empty() || key.len() > MAX_DEDUPE_KEY_BYTES)
+        {
+            return Err(Error::InvalidArchival(format!(
+                "dedupe key must be 1 to {MAX_DEDUPE_KEY_BYTES} bytes, got {}",
+                key.len()
+            )));
+        }
+        let metadata = serde_json::to_string(&self.metadata)
+            .map_err(|e| Error::InvalidArchival(e.to_string()))?;
+        if metadata.len() > max_content_bytes {
+            return Err(Error::ContentTooLarge {
+                size: metadata.len(),
+                limit: max_content_bytes,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A stored passage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchivalEntry {
+    /// Its id.
+    pub id: ArchivalId,
+    /// The agent that owns it.
+    pub agent_id: AgentId,
+    /// The text.
+    pub content: String,
+    /// Its metadata.
+    pub metadata: serde_json::Value,
+    /// Its tags, in the order given.
+    pub tags: Vec<String>,
+    /// Its dedupe key.
+    pub dedupe_key: Option<String>,
+    /// When it was stored.
+    pub created_at: DateTime<Utc>,
+}
+
+/// What [`Database::list_archival`] returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListArchival {
+    /// Most entries, 1 to [`MAX_LIST`].
+    pub limit: usize,
+    /// Only entries older than this one (the last id of the previous page).
+    pub before: Option<ArchivalId>,
+    /// Only entries with this tag.
+    pub tag: Option<String>,
+}
+
+impl Default for ListArchival {
+    fn default() -> Self {
+        Self {
+            limit: 50,
+            before: None,
+            tag: None,
+        }
+    }
+}
+
+pub(crate) const ARCHIVAL_COLUMNS: &str =
+    "a.id, a.agent_id, a.content, a.metadata, a.tags, a.dedupe_key, a.created_at";
+
+pub(crate) fn archival_from_row(row: &AnyRow) -> Result<ArchivalEntry> {
+    let id: String = row.try_get(0)?;
+    let agent: String = row.try_get(1)?;
+    let metadata: String = row.try_get(3)?;
+    let tags: String = row.try_get(4)?;
+    Ok(ArchivalEntry {
+        id: ArchivalId(parse_uuid(&id)?),
+        agent_id: AgentId(parse_uuid(&agent)?),
+        content: row.try_get(2)?,
+        metadata: serde_json::from_str(&metadata)
+            .map_err(|e| Error::Corrupt(format!("archival metadata does not decode: {e}")))?,
+        tags: serde_json::from_str(&tags)
+            .map_err(|e| Error::Corrupt(format!("archival tags do not decode: {e}")))?,
+        dedupe_key: row.try_get(5)?,
+        created_at: from_ms(row.try_get(6)?),
+    })
+}
+
+impl Database {
+    /// Stores a passage (with its embedding job and search change, in one transaction). A
+    /// dedupe key the agent has used already returns the stored passage and stores nothing.
+    pub async fn insert_archival(&self, agent: AgentId, new: NewArchival) -> Result<ArchivalEntry> {
+        let mut out = self.insert_archival_many(agent, vec![new]).await?;
+        out.pop()
+            .ok_or_else(|| Error::Corrupt("archival insert returned nothing".into()))
+    }
+
+    /// Stores many passages in one transaction (all or none), in order; each dedupe key as in
+    /// [`insert_archival`](Self::insert_archival), also within the list.
+    pub async fn insert_archival_many(
+        &self,
+        agent: AgentId,
+        entries: Vec<NewArchival>,
+    ) -> Result<Vec<ArchivalEntry>> {
+        if entries.is_empty() {
+            return Ok(Vec::new());
+        }
+        for entry in &entries {
+            entry.validate(self.max_content_bytes())?;
+        }
+        match self.write(Op::InsertArchival { agent, entries }).await? {
+            Done::Archival(list) => Ok(list),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The passage `id` of `agent`.
+    pub async fn archival(&self, agent: AgentId, id: ArchivalId) -> Result<ArchivalEntry> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {ARCHIVAL_COLUMNS} FROM archival_memories a WHERE a.id = $1 AND a.agent_id = $2"
+        )))
+        .bind(id.to_string())
+        .bind(agent.to_string())
+        .fetch_optional(self.reader())
+        .await?;
+        match row {
+            Some(row) => archival_from_row(&row),
+            None => Err(Error::ArchivalNotFound { agent, id }),
+        }
+    }
+
+    /// The agent's passages, newest first.
+    pub async fn list_archival(
+        &self,
+        agent: AgentId,
+        opts: ListArchival,
+    ) -> Result<Vec<ArchivalEntry>> {
+        if opts.limit == 0 || opts.limit > MAX_LIST {
+            return Err(Error::InvalidArchival(format!(
+                "list limit must be 1 to {MAX_LIST}, got {}",
+                opts.limit
+            )));
+        }
+        let mut sql =
+            format!("SELECT {ARCHIVAL_COLUMNS} FROM archival_memories a WHERE a.agent_id = $1");
+        let mut n = 1;
+        if opts.before.is_some() {
+            n += 1;
+            sql.push_str(&format!(" AND a.id < ${n}"));
+        }
+        if opts.tag.is_some() {
+            n += 1;
+            sql.push_str(&format!(
+                " AND a.id IN (SELECT t.archival_id FROM archival_tags t WHERE t.agent_id = $1 AND t.tag = ${n})"
+            ));
+        }
+        n += 1;
+        sql.push_str(&format!(" ORDER BY a.id DESC LIMIT ${n}"));
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(agent.to_string());
+        if let Some(before) = opts.before {
+            q = q.bind(before.to_string());
+        }
+        if let Some(tag) = &opts.tag {
+            q = q.bind(tag.clone());
+        }
+        q = q.bind(opts.limit as i64);
+        q.fetch_all(self.reader())
+            .await?
+            .iter()
+            .map(archival_from_row)
+            .collect()
+    }
+
+    /// How many passages the agent has.
+    pub async fn count_archival(&self, agent: AgentId) -> Result<u64> {
+        let n: i64 = sqlx::query("SELECT COUNT(*) FROM archival_memories WHERE agent_id = $1")
+            .bind(agent.to_string())
+            .fetch_one(self.reader())
+            .await?
+            .try_get(0)?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    /// Deletes a passage (its vector and job too, logging a `delete` change). Returns whether it
+    /// existed.
+    pub async fn delete_archival(&self, agent: AgentId, id: ArchivalId) -> Result<bool> {
+        match self.write(Op::DeleteArchival { agent, id }).await? {
+            Done::Count(n) => Ok(n > 0),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_are_validated() {
+        let ok = NewArchival::text("hello");
+        assert!(ok.validate(10).is_ok());
+        assert!(matches!(
+            NewArchival::text("").validate(10),
+            Err(Error::InvalidArchival(_))
+        ));
+        assert!(matches!(
+            NewArchival::text("x".repeat(11)).validate(10),
+            Err(Error::ContentTooLarge {
+                size: 11,
+                limit: 10
+            })
+        ));
+        let with_tags = |tags: Vec<String>| NewArchival {
+            tags,
+            ..NewArchival::text("x")
+        };
+        assert!(with_tags(vec!["a".into(); 1]).validate(10).is_ok());
+        assert!(
+            with_tags(vec!["a".into(), "a".into()])
+                .validate(10)
+                .is_err()
+        );
+        assert!(with_tags(vec![String::new()]).validate(10).is_err());
+        assert!(with_tags(vec!["x".repeat(101)]).validate(10).is_err());
+        assert!(with_tags(vec!["x".repeat(100)]).validate(10).is_ok());
+        assert!(
+            with_tags((0..33).map(|i| i.to_string()).collect())
+                .validate(10)
+                .is_err()
+        );
+        assert!(
+            with_tags((0..32).map(|i| i.to_string()).collect())
+                .validate(10)
+                .is_ok()
+        );
+        let keyed = NewArchival {
+            dedupe_key: Some(String::new()),
+            ..NewArchival::text("x")
+        };
+        assert!(keyed.validate(10).is_err());
+    }
+}

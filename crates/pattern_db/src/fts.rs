@@ -1,0 +1,492 @@
+//! The tantivy full-text index of a SQLite database, kept in `<file>.search/` beside it.
+//!
+//! The index is derived data: it follows `search_changes` (text and delete changes) from a
+//! cursor stored in its own commit payload, so a crash between a database commit and an index
+//! commit is repaired by the next catch-up, which every search runs first (one indexed query when
+//! nothing is new). An index without a cursor (new, or its directory dropped) is rebuilt from the
+//! live content. A change re-reads the content's current state, so applying one twice is
+//! harmless. The index's cursor is also recorded in `search_consumers`, so pruning the log never
+//! removes a change it still needs.
+//!
+//! Queries are never parsed: the user's text is split by the text field's analyzer (lower-case,
+//! English stemming) and searched as an OR of term queries. Every hit is checked against the
+//! database ([`Database::resolve_content`]) before it is returned. This module must never make the
+//! database wait on the index (it only reads the database, and records its cursor through the
+//! writer), and never run tantivy's blocking work on an async worker thread.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tantivy::collector::TopDocs;
+use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery};
+use tantivy::schema::{
+    FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing,
+    TextOptions, Value,
+};
+use tantivy::tokenizer::TokenStream;
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term, doc};
+
+use crate::db::Database;
+use crate::error::{Error, Result};
+use crate::model::AgentId;
+use crate::ops::search as sql;
+use crate::search::{ChangeKind, ContentRef, ContentRow, ContentType, TextHit, TextSearch};
+
+/// The name under which the index records its cursor in `search_consumers`.
+pub(crate) const CONSUMER: &str = "tantivy";
+/// Memory budget of the index writer.
+const WRITER_BUDGET: usize = 50_000_000;
+/// Changes applied per index commit.
+const CHANGES_PER_COMMIT: usize = 5000;
+const TOKENIZER: &str = "en_stem";
+
+#[derive(Clone, Copy)]
+struct Fields {
+    key: Field,
+    content_type: Field,
+    content_id: Field,
+    agent: Field,
+    created_at: Field,
+    text: Field,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut b = Schema::builder();
+    let text_options = TextOptions::default().set_indexing_options(
+        TextFieldIndexing::default()
+            .set_tokenizer(TOKENIZER)
+            .set_index_option(IndexRecordOption::WithFreqsAndPositions),
+    );
+    let fields = Fields {
+        key: b.add_text_field("key", STRING),
+        content_type: b.add_text_field("content_type", STRING | STORED),
+        content_id: b.add_text_field("content_id", STRING | STORED),
+        agent: b.add_text_field("agent", STRING),
+        created_at: b.add_i64_field("created_at", INDEXED | FAST),
+        text: b.add_text_field("text", text_options),
+    };
+    (b.build(), fields)
+}
+
+fn index_error(e: tantivy::TantivyError) -> Error {
+    Error::Index(Arc::new(e))
+}
+
+fn join_error(e: tokio::task::JoinError) -> Error {
+    Error::Index(Arc::new(tantivy::TantivyError::SystemError(format!(
+        "index task failed: {e}"
+    ))))
+}
+
+/// Takes the index's writer lock, waiting while another handle or process holds it (the writer
+/// is held only while changes are applied).
+fn open_writer(index: &Index) -> Result<IndexWriter> {
+    let mut waited = 0;
+    loop {
+        match index.writer_with_num_threads(1, WRITER_BUDGET) {
+            Ok(w) => return Ok(w),
+            Err(tantivy::TantivyError::LockFailure(_, _)) if waited < 600 => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                waited += 1;
+            }
+            Err(e) => return Err(index_error(e)),
+        }
+    }
+}
+
+/// A document to (re)index: the content's live state.
+struct Doc {
+    content: ContentRef,
+    agents: Vec<AgentId>,
+    created_at: i64,
+    text: String,
+}
+
+/// The index of one database.
+pub(crate) struct FtsIndex {
+    index: Index,
+    reader: IndexReader,
+    fields: Fields,
+    /// One catch-up or rebuild at a time.
+    catching_up: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for FtsIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FtsIndex").finish_non_exhaustive()
+    }
+}
+
+/// The index directory of a SQLite URL: `<file>.search`.
+pub(crate) fn dir_for(url: &str) -> Option<PathBuf> {
+    let rest = url.strip_prefix("sqlite:")?;
+    let path = rest.trim_start_matches("//");
+    let path = path.split('?').next()?;
+    if path.is_empty() || path == ":memory:" {
+        return None;
+    }
+    Some(PathBuf::from(format!("{path}.search")))
+}
+
+impl FtsIndex {
+    /// Opens (or creates) the index in `dir`; in RAM without one. An index with another schema
+    /// (written by another version) is recreated empty, and so rebuilt by the next catch-up.
+    pub(crate) async fn open(dir: Option<PathBuf>) -> Result<Self> {
+        tokio::task::spawn_blocking(move || Self::open_blocking(dir.as_deref()))
+            .await
+            .map_err(join_error)?
+    }
+
+    fn open_blocking(dir: Option<&Path>) -> Result<Self> {
+        let (schema, fields) = schema();
+        let index = match dir {
+            None => Index::create_in_ram(schema.clone()),
+            Some(dir) => {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    Error::Index(Arc::new(tantivy::TantivyError::SystemError(format!(
+                        "cannot create index directory {}: {e}",
+                        dir.display()
+                    ))))
+                })?;
+                let existing = if dir.join("meta.json").exists() {
+                    Index::open_in_dir(dir).ok()
+                } else {
+                    None
+                };
+                match existing {
+                    Some(index) if index.schema() == schema => index,
+                    _ => {
+                        // Another schema, or damaged: derived data, so start over.
+                        let _ = std::fs::remove_dir_all(dir);
+                        std::fs::create_dir_all(dir).map_err(|e| {
+                            Error::Index(Arc::new(tantivy::TantivyError::SystemError(format!(
+                                "cannot create index directory {}: {e}",
+                                dir.display()
+                            ))))
+                        })?;
+                        Index::create_in_dir(dir, schema.clone()).map_err(index_error)?
+                    }
+                }
+            }
+        };
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()
+            .map_err(index_error)?;
+        Ok(Self {
+            index,
+            reader,
+            fields,
+            catching_up: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The cursor of the last committed catch-up; `None` for an index never built.
+    fn cursor(&self) -> Result<Option<i64>> {
+        let metas = self.index.load_metas().map_err(index_error)?;
+        Ok(metas.payload.and_then(|p| p.parse().ok()))
+    }
+
+    /// Applies every change after the index's cursor (rebuilding first if it has none).
+    pub(crate) async fn catch_up(&self, db: &Database) -> Result<()> {
+        let _one = self.catching_up.lock().await;
+        // Another handle or process may have committed since this reader last looked.
+        self.reader.reload().map_err(index_error)?;
+        let mut cursor = match self.cursor()? {
+            Some(c) => c,
+            None => {
+                let (cursor, _) = self.rebuild_locked(db).await?;
+                cursor
+            }
+        };
+        let start = cursor;
+        loop {
+            let changes = db.search_changes_after(cursor, CHANGES_PER_COMMIT).await?;
+            let Some(last) = changes.last() else { break };
+            let last = last.seq;
+            let mut seen = HashSet::new();
+            let refs: Vec<ContentRef> = changes
+                .iter()
+                .filter(|c| matches!(c.kind, ChangeKind::Text | ChangeKind::Delete))
+                .filter(|c| seen.insert(c.content.clone()))
+                .map(|c| c.content.clone())
+                .collect();
+            let docs = load_docs(db, &refs).await?;
+            self.apply(refs, docs, last, false).await?;
+            cursor = last;
+        }
+        if cursor != start {
+            db.set_search_cursor(CONSUMER, cursor).await?;
+        }
+        Ok(())
+    }
+
+    /// Rebuilds the index from the live content; returns the number of documents.
+    pub(crate) async fn rebuild(&self, db: &Database) -> Result<u64> {
+        let _one = self.catching_up.lock().await;
+        let (cursor, n) = self.rebuild_locked(db).await?;
+        db.set_search_cursor(CONSUMER, cursor).await?;
+        Ok(n)
+    }
+
+    async fn rebuild_locked(&self, db: &Database) -> Result<(i64, u64)> {
+        // The head is read first: anything committed after it is in the log tail and is applied
+        // again by the next catch-up (harmless: changes re-read the current state).
+        let head = db.search_changes_head().await?;
+        let mut docs = Vec::new();
+        let mut conn = db.reader().acquire().await?;
+        for t in ContentType::ALL {
+            let mut after = String::new();
+            loop {
+                let page = sql::live_page(&mut conn, t, &after, 2000).await?;
+                let Some(last) = page.last() else { break };
+                after = last.content.id.clone();
+                let full = page.len() == 2000;
+                docs.extend(with_agents(&mut conn, page).await?);
+                if !full {
+                    break;
+                }
+            }
+        }
+        drop(conn);
+        let n = docs.len() as u64;
+        self.apply(Vec::new(), docs, head, true).await?;
+        Ok((head, n))
+    }
+
+    /// Deletes the documents of `remove`, adds `docs`, and commits with `cursor` as payload
+    /// (`clear`: deletes everything first).
+    async fn apply(
+        &self,
+        remove: Vec<ContentRef>,
+        docs: Vec<Doc>,
+        cursor: i64,
+        clear: bool,
+    ) -> Result<()> {
+        let index = self.index.clone();
+        let f = self.fields;
+        tokio::task::spawn_blocking(move || -> Result<()> {
+            let mut w = open_writer(&index)?;
+            if clear {
+                w.delete_all_documents().map_err(index_error)?;
+            }
+            for r in &remove {
+                w.delete_term(Term::from_field_text(f.key, &r.to_string()));
+            }
+            for d in docs {
+                let mut document = doc!(
+                    f.key => d.content.to_string(),
+                    f.content_type => d.content.content_type.as_str(),
+                    f.content_id => d.content.id.clone(),
+                    f.created_at => d.created_at,
+                    f.text => d.text,
+                );
+                for a in d.agents {
+                    document.add_text(f.agent, a.to_string());
+                }
+                w.add_document(document).map_err(index_error)?;
+            }
+            let mut prepared = w.prepare_commit().map_err(index_error)?;
+            prepared.set_payload(&cursor.to_string());
+            prepared.commit().map_err(index_error)?;
+            w.wait_merging_threads().map_err(index_error)?;
+            Ok(())
+        })
+        .await
+        .map_err(join_error)??;
+        self.reader.reload().map_err(index_error)
+    }
+
+    /// Searches the index (already caught up) and checks every hit against the database.
+    pub(crate) async fn search(
+        &self,
+        db: &Database,
+        query: &str,
+        opts: &TextSearch,
+    ) -> Result<Vec<TextHit>> {
+        let Some(q) = self.build_query(query, opts) else {
+            return Ok(Vec::new());
+        };
+        let q: Arc<dyn Query> = Arc::from(q);
+        let mut fetch = (opts.limit + 16).min(opts.limit * 4);
+        loop {
+            let searcher = self.reader.searcher();
+            let f = self.fields;
+            let q2 = q.clone();
+            let hits: Vec<(f32, ContentRef)> = tokio::task::spawn_blocking(move || {
+                let top = searcher
+                    .search(&*q2, &TopDocs::with_limit(fetch).order_by_score())
+                    .map_err(index_error)?;
+                let mut out = Vec::with_capacity(top.len());
+                for (score, address) in top {
+                    let d: TantivyDocument = searcher.doc(address).map_err(index_error)?;
+                    let t = d.get_first(f.content_type).and_then(|v| v.as_str());
+                    let id = d.get_first(f.content_id).and_then(|v| v.as_str());
+                    if let (Some(t), Some(id)) = (t, id) {
+                        out.push((score, ContentRef::new(t.parse()?, id)));
+                    }
+                }
+                Ok::<_, Error>(out)
+            })
+            .await
+            .map_err(join_error)??;
+            let exhausted = hits.len() < fetch;
+            let refs: Vec<ContentRef> = hits.iter().map(|(_, r)| r.clone()).collect();
+            let rows = db.resolve_content(&refs, opts.agent).await?;
+            let mut by_ref: HashMap<ContentRef, ContentRow> =
+                rows.into_iter().map(|r| (r.content.clone(), r)).collect();
+            let mut out = Vec::new();
+            for (score, r) in hits {
+                let Some(row) = by_ref.remove(&r) else {
+                    continue;
+                };
+                if !opts.wants(r.content_type) || !opts.in_range(row.created_at) {
+                    continue;
+                }
+                out.push(TextHit {
+                    content: row.content,
+                    agent_id: row.agent_id,
+                    score,
+                    created_at: row.created_at,
+                    text: row.text,
+                });
+                if out.len() == opts.limit {
+                    break;
+                }
+            }
+            if out.len() == opts.limit || exhausted || fetch >= 100_000 {
+                return Ok(out);
+            }
+            fetch *= 4;
+        }
+    }
+
+    /// The user's words as an OR of term queries, with the filters as zero-score conditions.
+    /// `None` when the text has no searchable word (e.g. only punctuation).
+    fn build_query(&self, query: &str, opts: &TextSearch) -> Option<Box<dyn Query>> {
+        let f = self.fields;
+        let mut analyzer = self.index.tokenizers().get(TOKENIZER)?;
+        let mut terms = Vec::new();
+        let mut seen = HashSet::new();
+        let mut stream = analyzer.token_stream(query);
+        while stream.advance() {
+            let text = stream.token().text.clone();
+            if seen.insert(text.clone()) {
+                terms.push(Term::from_field_text(f.text, &text));
+            }
+        }
+        if terms.is_empty() {
+            return None;
+        }
+        let words: Vec<(Occur, Box<dyn Query>)> = terms
+            .into_iter()
+            .map(|t| {
+                (
+                    Occur::Should,
+                    Box::new(TermQuery::new(t, IndexRecordOption::WithFreqs)) as Box<dyn Query>,
+                )
+            })
+            .collect();
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> =
+            vec![(Occur::Must, Box::new(BooleanQuery::new(words)))];
+        let filter = |q: Box<dyn Query>| {
+            (
+                Occur::Must,
+                Box::new(ConstScoreQuery::new(q, 0.0)) as Box<dyn Query>,
+            )
+        };
+        if !opts.content_types.is_empty() {
+            let types: Vec<(Occur, Box<dyn Query>)> = opts
+                .content_types
+                .iter()
+                .map(|t| {
+                    (
+                        Occur::Should,
+                        Box::new(TermQuery::new(
+                            Term::from_field_text(f.content_type, t.as_str()),
+                            IndexRecordOption::Basic,
+                        )) as Box<dyn Query>,
+                    )
+                })
+                .collect();
+            clauses.push(filter(Box::new(BooleanQuery::new(types))));
+        }
+        if let Some(agent) = opts.agent {
+            clauses.push(filter(Box::new(TermQuery::new(
+                Term::from_field_text(f.agent, &agent.to_string()),
+                IndexRecordOption::Basic,
+            ))));
+        }
+        if opts.from.is_some() || opts.to.is_some() {
+            let lower = opts.from.map_or(Bound::Unbounded, |t| {
+                Bound::Included(Term::from_field_i64(f.created_at, t.timestamp_millis()))
+            });
+            let upper = opts.to.map_or(Bound::Unbounded, |t| {
+                Bound::Excluded(Term::from_field_i64(f.created_at, t.timestamp_millis()))
+            });
+            clauses.push(filter(Box::new(RangeQuery::new(lower, upper))));
+        }
+        Some(Box::new(BooleanQuery::new(clauses)))
+    }
+}
+
+/// The live state of `refs` as documents (gone content has none).
+async fn load_docs(db: &Database, refs: &[ContentRef]) -> Result<Vec<Doc>> {
+    if refs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut conn = db.reader().acquire().await?;
+    let live = sql::load_live(&mut conn, refs, None).await?;
+    let rows: Vec<ContentRow> = crate::search::in_order(refs, live);
+    with_agents(&mut conn, rows).await
+}
+
+/// Adds who sees each row: its agent, or for a block every agent with an access row.
+async fn with_agents(conn: &mut sqlx::AnyConnection, rows: Vec<ContentRow>) -> Result<Vec<Doc>> {
+    let blocks: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.content.content_type == ContentType::Block)
+        .map(|r| r.content.id.as_str())
+        .collect();
+    let mut access = if blocks.is_empty() {
+        HashMap::new()
+    } else {
+        sql::block_agents(conn, &blocks).await?
+    };
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let agents = match r.content.content_type {
+                ContentType::Block => access.remove(&r.content.id).unwrap_or_default(),
+                _ => vec![r.agent_id],
+            };
+            Doc {
+                created_at: r.created_at.timestamp_millis(),
+                content: r.content,
+                agents,
+                text: r.text,
+            }
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_lives_beside_the_file() {
+        assert_eq!(
+            dir_for("sqlite:///tmp/x.db?mode=rwc"),
+            Some(PathBuf::from("/tmp/x.db.search"))
+        );
+        assert_eq!(
+            dir_for("sqlite://rel.db"),
+            Some(PathBuf::from("rel.db.search"))
+        );
+        assert_eq!(dir_for("postgres://h/db"), None);
+    }
+}

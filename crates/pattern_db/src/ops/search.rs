@@ -1,0 +1,1067 @@
+//! The SQL of search storage: archival writes, embedding jobs and vectors, the change log, and
+//! the reads behind content resolution and PostgreSQL full-text search.
+//!
+//! Write functions run inside the writer's transaction (like the rest of `ops`, they must never
+//! commit, roll back or open a transaction of their own); read functions take any connection.
+//! On PostgreSQL every function that appends to `search_changes` first takes the transaction
+//! advisory lock [`CHANGE_LOCK`], so log `seq` order is commit order; SQLite's single writer gives
+//! that for free. Text changes are logged on SQLite only (PostgreSQL full-text is transactional).
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::any::AnyRow;
+use sqlx::{AnyConnection, AnyPool, Row};
+use uuid::Uuid;
+
+use super::{
+    Ctx, decode_content, fixed_chunks, from_ms, lock_agent, now_ms, parse_uuid, placeholders,
+};
+use crate::archival::{
+    ARCHIVAL_COLUMNS, ArchivalEntry, ArchivalId, NewArchival, archival_from_row,
+};
+use crate::config::Backend;
+use crate::error::{Error, Result};
+use crate::model::AgentId;
+use crate::search::{
+    ChangeKind, ContentRef, ContentRow, ContentType, EmbeddingJob, EmbeddingModelInfo, NewVector,
+    SearchChange, StoreReport, TextHit, TextSearch, VectorRow, decode_vector, encode_vector,
+    message_text, text_hash,
+};
+
+/// The advisory lock key under which PostgreSQL transactions append to `search_changes`.
+pub(crate) const CHANGE_LOCK: i64 = 7_061_747_466;
+
+/// Rows read per page when walking all content.
+const PAGE: i64 = 1000;
+
+/// Takes the change-log lock (PostgreSQL; held to the end of the transaction, re-entrant).
+pub(crate) async fn change_lock(conn: &mut AnyConnection, backend: Backend) -> Result<()> {
+    if backend == Backend::Postgres {
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(CHANGE_LOCK)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Appends changes to the log (text changes only on SQLite).
+async fn log_changes(
+    conn: &mut AnyConnection,
+    backend: Backend,
+    changes: &[(ContentType, &str, AgentId, ChangeKind)],
+) -> Result<()> {
+    let rows: Vec<_> = changes
+        .iter()
+        .filter(|c| backend == Backend::Sqlite || c.3 != ChangeKind::Text)
+        .collect();
+    if rows.is_empty() {
+        return Ok(());
+    }
+    change_lock(conn, backend).await?;
+    for chunk in fixed_chunks(&rows) {
+        let sql = format!(
+            "INSERT INTO search_changes (content_type, content_id, agent_id, kind) VALUES {}",
+            placeholders(chunk.len(), 4, 1)
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for (t, id, agent, kind) in chunk {
+            q = q
+                .bind(t.as_str())
+                .bind((*id).to_owned())
+                .bind(agent.to_string())
+                .bind(kind.as_str());
+        }
+        q.execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+/// Records (or refreshes) embedding jobs; with `refresh` an existing job takes the new hash and
+/// is due and unclaimed again, without it an existing job is left alone. Returns rows written.
+async fn upsert_jobs(
+    conn: &mut AnyConnection,
+    jobs: &[(ContentType, &str, AgentId, String)],
+    refresh: bool,
+) -> Result<u64> {
+    let now = now_ms();
+    let mut written = 0;
+    let conflict = if refresh {
+        "DO UPDATE SET text_hash = excluded.text_hash, agent_id = excluded.agent_id, attempts = 0, \
+         next_attempt_at = excluded.next_attempt_at, claimed_until = NULL, last_error = NULL"
+    } else {
+        "DO NOTHING"
+    };
+    for chunk in fixed_chunks(jobs) {
+        let sql = format!(
+            "INSERT INTO embedding_jobs (content_type, content_id, agent_id, text_hash, next_attempt_at, created_at) \
+             VALUES {} ON CONFLICT (content_type, content_id) {conflict}",
+            placeholders(chunk.len(), 6, 1)
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for (t, id, agent, hash) in chunk {
+            q = q
+                .bind(t.as_str())
+                .bind((*id).to_owned())
+                .bind(agent.to_string())
+                .bind(hash.clone())
+                .bind(now)
+                .bind(now);
+        }
+        written += q.execute(&mut *conn).await?.rows_affected();
+    }
+    Ok(written)
+}
+
+/// Content created or changed in this transaction: logs `text` changes (SQLite) and, when jobs
+/// are recorded, records or refreshes each one's embedding job.
+pub(crate) async fn content_written(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    items: &[(ContentType, String, AgentId, &str)],
+) -> Result<()> {
+    if items.is_empty() {
+        return Ok(());
+    }
+    let changes: Vec<_> = items
+        .iter()
+        .map(|(t, id, agent, _)| (*t, id.as_str(), *agent, ChangeKind::Text))
+        .collect();
+    log_changes(conn, ctx.backend, &changes).await?;
+    if ctx.record_jobs {
+        let jobs: Vec<_> = items
+            .iter()
+            .map(|(t, id, agent, text)| (*t, id.as_str(), *agent, text_hash(text)))
+            .collect();
+        upsert_jobs(conn, &jobs, true).await?;
+    }
+    Ok(())
+}
+
+/// Messages just inserted (JSON content as stored): the searchable ones are written content.
+pub(crate) async fn messages_written(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    rows: &[(uuid::Uuid, AgentId, &str)],
+) -> Result<()> {
+    if ctx.backend == Backend::Postgres && !ctx.record_jobs {
+        return Ok(());
+    }
+    let mut texts = Vec::with_capacity(rows.len());
+    for (id, agent, content) in rows {
+        let text = message_text(&decode_content(content)?);
+        if !text.is_empty() {
+            texts.push((ContentType::Message, id.to_string(), *agent, text));
+        }
+    }
+    let items: Vec<_> = texts
+        .iter()
+        .map(|(t, id, a, text)| (*t, id.clone(), *a, text.as_str()))
+        .collect();
+    content_written(conn, ctx, &items).await
+}
+
+/// Content deleted (or archived out of live history) in this transaction: its vector and job go,
+/// and a `delete` change is logged.
+pub(crate) async fn content_removed(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    items: &[(ContentType, String, AgentId)],
+) -> Result<()> {
+    if items.is_empty() {
+        return Ok(());
+    }
+    let changes: Vec<_> = items
+        .iter()
+        .map(|(t, id, agent)| (*t, id.as_str(), *agent, ChangeKind::Delete))
+        .collect();
+    log_changes(conn, ctx.backend, &changes).await?;
+    for table in ["embeddings", "embedding_jobs"] {
+        for (t, id, _) in items {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DELETE FROM {table} WHERE content_type = $1 AND content_id = $2"
+            )))
+            .bind(t.as_str())
+            .bind(id.clone())
+            .execute(&mut *conn)
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// The live messages of these batches are about to be archived.
+pub(crate) async fn batches_archived(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    batches: &[i64],
+) -> Result<()> {
+    for chunk in batches.chunks(500) {
+        let list = placeholders(1, chunk.len(), 1);
+        let sql = format!(
+            "SELECT id, agent_id FROM messages WHERE batch_id IN {list} AND NOT archived AND NOT deleted"
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for id in chunk {
+            q = q.bind(*id);
+        }
+        let mut items = Vec::new();
+        for row in q.fetch_all(&mut *conn).await? {
+            let id: String = row.try_get(0)?;
+            let agent: String = row.try_get(1)?;
+            items.push((ContentType::Message, id, AgentId(parse_uuid(&agent)?)));
+        }
+        content_removed(conn, ctx, &items).await?;
+    }
+    Ok(())
+}
+
+/// Who sees a block changed (share, unshare): its full-text document changes (SQLite).
+pub(crate) async fn block_access_changed(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    block: Uuid,
+    owner: AgentId,
+) -> Result<()> {
+    let id = block.to_string();
+    log_changes(
+        conn,
+        ctx.backend,
+        &[(ContentType::Block, id.as_str(), owner, ChangeKind::Text)],
+    )
+    .await
+}
+
+/// The agent is about to be deleted with everything it owns: log `delete` for what derived
+/// indexes may hold (its vectors everywhere; on SQLite every live content), and `text` for
+/// blocks of others it could see.
+pub(crate) async fn agent_removed(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+) -> Result<()> {
+    change_lock(conn, ctx.backend).await?;
+    let a = agent.to_string();
+    let mut statements = vec![
+        "INSERT INTO search_changes (content_type, content_id, agent_id, kind) \
+         SELECT content_type, content_id, agent_id, 'delete' FROM embeddings WHERE agent_id = $1",
+    ];
+    if ctx.backend == Backend::Sqlite {
+        statements.extend([
+            "INSERT INTO search_changes (content_type, content_id, agent_id, kind) \
+             SELECT 'message', id, agent_id, 'delete' FROM messages WHERE agent_id = $1 AND NOT archived AND NOT deleted",
+            "INSERT INTO search_changes (content_type, content_id, agent_id, kind) \
+             SELECT 'archival', id, agent_id, 'delete' FROM archival_memories WHERE agent_id = $1",
+            "INSERT INTO search_changes (content_type, content_id, agent_id, kind) \
+             SELECT 'block', id, owner_agent_id, 'delete' FROM memory_blocks WHERE owner_agent_id = $1",
+            "INSERT INTO search_changes (content_type, content_id, agent_id, kind) \
+             SELECT 'block', b.id, b.owner_agent_id, 'text' FROM memory_block_access x \
+             JOIN memory_blocks b ON b.id = x.block_id WHERE x.agent_id = $1 AND b.owner_agent_id <> $1",
+        ]);
+    }
+    for sql in statements {
+        sqlx::query(sql).bind(&a).execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// archival
+
+pub(crate) async fn insert_archival(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+    entries: &[NewArchival],
+) -> Result<Vec<ArchivalEntry>> {
+    lock_agent(conn, agent).await?;
+    let mut out: Vec<ArchivalEntry> = Vec::with_capacity(entries.len());
+    let mut written = Vec::new();
+    for entry in entries {
+        entry.validate(ctx.max_content_bytes)?;
+        if let Some(key) = &entry.dedupe_key {
+            if let Some(existing) = out.iter().find(|e| e.dedupe_key.as_ref() == Some(key)) {
+                out.push(existing.clone());
+                continue;
+            }
+            let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT {ARCHIVAL_COLUMNS} FROM archival_memories a WHERE a.agent_id = $1 AND a.dedupe_key = $2"
+            )))
+            .bind(agent.to_string())
+            .bind(key.clone())
+            .fetch_optional(&mut *conn)
+            .await?;
+            if let Some(row) = row {
+                out.push(archival_from_row(&row)?);
+                continue;
+            }
+        }
+        let stored = ArchivalEntry {
+            id: ArchivalId(Uuid::now_v7()),
+            agent_id: agent,
+            content: entry.content.clone(),
+            metadata: entry.metadata.clone(),
+            tags: entry.tags.clone(),
+            dedupe_key: entry.dedupe_key.clone(),
+            created_at: from_ms(now_ms()),
+        };
+        let metadata = serde_json::to_string(&stored.metadata)
+            .map_err(|e| Error::InvalidArchival(e.to_string()))?;
+        let tags = serde_json::to_string(&stored.tags)
+            .map_err(|e| Error::InvalidArchival(e.to_string()))?;
+        sqlx::query(
+            "INSERT INTO archival_memories (id, agent_id, content, metadata, tags, dedupe_key, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(stored.id.to_string())
+        .bind(agent.to_string())
+        .bind(stored.content.clone())
+        .bind(metadata)
+        .bind(tags)
+        .bind(stored.dedupe_key.clone())
+        .bind(stored.created_at.timestamp_millis())
+        .execute(&mut *conn)
+        .await?;
+        for tag in &stored.tags {
+            sqlx::query(
+                "INSERT INTO archival_tags (archival_id, agent_id, tag) VALUES ($1, $2, $3)",
+            )
+            .bind(stored.id.to_string())
+            .bind(agent.to_string())
+            .bind(tag.clone())
+            .execute(&mut *conn)
+            .await?;
+        }
+        written.push(out.len());
+        out.push(stored);
+    }
+    let items: Vec<_> = written
+        .iter()
+        .map(|&i| {
+            let e = &out[i];
+            (
+                ContentType::Archival,
+                e.id.to_string(),
+                agent,
+                e.content.as_str(),
+            )
+        })
+        .collect();
+    content_written(conn, ctx, &items).await?;
+    Ok(out)
+}
+
+pub(crate) async fn delete_archival(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+    id: ArchivalId,
+) -> Result<u64> {
+    lock_agent(conn, agent).await?;
+    let done = sqlx::query("DELETE FROM archival_memories WHERE id = $1 AND agent_id = $2")
+        .bind(id.to_string())
+        .bind(agent.to_string())
+        .execute(&mut *conn)
+        .await?;
+    if done.rows_affected() > 0 {
+        // Explicitly, not by cascade (SQLite cascades only with foreign_keys on).
+        sqlx::query("DELETE FROM archival_tags WHERE archival_id = $1")
+            .bind(id.to_string())
+            .execute(&mut *conn)
+            .await?;
+        content_removed(conn, ctx, &[(ContentType::Archival, id.to_string(), agent)]).await?;
+    }
+    Ok(done.rows_affected())
+}
+
+// ---------------------------------------------------------------------------------------------
+// content reads
+
+fn row_agent(row: &AnyRow, index: usize) -> Result<AgentId> {
+    let text: String = row.try_get(index)?;
+    Ok(AgentId(parse_uuid(&text)?))
+}
+
+/// `SELECT id, agent, created_at, text-source FROM ...` for one content type; `tail` follows.
+fn content_select(t: ContentType) -> &'static str {
+    match t {
+        ContentType::Message => {
+            "SELECT m.id, m.agent_id, m.created_at, m.content FROM messages m WHERE NOT m.archived AND NOT m.deleted"
+        }
+        ContentType::Block => {
+            "SELECT m.id, m.owner_agent_id, m.created_at, m.value FROM memory_blocks m WHERE 1 = 1"
+        }
+        ContentType::Archival => {
+            "SELECT m.id, m.agent_id, m.created_at, m.content FROM archival_memories m WHERE 1 = 1"
+        }
+    }
+}
+
+fn content_from_row(t: ContentType, row: &AnyRow) -> Result<ContentRow> {
+    let id: String = row.try_get(0)?;
+    let raw: String = row.try_get(3)?;
+    let text = match t {
+        ContentType::Message => message_text(&decode_content(&raw)?),
+        _ => raw,
+    };
+    Ok(ContentRow {
+        content: ContentRef::new(t, id),
+        agent_id: row_agent(row, 1)?,
+        created_at: from_ms(row.try_get(2)?),
+        text,
+    })
+}
+
+/// The live rows among `refs` (visible to `agent` when given), keyed by ref.
+pub(crate) async fn load_live(
+    conn: &mut AnyConnection,
+    refs: &[ContentRef],
+    agent: Option<AgentId>,
+) -> Result<HashMap<ContentRef, ContentRow>> {
+    let mut out = HashMap::with_capacity(refs.len());
+    for t in ContentType::ALL {
+        let mut ids: Vec<&str> = refs
+            .iter()
+            .filter(|r| r.content_type == t)
+            .map(|r| r.id.as_str())
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        for chunk in fixed_chunks(&ids) {
+            let sql = format!(
+                "{} AND m.id IN {}",
+                content_select(t),
+                placeholders(1, chunk.len(), 1)
+            );
+            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for id in chunk {
+                q = q.bind((*id).to_owned());
+            }
+            for row in q.fetch_all(&mut *conn).await? {
+                let row = content_from_row(t, &row)?;
+                out.insert(row.content.clone(), row);
+            }
+        }
+    }
+    if let Some(agent) = agent {
+        let blocks: Vec<&str> = out
+            .keys()
+            .filter(|r| r.content_type == ContentType::Block)
+            .map(|r| r.id.as_str())
+            .collect();
+        let mut visible = HashSet::new();
+        for chunk in fixed_chunks(&blocks) {
+            let sql = format!(
+                "SELECT block_id FROM memory_block_access WHERE agent_id = $1 AND block_id IN {}",
+                placeholders(1, chunk.len(), 2)
+            );
+            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(agent.to_string());
+            for id in chunk {
+                q = q.bind((*id).to_owned());
+            }
+            for row in q.fetch_all(&mut *conn).await? {
+                visible.insert(row.try_get::<String, _>(0)?);
+            }
+        }
+        out.retain(|r, row| match r.content_type {
+            ContentType::Block => visible.contains(&r.id),
+            _ => row.agent_id == agent,
+        });
+    }
+    Ok(out)
+}
+
+/// Every agent with access to each of these blocks.
+pub(crate) async fn block_agents(
+    conn: &mut AnyConnection,
+    blocks: &[&str],
+) -> Result<HashMap<String, Vec<AgentId>>> {
+    let mut out: HashMap<String, Vec<AgentId>> = HashMap::new();
+    for chunk in fixed_chunks(blocks) {
+        let sql = format!(
+            "SELECT block_id, agent_id FROM memory_block_access WHERE block_id IN {}",
+            placeholders(1, chunk.len(), 1)
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for id in chunk {
+            q = q.bind((*id).to_owned());
+        }
+        for row in q.fetch_all(&mut *conn).await? {
+            out.entry(row.try_get(0)?)
+                .or_default()
+                .push(row_agent(&row, 1)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Live content of one type after id `after`, in id order.
+pub(crate) async fn live_page(
+    conn: &mut AnyConnection,
+    t: ContentType,
+    after: &str,
+    limit: i64,
+) -> Result<Vec<ContentRow>> {
+    let sql = format!("{} AND m.id > $1 ORDER BY m.id LIMIT $2", content_select(t));
+    sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(after.to_owned())
+        .bind(limit)
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|row| content_from_row(t, row))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// embedding model and jobs
+
+pub(crate) async fn load_model(conn: &mut AnyConnection) -> Result<Option<EmbeddingModelInfo>> {
+    let row =
+        sqlx::query("SELECT name, dimension, file_hash FROM embedding_model WHERE singleton = 1")
+            .fetch_optional(&mut *conn)
+            .await?;
+    row.map(|row| {
+        let dimension: i64 = row.try_get(1)?;
+        Ok(EmbeddingModelInfo {
+            name: row.try_get(0)?,
+            dimension: u32::try_from(dimension)
+                .map_err(|_| Error::Corrupt(format!("stored dimension {dimension}")))?,
+            file_hash: row.try_get(2)?,
+        })
+    })
+    .transpose()
+}
+
+fn check_model(info: &EmbeddingModelInfo) -> Result<()> {
+    if info.name.is_empty() || info.dimension == 0 || info.file_hash.is_empty() {
+        return Err(Error::InvalidEmbedding(
+            "a model needs a name, a positive dimension and a file hash".into(),
+        ));
+    }
+    Ok(())
+}
+
+async fn store_model(conn: &mut AnyConnection, info: &EmbeddingModelInfo) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO embedding_model (singleton, name, dimension, file_hash, registered_at) \
+         VALUES (1, $1, $2, $3, $4) ON CONFLICT (singleton) DO UPDATE SET name = excluded.name, \
+         dimension = excluded.dimension, file_hash = excluded.file_hash, registered_at = excluded.registered_at",
+    )
+    .bind(info.name.clone())
+    .bind(i64::from(info.dimension))
+    .bind(info.file_hash.clone())
+    .bind(now_ms())
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+pub(crate) async fn register_model(
+    conn: &mut AnyConnection,
+    info: &EmbeddingModelInfo,
+) -> Result<()> {
+    check_model(info)?;
+    match load_model(conn).await? {
+        Some(stored) if &stored == info => Ok(()),
+        Some(stored) => Err(Error::EmbeddingModelMismatch {
+            stored,
+            requested: info.clone(),
+        }),
+        None => store_model(conn, info).await,
+    }
+}
+
+/// Queues jobs for live content of every type; `skip_current` leaves out content whose vector
+/// already matches its text. Returns jobs written.
+async fn queue_all(conn: &mut AnyConnection, skip_current: bool) -> Result<u64> {
+    let mut queued = 0;
+    for t in ContentType::ALL {
+        let mut after = String::new();
+        loop {
+            let page = live_page(conn, t, &after, PAGE).await?;
+            let Some(last) = page.last() else { break };
+            after = last.content.id.clone();
+            let mut current: HashMap<String, String> = HashMap::new();
+            if skip_current {
+                let ids: Vec<&str> = page.iter().map(|r| r.content.id.as_str()).collect();
+                for chunk in fixed_chunks(&ids) {
+                    let sql = format!(
+                        "SELECT content_id, text_hash FROM embeddings WHERE content_type = $1 AND content_id IN {}",
+                        placeholders(1, chunk.len(), 2)
+                    );
+                    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t.as_str());
+                    for id in chunk {
+                        q = q.bind((*id).to_owned());
+                    }
+                    for row in q.fetch_all(&mut *conn).await? {
+                        current.insert(row.try_get(0)?, row.try_get(1)?);
+                    }
+                }
+            }
+            let jobs: Vec<_> = page
+                .iter()
+                .filter(|r| !(t == ContentType::Message && r.text.is_empty()))
+                .filter_map(|r| {
+                    let hash = text_hash(&r.text);
+                    (current.get(&r.content.id) != Some(&hash)).then_some((
+                        t,
+                        r.content.id.as_str(),
+                        r.agent_id,
+                        hash,
+                    ))
+                })
+                .collect();
+            queued += upsert_jobs(conn, &jobs, false).await?;
+            if (page.len() as i64) < PAGE {
+                break;
+            }
+        }
+    }
+    Ok(queued)
+}
+
+pub(crate) async fn reset_embeddings(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    info: &EmbeddingModelInfo,
+) -> Result<u64> {
+    check_model(info)?;
+    change_lock(conn, ctx.backend).await?;
+    sqlx::query(
+        "INSERT INTO search_changes (content_type, content_id, agent_id, kind) \
+         SELECT content_type, content_id, agent_id, 'delete' FROM embeddings ORDER BY content_type, content_id",
+    )
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("DELETE FROM embeddings")
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("DELETE FROM embedding_jobs")
+        .execute(&mut *conn)
+        .await?;
+    store_model(conn, info).await?;
+    queue_all(conn, false).await
+}
+
+pub(crate) async fn backfill(conn: &mut AnyConnection) -> Result<u64> {
+    queue_all(conn, true).await
+}
+
+pub(crate) async fn enqueue(conn: &mut AnyConnection, content: &ContentRef) -> Result<()> {
+    let live = load_live(conn, std::slice::from_ref(content), None).await?;
+    let Some(row) = live.get(content) else {
+        return Err(Error::ContentNotFound(content.clone()));
+    };
+    upsert_jobs(
+        conn,
+        &[(
+            content.content_type,
+            content.id.as_str(),
+            row.agent_id,
+            text_hash(&row.text),
+        )],
+        true,
+    )
+    .await?;
+    Ok(())
+}
+
+fn lease_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
+}
+
+async fn delete_job(conn: &mut AnyConnection, c: &ContentRef) -> Result<()> {
+    sqlx::query("DELETE FROM embedding_jobs WHERE content_type = $1 AND content_id = $2")
+        .bind(c.content_type.as_str())
+        .bind(c.id.clone())
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+pub(crate) async fn claim(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    limit: usize,
+    lease: Duration,
+) -> Result<Vec<EmbeddingJob>> {
+    let now = now_ms();
+    let lock = match ctx.backend {
+        Backend::Sqlite => "",
+        Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+    };
+    let sql = format!(
+        "SELECT content_type, content_id, attempts FROM embedding_jobs \
+         WHERE next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until <= $1) \
+         ORDER BY created_at, content_type, content_id LIMIT $2{lock}"
+    );
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(now)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut due = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let t: String = row.try_get(0)?;
+        let id: String = row.try_get(1)?;
+        let attempts: i64 = row.try_get(2)?;
+        due.push((ContentRef::new(t.parse()?, id), attempts));
+    }
+    let refs: Vec<ContentRef> = due.iter().map(|(c, _)| c.clone()).collect();
+    let live = load_live(conn, &refs, None).await?;
+    let until = now + lease_ms(lease);
+    let mut out = Vec::with_capacity(due.len());
+    for (content, attempts) in due {
+        let Some(row) = live.get(&content) else {
+            delete_job(conn, &content).await?;
+            continue;
+        };
+        let hash = text_hash(&row.text);
+        sqlx::query(
+            "UPDATE embedding_jobs SET claimed_until = $1, text_hash = $2 \
+             WHERE content_type = $3 AND content_id = $4",
+        )
+        .bind(until)
+        .bind(hash.clone())
+        .bind(content.content_type.as_str())
+        .bind(content.id.clone())
+        .execute(&mut *conn)
+        .await?;
+        out.push(EmbeddingJob {
+            content,
+            agent_id: row.agent_id,
+            text: row.text.clone(),
+            text_hash: hash,
+            attempts,
+        });
+    }
+    Ok(out)
+}
+
+pub(crate) async fn store(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    vectors: &[NewVector],
+) -> Result<StoreReport> {
+    let Some(model) = load_model(conn).await? else {
+        return Err(Error::EmbeddingModelNotRegistered);
+    };
+    for v in vectors {
+        if v.vector.len() != model.dimension as usize {
+            return Err(Error::EmbeddingDimension {
+                content: v.content.clone(),
+                expected: model.dimension,
+                got: v.vector.len(),
+            });
+        }
+        if v.vector.iter().any(|x| !x.is_finite()) {
+            return Err(Error::InvalidEmbedding(format!(
+                "vector for {} has a non-finite value",
+                v.content
+            )));
+        }
+    }
+    change_lock(conn, ctx.backend).await?;
+    let refs: Vec<ContentRef> = vectors.iter().map(|v| v.content.clone()).collect();
+    let live = load_live(conn, &refs, None).await?;
+    let mut report = StoreReport::default();
+    for v in vectors {
+        let Some(row) = live.get(&v.content) else {
+            delete_job(conn, &v.content).await?;
+            report.gone.push(v.content.clone());
+            continue;
+        };
+        if text_hash(&row.text) != v.text_hash {
+            sqlx::query(
+                "UPDATE embedding_jobs SET claimed_until = NULL WHERE content_type = $1 AND content_id = $2",
+            )
+            .bind(v.content.content_type.as_str())
+            .bind(v.content.id.clone())
+            .execute(&mut *conn)
+            .await?;
+            report.stale.push(v.content.clone());
+            continue;
+        }
+        sqlx::query(
+            "INSERT INTO embeddings (content_type, content_id, agent_id, text_hash, dimension, vector, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (content_type, content_id) DO UPDATE SET \
+             agent_id = excluded.agent_id, text_hash = excluded.text_hash, dimension = excluded.dimension, \
+             vector = excluded.vector, created_at = excluded.created_at",
+        )
+        .bind(v.content.content_type.as_str())
+        .bind(v.content.id.clone())
+        .bind(row.agent_id.to_string())
+        .bind(v.text_hash.clone())
+        .bind(v.vector.len() as i64)
+        .bind(encode_vector(&v.vector))
+        .bind(row.created_at.timestamp_millis())
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query(
+            "DELETE FROM embedding_jobs WHERE content_type = $1 AND content_id = $2 AND text_hash = $3",
+        )
+        .bind(v.content.content_type.as_str())
+        .bind(v.content.id.clone())
+        .bind(v.text_hash.clone())
+        .execute(&mut *conn)
+        .await?;
+        log_changes(
+            conn,
+            ctx.backend,
+            &[(
+                v.content.content_type,
+                v.content.id.as_str(),
+                row.agent_id,
+                ChangeKind::Vector,
+            )],
+        )
+        .await?;
+        report.stored.push(v.content.clone());
+    }
+    Ok(report)
+}
+
+pub(crate) async fn fail(
+    conn: &mut AnyConnection,
+    failures: &[(ContentRef, String)],
+    retry_at: DateTime<Utc>,
+) -> Result<u64> {
+    let mut n = 0;
+    for (content, error) in failures {
+        n += sqlx::query(
+            "UPDATE embedding_jobs SET attempts = attempts + 1, last_error = $1, next_attempt_at = $2, \
+             claimed_until = NULL WHERE content_type = $3 AND content_id = $4",
+        )
+        .bind(error.clone())
+        .bind(retry_at.timestamp_millis())
+        .bind(content.content_type.as_str())
+        .bind(content.id.clone())
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    }
+    Ok(n)
+}
+
+// ---------------------------------------------------------------------------------------------
+// change log and vectors
+
+pub(crate) async fn changes_after(
+    conn: &mut AnyConnection,
+    cursor: i64,
+    limit: usize,
+) -> Result<Vec<SearchChange>> {
+    sqlx::query(
+        "SELECT seq, content_type, content_id, agent_id, kind FROM search_changes \
+         WHERE seq > $1 ORDER BY seq LIMIT $2",
+    )
+    .bind(cursor)
+    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+    .fetch_all(&mut *conn)
+    .await?
+    .iter()
+    .map(|row| {
+        let t: String = row.try_get(1)?;
+        let kind: String = row.try_get(4)?;
+        Ok(SearchChange {
+            seq: row.try_get(0)?,
+            content: ContentRef::new(t.parse()?, row.try_get::<String, _>(2)?),
+            agent_id: row_agent(row, 3)?,
+            kind: kind.parse()?,
+        })
+    })
+    .collect()
+}
+
+pub(crate) async fn changes_head(conn: &mut AnyConnection) -> Result<i64> {
+    let head: Option<i64> = sqlx::query("SELECT MAX(seq) FROM search_changes")
+        .fetch_one(&mut *conn)
+        .await?
+        .try_get(0)?;
+    Ok(head.unwrap_or(0))
+}
+
+pub(crate) async fn prune_changes(conn: &mut AnyConnection, upto: i64) -> Result<u64> {
+    let floor: Option<i64> = sqlx::query("SELECT MIN(seq) FROM search_consumers")
+        .fetch_one(&mut *conn)
+        .await?
+        .try_get(0)?;
+    let upto = floor.map_or(upto, |f| f.min(upto));
+    Ok(sqlx::query("DELETE FROM search_changes WHERE seq <= $1")
+        .bind(upto)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected())
+}
+
+pub(crate) async fn set_cursor(conn: &mut AnyConnection, name: &str, seq: i64) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO search_consumers (name, seq, updated_at) VALUES ($1, $2, $3) \
+         ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, updated_at = excluded.updated_at",
+    )
+    .bind(name.to_owned())
+    .bind(seq)
+    .bind(now_ms())
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+fn vector_from_row(row: &AnyRow) -> Result<VectorRow> {
+    let t: String = row.try_get(0)?;
+    let bytes: Vec<u8> = row.try_get(5)?;
+    Ok(VectorRow {
+        content: ContentRef::new(t.parse()?, row.try_get::<String, _>(1)?),
+        agent_id: row_agent(row, 2)?,
+        created_at: from_ms(row.try_get(3)?),
+        vector: decode_vector(&bytes, row.try_get(4)?)?,
+    })
+}
+
+const VECTOR_COLUMNS: &str = "content_type, content_id, agent_id, created_at, dimension, vector";
+
+pub(crate) async fn vectors_page(
+    conn: &mut AnyConnection,
+    after: Option<&ContentRef>,
+    limit: usize,
+) -> Result<Vec<VectorRow>> {
+    let (t, id) = after.map_or(("", ""), |c| (c.content_type.as_str(), c.id.as_str()));
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {VECTOR_COLUMNS} FROM embeddings WHERE content_type > $1 OR (content_type = $1 AND content_id > $2) \
+         ORDER BY content_type, content_id LIMIT $3"
+    )))
+    .bind(t.to_owned())
+    .bind(id.to_owned())
+    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+    .fetch_all(&mut *conn)
+    .await?
+    .iter()
+    .map(vector_from_row)
+    .collect()
+}
+
+pub(crate) async fn vectors_for(
+    conn: &mut AnyConnection,
+    contents: &[ContentRef],
+) -> Result<Vec<VectorRow>> {
+    let mut found: HashMap<ContentRef, VectorRow> = HashMap::new();
+    for t in ContentType::ALL {
+        let ids: Vec<&str> = contents
+            .iter()
+            .filter(|c| c.content_type == t)
+            .map(|c| c.id.as_str())
+            .collect();
+        for chunk in fixed_chunks(&ids) {
+            let sql = format!(
+                "SELECT {VECTOR_COLUMNS} FROM embeddings WHERE content_type = $1 AND content_id IN {}",
+                placeholders(1, chunk.len(), 2)
+            );
+            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t.as_str());
+            for id in chunk {
+                q = q.bind((*id).to_owned());
+            }
+            for row in q.fetch_all(&mut *conn).await? {
+                let v = vector_from_row(&row)?;
+                found.insert(v.content.clone(), v);
+            }
+        }
+    }
+    Ok(contents.iter().filter_map(|c| found.remove(c)).collect())
+}
+
+// ---------------------------------------------------------------------------------------------
+// PostgreSQL full-text search
+
+/// Full-text search on PostgreSQL: `plainto_tsquery('english', ...)` (plain words, never query
+/// syntax) against the stored tsvector columns, ranked by `ts_rank_cd`, live rows only.
+pub(crate) async fn search_pg(
+    pool: &AnyPool,
+    query: &str,
+    opts: &TextSearch,
+) -> Result<Vec<TextHit>> {
+    let mut n = 1;
+    let mut next = || {
+        n += 1;
+        n
+    };
+    let agent = opts.agent.map(|_| next());
+    let from = opts.from.map(|_| next());
+    let to = opts.to.map(|_| next());
+    let limit = next();
+    let filters = |agent_column: Option<&str>, at: &str| {
+        let mut f = String::new();
+        if let (Some(p), Some(col)) = (agent, agent_column) {
+            f.push_str(&format!(" AND {col} = ${p}"));
+        }
+        if let Some(p) = from {
+            f.push_str(&format!(" AND {at} >= ${p}"));
+        }
+        if let Some(p) = to {
+            f.push_str(&format!(" AND {at} < ${p}"));
+        }
+        f
+    };
+    let mut parts = Vec::new();
+    if opts.wants(ContentType::Archival) {
+        parts.push(format!(
+            "SELECT 'archival' AS ct, a.id AS cid, a.agent_id AS aid, a.created_at AS at, a.content AS body, \
+             ts_rank_cd(a.search_tsv, q.q) AS score FROM archival_memories a, q WHERE a.search_tsv @@ q.q{}",
+            filters(Some("a.agent_id"), "a.created_at")
+        ));
+    }
+    if opts.wants(ContentType::Block) {
+        let access = agent.map_or(String::new(), |p| {
+            format!(
+                " AND EXISTS (SELECT 1 FROM memory_block_access x WHERE x.block_id = b.id AND x.agent_id = ${p})"
+            )
+        });
+        parts.push(format!(
+            "SELECT 'block', b.id, b.owner_agent_id, b.created_at, b.value, ts_rank_cd(b.search_tsv, q.q) \
+             FROM memory_blocks b, q WHERE b.search_tsv @@ q.q{access}{}",
+            filters(None, "b.created_at")
+        ));
+    }
+    if opts.wants(ContentType::Message) {
+        parts.push(format!(
+            "SELECT 'message', m.id, m.agent_id, m.created_at, m.content, ts_rank_cd(m.search_tsv, q.q) \
+             FROM messages m, q WHERE m.search_tsv @@ q.q AND NOT m.archived AND NOT m.deleted{}",
+            filters(Some("m.agent_id"), "m.created_at")
+        ));
+    }
+    let sql = format!(
+        "WITH q AS (SELECT plainto_tsquery('english'::regconfig, $1) AS q) \
+         SELECT ct, cid, aid, at, body, score FROM ({}) hits ORDER BY score DESC, at DESC, cid LIMIT ${limit}",
+        parts.join(" UNION ALL ")
+    );
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(query.to_owned());
+    if let Some(a) = opts.agent {
+        q = q.bind(a.to_string());
+    }
+    if let Some(f) = opts.from {
+        q = q.bind(f.timestamp_millis());
+    }
+    if let Some(t) = opts.to {
+        q = q.bind(t.timestamp_millis());
+    }
+    q = q.bind(opts.limit as i64);
+    let mut out = Vec::new();
+    for row in q.fetch_all(pool).await? {
+        let t: ContentType = row.try_get::<String, _>(0)?.parse()?;
+        let body: String = row.try_get(4)?;
+        let text = match t {
+            ContentType::Message => message_text(&decode_content(&body)?),
+            _ => body,
+        };
+        out.push(TextHit {
+            content: ContentRef::new(t, row.try_get::<String, _>(1)?),
+            agent_id: row_agent(&row, 2)?,
+            created_at: from_ms(row.try_get(3)?),
+            score: row.try_get::<f32, _>(5)?,
+            text,
+        });
+    }
+    Ok(out)
+}
