@@ -42,7 +42,7 @@ pub struct IndexFilter {
     pub kinds: u8,
     /// Created at or after (ms).
     pub from_ms: Option<i64>,
-    /// Created at or before (ms).
+    /// Created before (ms, exclusive, as `pattern_db`'s `TextSearch`).
     pub to_ms: Option<i64>,
 }
 
@@ -59,7 +59,7 @@ impl IndexFilter {
         if self.from_ms.is_some_and(|from| meta.created_at_ms < from) {
             return false;
         }
-        if self.to_ms.is_some_and(|to| meta.created_at_ms > to) {
+        if self.to_ms.is_some_and(|to| meta.created_at_ms >= to) {
             return false;
         }
         true
@@ -410,7 +410,7 @@ mod tests {
         assert_eq!(ix.search(&[1.0, 0.0], 10, &kinds).unwrap()[0].0, 2);
         let window = IndexFilter {
             from_ms: Some(15),
-            to_ms: Some(25),
+            to_ms: Some(30),
             ..Default::default()
         };
         let got = ix.search(&[1.0, 0.0], 10, &window).unwrap();

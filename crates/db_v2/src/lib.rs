@@ -9,13 +9,16 @@
 //! This crate is the only one naming `fastembed` and `ort`. It must never write SQL (storage is
 //! `pattern_db`'s), never block a writer on embedding, and never mix vectors of two models.
 
+mod constellation;
 mod embedder;
 mod error;
 #[cfg(feature = "fastembed")]
 mod fastembed;
 mod fusion;
 pub mod index;
+mod options;
 
+pub use constellation::{ConstellationDb, EmbedConfig, EmbedStatus, Progress};
 pub use embedder::Embedder;
 pub use error::{Error, Result};
 #[cfg(feature = "fastembed")]
@@ -25,3 +28,4 @@ pub use fastembed::{
 };
 pub use fusion::{RRF_K, reciprocal_rank_fusion};
 pub use index::{EntryMeta, IndexFilter, VectorIndex};
+pub use options::{SearchHit, SearchMode, SearchOptions};
