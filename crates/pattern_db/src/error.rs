@@ -315,8 +315,9 @@ pub enum Error {
     /// The database holds vectors of another embedding model.
     #[error(
         "the database holds vectors of embedding model {stored}, not {requested}: mixing them \
-         would make search meaningless. Keep the stored model, or re-embed everything with the \
-         new one (`pattern-db reembed`, i.e. `Database::reset_embeddings`)"
+         would make search meaningless. Use the stored model, or re-embed everything with the \
+         new one (the re-embed command, `Database::reset_embeddings`: it deletes the stored \
+         vectors and queues every live content for embedding)"
     )]
     EmbeddingModelMismatch {
         /// The model the stored vectors belong to.

@@ -277,26 +277,43 @@ pub(crate) async fn insert_archival(
     entries: &[NewArchival],
 ) -> Result<Vec<ArchivalEntry>> {
     lock_agent(conn, agent).await?;
-    let mut out: Vec<ArchivalEntry> = Vec::with_capacity(entries.len());
-    let mut written = Vec::new();
     for entry in entries {
         entry.validate(ctx.max_content_bytes)?;
-        if let Some(key) = &entry.dedupe_key {
-            if let Some(existing) = out.iter().find(|e| e.dedupe_key.as_ref() == Some(key)) {
-                out.push(existing.clone());
-                continue;
+    }
+    // Entries already stored under their dedupe keys, read in a few statements.
+    let mut keys: Vec<&str> = entries
+        .iter()
+        .filter_map(|e| e.dedupe_key.as_deref())
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let mut existing: HashMap<String, ArchivalEntry> = HashMap::new();
+    for chunk in fixed_chunks(&keys) {
+        let sql = format!(
+            "SELECT {ARCHIVAL_COLUMNS} FROM archival_memories a WHERE a.agent_id = $1 AND a.dedupe_key IN {}",
+            placeholders(1, chunk.len(), 2)
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(agent.to_string());
+        for key in chunk {
+            q = q.bind((*key).to_owned());
+        }
+        for row in q.fetch_all(&mut *conn).await? {
+            let entry = archival_from_row(&row)?;
+            if let Some(key) = entry.dedupe_key.clone() {
+                existing.insert(key, entry);
             }
-            let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-                "SELECT {ARCHIVAL_COLUMNS} FROM archival_memories a WHERE a.agent_id = $1 AND a.dedupe_key = $2"
-            )))
-            .bind(agent.to_string())
-            .bind(key.clone())
-            .fetch_optional(&mut *conn)
-            .await?;
-            if let Some(row) = row {
-                out.push(archival_from_row(&row)?);
-                continue;
-            }
+        }
+    }
+    let now = from_ms(now_ms());
+    let mut out: Vec<ArchivalEntry> = Vec::with_capacity(entries.len());
+    // (index in `out`, metadata JSON, tags JSON) of the rows to insert.
+    let mut new_rows: Vec<(usize, String, String)> = Vec::new();
+    for entry in entries {
+        if let Some(key) = &entry.dedupe_key
+            && let Some(found) = existing.get(key)
+        {
+            out.push(found.clone());
+            continue;
         }
         let stored = ArchivalEntry {
             id: ArchivalId(Uuid::now_v7()),
@@ -305,42 +322,62 @@ pub(crate) async fn insert_archival(
             metadata: entry.metadata.clone(),
             tags: entry.tags.clone(),
             dedupe_key: entry.dedupe_key.clone(),
-            created_at: from_ms(now_ms()),
+            created_at: now,
         };
         let metadata = serde_json::to_string(&stored.metadata)
             .map_err(|e| Error::InvalidArchival(e.to_string()))?;
         let tags = serde_json::to_string(&stored.tags)
             .map_err(|e| Error::InvalidArchival(e.to_string()))?;
-        sqlx::query(
-            "INSERT INTO archival_memories (id, agent_id, content, metadata, tags, dedupe_key, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        )
-        .bind(stored.id.to_string())
-        .bind(agent.to_string())
-        .bind(stored.content.clone())
-        .bind(metadata)
-        .bind(tags)
-        .bind(stored.dedupe_key.clone())
-        .bind(stored.created_at.timestamp_millis())
-        .execute(&mut *conn)
-        .await?;
-        for tag in &stored.tags {
-            sqlx::query(
-                "INSERT INTO archival_tags (archival_id, agent_id, tag) VALUES ($1, $2, $3)",
-            )
-            .bind(stored.id.to_string())
-            .bind(agent.to_string())
-            .bind(tag.clone())
-            .execute(&mut *conn)
-            .await?;
+        if let Some(key) = &stored.dedupe_key {
+            existing.insert(key.clone(), stored.clone());
         }
-        written.push(out.len());
+        new_rows.push((out.len(), metadata, tags));
         out.push(stored);
     }
-    let items: Vec<_> = written
+    for chunk in fixed_chunks(&new_rows) {
+        let sql = format!(
+            "INSERT INTO archival_memories (id, agent_id, content, metadata, tags, dedupe_key, created_at) VALUES {}",
+            placeholders(chunk.len(), 7, 1)
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for (i, metadata, tags) in chunk {
+            let e = &out[*i];
+            q = q
+                .bind(e.id.to_string())
+                .bind(agent.to_string())
+                .bind(e.content.clone())
+                .bind(metadata.clone())
+                .bind(tags.clone())
+                .bind(e.dedupe_key.clone())
+                .bind(e.created_at.timestamp_millis());
+        }
+        q.execute(&mut *conn).await?;
+    }
+    let tag_rows: Vec<(String, &str)> = new_rows
         .iter()
-        .map(|&i| {
-            let e = &out[i];
+        .flat_map(|(i, _, _)| {
+            let e = &out[*i];
+            e.tags.iter().map(move |t| (e.id.to_string(), t.as_str()))
+        })
+        .collect();
+    for chunk in fixed_chunks(&tag_rows) {
+        let sql = format!(
+            "INSERT INTO archival_tags (archival_id, agent_id, tag) VALUES {}",
+            placeholders(chunk.len(), 3, 1)
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for (id, tag) in chunk {
+            q = q
+                .bind(id.clone())
+                .bind(agent.to_string())
+                .bind((*tag).to_owned());
+        }
+        q.execute(&mut *conn).await?;
+    }
+    let items: Vec<_> = new_rows
+        .iter()
+        .map(|(i, _, _)| {
+            let e = &out[*i];
             (
                 ContentType::Archival,
                 e.id.to_string(),
@@ -975,13 +1012,35 @@ pub(crate) async fn vectors_for(
 // ---------------------------------------------------------------------------------------------
 // PostgreSQL full-text search
 
-/// Full-text search on PostgreSQL: `plainto_tsquery('english', ...)` (plain words, never query
-/// syntax) against the stored tsvector columns, ranked by `ts_rank_cd`, live rows only.
+/// Full-text search on PostgreSQL: the query's words normalised by the 'english' configuration
+/// (never read as query syntax), any of them matching the stored tsvector columns, ranked by
+/// `ts_rank_cd`, live rows only.
 pub(crate) async fn search_pg(
     pool: &AnyPool,
     query: &str,
     opts: &TextSearch,
 ) -> Result<Vec<TextHit>> {
+    // The words, as the 'english' configuration normalises them (stemmed, stop words dropped);
+    // then an OR of exactly those lexemes, built here so no user text is read as tsquery syntax.
+    // PostgreSQL text cannot hold NUL, which no word contains anyway.
+    let plain = query.replace('\0', " ");
+    let lexemes: Vec<String> = sqlx::query(
+        "SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('english'::regconfig, $1)))",
+    )
+    .bind(plain)
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(|r| r.try_get::<String, _>(0))
+    .collect::<Result<_, _>>()?;
+    if lexemes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let tsquery = lexemes
+        .iter()
+        .map(|l| format!("'{}'", l.replace('\\', "\\\\").replace('\'', "''")))
+        .collect::<Vec<_>>()
+        .join(" | ");
     let mut n = 1;
     let mut next = || {
         n += 1;
@@ -1019,24 +1078,26 @@ pub(crate) async fn search_pg(
             )
         });
         parts.push(format!(
-            "SELECT 'block', b.id, b.owner_agent_id, b.created_at, b.value, ts_rank_cd(b.search_tsv, q.q) \
+            "SELECT 'block' AS ct, b.id AS cid, b.owner_agent_id AS aid, b.created_at AS at, b.value AS body, \
+             ts_rank_cd(b.search_tsv, q.q) AS score \
              FROM memory_blocks b, q WHERE b.search_tsv @@ q.q{access}{}",
             filters(None, "b.created_at")
         ));
     }
     if opts.wants(ContentType::Message) {
         parts.push(format!(
-            "SELECT 'message', m.id, m.agent_id, m.created_at, m.content, ts_rank_cd(m.search_tsv, q.q) \
+            "SELECT 'message' AS ct, m.id AS cid, m.agent_id AS aid, m.created_at AS at, m.content AS body, \
+             ts_rank_cd(m.search_tsv, q.q) AS score \
              FROM messages m, q WHERE m.search_tsv @@ q.q AND NOT m.archived AND NOT m.deleted{}",
             filters(Some("m.agent_id"), "m.created_at")
         ));
     }
     let sql = format!(
-        "WITH q AS (SELECT plainto_tsquery('english'::regconfig, $1) AS q) \
+        "WITH q AS (SELECT $1::tsquery AS q) \
          SELECT ct, cid, aid, at, body, score FROM ({}) hits ORDER BY score DESC, at DESC, cid LIMIT ${limit}",
         parts.join(" UNION ALL ")
     );
-    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(query.to_owned());
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(tsquery);
     if let Some(a) = opts.agent {
         q = q.bind(a.to_string());
     }

@@ -16,6 +16,7 @@ mod conformance;
 mod crash;
 mod ids;
 mod props;
+mod search;
 
 use pattern_db::testkit::TestDb;
 use pattern_db::{Database, DbConfig};
