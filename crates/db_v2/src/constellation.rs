@@ -89,7 +89,7 @@ pub struct EmbedStatus {
 /// Progress of [`ConstellationDb::reembed`] and [`ConstellationDb::backfill`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Progress {
-    /// Jobs finished (vector stored, or content gone).
+    /// Jobs finished (by anyone: this call, the worker, other processes).
     pub done: u64,
     /// Jobs there were to do at the start (more may arrive meanwhile).
     pub total: u64,
@@ -160,6 +160,29 @@ impl ConstellationDb {
         Self::open(db, embedder, embed).await
     }
 
+    /// Wrap an open database without an embedder: full-text search and archival memory only
+    /// (Vector and Hybrid are [`Error::VectorSearchNotConfigured`]; Auto is full-text).
+    pub fn fts_only(db: Database) -> Self {
+        let config = EmbedConfig::default();
+        let (wake, _) = mpsc::channel(1);
+        let (stop, _) = watch::channel(None);
+        Self {
+            inner: Arc::new(Inner {
+                db,
+                embedder: None,
+                config,
+                index: RwLock::new(VectorIndex::new(0)),
+                cursor: Mutex::new(0),
+                wake,
+                embedded: AtomicU64::new(0),
+                failures: AtomicU64::new(0),
+                last_error: StdMutex::new(None),
+                stop,
+                worker: StdMutex::new(None),
+            }),
+        }
+    }
+
     /// Wrap an open database. With an embedder: registers (or checks) its model, so vectors of
     /// two models never mix ([`Error::EmbeddingModelMismatch`] names the re-embed command),
     /// loads the vector index and starts the worker, which first picks up jobs left by a crash.
@@ -171,8 +194,11 @@ impl ConstellationDb {
         embedder: Option<Arc<dyn Embedder>>,
         config: EmbedConfig,
     ) -> Result<Self> {
-        let dimension = embedder.as_ref().map_or(0, |e| e.dimension());
-        if let Some(e) = &embedder {
+        let Some(e) = embedder.as_ref() else {
+            return Ok(Self::fts_only(db));
+        };
+        let dimension = e.dimension();
+        {
             db.register_embedding_model(model_info(e.as_ref())?)
                 .await
                 .map_err(map_mismatch)?;
@@ -193,11 +219,9 @@ impl ConstellationDb {
             worker: StdMutex::new(None),
         });
         let this = Self { inner };
-        if this.inner.embedder.is_some() {
-            this.load_index().await?;
-            let worker = tokio::spawn(worker_loop(Arc::clone(&this.inner), wake_rx, stop_rx));
-            *lock(&this.inner.worker) = Some(worker);
-        }
+        this.load_index().await?;
+        let worker = tokio::spawn(worker_loop(Arc::clone(&this.inner), wake_rx, stop_rx));
+        *lock(&this.inner.worker) = Some(worker);
         Ok(this)
     }
 
@@ -485,29 +509,31 @@ impl ConstellationDb {
         Ok(queued)
     }
 
-    /// Embed in the foreground until no job is due (the worker may help; claims keep them apart).
+    /// Embed in the foreground until no job is left (the worker helps; claims keep them apart).
+    /// Progress is measured on the database (jobs left), so work done by the worker or another
+    /// process counts too.
     async fn run_to_completion(&self, progress: &mut (dyn FnMut(Progress) + Send)) -> Result<()> {
         let total = self.inner.db.pending_embedding_jobs().await?;
-        let mut done = 0u64;
-        progress(Progress { done, total });
+        progress(Progress { done: 0, total });
         loop {
             let round = run_round(&self.inner).await?;
-            done += round.finished;
+            let pending = self.inner.db.pending_embedding_jobs().await?;
             progress(Progress {
-                done: done.min(total.max(done)),
-                total: total.max(done),
+                done: total.saturating_sub(pending),
+                total,
             });
+            if pending == 0 {
+                break;
+            }
+            if round.failed {
+                // The jobs stay queued with their backoff; the worker keeps retrying them.
+                return Err(Error::Embed(
+                    lock(&self.inner.last_error)
+                        .clone()
+                        .unwrap_or_else(|| "embedding failed".to_owned()),
+                ));
+            }
             if round.claimed == 0 {
-                if self.inner.db.pending_embedding_jobs().await? == 0 {
-                    break;
-                }
-                if round.failed {
-                    return Err(Error::Embed(
-                        lock(&self.inner.last_error)
-                            .clone()
-                            .unwrap_or_else(|| "embedding failed".to_owned()),
-                    ));
-                }
                 // Jobs claimed by another worker or not yet due: wait for them.
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
@@ -660,7 +686,6 @@ async fn catch_up(inner: &Inner) -> Result<()> {
 /// What one claim-embed-store round did.
 struct Round {
     claimed: u64,
-    finished: u64,
     failed: bool,
 }
 
@@ -677,7 +702,6 @@ async fn run_round(inner: &Inner) -> Result<Round> {
     let Some(embedder) = inner.embedder.as_ref() else {
         return Ok(Round {
             claimed: 0,
-            finished: 0,
             failed: false,
         });
     };
@@ -688,7 +712,6 @@ async fn run_round(inner: &Inner) -> Result<Round> {
     if jobs.is_empty() {
         return Ok(Round {
             claimed: 0,
-            finished: 0,
             failed: false,
         });
     }
@@ -718,7 +741,6 @@ async fn run_round(inner: &Inner) -> Result<Round> {
                 .fetch_add(report.stored.len() as u64, Ordering::Relaxed);
             Ok(Round {
                 claimed,
-                finished: (report.stored.len() + report.gone.len()) as u64,
                 failed: false,
             })
         }
@@ -743,8 +765,7 @@ async fn run_round(inner: &Inner) -> Result<Round> {
             }
             Ok(Round {
                 claimed,
-                finished: 0,
-                failed: true,
+                    failed: true,
             })
         }
     }

@@ -3,7 +3,13 @@
 //! `pipeline`) and a retrieval-quality set (`quality`). Database cases run on SQLite and
 //! PostgreSQL (the testkit starts a private server when `PATTERN_TEST_PG_URL` is unset).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs,
+    unreachable_pub
+)]
 
 mod common;
 mod pipeline;
