@@ -355,9 +355,10 @@ impl ConstellationDb {
             .as_ref()
             .ok_or(Error::VectorSearchNotConfigured)?;
         let texts = [query.to_owned()];
-        let mut vectors = tokio::time::timeout(self.inner.config.embed_timeout, embedder.embed(&texts))
-            .await
-            .map_err(|_| Error::EmbedTimeout(self.inner.config.embed_timeout))??;
+        let mut vectors =
+            tokio::time::timeout(self.inner.config.embed_timeout, embedder.embed(&texts))
+                .await
+                .map_err(|_| Error::EmbedTimeout(self.inner.config.embed_timeout))??;
         check_output(embedder.as_ref(), 1, &vectors)?;
         let q = vectors.pop().ok_or(Error::InvalidVector)?;
         self.catch_up().await?;
@@ -759,13 +760,13 @@ async fn run_round(inner: &Inner) -> Result<Round> {
             }
             for (attempts, failures) in groups {
                 let delay = backoff(&inner.config, attempts);
-                let retry_at = Utc::now()
-                    + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
+                let retry_at =
+                    Utc::now() + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
                 inner.db.fail_embedding_jobs(failures, retry_at).await?;
             }
             Ok(Round {
                 claimed,
-                    failed: true,
+                failed: true,
             })
         }
     }

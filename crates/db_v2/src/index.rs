@@ -501,6 +501,9 @@ mod tests {
                 .filter(|h| exact.iter().any(|e| e.0 == h.0))
                 .count();
         }
-        assert!(agree >= 198, "only {agree}/200 of the exact top-10 hits found");
+        assert!(
+            agree >= 198,
+            "only {agree}/200 of the exact top-10 hits found"
+        );
     }
 }

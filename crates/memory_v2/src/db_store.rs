@@ -25,7 +25,9 @@
 
 use async_trait::async_trait;
 use db_v2::{ConstellationDb, SearchHit, SearchOptions};
-use pattern_db::{AgentId, ArchivalEntry, ArchivalId, Database, ListArchival, NewArchival, StoredBlock};
+use pattern_db::{
+    AgentId, ArchivalEntry, ArchivalId, Database, ListArchival, NewArchival, StoredBlock,
+};
 
 use crate::block::{BlockType, BlockVersion, MemoryBlock, NewMemoryBlock, Permission, WriteAuth};
 use crate::error::{Error, Result};
@@ -408,6 +410,33 @@ impl MemoryEditor for DbMemoryStore {
     }
 }
 
+#[async_trait]
+impl ArchivalMemory for DbMemoryStore {
+    async fn insert_archival(&self, agent: AgentId, new: NewArchival) -> Result<ArchivalEntry> {
+        Ok(self.search.insert_archival(agent, new).await?)
+    }
+
+    async fn archival(&self, agent: AgentId, id: ArchivalId) -> Result<ArchivalEntry> {
+        Ok(self.search.archival(agent, id).await?)
+    }
+
+    async fn list_archival(
+        &self,
+        agent: AgentId,
+        list: ListArchival,
+    ) -> Result<Vec<ArchivalEntry>> {
+        Ok(self.search.list_archival(agent, list).await?)
+    }
+
+    async fn delete_archival(&self, agent: AgentId, id: ArchivalId) -> Result<bool> {
+        Ok(self.search.delete_archival(agent, id).await?)
+    }
+
+    async fn search(&self, query: &str, options: &SearchOptions) -> Result<Vec<SearchHit>> {
+        Ok(self.search.search(query, options).await?)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -439,28 +468,5 @@ mod tests {
             Err(Error::NeedsApproval { .. })
         ));
         assert!(check("l", P::Human, rewrite, Approved).is_ok());
-    }
-}
-
-#[async_trait]
-impl ArchivalMemory for DbMemoryStore {
-    async fn insert_archival(&self, agent: AgentId, new: NewArchival) -> Result<ArchivalEntry> {
-        Ok(self.search.insert_archival(agent, new).await?)
-    }
-
-    async fn archival(&self, agent: AgentId, id: ArchivalId) -> Result<ArchivalEntry> {
-        Ok(self.search.archival(agent, id).await?)
-    }
-
-    async fn list_archival(&self, agent: AgentId, list: ListArchival) -> Result<Vec<ArchivalEntry>> {
-        Ok(self.search.list_archival(agent, list).await?)
-    }
-
-    async fn delete_archival(&self, agent: AgentId, id: ArchivalId) -> Result<bool> {
-        Ok(self.search.delete_archival(agent, id).await?)
-    }
-
-    async fn search(&self, query: &str, options: &SearchOptions) -> Result<Vec<SearchHit>> {
-        Ok(self.search.search(query, options).await?)
     }
 }

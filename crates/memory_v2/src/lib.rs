@@ -17,7 +17,9 @@ mod store;
 
 pub use block::{BlockType, BlockVersion, MemoryBlock, NewMemoryBlock, Permission, WriteAuth};
 pub use db_store::DbMemoryStore;
-pub use error::{Error, Result};
 pub use db_v2::{SearchHit, SearchMode, SearchOptions};
-pub use pattern_db::{ArchivalEntry, ArchivalId, ContentRef, ContentType, ListArchival, NewArchival};
+pub use error::{Error, Result};
+pub use pattern_db::{
+    ArchivalEntry, ArchivalId, ContentRef, ContentType, ListArchival, NewArchival,
+};
 pub use store::{ArchivalMemory, MemoryEditor, MemoryStore};

@@ -65,7 +65,11 @@ pub async fn fresh(backend: Backend) -> TestDb {
 }
 
 pub async fn agent(db: &ConstellationDb, name: &str) -> AgentId {
-    db.db().create_agent(NewAgent::named(name)).await.unwrap().id
+    db.db()
+        .create_agent(NewAgent::named(name))
+        .await
+        .unwrap()
+        .id
 }
 
 /// Deterministic embedder: each lower-cased word hashed (FNV-1a) into one of `dim` buckets.
@@ -88,7 +92,10 @@ impl HashEmbedder {
 
     pub fn vector(&self, text: &str) -> Vec<f32> {
         let mut v = vec![0.0f32; self.dim];
-        for word in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
+        for word in text
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+        {
             let mut h: u64 = 0xcbf29ce484222325;
             for b in word.to_lowercase().bytes() {
                 h ^= u64::from(b);

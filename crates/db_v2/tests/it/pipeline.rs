@@ -24,7 +24,12 @@ async fn assert_vectors_match(db: &ConstellationDb, hasher: &HashEmbedder, refs:
     assert_eq!(vectors.len(), rows.len(), "every live content has a vector");
     for (row, v) in rows.iter().zip(&vectors) {
         assert_eq!(row.content, v.content);
-        assert_eq!(v.vector, hasher.vector(&row.text), "vector of {}", row.content);
+        assert_eq!(
+            v.vector,
+            hasher.vector(&row.text),
+            "vector of {}",
+            row.content
+        );
     }
 }
 
@@ -180,7 +185,10 @@ async fn follows_other_writers(backend: Backend) {
         .unwrap();
     assert!(writer.wait_idle(Duration::from_secs(30)).await.unwrap());
     let hits = reader
-        .search("written elsewhere", &SearchOptions::mode(SearchMode::Vector))
+        .search(
+            "written elsewhere",
+            &SearchOptions::mode(SearchMode::Vector),
+        )
         .await
         .unwrap();
     assert_eq!(hits[0].content, ContentRef::archival(e.id));
@@ -240,7 +248,14 @@ async fn crash_child() {
     for i in 0..5 {
         version = db
             .db()
-            .write_block(ada, "notes", version, format!("value {i}"), "replace", &["admin"])
+            .write_block(
+                ada,
+                "notes",
+                version,
+                format!("value {i}"),
+                "replace",
+                &["admin"],
+            )
             .await
             .unwrap();
     }
@@ -252,7 +267,12 @@ async fn crash_child() {
 async fn crash_leaves_nothing_behind(backend: Backend) {
     let tdb: TestDb = fresh(backend).await;
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "pipeline::crash_child", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "pipeline::crash_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, &tdb.url)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -280,10 +300,13 @@ async fn crash_leaves_nothing_behind(backend: Backend) {
     let agents = db.db().agents().await.unwrap();
     let ada = agents[0].id;
     let entries = db
-        .list_archival(ada, ListArchival {
+        .list_archival(
+            ada,
+            ListArchival {
                 limit: 1000,
                 ..Default::default()
-            })
+            },
+        )
         .await
         .unwrap();
     assert_eq!(entries.len(), 120);

@@ -65,7 +65,11 @@ async fn meaning_and_exact_terms(backend: Backend) {
     assert_eq!(rank(&fts, &refs[2]), Some(0), "{fts:?}");
     let vector = db.search(q, &opts(SearchMode::Vector)).await.unwrap();
     let vector_rank = rank(&vector, &refs[2]);
-    assert_ne!(vector_rank, Some(0), "vectors unexpectedly exact: {vector:?}");
+    assert_ne!(
+        vector_rank,
+        Some(0),
+        "vectors unexpectedly exact: {vector:?}"
+    );
     let hybrid = db.search(q, &opts(SearchMode::Hybrid)).await.unwrap();
     assert_eq!(rank(&hybrid, &refs[2]), Some(0), "{hybrid:?}");
 
@@ -149,7 +153,8 @@ async fn without_embedder(backend: Backend) {
         Err(Error::EmptyQuery)
     ));
     assert!(matches!(
-        db.search(&"x".repeat(20_000), &SearchOptions::default()).await,
+        db.search(&"x".repeat(20_000), &SearchOptions::default())
+            .await,
         Err(Error::QueryTooLong { .. })
     ));
     for q in ["multi-agent", "\"unbalanced", "AND (", "*", "🙂"] {
@@ -158,4 +163,8 @@ async fn without_embedder(backend: Backend) {
     tdb.cleanup().await.unwrap();
 }
 
-crate::both_backends!(meaning_and_exact_terms, filters_and_deletes, without_embedder);
+crate::both_backends!(
+    meaning_and_exact_terms,
+    filters_and_deletes,
+    without_embedder
+);

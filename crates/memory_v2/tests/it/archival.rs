@@ -72,7 +72,10 @@ async fn archival_crud_and_fts(kind: Backend) {
     mem.insert_archival(ada, NewArchival::text("Buy oat milk."))
         .await
         .unwrap();
-    let listed = mem.list_archival(ada, ListArchival::default()).await.unwrap();
+    let listed = mem
+        .list_archival(ada, ListArchival::default())
+        .await
+        .unwrap();
     assert_eq!(listed.len(), 2);
     let tagged = mem
         .list_archival(
@@ -121,9 +124,13 @@ async fn vector_search_with_embedder(kind: Backend) {
         poll_interval: Duration::from_millis(50),
         ..EmbedConfig::default()
     };
-    let cdb = ConstellationDb::connect(tdb.config(), Some(Arc::new(Words) as Arc<dyn Embedder>), config)
-        .await
-        .unwrap();
+    let cdb = ConstellationDb::connect(
+        tdb.config(),
+        Some(Arc::new(Words) as Arc<dyn Embedder>),
+        config,
+    )
+    .await
+    .unwrap();
     let store = DbMemoryStore::with_search(cdb.clone());
     let ada = agent(&store, "ada").await;
     let e = store
