@@ -160,7 +160,8 @@ fn download(cache: &Path, wheel: &Wheel) -> Result<PathBuf> {
         .arg(&dir)
         .args(wheel.pip_args)
         .arg(wheel.requirement);
-    cmd::run(&mut command).context("downloading a wheel with pip (is python3 with pip installed?)")?;
+    cmd::run(&mut command)
+        .context("downloading a wheel with pip (is python3 with pip installed?)")?;
     match find_wheel(&dir, wheel.file_prefix)? {
         Some(found) => Ok(found),
         None => bail!(
