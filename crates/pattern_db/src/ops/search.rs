@@ -710,12 +710,33 @@ fn lease_ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
 }
 
-async fn delete_job(conn: &mut AnyConnection, c: &ContentRef) -> Result<()> {
-    sqlx::query("DELETE FROM embedding_jobs WHERE content_type = $1 AND content_id = $2")
-        .bind(c.content_type.as_str())
-        .bind(c.id.clone())
-        .execute(&mut *conn)
-        .await?;
+/// Runs `head` (a statement ending in `content_type = $k AND content_id IN`, whose first
+/// parameters are `leading`) for the ids of each content type in `refs`, a few ids at a time.
+async fn for_each_type(
+    conn: &mut AnyConnection,
+    head: &str,
+    leading: &[i64],
+    refs: &[&ContentRef],
+) -> Result<()> {
+    for t in ContentType::ALL {
+        let ids: Vec<&str> = refs
+            .iter()
+            .filter(|r| r.content_type == t)
+            .map(|r| r.id.as_str())
+            .collect();
+        for chunk in fixed_chunks(&ids) {
+            let sql = format!("{head} {}", placeholders(1, chunk.len(), leading.len() + 2));
+            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for value in leading {
+                q = q.bind(*value);
+            }
+            q = q.bind(t.as_str());
+            for id in chunk {
+                q = q.bind((*id).to_owned());
+            }
+            q.execute(&mut *conn).await?;
+        }
+    }
     Ok(())
 }
 
@@ -731,7 +752,7 @@ pub(crate) async fn claim(
         Backend::Postgres => " FOR UPDATE SKIP LOCKED",
     };
     let sql = format!(
-        "SELECT content_type, content_id, attempts FROM embedding_jobs \
+        "SELECT content_type, content_id, attempts, text_hash FROM embedding_jobs \
          WHERE next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until <= $1) \
          ORDER BY created_at, content_type, content_id LIMIT $2{lock}"
     );
@@ -745,28 +766,32 @@ pub(crate) async fn claim(
         let t: String = row.try_get(0)?;
         let id: String = row.try_get(1)?;
         let attempts: i64 = row.try_get(2)?;
-        due.push((ContentRef::new(t.parse()?, id), attempts));
+        let hash: String = row.try_get(3)?;
+        due.push((ContentRef::new(t.parse()?, id), attempts, hash));
     }
-    let refs: Vec<ContentRef> = due.iter().map(|(c, _)| c.clone()).collect();
+    let refs: Vec<ContentRef> = due.iter().map(|(c, _, _)| c.clone()).collect();
     let live = load_live(conn, &refs, None).await?;
     let until = now + lease_ms(lease);
     let mut out = Vec::with_capacity(due.len());
-    for (content, attempts) in due {
+    let mut gone = Vec::new();
+    for (content, attempts, stored_hash) in due {
         let Some(row) = live.get(&content) else {
-            delete_job(conn, &content).await?;
+            gone.push(content);
             continue;
         };
         let hash = text_hash(&row.text);
-        sqlx::query(
-            "UPDATE embedding_jobs SET claimed_until = $1, text_hash = $2 \
-             WHERE content_type = $3 AND content_id = $4",
-        )
-        .bind(until)
-        .bind(hash.clone())
-        .bind(content.content_type.as_str())
-        .bind(content.id.clone())
-        .execute(&mut *conn)
-        .await?;
+        if hash != stored_hash {
+            // The text changed without its job being refreshed: the job follows the text, so
+            // storing the vector of this text completes it.
+            sqlx::query(
+                "UPDATE embedding_jobs SET text_hash = $1 WHERE content_type = $2 AND content_id = $3",
+            )
+            .bind(hash.clone())
+            .bind(content.content_type.as_str())
+            .bind(content.id.clone())
+            .execute(&mut *conn)
+            .await?;
+        }
         out.push(EmbeddingJob {
             content,
             agent_id: row.agent_id,
@@ -775,6 +800,22 @@ pub(crate) async fn claim(
             attempts,
         });
     }
+    let gone: Vec<&ContentRef> = gone.iter().collect();
+    for_each_type(
+        conn,
+        "DELETE FROM embedding_jobs WHERE content_type = $1 AND content_id IN",
+        &[],
+        &gone,
+    )
+    .await?;
+    let claimed: Vec<&ContentRef> = out.iter().map(|j| &j.content).collect();
+    for_each_type(
+        conn,
+        "UPDATE embedding_jobs SET claimed_until = $1 WHERE content_type = $2 AND content_id IN",
+        &[until],
+        &claimed,
+    )
+    .await?;
     Ok(out)
 }
 
@@ -805,59 +846,89 @@ pub(crate) async fn store(
     let refs: Vec<ContentRef> = vectors.iter().map(|v| v.content.clone()).collect();
     let live = load_live(conn, &refs, None).await?;
     let mut report = StoreReport::default();
+    // The last vector given for a content wins.
+    let mut keep: HashMap<&ContentRef, (&NewVector, &ContentRow)> = HashMap::new();
+    let mut order: Vec<&ContentRef> = Vec::new();
     for v in vectors {
         let Some(row) = live.get(&v.content) else {
-            delete_job(conn, &v.content).await?;
             report.gone.push(v.content.clone());
             continue;
         };
         if text_hash(&row.text) != v.text_hash {
-            sqlx::query(
-                "UPDATE embedding_jobs SET claimed_until = NULL WHERE content_type = $1 AND content_id = $2",
-            )
-            .bind(v.content.content_type.as_str())
-            .bind(v.content.id.clone())
-            .execute(&mut *conn)
-            .await?;
             report.stale.push(v.content.clone());
             continue;
         }
-        sqlx::query(
+        if keep.insert(&v.content, (v, row)).is_none() {
+            order.push(&v.content);
+        }
+    }
+    let gone: Vec<&ContentRef> = report.gone.iter().collect();
+    for_each_type(
+        conn,
+        "DELETE FROM embedding_jobs WHERE content_type = $1 AND content_id IN",
+        &[],
+        &gone,
+    )
+    .await?;
+    // A stale job stays, unclaimed, for its new text.
+    let stale: Vec<&ContentRef> = report.stale.iter().collect();
+    for_each_type(
+        conn,
+        "UPDATE embedding_jobs SET claimed_until = NULL WHERE content_type = $1 AND content_id IN",
+        &[],
+        &stale,
+    )
+    .await?;
+    let rows: Vec<(&NewVector, &ContentRow)> =
+        order.iter().filter_map(|c| keep.get(c).copied()).collect();
+    for chunk in fixed_chunks(&rows) {
+        let sql = format!(
             "INSERT INTO embeddings (content_type, content_id, agent_id, text_hash, dimension, vector, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (content_type, content_id) DO UPDATE SET \
+             VALUES {} ON CONFLICT (content_type, content_id) DO UPDATE SET \
              agent_id = excluded.agent_id, text_hash = excluded.text_hash, dimension = excluded.dimension, \
              vector = excluded.vector, created_at = excluded.created_at",
-        )
-        .bind(v.content.content_type.as_str())
-        .bind(v.content.id.clone())
-        .bind(row.agent_id.to_string())
-        .bind(v.text_hash.clone())
-        .bind(v.vector.len() as i64)
-        .bind(encode_vector(&v.vector))
-        .bind(row.created_at.timestamp_millis())
-        .execute(&mut *conn)
-        .await?;
-        sqlx::query(
-            "DELETE FROM embedding_jobs WHERE content_type = $1 AND content_id = $2 AND text_hash = $3",
-        )
-        .bind(v.content.content_type.as_str())
-        .bind(v.content.id.clone())
-        .bind(v.text_hash.clone())
-        .execute(&mut *conn)
-        .await?;
-        log_changes(
-            conn,
-            ctx.backend,
-            &[(
+            placeholders(chunk.len(), 7, 1)
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for (v, row) in chunk {
+            q = q
+                .bind(v.content.content_type.as_str())
+                .bind(v.content.id.clone())
+                .bind(row.agent_id.to_string())
+                .bind(v.text_hash.clone())
+                .bind(v.vector.len() as i64)
+                .bind(encode_vector(&v.vector))
+                .bind(row.created_at.timestamp_millis());
+        }
+        q.execute(&mut *conn).await?;
+        // A job is done only if it is still for this text (a concurrent write may have refreshed
+        // it for a newer one).
+        let sql = format!(
+            "DELETE FROM embedding_jobs WHERE (content_type, content_id, text_hash) IN (VALUES {})",
+            placeholders(chunk.len(), 3, 1)
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for (v, _) in chunk {
+            q = q
+                .bind(v.content.content_type.as_str())
+                .bind(v.content.id.clone())
+                .bind(v.text_hash.clone());
+        }
+        q.execute(&mut *conn).await?;
+    }
+    let changes: Vec<_> = rows
+        .iter()
+        .map(|(v, row)| {
+            (
                 v.content.content_type,
                 v.content.id.as_str(),
                 row.agent_id,
                 ChangeKind::Vector,
-            )],
-        )
-        .await?;
-        report.stored.push(v.content.clone());
-    }
+            )
+        })
+        .collect();
+    log_changes(conn, ctx.backend, &changes).await?;
+    report.stored = rows.iter().map(|(v, _)| v.content.clone()).collect();
     Ok(report)
 }
 
