@@ -7,7 +7,9 @@
 //! Commands:
 //!
 //! - `setup` — idempotently install what the project needs (PostgreSQL server
-//!   binaries) and create the ignored `.cache/` folder.
+//!   binaries, the offline embedding model and ONNX Runtime under
+//!   `.cache/models/` and `.cache/onnxruntime/`) and create the ignored
+//!   `.cache/` folder.
 //! - `pg start|stop|status` — a throwaway PostgreSQL cluster on 127.0.0.1
 //!   (port `PATTERN_PG_PORT`, default 55432); `start` prints its URL.
 //! - `tidy` — repository rules: `//!` docs on every file, dependency
@@ -26,6 +28,7 @@ mod demo;
 mod guard;
 mod pg;
 mod setup;
+mod setup_embedding;
 mod setup_llama;
 mod tidy;
 mod workspace;

@@ -43,6 +43,10 @@ const STEPS: &[Step] = &[
         run: postgresql,
     },
     Step {
+        name: "embedding model",
+        run: crate::setup_embedding::embedding_model,
+    },
+    Step {
         name: "llama.cpp server",
         run: crate::setup_llama::llama_server,
     },

@@ -24,16 +24,20 @@
 //! This module must never write a block except through `pattern_db`'s checked write.
 
 use async_trait::async_trait;
-use pattern_db::{AgentId, Database, StoredBlock};
+use db_v2::{ConstellationDb, SearchHit, SearchOptions};
+use pattern_db::{
+    AgentId, ArchivalEntry, ArchivalId, Database, ListArchival, NewArchival, StoredBlock,
+};
 
 use crate::block::{BlockType, BlockVersion, MemoryBlock, NewMemoryBlock, Permission, WriteAuth};
 use crate::error::{Error, Result};
-use crate::store::{MemoryEditor, MemoryStore};
+use crate::store::{ArchivalMemory, MemoryEditor, MemoryStore};
 
 /// A [`MemoryStore`] over a `pattern_db` database (SQLite or PostgreSQL). Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct DbMemoryStore {
     db: Database,
+    search: ConstellationDb,
 }
 
 /// Which kind of change, for the permission rules.
@@ -127,9 +131,26 @@ fn to_block(stored: StoredBlock) -> Result<MemoryBlock> {
 }
 
 impl DbMemoryStore {
-    /// A store over `db`.
+    /// A store over `db`, with full-text search only (no embedder).
     pub fn new(db: Database) -> Self {
-        Self { db }
+        Self {
+            search: ConstellationDb::fts_only(db.clone()),
+            db,
+        }
+    }
+
+    /// A store over a [`ConstellationDb`]: archival passages and block values are embedded in
+    /// the background and searchable by vector and hybrid search.
+    pub fn with_search(search: ConstellationDb) -> Self {
+        Self {
+            db: search.db().clone(),
+            search,
+        }
+    }
+
+    /// The search layer underneath.
+    pub fn search_db(&self) -> &ConstellationDb {
+        &self.search
     }
 
     /// The database underneath.
@@ -386,6 +407,33 @@ impl MemoryEditor for DbMemoryStore {
                 },
                 other => other,
             })
+    }
+}
+
+#[async_trait]
+impl ArchivalMemory for DbMemoryStore {
+    async fn insert_archival(&self, agent: AgentId, new: NewArchival) -> Result<ArchivalEntry> {
+        Ok(self.search.insert_archival(agent, new).await?)
+    }
+
+    async fn archival(&self, agent: AgentId, id: ArchivalId) -> Result<ArchivalEntry> {
+        Ok(self.search.archival(agent, id).await?)
+    }
+
+    async fn list_archival(
+        &self,
+        agent: AgentId,
+        list: ListArchival,
+    ) -> Result<Vec<ArchivalEntry>> {
+        Ok(self.search.list_archival(agent, list).await?)
+    }
+
+    async fn delete_archival(&self, agent: AgentId, id: ArchivalId) -> Result<bool> {
+        Ok(self.search.delete_archival(agent, id).await?)
+    }
+
+    async fn search(&self, query: &str, options: &SearchOptions) -> Result<Vec<SearchHit>> {
+        Ok(self.search.search(query, options).await?)
     }
 }
 

@@ -94,9 +94,30 @@ pub enum Error {
     /// A malformed label, limit or other block field.
     #[error("invalid memory block request: {0}")]
     Invalid(String),
+    /// No archival passage with this id for this agent.
+    #[error("no archival passage {id} for agent {agent}")]
+    UnknownPassage {
+        /// The agent.
+        agent: pattern_db::AgentId,
+        /// The passage id asked for.
+        id: pattern_db::ArchivalId,
+    },
+    /// Search or embedding failed (empty query, vector search without an embedder, ...).
+    #[error(transparent)]
+    Search(db_v2::Error),
     /// The storage layer failed.
     #[error(transparent)]
     Db(pattern_db::Error),
+}
+
+impl From<db_v2::Error> for Error {
+    /// Storage errors keep their block and passage variants; the rest are [`Error::Search`].
+    fn from(e: db_v2::Error) -> Self {
+        match e {
+            db_v2::Error::Db(inner) => inner.into(),
+            other => Error::Search(other),
+        }
+    }
 }
 
 impl From<pattern_db::Error> for Error {
@@ -137,6 +158,8 @@ impl From<pattern_db::Error> for Error {
                 Error::Invalid(format!("label `{label}`: {reason}"))
             }
             D::InvalidBlock(reason) => Error::Invalid(reason),
+            D::ArchivalNotFound { agent, id } => Error::UnknownPassage { agent, id },
+            D::InvalidArchival(reason) => Error::Invalid(reason),
             other => Error::Db(other),
         }
     }

@@ -5,11 +5,13 @@
 //! a change based on a version other than the one the caller names (a stale version is
 //! [`Error::Conflict`](crate::Error::Conflict)).
 //!
-//! Two traits: [`MemoryStore`] is the read side, all that context building needs;
-//! [`MemoryEditor`] adds the versioned writes the agent's memory tools make.
+//! Three traits: [`MemoryStore`] is the read side, all that context building needs;
+//! [`MemoryEditor`] adds the versioned writes the agent's memory tools make; [`ArchivalMemory`]
+//! is archival memory (passages searched on demand) and search over all memory.
 
 use async_trait::async_trait;
-use pattern_db::AgentId;
+use db_v2::{SearchHit, SearchOptions};
+use pattern_db::{AgentId, ArchivalEntry, ArchivalId, ListArchival, NewArchival};
 
 use crate::block::{BlockVersion, MemoryBlock, NewMemoryBlock, Permission, WriteAuth};
 use crate::error::{Error, Result};
@@ -106,4 +108,27 @@ pub trait MemoryEditor: MemoryStore {
         with: AgentId,
         permission: Permission,
     ) -> Result<()>;
+}
+
+/// Archival memory (passages with metadata and tags, searched on demand, embedded in the
+/// background) and search over an agent's memory, delegating to `db_v2`.
+#[async_trait]
+pub trait ArchivalMemory: Send + Sync {
+    /// Store a passage for `agent`; its embedding is queued in the same transaction. A repeated
+    /// `dedupe_key` returns the stored passage and stores nothing.
+    async fn insert_archival(&self, agent: AgentId, new: NewArchival) -> Result<ArchivalEntry>;
+
+    /// One passage of `agent`.
+    async fn archival(&self, agent: AgentId, id: ArchivalId) -> Result<ArchivalEntry>;
+
+    /// `agent`'s passages, newest first (paged, optionally by tag).
+    async fn list_archival(&self, agent: AgentId, list: ListArchival)
+    -> Result<Vec<ArchivalEntry>>;
+
+    /// Delete a passage; true if it existed. It never appears in search again.
+    async fn delete_archival(&self, agent: AgentId, id: ArchivalId) -> Result<bool>;
+
+    /// Search messages, blocks and passages (full-text, vector, hybrid; see
+    /// [`SearchOptions`]). Set `options.agent` to search what one agent can see.
+    async fn search(&self, query: &str, options: &SearchOptions) -> Result<Vec<SearchHit>>;
 }

@@ -1,0 +1,59 @@
+//! Benches of the in-process vector index: search latency at 10k and 100k 384-dimension vectors
+//! (synthetic random unit vectors: the scan's cost does not depend on where vectors come from),
+//! int8 pre-selection + exact re-rank against a plain f32 scan. It must never touch a database
+//! or the model (those are in `pipeline.rs`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use db_v2::{EntryMeta, IndexFilter, VectorIndex};
+use rand::{Rng, SeedableRng};
+
+const DIM: usize = 384;
+
+fn random_vec(rng: &mut impl Rng) -> Vec<f32> {
+    (0..DIM).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+}
+
+fn build(n: usize) -> VectorIndex<u32> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+    let mut ix = VectorIndex::new(DIM);
+    ix.reserve(n);
+    for k in 0..n {
+        let meta = EntryMeta {
+            agent: None,
+            kind: (k % 3) as u8,
+            created_at_ms: k as i64,
+        };
+        ix.upsert(k as u32, meta, random_vec(&mut rng)).unwrap();
+    }
+    ix
+}
+
+fn search(c: &mut Criterion) {
+    let mut group = c.benchmark_group("vector_index");
+    group.sample_size(30);
+    for n in [10_000usize, 100_000] {
+        let ix = build(n);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(2);
+        let queries: Vec<Vec<f32>> = (0..64).map(|_| random_vec(&mut rng)).collect();
+        let filter = IndexFilter::default();
+        let mut i = 0;
+        group.bench_with_input(BenchmarkId::new("int8_rerank_top10", n), &n, |b, _| {
+            b.iter(|| {
+                i = (i + 1) % queries.len();
+                ix.search(&queries[i], 10, &filter).unwrap()
+            })
+        });
+        group.bench_with_input(BenchmarkId::new("exact_f32_top10", n), &n, |b, _| {
+            b.iter(|| {
+                i = (i + 1) % queries.len();
+                ix.search_exact(&queries[i], 10, &filter).unwrap()
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, search);
+criterion_main!(benches);

@@ -1,0 +1,215 @@
+//! [`FastEmbedder`]: the default [`Embedder`], all-MiniLM-L6-v2 (int8 ONNX, 384 dimensions, mean
+//! pooling, at most 256 tokens) run by fastembed on ONNX Runtime loaded dynamically from a file
+//! `cargo xtask setup` installed. It must never download anything, never panic on a missing file
+//! or library (typed errors name `cargo xtask setup`), and never run the blocking model on an
+//! async worker thread (it runs in `spawn_blocking`, behind a mutex, because fastembed's `embed`
+//! takes `&mut self`).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fastembed::{
+    InitOptionsUserDefined, Pooling, TextEmbedding, TokenizerFiles, UserDefinedEmbeddingModel,
+};
+use sha2::{Digest, Sha256};
+
+use crate::embedder::Embedder;
+use crate::error::{Error, Result};
+
+/// The model folder under the project's cache folder (where `cargo xtask setup` puts it).
+pub const MODEL_FOLDER: &str = "models/all-minilm-l6-v2";
+/// The ONNX Runtime library under the project's cache folder.
+pub const RUNTIME_LIBRARY: &str = "onnxruntime/libonnxruntime.so.1.24.4";
+/// Environment variable naming the model folder.
+pub const MODEL_DIR_ENV: &str = "PATTERN_MODEL_DIR";
+/// Environment variable naming the ONNX Runtime library file.
+pub const ORT_LIBRARY_ENV: &str = "PATTERN_ORT_LIBRARY";
+/// Name recorded in the database for this model.
+pub const MODEL_NAME: &str = "all-MiniLM-L6-v2-int8";
+/// Texts per model call.
+pub const BATCH_SIZE: usize = 32;
+/// Maximum tokens per text (the model's own limit; longer text is embedded from its start).
+pub const MAX_TOKENS: usize = 256;
+
+/// Where the model files and the runtime library are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelPaths {
+    /// Folder with `model.onnx`, `tokenizer.json`, `config.json`, `special_tokens_map.json`,
+    /// `tokenizer_config.json`.
+    pub model_dir: PathBuf,
+    /// The `libonnxruntime.so.1.24.x` file.
+    pub runtime_library: PathBuf,
+}
+
+impl ModelPaths {
+    /// The layout `cargo xtask setup` creates under a cache folder (`<project>/.cache`).
+    pub fn in_cache(cache_dir: &Path) -> Self {
+        Self {
+            model_dir: cache_dir.join(MODEL_FOLDER),
+            runtime_library: cache_dir.join(RUNTIME_LIBRARY),
+        }
+    }
+
+    /// Paths from the environment: `PATTERN_MODEL_DIR` (else `.cache/models/all-minilm-l6-v2`
+    /// under the current directory, the project root) and `PATTERN_ORT_LIBRARY` (else
+    /// `ORT_DYLIB_PATH`, else the library two folders above the model folder, where setup puts
+    /// it). Relative paths are made absolute against the current directory.
+    pub fn from_env() -> Self {
+        let cwd = std::env::current_dir().unwrap_or_default();
+        let model_dir = std::env::var_os(MODEL_DIR_ENV)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(".cache").join(MODEL_FOLDER));
+        let model_dir = cwd.join(model_dir);
+        let runtime_library = std::env::var_os(ORT_LIBRARY_ENV)
+            .or_else(|| std::env::var_os("ORT_DYLIB_PATH"))
+            .map(|p| cwd.join(p))
+            .unwrap_or_else(|| {
+                model_dir
+                    .parent()
+                    .and_then(Path::parent)
+                    .unwrap_or(&model_dir)
+                    .join(RUNTIME_LIBRARY)
+            });
+        Self {
+            model_dir,
+            runtime_library,
+        }
+    }
+}
+
+/// all-MiniLM-L6-v2 through fastembed.
+pub struct FastEmbedder {
+    model: Arc<Mutex<TextEmbedding>>,
+    dimension: usize,
+    hash: String,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for FastEmbedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FastEmbedder")
+            .field("dimension", &self.dimension)
+            .field("hash", &self.hash)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FastEmbedder {
+    /// Load the runtime and the model (about 0.6 s), then embed a probe sentence to learn the
+    /// dimension and prove the model runs. `timeout` bounds every later `embed` call.
+    pub async fn load(paths: &ModelPaths, timeout: Duration) -> Result<Self> {
+        let paths = paths.clone();
+        let loaded = tokio::task::spawn_blocking(move || load_blocking(&paths))
+            .await
+            .map_err(|e| Error::Embed(format!("model loading task failed: {e}")))??;
+        let (model, dimension, hash) = loaded;
+        Ok(Self {
+            model: Arc::new(Mutex::new(model)),
+            dimension,
+            hash,
+            timeout,
+        })
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|_| Error::ModelFilesMissing {
+        path: path.to_path_buf(),
+    })
+}
+
+fn load_blocking(paths: &ModelPaths) -> Result<(TextEmbedding, usize, String)> {
+    let dir = &paths.model_dir;
+    let onnx = read(&dir.join("model.onnx"))?;
+    let tokenizer_files = TokenizerFiles {
+        tokenizer_file: read(&dir.join("tokenizer.json"))?,
+        config_file: read(&dir.join("config.json"))?,
+        special_tokens_map_file: read(&dir.join("special_tokens_map.json"))?,
+        tokenizer_config_file: read(&dir.join("tokenizer_config.json"))?,
+    };
+    if !paths.runtime_library.is_file() {
+        return Err(Error::RuntimeLibraryMissing {
+            path: paths.runtime_library.clone(),
+            reason: "no such file".to_owned(),
+        });
+    }
+    // Loads the library once per process; a second call with the library already loaded is a
+    // no-op. The returned builder is not needed: sessions use the default environment.
+    ort::init_from(&paths.runtime_library).map_err(|e| Error::RuntimeLibraryMissing {
+        path: paths.runtime_library.clone(),
+        reason: e.to_string(),
+    })?;
+    let hash = hex(&Sha256::digest(&onnx));
+    let model = UserDefinedEmbeddingModel::new(onnx, tokenizer_files).with_pooling(Pooling::Mean);
+    let mut embedding = TextEmbedding::try_new_from_user_defined(
+        model,
+        InitOptionsUserDefined::new().with_max_length(MAX_TOKENS),
+    )
+    .map_err(|e| Error::ModelLoad {
+        dir: dir.clone(),
+        reason: e.to_string(),
+    })?;
+    let probe = embedding
+        .embed(["dimension probe"], Some(1))
+        .map_err(|e| Error::ModelLoad {
+            dir: dir.clone(),
+            reason: format!("probe embedding failed: {e}"),
+        })?;
+    let dimension = probe.first().map_or(0, Vec::len);
+    if dimension == 0 {
+        return Err(Error::ModelLoad {
+            dir: dir.clone(),
+            reason: "the model returned no vector".to_owned(),
+        });
+    }
+    Ok((embedding, dimension, hash))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+#[async_trait]
+impl Embedder for FastEmbedder {
+    fn name(&self) -> &str {
+        MODEL_NAME
+    }
+
+    fn dimension(&self) -> usize {
+        self.dimension
+    }
+
+    fn model_hash(&self) -> &str {
+        &self.hash
+    }
+
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let model = Arc::clone(&self.model);
+        let texts = texts.to_vec();
+        let task = tokio::task::spawn_blocking(move || {
+            let mut guard = model
+                .lock()
+                .map_err(|_| Error::Embed("a previous embedding call panicked".to_owned()))?;
+            guard
+                .embed(&texts, Some(BATCH_SIZE))
+                .map_err(|e| Error::Embed(e.to_string()))
+        });
+        // A timed-out call keeps running on its blocking thread (ONNX Runtime cannot be
+        // interrupted); the mutex makes the next call wait for it.
+        match tokio::time::timeout(self.timeout, task).await {
+            Err(_) => Err(Error::EmbedTimeout(self.timeout)),
+            Ok(Err(e)) => Err(Error::Embed(format!("embedding task failed: {e}"))),
+            Ok(Ok(result)) => result,
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! `db_v2`: search over `pattern_db`.
+//!
+//! - [`Embedder`]: text to vectors; [`FastEmbedder`] (default feature `fastembed`) runs
+//!   all-MiniLM-L6-v2 offline on ONNX Runtime loaded from the files `cargo xtask setup` installs.
+//! - [`VectorIndex`]: the in-process vector index (normalised vectors, int8 pre-selection and
+//!   exact re-ranking, filters on agent, content kind and time).
+//! - [`reciprocal_rank_fusion`]: the hybrid ranking (k = 60, best hit 1.0).
+//!
+//! This crate is the only one naming `fastembed` and `ort`. It must never write SQL (storage is
+//! `pattern_db`'s), never block a writer on embedding, and never mix vectors of two models.
+
+mod constellation;
+mod embedder;
+mod error;
+#[cfg(feature = "fastembed")]
+mod fastembed;
+mod fusion;
+pub mod index;
+mod options;
+
+pub use constellation::{ConstellationDb, EmbedConfig, EmbedStatus, Progress};
+pub use embedder::Embedder;
+pub use error::{Error, Result};
+#[cfg(feature = "fastembed")]
+pub use fastembed::{
+    BATCH_SIZE, FastEmbedder, MAX_TOKENS, MODEL_DIR_ENV, MODEL_FOLDER, MODEL_NAME, ModelPaths,
+    ORT_LIBRARY_ENV, RUNTIME_LIBRARY,
+};
+pub use fusion::{RRF_K, reciprocal_rank_fusion};
+pub use index::{EntryMeta, IndexFilter, VectorIndex};
+pub use options::{SearchHit, SearchMode, SearchOptions};

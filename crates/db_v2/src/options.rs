@@ -1,0 +1,93 @@
+//! Search requests and answers: [`SearchOptions`] (mode, content kinds, limit, agent, time range)
+//! and [`SearchHit`]. Plain data; it must never do I/O.
+
+use chrono::{DateTime, Utc};
+use pattern_db::{AgentId, ContentRef, ContentType};
+
+/// How to search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SearchMode {
+    /// Full-text only (tantivy on SQLite, tsvector on PostgreSQL): exact words, names, codes.
+    Fts,
+    /// Vectors only: meaning, different wording. Needs an embedder.
+    Vector,
+    /// Both, fused by reciprocal rank fusion. Needs an embedder.
+    Hybrid,
+    /// Hybrid when an embedder is configured, else full-text.
+    #[default]
+    Auto,
+}
+
+/// What to search and how.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SearchOptions {
+    /// The method.
+    pub mode: SearchMode,
+    /// Kinds of content to search; empty means all.
+    pub content_types: Vec<ContentType>,
+    /// Most hits to return (1..=`pattern_db::search::MAX_SEARCH_LIMIT`).
+    pub limit: usize,
+    /// Only content this agent can see (its messages and passages, blocks shared with it).
+    pub agent: Option<AgentId>,
+    /// Created at or after.
+    pub from: Option<DateTime<Utc>>,
+    /// Created before (exclusive).
+    pub to: Option<DateTime<Utc>>,
+}
+
+impl Default for SearchOptions {
+    fn default() -> Self {
+        Self {
+            mode: SearchMode::Auto,
+            content_types: Vec::new(),
+            limit: 10,
+            agent: None,
+            from: None,
+            to: None,
+        }
+    }
+}
+
+impl SearchOptions {
+    /// Default options with this mode.
+    pub fn mode(mode: SearchMode) -> Self {
+        Self {
+            mode,
+            ..Self::default()
+        }
+    }
+
+    /// Same options with this limit.
+    pub fn with_limit(mut self, limit: usize) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// Same options restricted to what `agent` can see.
+    pub fn for_agent(mut self, agent: AgentId) -> Self {
+        self.agent = Some(agent);
+        self
+    }
+
+    /// Same options restricted to these content kinds.
+    pub fn only(mut self, types: &[ContentType]) -> Self {
+        self.content_types = types.to_vec();
+        self
+    }
+}
+
+/// One search result, best first in an answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SearchHit {
+    /// The content.
+    pub content: ContentRef,
+    /// Its agent (a block's owner).
+    pub agent_id: AgentId,
+    /// Relevance: Fts the backend's score, Vector the cosine similarity, Hybrid the fused
+    /// rank score with the best hit at 1.0. Comparable only within one answer.
+    pub score: f32,
+    /// The content's current text.
+    pub text: String,
+    /// When the content was created.
+    pub created_at: DateTime<Utc>,
+}

@@ -1,0 +1,170 @@
+//! The real model end to end on both backends: meaning found by Vector/Hybrid that full-text
+//! misses, exact codes found by full-text that vectors rank low, filters, deletion, and the
+//! behaviour without an embedder.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use db_v2::{ConstellationDb, Embedder, Error, SearchMode, SearchOptions};
+use pattern_db::{AgentId, Backend, ContentRef, ContentType, NewArchival};
+
+use crate::common::{agent, fresh, model, open};
+
+const PASSAGES: &[&str] = &[
+    "The cat curled up on the warm windowsill and purred in the afternoon sun.",
+    "Quarterly revenue grew twelve percent after the new pricing took effect.",
+    "Ticket ZX-4471: the deploy script aborts when the build disk is full.",
+    "Ticket ZX-4417: login page shows a blank screen on old browsers.",
+    "Ticket QR-4471: nightly backup job skipped two tables.",
+    "Water the tomato plants every morning before it gets hot.",
+    "Ada prefers green tea to coffee when she works late.",
+    "The train to the coast leaves at seven from platform four.",
+    "Our dentist moved her practice to the other side of town.",
+    "The guitar needs new strings before Saturday's concert.",
+];
+
+async fn seed(db: &ConstellationDb, who: AgentId) -> Vec<ContentRef> {
+    let entries = db
+        .insert_archival_many(
+            who,
+            PASSAGES.iter().map(|p| NewArchival::text(*p)).collect(),
+        )
+        .await
+        .unwrap();
+    assert!(db.wait_idle(Duration::from_secs(120)).await.unwrap());
+    entries.iter().map(|e| ContentRef::archival(e.id)).collect()
+}
+
+fn rank(hits: &[db_v2::SearchHit], want: &ContentRef) -> Option<usize> {
+    hits.iter().position(|h| &h.content == want)
+}
+
+async fn meaning_and_exact_terms(backend: Backend) {
+    let tdb = fresh(backend).await;
+    let m: Arc<dyn Embedder> = model().await;
+    let db = open(&tdb, Some(m)).await;
+    let ada = agent(&db, "ada").await;
+    let refs = seed(&db, ada).await;
+    let opts = |mode| SearchOptions::mode(mode).with_limit(10).for_agent(ada);
+
+    // Meaning without shared words: full-text finds nothing, vectors find the cat.
+    let q = "feline napping";
+    let fts = db.search(q, &opts(SearchMode::Fts)).await.unwrap();
+    assert_eq!(rank(&fts, &refs[0]), None, "{fts:?}");
+    let vector = db.search(q, &opts(SearchMode::Vector)).await.unwrap();
+    assert_eq!(rank(&vector, &refs[0]), Some(0), "{vector:?}");
+    assert!(vector[0].score > 0.2 && vector[0].score <= 1.0001);
+    let hybrid = db.search(q, &opts(SearchMode::Hybrid)).await.unwrap();
+    assert_eq!(rank(&hybrid, &refs[0]), Some(0));
+    assert_eq!(hybrid[0].score, 1.0);
+    assert_eq!(hybrid[0].text, PASSAGES[0]);
+
+    // An exact code: full-text puts it first; vectors cannot tell near-identical codes apart.
+    let q = "ZX-4471";
+    let fts = db.search(q, &opts(SearchMode::Fts)).await.unwrap();
+    assert_eq!(rank(&fts, &refs[2]), Some(0), "{fts:?}");
+    let vector = db.search(q, &opts(SearchMode::Vector)).await.unwrap();
+    let vector_rank = rank(&vector, &refs[2]);
+    assert_ne!(
+        vector_rank,
+        Some(0),
+        "vectors unexpectedly exact: {vector:?}"
+    );
+    let hybrid = db.search(q, &opts(SearchMode::Hybrid)).await.unwrap();
+    assert_eq!(rank(&hybrid, &refs[2]), Some(0), "{hybrid:?}");
+
+    // Auto is hybrid with an embedder.
+    let auto = db.search(q, &opts(SearchMode::Auto)).await.unwrap();
+    assert_eq!(auto, hybrid);
+    db.shutdown(Duration::from_secs(5)).await;
+    tdb.cleanup().await.unwrap();
+}
+
+async fn filters_and_deletes(backend: Backend) {
+    let tdb = fresh(backend).await;
+    let m: Arc<dyn Embedder> = model().await;
+    let db = open(&tdb, Some(m)).await;
+    let ada = agent(&db, "ada").await;
+    let bob = agent(&db, "bob").await;
+    let refs = seed(&db, ada).await;
+    let q = "a cat in the sun";
+    for mode in [SearchMode::Vector, SearchMode::Hybrid, SearchMode::Fts] {
+        // Another agent sees none of ada's passages.
+        let hits = db
+            .search(q, &SearchOptions::mode(mode).for_agent(bob))
+            .await
+            .unwrap();
+        assert!(hits.is_empty(), "{mode:?}: {hits:?}");
+        // Messages only: no archival passage.
+        let hits = db
+            .search(
+                q,
+                &SearchOptions::mode(mode)
+                    .for_agent(ada)
+                    .only(&[ContentType::Message]),
+            )
+            .await
+            .unwrap();
+        assert!(hits.is_empty(), "{mode:?}: {hits:?}");
+        // A time range in the future: nothing.
+        let mut o = SearchOptions::mode(mode).for_agent(ada);
+        o.from = Some(chrono::Utc::now() + chrono::Duration::hours(1));
+        assert!(db.search(q, &o).await.unwrap().is_empty());
+    }
+    // Deleted content never returns, in any mode.
+    let pattern_db::search::ContentType::Archival = refs[0].content_type else {
+        unreachable!()
+    };
+    let id = pattern_db::ArchivalId(refs[0].id.parse().unwrap());
+    assert!(db.delete_archival(ada, id).await.unwrap());
+    for mode in [SearchMode::Vector, SearchMode::Hybrid, SearchMode::Fts] {
+        let hits = db
+            .search(q, &SearchOptions::mode(mode).for_agent(ada))
+            .await
+            .unwrap();
+        assert_eq!(rank(&hits, &refs[0]), None, "{mode:?}");
+    }
+    db.shutdown(Duration::from_secs(5)).await;
+    tdb.cleanup().await.unwrap();
+}
+
+async fn without_embedder(backend: Backend) {
+    let tdb = fresh(backend).await;
+    let db = open(&tdb, None).await;
+    let ada = agent(&db, "ada").await;
+    db.insert_archival(ada, NewArchival::text("the deploy script aborts"))
+        .await
+        .unwrap();
+    let q = "deploy";
+    assert!(matches!(
+        db.search(q, &SearchOptions::mode(SearchMode::Vector)).await,
+        Err(Error::VectorSearchNotConfigured)
+    ));
+    assert!(matches!(
+        db.search(q, &SearchOptions::mode(SearchMode::Hybrid)).await,
+        Err(Error::VectorSearchNotConfigured)
+    ));
+    // Auto falls back to full-text.
+    let hits = db.search(q, &SearchOptions::default()).await.unwrap();
+    assert_eq!(hits.len(), 1);
+    // Bad queries are typed errors, syntax characters are plain text.
+    assert!(matches!(
+        db.search("   ", &SearchOptions::default()).await,
+        Err(Error::EmptyQuery)
+    ));
+    assert!(matches!(
+        db.search(&"x".repeat(20_000), &SearchOptions::default())
+            .await,
+        Err(Error::QueryTooLong { .. })
+    ));
+    for q in ["multi-agent", "\"unbalanced", "AND (", "*", "🙂"] {
+        db.search(q, &SearchOptions::default()).await.unwrap();
+    }
+    tdb.cleanup().await.unwrap();
+}
+
+crate::both_backends!(
+    meaning_and_exact_terms,
+    filters_and_deletes,
+    without_embedder
+);
