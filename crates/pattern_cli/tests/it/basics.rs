@@ -117,7 +117,7 @@ fn migrate_status_down_up() {
         .iter()
         .map(|m| m["applied"].as_bool().unwrap())
         .collect();
-    assert_eq!(applied[0], true);
+    assert!(applied[0]);
     assert!(applied[1..].iter().all(|a| !a), "{down}");
     let up = home.json(&["migrate", "up"]);
     assert!(up.as_array().unwrap().iter().all(|m| m["applied"] == true));
