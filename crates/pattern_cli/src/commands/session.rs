@@ -215,7 +215,21 @@ async fn act(env: &Env, pattern: &Pattern, command: SessionCommand) -> Result<()
             } else {
                 NewProtocolMessage::new(message_type, Value::String(message))
             };
-            let stored = protocol.send(session_id(&session)?, sender.id, new).await?;
+            let id = session_id(&session)?;
+            let stored = match protocol.send(id, sender.id, new).await {
+                Ok(stored) => stored,
+                Err(pattern::protocol::Error::Db(DbError::OutOfTurn { turn, .. })) => {
+                    let holder = match turn {
+                        Some(t) => names.of(pattern, t).await?,
+                        None => "nobody".to_owned(),
+                    };
+                    return Err(CliError::conflict(format!(
+                        "`{from}` cannot send in session {id}: it is not its turn (the turn is \
+                         {holder}'s)"
+                    )));
+                }
+                Err(e) => return Err(e.into()),
+            };
             let view = names.message(pattern, &stored).await?;
             if env.json {
                 output::json(&view)

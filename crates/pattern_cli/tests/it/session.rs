@@ -19,7 +19,10 @@ fn sync_session_takes_turns_and_delivers_to_the_inbox() {
     );
 
     let err = home.fails(&["session", "send", &id, "--from", "bob", "hi"], CONFLICT);
-    assert!(err.contains("not its turn"), "{err}");
+    assert!(
+        err.contains("`bob` cannot send") && err.contains("ada's"),
+        "{err}"
+    );
     let sent = home.json(&["session", "send", &id, "--from", "ada", "hello bob"]);
     assert_eq!(sent["from"], "ada");
     assert_eq!(sent["to"], "bob");
