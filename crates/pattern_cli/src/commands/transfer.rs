@@ -34,8 +34,10 @@ use crate::transfer::{
     VersionRecord,
 };
 
-/// Batches read per page while exporting.
+/// Batch rows read per page.
 const PAGE: usize = 200;
+/// Messages read per page while exporting.
+const MESSAGE_PAGE: usize = 5000;
 
 fn progress(len: u64, what: &str) -> ProgressBar {
     let bar = ProgressBar::new(len);
@@ -131,11 +133,43 @@ async fn export_agent(env: &Env, pattern: &Pattern, args: &ExportArgs) -> Result
         }
     }
     infos.reverse();
-    let bar = progress(infos.len() as u64, "batches");
+
+    // Messages in position order, page by page (archived included), grouped into their batches:
+    // one query per page instead of one per batch.
+    let total: i64 = infos.iter().map(|b| b.message_count).sum();
+    let bar = progress(u64::try_from(total).unwrap_or(0), "messages");
+    let mut by_batch: HashMap<SnowflakeId, Vec<MessageRecord>> = HashMap::new();
+    let mut after = None;
+    loop {
+        let page = store.get_all(after, MESSAGE_PAGE, true).await?;
+        let done = page.len() < MESSAGE_PAGE;
+        after = page.last().map(|m| m.position);
+        bar.inc(page.len() as u64);
+        for m in page {
+            by_batch.entry(m.batch_id).or_default().push(MessageRecord {
+                role: m.role,
+                content: m.content,
+                created_at: m.created_at,
+            });
+        }
+        if done {
+            break;
+        }
+    }
+    bar.finish_and_clear();
     let mut n_messages = 0;
     for info in &infos {
-        let batch = store.get_batch(info.id).await?;
-        n_messages += batch.messages.len();
+        // Position order is sequence order within a batch (positions increase with each append).
+        let messages = by_batch.remove(&info.id).unwrap_or_default();
+        if messages.len() as i64 != info.message_count {
+            return Err(CliError::conflict(format!(
+                "batch {} changed while it was exported ({} messages, {} read): export again",
+                info.id,
+                info.message_count,
+                messages.len()
+            )));
+        }
+        n_messages += messages.len();
         sections.push(Section::Batch(BatchRecord {
             id: info.id.get(),
             batch_type: info.batch_type,
@@ -143,19 +177,14 @@ async fn export_agent(env: &Env, pattern: &Pattern, args: &ExportArgs) -> Result
             archived: info.archived,
             started_at: info.started_at,
             completed_at: info.completed_at,
-            messages: batch
-                .messages
-                .into_iter()
-                .map(|m| MessageRecord {
-                    role: m.role,
-                    content: m.content,
-                    created_at: m.created_at,
-                })
-                .collect(),
+            messages,
         }));
-        bar.inc(1);
     }
-    bar.finish_and_clear();
+    if let Some(batch) = by_batch.keys().next() {
+        return Err(CliError::conflict(format!(
+            "batch {batch} appeared while the agent was exported: export again"
+        )));
+    }
 
     let summaries = store.get_summaries().await?;
     let n_summaries = summaries.len();

@@ -142,3 +142,58 @@ fn the_default_agent_comes_from_the_config_file() {
     // --agent wins over the default.
     home.fails(&["memory", "block", "list", "--agent", "bob"], NOT_FOUND);
 }
+
+#[test]
+fn the_data_dir_defaults_to_xdg_and_follows_the_environment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |envs: &[(&str, &std::path::Path)], args: &[&str]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_pattern"));
+        cmd.args(args)
+            .env_remove("PATTERN_DATA_DIR")
+            .env_remove("PATTERN_DATABASE_URL")
+            .env_remove("RUST_LOG");
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let xdg = tmp.path().join("xdg");
+    let report = run(&[("XDG_DATA_HOME", &xdg)], &["--json", "init"]);
+    assert_eq!(
+        report["data_dir"],
+        xdg.join("pattern").display().to_string()
+    );
+    assert!(xdg.join("pattern/pattern.db").exists());
+
+    let env_dir = tmp.path().join("from-env");
+    run(&[("PATTERN_DATA_DIR", &env_dir)], &["--json", "init"]);
+    assert!(env_dir.join("config.toml").exists());
+    let agents = run(
+        &[("PATTERN_DATA_DIR", &env_dir)],
+        &["--json", "agent", "list"],
+    );
+    assert_eq!(agents, serde_json::json!([]));
+}
+
+#[test]
+fn verbose_logs_go_to_stderr_and_keep_stdout_clean() {
+    let home = Home::init();
+    let out = home.run(&["-vv", "--json", "agent", "list"]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("database open"), "{stderr}");
+    let parsed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(parsed, serde_json::json!([]));
+    let quiet = home.run(&["--json", "agent", "list"]);
+    assert!(
+        quiet.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&quiet.stderr)
+    );
+}
