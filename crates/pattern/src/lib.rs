@@ -2,23 +2,53 @@
 //! restarts and long lives.
 //!
 //! This is the facade: it re-exports the public API of every layer so an application depends on
-//! one crate. It must never hold logic of its own; wiring that needs code lives in the layer that
-//! owns it. Today: storage (`db`), memory (`memory`), context building (`context`) and the
-//! agent-to-agent protocol (`protocol`); the runtime layer is added as it lands.
+//! one crate, and [`Pattern::open`] wires the layers over one database: the storage
+//! ([`Pattern::db`], [`Pattern::messages`]), memory blocks ([`Pattern::memory`], a
+//! [`memory::DbMemoryStore`]) and the agent-to-agent protocol ([`Pattern::protocol`]). It must
+//! never hold logic of its own beyond that wiring; behaviour lives in the layer that owns it.
+//! The runtime, search and model providers are added here as they land.
 //!
-//! ```no_run
-//! # async fn demo() -> pattern::db::Result<()> {
-//! let db = pattern::Database::open_url("sqlite:///tmp/pattern-facade.db").await?;
-//! let agent = db.create_agent(pattern::NewAgent::named("ada")).await?;
-//! let store = db.messages(agent.id);
-//! let received = store.begin_batch(pattern::NewMessage::user("hello"), Default::default()).await?;
-//! println!("stored as batch {}", received.batch_id);
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use pattern::memory::{MemoryEditor, MemoryStore, NewMemoryBlock, BlockType, WriteAuth};
+//! use pattern::{NewAgent, NewMessage, Pattern, PatternConfig};
+//!
+//! let dir = tempfile::tempdir()?;
+//! // A data directory: the SQLite database is `pattern.db` inside it.
+//! let pattern = Pattern::open(PatternConfig::data_dir(dir.path())).await?;
+//! let ada = pattern.db().create_agent(NewAgent::named("ada")).await?;
+//!
+//! // History: the trigger is durable when `begin_batch` returns.
+//! let store = pattern.messages(ada.id);
+//! let received = store.begin_batch(NewMessage::user("hello"), Default::default()).await?;
+//! store.append_step(received.batch_id, vec![NewMessage::assistant("hi!")]).await?;
+//! store.complete_batch(received.batch_id).await?;
+//!
+//! // Memory blocks: versioned, size-limited.
+//! let block = pattern.memory().create_block(ada.id, NewMemoryBlock {
+//!     label: "persona".into(),
+//!     description: "who I am".into(),
+//!     value: "I am Ada.".into(),
+//!     char_limit: 200,
+//!     block_type: BlockType::Core,
+//! }).await?;
+//! pattern.memory().append(ada.id, "persona", "I like engines.", block.version, WriteAuth::Agent).await?;
+//! assert_eq!(pattern.memory().block(ada.id, "persona").await?.version, 2);
+//!
+//! pattern.close().await;
 //! # Ok(()) }
 //! ```
 
+mod error;
+mod open;
+
+pub use error::{Error, Result};
+pub use open::{DATABASE_FILE, DatabaseLocation, Pattern, PatternConfig, sqlite_url};
+
 /// Context building: batches and memory to a validated request that fits the window.
 pub use context_v2 as context;
-/// Memory: the block model and the `MemoryStore` trait.
+/// Memory: the block model, the `MemoryStore` traits and `DbMemoryStore`.
 pub use memory_v2 as memory;
 /// The storage layer: databases, migrations, ids and the batch-aware message store.
 pub use pattern_db as db;
@@ -27,6 +57,6 @@ pub use pattern_protocol as protocol;
 
 pub use pattern_db::{
     Agent, AgentId, BatchInfo, BatchState, BatchType, BeginBatch, ContentBlock, Database, DbConfig,
-    Message, MessageStore, NewAgent, NewMessage, Received, RecoveryScope, Role, SnowflakeId,
-    StoredBatch,
+    Durability, Message, MessageStore, NewAgent, NewMessage, Received, RecoveryScope, Role,
+    SnowflakeId, StoredBatch,
 };

@@ -1,0 +1,31 @@
+//! The one error type of the `pattern` facade: a lower layer's error, or the data directory that
+//! could not be prepared. This module must never print or log: callers decide what to show.
+
+use std::path::PathBuf;
+
+/// Result alias for this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What can go wrong while wiring the layers.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The storage layer refused or failed (bad URL, connection, migration, ...).
+    #[error(transparent)]
+    Db(#[from] pattern_db::Error),
+    /// The agent-to-agent protocol failed to start.
+    #[error(transparent)]
+    Protocol(#[from] pattern_protocol::Error),
+    /// The data directory could not be created or read.
+    #[error("data directory `{path}`: {source}")]
+    DataDir {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A path that cannot be turned into a database URL.
+    #[error("path `{0}` is not valid UTF-8 and cannot name a database")]
+    NonUtf8Path(PathBuf),
+}

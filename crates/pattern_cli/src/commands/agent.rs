@@ -1,0 +1,124 @@
+//! `pattern agent create|list|show|delete`. Instructions are kept in the agent's metadata under
+//! `instructions`. Deleting needs `--yes`: it must never delete without that confirmation.
+
+use pattern::{NewAgent, Pattern};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::cli::AgentCommand;
+use crate::env::{Env, agent_named};
+use crate::error::{CliError, Result};
+use crate::output::{self, AgentView, BatchView};
+
+pub(crate) async fn run(env: &Env, command: AgentCommand) -> Result<()> {
+    let (pattern, _config) = env.open().await?;
+    let result = act(env, &pattern, command).await;
+    pattern.close().await;
+    result
+}
+
+/// `agent show` shape.
+#[derive(Serialize)]
+struct AgentDetail {
+    #[serde(flatten)]
+    agent: AgentView,
+    blocks: Vec<String>,
+    live_messages: i64,
+    current_batch: Option<BatchView>,
+    latest_batch: Option<BatchView>,
+}
+
+async fn act(env: &Env, pattern: &Pattern, command: AgentCommand) -> Result<()> {
+    match command {
+        AgentCommand::Create { name, instructions } => {
+            let mut new = NewAgent::named(name);
+            if let Some(text) = instructions {
+                new.metadata = json!({ "instructions": text });
+            }
+            let agent = pattern.db().create_agent(new).await?;
+            if env.json {
+                output::json(&AgentView::from(&agent))
+            } else {
+                output::line(&format!("created agent {} ({})", agent.name, agent.id))
+            }
+        }
+        AgentCommand::List => {
+            let agents = pattern.db().agents().await?;
+            if env.json {
+                let views: Vec<AgentView> = agents.iter().map(AgentView::from).collect();
+                return output::json(&views);
+            }
+            if agents.is_empty() {
+                return output::line("no agents");
+            }
+            for a in &agents {
+                output::line(&format!(
+                    "{:<24} {}  created {}",
+                    a.name,
+                    a.id,
+                    a.created_at.format("%Y-%m-%d %H:%M:%S")
+                ))?;
+            }
+            Ok(())
+        }
+        AgentCommand::Show { name } => {
+            let agent = agent_named(pattern, &name).await?;
+            let store = pattern.messages(agent.id);
+            let blocks = pattern
+                .memory()
+                .all_blocks(agent.id)
+                .await?
+                .into_iter()
+                .map(|b| b.label)
+                .collect();
+            let detail = AgentDetail {
+                agent: AgentView::from(&agent),
+                blocks,
+                live_messages: store.count_live().await?,
+                current_batch: store.current_batch().await?.as_ref().map(BatchView::from),
+                latest_batch: store
+                    .list_batches(None, 1)
+                    .await?
+                    .first()
+                    .map(BatchView::from),
+            };
+            if env.json {
+                return output::json(&detail);
+            }
+            let mut text = format!(
+                "agent {}\n  id:            {}\n  created:       {}\n  blocks:        {}\n  live messages: {}",
+                detail.agent.name,
+                detail.agent.id,
+                detail.agent.created_at,
+                if detail.blocks.is_empty() {
+                    "-".to_owned()
+                } else {
+                    detail.blocks.join(", ")
+                },
+                detail.live_messages
+            );
+            if let Some(i) = &detail.agent.instructions {
+                text.push_str(&format!("\n  instructions:  {}", output::preview(i, 100)));
+            }
+            if let Some(b) = &detail.latest_batch {
+                text.push_str(&format!("\n  latest batch:  {} ({})", b.id, b.state));
+            }
+            output::line(&text)
+        }
+        AgentCommand::Delete { name, yes } => {
+            let agent = agent_named(pattern, &name).await?;
+            if !yes {
+                return Err(CliError::usage(format!(
+                    "deleting agent `{name}` removes its history and memory for good: pass --yes \
+                     to confirm"
+                )));
+            }
+            pattern.db().delete_agent(agent.id).await?;
+            if env.json {
+                output::json(&json!({ "deleted": AgentView::from(&agent) }))
+            } else {
+                output::line(&format!("deleted agent {name}"))
+            }
+        }
+    }
+}

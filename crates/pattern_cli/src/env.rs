@@ -1,0 +1,189 @@
+//! Where a command's data lives and how it is opened: the data directory (flag, env, or the XDG
+//! default), `config.toml` in it, the database URL (flag, env, config, or the data directory's
+//! SQLite file), and the agent a command acts on (`--agent` or `agent.default`).
+//!
+//! This module must never create anything except through `pattern init`: opening a data
+//! directory that was never initialised is an error, so a typo in `--data-dir` does not leave a
+//! stray empty database behind.
+
+use std::path::{Path, PathBuf};
+
+use pattern::db::{Database, DbConfig, MachineId};
+use pattern::{Agent, DATABASE_FILE, Durability, Pattern, PatternConfig};
+use serde::Deserialize;
+
+use crate::cli::{AgentArg, Global};
+use crate::error::{CliError, Result, io};
+
+/// File name of the configuration inside the data directory.
+pub(crate) const CONFIG_FILE: &str = "config.toml";
+
+/// The parts of `config.toml` the CLI reads today; other sections are for later layers (model
+/// providers, embedding) and are accepted as they are.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Config {
+    #[serde(default)]
+    pub(crate) agent: AgentSection,
+    #[serde(default)]
+    pub(crate) database: DatabaseSection,
+}
+
+/// `[agent]`
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct AgentSection {
+    /// The agent commands act on when `--agent` is not given.
+    pub(crate) default: Option<String>,
+}
+
+/// `[database]`
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct DatabaseSection {
+    /// A database URL instead of the data directory's SQLite file.
+    pub(crate) url: Option<String>,
+    /// `full` (default) or `normal`.
+    pub(crate) durability: Option<String>,
+}
+
+/// A command's surroundings, resolved from flags, environment and config file.
+#[derive(Debug)]
+pub(crate) struct Env {
+    /// The data directory.
+    pub(crate) data_dir: PathBuf,
+    /// `--database-url` / `PATTERN_DATABASE_URL`.
+    url_override: Option<String>,
+    /// Print JSON.
+    pub(crate) json: bool,
+}
+
+impl Env {
+    /// Resolves the data directory; reads nothing yet.
+    pub(crate) fn resolve(global: &Global) -> Result<Self> {
+        let data_dir = match &global.data_dir {
+            Some(dir) => dir.clone(),
+            None => default_data_dir()?,
+        };
+        Ok(Self {
+            data_dir,
+            url_override: global.database_url.clone(),
+            json: global.json,
+        })
+    }
+
+    /// `DIR/config.toml`.
+    pub(crate) fn config_path(&self) -> PathBuf {
+        self.data_dir.join(CONFIG_FILE)
+    }
+
+    /// `DIR/pattern.db`.
+    pub(crate) fn sqlite_path(&self) -> PathBuf {
+        self.data_dir.join(DATABASE_FILE)
+    }
+
+    /// The configuration file, or defaults when there is none.
+    pub(crate) fn config(&self) -> Result<Config> {
+        let path = self.config_path();
+        match std::fs::read_to_string(&path) {
+            Ok(text) => toml::from_str(&text).map_err(|e| {
+                CliError::usage(format!(
+                    "{}: {}",
+                    path.display(),
+                    e.message().replace('\n', " ")
+                ))
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Err(e) => Err(io(&path, &e)),
+        }
+    }
+
+    /// The database URL given explicitly (flag, env, config), if any.
+    pub(crate) fn explicit_url(&self, config: &Config) -> Option<String> {
+        self.url_override
+            .clone()
+            .or_else(|| config.database.url.clone())
+    }
+
+    /// How Pattern is opened.
+    pub(crate) fn pattern_config(&self, config: &Config) -> Result<PatternConfig> {
+        let base = match self.explicit_url(config) {
+            Some(url) => PatternConfig::url(url),
+            None => PatternConfig::sqlite_file(self.sqlite_path()),
+        };
+        let durability = match config.database.durability.as_deref() {
+            None | Some("full") => Durability::Full,
+            Some("normal") => Durability::Normal,
+            Some(other) => {
+                return Err(CliError::usage(format!(
+                    "{}: database.durability must be `full` or `normal`, not `{other}`",
+                    self.config_path().display()
+                )));
+            }
+        };
+        Ok(base.with_durability(durability))
+    }
+
+    /// Refuses a data directory that `pattern init` never set up (when it holds the database).
+    fn check_initialised(&self, config: &Config) -> Result<()> {
+        if self.explicit_url(config).is_none() && !self.sqlite_path().exists() {
+            return Err(CliError::not_found(format!(
+                "no Pattern database in {}: run `pattern init` first (or pass --data-dir / \
+                 --database-url)",
+                self.data_dir.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Opens Pattern (migrating pending migrations).
+    pub(crate) async fn open(&self) -> Result<(Pattern, Config)> {
+        let config = self.config()?;
+        self.check_initialised(&config)?;
+        let pattern = Pattern::open(self.pattern_config(&config)?).await?;
+        Ok((pattern, config))
+    }
+
+    /// Opens the database for operator work on migrations: no automatic migration, and a fixed
+    /// machine id (the lease table may not exist).
+    pub(crate) async fn open_for_migrations(&self) -> Result<Database> {
+        let config = self.config()?;
+        self.check_initialised(&config)?;
+        let mut db: DbConfig = self.pattern_config(&config)?.db_config()?;
+        db.migrate_on_open = false;
+        db.machine_id = MachineId::Fixed(pattern::db::id::MAX_MACHINE_ID);
+        Ok(Database::open(db).await?)
+    }
+}
+
+/// The agent a command acts on: `--agent NAME`, else `agent.default` from config.toml.
+pub(crate) async fn agent(pattern: &Pattern, config: &Config, arg: &AgentArg) -> Result<Agent> {
+    let name = arg
+        .agent
+        .clone()
+        .or_else(|| config.agent.default.clone())
+        .ok_or_else(|| {
+            CliError::usage(
+                "no agent given: pass --agent NAME or set `default` under [agent] in config.toml",
+            )
+        })?;
+    agent_named(pattern, &name).await
+}
+
+/// The agent with this name.
+pub(crate) async fn agent_named(pattern: &Pattern, name: &str) -> Result<Agent> {
+    Ok(pattern.db().agent_by_name(name).await?)
+}
+
+/// `$XDG_DATA_HOME/pattern` (or the platform's equivalent).
+fn default_data_dir() -> Result<PathBuf> {
+    use etcetera::BaseStrategy;
+    let strategy = etcetera::choose_base_strategy().map_err(|e| {
+        CliError::usage(format!(
+            "cannot find a home directory for the default data directory ({e}): pass --data-dir"
+        ))
+    })?;
+    Ok(strategy.data_dir().join("pattern"))
+}
+
+/// Whether `path` exists, as a CLI error on failure to check.
+pub(crate) fn exists(path: &Path) -> Result<bool> {
+    path.try_exists().map_err(|e| io(path, &e))
+}

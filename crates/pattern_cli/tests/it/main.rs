@@ -1,0 +1,226 @@
+//! Integration tests of the `pattern` binary: the real executable on a temporary data directory
+//! (and once on PostgreSQL through `--database-url`), checking output, `--json` shapes and exit
+//! codes. History that the CLI cannot create yet (batches: the runtime is not wired) is seeded
+//! through `pattern_db` while no CLI process runs. These tests must never touch the user's real
+//! data directory: every command gets `--data-dir` and a cleaned environment.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs,
+    unreachable_pub
+)]
+
+mod basics;
+mod batches;
+mod memory;
+mod pg;
+mod session;
+mod transfer;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// Exit codes, as documented in docs/cli.md.
+pub const USAGE: i32 = 2;
+pub const NOT_FOUND: i32 = 3;
+pub const CONFLICT: i32 = 4;
+pub const REFUSED: i32 = 5;
+
+/// A temporary data directory and the commands run against it.
+pub struct Home {
+    dir: tempfile::TempDir,
+    url: Option<String>,
+}
+
+impl Home {
+    /// A data directory that `pattern init` has set up.
+    pub fn init() -> Self {
+        let home = Self::empty();
+        home.ok(&["init"]);
+        home
+    }
+
+    /// A data directory that does not exist yet.
+    pub fn empty() -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+            url: None,
+        }
+    }
+
+    /// Commands use this database URL (`--database-url`).
+    pub fn with_url(url: String) -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+            url: Some(url),
+        }
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The SQLite URL of the data directory's database.
+    pub fn sqlite_url(&self) -> String {
+        format!("sqlite://{}", self.data_dir().join("pattern.db").display())
+    }
+
+    /// Runs `pattern --data-dir DIR ARGS...` with a clean environment.
+    pub fn run(&self, args: &[&str]) -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pattern"));
+        cmd.arg("--data-dir").arg(self.data_dir());
+        if let Some(url) = &self.url {
+            cmd.arg("--database-url").arg(url);
+        }
+        cmd.args(args)
+            .env_remove("PATTERN_DATA_DIR")
+            .env_remove("PATTERN_DATABASE_URL")
+            .env_remove("RUST_LOG")
+            .env("NO_COLOR", "1");
+        cmd.output().unwrap()
+    }
+
+    /// Runs and expects success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "pattern {args:?} failed with {:?}: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs with `--json` and parses stdout.
+    pub fn json(&self, args: &[&str]) -> Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let text = self.ok(&all);
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {text}"))
+    }
+
+    /// Runs, expects exit `code`, one `error: ` line on stderr and nothing on stdout; returns
+    /// the message.
+    pub fn fails(&self, args: &[&str], code: i32) -> String {
+        let out = self.run(args);
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "pattern {args:?}: stderr {stderr}"
+        );
+        assert!(out.stdout.is_empty(), "stdout on failure: {:?}", out.stdout);
+        if code != USAGE || stderr.starts_with("error: ") {
+            let lines: Vec<&str> = stderr.lines().collect();
+            assert_eq!(lines.len(), 1, "one line expected: {stderr}");
+            assert!(lines[0].starts_with("error: "), "{stderr}");
+        }
+        stderr
+    }
+}
+
+/// Runs `f` on a fresh Tokio runtime (the tests themselves are synchronous: they run processes).
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+/// Seeds the agent `name` (which must exist) with a typical history through the library:
+/// a plain exchange, one with a tool call and its result, one with a failed tool, and one
+/// abandoned (never answered, then recovered). Returns the batch ids, oldest first.
+pub fn seed_history(url: &str, name: &str) -> Vec<i64> {
+    use pattern::{BeginBatch, ContentBlock, NewMessage, RecoveryScope, Role};
+    block_on(async {
+        let db = pattern::Database::open_url(url).await.unwrap();
+        let agent = db.agent_by_name(name).await.unwrap();
+        let store = db.messages(agent.id);
+        let mut ids = Vec::new();
+
+        let r = store
+            .begin_batch(NewMessage::user("hello"), BeginBatch::default())
+            .await
+            .unwrap();
+        store
+            .append_step(
+                r.batch_id,
+                vec![NewMessage::assistant("hi, how can I help?")],
+            )
+            .await
+            .unwrap();
+        store.complete_batch(r.batch_id).await.unwrap();
+        ids.push(r.batch_id.get());
+
+        for (call, is_error) in [("call-1", false), ("call-2", true)] {
+            let r = store
+                .begin_batch(
+                    NewMessage::user("what's the weather?"),
+                    BeginBatch::default(),
+                )
+                .await
+                .unwrap();
+            store
+                .append_step(
+                    r.batch_id,
+                    vec![NewMessage::new(
+                        Role::Assistant,
+                        vec![
+                            ContentBlock::text("let me look"),
+                            ContentBlock::tool_use(
+                                call,
+                                "weather",
+                                serde_json::json!({"city": "Paris"}),
+                            ),
+                        ],
+                    )],
+                )
+                .await
+                .unwrap();
+            store
+                .append_step(
+                    r.batch_id,
+                    vec![NewMessage::new(
+                        Role::Tool,
+                        vec![ContentBlock::ToolResult {
+                            tool_use_id: call.to_owned(),
+                            content: "sunny, 21 C".to_owned(),
+                            is_error,
+                        }],
+                    )],
+                )
+                .await
+                .unwrap();
+            store
+                .append_step(r.batch_id, vec![NewMessage::assistant("It is sunny.")])
+                .await
+                .unwrap();
+            store.complete_batch(r.batch_id).await.unwrap();
+            ids.push(r.batch_id.get());
+        }
+
+        let r = store
+            .begin_batch(NewMessage::user("are you there?"), BeginBatch::default())
+            .await
+            .unwrap();
+        db.recover_all(RecoveryScope::AllOpen).await.unwrap();
+        ids.push(r.batch_id.get());
+        db.close().await;
+        ids
+    })
+}
+
+/// Reads a file.
+pub fn read(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap()
+}

@@ -1,0 +1,270 @@
+//! `export` / `import`: round trip equality, integrity checks, name conflicts, atomicity.
+
+use std::collections::HashMap;
+
+use pattern::db::Summary;
+use pattern::{BeginBatch, NewMessage};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::{CONFLICT, Home, NOT_FOUND, REFUSED, block_on, read, seed_history};
+
+/// An agent with instructions, two blocks with history, the seeded batches, and a summary that
+/// archived the first batch.
+fn rich_agent(home: &Home) -> Vec<i64> {
+    home.ok(&["agent", "create", "ada", "--instructions", "Be brief."]);
+    let a = ["--agent", "ada"];
+    home.ok(&[
+        &[
+            "memory",
+            "block",
+            "create",
+            "persona",
+            "--limit",
+            "100",
+            "--description",
+            "me",
+        ][..],
+        &a,
+    ]
+    .concat());
+    home.ok(&[
+        &["memory", "block", "append", "persona", "I like engines."][..],
+        &a,
+    ]
+    .concat());
+    home.ok(&[
+        &["memory", "block", "set", "persona", "Ada, engineer."][..],
+        &a,
+    ]
+    .concat());
+    home.ok(&[&["memory", "block", "undo", "persona"][..], &a].concat());
+    home.ok(&[
+        &[
+            "memory", "block", "create", "task", "--limit", "50", "--type", "working", "--value",
+            "export",
+        ][..],
+        &a,
+    ]
+    .concat());
+    let ids = seed_history(&home.sqlite_url(), "ada");
+    let url = home.sqlite_url();
+    block_on(async {
+        let db = pattern::Database::open_url(&url).await.unwrap();
+        let agent = db.agent_by_name("ada").await.unwrap();
+        let store = db.messages(agent.id);
+        let first = pattern::SnowflakeId(ids[0]);
+        store
+            .summarize_and_archive(Summary {
+                id: store.new_summary_id().unwrap(),
+                agent_id: agent.id,
+                content: "Ada greeted the user.".into(),
+                from_batch: first,
+                through_batch: first,
+                message_count: 2,
+                depth: 0,
+                created_at: chrono::Utc::now(),
+            })
+            .await
+            .unwrap();
+        db.close().await;
+    });
+    ids
+}
+
+/// The body of an export with everything a re-import legitimately changes taken out: the name,
+/// batch ids (replaced by their index), times of rows the import writes anew.
+fn normalised(file: &[u8]) -> Vec<Value> {
+    let text = std::str::from_utf8(file).unwrap();
+    let mut lines = text.lines();
+    let header: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(header["format"], "pattern-agent-export");
+    assert_eq!(header["version"], 1);
+    let mut sections: Vec<Value> = lines.map(|l| serde_json::from_str(l).unwrap()).collect();
+    let mut index = HashMap::new();
+    let mut n = 0;
+    for s in &mut sections {
+        let kind = s["section"].as_str().unwrap().to_owned();
+        let data = &mut s["data"];
+        match kind.as_str() {
+            "agent" => {
+                data["name"] = Value::Null;
+                data["created_at"] = Value::Null;
+            }
+            "block" => {
+                for v in data["history"].as_array_mut().unwrap() {
+                    v["created_at"] = Value::Null;
+                }
+            }
+            "batch" => {
+                index.insert(data["id"].as_i64().unwrap(), n);
+                data["id"] = n.into();
+                data["started_at"] = Value::Null;
+                data["completed_at"] = Value::Null;
+                n += 1;
+            }
+            _ => {}
+        }
+    }
+    for s in &mut sections {
+        if s["section"] == "summary" {
+            let data = &mut s["data"];
+            for key in ["from_batch", "through_batch"] {
+                data[key] = index[&data[key].as_i64().unwrap()].into();
+            }
+            data["created_at"] = Value::Null;
+        }
+    }
+    sections
+}
+
+#[test]
+fn export_then_import_round_trips_the_whole_agent() {
+    let home = Home::init();
+    rich_agent(&home);
+    let file = home.path("ada.jsonl");
+    let exported = home.json(&["export", "ada", file.to_str().unwrap()]);
+    assert_eq!(exported["blocks"], 2);
+    assert_eq!(exported["batches"], 4);
+    assert_eq!(exported["messages"], 11);
+    assert_eq!(exported["summaries"], 1);
+    let original = read(&file);
+
+    let err = home.fails(&["import", file.to_str().unwrap()], CONFLICT);
+    assert!(err.contains("--rename"), "{err}");
+    let imported = home.json(&["import", file.to_str().unwrap(), "--rename", "ada2"]);
+    assert_eq!(imported["agent"], "ada2");
+    assert_eq!(imported["batches"], 4);
+
+    let again = home.path("ada2.jsonl");
+    home.ok(&["export", "ada2", again.to_str().unwrap()]);
+    assert_eq!(normalised(&original), normalised(&read(&again)));
+
+    // The imported agent works like the original in every view.
+    let show = home.json(&["agent", "show", "ada2"]);
+    assert_eq!(show["instructions"], "Be brief.");
+    assert_eq!(show["blocks"], serde_json::json!(["persona", "task"]));
+    let history = home.json(&["memory", "block", "history", "persona", "--agent", "ada2"]);
+    assert_eq!(history.as_array().unwrap().len(), 4);
+    assert_eq!(history[0]["change"], "undo");
+    let batches = home.json(&["batches", "list", "--agent", "ada2"]);
+    let archived: Vec<bool> = batches
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["archived"].as_bool().unwrap())
+        .collect();
+    assert_eq!(archived, [false, false, false, true]);
+
+    // Importing into another data directory under the original name.
+    let other = Home::init();
+    other.ok(&["import", file.to_str().unwrap()]);
+    other.ok(&["export", "ada", other.path("x.jsonl").to_str().unwrap()]);
+    assert_eq!(
+        normalised(&original),
+        normalised(&read(&other.path("x.jsonl")))
+    );
+}
+
+#[test]
+fn damaged_truncated_or_foreign_files_are_refused_and_nothing_is_imported() {
+    let home = Home::init();
+    rich_agent(&home);
+    let file = home.path("ada.jsonl");
+    home.ok(&["export", "ada", file.to_str().unwrap()]);
+    let good = read(&file);
+    let bad = home.path("bad.jsonl");
+    let try_import = |bytes: &[u8]| {
+        std::fs::write(&bad, bytes).unwrap();
+        home.fails(
+            &["import", bad.to_str().unwrap(), "--rename", "copy"],
+            REFUSED,
+        )
+    };
+
+    let err = try_import(&good[..good.len() - 40]);
+    assert!(
+        err.contains("damaged export file") && err.contains("checksum"),
+        "{err}"
+    );
+    let mut flipped = good.clone();
+    let at = good.len() / 2;
+    flipped[at] = if flipped[at] == b'a' { b'b' } else { b'a' };
+    let err = try_import(&flipped);
+    assert!(err.contains("checksum"), "{err}");
+    let cut_at_line = good.iter().position(|&b| b == b'\n').unwrap() + 1;
+    let err = try_import(&good[..cut_at_line]);
+    assert!(err.contains("damaged"), "{err}");
+    let err = try_import(b"");
+    assert!(err.contains("damaged"), "{err}");
+    let err = try_import(b"{\"hello\": 1}\n");
+    assert!(err.contains("not a Pattern export"), "{err}");
+
+    home.fails(
+        &["import", home.path("missing.jsonl").to_str().unwrap()],
+        NOT_FOUND,
+    );
+    let agents = home.json(&["agent", "list"]);
+    assert_eq!(
+        agents.as_array().unwrap().len(),
+        1,
+        "nothing imported: {agents}"
+    );
+}
+
+/// A well-formed file (right checksum) whose history cannot be stored as exported: the import
+/// fails after it started writing and takes the partial agent away again.
+#[test]
+fn an_import_that_fails_part_way_leaves_no_agent_behind() {
+    let home = Home::init();
+    let batch = serde_json::json!({"section": "batch", "data": {
+    "id": 1, "batch_type": "user_request", "state": "complete", "archived": false,
+    "started_at": "2026-01-01T00:00:00Z", "completed_at": "2026-01-01T00:00:01Z",
+    "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "one"}], "created_at": "2026-01-01T00:00:00Z"},
+        {"role": "user", "content": [{"type": "text", "text": "two"}], "created_at": "2026-01-01T00:00:00Z"},
+        {"role": "assistant", "content": [{"type": "text", "text": "ok"}], "created_at": "2026-01-01T00:00:01Z"}
+    ]}});
+    let agent = serde_json::json!({"section": "agent", "data": {
+        "name": "odd", "metadata": null, "created_at": "2026-01-01T00:00:00Z"}});
+    let block = serde_json::json!({"section": "block", "data": {
+        "label": "notes", "description": "", "value": "v", "char_limit": 10, "block_type": "core",
+        "version": 1, "history": [{"version": 1, "value": "v", "description": "", "change": "create",
+        "created_at": "2026-01-01T00:00:00Z"}]}});
+    let body = format!("{agent}\n{block}\n{batch}\n");
+    let header = serde_json::json!({
+        "format": "pattern-agent-export", "version": 1, "producer": "test",
+        "exported_at": "2026-01-01T00:00:00Z", "agent": "odd",
+        "sections": {"agent": 1, "block": 1, "batch": 1}, "body_lines": 3,
+        "body_sha256": format!("{:x}", Sha256::digest(body.as_bytes())),
+    });
+    let file = home.path("odd.jsonl");
+    std::fs::write(&file, format!("{header}\n{body}")).unwrap();
+    let err = home.fails(&["import", file.to_str().unwrap()], REFUSED);
+    assert!(
+        err.contains("nothing was kept") && err.contains("cannot reproduce"),
+        "{err}"
+    );
+    assert_eq!(home.json(&["agent", "list"]), serde_json::json!([]));
+}
+
+#[test]
+fn an_agent_with_an_open_batch_is_not_exported() {
+    let home = Home::init();
+    home.ok(&["agent", "create", "ada"]);
+    let url = home.sqlite_url();
+    block_on(async {
+        let db = pattern::Database::open_url(&url).await.unwrap();
+        let agent = db.agent_by_name("ada").await.unwrap();
+        db.messages(agent.id)
+            .begin_batch(NewMessage::user("working..."), BeginBatch::default())
+            .await
+            .unwrap();
+        db.close().await;
+    });
+    let file = home.path("ada.jsonl");
+    let err = home.fails(&["export", "ada", file.to_str().unwrap()], CONFLICT);
+    assert!(err.contains("open batch"), "{err}");
+    assert!(!file.exists());
+    home.fails(&["export", "nobody", file.to_str().unwrap()], NOT_FOUND);
+}
