@@ -49,6 +49,10 @@ pub enum Error {
     #[error(transparent)]
     LocalServer(#[from] crate::local_server::LocalServerError),
 
+    /// The runtime was built without archival memory and search.
+    #[error("this agent has no archival memory or search configured")]
+    SearchNotConfigured,
+
     /// The agent cannot take this state change now.
     #[error("invalid agent state change: {0}")]
     InvalidState(String),

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use context_v2::{ContextBuilder, ContextConfig, MemoryContext, Summarizer, TokenCounter};
 use futures::future::join_all;
-use memory_v2::{MemoryEditor, MemoryStore};
+use memory_v2::{ArchivalMemory, MemoryEditor, MemoryStore, SearchHit, SearchOptions};
 use pattern_db::queue::{NewQueued, QueuedMessage};
 use pattern_db::{
     AgentId, BatchId, BatchType, ContentBlock, Database, MessageStore, NewMessage, Role,
@@ -131,6 +131,7 @@ pub struct AgentRuntime {
     counter: Arc<dyn TokenCounter>,
     summarizer: Option<Arc<dyn Summarizer>>,
     queue_signal: Arc<Notify>,
+    archival: Option<Arc<dyn ArchivalMemory>>,
 }
 
 impl fmt::Debug for AgentRuntime {
@@ -155,6 +156,7 @@ pub struct RuntimeBuilder {
     counter: Option<Arc<dyn TokenCounter>>,
     summarizer: Option<Arc<dyn Summarizer>>,
     queue_signal: Option<Arc<Notify>>,
+    archival: Option<Arc<dyn ArchivalMemory>>,
 }
 
 impl fmt::Debug for RuntimeBuilder {
@@ -193,6 +195,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Archival memory and search (default: none; the archival and search tools then answer
+    /// with an error result).
+    pub fn archival(mut self, archival: Arc<dyn ArchivalMemory>) -> Self {
+        self.archival = Some(archival);
+        self
+    }
+
     /// The runtime. Refused: a rule naming a tool that is not registered.
     pub fn build(self) -> Result<AgentRuntime> {
         let tools = match self.tools {
@@ -228,6 +237,7 @@ impl RuntimeBuilder {
                 .unwrap_or_else(|| Arc::new(context_v2::EstimateCounter::default())),
             summarizer: self.summarizer,
             queue_signal: self.queue_signal.unwrap_or_default(),
+            archival: self.archival,
         })
     }
 }
@@ -261,6 +271,7 @@ impl AgentRuntime {
             counter: None,
             summarizer: None,
             queue_signal: None,
+            archival: None,
         }
     }
 
@@ -287,6 +298,22 @@ impl AgentRuntime {
     /// The memory store (shared across agents; the agent is a parameter).
     pub fn memory(&self) -> &Arc<dyn MemoryEditor> {
         &self.memory
+    }
+
+    /// Archival memory and search, when configured.
+    pub fn archival(&self) -> Option<&Arc<dyn ArchivalMemory>> {
+        self.archival.as_ref()
+    }
+
+    /// Searches what this agent can see (its messages and passages, blocks shared with it):
+    /// `options.agent` is always this agent.
+    pub async fn search(&self, query: &str, options: &SearchOptions) -> Result<Vec<SearchHit>> {
+        let archival = self.archival.as_ref().ok_or(Error::SearchNotConfigured)?;
+        let options = SearchOptions {
+            agent: Some(self.agent),
+            ..options.clone()
+        };
+        Ok(archival.search(query, &options).await?)
     }
 
     /// The tools.

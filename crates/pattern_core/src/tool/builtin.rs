@@ -1,5 +1,6 @@
 //! The built-in tools: memory block edits (`memory_append`, `memory_replace`, `memory_insert`,
-//! `memory_undo`) and `send_message`.
+//! `memory_undo`), `send_message`, and (from [`super::recall`]) `archival_insert`,
+//! `archival_search` and `search`.
 //!
 //! Memory tools read the block's current version and write against it (optimistic
 //! concurrency): a concurrent change makes them re-read and retry a few times, never overwrite.
@@ -28,6 +29,9 @@ pub fn registry() -> Result<ToolRegistry> {
     r.register(Arc::new(MemoryInsert))?;
     r.register(Arc::new(MemoryUndo))?;
     r.register(Arc::new(SendMessage))?;
+    r.register(Arc::new(super::recall::ArchivalInsert))?;
+    r.register(Arc::new(super::recall::ArchivalSearch))?;
+    r.register(Arc::new(super::recall::Search))?;
     Ok(r)
 }
 

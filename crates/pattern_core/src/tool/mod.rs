@@ -10,6 +10,7 @@
 //! rule counters live in each runtime.
 
 pub mod builtin;
+pub mod recall;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -643,7 +643,44 @@ async fn suspended_agents_queue_their_triggers(kind: pattern_db::Backend) {
     h.cleanup().await;
 }
 
+async fn archival_tools_store_and_find(kind: pattern_db::Backend) {
+    let h = Harness::new(
+        kind,
+        vec![
+            Turn::call(
+                "c1",
+                "archival_insert",
+                json!({"content": "The spare key is under the blue flowerpot.", "tags": ["home"]}),
+            ),
+            Turn::call(
+                "c2",
+                "archival_search",
+                json!({"query": "where is the spare key"}),
+            ),
+            Turn::call(
+                "c3",
+                "search",
+                json!({"query": "flowerpot", "scope": "messages"}),
+            ),
+            Turn::text("Under the blue flowerpot."),
+        ],
+    )
+    .await;
+    let events = h.turn("remember where the key is, then tell me").await;
+    let r = results(&events);
+    assert!(r[0].0.starts_with("stored passage"), "{r:?}");
+    assert!(
+        r[1].0.contains("[archival,") && r[1].0.contains("blue flowerpot"),
+        "{r:?}"
+    );
+    // The stored tool call that mentioned the flowerpot is in the agent's searchable history.
+    assert!(!r[2].1, "{r:?}");
+    assert!(r.iter().all(|(_, e)| !e), "{r:?}");
+    h.cleanup().await;
+}
+
 conformance!(
+    archival_tools_store_and_find,
     plain_answer_is_streamed_and_stored,
     memory_tool_call_round_trip,
     bad_calls_become_error_results,

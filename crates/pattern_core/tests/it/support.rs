@@ -83,7 +83,8 @@ impl Harness {
             memory.clone(),
             Arc::new(provider.clone()),
             config,
-        );
+        )
+        .archival(memory.clone());
         if let Some(tools) = tools {
             builder = builder.tools(tools);
         }
