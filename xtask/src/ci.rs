@@ -26,7 +26,11 @@ pub(crate) fn ci(root: &Path) -> Result<()> {
         "pg start".to_owned(),
     ];
     plan.extend(members.iter().map(|m| format!("test {}", m.name)));
-    plan.extend(["doc".to_owned(), "pg stop".to_owned()]);
+    plan.extend([
+        "main job".to_owned(),
+        "doc".to_owned(),
+        "pg stop".to_owned(),
+    ]);
 
     let mut steps = Steps::default();
     let result = pipeline(root, &members, &mut steps);
@@ -63,6 +67,20 @@ fn pipeline(root: &Path, members: &[workspace::Member], steps: &mut Steps) -> Re
             cmd::run(&mut cargo_test(root, &member.name, guard.url(), &[]))
         })?;
     }
+    steps.run("main job", || {
+        // README's first command (`cargo xtask demo`) is the same conversation built in
+        // release mode; CI runs the debug build the tests already compiled.
+        let data = workspace::cache_dir(root).join("ci-demo");
+        if data.exists() {
+            std::fs::remove_dir_all(&data)?;
+        }
+        cmd::run(
+            cargo(root)
+                .args(["run", "--quiet", "-p", "pattern_cli", "--", "--data-dir"])
+                .arg(&data)
+                .arg("demo"),
+        )
+    })?;
     steps.run("doc", || {
         cmd::run(cargo(root).env("RUSTDOCFLAGS", "-D warnings").args([
             "doc",

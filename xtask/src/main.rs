@@ -19,7 +19,7 @@
 //! - `test [CRATE] [-- ARGS]` — tests with `PATTERN_TEST_PG_URL` set.
 //! - `bench [CRATE] [-- ARGS]` — benches with `PATTERN_TEST_PG_URL` set.
 //! - `db up|down|reset|status [--url URL]`, `db new NAME` — migrations.
-//! - `demo [-- ARGS]` — run the demo.
+//! - `demo [-- ARGS]` — the main job: setup, then `pattern demo` (a real agent conversation).
 
 mod ci;
 mod cmd;

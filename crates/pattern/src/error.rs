@@ -13,6 +13,12 @@ pub enum Error {
     /// The storage layer refused or failed (bad URL, connection, migration, ...).
     #[error(transparent)]
     Db(#[from] pattern_db::Error),
+    /// The search layer (embedder, vector index) failed.
+    #[error(transparent)]
+    Search(#[from] db_v2::Error),
+    /// The agent runtime refused or failed.
+    #[error(transparent)]
+    Core(Box<pattern_core::Error>),
     /// The agent-to-agent protocol failed to start.
     #[error(transparent)]
     Protocol(#[from] pattern_protocol::Error),
@@ -28,4 +34,10 @@ pub enum Error {
     /// A path that cannot be turned into a database URL.
     #[error("path `{0}` is not valid UTF-8 and cannot name a database")]
     NonUtf8Path(PathBuf),
+}
+
+impl From<pattern_core::Error> for Error {
+    fn from(e: pattern_core::Error) -> Self {
+        Error::Core(Box::new(e))
+    }
 }

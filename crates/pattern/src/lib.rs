@@ -6,7 +6,9 @@
 //! ([`Pattern::db`], [`Pattern::messages`]), memory blocks ([`Pattern::memory`], a
 //! [`memory::DbMemoryStore`]) and the agent-to-agent protocol ([`Pattern::protocol`]). It must
 //! never hold logic of its own beyond that wiring; behaviour lives in the layer that owns it.
-//! The runtime, search and model providers are added here as they land.
+//! Search ([`Pattern::search`], with the offline embedder when it is installed) and agents
+//! ([`Pattern::agent`]: a [`core::DatabaseAgent`] over a [`core::provider::ModelProvider`]) are
+//! wired the same way.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -16,7 +18,8 @@
 //!
 //! let dir = tempfile::tempdir()?;
 //! // A data directory: the SQLite database is `pattern.db` inside it.
-//! let pattern = Pattern::open(PatternConfig::data_dir(dir.path())).await?;
+//! let config = PatternConfig::data_dir(dir.path()).with_embedding(pattern::Embedding::Off);
+//! let pattern = Pattern::open(config).await?;
 //! let ada = pattern.db().create_agent(NewAgent::named("ada")).await?;
 //!
 //! // History: the trigger is durable when `begin_batch` returns.
@@ -44,7 +47,12 @@ mod error;
 mod open;
 
 pub use error::{Error, Result};
-pub use open::{DATABASE_FILE, DatabaseLocation, Pattern, PatternConfig, sqlite_url};
+pub use open::{DATABASE_FILE, DatabaseLocation, Embedding, Pattern, PatternConfig, sqlite_url};
+
+/// Search: embedders, background embedding, full-text, vector and hybrid search.
+pub use db_v2 as search;
+/// Agents: the `Agent` trait, the runtime, tools, permissions, model providers.
+pub use pattern_core as core;
 
 /// Context building: batches and memory to a validated request that fits the window.
 pub use context_v2 as context;

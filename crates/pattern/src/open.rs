@@ -3,13 +3,22 @@
 //! A [`PatternConfig`] says where the data lives (a data directory, a SQLite file, or a database
 //! URL such as PostgreSQL's) and how durable commits are; opening creates the data directory when
 //! asked to, opens and migrates the database, and builds the memory store and the protocol handle
-//! on it. This module must never hold behaviour of a layer: it only constructs and hands out.
+//! on it: the search layer (`db_v2`, with the embedder the configuration asks for), memory over
+//! it, the protocol, and agents (`pattern_core`) over all of them. This module must never hold
+//! behaviour of a layer: it only constructs and hands out.
 
+use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
-use memory_v2::DbMemoryStore;
+use db_v2::{ConstellationDb, EmbedConfig, Embedder, FastEmbedder, ModelPaths};
+use memory_v2::{DbMemoryStore, SearchHit, SearchOptions};
+use pattern_core::provider::ModelProvider;
+use pattern_core::{AgentRuntime, DatabaseAgent, ModelSummarizer, QueueProcessor, RuntimeConfig};
 use pattern_db::{AgentId, Database, DbConfig, Durability, MessageStore};
 use pattern_protocol::Protocol;
+use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
 
@@ -27,14 +36,45 @@ pub enum DatabaseLocation {
     Url(String),
 }
 
+/// Which embedder semantic search uses.
+#[derive(Clone, Default)]
+pub enum Embedding {
+    /// None: full-text search only (Vector is a typed error, Auto and Hybrid use full text).
+    Off,
+    /// The offline model `cargo xtask setup` installs, found through
+    /// [`ModelPaths::from_env`]; full-text only (with a warning) when it is not installed.
+    #[default]
+    Auto,
+    /// The offline model at these paths; opening fails when it cannot be loaded.
+    Model(ModelPaths),
+    /// Any embedder.
+    Custom(Arc<dyn Embedder>),
+}
+
+impl fmt::Debug for Embedding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Embedding::Off => f.write_str("Off"),
+            Embedding::Auto => f.write_str("Auto"),
+            Embedding::Model(paths) => f.debug_tuple("Model").field(paths).finish(),
+            Embedding::Custom(e) => f.debug_tuple("Custom").field(&e.name()).finish(),
+        }
+    }
+}
+
+/// Longest one embedding call may take.
+const EMBED_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// How to open Pattern.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct PatternConfig {
     /// Where the database lives.
     pub location: DatabaseLocation,
     /// SQLite durability (PostgreSQL follows its own settings); default
     /// [`Durability::Full`].
     pub durability: Durability,
+    /// The embedder (default [`Embedding::Auto`]).
+    pub embedding: Embedding,
 }
 
 impl PatternConfig {
@@ -57,7 +97,14 @@ impl PatternConfig {
         Self {
             location,
             durability: Durability::Full,
+            embedding: Embedding::Auto,
         }
+    }
+
+    /// The same configuration with another embedder choice.
+    pub fn with_embedding(mut self, embedding: Embedding) -> Self {
+        self.embedding = embedding;
+        self
     }
 
     /// The same configuration with another durability.
@@ -106,13 +153,31 @@ pub fn sqlite_url(path: &Path) -> Result<String> {
 #[derive(Debug, Clone)]
 pub struct Pattern {
     db: Database,
-    memory: DbMemoryStore,
+    search: ConstellationDb,
+    memory: Arc<DbMemoryStore>,
     protocol: Protocol,
+    queue_signal: Arc<Notify>,
+}
+
+async fn embedder(choice: &Embedding) -> Result<Option<Arc<dyn Embedder>>> {
+    Ok(match choice {
+        Embedding::Off => None,
+        Embedding::Custom(e) => Some(e.clone()),
+        Embedding::Model(paths) => Some(Arc::new(FastEmbedder::load(paths, EMBED_TIMEOUT).await?)),
+        Embedding::Auto => match FastEmbedder::load(&ModelPaths::from_env(), EMBED_TIMEOUT).await {
+            Ok(e) => Some(Arc::new(e)),
+            Err(e) => {
+                tracing::warn!(error = %e, "no embedding model: full-text search only");
+                None
+            }
+        },
+    })
 }
 
 impl Pattern {
-    /// Opens Pattern: creates the data directory when the configuration names one, opens (and
-    /// migrates) the database, and wires memory and protocol over it.
+    /// Opens Pattern: creates the data directory when the configuration names one, loads the
+    /// embedder, opens (and migrates) the database, and wires search, memory and protocol over
+    /// it.
     pub async fn open(config: PatternConfig) -> Result<Self> {
         if let DatabaseLocation::DataDir(dir) = &config.location {
             std::fs::create_dir_all(dir).map_err(|source| Error::DataDir {
@@ -120,22 +185,72 @@ impl Pattern {
                 source,
             })?;
         }
-        Self::open_with(config.db_config()?).await
+        let embedder = embedder(&config.embedding).await?;
+        let mut db_config = config.db_config()?;
+        db_config.record_embedding_jobs = embedder.is_some();
+        let db = Database::open(db_config).await?;
+        let search = ConstellationDb::open(db, embedder, EmbedConfig::default()).await?;
+        Self::wire(search).await
     }
 
-    /// Opens Pattern over a database described by a full storage configuration.
+    /// Opens Pattern over a database described by a full storage configuration, without an
+    /// embedder (full-text search only).
     pub async fn open_with(config: DbConfig) -> Result<Self> {
-        Self::wire(Database::open(config).await?).await
+        Self::wire(ConstellationDb::fts_only(Database::open(config).await?)).await
     }
 
-    /// Wires the layers over an open database (on PostgreSQL the protocol starts listening for
-    /// wake-ups before this returns).
-    pub async fn wire(db: Database) -> Result<Self> {
+    /// Wires the layers over an open search layer (on PostgreSQL the protocol starts listening
+    /// for wake-ups before this returns).
+    pub async fn wire(search: ConstellationDb) -> Result<Self> {
+        let db = search.db().clone();
         Ok(Self {
-            memory: DbMemoryStore::new(db.clone()),
+            memory: Arc::new(DbMemoryStore::with_search(search.clone())),
             protocol: Protocol::new(db.clone()).await?,
+            search,
             db,
+            queue_signal: Arc::new(Notify::new()),
         })
+    }
+
+    /// The search layer: archival passages, full-text, vector and hybrid search, embeddings.
+    pub fn search_db(&self) -> &ConstellationDb {
+        &self.search
+    }
+
+    /// Searches messages, archival passages and memory blocks.
+    pub async fn search(&self, query: &str, options: &SearchOptions) -> Result<Vec<SearchHit>> {
+        Ok(self.search.search(query, options).await?)
+    }
+
+    /// An agent driven by `model`: its runtime gets the shared memory and search, the built-in
+    /// tools, a summarizer using the same model, and this handle's queue signal (see
+    /// [`queue_processor`](Self::queue_processor)).
+    pub fn agent(
+        &self,
+        agent: pattern_db::Agent,
+        model: Arc<dyn ModelProvider>,
+        config: RuntimeConfig,
+    ) -> Result<Arc<DatabaseAgent>> {
+        let counter: Arc<dyn context_v2::TokenCounter> =
+            Arc::new(context_v2::EstimateCounter::default());
+        let runtime = AgentRuntime::builder(
+            self.db.clone(),
+            agent,
+            self.memory.clone(),
+            model.clone(),
+            config,
+        )
+        .archival(self.memory.clone())
+        .counter(counter.clone())
+        .summarizer(Arc::new(ModelSummarizer::new(model, counter)))
+        .queue_signal(self.queue_signal.clone())
+        .build()?;
+        Ok(DatabaseAgent::new(runtime))
+    }
+
+    /// A queue processor over this database, woken by the agents this handle built.
+    pub fn queue_processor(&self, idle_poll: Duration) -> Arc<QueueProcessor> {
+        QueueProcessor::new(self.db.clone(), self.queue_signal.clone(), idle_poll)
     }
 
     /// The database: agents, batches, recovery, migrations.
@@ -148,7 +263,8 @@ impl Pattern {
         self.db.messages(agent)
     }
 
-    /// Memory blocks, for every agent (the agent is a parameter of each call).
+    /// Memory blocks and archival memory, for every agent (the agent is a parameter of each
+    /// call).
     pub fn memory(&self) -> &DbMemoryStore {
         &self.memory
     }
@@ -162,11 +278,14 @@ impl Pattern {
     pub async fn close(self) {
         let Self {
             db,
+            search,
             memory,
             protocol,
+            queue_signal,
         } = self;
-        drop(memory);
-        drop(protocol);
+        // Let the embedding worker finish what it holds; what is left stays queued, durably.
+        search.shutdown(Duration::from_secs(5)).await;
+        drop((memory, protocol, queue_signal, search));
         db.close().await;
     }
 }

@@ -62,6 +62,14 @@ pub(crate) enum Command {
     /// Agent-to-agent sessions (the protocol).
     #[command(subcommand)]
     Session(SessionCommand),
+    /// Talk with an agent: streamed answers, tool calls shown as they happen, Ctrl-C cancels
+    /// the turn.
+    Chat(ChatArgs),
+    /// One turn with an agent, for scripts.
+    Send(SendArgs),
+    /// The main job: a real agent conversation on the embedded defaults (a local model server,
+    /// the offline embedding model), then its stored batches and a search.
+    Demo(DemoArgs),
 }
 
 /// `pattern agent ...`
@@ -309,4 +317,28 @@ pub(crate) enum SessionCommand {
         #[arg(long = "by", value_name = "AGENT")]
         by: String,
     },
+}
+
+/// `pattern chat [AGENT]`.
+#[derive(Debug, Args)]
+pub(crate) struct ChatArgs {
+    /// The agent (default: `[agent] default` in config.toml).
+    pub(crate) agent: Option<String>,
+}
+
+/// `pattern send AGENT MESSAGE`.
+#[derive(Debug, Args)]
+pub(crate) struct SendArgs {
+    /// The agent.
+    pub(crate) agent: String,
+    /// The message.
+    pub(crate) message: String,
+}
+
+/// `pattern demo`.
+#[derive(Debug, Args)]
+pub(crate) struct DemoArgs {
+    /// Most model calls per turn.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) max_iterations: usize,
 }

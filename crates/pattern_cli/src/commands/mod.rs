@@ -4,6 +4,8 @@
 
 mod agent;
 mod batches;
+mod chat;
+mod demo;
 mod init;
 mod memory;
 mod ops;
@@ -26,5 +28,8 @@ pub(crate) async fn run(env: &Env, command: Command) -> Result<()> {
         Command::Export(args) => transfer::export(env, args).await,
         Command::Import(args) => transfer::import(env, args).await,
         Command::Session(c) => session::run(env, c).await,
+        Command::Chat(args) => chat::chat(env, args).await,
+        Command::Send(args) => chat::send(env, args).await,
+        Command::Demo(args) => demo::run(env, args).await,
     }
 }

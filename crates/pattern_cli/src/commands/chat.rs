@@ -1,0 +1,302 @@
+//! `pattern chat [AGENT]` and `pattern send AGENT MESSAGE`: turns with an agent, streamed.
+//!
+//! The model comes from the environment first (`ANTHROPIC_API_KEY`, `OPENAI_API_KEY`,
+//! `GEMINI_API_KEY`, in that order), then from `[model]` in config.toml (`provider = "llamacpp"`
+//! with a `base_url`), and otherwise a local llama.cpp server (installed by `cargo xtask setup`)
+//! is started for the command and stopped after it. Ctrl-C during a turn cancels the turn (its
+//! batch is abandoned, the message stays stored); Ctrl-C at the prompt, or end of input, leaves.
+//! This module must never print an API key and never leave a started server running.
+
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use pattern::Pattern;
+use pattern::context::{ModelInfo, Provider};
+use pattern::core::local_server::{LocalModel, LocalModelServer, LocalServerConfig};
+use pattern::core::provider::{ApiKey, ModelProvider, ProviderConfig};
+use pattern::core::{Agent, DatabaseAgent, IncomingMessage, ResponseEvent, RuntimeConfig};
+use serde::Serialize;
+
+use crate::cli::{ChatArgs, SendArgs};
+use crate::env::{Config, Env, agent_named};
+use crate::error::{CliError, Result};
+use crate::output;
+
+/// The model for this command, and the local server behind it when one was started.
+pub(crate) struct Model {
+    pub(crate) provider: Arc<dyn ModelProvider>,
+    /// Kept for the command's lifetime: dropping it stops the server.
+    pub(crate) _server: Option<LocalModelServer>,
+}
+
+fn core_error(e: impl std::fmt::Display) -> CliError {
+    CliError::other(e.to_string())
+}
+
+fn hosted(provider: Provider, model: &str, window: usize, key: String) -> Result<Model> {
+    let mut config = ProviderConfig::new(ModelInfo {
+        provider,
+        model: model.to_owned(),
+        context_window: window,
+        max_output_tokens: 4_096,
+    });
+    config.api_key = Some(ApiKey::new(key));
+    Ok(Model {
+        provider: Arc::from(config.build().map_err(core_error)?),
+        _server: None,
+    })
+}
+
+/// Picks the model (module doc), starting a local server when nothing else is configured.
+pub(crate) async fn model(env: &Env, local: LocalModel) -> Result<Model> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    if let Some(key) = var("ANTHROPIC_API_KEY") {
+        return hosted(Provider::Anthropic, "claude-sonnet-4-5", 200_000, key);
+    }
+    if let Some(key) = var("OPENAI_API_KEY") {
+        return hosted(Provider::OpenAi, "gpt-4.1-mini", 128_000, key);
+    }
+    if let Some(key) = var("GEMINI_API_KEY") {
+        return hosted(Provider::Gemini, "gemini-2.5-flash", 1_000_000, key);
+    }
+    if let Some((base_url, name)) = configured_llamacpp(env)? {
+        let mut config = ProviderConfig::new(ModelInfo {
+            provider: Provider::OpenAi,
+            model: name,
+            context_window: 8_192,
+            max_output_tokens: 512,
+        });
+        config.name = Some("llama.cpp".into());
+        config.base_url = Some(base_url);
+        return Ok(Model {
+            provider: Arc::from(config.build().map_err(core_error)?),
+            _server: None,
+        });
+    }
+    eprintln!("starting a local llama.cpp server (no API key or [model] configured)...");
+    let server = LocalModelServer::start(LocalServerConfig::new(local))
+        .await
+        .map_err(core_error)?;
+    eprintln!(
+        "model server ready in {:.1} s at {}",
+        server.started_in().as_secs_f64(),
+        server.base_url()
+    );
+    let mut config = ProviderConfig::new(server.model_info());
+    config.name = Some("llama.cpp".into());
+    config.base_url = Some(server.base_url().to_owned());
+    config.timeout = std::time::Duration::from_secs(600);
+    Ok(Model {
+        provider: Arc::from(config.build().map_err(core_error)?),
+        _server: Some(server),
+    })
+}
+
+/// `[model] provider = "llamacpp"` with `[model.llamacpp] base_url, model`.
+fn configured_llamacpp(env: &Env) -> Result<Option<(String, String)>> {
+    let path = env.config_path();
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(None);
+    };
+    let value: toml::Value =
+        toml::from_str(&text).map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
+    let model = value.get("model");
+    let provider = model
+        .and_then(|m| m.get("provider"))
+        .and_then(|p| p.as_str());
+    match provider {
+        None => Ok(None),
+        Some("llamacpp") => {
+            let section = model.and_then(|m| m.get("llamacpp"));
+            let get = |k: &str| section.and_then(|s| s.get(k)).and_then(|v| v.as_str());
+            let base = get("base_url")
+                .unwrap_or("http://127.0.0.1:8080/v1")
+                .to_owned();
+            let name = get("model").unwrap_or("local").to_owned();
+            Ok(Some((base, name)))
+        }
+        Some(other) => Err(CliError::usage(format!(
+            "{}: model.provider `{other}` needs its API key in the environment \
+             (ANTHROPIC_API_KEY, OPENAI_API_KEY or GEMINI_API_KEY); only `llamacpp` is read \
+             from the file",
+            path.display()
+        ))),
+    }
+}
+
+/// The agent's runtime settings: its instructions (agent metadata), the model's window.
+pub(crate) fn runtime_config(agent: &pattern::Agent, model: &dyn ModelProvider) -> RuntimeConfig {
+    let instructions = agent
+        .metadata
+        .get("instructions")
+        .and_then(|v| v.as_str())
+        .unwrap_or(
+            "You are a helpful assistant with long-term memory. Keep what matters about the user \
+             in your memory blocks, store facts worth keeping with archival_insert, and look \
+             things up with archival_search.",
+        );
+    let mut config = RuntimeConfig::new(instructions, model.model().context_window);
+    config.max_iterations = 4;
+    config
+}
+
+/// Renders one event for a terminal: text as it streams, tool calls and results on their own
+/// lines (to stderr, so stdout holds the answer).
+pub(crate) fn render(event: &ResponseEvent, out: &mut impl Write) -> std::io::Result<()> {
+    match event {
+        ResponseEvent::TextDelta { text } => {
+            out.write_all(text.as_bytes())?;
+            out.flush()
+        }
+        ResponseEvent::ToolCallFinished { name, input, .. } => {
+            eprintln!(
+                "\n  [tool call] {name} {}",
+                output::preview(&input.to_string(), 200)
+            );
+            Ok(())
+        }
+        ResponseEvent::ToolResult {
+            content, is_error, ..
+        } => {
+            let tag = if *is_error {
+                "tool error"
+            } else {
+                "tool result"
+            };
+            eprintln!("  [{tag}] {}", output::preview(content, 200));
+            Ok(())
+        }
+        ResponseEvent::Queued { .. } => {
+            eprintln!("  [queued: the agent is busy; your message is stored]");
+            Ok(())
+        }
+        ResponseEvent::Error { kind, message, .. } => {
+            eprintln!("\n  [turn failed ({kind:?})] {message}");
+            Ok(())
+        }
+        ResponseEvent::Done { .. } => writeln!(out),
+        _ => Ok(()),
+    }
+}
+
+/// One turn, streamed to the terminal; Ctrl-C cancels it. Returns every event.
+pub(crate) async fn turn(agent: &Arc<DatabaseAgent>, text: &str) -> Result<Vec<ResponseEvent>> {
+    let mut stream = agent
+        .clone()
+        .process(IncomingMessage::user(text))
+        .await
+        .map_err(core_error)?;
+    let mut events = Vec::new();
+    let mut stdout = std::io::stdout();
+    loop {
+        tokio::select! {
+            event = stream.next() => {
+                let Some(event) = event else { break };
+                render(&event, &mut stdout).map_err(|e| CliError::other(format!("stdout: {e}")))?;
+                events.push(event);
+            }
+            _ = tokio::signal::ctrl_c() => {
+                drop(stream);
+                eprintln!("\n  [cancelled: the turn was abandoned; your message stays stored]");
+                break;
+            }
+        }
+    }
+    Ok(events)
+}
+
+async fn open_agent(
+    env: &Env,
+    name: Option<&str>,
+) -> Result<(Pattern, Config, Model, Arc<DatabaseAgent>)> {
+    let (pattern, config) = env.open().await?;
+    let name = name
+        .map(str::to_owned)
+        .or_else(|| config.agent.default.clone())
+        .ok_or_else(|| CliError::usage("no agent given: name one or set [agent] default"))?;
+    let row = agent_named(&pattern, &name).await?;
+    let model = model(env, LocalModel::Qwen).await?;
+    let agent = pattern
+        .agent(
+            row.clone(),
+            model.provider.clone(),
+            runtime_config(&row, &*model.provider),
+        )
+        .map_err(core_error)?;
+    Ok((pattern, config, model, agent))
+}
+
+#[derive(Serialize)]
+struct SendReport {
+    batch_id: Option<String>,
+    text: String,
+    tool_calls: Vec<serde_json::Value>,
+    ok: bool,
+    error: Option<String>,
+}
+
+/// `pattern send AGENT MESSAGE`.
+pub(crate) async fn send(env: &Env, args: SendArgs) -> Result<()> {
+    let (pattern, _config, model, agent) = open_agent(env, Some(&args.agent)).await?;
+    let events = if env.json {
+        agent
+            .clone()
+            .process(IncomingMessage::user(&args.message))
+            .await
+            .map_err(core_error)?
+            .collect::<Vec<_>>()
+            .await
+    } else {
+        turn(&agent, &args.message).await?
+    };
+    let result = pattern::core::collect_response(futures::stream::iter(events)).await;
+    drop(agent);
+    drop(model);
+    pattern.close().await;
+    match result {
+        Ok(r) => {
+            if env.json {
+                output::json(&SendReport {
+                    batch_id: r.batch_id.map(|b| b.get().to_string()),
+                    text: r.text,
+                    tool_calls: r
+                        .tool_calls
+                        .iter()
+                        .map(|(id, name, input)| serde_json::json!({"id": id, "name": name, "input": input}))
+                        .collect(),
+                    ok: true,
+                    error: None,
+                })?;
+            }
+            Ok(())
+        }
+        Err(e) => Err(CliError::other(format!("the turn failed: {}", e.message))),
+    }
+}
+
+/// `pattern chat [AGENT]`.
+pub(crate) async fn chat(env: &Env, args: ChatArgs) -> Result<()> {
+    let (pattern, _config, model, agent) = open_agent(env, args.agent.as_deref()).await?;
+    eprintln!("chatting with {} (end with Ctrl-D)", agent.name());
+    let stdin = std::io::stdin();
+    loop {
+        eprint!("> ");
+        let _ = std::io::stderr().flush();
+        let mut line = String::new();
+        let read = tokio::task::block_in_place(|| stdin.lock().read_line(&mut line))
+            .map_err(|e| CliError::other(format!("stdin: {e}")))?;
+        if read == 0 {
+            break;
+        }
+        let text = line.trim();
+        if text.is_empty() {
+            continue;
+        }
+        turn(&agent, text).await?;
+    }
+    drop(agent);
+    drop(model);
+    pattern.close().await;
+    Ok(())
+}
