@@ -75,9 +75,13 @@ pub(crate) async fn model(env: &Env, local: LocalModel) -> Result<Model> {
         });
     }
     eprintln!("starting a local llama.cpp server (no API key or [model] configured)...");
-    let server = LocalModelServer::start(LocalServerConfig::new(local))
-        .await
-        .map_err(core_error)?;
+    // Short answers keep the small local model responsive on a busy machine.
+    let server = LocalModelServer::start(LocalServerConfig {
+        max_output_tokens: 256,
+        ..LocalServerConfig::new(local)
+    })
+    .await
+    .map_err(core_error)?;
     eprintln!(
         "model server ready in {:.1} s at {}",
         server.started_in().as_secs_f64(),
