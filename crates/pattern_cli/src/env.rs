@@ -26,6 +26,16 @@ pub(crate) struct Config {
     pub(crate) agent: AgentSection,
     #[serde(default)]
     pub(crate) database: DatabaseSection,
+    #[serde(default)]
+    pub(crate) embedding: EmbeddingSection,
+}
+
+/// `[embedding]`
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct EmbeddingSection {
+    /// Compute embeddings (vector and hybrid search); `pattern init` writes `true`.
+    #[serde(default)]
+    pub(crate) enabled: bool,
 }
 
 /// `[agent]`
@@ -122,7 +132,7 @@ impl Env {
     }
 
     /// Refuses a data directory that `pattern init` never set up (when it holds the database).
-    fn check_initialised(&self, config: &Config) -> Result<()> {
+    pub(crate) fn check_initialised(&self, config: &Config) -> Result<()> {
         if self.explicit_url(config).is_none() && !self.sqlite_path().exists() {
             return Err(CliError::not_found(format!(
                 "no Pattern database in {}: run `pattern init` first (or pass --data-dir / \

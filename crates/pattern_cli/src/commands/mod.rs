@@ -3,10 +3,14 @@
 //! or exit the process.
 
 mod agent;
+mod archival;
 mod batches;
 mod init;
+mod meeting;
 mod memory;
 mod ops;
+mod retention;
+mod search;
 mod session;
 mod transfer;
 
@@ -26,5 +30,23 @@ pub(crate) async fn run(env: &Env, command: Command) -> Result<()> {
         Command::Export(args) => transfer::export(env, args).await,
         Command::Import(args) => transfer::import(env, args).await,
         Command::Session(c) => session::run(env, c).await,
+        Command::Archival(c) => archival::run(env, c).await,
+        Command::Search(args) => search::search(env, args).await,
+        Command::Reindex => search::reindex(env).await,
+        Command::Embed(args) => search::embed(env, args).await,
+        Command::Retention(args) => retention::run(env, args).await,
+        Command::Meeting(c) => meeting::run(env, c).await,
     }
+}
+
+/// A progress bar on stderr (hidden when stderr is not a terminal).
+pub(crate) fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} {elapsed}")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(what.to_owned());
+    bar
 }

@@ -52,18 +52,18 @@ struct MessageView {
 }
 
 /// Protocol agent ids to the names shown (the Pattern agent's name, else the external id).
-struct Names {
+pub(crate) struct Names {
     cache: HashMap<ProtocolAgentId, String>,
 }
 
 impl Names {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             cache: HashMap::new(),
         }
     }
 
-    async fn of(&mut self, pattern: &Pattern, id: ProtocolAgentId) -> Result<String> {
+    pub(crate) async fn of(&mut self, pattern: &Pattern, id: ProtocolAgentId) -> Result<String> {
         if let Some(name) = self.cache.get(&id) {
             return Ok(name.clone());
         }
@@ -135,7 +135,7 @@ async fn organization(pattern: &Pattern) -> Result<Organization> {
 }
 
 /// The protocol agent of the Pattern agent `name`, created on first use.
-async fn participant(pattern: &Pattern, name: &str) -> Result<ProtocolAgent> {
+pub(crate) async fn participant(pattern: &Pattern, name: &str) -> Result<ProtocolAgent> {
     let agent = agent_named(pattern, name).await?;
     let external_id = format!("agent:{name}");
     match pattern.protocol().agent(&external_id).await {
