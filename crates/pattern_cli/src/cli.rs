@@ -439,13 +439,13 @@ pub(crate) struct EmbedArgs {
 
 /// `pattern retention`
 #[derive(Debug, Args)]
-#[group(id = "retention_action", required = true, multiple = false)]
+#[command(group(clap::ArgGroup::new("retention_action").required(true).args(["dry_run", "apply"])))]
 pub(crate) struct RetentionArgs {
     /// Only report what would happen.
-    #[arg(long, group = "retention_action")]
+    #[arg(long)]
     pub(crate) dry_run: bool,
     /// Archive and delete.
-    #[arg(long, group = "retention_action")]
+    #[arg(long)]
     pub(crate) apply: bool,
     /// Age in days after which read messages are archived and ended sessions and meetings
     /// deleted.
