@@ -273,6 +273,12 @@ pub(crate) struct ImportArgs {
 /// `pattern session ...`
 #[derive(Debug, Subcommand)]
 pub(crate) enum SessionCommand {
+    /// Live (not ended) sessions, of every agent or of one.
+    List {
+        /// Only sessions this agent takes part in.
+        #[arg(long, value_name = "AGENT")]
+        agent: Option<String>,
+    },
     /// Open a session between two agents (or return the live one).
     Create {
         /// The opening agent (speaks first in a sync session).

@@ -1,4 +1,4 @@
-//! `pattern session create|send|read|show|end`: one-to-one sessions of the agent-to-agent
+//! `pattern session list|create|send|read|show|end`: one-to-one sessions of the agent-to-agent
 //! protocol between Pattern agents. Each Pattern agent takes part as the protocol agent with
 //! external id `agent:NAME`, in the organization `local`; both are created on first use. This
 //! module must never bypass the protocol's rules (turns, participants, ended sessions): every
@@ -179,6 +179,28 @@ async fn act(env: &Env, pattern: &Pattern, command: SessionCommand) -> Result<()
     let protocol = pattern.protocol();
     let mut names = Names::new();
     match command {
+        SessionCommand::List { agent } => {
+            let mut views = Vec::new();
+            for c in protocol.active_conversations().await? {
+                let view = names.session(pattern, &c.session).await?;
+                if agent
+                    .as_ref()
+                    .is_none_or(|a| *a == view.agent_a || *a == view.agent_b)
+                {
+                    views.push(view);
+                }
+            }
+            if env.json {
+                return output::json(&views);
+            }
+            if views.is_empty() {
+                return output::line("no live sessions");
+            }
+            for v in &views {
+                print_session(env, v)?;
+            }
+            Ok(())
+        }
         SessionCommand::Create { a, b, sync } => {
             let pa = participant(pattern, &a).await?;
             let pb = participant(pattern, &b).await?;
