@@ -70,6 +70,20 @@ pub(crate) enum Command {
     /// The main job: a real agent conversation on the embedded defaults (a local model server,
     /// the offline embedding model), then its stored batches and a search.
     Demo(DemoArgs),
+    /// An agent's archival memory: passages stored outside the context, found by search.
+    #[command(subcommand)]
+    Archival(ArchivalCommand),
+    /// Search messages, memory blocks and archival passages (full-text, vector or hybrid).
+    Search(SearchArgs),
+    /// Rebuild the full-text index from the database.
+    Reindex,
+    /// Embeddings: status, backfill missing vectors, or re-embed everything.
+    Embed(EmbedArgs),
+    /// Protocol retention: archive old messages, delete long-ended sessions and meetings.
+    Retention(RetentionArgs),
+    /// Meetings of several agents (the protocol): turns, messages and the event log.
+    #[command(subcommand)]
+    Meeting(MeetingCommand),
 }
 
 /// `pattern agent ...`
@@ -267,6 +281,12 @@ pub(crate) struct ImportArgs {
 /// `pattern session ...`
 #[derive(Debug, Subcommand)]
 pub(crate) enum SessionCommand {
+    /// Live (not ended) sessions, of every agent or of one.
+    List {
+        /// Only sessions this agent takes part in.
+        #[arg(long, value_name = "AGENT")]
+        agent: Option<String>,
+    },
     /// Open a session between two agents (or return the live one).
     Create {
         /// The opening agent (speaks first in a sync session).
@@ -341,4 +361,218 @@ pub(crate) struct DemoArgs {
     /// Most model calls per turn.
     #[arg(long, default_value_t = 2)]
     pub(crate) max_iterations: usize,
+}
+
+/// `pattern archival ...`
+#[derive(Debug, Subcommand)]
+pub(crate) enum ArchivalCommand {
+    /// Store a passage.
+    Insert {
+        /// The text.
+        text: String,
+        /// A tag (repeatable).
+        #[arg(long = "tag", value_name = "TAG")]
+        tags: Vec<String>,
+        /// Dedupe key: inserting the same key again returns the stored passage.
+        #[arg(long, value_name = "KEY")]
+        key: Option<String>,
+        #[command(flatten)]
+        agent: AgentArg,
+    },
+    /// Passages, newest first.
+    List {
+        /// Only passages with this tag.
+        #[arg(long)]
+        tag: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[command(flatten)]
+        agent: AgentArg,
+    },
+    /// Delete a passage.
+    Delete {
+        /// The passage id.
+        id: String,
+        #[command(flatten)]
+        agent: AgentArg,
+    },
+    /// Search the agent's passages (hybrid when embeddings are available, else full-text).
+    Search {
+        /// The query.
+        query: String,
+        /// At most this many hits.
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+        #[command(flatten)]
+        agent: AgentArg,
+    },
+    /// Import passages from a JSON Lines file (idempotent).
+    Import {
+        /// One JSON object per line: `text`, optional `metadata`, `tags`, `key`.
+        #[arg(long, value_name = "FILE")]
+        jsonl: PathBuf,
+        #[command(flatten)]
+        agent: AgentArg,
+    },
+}
+
+/// Search modes on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ModeArg {
+    /// Full-text.
+    Fts,
+    /// Embeddings only.
+    Vector,
+    /// Full-text and embeddings fused.
+    Hybrid,
+    /// Hybrid when embeddings are available, else full-text.
+    Auto,
+}
+
+/// Content kinds on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum TypeArg {
+    /// Messages of agents' histories.
+    Message,
+    /// Memory blocks.
+    Block,
+    /// Archival passages.
+    Archival,
+}
+
+/// `pattern search`
+#[derive(Debug, Args)]
+pub(crate) struct SearchArgs {
+    /// The query.
+    pub(crate) query: String,
+    /// How to search.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub(crate) mode: ModeArg,
+    /// Only this agent's content (default: every agent's).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) agent: Option<String>,
+    /// At most this many hits.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) limit: usize,
+    /// Only these kinds (repeatable; default: all).
+    #[arg(long = "type", value_enum, value_name = "TYPE")]
+    pub(crate) types: Vec<TypeArg>,
+}
+
+/// `pattern embed`
+#[derive(Debug, Args)]
+#[group(id = "embed_action", required = true, multiple = false)]
+pub(crate) struct EmbedArgs {
+    /// Embed all content that lacks a vector of its current text.
+    #[arg(long, group = "embed_action")]
+    pub(crate) backfill: bool,
+    /// Drop every vector and embed everything again with the current model.
+    #[arg(long, group = "embed_action")]
+    pub(crate) reembed: bool,
+    /// Show the embedding pipeline's counters.
+    #[arg(long, group = "embed_action")]
+    pub(crate) status: bool,
+}
+
+/// `pattern retention`
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("retention_action").required(true).args(["dry_run", "apply"])))]
+pub(crate) struct RetentionArgs {
+    /// Only report what would happen.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Archive and delete.
+    #[arg(long)]
+    pub(crate) apply: bool,
+    /// Age in days after which read messages are archived and ended sessions and meetings
+    /// deleted.
+    #[arg(long, default_value_t = 30, value_name = "N")]
+    pub(crate) older_than_days: u32,
+}
+
+/// `pattern meeting ...` (agents are Pattern agent names).
+#[derive(Debug, Subcommand)]
+pub(crate) enum MeetingCommand {
+    /// Create a meeting hosted (and joined) by HOST.
+    Create {
+        /// The host agent.
+        host: String,
+        /// Seconds a speaker has before the turn passes on (default: no limit).
+        #[arg(long, value_name = "SECONDS")]
+        turn_seconds: Option<u64>,
+    },
+    /// The host invites an agent.
+    Invite {
+        /// The meeting id.
+        meeting: String,
+        /// The host.
+        #[arg(long = "by", value_name = "HOST")]
+        by: String,
+        /// The invited agent.
+        agent: String,
+    },
+    /// An agent joins.
+    Join {
+        /// The meeting id.
+        meeting: String,
+        /// The joining agent.
+        agent: String,
+    },
+    /// The host starts the meeting.
+    Start {
+        /// The meeting id.
+        meeting: String,
+        /// The host.
+        #[arg(long = "by", value_name = "HOST")]
+        by: String,
+    },
+    /// The current speaker speaks; the turn passes on.
+    Speak {
+        /// The meeting id.
+        meeting: String,
+        /// The speaking agent.
+        #[arg(long = "from", value_name = "AGENT")]
+        from: String,
+        /// The message text.
+        message: String,
+    },
+    /// The current speaker passes its turn.
+    Pass {
+        /// The meeting id.
+        meeting: String,
+        /// The passing agent.
+        agent: String,
+    },
+    /// An agent leaves.
+    Leave {
+        /// The meeting id.
+        meeting: String,
+        /// The leaving agent.
+        agent: String,
+    },
+    /// The host ends the meeting.
+    End {
+        /// The meeting id.
+        meeting: String,
+        /// The host.
+        #[arg(long = "by", value_name = "HOST")]
+        by: String,
+    },
+    /// The meeting, its participants and messages.
+    Show {
+        /// The meeting id.
+        meeting: String,
+    },
+    /// The meeting's event log after a cursor.
+    Events {
+        /// The meeting id.
+        meeting: String,
+        /// The last sequence number already seen (0: from the start).
+        #[arg(long, default_value_t = 0, value_name = "CURSOR")]
+        after: u64,
+        /// At most this many events.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
 }

@@ -26,6 +26,16 @@ pub(crate) struct Config {
     pub(crate) agent: AgentSection,
     #[serde(default)]
     pub(crate) database: DatabaseSection,
+    #[serde(default)]
+    pub(crate) embedding: EmbeddingSection,
+}
+
+/// `[embedding]`
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct EmbeddingSection {
+    /// Compute embeddings (vector and hybrid search); `pattern init` writes `true`.
+    #[serde(default)]
+    pub(crate) enabled: bool,
 }
 
 /// `[agent]`
@@ -102,7 +112,9 @@ impl Env {
             .or_else(|| config.database.url.clone())
     }
 
-    /// How Pattern is opened.
+    /// How Pattern is opened. Without the embedder: commands that search open the search layer
+    /// themselves (`crate::search_db`), and agent turns ask for it (`commands::chat`), so plain
+    /// commands do not pay for loading the model.
     pub(crate) fn pattern_config(&self, config: &Config) -> Result<PatternConfig> {
         let base = match self.explicit_url(config) {
             Some(url) => PatternConfig::url(url),
@@ -118,11 +130,13 @@ impl Env {
                 )));
             }
         };
-        Ok(base.with_durability(durability))
+        Ok(base
+            .with_durability(durability)
+            .with_embedding(pattern::Embedding::Off))
     }
 
     /// Refuses a data directory that `pattern init` never set up (when it holds the database).
-    fn check_initialised(&self, config: &Config) -> Result<()> {
+    pub(crate) fn check_initialised(&self, config: &Config) -> Result<()> {
         if self.explicit_url(config).is_none() && !self.sqlite_path().exists() {
             return Err(CliError::not_found(format!(
                 "no Pattern database in {}: run `pattern init` first (or pass --data-dir / \

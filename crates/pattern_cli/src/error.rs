@@ -126,7 +126,13 @@ pub(crate) fn db_kind(e: &DbError) -> Kind {
         | DbError::NotParticipant { .. }
         | DbError::NothingToUndo { .. }
         | DbError::InvalidBatchState { .. }
-        | DbError::BatchNotOpen { .. } => Kind::Conflict,
+        | DbError::BatchNotOpen { .. }
+        | DbError::MeetingEnded(_)
+        | DbError::NotHost { .. }
+        | DbError::NotMeetingParticipant { .. }
+        | DbError::AlreadyParticipant { .. }
+        | DbError::NotSpeaker { .. }
+        | DbError::MeetingState { .. } => Kind::Conflict,
         DbError::BlockOverLimit { .. }
         | DbError::ContentTooLarge { .. }
         | DbError::PermissionDenied { .. } => Kind::Refused,
@@ -137,6 +143,8 @@ pub(crate) fn db_kind(e: &DbError) -> Kind {
         | DbError::InvalidBlock(_)
         | DbError::InvalidContent(_)
         | DbError::InvalidProtocolMessage(_)
+        | DbError::InvalidArchival(_)
+        | DbError::InvalidSearch(_)
         | DbError::SelfSession(_) => Kind::Usage,
         _ => Kind::Other,
     }

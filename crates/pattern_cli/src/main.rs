@@ -11,6 +11,7 @@ mod commands;
 mod env;
 mod error;
 mod output;
+mod search_db;
 mod transfer;
 
 use std::process::ExitCode;

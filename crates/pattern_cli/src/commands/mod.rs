@@ -3,12 +3,16 @@
 //! or exit the process.
 
 mod agent;
+mod archival;
 mod batches;
 mod chat;
 mod demo;
 mod init;
+mod meeting;
 mod memory;
 mod ops;
+mod retention;
+mod search;
 mod session;
 mod transfer;
 
@@ -31,5 +35,23 @@ pub(crate) async fn run(env: &Env, command: Command) -> Result<()> {
         Command::Chat(args) => chat::chat(env, args).await,
         Command::Send(args) => chat::send(env, args).await,
         Command::Demo(args) => demo::run(env, args).await,
+        Command::Archival(c) => archival::run(env, c).await,
+        Command::Search(args) => search::search(env, args).await,
+        Command::Reindex => search::reindex(env).await,
+        Command::Embed(args) => search::embed(env, args).await,
+        Command::Retention(args) => retention::run(env, args).await,
+        Command::Meeting(c) => meeting::run(env, c).await,
     }
+}
+
+/// A progress bar on stderr (hidden when stderr is not a terminal).
+pub(crate) fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} {elapsed}")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(what.to_owned());
+    bar
 }

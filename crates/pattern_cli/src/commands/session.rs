@@ -1,4 +1,4 @@
-//! `pattern session create|send|read|show|end`: one-to-one sessions of the agent-to-agent
+//! `pattern session list|create|send|read|show|end`: one-to-one sessions of the agent-to-agent
 //! protocol between Pattern agents. Each Pattern agent takes part as the protocol agent with
 //! external id `agent:NAME`, in the organization `local`; both are created on first use. This
 //! module must never bypass the protocol's rules (turns, participants, ended sessions): every
@@ -52,18 +52,18 @@ struct MessageView {
 }
 
 /// Protocol agent ids to the names shown (the Pattern agent's name, else the external id).
-struct Names {
+pub(crate) struct Names {
     cache: HashMap<ProtocolAgentId, String>,
 }
 
 impl Names {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             cache: HashMap::new(),
         }
     }
 
-    async fn of(&mut self, pattern: &Pattern, id: ProtocolAgentId) -> Result<String> {
+    pub(crate) async fn of(&mut self, pattern: &Pattern, id: ProtocolAgentId) -> Result<String> {
         if let Some(name) = self.cache.get(&id) {
             return Ok(name.clone());
         }
@@ -135,7 +135,7 @@ async fn organization(pattern: &Pattern) -> Result<Organization> {
 }
 
 /// The protocol agent of the Pattern agent `name`, created on first use.
-async fn participant(pattern: &Pattern, name: &str) -> Result<ProtocolAgent> {
+pub(crate) async fn participant(pattern: &Pattern, name: &str) -> Result<ProtocolAgent> {
     let agent = agent_named(pattern, name).await?;
     let external_id = format!("agent:{name}");
     match pattern.protocol().agent(&external_id).await {
@@ -179,6 +179,28 @@ async fn act(env: &Env, pattern: &Pattern, command: SessionCommand) -> Result<()
     let protocol = pattern.protocol();
     let mut names = Names::new();
     match command {
+        SessionCommand::List { agent } => {
+            let mut views = Vec::new();
+            for c in protocol.active_conversations().await? {
+                let view = names.session(pattern, &c.session).await?;
+                if agent
+                    .as_ref()
+                    .is_none_or(|a| *a == view.agent_a || *a == view.agent_b)
+                {
+                    views.push(view);
+                }
+            }
+            if env.json {
+                return output::json(&views);
+            }
+            if views.is_empty() {
+                return output::line("no live sessions");
+            }
+            for v in &views {
+                print_session(env, v)?;
+            }
+            Ok(())
+        }
         SessionCommand::Create { a, b, sync } => {
             let pa = participant(pattern, &a).await?;
             let pb = participant(pattern, &b).await?;

@@ -16,6 +16,7 @@ mod basics;
 mod batches;
 mod memory;
 mod pg;
+mod search;
 mod session;
 mod transfer;
 
@@ -34,6 +35,17 @@ pub const REFUSED: i32 = 5;
 pub struct Home {
     dir: tempfile::TempDir,
     url: Option<String>,
+    env: Vec<(String, PathBuf)>,
+}
+
+/// The embedding model `cargo xtask setup` installs in the workspace's `.cache`.
+pub fn model_env() -> Vec<(String, PathBuf)> {
+    let paths =
+        db_v2::ModelPaths::in_cache(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache"));
+    vec![
+        (db_v2::MODEL_DIR_ENV.to_owned(), paths.model_dir),
+        (db_v2::ORT_LIBRARY_ENV.to_owned(), paths.runtime_library),
+    ]
 }
 
 impl Home {
@@ -49,6 +61,7 @@ impl Home {
         Self {
             dir: tempfile::tempdir().unwrap(),
             url: None,
+            env: model_env(),
         }
     }
 
@@ -57,7 +70,13 @@ impl Home {
         Self {
             dir: tempfile::tempdir().unwrap(),
             url: Some(url),
+            env: model_env(),
         }
+    }
+
+    /// Commands see these environment variables (replacing the model paths).
+    pub fn set_env(&mut self, env: Vec<(String, PathBuf)>) {
+        self.env = env;
     }
 
     pub fn data_dir(&self) -> PathBuf {
@@ -84,7 +103,13 @@ impl Home {
             .env_remove("PATTERN_DATA_DIR")
             .env_remove("PATTERN_DATABASE_URL")
             .env_remove("RUST_LOG")
+            .env_remove("PATTERN_MODEL_DIR")
+            .env_remove("PATTERN_ORT_LIBRARY")
+            .env_remove("ORT_DYLIB_PATH")
             .env("NO_COLOR", "1");
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
         cmd.output().unwrap()
     }
 

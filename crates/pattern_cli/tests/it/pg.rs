@@ -54,3 +54,51 @@ fn the_cli_runs_on_postgres() {
     );
     block_on(tdb.cleanup()).unwrap();
 }
+
+#[test]
+fn archival_search_meetings_and_retention_run_on_postgres() {
+    let tdb = block_on(TestDb::fresh(Backend::Postgres)).unwrap();
+    let home = Home::with_url(tdb.config().url);
+    home.ok(&["init"]);
+    home.ok(&["agent", "create", "ada"]);
+    home.ok(&["agent", "create", "bob"]);
+    let cat = home.json(&[
+        "archival",
+        "insert",
+        "--agent",
+        "ada",
+        "the cat sat on the mat",
+    ]);
+    let file = home.path("p.jsonl");
+    std::fs::write(&file, "{\"text\": \"quarterly revenue grew\"}\n").unwrap();
+    let report = home.json(&[
+        "archival",
+        "import",
+        "--agent",
+        "ada",
+        "--jsonl",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(report["imported"], 1);
+    let hits = home.json(&["search", "--mode", "fts", "revenue"]);
+    assert_eq!(hits[0]["text"], "quarterly revenue grew");
+    let hits = home.json(&[
+        "search",
+        "--mode",
+        "vector",
+        "kitten on a rug",
+        "--limit",
+        "1",
+    ]);
+    assert_eq!(hits[0]["id"], cat["id"]);
+    assert_eq!(home.json(&["reindex"])["documents"], 0);
+    let m = home.json(&["meeting", "create", "ada"]);
+    let id = m["meeting"]["id"].as_str().unwrap();
+    home.json(&["meeting", "invite", id, "--by", "ada", "bob"]);
+    home.json(&["meeting", "join", id, "bob"]);
+    home.json(&["meeting", "start", id, "--by", "ada"]);
+    home.json(&["meeting", "end", id, "--by", "ada"]);
+    let dry = home.json(&["retention", "--dry-run", "--older-than-days", "0"]);
+    assert_eq!(dry["deleted_meetings"].as_array().unwrap().len(), 1);
+    block_on(tdb.cleanup()).unwrap();
+}

@@ -64,9 +64,21 @@ fn sync_session_takes_turns_and_delivers_to_the_inbox() {
     );
     home.fails(&["session", "read"], USAGE);
 
+    let live = home.json(&["session", "list"]);
+    assert_eq!(live.as_array().unwrap().len(), 1);
+    assert_eq!(live[0]["id"], id.as_str());
+    assert_eq!(
+        home.json(&["session", "list", "--agent", "bob"])[0]["id"],
+        id.as_str()
+    );
+    assert_eq!(
+        home.json(&["session", "list", "--agent", "cy"]),
+        serde_json::json!([])
+    );
     let ended = home.json(&["session", "end", &id, "--by", "ada"]);
     assert_eq!(ended["status"], "ended");
     home.fails(&["session", "send", &id, "--from", "bob", "late"], CONFLICT);
+    assert_eq!(home.json(&["session", "list"]), serde_json::json!([]));
     home.fails(
         &["session", "show", "00000000-0000-7000-8000-000000000000"],
         NOT_FOUND,

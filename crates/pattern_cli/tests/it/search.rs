@@ -1,0 +1,340 @@
+//! `archival`, `search`, `reindex`, `embed`, `retention` and `meeting` through the real binary,
+//! with the offline embedding model from the workspace's `.cache` (`cargo xtask setup`), and
+//! without it (a model folder that does not exist).
+
+use std::path::PathBuf;
+
+use crate::{CONFLICT, Home, NOT_FOUND, REFUSED, USAGE};
+
+fn with_agent() -> Home {
+    let home = Home::init();
+    home.ok(&["agent", "create", "ada"]);
+    home
+}
+
+fn ids(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn archival_insert_list_search_delete() {
+    let home = with_agent();
+    let cat = home.json(&[
+        "archival",
+        "insert",
+        "--agent",
+        "ada",
+        "the cat sat on the mat",
+        "--tag",
+        "pets",
+    ]);
+    assert_eq!(cat["tags"][0], "pets");
+    let cat_id = cat["id"].as_str().unwrap().to_owned();
+    home.json(&[
+        "archival",
+        "insert",
+        "--agent",
+        "ada",
+        "quarterly revenue grew by ten percent",
+        "--key",
+        "rev",
+    ]);
+    // Same key: the stored passage comes back, nothing new is stored.
+    let again = home.json(&[
+        "archival",
+        "insert",
+        "--agent",
+        "ada",
+        "other text",
+        "--key",
+        "rev",
+    ]);
+    assert_eq!(again["content"], "quarterly revenue grew by ten percent");
+    assert_eq!(
+        home.json(&["archival", "list", "--agent", "ada"])
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(
+        ids(&home.json(&["archival", "list", "--agent", "ada", "--tag", "pets"])),
+        vec![cat_id.clone()]
+    );
+
+    // A paraphrase with no shared word is found by meaning (vector / hybrid).
+    let hits = home.json(&[
+        "archival",
+        "search",
+        "--agent",
+        "ada",
+        "a kitten resting on a rug",
+    ]);
+    assert_eq!(ids(&hits)[0], cat_id);
+    let hits = home.json(&[
+        "search",
+        "--mode",
+        "vector",
+        "kitten on a rug",
+        "--limit",
+        "1",
+    ]);
+    assert_eq!(hits[0]["id"], cat_id.as_str());
+    assert_eq!(hits[0]["content_type"], "archival");
+    let hits = home.json(&["search", "--mode", "fts", "revenue", "--type", "archival"]);
+    assert_eq!(hits.as_array().unwrap().len(), 1);
+    assert_eq!(
+        home.json(&["search", "--mode", "fts", "revenue", "--type", "block"]),
+        serde_json::json!([])
+    );
+
+    let status = home.json(&["embed", "--status"]);
+    assert_eq!(status["enabled"], true);
+    assert_eq!(status["pending_jobs"], 0);
+    assert_eq!(status["indexed"], 2);
+
+    home.json(&["archival", "delete", "--agent", "ada", &cat_id]);
+    home.fails(
+        &["archival", "delete", "--agent", "ada", &cat_id],
+        NOT_FOUND,
+    );
+    home.fails(&["archival", "delete", "--agent", "ada", "nope"], USAGE);
+    let hits = home.json(&["search", "--mode", "vector", "kitten on a rug"]);
+    assert!(
+        !ids(&hits).contains(&cat_id),
+        "deleted passage found: {hits}"
+    );
+    home.fails(&["archival", "list", "--agent", "nobody"], NOT_FOUND);
+    home.fails(&["archival", "list"], USAGE);
+    home.fails(&["search", "   "], USAGE);
+}
+
+#[test]
+fn import_reports_bad_lines_keeps_good_ones_and_is_idempotent() {
+    let home = with_agent();
+    let file = home.path("passages.jsonl");
+    std::fs::write(
+        &file,
+        concat!(
+            "{\"text\": \"alpha passage\", \"tags\": [\"a\"]}\n",
+            "not json\n",
+            "\n",
+            "{\"text\": \"beta passage\", \"key\": \"b\", \"metadata\": {\"source\": \"x\"}}\n",
+            "{\"text\": \"\"}\n",
+            "{\"text\": \"gamma passage\", \"tags\": [\"t\", \"t\"]}\n",
+        ),
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let out = home.run(&[
+        "--json", "archival", "import", "--agent", "ada", "--jsonl", file,
+    ]);
+    assert_eq!(out.status.code(), Some(REFUSED));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["imported"], 2);
+    assert_eq!(report["skipped"], 0);
+    let bad: Vec<i64> = report["bad"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["line"].as_i64().unwrap())
+        .collect();
+    assert_eq!(bad, vec![2, 5, 6]);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains(&format!("{file}:2:")), "{stderr}");
+    assert!(stderr.contains(&format!("{file}:6:")), "{stderr}");
+
+    // Re-run: nothing new.
+    let out = home.run(&[
+        "--json", "archival", "import", "--agent", "ada", "--jsonl", file,
+    ]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (report["imported"].as_i64(), report["skipped"].as_i64()),
+        (Some(0), Some(2))
+    );
+    let list = home.json(&["archival", "list", "--agent", "ada"]);
+    assert_eq!(list.as_array().unwrap().len(), 2);
+    let beta = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["content"] == "beta passage")
+        .unwrap();
+    assert_eq!(beta["key"], "b");
+    assert_eq!(beta["metadata"]["source"], "x");
+
+    // All good: exit 0.
+    let good = home.path("good.jsonl");
+    std::fs::write(&good, "{\"text\": \"delta passage\"}\n").unwrap();
+    let report = home.json(&[
+        "archival",
+        "import",
+        "--agent",
+        "ada",
+        "--jsonl",
+        good.to_str().unwrap(),
+    ]);
+    assert_eq!(report["imported"], 1);
+    assert_eq!(report["bad"], serde_json::json!([]));
+    home.fails(
+        &[
+            "archival",
+            "import",
+            "--agent",
+            "ada",
+            "--jsonl",
+            "/nonexistent.jsonl",
+        ],
+        NOT_FOUND,
+    );
+}
+
+#[test]
+fn without_the_model_vector_fails_and_auto_falls_back_to_full_text() {
+    let mut home = with_agent();
+    home.set_env(vec![
+        (
+            "PATTERN_MODEL_DIR".to_owned(),
+            PathBuf::from("/nonexistent/model"),
+        ),
+        (
+            "PATTERN_ORT_LIBRARY".to_owned(),
+            PathBuf::from("/nonexistent/lib.so"),
+        ),
+    ]);
+    home.ok(&[
+        "archival",
+        "insert",
+        "--agent",
+        "ada",
+        "the cat sat on the mat",
+    ]);
+    for mode in ["vector", "hybrid"] {
+        let err = home.fails(&["search", "--mode", mode, "cat"], 1);
+        assert!(err.contains("cargo xtask setup"), "{err}");
+    }
+    let err = home.fails(&["embed", "--backfill"], 1);
+    assert!(err.contains("cargo xtask setup"), "{err}");
+    let out = home.run(&["--json", "search", "cat"]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("full-text only"), "{stderr}");
+    let hits: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(hits[0]["text"], "the cat sat on the mat");
+    assert_eq!(
+        home.json(&["search", "--mode", "fts", "mat"])
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        home.json(&["reindex"])["documents"]
+            .as_u64()
+            .map(|d| d >= 1),
+        Some(true)
+    );
+    assert_eq!(home.json(&["embed", "--status"])["enabled"], false);
+
+    // With the model back, the passage stored without it is embedded by a backfill.
+    home.set_env(crate::model_env());
+    let report = home.json(&["embed", "--backfill"]);
+    assert_eq!(report["queued"], 1);
+    let hits = home.json(&["search", "--mode", "vector", "kitten on a rug"]);
+    assert_eq!(hits[0]["text"], "the cat sat on the mat");
+    home.json(&["embed", "--reembed"]);
+    assert_eq!(home.json(&["embed", "--status"])["indexed"], 1);
+}
+
+#[test]
+fn embeddings_disabled_in_config() {
+    let home = with_agent();
+    let config = home.data_dir().join("config.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace("enabled = true", "enabled = false")).unwrap();
+    let err = home.fails(&["search", "--mode", "vector", "cat"], USAGE);
+    assert!(err.contains("[embedding]"), "{err}");
+    home.json(&["search", "--mode", "auto", "cat"]);
+    assert_eq!(home.run(&["embed"]).status.code(), Some(USAGE));
+}
+
+#[test]
+fn retention_dry_run_and_apply() {
+    let home = with_agent();
+    home.ok(&["agent", "create", "bob"]);
+    let s = home.json(&["session", "create", "ada", "bob"]);
+    home.json(&["session", "end", s["id"].as_str().unwrap(), "--by", "ada"]);
+    let dry = home.json(&["retention", "--dry-run", "--older-than-days", "0"]);
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(dry["deleted_sessions"].as_array().unwrap().len(), 1);
+    // Nothing changed.
+    home.json(&["session", "show", s["id"].as_str().unwrap()]);
+    let applied = home.json(&["retention", "--apply", "--older-than-days", "0"]);
+    assert_eq!(applied["deleted_sessions"].as_array().unwrap().len(), 1);
+    home.fails(&["session", "show", s["id"].as_str().unwrap()], NOT_FOUND);
+    assert_eq!(home.run(&["retention"]).status.code(), Some(USAGE));
+    assert_eq!(
+        home.run(&["retention", "--dry-run", "--apply"])
+            .status
+            .code(),
+        Some(USAGE)
+    );
+    let kept = home.json(&["retention", "--dry-run"]);
+    assert_eq!(kept["deleted_sessions"], serde_json::json!([]));
+}
+
+#[test]
+fn meeting_turns_and_event_log() {
+    let home = with_agent();
+    home.ok(&["agent", "create", "bob"]);
+    home.ok(&["agent", "create", "cy"]);
+    let m = home.json(&["meeting", "create", "ada"]);
+    let id = m["meeting"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(m["meeting"]["host"], "ada");
+    home.fails(&["meeting", "invite", &id, "--by", "bob", "cy"], CONFLICT);
+    home.json(&["meeting", "invite", &id, "--by", "ada", "bob"]);
+    home.json(&["meeting", "join", &id, "bob"]);
+    let started = home.json(&["meeting", "start", &id, "--by", "ada"]);
+    let speaker = started["meeting"]["speaker"].as_str().unwrap().to_owned();
+    let other = if speaker == "ada" { "bob" } else { "ada" };
+    home.fails(
+        &["meeting", "speak", &id, "--from", other, "me first"],
+        CONFLICT,
+    );
+    let spoke = home.json(&["meeting", "speak", &id, "--from", &speaker, "hello all"]);
+    assert_eq!(spoke["meeting"]["speaker"], other);
+    home.json(&["meeting", "pass", &id, other]);
+
+    let all = home.json(&["meeting", "events", &id]);
+    let seqs: Vec<u64> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    let cursor = seqs[1].to_string();
+    let tail = home.json(&["meeting", "events", &id, "--after", &cursor]);
+    assert_eq!(tail.as_array().unwrap().len(), seqs.len() - 2);
+
+    let show = home.json(&["meeting", "show", &id]);
+    assert_eq!(show["participants"].as_array().unwrap().len(), 2);
+    assert_eq!(show["messages"][0]["content"], "hello all");
+    home.json(&["meeting", "leave", &id, "bob"]);
+    let ended = home.json(&["meeting", "end", &id, "--by", "ada"]);
+    assert_eq!(ended["meeting"]["status"], "ended");
+    home.fails(
+        &["meeting", "speak", &id, "--from", "ada", "late"],
+        CONFLICT,
+    );
+    home.fails(&["meeting", "show", "nope"], USAGE);
+    home.fails(
+        &["meeting", "show", "00000000-0000-7000-8000-000000000000"],
+        NOT_FOUND,
+    );
+}
