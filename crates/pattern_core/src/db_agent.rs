@@ -141,7 +141,7 @@ impl DatabaseAgent {
     }
 
     /// Runs one batch to its end, holding the run lock.
-    async fn run(self: Arc<Self>, _guard: OwnedMutexGuard<()>, received: Received, events: Events) {
+    async fn run(self: Arc<Self>, guard: OwnedMutexGuard<()>, received: Received, events: Events) {
         let batch = received.batch_id;
         *self.state.write().await = AgentState::Processing { batch };
         let ending = if events
@@ -181,6 +181,10 @@ impl DatabaseAgent {
             *state = AgentState::Ready;
         }
         drop(state);
+        // Free the agent before the caller's stream ends, so that a caller who sends the next
+        // message as soon as this turn's stream is over finds the agent free (not busy, queued).
+        drop(guard);
+        drop(events);
         // Queued work (a trigger that waited, a message from another agent) may run now.
         self.runtime.queue_signal().notify_one();
     }

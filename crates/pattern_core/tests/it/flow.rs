@@ -82,6 +82,9 @@ async fn plain_answer_is_streamed_and_stored(kind: pattern_db::Backend) {
     let seen = &h.provider.seen()[0];
     assert!(seen.system.iter().any(|p| p.text.contains("likes tea")));
     assert_eq!(seen.messages.len(), 1);
+    // The agent is free once a turn's stream has ended: the next message starts at once.
+    let again = h.turn("and again").await;
+    assert_eq!(kinds(&again)[0], "received", "{again:?}");
     h.cleanup().await;
 }
 
