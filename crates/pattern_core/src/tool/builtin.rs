@@ -16,7 +16,7 @@ use memory_v2::WriteAuth;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
+use super::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, parse_input as parse};
 use crate::endpoint::MessageTarget;
 use crate::error::Result;
 use crate::runtime::ToolCall;
@@ -33,13 +33,6 @@ pub fn registry() -> Result<ToolRegistry> {
     r.register(Arc::new(super::recall::ArchivalSearch))?;
     r.register(Arc::new(super::recall::Search))?;
     Ok(r)
-}
-
-fn parse<T: for<'de> Deserialize<'de>>(tool: &str, input: Value) -> Result<T, ToolError> {
-    serde_json::from_value(input).map_err(|e| ToolError::InvalidInput {
-        tool: tool.to_owned(),
-        reason: e.to_string(),
-    })
 }
 
 /// How often a memory edit re-reads and retries after losing a race.

@@ -149,6 +149,18 @@ pub trait Tool: Send + Sync + fmt::Debug {
     ) -> std::result::Result<ToolOutput, ToolError>;
 }
 
+/// Reads a tool's (schema-checked) input into its argument type; a mismatch is an error result
+/// for the model, never a crash.
+pub(crate) fn parse_input<T: for<'de> Deserialize<'de>>(
+    tool: &str,
+    input: Value,
+) -> std::result::Result<T, ToolError> {
+    serde_json::from_value(input).map_err(|e| ToolError::InvalidInput {
+        tool: tool.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
 struct Entry {
     tool: Arc<dyn Tool>,
     schema: Value,

@@ -14,17 +14,10 @@ use pattern_db::{ContentType, NewArchival};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Tool, ToolContext, ToolError, ToolOutput};
+use super::{Tool, ToolContext, ToolError, ToolOutput, parse_input as parse};
 
 /// Most characters of one hit shown to the model.
 const HIT_CHARS: usize = 500;
-
-fn parse<T: for<'de> Deserialize<'de>>(tool: &str, input: Value) -> Result<T, ToolError> {
-    serde_json::from_value(input).map_err(|e| ToolError::InvalidInput {
-        tool: tool.to_owned(),
-        reason: e.to_string(),
-    })
-}
 
 fn render(hits: &[SearchHit]) -> String {
     if hits.is_empty() {
