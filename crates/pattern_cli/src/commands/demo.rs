@@ -75,6 +75,9 @@ pub(crate) async fn run(env: &Env, args: DemoArgs) -> Result<()> {
     let model = model(env, LocalModel::Qwen).await?;
     let mut config = runtime_config(&row, &*model.provider);
     config.max_iterations = args.max_iterations;
+    // Greedy decoding: the small local model's tool-call format is then the same on every run
+    // (sampled, it sometimes writes a call as plain JSON text that the server cannot parse).
+    config.temperature = Some(0.0);
     let agent = pattern
         .agent(row.clone(), model.provider.clone(), config)
         .map_err(other)?;
