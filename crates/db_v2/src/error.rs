@@ -105,3 +105,22 @@ pub enum Error {
     #[error(transparent)]
     Db(#[from] pattern_db::Error),
 }
+
+impl Error {
+    /// What kind of failure this is (see [`pattern_db::ErrorClass`]).
+    pub fn class(&self) -> pattern_db::ErrorClass {
+        use pattern_db::ErrorClass as C;
+        match self {
+            Error::EmptyQuery
+            | Error::QueryTooLong { .. }
+            | Error::InvalidLimit { .. }
+            | Error::DimensionMismatch { .. }
+            | Error::InvalidVector => C::Invalid,
+            Error::VectorSearchNotConfigured => C::Refused,
+            Error::EmbeddingModelMismatch { .. } => C::Conflict,
+            Error::EmbedTimeout(_) | Error::WorkerStopped => C::Unavailable,
+            Error::Db(e) => e.class(),
+            _ => C::Internal,
+        }
+    }
+}

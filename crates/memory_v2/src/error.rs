@@ -164,3 +164,24 @@ impl From<pattern_db::Error> for Error {
         }
     }
 }
+
+impl Error {
+    /// What kind of failure this is (see [`pattern_db::ErrorClass`]).
+    pub fn class(&self) -> pattern_db::ErrorClass {
+        use pattern_db::ErrorClass as C;
+        match self {
+            Error::UnknownBlock { .. } | Error::UnknownPassage { .. } => C::NotFound,
+            Error::Conflict { .. } | Error::LabelTaken { .. } | Error::NothingToUndo { .. } => {
+                C::Conflict
+            }
+            Error::OverLimit { .. }
+            | Error::PermissionDenied { .. }
+            | Error::NeedsApproval { .. } => C::Refused,
+            Error::TextNotFound { .. } | Error::LineOutOfRange { .. } | Error::Invalid(_) => {
+                C::Invalid
+            }
+            Error::Search(e) => e.class(),
+            Error::Db(e) => e.class(),
+        }
+    }
+}

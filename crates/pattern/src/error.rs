@@ -41,3 +41,17 @@ impl From<pattern_core::Error> for Error {
         Error::Core(Box::new(e))
     }
 }
+
+impl Error {
+    /// What kind of failure this is (see [`pattern_db::ErrorClass`]).
+    pub fn class(&self) -> pattern_db::ErrorClass {
+        match self {
+            Error::Db(e) => e.class(),
+            Error::Search(e) => e.class(),
+            Error::Core(e) => e.class(),
+            Error::Protocol(e) => e.class(),
+            Error::NonUtf8Path(_) => pattern_db::ErrorClass::Invalid,
+            Error::DataDir { .. } => pattern_db::ErrorClass::Internal,
+        }
+    }
+}

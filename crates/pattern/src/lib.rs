@@ -65,6 +65,6 @@ pub use pattern_protocol as protocol;
 
 pub use pattern_db::{
     Agent, AgentId, BatchInfo, BatchState, BatchType, BeginBatch, ContentBlock, Database, DbConfig,
-    Durability, Message, MessageStore, NewAgent, NewMessage, Received, RecoveryScope, Role,
-    SnowflakeId, StoredBatch,
+    Durability, ErrorClass, Message, MessageStore, NewAgent, NewMessage, Received, RecoveryScope,
+    Role, SnowflakeId, StoredBatch,
 };

@@ -8,6 +8,7 @@
 use std::fmt;
 use std::process::ExitCode;
 
+use pattern::ErrorClass;
 use pattern::db::Error as DbError;
 use pattern::memory::Error as MemoryError;
 
@@ -108,90 +109,38 @@ fn chain(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// The kind of a storage error.
-pub(crate) fn db_kind(e: &DbError) -> Kind {
-    match e {
-        DbError::AgentNotFound(_)
-        | DbError::AgentNameNotFound(_)
-        | DbError::BatchNotFound { .. }
-        | DbError::BlockNotFound { .. }
-        | DbError::ExternalIdNotFound { .. }
-        | DbError::ProtocolNotFound { .. } => Kind::NotFound,
-        DbError::AgentNameTaken(_)
-        | DbError::VersionConflict { .. }
-        | DbError::BlockLabelTaken { .. }
-        | DbError::ExternalIdTaken { .. }
-        | DbError::OutOfTurn { .. }
-        | DbError::SessionEnded(_)
-        | DbError::NotParticipant { .. }
-        | DbError::NothingToUndo { .. }
-        | DbError::InvalidBatchState { .. }
-        | DbError::BatchNotOpen { .. }
-        | DbError::MeetingEnded(_)
-        | DbError::NotHost { .. }
-        | DbError::NotMeetingParticipant { .. }
-        | DbError::AlreadyParticipant { .. }
-        | DbError::NotSpeaker { .. }
-        | DbError::MeetingState { .. } => Kind::Conflict,
-        DbError::BlockOverLimit { .. }
-        | DbError::ContentTooLarge { .. }
-        | DbError::PermissionDenied { .. } => Kind::Refused,
-        DbError::InvalidUrl { .. }
-        | DbError::Config(_)
-        | DbError::InvalidId { .. }
-        | DbError::InvalidBlockLabel { .. }
-        | DbError::InvalidBlock(_)
-        | DbError::InvalidContent(_)
-        | DbError::InvalidProtocolMessage(_)
-        | DbError::InvalidArchival(_)
-        | DbError::InvalidSearch(_)
-        | DbError::SelfSession(_) => Kind::Usage,
+/// The exit kind of an error class (shared with the HTTP server's statuses).
+pub(crate) fn class_kind(class: ErrorClass) -> Kind {
+    match class {
+        ErrorClass::NotFound => Kind::NotFound,
+        ErrorClass::Conflict => Kind::Conflict,
+        ErrorClass::Refused => Kind::Refused,
+        ErrorClass::Invalid => Kind::Usage,
         _ => Kind::Other,
     }
 }
 
 impl From<DbError> for CliError {
     fn from(e: DbError) -> Self {
-        Self::new(db_kind(&e), chain(&e))
+        Self::new(class_kind(e.class()), chain(&e))
     }
 }
 
 impl From<MemoryError> for CliError {
     fn from(e: MemoryError) -> Self {
-        let kind = match &e {
-            MemoryError::UnknownBlock { .. } => Kind::NotFound,
-            MemoryError::Conflict { .. }
-            | MemoryError::LabelTaken { .. }
-            | MemoryError::NothingToUndo { .. } => Kind::Conflict,
-            MemoryError::OverLimit { .. }
-            | MemoryError::PermissionDenied { .. }
-            | MemoryError::NeedsApproval { .. } => Kind::Refused,
-            MemoryError::TextNotFound { .. }
-            | MemoryError::LineOutOfRange { .. }
-            | MemoryError::Invalid(_) => Kind::Usage,
-            MemoryError::Db(db) => db_kind(db),
-            _ => Kind::Other,
-        };
-        Self::new(kind, chain(&e))
+        Self::new(class_kind(e.class()), chain(&e))
     }
 }
 
 impl From<pattern::protocol::Error> for CliError {
     fn from(e: pattern::protocol::Error) -> Self {
-        match e {
-            pattern::protocol::Error::Db(db) => db.into(),
-            other => Self::new(Kind::Conflict, chain(&other)),
-        }
+        Self::new(class_kind(e.class()), chain(&e))
     }
 }
 
 impl From<pattern::Error> for CliError {
     fn from(e: pattern::Error) -> Self {
-        match e {
-            pattern::Error::Db(db) => db.into(),
-            pattern::Error::NonUtf8Path(_) => Self::usage(e.to_string()),
-            other => Self::other(chain(&other)),
-        }
+        Self::new(class_kind(e.class()), chain(&e))
     }
 }
 

@@ -57,3 +57,19 @@ pub enum Error {
     #[error("invalid agent state change: {0}")]
     InvalidState(String),
 }
+
+impl Error {
+    /// What kind of failure this is (see [`pattern_db::ErrorClass`]).
+    pub fn class(&self) -> pattern_db::ErrorClass {
+        use pattern_db::ErrorClass as C;
+        match self {
+            Error::Db(e) => e.class(),
+            Error::Memory(e) => e.class(),
+            Error::Context(_) | Error::SearchNotConfigured => C::Refused,
+            Error::Provider(_) | Error::NoEndpoint(_) | Error::Endpoint(_) => C::Unavailable,
+            Error::InvalidTool { .. } => C::Invalid,
+            Error::InvalidState(_) => C::Conflict,
+            Error::LocalServer(_) => C::Internal,
+        }
+    }
+}

@@ -39,5 +39,7 @@ pub use agent::{
 pub use db_agent::DatabaseAgent;
 pub use error::{Error, Result};
 pub use queue::QueueProcessor;
-pub use runtime::{AgentRuntime, CallOutcome, RuntimeBuilder, RuntimeConfig, ToolCall};
+pub use runtime::{
+    AgentRuntime, CallOutcome, DEFAULT_INSTRUCTIONS, RuntimeBuilder, RuntimeConfig, ToolCall,
+};
 pub use summarizer::{ModelSummarizer, transcript};

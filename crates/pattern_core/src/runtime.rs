@@ -66,7 +66,23 @@ impl RuntimeConfig {
             temperature: None,
         }
     }
+
+    /// [`RuntimeConfig::new`] for a stored agent: its instructions come from the agent's
+    /// metadata (`"instructions"`, a string), else [`DEFAULT_INSTRUCTIONS`].
+    pub fn for_agent(agent: &pattern_db::Agent, window: usize) -> Self {
+        let instructions = agent
+            .metadata
+            .get("instructions")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or(DEFAULT_INSTRUCTIONS);
+        Self::new(instructions, window)
+    }
 }
+
+/// What an agent is told when its metadata names no instructions of its own.
+pub const DEFAULT_INSTRUCTIONS: &str = "You are a helpful assistant with long-term memory. Keep \
+    what matters about the user in your memory blocks, store facts worth keeping with \
+    archival_insert, and look things up with archival_search.";
 
 /// A tool call as the model made it.
 #[derive(Debug, Clone, PartialEq)]

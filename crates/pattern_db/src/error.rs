@@ -444,6 +444,78 @@ impl Error {
             _ => false,
         }
     }
+
+    /// What kind of failure this is, for front doors that map errors to exit codes or HTTP
+    /// statuses (the CLI and the server share this one classification).
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Error::AgentNotFound(_)
+            | Error::AgentNameNotFound(_)
+            | Error::BatchNotFound { .. }
+            | Error::BlockNotFound { .. }
+            | Error::ExternalIdNotFound { .. }
+            | Error::ProtocolNotFound { .. }
+            | Error::ArchivalNotFound { .. }
+            | Error::ContentNotFound(_) => ErrorClass::NotFound,
+            Error::AgentNameTaken(_)
+            | Error::VersionConflict { .. }
+            | Error::BlockLabelTaken { .. }
+            | Error::ExternalIdTaken { .. }
+            | Error::OutOfTurn { .. }
+            | Error::SessionEnded(_)
+            | Error::NotParticipant { .. }
+            | Error::NothingToUndo { .. }
+            | Error::InvalidBatchState { .. }
+            | Error::BatchNotOpen { .. }
+            | Error::MeetingEnded(_)
+            | Error::NotHost { .. }
+            | Error::NotMeetingParticipant { .. }
+            | Error::AlreadyParticipant { .. }
+            | Error::NotSpeaker { .. }
+            | Error::MeetingState { .. } => ErrorClass::Conflict,
+            Error::BlockOverLimit { .. }
+            | Error::ContentTooLarge { .. }
+            | Error::PermissionDenied { .. } => ErrorClass::Refused,
+            Error::InvalidUrl { .. }
+            | Error::Config(_)
+            | Error::InvalidId { .. }
+            | Error::InvalidBlockLabel { .. }
+            | Error::InvalidBlock(_)
+            | Error::InvalidContent(_)
+            | Error::InvalidProtocolMessage(_)
+            | Error::InvalidArchival(_)
+            | Error::InvalidSearch(_)
+            | Error::EmptyQuery
+            | Error::QueryTooLong { .. }
+            | Error::EmptyStep
+            | Error::UnpairedToolResult { .. }
+            | Error::DuplicateToolUse { .. }
+            | Error::DuplicateToolResult { .. }
+            | Error::PendingToolCalls { .. }
+            | Error::SelfSession(_) => ErrorClass::Invalid,
+            e if e.is_transient() => ErrorClass::Unavailable,
+            _ => ErrorClass::Internal,
+        }
+    }
+}
+
+/// The kinds of failure callers act on differently: what a CLI exit code or an HTTP status
+/// says. Every crate's error maps onto these through its `class()` method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorClass {
+    /// What was named does not exist (or is not visible to the caller).
+    NotFound,
+    /// It exists, but its state forbids this now: taken names, stale versions, out of turn.
+    Conflict,
+    /// The request itself is malformed: ids, labels, content, queries.
+    Invalid,
+    /// Well-formed but refused: over a limit, not permitted.
+    Refused,
+    /// A dependency is away (connection, lock timeout, shutting down); retrying later may work.
+    Unavailable,
+    /// Anything else: a fault on our side.
+    Internal,
 }
 
 /// Removes a password from a URL before it goes into an error message.

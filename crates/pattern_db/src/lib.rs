@@ -70,7 +70,7 @@ pub use archival::{ArchivalEntry, ArchivalId, ListArchival, NewArchival};
 pub use blocks::{BlockVersion, NewBlock, StoredBlock};
 pub use config::{Backend, DbConfig, Durability, MachineId};
 pub use db::{Database, MIN_SQLITE_VERSION};
-pub use error::{Error, Result};
+pub use error::{Error, ErrorClass, Result};
 pub use id::{SnowflakeGenerator, SnowflakeId};
 pub use legacy::{Anomaly, ImportPlan, LegacyMessage, PlannedBatch};
 pub use migrate::MigrationStatus;

@@ -21,6 +21,14 @@ pub enum Error {
 }
 
 impl Error {
+    /// What kind of failure this is (see [`pattern_db::ErrorClass`]).
+    pub fn class(&self) -> pattern_db::ErrorClass {
+        match self {
+            Error::Db(e) => e.class(),
+            Error::NoTurns(_) => pattern_db::ErrorClass::Invalid,
+        }
+    }
+
     /// Whether this is a sync session's refusal of an agent that does not hold the turn.
     pub fn is_out_of_turn(&self) -> bool {
         matches!(self, Error::Db(pattern_db::Error::OutOfTurn { .. }))

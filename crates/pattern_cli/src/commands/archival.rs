@@ -337,8 +337,8 @@ async fn store(
 /// Whether the database refused the data itself (not a failure of the database).
 fn is_refusal(e: &pattern::db::Error) -> bool {
     matches!(
-        crate::error::db_kind(e),
-        Kind::Usage | Kind::Refused | Kind::Conflict
+        e.class(),
+        pattern::ErrorClass::Invalid | pattern::ErrorClass::Refused | pattern::ErrorClass::Conflict
     )
 }
 

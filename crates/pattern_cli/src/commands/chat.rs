@@ -129,18 +129,10 @@ fn configured_llamacpp(env: &Env) -> Result<Option<(String, String)>> {
     }
 }
 
-/// The agent's runtime settings: its instructions (agent metadata), the model's window.
+/// The agent's runtime settings: its instructions (agent metadata), the model's window, and
+/// few iterations (small local models loop).
 pub(crate) fn runtime_config(agent: &pattern::Agent, model: &dyn ModelProvider) -> RuntimeConfig {
-    let instructions = agent
-        .metadata
-        .get("instructions")
-        .and_then(|v| v.as_str())
-        .unwrap_or(
-            "You are a helpful assistant with long-term memory. Keep what matters about the user \
-             in your memory blocks, store facts worth keeping with archival_insert, and look \
-             things up with archival_search.",
-        );
-    let mut config = RuntimeConfig::new(instructions, model.model().context_window);
+    let mut config = RuntimeConfig::for_agent(agent, model.model().context_window);
     config.max_iterations = 4;
     config
 }

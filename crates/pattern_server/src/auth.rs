@@ -1,0 +1,92 @@
+//! Who is calling: the organization behind the request's API key (`Authorization: Bearer
+//! pat_...`), and the organization-scoped lookups every route goes through.
+//!
+//! Keys are stored hashed by `pattern_db`; this module only hands the presented secret to
+//! [`pattern::Database::authenticate_api_key`]. An agent of another organization answers exactly
+//! like an agent that does not exist (404 `not_found`), so ids never reveal what other
+//! organizations hold. Agents an organization creates are stored under the name
+//! `{organization id}/{name}` (agent names are unique database-wide; the prefix keeps
+//! organizations from colliding or guessing each other's names) and shown without the prefix.
+//! This module must never log or echo a presented secret.
+
+use axum::extract::FromRequestParts;
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use pattern::db::ApiKeyId;
+use pattern::db::protocol::OrganizationId;
+use pattern::{Agent, AgentId};
+
+use crate::error::{ApiError, ErrorCode};
+use crate::state::AppState;
+
+/// The authenticated caller of a request.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller {
+    /// The organization every query of the request is scoped to.
+    pub org: OrganizationId,
+    /// The key used.
+    pub key: ApiKeyId,
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Some(header) = parts.headers.get(AUTHORIZATION) else {
+            return Err(ApiError::new(
+                ErrorCode::MissingApiKey,
+                "send the API key as `Authorization: Bearer <key>`",
+            ));
+        };
+        let secret = header
+            .to_str()
+            .ok()
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::InvalidApiKey,
+                    "the Authorization header must be `Bearer <key>`",
+                )
+            })?;
+        match state.pattern().db().authenticate_api_key(secret).await? {
+            Some(key) => Ok(Caller {
+                org: key.organization,
+                key: key.id,
+            }),
+            None => Err(ApiError::new(
+                ErrorCode::InvalidApiKey,
+                "the API key is unknown or revoked",
+            )),
+        }
+    }
+}
+
+impl Caller {
+    /// The stored name of this organization's agent called `name`.
+    pub(crate) fn qualified(&self, name: &str) -> String {
+        format!("{}/{name}", self.org)
+    }
+
+    /// The name an organization sees for its agent.
+    pub(crate) fn display_name<'a>(&self, agent: &'a Agent) -> &'a str {
+        let prefix = format!("{}/", self.org);
+        agent.name.strip_prefix(&prefix).unwrap_or(&agent.name)
+    }
+
+    /// The organization's agent with this id; anything else is 404.
+    pub(crate) async fn agent(&self, state: &AppState, id: &str) -> Result<Agent, ApiError> {
+        let not_found = || ApiError::not_found(format!("no agent `{id}`"));
+        let uuid = uuid::Uuid::parse_str(id).map_err(|_| not_found())?;
+        match state
+            .pattern()
+            .db()
+            .org_agent(self.org, AgentId(uuid))
+            .await
+        {
+            Ok(agent) => Ok(agent),
+            Err(pattern::db::Error::AgentNotFound(_)) => Err(not_found()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! Pattern's HTTP API: agents, turns, memory, archival, search and batches of one organization
+//! per API key, over axum.
+//!
+//! [`router`] builds the routes over an [`AppState`] (the wired [`pattern::Pattern`] layers, one
+//! model, the [`ServerConfig`] limits); [`serve`] runs them on a listener until a shutdown
+//! signal. `POST /v1/agents/{id}/messages` is the incremental-save flow: the user message is
+//! committed before the agent runs, and the turn streams as server-sent events resumable by
+//! event id, or returns the final response. Every request is authenticated by an
+//! organization's API key and sees only that organization's data. Errors are JSON with stable
+//! [`ErrorCode`]s; the OpenAPI document is at `/openapi.json` ([`openapi()`]).
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use pattern::{Pattern, PatternConfig};
+//! use pattern::core::provider::ProviderConfig;
+//! use pattern::context::{ModelInfo, Provider};
+//! use pattern_server::{AppState, ServerConfig};
+//!
+//! let pattern = Pattern::open(PatternConfig::data_dir("/var/lib/pattern")).await?;
+//! let mut model = ProviderConfig::new(ModelInfo {
+//!     provider: Provider::OpenAi,
+//!     model: "local".into(),
+//!     context_window: 8_192,
+//!     max_output_tokens: 512,
+//! });
+//! model.base_url = Some("http://127.0.0.1:8080/v1".into());
+//! let state = AppState::new(pattern, Arc::from(model.build()?), ServerConfig::default());
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:7878").await?;
+//! pattern_server::serve(listener, state, async {
+//!     let _ = tokio::signal::ctrl_c().await;
+//! })
+//! .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! This crate must never hold logic of the layers below it (it maps HTTP onto their APIs), and
+//! never answer a request of one organization with another's data.
+
+mod auth;
+mod error;
+mod openapi;
+mod routes;
+mod state;
+mod turns;
+pub mod views;
+
+use std::future::Future;
+
+pub use auth::Caller;
+pub use error::{ApiError, Error, ErrorBody, ErrorCode, ErrorDetail, Result};
+pub use openapi::openapi;
+pub use routes::turns::{TURN_ID_HEADER, ToolCallView, ToolResultView, TurnResult, TurnStatus};
+pub use state::{AppState, ServerConfig};
+
+/// Every route of the API over `state`, with its limits.
+pub fn router(state: AppState) -> axum::Router {
+    routes::router(state)
+}
+
+/// Serves the API on `listener` until `shutdown` completes; then stops taking requests, cancels
+/// the turns in flight (their batches are abandoned, their messages stay stored) and returns
+/// once open connections are done.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let app = router(state.clone());
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            state.cancel_turns();
+        })
+        .await?;
+    Ok(())
+}

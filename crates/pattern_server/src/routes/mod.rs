@@ -1,0 +1,138 @@
+//! The HTTP routes and the layers around them: body size limit, request timeout, JSON errors for
+//! unknown routes and methods.
+//!
+//! Every route under `/v1` takes a [`Caller`](crate::auth::Caller) and reaches data only through
+//! it. Turn routes (sending a message, retrying a batch, following a turn's or a meeting's
+//! events) are exempt from the request timeout: they stream or wait for the agent, whose run is
+//! bounded by its own limits. This module must never answer with a non-JSON error.
+
+pub(crate) mod agents;
+pub(crate) mod batches;
+pub(crate) mod health;
+pub(crate) mod memory;
+pub(crate) mod turns;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+
+use crate::error::{ApiError, ErrorCode};
+use crate::state::AppState;
+
+/// A JSON body whose rejections are this API's JSON errors (400 `invalid_json`, 413
+/// `payload_too_large`, 415 `unsupported_media_type`).
+#[derive(Debug, FromRequest)]
+#[from_request(via(axum::Json), rejection(ApiError))]
+pub(crate) struct ApiJson<T>(pub(crate) T);
+
+impl<T: serde::Serialize> IntoResponse for ApiJson<T> {
+    fn into_response(self) -> Response {
+        axum::Json(self.0).into_response()
+    }
+}
+
+/// Query strings whose rejections are 400 `invalid_request`.
+#[derive(Debug, FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(ApiError))]
+pub(crate) struct ApiQuery<T>(pub(crate) T);
+
+impl From<axum::extract::rejection::QueryRejection> for ApiError {
+    fn from(rejection: axum::extract::rejection::QueryRejection) -> Self {
+        ApiError::invalid(rejection.body_text())
+    }
+}
+
+/// Every route, with its layers, over `state`.
+pub(crate) fn router(state: AppState) -> Router {
+    let timed = Router::new()
+        .route("/v1/agents", get(agents::list).post(agents::create))
+        .route(
+            "/v1/agents/{agent_id}",
+            get(agents::show).delete(agents::delete),
+        )
+        .route(
+            "/v1/agents/{agent_id}/turns/{turn_id}",
+            get(turns::status).delete(turns::cancel),
+        )
+        .route("/v1/agents/{agent_id}/batches", get(batches::list))
+        .route(
+            "/v1/agents/{agent_id}/batches/{batch_id}",
+            get(batches::show),
+        )
+        .route(
+            "/v1/agents/{agent_id}/blocks",
+            get(memory::list_blocks).post(memory::create_block),
+        )
+        .route(
+            "/v1/agents/{agent_id}/blocks/{label}",
+            get(memory::show_block).put(memory::set_block),
+        )
+        .route(
+            "/v1/agents/{agent_id}/blocks/{label}/append",
+            post(memory::append_block),
+        )
+        .route(
+            "/v1/agents/{agent_id}/blocks/{label}/undo",
+            post(memory::undo_block),
+        )
+        .route(
+            "/v1/agents/{agent_id}/blocks/{label}/history",
+            get(memory::block_history),
+        )
+        .route(
+            "/v1/agents/{agent_id}/archival",
+            get(memory::list_archival).post(memory::insert_archival),
+        )
+        .route(
+            "/v1/agents/{agent_id}/archival/{passage_id}",
+            get(memory::show_archival).delete(memory::delete_archival),
+        )
+        .route("/v1/agents/{agent_id}/search", post(memory::search))
+        .layer(middleware::from_fn_with_state(state.clone(), timeout));
+    let streaming = Router::new()
+        .route("/v1/agents/{agent_id}/messages", post(turns::send))
+        .route(
+            "/v1/agents/{agent_id}/batches/{batch_id}/retry",
+            post(turns::retry),
+        )
+        .route(
+            "/v1/agents/{agent_id}/turns/{turn_id}/events",
+            get(turns::events),
+        );
+    let open = Router::new()
+        .route("/health", get(health::health))
+        .route("/ready", get(health::ready))
+        .route("/openapi.json", get(health::openapi_json));
+    timed
+        .merge(streaming)
+        .merge(open)
+        .fallback(unknown_route)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(state.config().max_body_bytes))
+        .with_state(state)
+}
+
+async fn timeout(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let limit = state.config().request_timeout;
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::new(
+            ErrorCode::Timeout,
+            format!("the request took longer than {} ms", limit.as_millis()),
+        )
+        .into_response(),
+    }
+}
+
+async fn unknown_route() -> ApiError {
+    ApiError::new(ErrorCode::UnknownRoute, "no such route")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        ErrorCode::MethodNotAllowed,
+        "this method is not allowed on this route",
+    )
+}

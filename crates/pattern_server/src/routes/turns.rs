@@ -1,0 +1,453 @@
+//! Turns over HTTP: the incremental-save flow of `POST /v1/agents/{agent_id}/messages`.
+//!
+//! 1. The user message is committed (a new batch, or the agent's durable queue when it is busy)
+//!    before the agent runs and before any answer is sent: an error after that point carries
+//!    `details.message_saved = true` and the batch id, and the message stays in the history.
+//! 2. The agent runs in a task detached from the request; each step is committed as it ends.
+//! 3. The answer either streams (SSE of `ResponseEvent`s with ids 1, 2, ...; asked for with
+//!    `"stream": true` or `Accept: text/event-stream`) or is the final response as JSON.
+//!
+//! A stream that breaks is resumed with `GET .../turns/{turn_id}/events` and `Last-Event-ID`
+//! (or `?after=N`); the turn id comes in the `x-pattern-turn-id` header of the first answer.
+//! Failure scenario A (the agent or the process dies mid-turn): the message is stored, the
+//! batch is abandoned (by the agent, or by recovery after a crash) and
+//! `POST .../batches/{batch_id}/retry` runs it again. Scenario B (storage fails while saving a
+//! step): the step rolls back whole, the client gets 503 `storage_failed` with
+//! `message_saved = true`, and retrying later works. This module must never answer before the
+//! user message is committed, and never cancel a turn because a client went away.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::header::{ACCEPT, LOCATION};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::{Stream, StreamExt};
+use pattern::BatchState;
+use pattern::core::{
+    Agent, DoneReason, ErrorKind, IncomingMessage, ResponseEvent, TurnError, collect_response,
+};
+use pattern::db::Abandoned;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorCode, ErrorDetail};
+use crate::routes::batches::batch_id;
+use crate::routes::{ApiJson, ApiQuery};
+use crate::state::AppState;
+use crate::turns::Turn;
+
+type ErrorBody = crate::error::ErrorBody;
+
+/// The header that carries a new turn's id.
+pub const TURN_ID_HEADER: &str = "x-pattern-turn-id";
+
+/// Body of `POST /v1/agents/{agent_id}/messages`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SendMessage {
+    /// The user's message (not empty).
+    content: String,
+    /// Stream the turn as server-sent events instead of waiting for the final response.
+    #[serde(default)]
+    stream: bool,
+}
+
+/// Options of `POST .../batches/{batch_id}/retry`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RetryOptions {
+    /// Stream the turn as server-sent events.
+    #[serde(default)]
+    stream: bool,
+}
+
+/// Where to resume a turn's event stream.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Resume {
+    /// Send events with ids above this one (`Last-Event-ID` takes precedence).
+    after: Option<usize>,
+}
+
+/// A tool call the agent made.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ToolCallView {
+    /// The call id.
+    pub id: String,
+    /// The tool.
+    pub name: String,
+    /// Its input.
+    #[schema(value_type = Object)]
+    pub input: serde_json::Value,
+}
+
+/// A tool call's result.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ToolResultView {
+    /// The call it answers.
+    pub call_id: String,
+    /// What the tool returned.
+    pub content: String,
+    /// Whether it failed.
+    pub is_error: bool,
+}
+
+/// The final response of a turn.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TurnResult {
+    /// The turn.
+    pub turn_id: String,
+    /// The batch holding the turn's messages.
+    pub batch_id: Option<String>,
+    /// The answer's text.
+    pub text: String,
+    /// Tool calls made, in order.
+    pub tool_calls: Vec<ToolCallView>,
+    /// Their results, in order.
+    pub tool_results: Vec<ToolResultView>,
+    /// Token usage summed over the turn's model calls.
+    #[schema(value_type = Object)]
+    pub usage: pattern::core::provider::Usage,
+    /// Why the turn ended: `completed`, `exit_tool`, `max_iterations` or `max_duration`.
+    #[schema(value_type = String)]
+    pub reason: DoneReason,
+}
+
+/// A turn's progress (`GET .../turns/{turn_id}`).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TurnStatus {
+    /// The turn.
+    pub turn_id: String,
+    /// The agent.
+    pub agent_id: String,
+    /// Whether the turn is over.
+    pub finished: bool,
+    /// Events so far (the last event id).
+    pub events: usize,
+    /// The final response, once finished successfully.
+    pub result: Option<TurnResult>,
+    /// The failure, once finished with an error.
+    pub error: Option<ErrorDetail>,
+}
+
+fn wants_stream(flag: bool, headers: &HeaderMap) -> bool {
+    flag || headers
+        .get(ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"))
+}
+
+/// Sends a message to an agent: the incremental-save flow (module doc).
+#[utoipa::path(post, path = "/v1/agents/{agent_id}/messages", tag = "turns",
+    security(("api_key" = [])), params(("agent_id" = String, Path, description = "agent id")),
+    request_body = SendMessage,
+    responses(
+        (status = 200, description = "the final response (or, when streaming, \
+            `text/event-stream` of ResponseEvents)", body = TurnResult),
+        (status = 404, body = ErrorBody),
+        (status = 502, description = "the model failed; the message is stored", body = ErrorBody),
+        (status = 503, description = "storage failed; see details.message_saved", body = ErrorBody)))]
+pub(crate) async fn send(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(agent_id): Path<String>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<SendMessage>,
+) -> Result<Response, ApiError> {
+    let row = caller.agent(&state, &agent_id).await?;
+    if body.content.trim().is_empty() {
+        return Err(ApiError::invalid("`content` is empty"));
+    }
+    let mut message = IncomingMessage::user(body.content);
+    message.source = "http".into();
+    let stream = wants_stream(body.stream, &headers);
+    start(&state, row, message, stream).await
+}
+
+/// Runs an abandoned batch's trigger again as a new turn.
+#[utoipa::path(post, path = "/v1/agents/{agent_id}/batches/{batch_id}/retry", tag = "turns",
+    security(("api_key" = [])),
+    params(("agent_id" = String, Path, description = "agent id"),
+        ("batch_id" = String, Path, description = "an abandoned batch"), RetryOptions),
+    responses((status = 200, body = TurnResult), (status = 404, body = ErrorBody),
+        (status = 409, description = "the batch is not abandoned", body = ErrorBody)))]
+pub(crate) async fn retry(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((agent_id, batch)): Path<(String, String)>,
+    headers: HeaderMap,
+    ApiQuery(options): ApiQuery<RetryOptions>,
+) -> Result<Response, ApiError> {
+    let row = caller.agent(&state, &agent_id).await?;
+    let stored = state
+        .pattern()
+        .messages(row.id)
+        .get_batch(batch_id(&batch)?)
+        .await?;
+    if stored.info.state != BatchState::Abandoned {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            format!(
+                "batch {batch} is {}: only an abandoned batch can be retried",
+                stored.info.state.as_str()
+            ),
+        ));
+    }
+    let Some(trigger) = stored.messages.first().cloned() else {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            format!("batch {batch} has no trigger message to retry"),
+        ));
+    };
+    let message = IncomingMessage::retry(&Abandoned {
+        batch: stored.info,
+        trigger,
+    });
+    start(&state, row, message, wants_stream(options.stream, &headers)).await
+}
+
+async fn start(
+    state: &AppState,
+    row: pattern::Agent,
+    message: IncomingMessage,
+    stream: bool,
+) -> Result<Response, ApiError> {
+    let agent = state.agent(row).await?;
+    // `process` returns once the message is committed (batch or queue): the durable ack.
+    let events = agent.clone().process(message).await?;
+    let turn = state.turns().start(agent.id(), events);
+    let location = format!("/v1/agents/{}/turns/{}", agent.id(), turn.id);
+    let mut response = if stream {
+        sse(state, turn.clone(), 0).into_response()
+    } else {
+        let events = turn.finished().await;
+        match outcome(&turn, events).await {
+            Ok(result) => ApiJson(result).into_response(),
+            Err(e) => e.into_response(),
+        }
+    };
+    let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(&turn.id.to_string()) {
+        headers.insert(TURN_ID_HEADER, value);
+    }
+    if let Ok(value) = HeaderValue::from_str(&location) {
+        headers.insert(LOCATION, value);
+    }
+    Ok(response)
+}
+
+/// The final response of a finished turn, or its failure as an API error.
+async fn outcome(turn: &Turn, events: Vec<ResponseEvent>) -> Result<TurnResult, ApiError> {
+    let saved = events.iter().any(|e| {
+        matches!(
+            e,
+            ResponseEvent::Received { .. } | ResponseEvent::Queued { .. }
+        )
+    });
+    let collected = collect_response(futures::stream::iter(events)).await;
+    match collected {
+        Ok(r) => Ok(TurnResult {
+            turn_id: turn.id.to_string(),
+            batch_id: r.batch_id.map(|b| b.to_string()),
+            text: r.text,
+            tool_calls: r
+                .tool_calls
+                .into_iter()
+                .map(|(id, name, input)| ToolCallView { id, name, input })
+                .collect(),
+            tool_results: r
+                .tool_results
+                .into_iter()
+                .map(|(call_id, content, is_error)| ToolResultView {
+                    call_id,
+                    content,
+                    is_error,
+                })
+                .collect(),
+            usage: r.usage,
+            reason: r.reason,
+        }),
+        Err(TurnError {
+            kind,
+            message,
+            batch_id,
+        }) => {
+            let code = match kind {
+                ErrorKind::Provider => ErrorCode::ProviderFailed,
+                ErrorKind::Storage => ErrorCode::StorageFailed,
+                ErrorKind::Context => ErrorCode::ContextOverBudget,
+                ErrorKind::Cancelled => ErrorCode::Cancelled,
+                ErrorKind::Suspended => ErrorCode::Suspended,
+                _ => ErrorCode::Conflict,
+            };
+            Err(
+                ApiError::new(code, message).with_details(serde_json::json!({
+                    "turn_id": turn.id.to_string(),
+                    "batch_id": batch_id.map(|b| b.to_string()),
+                    "message_saved": saved,
+                })),
+            )
+        }
+    }
+}
+
+/// The SSE name of an event: its `type`.
+fn event_name(event: &ResponseEvent) -> &'static str {
+    match event {
+        ResponseEvent::Queued { .. } => "queued",
+        ResponseEvent::Received { .. } => "received",
+        ResponseEvent::TextDelta { .. } => "text_delta",
+        ResponseEvent::ThinkingDelta { .. } => "thinking_delta",
+        ResponseEvent::ToolCallStarted { .. } => "tool_call_started",
+        ResponseEvent::ToolCallFinished { .. } => "tool_call_finished",
+        ResponseEvent::ToolResult { .. } => "tool_result",
+        ResponseEvent::Usage { .. } => "usage",
+        ResponseEvent::StepCommitted { .. } => "step_committed",
+        ResponseEvent::BatchCompleted { .. } => "batch_completed",
+        ResponseEvent::Error { .. } => "error",
+        ResponseEvent::Done { .. } => "done",
+    }
+}
+
+fn sse_event(id: usize, event: &ResponseEvent) -> Event {
+    let data = serde_json::to_string(event).unwrap_or_else(|e| {
+        serde_json::json!({"type": "error", "kind": "storage", "message": e.to_string()})
+            .to_string()
+    });
+    Event::default()
+        .id(id.to_string())
+        .event(event_name(event))
+        .data(data)
+}
+
+/// The turn's events with ids above `after`, then live ones until the turn ends.
+fn sse(
+    state: &AppState,
+    turn: Arc<Turn>,
+    after: usize,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>> + use<>> {
+    let pages = futures::stream::unfold(Some((turn, after)), |cursor| async move {
+        let (turn, seen) = cursor?;
+        loop {
+            let slice = turn.after(seen);
+            if let Some(&(last, _)) = slice.events.last() {
+                let next = (!slice.finished).then(|| (turn.clone(), last));
+                // A finished turn ends the stream after this page.
+                let events: Vec<_> = slice
+                    .events
+                    .iter()
+                    .map(|(id, e)| Ok(sse_event(*id, e)))
+                    .collect();
+                return Some((futures::stream::iter(events), next));
+            }
+            if slice.finished {
+                return None;
+            }
+            turn.changed(seen).await;
+        }
+    });
+    Sse::new(pages.flatten()).keep_alive(KeepAlive::new().interval(state.config().keep_alive))
+}
+
+fn turn_of(
+    state: &AppState,
+    agent: pattern::AgentId,
+    turn_id: &str,
+) -> Result<Arc<Turn>, ApiError> {
+    let missing = || {
+        ApiError::not_found(format!(
+            "no turn `{turn_id}` (unknown, or finished longer ago than the replay window: its \
+             batch holds what it did)"
+        ))
+    };
+    let id = Uuid::parse_str(turn_id).map_err(|_| missing())?;
+    state.turns().get(agent, id).ok_or_else(missing)
+}
+
+/// Follows a turn's events; resumes after `Last-Event-ID` (or `?after=`).
+#[utoipa::path(get, path = "/v1/agents/{agent_id}/turns/{turn_id}/events", tag = "turns",
+    security(("api_key" = [])),
+    params(("agent_id" = String, Path, description = "agent id"), ("turn_id" = String, Path),
+        ("Last-Event-ID" = Option<String>, Header, description = "the last event id seen"),
+        Resume),
+    responses((status = 200, description = "`text/event-stream` of ResponseEvents"),
+        (status = 404, body = ErrorBody)))]
+pub(crate) async fn events(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((agent_id, turn_id)): Path<(String, String)>,
+    headers: HeaderMap,
+    ApiQuery(resume): ApiQuery<Resume>,
+) -> Result<Response, ApiError> {
+    let agent = caller.agent(&state, &agent_id).await?;
+    let turn = turn_of(&state, agent.id, &turn_id)?;
+    let after = match headers.get("last-event-id") {
+        Some(value) => value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .ok_or_else(|| ApiError::invalid("`Last-Event-ID` must be an event id (a number)"))?,
+        None => resume.after.unwrap_or(0),
+    };
+    Ok(sse(&state, turn, after).into_response())
+}
+
+/// A turn's progress, and its final response once it is over.
+#[utoipa::path(get, path = "/v1/agents/{agent_id}/turns/{turn_id}", tag = "turns",
+    security(("api_key" = [])),
+    params(("agent_id" = String, Path, description = "agent id"), ("turn_id" = String, Path)),
+    responses((status = 200, body = TurnStatus), (status = 404, body = ErrorBody)))]
+pub(crate) async fn status(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((agent_id, turn_id)): Path<(String, String)>,
+) -> Result<ApiJson<TurnStatus>, ApiError> {
+    let agent = caller.agent(&state, &agent_id).await?;
+    let turn = turn_of(&state, agent.id, &turn_id)?;
+    let (events, finished) = turn.snapshot();
+    let count = events.len();
+    let (result, error) = if finished {
+        match outcome(&turn, events).await {
+            Ok(r) => (Some(r), None),
+            Err(e) => (
+                None,
+                Some(ErrorDetail {
+                    code: e.code,
+                    message: e.message,
+                    details: e.details,
+                }),
+            ),
+        }
+    } else {
+        (None, None)
+    };
+    Ok(ApiJson(TurnStatus {
+        turn_id: turn.id.to_string(),
+        agent_id: agent.id.to_string(),
+        finished,
+        events: count,
+        result,
+        error,
+    }))
+}
+
+/// Cancels a running turn: its batch is abandoned; the message stays stored.
+#[utoipa::path(delete, path = "/v1/agents/{agent_id}/turns/{turn_id}", tag = "turns",
+    security(("api_key" = [])),
+    params(("agent_id" = String, Path, description = "agent id"), ("turn_id" = String, Path)),
+    responses((status = 202, description = "cancellation requested"),
+        (status = 404, body = ErrorBody)))]
+pub(crate) async fn cancel(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((agent_id, turn_id)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let agent = caller.agent(&state, &agent_id).await?;
+    turn_of(&state, agent.id, &turn_id)?.cancel();
+    Ok(StatusCode::ACCEPTED)
+}

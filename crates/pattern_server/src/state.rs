@@ -1,0 +1,128 @@
+//! What every request handler shares: the wired [`Pattern`] layers, the model agents run on, the
+//! server's limits, the agents already loaded and the turns in flight.
+//!
+//! Agents are loaded once per process and kept (one [`DatabaseAgent`] per agent, so its run
+//! lock serialises turns and queues what arrives while it is busy). This module must never hand
+//! out an agent without its organization having been checked by the caller (the routes look
+//! agents up through [`crate::auth::Caller`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pattern::core::provider::ModelProvider;
+use pattern::core::{DatabaseAgent, RuntimeConfig};
+use pattern::{Agent, AgentId, Pattern};
+use tokio::sync::Mutex;
+
+use crate::error::ApiError;
+use crate::turns::Turns;
+
+/// The server's limits.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Largest request body accepted, in bytes (default 1 MiB); larger is 413
+    /// `payload_too_large`.
+    pub max_body_bytes: usize,
+    /// Longest a request may take before it is answered 504 `timeout` (default 30 s). Turns are
+    /// exempt: a turn's length is bounded by the agent's `max_duration`.
+    pub request_timeout: Duration,
+    /// How long a finished turn's events stay replayable (default 10 minutes).
+    pub replay_window: Duration,
+    /// Most model calls per turn (default 10).
+    pub max_iterations: usize,
+    /// How often a stream sends a keep-alive comment while nothing happens (default 15 s).
+    pub keep_alive: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 1024 * 1024,
+            request_timeout: Duration::from_secs(30),
+            replay_window: Duration::from_secs(600),
+            max_iterations: 10,
+            keep_alive: Duration::from_secs(15),
+        }
+    }
+}
+
+/// The state behind every route: cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pattern: Pattern,
+    model: Arc<dyn ModelProvider>,
+    config: ServerConfig,
+    agents: Mutex<HashMap<AgentId, Arc<DatabaseAgent>>>,
+    turns: Turns,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("model", &self.inner.model.model().model)
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AppState {
+    /// State over opened layers, one model for every agent, and limits.
+    pub fn new(pattern: Pattern, model: Arc<dyn ModelProvider>, config: ServerConfig) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                turns: Turns::new(config.replay_window),
+                pattern,
+                model,
+                config,
+                agents: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The wired layers.
+    pub fn pattern(&self) -> &Pattern {
+        &self.inner.pattern
+    }
+
+    /// The limits.
+    pub fn config(&self) -> &ServerConfig {
+        &self.inner.config
+    }
+
+    pub(crate) fn turns(&self) -> &Turns {
+        &self.inner.turns
+    }
+
+    /// The running agent for a stored agent row (already checked against the caller's
+    /// organization), loaded on first use.
+    pub(crate) async fn agent(&self, row: Agent) -> Result<Arc<DatabaseAgent>, ApiError> {
+        let mut agents = self.inner.agents.lock().await;
+        if let Some(agent) = agents.get(&row.id) {
+            return Ok(agent.clone());
+        }
+        let mut config = RuntimeConfig::for_agent(&row, self.inner.model.model().context_window);
+        config.max_iterations = self.inner.config.max_iterations;
+        let id = row.id;
+        let agent = self
+            .inner
+            .pattern
+            .agent(row, self.inner.model.clone(), config)?;
+        agents.insert(id, agent.clone());
+        Ok(agent)
+    }
+
+    /// Forgets a deleted agent.
+    pub(crate) async fn forget(&self, agent: AgentId) {
+        self.inner.agents.lock().await.remove(&agent);
+    }
+
+    /// Cancels the turns in flight (shutdown).
+    pub fn cancel_turns(&self) {
+        self.inner.turns.cancel_all();
+    }
+}
