@@ -18,6 +18,31 @@ use crate::config::{Backend, DbConfig};
 use crate::db::Database;
 use crate::error::{Error, Result};
 
+/// Instantiates each case (an `async fn(Backend)` in the calling module) as one test per
+/// backend: `mod sqlite { ... }` and `mod postgres { ... }`. The calling crate needs `tokio` with
+/// the multi-threaded runtime.
+#[macro_export]
+macro_rules! conformance {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case($crate::Backend::Sqlite).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case($crate::Backend::Postgres).await
+                }
+            )*
+        }
+    };
+}
+
 /// A fresh database and what keeps it alive.
 #[derive(Debug)]
 pub struct TestDb {

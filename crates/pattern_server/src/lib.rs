@@ -50,6 +50,9 @@ use std::future::Future;
 pub use auth::Caller;
 pub use error::{ApiError, Error, ErrorBody, ErrorCode, ErrorDetail, Result};
 pub use openapi::openapi;
+pub use routes::protocol::{
+    MeetingEventView, MeetingView, ParticipantView, ProtocolMessageView, SessionView,
+};
 pub use routes::turns::{TURN_ID_HEADER, ToolCallView, ToolResultView, TurnResult, TurnStatus};
 pub use state::{AppState, ServerConfig};
 
@@ -60,18 +63,42 @@ pub fn router(state: AppState) -> axum::Router {
 
 /// Serves the API on `listener` until `shutdown` completes; then stops taking requests, cancels
 /// the turns in flight (their batches are abandoned, their messages stay stored) and returns
-/// once open connections are done.
+/// once open connections are done. While serving, batches of crashed runs (expired leases) are
+/// abandoned every `recovery_interval`, so their triggers can be retried.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let app = router(state.clone());
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            state.cancel_turns();
+    let sweeper = tokio::spawn(recover_expired(state.clone()));
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown({
+            let state = state.clone();
+            async move {
+                shutdown.await;
+                state.shut_down();
+            }
         })
-        .await?;
-    Ok(())
+        .await;
+    sweeper.abort();
+    state.shut_down();
+    Ok(served?)
+}
+
+async fn recover_expired(state: AppState) {
+    let db = state.pattern().db().clone();
+    loop {
+        match db.recover_all(pattern::RecoveryScope::ExpiredLeases).await {
+            Ok(abandoned) if !abandoned.is_empty() => {
+                tracing::info!(
+                    batches = abandoned.len(),
+                    "abandoned the batches of crashed runs"
+                )
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "recovery sweep failed"),
+        }
+        tokio::time::sleep(state.config().recovery_interval).await;
+    }
 }

@@ -5,7 +5,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::routes::{agents, batches, health, memory, turns};
+use crate::routes::{agents, batches, health, memory, protocol, turns};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -21,6 +21,10 @@ use crate::routes::{agents, batches, health, memory, turns};
         memory::append_block, memory::undo_block, memory::block_history,
         memory::insert_archival, memory::list_archival, memory::show_archival,
         memory::delete_archival, memory::search,
+        protocol::open_session, protocol::show_session, protocol::send_session_message,
+        protocol::session_messages, protocol::end_session, protocol::inbox, protocol::mark_read,
+        protocol::create_meeting, protocol::show_meeting, protocol::meeting_messages,
+        protocol::meeting_action, protocol::meeting_events,
     ),
     modifiers(&ApiKeyAuth),
 )]

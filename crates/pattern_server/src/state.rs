@@ -13,7 +13,7 @@ use std::time::Duration;
 use pattern::core::provider::ModelProvider;
 use pattern::core::{DatabaseAgent, RuntimeConfig};
 use pattern::{Agent, AgentId, Pattern};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, watch};
 
 use crate::error::ApiError;
 use crate::turns::Turns;
@@ -33,6 +33,9 @@ pub struct ServerConfig {
     pub max_iterations: usize,
     /// How often a stream sends a keep-alive comment while nothing happens (default 15 s).
     pub keep_alive: Duration,
+    /// How often batches whose run lease expired (a crashed process's turns) are abandoned so
+    /// they can be retried (default 30 s; also once at start).
+    pub recovery_interval: Duration,
 }
 
 impl Default for ServerConfig {
@@ -43,6 +46,7 @@ impl Default for ServerConfig {
             replay_window: Duration::from_secs(600),
             max_iterations: 10,
             keep_alive: Duration::from_secs(15),
+            recovery_interval: Duration::from_secs(30),
         }
     }
 }
@@ -59,6 +63,8 @@ struct Inner {
     config: ServerConfig,
     agents: Mutex<HashMap<AgentId, Arc<DatabaseAgent>>>,
     turns: Turns,
+    /// Set when the server starts shutting down: endless streams end.
+    closing: watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -80,6 +86,7 @@ impl AppState {
                 model,
                 config,
                 agents: Mutex::new(HashMap::new()),
+                closing: watch::Sender::new(false),
             }),
         }
     }
@@ -121,8 +128,18 @@ impl AppState {
         self.inner.agents.lock().await.remove(&agent);
     }
 
-    /// Cancels the turns in flight (shutdown).
-    pub fn cancel_turns(&self) {
+    /// Starts shutting down: cancels the turns in flight (their batches are abandoned, their
+    /// messages stay stored) and ends the meeting event streams.
+    pub fn shut_down(&self) {
+        self.inner.closing.send_replace(true);
         self.inner.turns.cancel_all();
+    }
+
+    /// Completes once [`AppState::shut_down`] was called.
+    pub(crate) fn closing(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.inner.closing.subscribe();
+        async move {
+            let _ = rx.wait_for(|closing| *closing).await;
+        }
     }
 }

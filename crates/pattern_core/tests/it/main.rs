@@ -8,27 +8,9 @@
     unreachable_pub
 )]
 
-/// Instantiates each case (an `async fn(Backend)`) as one test per backend.
-macro_rules! conformance {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(pattern_db::Backend::Sqlite).await
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(pattern_db::Backend::Postgres).await
-                }
-            )*
-        }
-    };
-}
+// `conformance!(case, ...)`: each case once per backend (pattern_db testkit).
+#[macro_use]
+extern crate pattern_db;
 
 mod crash;
 mod flow;

@@ -12,27 +12,9 @@
     unreachable_pub
 )]
 
-/// Instantiates each case (an `async fn(Kind)`) as one test per backend.
-macro_rules! conformance {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(crate::Kind::Sqlite).await
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(crate::Kind::Postgres).await
-                }
-            )*
-        }
-    };
-}
+// `conformance!(case, ...)`: each case once per backend (pattern_db testkit).
+#[macro_use]
+extern crate pattern_db;
 
 mod conformance;
 mod crash;

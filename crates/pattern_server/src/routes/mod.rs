@@ -10,6 +10,7 @@ pub(crate) mod agents;
 pub(crate) mod batches;
 pub(crate) mod health;
 pub(crate) mod memory;
+pub(crate) mod protocol;
 pub(crate) mod turns;
 
 use axum::Router;
@@ -90,6 +91,28 @@ pub(crate) fn router(state: AppState) -> Router {
             get(memory::show_archival).delete(memory::delete_archival),
         )
         .route("/v1/agents/{agent_id}/search", post(memory::search))
+        .route("/v1/agents/{agent_id}/inbox", get(protocol::inbox))
+        .route(
+            "/v1/agents/{agent_id}/inbox/read",
+            post(protocol::mark_read),
+        )
+        .route("/v1/sessions", post(protocol::open_session))
+        .route("/v1/sessions/{session_id}", get(protocol::show_session))
+        .route(
+            "/v1/sessions/{session_id}/messages",
+            get(protocol::session_messages).post(protocol::send_session_message),
+        )
+        .route("/v1/sessions/{session_id}/end", post(protocol::end_session))
+        .route("/v1/meetings", post(protocol::create_meeting))
+        .route("/v1/meetings/{meeting_id}", get(protocol::show_meeting))
+        .route(
+            "/v1/meetings/{meeting_id}/messages",
+            get(protocol::meeting_messages),
+        )
+        .route(
+            "/v1/meetings/{meeting_id}/{action}",
+            post(protocol::meeting_action),
+        )
         .layer(middleware::from_fn_with_state(state.clone(), timeout));
     let streaming = Router::new()
         .route("/v1/agents/{agent_id}/messages", post(turns::send))
@@ -100,6 +123,10 @@ pub(crate) fn router(state: AppState) -> Router {
         .route(
             "/v1/agents/{agent_id}/turns/{turn_id}/events",
             get(turns::events),
+        )
+        .route(
+            "/v1/meetings/{meeting_id}/events",
+            get(protocol::meeting_events),
         );
     let open = Router::new()
         .route("/health", get(health::health))

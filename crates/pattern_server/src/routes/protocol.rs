@@ -1,0 +1,756 @@
+//! The agent-to-agent protocol over HTTP: one-to-one sessions (sync: strict turns; async:
+//! inboxes), inboxes, and meetings with a server-sent event stream per meeting, resumable by
+//! cursor (`Last-Event-ID` or `?after=`).
+//!
+//! Participants are named by their Pattern agent ids; each agent's protocol identity is created
+//! on first use, in the caller's organization, with the external id `agent:{stored name}` (the
+//! CLI's convention). A session or meeting is visible only when its participants (a meeting: its
+//! host) belong to the caller's organization, and only the organization's agents can act in it;
+//! anything else answers 404 `not_found`. This module must never act for an agent of another
+//! organization.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use pattern::db::Error as DbError;
+use pattern::db::protocol::{
+    Meeting, MeetingEvent, MeetingId, NewProtocolAgent, NewProtocolMessage, ProtocolAgent,
+    ProtocolAgentId, ProtocolMessage, ProtocolMessageId, Session, SessionId, SessionType,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorCode};
+use crate::routes::{ApiJson, ApiQuery};
+use crate::state::AppState;
+
+type ErrorBody = crate::error::ErrorBody;
+
+/// `session` shape.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SessionView {
+    /// Its id.
+    pub id: String,
+    /// One participant (agent id).
+    pub agent_a: String,
+    /// The other participant (agent id).
+    pub agent_b: String,
+    /// `sync` or `async`.
+    pub session_type: String,
+    /// `active`, `waiting` or `ended`.
+    pub status: String,
+    /// Who holds the turn (sync sessions).
+    pub turn: Option<String>,
+    /// When it was opened.
+    pub created_at: DateTime<Utc>,
+    /// When it ended.
+    pub ended_at: Option<DateTime<Utc>>,
+}
+
+/// `protocol_message` shape.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ProtocolMessageView {
+    /// Its id.
+    pub id: String,
+    /// Its session, if any.
+    pub session: Option<String>,
+    /// Its meeting, if any.
+    pub meeting: Option<String>,
+    /// The sender (agent id).
+    pub from: String,
+    /// The recipient (agent id), for session messages.
+    pub to: Option<String>,
+    /// Its type.
+    pub message_type: String,
+    /// Its content.
+    #[schema(value_type = Object)]
+    pub content: Value,
+    /// When the recipient read it.
+    pub read_at: Option<DateTime<Utc>>,
+    /// Arrival order.
+    pub seq: String,
+    /// When it was sent.
+    pub created_at: DateTime<Utc>,
+}
+
+/// `participant` shape.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ParticipantView {
+    /// The agent (agent id).
+    pub agent: String,
+    /// `invited`, `joined` or `left`.
+    pub status: String,
+    /// Place in the speaking order.
+    pub join_order: Option<u64>,
+}
+
+/// `meeting` shape.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct MeetingView {
+    /// Its id.
+    pub id: String,
+    /// The host (agent id).
+    pub host: String,
+    /// `open`, `active` or `ended`.
+    pub status: String,
+    /// Who may speak now (agent id).
+    pub speaker: Option<String>,
+    /// Longest a turn lasts before it passes on, in milliseconds.
+    pub turn_duration_ms: Option<u64>,
+    /// When the current turn passes on.
+    pub turn_deadline: Option<DateTime<Utc>>,
+    /// The cursor of the newest event.
+    pub last_event_seq: u64,
+    /// The participants in join order.
+    pub participants: Vec<ParticipantView>,
+    /// When it was created.
+    pub created_at: DateTime<Utc>,
+}
+
+/// `meeting_event` shape (the data of a meeting's SSE events; the SSE id is `seq`).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct MeetingEventView {
+    /// Dense sequence number: the cursor.
+    pub seq: u64,
+    /// What happened.
+    pub event_type: String,
+    /// Who it concerns (agent id).
+    pub agent: Option<String>,
+    /// Facts of the event.
+    #[schema(value_type = Option<Object>)]
+    pub data: Option<Value>,
+    /// When.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Body of `POST /v1/sessions`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OpenSession {
+    /// The opener (agent id); holds the first turn of a sync session.
+    from: String,
+    /// The other agent (agent id).
+    to: String,
+    /// `sync` (strict turns) or `async` (inboxes).
+    session_type: String,
+}
+
+/// Body of `POST /v1/sessions/{session_id}/messages` and meeting `speak`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SendProtocolMessage {
+    /// The sender (agent id).
+    from: String,
+    /// Any JSON (a string for plain text).
+    #[schema(value_type = Object)]
+    content: Value,
+    /// Its type (default `text`).
+    #[serde(default)]
+    message_type: Option<String>,
+}
+
+/// Body of `POST /v1/sessions/{session_id}/end`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ActAs {
+    /// The acting agent (agent id).
+    agent: String,
+}
+
+/// Body of `POST /v1/agents/{agent_id}/inbox/read`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MarkRead {
+    /// Message ids to mark read.
+    messages: Vec<String>,
+}
+
+/// Body of `POST /v1/meetings`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CreateMeeting {
+    /// The host (agent id).
+    host: String,
+    /// Longest a turn lasts before it passes on, in milliseconds.
+    #[serde(default)]
+    turn_duration_ms: Option<u64>,
+}
+
+/// Body of `POST /v1/meetings/{meeting_id}/{action}`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MeetingAction {
+    /// The acting agent (agent id): the host for `invite`, `start` and `end`.
+    agent: String,
+    /// `invite`: the agent invited (agent id).
+    #[serde(default)]
+    invitee: Option<String>,
+    /// `speak`: what is said (any JSON).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    content: Option<Value>,
+    /// `speak`: its type (default `text`).
+    #[serde(default)]
+    message_type: Option<String>,
+}
+
+/// Where to resume a meeting's event stream.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Cursor {
+    /// Events after this cursor (`Last-Event-ID` takes precedence); 0 from the start.
+    after: Option<u64>,
+}
+
+/// Protocol identities of one request, resolved to and from agent ids, scoped to the caller.
+struct Ids<'a> {
+    state: &'a AppState,
+    caller: Caller,
+    names: HashMap<ProtocolAgentId, String>,
+}
+
+impl<'a> Ids<'a> {
+    fn new(state: &'a AppState, caller: Caller) -> Self {
+        Self {
+            state,
+            caller,
+            names: HashMap::new(),
+        }
+    }
+
+    /// The protocol identity of the organization's agent `agent_id`, created on first use.
+    async fn participant(&mut self, agent_id: &str) -> Result<ProtocolAgent, ApiError> {
+        let agent = self.caller.agent(self.state, agent_id).await?;
+        let protocol = self.state.pattern().protocol();
+        let external_id = format!("agent:{}", agent.name);
+        let found = match protocol.agent(&external_id).await {
+            Ok(p) => Some(p),
+            Err(pattern::protocol::Error::Db(DbError::ExternalIdNotFound { .. })) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let identity = match found {
+            Some(p) => p,
+            None => match protocol
+                .create_agent(NewProtocolAgent {
+                    external_id: external_id.clone(),
+                    organization: self.caller.org,
+                    name: self.caller.display_name(&agent).to_owned(),
+                    agent: Some(agent.id),
+                })
+                .await
+            {
+                Ok(p) => p,
+                // Created by a concurrent request.
+                Err(pattern::protocol::Error::Db(DbError::ExternalIdTaken { .. })) => {
+                    protocol.agent(&external_id).await?
+                }
+                Err(e) => return Err(e.into()),
+            },
+        };
+        if identity.organization != self.caller.org {
+            return Err(ApiError::not_found(format!("no agent `{agent_id}`")));
+        }
+        self.names.insert(identity.id, agent.id.to_string());
+        Ok(identity)
+    }
+
+    /// The agent id behind a protocol identity of the caller's organization; `None` for
+    /// identities of other organizations (or without a Pattern agent).
+    async fn agent_of(&mut self, id: ProtocolAgentId) -> Result<Option<String>, ApiError> {
+        if let Some(name) = self.names.get(&id) {
+            return Ok(Some(name.clone()));
+        }
+        let identity = self.state.pattern().db().protocol_agent(id).await?;
+        if identity.organization != self.caller.org {
+            return Ok(None);
+        }
+        let Some(agent) = identity.agent else {
+            return Ok(None);
+        };
+        let name = agent.to_string();
+        self.names.insert(id, name.clone());
+        Ok(Some(name))
+    }
+
+    async fn visible(&mut self, id: ProtocolAgentId) -> Result<String, ApiError> {
+        self.agent_of(id)
+            .await?
+            .ok_or_else(|| ApiError::not_found("not visible to this organization"))
+    }
+
+    async fn session(&mut self, s: &Session) -> Result<SessionView, ApiError> {
+        let turn = match s.turn {
+            Some(t) => Some(self.visible(t).await?),
+            None => None,
+        };
+        Ok(SessionView {
+            id: s.id.to_string(),
+            agent_a: self.visible(s.agent_a).await?,
+            agent_b: self.visible(s.agent_b).await?,
+            session_type: s.session_type.as_str().to_owned(),
+            status: enum_text(&s.status),
+            turn,
+            created_at: s.created_at,
+            ended_at: s.ended_at,
+        })
+    }
+
+    async fn message(&mut self, m: &ProtocolMessage) -> Result<ProtocolMessageView, ApiError> {
+        let to = match m.recipient {
+            Some(r) => Some(self.visible(r).await?),
+            None => None,
+        };
+        Ok(ProtocolMessageView {
+            id: m.id.to_string(),
+            session: m.session.map(|s| s.to_string()),
+            meeting: m.meeting.map(|s| s.to_string()),
+            from: self.visible(m.sender).await?,
+            to,
+            message_type: m.message_type.clone(),
+            content: m.content.clone(),
+            read_at: m.read_at,
+            seq: m.seq.to_string(),
+            created_at: m.created_at,
+        })
+    }
+
+    async fn messages(
+        &mut self,
+        list: &[ProtocolMessage],
+    ) -> Result<Vec<ProtocolMessageView>, ApiError> {
+        let mut out = Vec::with_capacity(list.len());
+        for m in list {
+            out.push(self.message(m).await?);
+        }
+        Ok(out)
+    }
+
+    /// The session `id` when both its participants are the caller's.
+    async fn find_session(&mut self, id: &str) -> Result<Session, ApiError> {
+        let missing = || ApiError::not_found(format!("no session `{id}`"));
+        let uuid = Uuid::parse_str(id).map_err(|_| missing())?;
+        let session = match self
+            .state
+            .pattern()
+            .protocol()
+            .session(SessionId(uuid))
+            .await
+        {
+            Ok(s) => s,
+            Err(e) if e.class() == pattern::ErrorClass::NotFound => return Err(missing()),
+            Err(e) => return Err(e.into()),
+        };
+        if self.agent_of(session.agent_a).await?.is_none()
+            || self.agent_of(session.agent_b).await?.is_none()
+        {
+            return Err(missing());
+        }
+        Ok(session)
+    }
+
+    /// The meeting `id` when its host is the caller's.
+    async fn find_meeting(&mut self, id: &str) -> Result<Meeting, ApiError> {
+        let missing = || ApiError::not_found(format!("no meeting `{id}`"));
+        let uuid = Uuid::parse_str(id).map_err(|_| missing())?;
+        let meeting = match self
+            .state
+            .pattern()
+            .protocol()
+            .meeting(MeetingId(uuid))
+            .await
+        {
+            Ok(m) => m,
+            Err(e) if e.class() == pattern::ErrorClass::NotFound => return Err(missing()),
+            Err(e) => return Err(e.into()),
+        };
+        if self.agent_of(meeting.host).await?.is_none() {
+            return Err(missing());
+        }
+        Ok(meeting)
+    }
+
+    async fn meeting(&mut self, m: &Meeting) -> Result<MeetingView, ApiError> {
+        let mut participants = Vec::new();
+        for p in self.state.pattern().protocol().participants(m.id).await? {
+            participants.push(ParticipantView {
+                agent: self.visible(p.agent).await?,
+                status: enum_text(&p.status),
+                join_order: p.join_order,
+            });
+        }
+        let speaker = match m.speaker {
+            Some(s) => Some(self.visible(s).await?),
+            None => None,
+        };
+        Ok(MeetingView {
+            id: m.id.to_string(),
+            host: self.visible(m.host).await?,
+            status: enum_text(&m.status),
+            speaker,
+            turn_duration_ms: m
+                .turn_duration
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            turn_deadline: m.turn_deadline,
+            last_event_seq: m.last_event_seq,
+            participants,
+            created_at: m.created_at,
+        })
+    }
+
+    async fn event(&mut self, e: &MeetingEvent) -> Result<MeetingEventView, ApiError> {
+        let agent = match e.agent {
+            Some(a) => Some(self.visible(a).await?),
+            None => None,
+        };
+        Ok(MeetingEventView {
+            seq: e.seq,
+            event_type: enum_text(&e.event_type),
+            agent,
+            data: e.data.clone(),
+            created_at: e.created_at,
+        })
+    }
+}
+
+/// A snake_case enum's serialised name.
+fn enum_text<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(Value::String(text)) => text,
+        other => format!("{other:?}"),
+    }
+}
+
+fn message_body(content: Value, message_type: Option<String>) -> NewProtocolMessage {
+    NewProtocolMessage::new(message_type.unwrap_or_else(|| "text".into()), content)
+}
+
+/// Opens a session between two of the organization's agents (the live one if it exists).
+#[utoipa::path(post, path = "/v1/sessions", tag = "protocol", security(("api_key" = [])),
+    request_body = OpenSession,
+    responses((status = 200, body = SessionView), (status = 404, body = ErrorBody)))]
+pub(crate) async fn open_session(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<OpenSession>,
+) -> Result<ApiJson<SessionView>, ApiError> {
+    let session_type = match body.session_type.as_str() {
+        "sync" => SessionType::Sync,
+        "async" => SessionType::Async,
+        other => {
+            return Err(ApiError::invalid(format!(
+                "`session_type` must be sync or async, not `{other}`"
+            )));
+        }
+    };
+    let mut ids = Ids::new(&state, caller);
+    let from = ids.participant(&body.from).await?;
+    let to = ids.participant(&body.to).await?;
+    let session = state
+        .pattern()
+        .protocol()
+        .open_session(from.id, to.id, session_type)
+        .await?;
+    Ok(ApiJson(ids.session(&session).await?))
+}
+
+/// One session.
+#[utoipa::path(get, path = "/v1/sessions/{session_id}", tag = "protocol",
+    security(("api_key" = [])), params(("session_id" = String, Path)),
+    responses((status = 200, body = SessionView), (status = 404, body = ErrorBody)))]
+pub(crate) async fn show_session(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(session_id): Path<String>,
+) -> Result<ApiJson<SessionView>, ApiError> {
+    let mut ids = Ids::new(&state, caller);
+    let session = ids.find_session(&session_id).await?;
+    Ok(ApiJson(ids.session(&session).await?))
+}
+
+/// Sends a message in a session (sync: only by the agent holding the turn, else 409).
+#[utoipa::path(post, path = "/v1/sessions/{session_id}/messages", tag = "protocol",
+    security(("api_key" = [])), params(("session_id" = String, Path)),
+    request_body = SendProtocolMessage,
+    responses((status = 201, body = ProtocolMessageView), (status = 404, body = ErrorBody),
+        (status = 409, description = "out of turn, or the session ended", body = ErrorBody)))]
+pub(crate) async fn send_session_message(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(session_id): Path<String>,
+    ApiJson(body): ApiJson<SendProtocolMessage>,
+) -> Result<(StatusCode, ApiJson<ProtocolMessageView>), ApiError> {
+    let mut ids = Ids::new(&state, caller);
+    let session = ids.find_session(&session_id).await?;
+    let sender = ids.participant(&body.from).await?;
+    let stored = state
+        .pattern()
+        .protocol()
+        .send(
+            session.id,
+            sender.id,
+            message_body(body.content, body.message_type),
+        )
+        .await?;
+    Ok((StatusCode::CREATED, ApiJson(ids.message(&stored).await?)))
+}
+
+/// A session's messages in order.
+#[utoipa::path(get, path = "/v1/sessions/{session_id}/messages", tag = "protocol",
+    security(("api_key" = [])), params(("session_id" = String, Path)),
+    responses((status = 200, body = Vec<ProtocolMessageView>), (status = 404, body = ErrorBody)))]
+pub(crate) async fn session_messages(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(session_id): Path<String>,
+) -> Result<ApiJson<Vec<ProtocolMessageView>>, ApiError> {
+    let mut ids = Ids::new(&state, caller);
+    let session = ids.find_session(&session_id).await?;
+    let list = state
+        .pattern()
+        .protocol()
+        .session_messages(session.id)
+        .await?;
+    Ok(ApiJson(ids.messages(&list).await?))
+}
+
+/// Ends a session.
+#[utoipa::path(post, path = "/v1/sessions/{session_id}/end", tag = "protocol",
+    security(("api_key" = [])), params(("session_id" = String, Path)), request_body = ActAs,
+    responses((status = 200, body = SessionView), (status = 404, body = ErrorBody)))]
+pub(crate) async fn end_session(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(session_id): Path<String>,
+    ApiJson(body): ApiJson<ActAs>,
+) -> Result<ApiJson<SessionView>, ApiError> {
+    let mut ids = Ids::new(&state, caller);
+    let session = ids.find_session(&session_id).await?;
+    let agent = ids.participant(&body.agent).await?;
+    let ended = state
+        .pattern()
+        .protocol()
+        .end_session(session.id, agent.id)
+        .await?;
+    Ok(ApiJson(ids.session(&ended).await?))
+}
+
+/// The agent's unread messages in arrival order.
+#[utoipa::path(get, path = "/v1/agents/{agent_id}/inbox", tag = "protocol",
+    security(("api_key" = [])), params(("agent_id" = String, Path)),
+    responses((status = 200, body = Vec<ProtocolMessageView>), (status = 404, body = ErrorBody)))]
+pub(crate) async fn inbox(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(agent_id): Path<String>,
+) -> Result<ApiJson<Vec<ProtocolMessageView>>, ApiError> {
+    let mut ids = Ids::new(&state, caller);
+    let me = ids.participant(&agent_id).await?;
+    let list = state.pattern().protocol().unread(me.id).await?;
+    Ok(ApiJson(ids.messages(&list).await?))
+}
+
+/// Marks messages of the agent's inbox read (idempotent); answers how many changed.
+#[utoipa::path(post, path = "/v1/agents/{agent_id}/inbox/read", tag = "protocol",
+    security(("api_key" = [])), params(("agent_id" = String, Path)), request_body = MarkRead,
+    responses((status = 200, body = u64), (status = 404, body = ErrorBody)))]
+pub(crate) async fn mark_read(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(agent_id): Path<String>,
+    ApiJson(body): ApiJson<MarkRead>,
+) -> Result<ApiJson<u64>, ApiError> {
+    let mut ids = Ids::new(&state, caller);
+    let me = ids.participant(&agent_id).await?;
+    let messages = body
+        .messages
+        .iter()
+        .map(|m| {
+            Uuid::parse_str(m)
+                .map(ProtocolMessageId)
+                .map_err(|_| ApiError::invalid(format!("`{m}` is not a message id")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let changed = state
+        .pattern()
+        .protocol()
+        .mark_read(me.id, &messages)
+        .await?;
+    Ok(ApiJson(changed))
+}
+
+/// Creates a meeting hosted by one of the organization's agents.
+#[utoipa::path(post, path = "/v1/meetings", tag = "protocol", security(("api_key" = [])),
+    request_body = CreateMeeting,
+    responses((status = 201, body = MeetingView), (status = 404, body = ErrorBody)))]
+pub(crate) async fn create_meeting(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<CreateMeeting>,
+) -> Result<(StatusCode, ApiJson<MeetingView>), ApiError> {
+    let mut ids = Ids::new(&state, caller);
+    let host = ids.participant(&body.host).await?;
+    let update = state
+        .pattern()
+        .protocol()
+        .create_meeting(host.id, body.turn_duration_ms.map(Duration::from_millis))
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        ApiJson(ids.meeting(&update.meeting).await?),
+    ))
+}
+
+/// One meeting with its participants.
+#[utoipa::path(get, path = "/v1/meetings/{meeting_id}", tag = "protocol",
+    security(("api_key" = [])), params(("meeting_id" = String, Path)),
+    responses((status = 200, body = MeetingView), (status = 404, body = ErrorBody)))]
+pub(crate) async fn show_meeting(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(meeting_id): Path<String>,
+) -> Result<ApiJson<MeetingView>, ApiError> {
+    let mut ids = Ids::new(&state, caller);
+    let meeting = ids.find_meeting(&meeting_id).await?;
+    Ok(ApiJson(ids.meeting(&meeting).await?))
+}
+
+/// A meeting's messages in order.
+#[utoipa::path(get, path = "/v1/meetings/{meeting_id}/messages", tag = "protocol",
+    security(("api_key" = [])), params(("meeting_id" = String, Path)),
+    responses((status = 200, body = Vec<ProtocolMessageView>), (status = 404, body = ErrorBody)))]
+pub(crate) async fn meeting_messages(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(meeting_id): Path<String>,
+) -> Result<ApiJson<Vec<ProtocolMessageView>>, ApiError> {
+    let mut ids = Ids::new(&state, caller);
+    let meeting = ids.find_meeting(&meeting_id).await?;
+    let list = state
+        .pattern()
+        .protocol()
+        .meeting_messages(meeting.id)
+        .await?;
+    Ok(ApiJson(ids.messages(&list).await?))
+}
+
+/// Acts in a meeting: `invite` (host; `invitee`), `join`, `start` (host), `speak` (the speaker;
+/// `content`), `pass`, `leave`, `end` (host). Answers the meeting after the change.
+#[utoipa::path(post, path = "/v1/meetings/{meeting_id}/{action}", tag = "protocol",
+    security(("api_key" = [])),
+    params(("meeting_id" = String, Path),
+        ("action" = String, Path, description = "invite, join, start, speak, pass, leave or end")),
+    request_body = MeetingAction,
+    responses((status = 200, body = MeetingView), (status = 404, body = ErrorBody),
+        (status = 409, description = "not the host, not the speaker, ended", body = ErrorBody)))]
+pub(crate) async fn meeting_action(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((meeting_id, action)): Path<(String, String)>,
+    ApiJson(body): ApiJson<MeetingAction>,
+) -> Result<ApiJson<MeetingView>, ApiError> {
+    let mut ids = Ids::new(&state, caller);
+    let meeting = ids.find_meeting(&meeting_id).await?;
+    let agent = ids.participant(&body.agent).await?;
+    let protocol = state.pattern().protocol();
+    let update = match action.as_str() {
+        "invite" => {
+            let invitee = body
+                .invitee
+                .as_deref()
+                .ok_or_else(|| ApiError::invalid("`invite` needs `invitee`"))?;
+            let invitee = ids.participant(invitee).await?;
+            protocol.invite(meeting.id, agent.id, invitee.id).await?
+        }
+        "join" => protocol.join_meeting(meeting.id, agent.id).await?,
+        "start" => protocol.start_meeting(meeting.id, agent.id).await?,
+        "speak" => {
+            let content = body
+                .content
+                .ok_or_else(|| ApiError::invalid("`speak` needs `content`"))?;
+            protocol
+                .speak(
+                    meeting.id,
+                    agent.id,
+                    message_body(content, body.message_type),
+                )
+                .await?
+        }
+        "pass" => protocol.pass_turn(meeting.id, agent.id).await?,
+        "leave" => protocol.leave_meeting(meeting.id, agent.id).await?,
+        "end" => protocol.end_meeting(meeting.id, agent.id).await?,
+        other => {
+            return Err(ApiError::new(
+                ErrorCode::UnknownRoute,
+                format!("no meeting action `{other}`"),
+            ));
+        }
+    };
+    Ok(ApiJson(ids.meeting(&update.meeting).await?))
+}
+
+/// A meeting's event log as server-sent events (id = cursor), from `Last-Event-ID` (or
+/// `?after=`), live until the meeting ends.
+#[utoipa::path(get, path = "/v1/meetings/{meeting_id}/events", tag = "protocol",
+    security(("api_key" = [])),
+    params(("meeting_id" = String, Path),
+        ("Last-Event-ID" = Option<String>, Header, description = "the last cursor seen"), Cursor),
+    responses((status = 200, description = "`text/event-stream` of MeetingEventView"),
+        (status = 404, body = ErrorBody)))]
+pub(crate) async fn meeting_events(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(meeting_id): Path<String>,
+    headers: HeaderMap,
+    ApiQuery(cursor): ApiQuery<Cursor>,
+) -> Result<Response, ApiError> {
+    let meeting = Ids::new(&state, caller).find_meeting(&meeting_id).await?;
+    let after = match headers.get("last-event-id") {
+        Some(value) => value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .ok_or_else(|| ApiError::invalid("`Last-Event-ID` must be a cursor (a number)"))?,
+        None => cursor.after.unwrap_or(0),
+    };
+    let follower = state.pattern().protocol().follow(meeting.id, after);
+    let keep_alive = state.config().keep_alive;
+    let closing = state.closing();
+    // Ends after `meeting_ended`, or after reporting the first error (the client resumes from
+    // the last id it saw).
+    let events = futures::stream::unfold(Some((follower, state)), move |next| async move {
+        let (mut follower, state) = next?;
+        let (event, more) = match follower.next().await {
+            Ok(Some(e)) => match Ids::new(&state, caller).event(&e).await {
+                Ok(view) => (
+                    Event::default()
+                        .id(e.seq.to_string())
+                        .event(view.event_type.clone())
+                        .json_data(&view)
+                        .unwrap_or_else(|_| Event::default().comment("unserialisable event")),
+                    true,
+                ),
+                Err(err) => (Event::default().event("error").data(err.message), false),
+            },
+            Ok(None) => return None,
+            Err(err) => (Event::default().event("error").data(err.to_string()), false),
+        };
+        Some((
+            Ok::<_, Infallible>(event),
+            more.then_some((follower, state)),
+        ))
+    })
+    .take_until(closing);
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(keep_alive))
+        .into_response())
+}

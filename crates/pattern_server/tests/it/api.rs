@@ -1,0 +1,491 @@
+//! Authentication, organization isolation, bad input, and the memory/archival/search/batch
+//! routes, through a real server on loopback.
+
+use std::time::Duration;
+
+use pattern::core::testkit::Turn;
+use pattern_db::Backend;
+use pattern_server::ServerConfig;
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::support::Server;
+
+fn code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or("<no code>")
+}
+
+async fn keys_are_required_checked_and_revocable(backend: Backend) {
+    let s = Server::start(backend, vec![]).await;
+    let (status, body) = s.send(Method::GET, None, "/v1/agents", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(code(&body), "missing_api_key");
+    let (status, body) = s.get("pat_0000", "/v1/agents").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(code(&body), "invalid_api_key");
+    let response = s
+        .http
+        .get(s.url("/v1/agents"))
+        .header("authorization", format!("Basic {}", s.key_a))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+
+    // A revoked key stops working at once.
+    let org = s
+        .state
+        .pattern()
+        .protocol()
+        .organization("org-a")
+        .await
+        .unwrap();
+    let issued = s.db.create_api_key(org.id, "short-lived").await.unwrap();
+    assert_eq!(s.get(&issued.secret, "/v1/agents").await.0, StatusCode::OK);
+    s.db.revoke_api_key(org.id, issued.key.id).await.unwrap();
+    let (status, body) = s.get(&issued.secret, "/v1/agents").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(code(&body), "invalid_api_key");
+
+    // Open routes.
+    for path in ["/health", "/ready", "/openapi.json"] {
+        let (status, _) = s.send(Method::GET, None, path, None).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+    }
+    s.stop().await;
+}
+
+async fn organizations_never_see_each_others_data(backend: Backend) {
+    let s = Server::start(backend, vec![Turn::text("hello from A")]).await;
+    let a = s.agent(&s.key_a, "helper").await;
+    // The same name in another organization is another agent.
+    let b = s.agent(&s.key_b, "helper").await;
+    assert_ne!(a, b);
+    let (_, listed) = s.get(&s.key_a, "/v1/agents").await;
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    assert_eq!(listed[0]["name"], "helper");
+
+    // A's agent gets a block, a passage and a turn.
+    let (status, _) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/agents/{a}/blocks"),
+            json!({"label": "human", "value": "likes tea"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, passage) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/agents/{a}/archival"),
+            json!({"text": "the secret recipe uses cardamom"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, turn) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/agents/{a}/messages"),
+            json!({"content": "hi"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{turn}");
+    let batch = turn["batch_id"].as_str().unwrap().to_owned();
+    let pid = passage["id"].as_str().unwrap().to_owned();
+
+    // B sees none of it, through any route, and cannot change it.
+    let reads = [
+        format!("/v1/agents/{a}"),
+        format!("/v1/agents/{a}/blocks"),
+        format!("/v1/agents/{a}/blocks/human"),
+        format!("/v1/agents/{a}/blocks/human/history"),
+        format!("/v1/agents/{a}/archival"),
+        format!("/v1/agents/{a}/archival/{pid}"),
+        format!("/v1/agents/{a}/batches"),
+        format!("/v1/agents/{a}/batches/{batch}"),
+        format!("/v1/agents/{a}/inbox"),
+    ];
+    for path in &reads {
+        let (status, body) = s.get(&s.key_b, path).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}: {body}");
+        assert_eq!(code(&body), "not_found", "{path}");
+    }
+    let writes = [
+        (
+            format!("/v1/agents/{a}/messages"),
+            json!({"content": "steal"}),
+        ),
+        (format!("/v1/agents/{a}/blocks"), json!({"label": "x"})),
+        (
+            format!("/v1/agents/{a}/blocks/human/append"),
+            json!({"text": "hacked", "expected_version": 1}),
+        ),
+        (
+            format!("/v1/agents/{a}/archival"),
+            json!({"text": "planted"}),
+        ),
+        (
+            format!("/v1/agents/{a}/search"),
+            json!({"query": "cardamom"}),
+        ),
+        (format!("/v1/agents/{a}/batches/{batch}/retry"), json!({})),
+        (
+            "/v1/sessions".to_owned(),
+            json!({"from": b, "to": a, "session_type": "async"}),
+        ),
+    ];
+    for (path, body) in &writes {
+        let (status, answer) = s.post(&s.key_b, path, body.clone()).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}: {answer}");
+    }
+    // B's own agent's batch id namespace does not reach A's batch either.
+    let (status, _) = s
+        .get(&s.key_b, &format!("/v1/agents/{b}/batches/{batch}"))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    for path in [
+        format!("/v1/agents/{a}/archival/{pid}"),
+        format!("/v1/agents/{a}"),
+    ] {
+        let (status, _) = s.delete(&s.key_b, &path).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+    }
+    // B's search sees only B's agent's content.
+    let (status, hits) = s
+        .post(
+            &s.key_b,
+            &format!("/v1/agents/{b}/search"),
+            json!({"query": "cardamom", "mode": "fts"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{hits}");
+    assert_eq!(hits.as_array().unwrap().len(), 0);
+
+    // A's data is untouched.
+    let (_, block) = s
+        .get(&s.key_a, &format!("/v1/agents/{a}/blocks/human"))
+        .await;
+    assert_eq!(block["value"], "likes tea");
+    assert_eq!(block["version"], 1);
+    let (_, passages) = s.get(&s.key_a, &format!("/v1/agents/{a}/archival")).await;
+    assert_eq!(passages.as_array().unwrap().len(), 1);
+    let (_, batches) = s.get(&s.key_a, &format!("/v1/agents/{a}/batches")).await;
+    assert_eq!(batches.as_array().unwrap().len(), 1);
+    assert_eq!(s.provider.calls(), 1, "B's message never reached the model");
+    s.stop().await;
+}
+
+async fn bad_input_gets_json_errors_with_stable_codes(backend: Backend) {
+    let config = ServerConfig {
+        max_body_bytes: 2048,
+        ..ServerConfig::default()
+    };
+    let s = Server::start_with(backend, vec![], config).await;
+    let a = s.agent(&s.key_a, "strict").await;
+    let url = s.url(&format!("/v1/agents/{a}/archival"));
+    let raw = |body: &'static str, content_type: Option<&'static str>| {
+        let mut r = s.http.post(&url).bearer_auth(&s.key_a).body(body);
+        if let Some(t) = content_type {
+            r = r.header("content-type", t);
+        }
+        r
+    };
+    let cases = [
+        (
+            raw("{not json", Some("application/json")),
+            400,
+            "invalid_json",
+        ),
+        (
+            raw("{\"text\": 5}", Some("application/json")),
+            400,
+            "invalid_json",
+        ),
+        (
+            raw(
+                "{\"text\": \"x\", \"surprise\": 1}",
+                Some("application/json"),
+            ),
+            400,
+            "invalid_json",
+        ),
+        (
+            raw("{\"text\": \"x\"}", None),
+            415,
+            "unsupported_media_type",
+        ),
+    ];
+    for (request, status, expected) in cases {
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status().as_u16(), status);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(code(&body), expected, "{body}");
+    }
+    // Over the size limit: refused whole, nothing stored.
+    let big = "x".repeat(4096);
+    let (status, body) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/agents/{a}/archival"),
+            json!({"text": big}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(code(&body), "payload_too_large");
+    let (_, passages) = s.get(&s.key_a, &format!("/v1/agents/{a}/archival")).await;
+    assert_eq!(passages.as_array().unwrap().len(), 0);
+
+    let (status, body) = s.get(&s.key_a, "/v1/nothing-here").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(code(&body), "unknown_route");
+    let (status, body) = s
+        .send(Method::PATCH, Some(&s.key_a), "/v1/agents", Some(json!({})))
+        .await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(code(&body), "method_not_allowed");
+    let (status, body) = s.get(&s.key_a, "/v1/agents/not-a-uuid").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(code(&body), "not_found");
+    let (status, body) = s
+        .get(&s.key_a, &format!("/v1/agents/{a}/batches?limit=0"))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(code(&body), "invalid_request");
+    let (status, body) = s.post(&s.key_a, "/v1/agents", json!({"name": "a/b"})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(code(&body), "invalid_request");
+    let (status, body) = s
+        .post(&s.key_a, "/v1/agents", json!({"name": "strict"}))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(code(&body), "conflict");
+    let (status, body) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/agents/{a}/messages"),
+            json!({"content": "  "}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, body) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/agents/{a}/search"),
+            json!({"query": "x", "mode": "psychic"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
+    // Blocks: over the limit is refused (nothing cut), a stale version is a conflict.
+    let blocks = format!("/v1/agents/{a}/blocks");
+    let (status, _) = s
+        .post(
+            &s.key_a,
+            &blocks,
+            json!({"label": "notes", "value": "v1", "char_limit": 10}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, body) = s
+        .send(
+            Method::PUT,
+            Some(&s.key_a),
+            &format!("{blocks}/notes"),
+            Some(json!({"value": "far too long for ten", "expected_version": 1})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(code(&body), "refused");
+    let (status, body) = s
+        .post(
+            &s.key_a,
+            &format!("{blocks}/notes/append"),
+            json!({"text": "v2", "expected_version": 7}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let (_, block) = s.get(&s.key_a, &format!("{blocks}/notes")).await;
+    assert_eq!(block["value"], "v1");
+    s.stop().await;
+}
+
+async fn memory_archival_search_and_batches_round_trip(backend: Backend) {
+    let s = Server::start(backend, vec![Turn::text("noted")]).await;
+    let a = s.agent(&s.key_a, "scribe").await;
+    let blocks = format!("/v1/agents/{a}/blocks");
+    let (status, created) = s
+        .post(
+            &s.key_a,
+            &blocks,
+            json!({"label": "human", "description": "the user", "value": "Ada"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["version"], 1);
+    let (status, set) = s
+        .send(
+            Method::PUT,
+            Some(&s.key_a),
+            &format!("{blocks}/human"),
+            Some(json!({"value": "Ada Lovelace", "expected_version": 1})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{set}");
+    let (_, appended) = s
+        .post(
+            &s.key_a,
+            &format!("{blocks}/human/append"),
+            json!({"text": "likes engines", "expected_version": 2}),
+        )
+        .await;
+    assert_eq!(appended["value"], "Ada Lovelace\nlikes engines");
+    let (_, undone) = s
+        .post(
+            &s.key_a,
+            &format!("{blocks}/human/undo"),
+            json!({"expected_version": 3}),
+        )
+        .await;
+    assert_eq!(undone["value"], "Ada Lovelace");
+    let (_, history) = s.get(&s.key_a, &format!("{blocks}/human/history")).await;
+    assert_eq!(history.as_array().unwrap().len(), 4);
+    let (_, listed) = s.get(&s.key_a, &blocks).await;
+    assert_eq!(listed[0]["label"], "human");
+
+    let archival = format!("/v1/agents/{a}/archival");
+    let (_, first) = s
+        .post(
+            &s.key_a,
+            &archival,
+            json!({"text": "Ada wrote the first program", "tags": ["history"], "key": "k1"}),
+        )
+        .await;
+    // The same key again returns the stored passage and stores nothing.
+    let (_, again) = s
+        .post(
+            &s.key_a,
+            &archival,
+            json!({"text": "Ada wrote the first program", "key": "k1"}),
+        )
+        .await;
+    assert_eq!(first["id"], again["id"]);
+    let (_, page) = s
+        .get(&s.key_a, &format!("{archival}?tag=history&limit=10"))
+        .await;
+    assert_eq!(page.as_array().unwrap().len(), 1);
+    s.state
+        .pattern()
+        .search_db()
+        .wait_idle(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let (status, hits) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/agents/{a}/search"),
+            json!({"query": "program", "mode": "fts"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{hits}");
+    assert_eq!(hits[0]["content_type"], "archival");
+    assert_eq!(hits[0]["text"], "Ada wrote the first program");
+    let pid = first["id"].as_str().unwrap();
+    assert_eq!(
+        s.delete(&s.key_a, &format!("{archival}/{pid}")).await.0,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        s.delete(&s.key_a, &format!("{archival}/{pid}")).await.0,
+        StatusCode::NOT_FOUND
+    );
+
+    let (_, turn) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/agents/{a}/messages"),
+            json!({"content": "remember me"}),
+        )
+        .await;
+    let (_, batches) = s.get(&s.key_a, &format!("/v1/agents/{a}/batches")).await;
+    assert_eq!(batches[0]["id"], turn["batch_id"]);
+    assert_eq!(batches[0]["state"], "complete");
+    let (_, detail) = s
+        .get(
+            &s.key_a,
+            &format!(
+                "/v1/agents/{a}/batches/{}",
+                turn["batch_id"].as_str().unwrap()
+            ),
+        )
+        .await;
+    assert_eq!(detail["messages"][0]["text"], "remember me");
+    assert_eq!(detail["messages"][1]["text"], "noted");
+
+    // Deleting the agent removes it and its data.
+    assert_eq!(
+        s.delete(&s.key_a, &format!("/v1/agents/{a}")).await.0,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        s.get(&s.key_a, &format!("/v1/agents/{a}")).await.0,
+        StatusCode::NOT_FOUND
+    );
+    s.stop().await;
+}
+
+async fn the_openapi_document_describes_every_route(backend: Backend) {
+    let s = Server::start(backend, vec![]).await;
+    let (status, doc) = s.send(Method::GET, None, "/openapi.json", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let paths: Vec<&str> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    for path in [
+        "/health",
+        "/ready",
+        "/v1/agents",
+        "/v1/agents/{agent_id}",
+        "/v1/agents/{agent_id}/messages",
+        "/v1/agents/{agent_id}/turns/{turn_id}",
+        "/v1/agents/{agent_id}/turns/{turn_id}/events",
+        "/v1/agents/{agent_id}/batches",
+        "/v1/agents/{agent_id}/batches/{batch_id}",
+        "/v1/agents/{agent_id}/batches/{batch_id}/retry",
+        "/v1/agents/{agent_id}/blocks",
+        "/v1/agents/{agent_id}/blocks/{label}",
+        "/v1/agents/{agent_id}/blocks/{label}/append",
+        "/v1/agents/{agent_id}/blocks/{label}/undo",
+        "/v1/agents/{agent_id}/blocks/{label}/history",
+        "/v1/agents/{agent_id}/archival",
+        "/v1/agents/{agent_id}/archival/{passage_id}",
+        "/v1/agents/{agent_id}/search",
+        "/v1/agents/{agent_id}/inbox",
+        "/v1/agents/{agent_id}/inbox/read",
+        "/v1/sessions",
+        "/v1/sessions/{session_id}",
+        "/v1/sessions/{session_id}/messages",
+        "/v1/sessions/{session_id}/end",
+        "/v1/meetings",
+        "/v1/meetings/{meeting_id}",
+        "/v1/meetings/{meeting_id}/messages",
+        "/v1/meetings/{meeting_id}/events",
+        "/v1/meetings/{meeting_id}/{action}",
+    ] {
+        assert!(paths.contains(&path), "{path} missing from {paths:?}");
+    }
+    assert_eq!(paths.len(), 29, "{paths:?}");
+    assert!(doc["components"]["schemas"]["ErrorCode"].is_object());
+    assert!(doc["components"]["securitySchemes"]["api_key"].is_object());
+    s.stop().await;
+}
+
+conformance!(
+    keys_are_required_checked_and_revocable,
+    organizations_never_see_each_others_data,
+    bad_input_gets_json_errors_with_stable_codes,
+    memory_archival_search_and_batches_round_trip,
+    the_openapi_document_describes_every_route,
+);

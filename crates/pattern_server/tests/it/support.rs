@@ -1,0 +1,220 @@
+//! A real server on a loopback port over a fresh database, two organizations with one API key
+//! each, a scripted model, and small HTTP helpers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use eventsource_stream::{Event, Eventsource};
+use futures::StreamExt;
+use pattern::core::provider::ModelProvider;
+use pattern::core::testkit::{ScriptedProvider, Turn};
+use pattern::search::ConstellationDb;
+use pattern::{Database, DbConfig, Pattern};
+use pattern_db::Backend;
+use pattern_db::testkit::TestDb;
+use pattern_server::{AppState, ServerConfig};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub struct Server {
+    pub base: String,
+    pub http: reqwest::Client,
+    pub db: Database,
+    pub provider: Arc<ScriptedProvider>,
+    /// Organization A's key and B's.
+    pub key_a: String,
+    pub key_b: String,
+    pub state: AppState,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+    test_db: Option<TestDb>,
+}
+
+pub fn config_for(test_db: &TestDb) -> DbConfig {
+    let mut config = DbConfig::new(test_db.url.clone());
+    config.batch_lease = Duration::from_secs(2);
+    config
+}
+
+impl Server {
+    pub async fn start(backend: Backend, turns: Vec<Turn>) -> Self {
+        Self::start_with(backend, turns, ServerConfig::default()).await
+    }
+
+    pub async fn start_with(backend: Backend, turns: Vec<Turn>, config: ServerConfig) -> Self {
+        let test_db = TestDb::fresh(backend).await.unwrap();
+        let db = Database::open(config_for(&test_db)).await.unwrap();
+        let mut server = Self::over(db, turns, config).await;
+        server.test_db = Some(test_db);
+        server
+    }
+
+    /// A server over an open database (keys for organizations `a` and `b`, created if missing).
+    pub async fn over(db: Database, turns: Vec<Turn>, config: ServerConfig) -> Self {
+        let pattern = Pattern::wire(ConstellationDb::fts_only(db.clone()))
+            .await
+            .unwrap();
+        let key_a = key_for(&pattern, "org-a").await;
+        let key_b = key_for(&pattern, "org-b").await;
+        let provider = Arc::new(ScriptedProvider::new(turns));
+        let model: Arc<dyn ModelProvider> = provider.clone();
+        let state = AppState::new(pattern, model, config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn({
+            let state = state.clone();
+            async move {
+                pattern_server::serve(listener, state, async {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+            }
+        });
+        Self {
+            base,
+            http: reqwest::Client::new(),
+            db,
+            provider,
+            key_a,
+            key_b,
+            state,
+            stop: Some(stop),
+            task: Some(task),
+            test_db: None,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        key: Option<&str>,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut request = self.http.request(method, self.url(path));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        let value = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+        };
+        (status, value)
+    }
+
+    pub async fn get(&self, key: &str, path: &str) -> (StatusCode, Value) {
+        self.send(reqwest::Method::GET, Some(key), path, None).await
+    }
+
+    pub async fn post(&self, key: &str, path: &str, body: Value) -> (StatusCode, Value) {
+        self.send(reqwest::Method::POST, Some(key), path, Some(body))
+            .await
+    }
+
+    pub async fn delete(&self, key: &str, path: &str) -> (StatusCode, Value) {
+        self.send(reqwest::Method::DELETE, Some(key), path, None)
+            .await
+    }
+
+    /// Creates an agent; returns its id.
+    pub async fn agent(&self, key: &str, name: &str) -> String {
+        let (status, body) = self
+            .post(
+                key,
+                "/v1/agents",
+                json!({"name": name, "instructions": "Be brief."}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        body["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Opens an SSE stream with a POST (a new turn) or a GET (resume).
+    pub async fn stream(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> (
+        reqwest::header::HeaderMap,
+        impl futures::Stream<Item = Event> + Unpin,
+    ) {
+        let response = request
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let headers = response.headers().clone();
+        let events = response
+            .bytes_stream()
+            .eventsource()
+            .map(|e| e.unwrap())
+            // Keep-alive comments carry no event.
+            .filter(|e| futures::future::ready(!e.event.is_empty() || !e.data.is_empty()));
+        (headers, Box::pin(events))
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(20), task)
+                .await
+                .expect("the server stops")
+                .unwrap();
+        }
+        self.state.pattern().clone().close().await;
+        if let Some(test_db) = self.test_db.take() {
+            test_db.cleanup().await.unwrap();
+        }
+    }
+}
+
+/// An API key of the organization `external_id` (created if missing).
+pub async fn key_for(pattern: &Pattern, external_id: &str) -> String {
+    let org = match pattern.protocol().organization(external_id).await {
+        Ok(org) => org,
+        Err(_) => pattern
+            .protocol()
+            .create_organization(external_id, external_id)
+            .await
+            .unwrap(),
+    };
+    pattern
+        .db()
+        .create_api_key(org.id, "tests")
+        .await
+        .unwrap()
+        .secret
+}
+
+/// Reads events until `done` or `error`.
+pub async fn until_end(events: &mut (impl futures::Stream<Item = Event> + Unpin)) -> Vec<Event> {
+    let mut out = Vec::new();
+    while let Some(event) = tokio::time::timeout(Duration::from_secs(30), events.next())
+        .await
+        .expect("an event within 30 s")
+    {
+        let end = event.event == "done" || event.event == "error";
+        out.push(event);
+        if end {
+            break;
+        }
+    }
+    out
+}

@@ -1,0 +1,307 @@
+//! The incremental-save flow through HTTP: final responses, SSE streams resumed by event id,
+//! cancellation, a client that goes away, and failure scenarios A (the model dies mid-turn) and
+//! B (storage refuses the step), each followed by a retry.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use pattern::ContentBlock;
+use pattern::core::provider::ProviderError;
+use pattern::core::testkit::Turn;
+use pattern_db::Backend;
+use pattern_server::TURN_ID_HEADER;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::support::{Server, until_end};
+
+async fn a_turn_answers_after_its_message_is_stored(backend: Backend) {
+    let s = Server::start(
+        backend,
+        vec![
+            Turn::call("c1", "archival_insert", json!({"content": "Ada likes tea"})),
+            Turn::text("I will remember that."),
+        ],
+    )
+    .await;
+    let a = s.agent(&s.key_a, "rememberer").await;
+    let (status, body) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/agents/{a}/messages"),
+            json!({"content": "I like tea"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["text"], "I will remember that.");
+    assert_eq!(body["reason"], "completed");
+    assert_eq!(body["tool_calls"][0]["name"], "archival_insert");
+    assert_eq!(body["tool_results"][0]["is_error"], false);
+    let batch = body["batch_id"].as_str().unwrap();
+    let (_, detail) = s
+        .get(&s.key_a, &format!("/v1/agents/{a}/batches/{batch}"))
+        .await;
+    assert_eq!(detail["state"], "complete");
+    assert_eq!(detail["messages"][0]["role"], "user");
+    assert_eq!(detail["messages"][0]["text"], "I like tea");
+    assert_eq!(detail["tool_pairs"][0]["result_sequence"], 2);
+    // The turn stays readable by id for the replay window.
+    let turn = body["turn_id"].as_str().unwrap();
+    let (_, status_body) = s
+        .get(&s.key_a, &format!("/v1/agents/{a}/turns/{turn}"))
+        .await;
+    assert_eq!(status_body["finished"], true);
+    assert_eq!(status_body["result"]["text"], "I will remember that.");
+    s.stop().await;
+}
+
+async fn a_broken_stream_resumes_from_the_last_event_id(backend: Backend) {
+    let s = Server::start(
+        backend,
+        vec![
+            Turn::call("c1", "archival_insert", json!({"content": "fact"})),
+            Turn::Slow(
+                Duration::from_millis(300),
+                vec![ContentBlock::text("done now")],
+            ),
+        ],
+    )
+    .await;
+    let a = s.agent(&s.key_a, "streamer").await;
+    let post = s
+        .http
+        .post(s.url(&format!("/v1/agents/{a}/messages")))
+        .bearer_auth(&s.key_a)
+        .json(&json!({"content": "go", "stream": true}));
+    let (headers, mut events) = s.stream(post).await;
+    let turn = headers[TURN_ID_HEADER].to_str().unwrap().to_owned();
+    let first = events.next().await.unwrap();
+    assert_eq!(first.event, "received");
+    assert_eq!(first.id, "1");
+    let second = events.next().await.unwrap();
+    let seen: usize = second.id.parse().unwrap();
+    drop(events); // the connection breaks
+
+    let resume = s
+        .http
+        .get(s.url(&format!("/v1/agents/{a}/turns/{turn}/events")))
+        .bearer_auth(&s.key_a)
+        .header("last-event-id", seen.to_string());
+    let (_, mut rest) = s.stream(resume).await;
+    let rest = until_end(&mut rest).await;
+    assert_eq!(rest.last().unwrap().event, "done");
+    let ids: Vec<usize> = rest.iter().map(|e| e.id.parse().unwrap()).collect();
+    let expected: Vec<usize> = (seen + 1..=seen + rest.len()).collect();
+    assert_eq!(ids, expected, "no gap, no repeat");
+
+    // A full replay equals what the two connections saw together.
+    let replay = s
+        .http
+        .get(s.url(&format!("/v1/agents/{a}/turns/{turn}/events?after=0")))
+        .bearer_auth(&s.key_a);
+    let (_, mut all) = s.stream(replay).await;
+    let all = until_end(&mut all).await;
+    assert_eq!(all.len(), seen + rest.len());
+    assert_eq!(all[1].data, second.data);
+    let text: String = all
+        .iter()
+        .filter(|e| e.event == "text_delta")
+        .map(|e| {
+            serde_json::from_str::<Value>(&e.data).unwrap()["text"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(text, "done now");
+    s.stop().await;
+}
+
+async fn a_client_going_away_does_not_cancel_the_turn(backend: Backend) {
+    let s = Server::start(
+        backend,
+        vec![Turn::Slow(
+            Duration::from_millis(500),
+            vec![ContentBlock::text("still here")],
+        )],
+    )
+    .await;
+    let a = s.agent(&s.key_a, "patient").await;
+    let post = s
+        .http
+        .post(s.url(&format!("/v1/agents/{a}/messages")))
+        .bearer_auth(&s.key_a)
+        .json(&json!({"content": "wait for it", "stream": true}));
+    let (headers, mut events) = s.stream(post).await;
+    assert_eq!(events.next().await.unwrap().event, "received");
+    drop(events);
+    let turn = headers[TURN_ID_HEADER].to_str().unwrap().to_owned();
+    let mut finished = Value::Null;
+    for _ in 0..100 {
+        let (_, body) = s
+            .get(&s.key_a, &format!("/v1/agents/{a}/turns/{turn}"))
+            .await;
+        if body["finished"] == true {
+            finished = body;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(finished["result"]["text"], "still here", "{finished}");
+    let (_, batches) = s.get(&s.key_a, &format!("/v1/agents/{a}/batches")).await;
+    assert_eq!(batches[0]["state"], "complete");
+    s.stop().await;
+}
+
+async fn cancelling_a_turn_abandons_its_batch_and_keeps_the_message(backend: Backend) {
+    let s = Server::start(
+        backend,
+        vec![Turn::Slow(
+            Duration::from_secs(30),
+            vec![ContentBlock::text("too late")],
+        )],
+    )
+    .await;
+    let a = s.agent(&s.key_a, "interruptible").await;
+    let post = s
+        .http
+        .post(s.url(&format!("/v1/agents/{a}/messages")))
+        .bearer_auth(&s.key_a)
+        .json(&json!({"content": "never mind", "stream": true}));
+    let (headers, mut events) = s.stream(post).await;
+    assert_eq!(events.next().await.unwrap().event, "received");
+    let turn = headers[TURN_ID_HEADER].to_str().unwrap().to_owned();
+    let (status, _) = s
+        .delete(&s.key_a, &format!("/v1/agents/{a}/turns/{turn}"))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let rest = until_end(&mut events).await;
+    let last = rest.last().unwrap();
+    assert_eq!(last.event, "error");
+    assert!(last.data.contains("cancelled"), "{}", last.data);
+    let mut state = Value::Null;
+    for _ in 0..100 {
+        let (_, batches) = s.get(&s.key_a, &format!("/v1/agents/{a}/batches")).await;
+        state = batches[0]["state"].clone();
+        if state == "abandoned" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(state, "abandoned");
+    let (_, batches) = s.get(&s.key_a, &format!("/v1/agents/{a}/batches")).await;
+    assert_eq!(batches[0]["message_count"], 1, "the user message stays");
+    s.stop().await;
+}
+
+async fn scenario_a_the_model_fails_mid_turn_and_a_retry_works(backend: Backend) {
+    let s = Server::start(
+        backend,
+        vec![Turn::Fail(ProviderError::Server {
+            provider: "scripted".into(),
+            status: 503,
+            attempts: 3,
+            message: "overloaded".into(),
+        })],
+    )
+    .await;
+    let a = s.agent(&s.key_a, "fragile").await;
+    let (status, body) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/agents/{a}/messages"),
+            json!({"content": "analyze video X"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+    assert_eq!(body["error"]["code"], "provider_failed");
+    assert_eq!(body["error"]["details"]["message_saved"], true);
+    let batch = body["error"]["details"]["batch_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // User message: saved and visible; nothing else of the turn is.
+    let (_, detail) = s
+        .get(&s.key_a, &format!("/v1/agents/{a}/batches/{batch}"))
+        .await;
+    assert_eq!(detail["state"], "abandoned");
+    assert_eq!(detail["messages"].as_array().unwrap().len(), 1);
+    assert_eq!(detail["messages"][0]["text"], "analyze video X");
+    // Retrying the batch runs the same message again.
+    s.provider.push(Turn::text("here is the analysis"));
+    let (status, retried) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/agents/{a}/batches/{batch}/retry"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{retried}");
+    assert_eq!(retried["text"], "here is the analysis");
+    // A complete batch cannot be retried.
+    let done = retried["batch_id"].as_str().unwrap();
+    let (status, body) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/agents/{a}/batches/{done}/retry"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    s.stop().await;
+}
+
+async fn scenario_b_storage_refuses_the_step_and_the_message_survives(backend: Backend) {
+    let s = Server::start(backend, vec![Turn::text("this answer cannot be saved")]).await;
+    let a = s.agent(&s.key_a, "unlucky").await;
+    pattern_db::testkit::refuse_inserts(&s.db, "messages", "role", "assistant")
+        .await
+        .unwrap();
+    let (status, body) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/agents/{a}/messages"),
+            json!({"content": "please remember me"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["error"]["code"], "storage_failed");
+    assert_eq!(body["error"]["details"]["message_saved"], true);
+    let batch = body["error"]["details"]["batch_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (_, detail) = s
+        .get(&s.key_a, &format!("/v1/agents/{a}/batches/{batch}"))
+        .await;
+    assert_eq!(
+        detail["messages"].as_array().unwrap().len(),
+        1,
+        "the step rolled back whole"
+    );
+    assert_eq!(detail["messages"][0]["text"], "please remember me");
+    assert_eq!(detail["state"], "abandoned");
+    pattern_db::testkit::allow_inserts(&s.db, "messages")
+        .await
+        .unwrap();
+    s.provider.push(Turn::text("saved now"));
+    let (status, retried) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/agents/{a}/batches/{batch}/retry"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{retried}");
+    assert_eq!(retried["text"], "saved now");
+    s.stop().await;
+}
+
+conformance!(
+    a_turn_answers_after_its_message_is_stored,
+    a_broken_stream_resumes_from_the_last_event_id,
+    a_client_going_away_does_not_cancel_the_turn,
+    cancelling_a_turn_abandons_its_batch_and_keeps_the_message,
+    scenario_a_the_model_fails_mid_turn_and_a_retry_works,
+    scenario_b_storage_refuses_the_step_and_the_message_survives,
+);
