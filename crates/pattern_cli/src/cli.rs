@@ -84,6 +84,8 @@ pub(crate) enum Command {
     /// Meetings of several agents (the protocol): turns, messages and the event log.
     #[command(subcommand)]
     Meeting(MeetingCommand),
+    /// Serve the HTTP API (organization API keys: `pattern key create`) until Ctrl-C or SIGTERM.
+    Serve(ServeArgs),
 }
 
 /// `pattern agent ...`
@@ -353,6 +355,20 @@ pub(crate) struct SendArgs {
     pub(crate) agent: String,
     /// The message.
     pub(crate) message: String,
+}
+
+/// `pattern serve`.
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7878", env = "PATTERN_LISTEN")]
+    pub(crate) listen: String,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, default_value_t = 1024 * 1024)]
+    pub(crate) max_body_bytes: usize,
+    /// Longest a request (other than a turn) may take, in seconds.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) request_timeout_secs: u64,
 }
 
 /// `pattern demo`.

@@ -23,29 +23,7 @@ use crate::search_db::{SearchDb, Vectors, from_db_v2};
 /// Passages stored per transaction while importing.
 const IMPORT_CHUNK: usize = 256;
 
-/// `archival` shape.
-#[derive(Serialize)]
-struct ArchivalView {
-    id: String,
-    content: String,
-    metadata: Value,
-    tags: Vec<String>,
-    key: Option<String>,
-    created_at: DateTime<Utc>,
-}
-
-impl From<&ArchivalEntry> for ArchivalView {
-    fn from(e: &ArchivalEntry) -> Self {
-        Self {
-            id: e.id.to_string(),
-            content: e.content.clone(),
-            metadata: e.metadata.clone(),
-            tags: e.tags.clone(),
-            key: e.dedupe_key.clone(),
-            created_at: e.created_at,
-        }
-    }
-}
+use pattern_server::views::ArchivalView;
 
 /// `archival_hit` shape.
 #[derive(Serialize)]

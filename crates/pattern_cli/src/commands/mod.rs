@@ -13,6 +13,7 @@ mod memory;
 mod ops;
 mod retention;
 mod search;
+mod serve;
 mod session;
 mod transfer;
 
@@ -41,6 +42,7 @@ pub(crate) async fn run(env: &Env, command: Command) -> Result<()> {
         Command::Embed(args) => search::embed(env, args).await,
         Command::Retention(args) => retention::run(env, args).await,
         Command::Meeting(c) => meeting::run(env, c).await,
+        Command::Serve(args) => serve::run(env, args).await,
     }
 }
 

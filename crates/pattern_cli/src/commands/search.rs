@@ -15,16 +15,7 @@ use crate::error::Result;
 use crate::output;
 use crate::search_db::{SearchDb, Vectors, from_db_v2};
 
-/// `search_hit` shape.
-#[derive(Serialize)]
-struct HitView {
-    content_type: String,
-    id: String,
-    agent_id: String,
-    score: f32,
-    text: String,
-    created_at: DateTime<Utc>,
-}
+use pattern_server::views::SearchHitView as HitView;
 
 /// `embed_status` shape.
 #[derive(Serialize)]
@@ -87,14 +78,7 @@ async fn run_search(env: &Env, db: &SearchDb, args: SearchArgs) -> Result<()> {
     let hits = db.db.search(&args.query, &opts).await.map_err(from_db_v2)?;
     let views: Vec<HitView> = hits
         .iter()
-        .map(|h| HitView {
-            content_type: h.content.content_type.as_str().to_owned(),
-            id: h.content.id.clone(),
-            agent_id: h.agent_id.to_string(),
-            score: h.score,
-            text: h.text.clone(),
-            created_at: h.created_at,
-        })
+        .map(HitView::from)
         .collect();
     if env.json {
         return output::json(&views);
