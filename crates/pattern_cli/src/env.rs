@@ -155,6 +155,21 @@ impl Env {
         Ok((pattern, config))
     }
 
+    /// Opens the layers with the embedder when `[embedding] enabled` (for commands that run
+    /// agents: their archival writes and searches use it), else full-text only.
+    pub(crate) async fn open_for_agents(&self) -> Result<(Pattern, Config)> {
+        let config = self.config()?;
+        self.check_initialised(&config)?;
+        let embedding = if config.embedding.enabled {
+            pattern::Embedding::Auto
+        } else {
+            pattern::Embedding::Off
+        };
+        let pattern =
+            Pattern::open(self.pattern_config(&config)?.with_embedding(embedding)).await?;
+        Ok((pattern, config))
+    }
+
     /// Opens the database for operator work on migrations: no automatic migration, and a fixed
     /// machine id (the lease table may not exist).
     pub(crate) async fn open_for_migrations(&self) -> Result<Database> {

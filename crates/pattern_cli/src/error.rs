@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use pattern::ErrorClass;
 use pattern::db::Error as DbError;
 use pattern::memory::Error as MemoryError;
+use pattern_server::one_line as chain;
 
 /// What kind of failure, which decides the exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,22 +92,6 @@ impl fmt::Display for CliError {
         // One line: causes with newlines are folded.
         f.write_str(&self.message.replace('\n', " "))
     }
-}
-
-/// The message of an error and all its sources, `: `-joined, without repeating a source whose
-/// text the outer message already contains.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let part = s.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        source = s.source();
-    }
-    text
 }
 
 /// The exit kind of an error class (shared with the HTTP server's statuses).

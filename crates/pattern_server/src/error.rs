@@ -172,15 +172,15 @@ impl ApiError {
         let code = ErrorCode::from_class(class);
         if code == ErrorCode::Internal {
             // The cause goes to the log, not to the client.
-            tracing::error!(error = %chain(e), "internal error answering a request");
+            tracing::error!(error = %one_line(e), "internal error answering a request");
             return Self::new(code, "internal error; see the server log");
         }
-        Self::new(code, chain(e))
+        Self::new(code, one_line(e))
     }
 }
 
-/// An error and its sources on one line.
-fn chain(e: &dyn std::error::Error) -> String {
+/// An error and its sources on one line (what the server answers and the CLI prints).
+pub fn one_line(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

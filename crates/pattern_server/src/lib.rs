@@ -48,7 +48,7 @@ pub mod views;
 use std::future::Future;
 
 pub use auth::Caller;
-pub use error::{ApiError, Error, ErrorBody, ErrorCode, ErrorDetail, Result};
+pub use error::{ApiError, Error, ErrorBody, ErrorCode, ErrorDetail, Result, one_line};
 pub use openapi::openapi;
 pub use routes::protocol::{
     MeetingEventView, MeetingView, ParticipantView, ProtocolMessageView, SessionView,

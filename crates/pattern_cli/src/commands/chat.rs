@@ -206,14 +206,7 @@ async fn open_agent(
     env: &Env,
     name: Option<&str>,
 ) -> Result<(Pattern, Config, Model, Arc<DatabaseAgent>)> {
-    let config = env.config()?;
-    env.check_initialised(&config)?;
-    let embedding = if config.embedding.enabled {
-        pattern::Embedding::Auto
-    } else {
-        pattern::Embedding::Off
-    };
-    let pattern = Pattern::open(env.pattern_config(&config)?.with_embedding(embedding)).await?;
+    let (pattern, config) = env.open_for_agents().await?;
     let name = name
         .map(str::to_owned)
         .or_else(|| config.agent.default.clone())

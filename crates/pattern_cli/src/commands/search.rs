@@ -76,10 +76,7 @@ async fn run_search(env: &Env, db: &SearchDb, args: SearchArgs) -> Result<()> {
             .map_err(from_db_v2)?;
     }
     let hits = db.db.search(&args.query, &opts).await.map_err(from_db_v2)?;
-    let views: Vec<HitView> = hits
-        .iter()
-        .map(HitView::from)
-        .collect();
+    let views: Vec<HitView> = hits.iter().map(HitView::from).collect();
     if env.json {
         return output::json(&views);
     }

@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use pattern::Pattern;
 use pattern::core::local_server::LocalModel;
 use pattern_server::{AppState, ServerConfig};
 
@@ -40,20 +39,13 @@ async fn stop_signal() {
 }
 
 pub(crate) async fn run(env: &Env, args: ServeArgs) -> Result<()> {
-    let config = env.config()?;
-    env.check_initialised(&config)?;
-    let embedding = if config.embedding.enabled {
-        pattern::Embedding::Auto
-    } else {
-        pattern::Embedding::Off
-    };
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .map_err(|e| CliError::usage(format!("cannot listen on {}: {e}", args.listen)))?;
     let address = listener
         .local_addr()
         .map_err(|e| CliError::other(format!("listener: {e}")))?;
-    let pattern = Pattern::open(env.pattern_config(&config)?.with_embedding(embedding)).await?;
+    let (pattern, _config) = env.open_for_agents().await?;
     let model = model(env, LocalModel::Qwen).await?;
     let state = AppState::new(
         pattern.clone(),
