@@ -136,17 +136,10 @@ async fn a_client_going_away_does_not_cancel_the_turn(backend: Backend) {
     assert_eq!(events.next().await.unwrap().event, "received");
     drop(events);
     let turn = headers[TURN_ID_HEADER].to_str().unwrap().to_owned();
-    let mut finished = Value::Null;
-    for _ in 0..100 {
-        let (_, body) = s
-            .get(&s.key_a, &format!("/v1/agents/{a}/turns/{turn}"))
-            .await;
-        if body["finished"] == true {
-            finished = body;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let finished = poll(&s, &format!("/v1/agents/{a}/turns/{turn}"), |b| {
+        b["finished"] == true
+    })
+    .await;
     assert_eq!(finished["result"]["text"], "still here", "{finished}");
     let (_, batches) = s.get(&s.key_a, &format!("/v1/agents/{a}/batches")).await;
     assert_eq!(batches[0]["state"], "complete");
@@ -179,17 +172,11 @@ async fn cancelling_a_turn_abandons_its_batch_and_keeps_the_message(backend: Bac
     let last = rest.last().unwrap();
     assert_eq!(last.event, "error");
     assert!(last.data.contains("cancelled"), "{}", last.data);
-    let mut state = Value::Null;
-    for _ in 0..100 {
-        let (_, batches) = s.get(&s.key_a, &format!("/v1/agents/{a}/batches")).await;
-        state = batches[0]["state"].clone();
-        if state == "abandoned" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(state, "abandoned");
-    let (_, batches) = s.get(&s.key_a, &format!("/v1/agents/{a}/batches")).await;
+    let batches = poll(&s, &format!("/v1/agents/{a}/batches"), |b| {
+        b[0]["state"] == "abandoned"
+    })
+    .await;
+    assert_eq!(batches[0]["state"], "abandoned");
     assert_eq!(batches[0]["message_count"], 1, "the user message stays");
     s.stop().await;
 }
@@ -295,6 +282,19 @@ async fn scenario_b_storage_refuses_the_step_and_the_message_survives(backend: B
     assert_eq!(status, StatusCode::OK, "{retried}");
     assert_eq!(retried["text"], "saved now");
     s.stop().await;
+}
+
+/// GETs `path` until `done` holds (at most 5 s); returns the last answer.
+async fn poll(s: &Server, path: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let mut body = Value::Null;
+    for _ in 0..100 {
+        body = s.get(&s.key_a, path).await.1;
+        if done(&body) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    body
 }
 
 conformance!(
