@@ -405,6 +405,9 @@ pub enum Error {
         /// What the operation needs.
         needed: &'static str,
     },
+    /// No API key with this id in the organization.
+    #[error("no API key {0} in this organization")]
+    ApiKeyNotFound(crate::auth::ApiKeyId),
     /// The database reported an error.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
@@ -456,6 +459,7 @@ impl Error {
             | Error::ExternalIdNotFound { .. }
             | Error::ProtocolNotFound { .. }
             | Error::ArchivalNotFound { .. }
+            | Error::ApiKeyNotFound(_)
             | Error::ContentNotFound(_) => ErrorClass::NotFound,
             Error::AgentNameTaken(_)
             | Error::VersionConflict { .. }

@@ -48,6 +48,7 @@
 //! names `sqlx`: layers above use its types and its [`Error`].
 
 pub mod archival;
+pub mod auth;
 pub mod blocks;
 mod config;
 mod db;
@@ -67,6 +68,7 @@ pub mod testkit;
 mod writer;
 
 pub use archival::{ArchivalEntry, ArchivalId, ListArchival, NewArchival};
+pub use auth::{ApiKey, ApiKeyId, IssuedKey};
 pub use blocks::{BlockVersion, NewBlock, StoredBlock};
 pub use config::{Backend, DbConfig, Durability, MachineId};
 pub use db::{Database, MIN_SQLITE_VERSION};

@@ -28,6 +28,7 @@ use crate::protocol::{
     ProtocolMessage, ProtocolMessageId, Session, SessionId, SessionType,
 };
 
+mod auth;
 mod blocks;
 pub(crate) mod protocol;
 mod queue;
@@ -195,6 +196,20 @@ pub(crate) enum Op {
     },
     /// Meetings and retention (`ops::protocol`).
     Protocol(protocol::ProtocolOp),
+    /// Organization API keys and agents (`ops::auth`).
+    CreateApiKey(crate::auth::NewKeyRow),
+    RevokeApiKey {
+        org: crate::protocol::OrganizationId,
+        id: crate::auth::ApiKeyId,
+    },
+    CreateOrgAgent {
+        org: crate::protocol::OrganizationId,
+        new: NewAgent,
+    },
+    DeleteOrgAgent {
+        org: crate::protocol::OrganizationId,
+        agent: AgentId,
+    },
 }
 
 impl Op {
@@ -202,6 +217,7 @@ impl Op {
     pub(crate) fn agent_key(&self) -> Option<AgentId> {
         match self {
             Op::CreateAgent(_) | Op::Recover { agent: None, .. } => None,
+            Op::CreateApiKey(_) | Op::RevokeApiKey { .. } | Op::CreateOrgAgent { .. } => None,
             // Protocol writes lock no Pattern agent; see `protocol_key`.
             Op::CreateOrganization { .. }
             | Op::CreateProtocolAgent(_)
@@ -222,6 +238,7 @@ impl Op {
             Op::InsertArchival { agent, .. } | Op::DeleteArchival { agent, .. } => Some(*agent),
             Op::Protocol(_) => None,
             Op::DeleteAgent(agent)
+            | Op::DeleteOrgAgent { agent, .. }
             | Op::BeginBatch { agent, .. }
             | Op::AppendStep { agent, .. }
             | Op::CompleteBatch { agent, .. }
@@ -258,6 +275,7 @@ impl Op {
         matches!(
             self,
             Op::DeleteAgent(_)
+                | Op::DeleteOrgAgent { .. }
                 | Op::ArchiveBefore { .. }
                 | Op::ArchiveBatches { .. }
                 | Op::SummarizeAndArchive { .. }
@@ -307,6 +325,7 @@ pub(crate) enum Done {
     Jobs(Vec<crate::search::EmbeddingJob>),
     Stored(crate::search::StoreReport),
     Protocol(protocol::ProtocolDone),
+    ApiKey(crate::auth::ApiKey),
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -326,6 +345,17 @@ pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Resul
     match op {
         Op::CreateAgent(new) => create_agent(conn, new).await.map(Done::Agent),
         Op::DeleteAgent(agent) => delete_agent(conn, ctx, *agent).await.map(|()| Done::Unit),
+        Op::CreateApiKey(row) => auth::create_key(conn, row).await.map(Done::ApiKey),
+        Op::RevokeApiKey { org, id } => auth::revoke_key(conn, *org, *id).await.map(Done::ApiKey),
+        Op::CreateOrgAgent { org, new } => {
+            let agent = create_agent(conn, new).await?;
+            auth::set_organization(conn, agent.id, *org).await?;
+            Ok(Done::Agent(agent))
+        }
+        Op::DeleteOrgAgent { org, agent } => {
+            auth::check_owner(conn, *org, *agent).await?;
+            delete_agent(conn, ctx, *agent).await.map(|()| Done::Unit)
+        }
         Op::BeginBatch {
             agent,
             trigger,

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use chrono::{DateTime, Utc};
 use db_v2::{SearchMode, SearchOptions};
-use pattern::db::{ArchivalEntry, ArchivalId, ContentType, ListArchival, NewArchival};
+use pattern::db::{ArchivalId, ContentType, ListArchival, NewArchival};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};

@@ -4,7 +4,6 @@
 //! must never pretend a vector search happened: `auto` without embeddings says on stderr that it
 //! fell back to full-text.
 
-use chrono::{DateTime, Utc};
 use db_v2::{Progress, SearchMode, SearchOptions};
 use pattern::db::ContentType;
 use serde::Serialize;

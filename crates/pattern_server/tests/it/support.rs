@@ -150,7 +150,7 @@ impl Server {
         request: reqwest::RequestBuilder,
     ) -> (
         reqwest::header::HeaderMap,
-        impl futures::Stream<Item = Event> + Unpin,
+        impl futures::Stream<Item = Event> + Unpin + use<>,
     ) {
         let response = request
             .header("accept", "text/event-stream")

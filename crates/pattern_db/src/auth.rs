@@ -1,0 +1,303 @@
+//! Organization API keys and organization-owned agents, for front doors that serve several
+//! organizations (the HTTP server).
+//!
+//! A key's secret is `pat_` followed by 64 hex characters from the operating system's random
+//! source (256 bits); only its SHA-256 is stored, with the first 12 characters for display.
+//! Authenticating is one indexed read of the hash on the read pool; `last_used_at` is not kept
+//! (it would turn every request into a write). An agent with an organization belongs to it alone:
+//! the organization-scoped reads answer [`Error::AgentNotFound`] for another organization's agent
+//! exactly as for an unknown one. This module must never store, log or print a secret, and never
+//! answer an organization-scoped read with a row of another organization.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use sha2::{Digest, Sha256};
+use sqlx::Row;
+use sqlx::any::AnyRow;
+use uuid::Uuid;
+
+use crate::db::{Database, unexpected};
+use crate::error::{Error, Result};
+use crate::model::{Agent, AgentId, NewAgent};
+use crate::ops::{self, Done, Op, from_ms, parse_uuid};
+use crate::protocol::OrganizationId;
+
+/// What every secret starts with.
+pub const KEY_PREFIX: &str = "pat_";
+/// Characters of a secret kept for display.
+const SHOWN_CHARS: usize = 12;
+/// Most characters of a key's name.
+pub const MAX_KEY_NAME_CHARS: usize = 200;
+
+/// The id of an API key (UUID v7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ApiKeyId(pub Uuid);
+
+impl fmt::Display for ApiKeyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.hyphenated().fmt(f)
+    }
+}
+
+impl FromStr for ApiKeyId {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Uuid::parse_str(s)
+            .map(ApiKeyId)
+            .map_err(|e| Error::InvalidId {
+                what: "api key id",
+                value: s.to_owned(),
+                reason: e.to_string(),
+            })
+    }
+}
+
+/// A stored key (never its secret).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKey {
+    /// Its id.
+    pub id: ApiKeyId,
+    /// The organization it acts for.
+    pub organization: OrganizationId,
+    /// What it is for.
+    pub name: String,
+    /// The secret's first characters, to recognise it.
+    pub prefix: String,
+    /// When it was created.
+    pub created_at: DateTime<Utc>,
+    /// When it was revoked; a revoked key authenticates nothing.
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// A new key and its secret, which exists only here: show it once.
+#[derive(Clone, PartialEq, Eq)]
+pub struct IssuedKey {
+    /// The stored key.
+    pub key: ApiKey,
+    /// The secret to hand to the client.
+    pub secret: String,
+}
+
+impl fmt::Debug for IssuedKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IssuedKey")
+            .field("key", &self.key)
+            .field("secret", &"***")
+            .finish()
+    }
+}
+
+/// The stored form of a secret.
+pub(crate) fn hash(secret: &str) -> String {
+    let digest = Sha256::digest(secret.as_bytes());
+    let mut out = String::with_capacity(64);
+    for byte in digest {
+        out.push_str(&format!("{byte:02x}"));
+    }
+    out
+}
+
+/// A fresh secret from the operating system's random source.
+pub(crate) fn new_secret() -> Result<String> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| Error::Config(format!("no random source: {e}")))?;
+    let mut secret = String::from(KEY_PREFIX);
+    for byte in bytes {
+        secret.push_str(&format!("{byte:02x}"));
+    }
+    Ok(secret)
+}
+
+/// What the writer stores for a new key.
+#[derive(Debug, Clone)]
+pub(crate) struct NewKeyRow {
+    pub(crate) key: ApiKey,
+    pub(crate) hash: String,
+}
+
+pub(crate) const KEY_COLUMNS: &str = "id, organization_id, name, prefix, created_at, revoked_at";
+
+pub(crate) fn key_from_row(row: &AnyRow) -> Result<ApiKey> {
+    let id: String = row.try_get(0)?;
+    let org: String = row.try_get(1)?;
+    let revoked: Option<i64> = row.try_get(5)?;
+    Ok(ApiKey {
+        id: ApiKeyId(parse_uuid(&id)?),
+        organization: OrganizationId(parse_uuid(&org)?),
+        name: row.try_get(2)?,
+        prefix: row.try_get(3)?,
+        created_at: from_ms(row.try_get(4)?),
+        revoked_at: revoked.map(from_ms),
+    })
+}
+
+fn well_formed(secret: &str) -> bool {
+    secret.len() == KEY_PREFIX.len() + 64
+        && secret.starts_with(KEY_PREFIX)
+        && secret[KEY_PREFIX.len()..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+impl Database {
+    /// Issues a key for `org`. The secret is in the answer only.
+    pub async fn create_api_key(&self, org: OrganizationId, name: &str) -> Result<IssuedKey> {
+        let chars = name.chars().count();
+        if chars == 0 || chars > MAX_KEY_NAME_CHARS || name.chars().any(char::is_control) {
+            return Err(Error::Config(format!(
+                "an API key name must be 1 to {MAX_KEY_NAME_CHARS} characters without control \
+                 characters"
+            )));
+        }
+        let secret = new_secret()?;
+        let row = NewKeyRow {
+            key: ApiKey {
+                id: ApiKeyId(Uuid::now_v7()),
+                organization: org,
+                name: name.to_owned(),
+                prefix: secret.chars().take(SHOWN_CHARS).collect(),
+                created_at: from_ms(ops::now_ms()),
+                revoked_at: None,
+            },
+            hash: hash(&secret),
+        };
+        match self.write(Op::CreateApiKey(row)).await? {
+            Done::ApiKey(key) => Ok(IssuedKey { key, secret }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The live key with this secret; `None` for an unknown, malformed or revoked one.
+    pub async fn authenticate_api_key(&self, secret: &str) -> Result<Option<ApiKey>> {
+        if !well_formed(secret) {
+            return Ok(None);
+        }
+        let sql = format!(
+            "SELECT {KEY_COLUMNS} FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL"
+        );
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(hash(secret))
+            .fetch_optional(self.reader())
+            .await?;
+        row.as_ref().map(key_from_row).transpose()
+    }
+
+    /// The organization's keys, newest first (revoked ones included).
+    pub async fn api_keys(&self, org: OrganizationId) -> Result<Vec<ApiKey>> {
+        let sql = format!(
+            "SELECT {KEY_COLUMNS} FROM api_keys WHERE organization_id = $1 \
+             ORDER BY created_at DESC, id DESC"
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(org.to_string())
+            .fetch_all(self.reader())
+            .await?
+            .iter()
+            .map(key_from_row)
+            .collect()
+    }
+
+    /// Revokes a key of `org` (again: no change). Another organization's key is
+    /// [`Error::ApiKeyNotFound`], like an unknown one.
+    pub async fn revoke_api_key(&self, org: OrganizationId, id: ApiKeyId) -> Result<ApiKey> {
+        match self.write(Op::RevokeApiKey { org, id }).await? {
+            Done::ApiKey(key) => Ok(key),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Creates an agent owned by `org` (name rules and [`Error::AgentNameTaken`] as
+    /// [`Database::create_agent`]).
+    pub async fn create_org_agent(&self, org: OrganizationId, new: NewAgent) -> Result<Agent> {
+        match self.write(Op::CreateOrgAgent { org, new }).await? {
+            Done::Agent(agent) => Ok(agent),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The organization's agents, by name.
+    pub async fn org_agents(&self, org: OrganizationId) -> Result<Vec<Agent>> {
+        sqlx::query(
+            "SELECT id, name, metadata, created_at FROM agents WHERE organization_id = $1 \
+             ORDER BY name",
+        )
+        .bind(org.to_string())
+        .fetch_all(self.reader())
+        .await?
+        .iter()
+        .map(ops::agent_from_row)
+        .collect()
+    }
+
+    /// The organization's agent `id`; [`Error::AgentNotFound`] when it does not exist or belongs
+    /// to anyone else.
+    pub async fn org_agent(&self, org: OrganizationId, id: AgentId) -> Result<Agent> {
+        let row = sqlx::query(
+            "SELECT id, name, metadata, created_at FROM agents \
+             WHERE id = $1 AND organization_id = $2",
+        )
+        .bind(id.to_string())
+        .bind(org.to_string())
+        .fetch_optional(self.reader())
+        .await?;
+        row.as_ref()
+            .map(ops::agent_from_row)
+            .transpose()?
+            .ok_or(Error::AgentNotFound(id))
+    }
+
+    /// Deletes the organization's agent `id` and everything stored for it, checked and deleted
+    /// in one transaction; [`Error::AgentNotFound`] (nothing deleted) otherwise.
+    pub async fn delete_org_agent(&self, org: OrganizationId, id: AgentId) -> Result<()> {
+        self.write(Op::DeleteOrgAgent { org, agent: id })
+            .await
+            .map(|_| ())
+    }
+
+    /// The organization owning agent `id` (`None`: a local agent).
+    pub async fn agent_organization(&self, id: AgentId) -> Result<Option<OrganizationId>> {
+        let row = sqlx::query("SELECT organization_id FROM agents WHERE id = $1")
+            .bind(id.to_string())
+            .fetch_optional(self.reader())
+            .await?
+            .ok_or(Error::AgentNotFound(id))?;
+        let org: Option<String> = row.try_get(0)?;
+        org.map(|o| parse_uuid(&o).map(OrganizationId)).transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_long_random_and_only_their_hash_is_kept() {
+        let a = new_secret().unwrap();
+        let b = new_secret().unwrap();
+        assert_ne!(a, b);
+        assert!(well_formed(&a), "{a}");
+        assert_eq!(hash(&a).len(), 64);
+        assert_ne!(hash(&a), hash(&b));
+        assert!(!well_formed("pat_short"));
+        assert!(!well_formed(&a.to_uppercase()));
+    }
+
+    #[test]
+    fn issued_keys_do_not_print_their_secret() {
+        let issued = IssuedKey {
+            key: ApiKey {
+                id: ApiKeyId(Uuid::now_v7()),
+                organization: OrganizationId::new(),
+                name: "k".into(),
+                prefix: "pat_0123".into(),
+                created_at: Utc::now(),
+                revoked_at: None,
+            },
+            secret: "pat_supersecret".into(),
+        };
+        assert!(!format!("{issued:?}").contains("supersecret"));
+    }
+}

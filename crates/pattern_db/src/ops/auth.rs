@@ -1,0 +1,104 @@
+//! The SQL of API key and organization-agent writes: create and revoke keys, give a new agent its
+//! organization, check an agent's organization before deleting it.
+//!
+//! Runs inside the writer's transaction like every op; it must never commit, and never write a
+//! secret (only its hash arrives here).
+
+use sqlx::{AnyConnection, Row};
+
+use super::now_ms;
+use crate::auth::{ApiKey, ApiKeyId, KEY_COLUMNS, NewKeyRow, key_from_row};
+use crate::error::{Error, Result};
+use crate::model::AgentId;
+use crate::protocol::OrganizationId;
+
+pub(crate) async fn create_key(conn: &mut AnyConnection, row: &NewKeyRow) -> Result<ApiKey> {
+    let org = sqlx::query("SELECT id FROM protocol_organizations WHERE id = $1")
+        .bind(row.key.organization.to_string())
+        .fetch_optional(&mut *conn)
+        .await?;
+    if org.is_none() {
+        return Err(Error::ProtocolNotFound {
+            kind: "organization",
+            id: row.key.organization.0,
+        });
+    }
+    sqlx::query(
+        "INSERT INTO api_keys (id, organization_id, name, prefix, key_hash, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(row.key.id.to_string())
+    .bind(row.key.organization.to_string())
+    .bind(&row.key.name)
+    .bind(&row.key.prefix)
+    .bind(&row.hash)
+    .bind(row.key.created_at.timestamp_millis())
+    .execute(&mut *conn)
+    .await?;
+    Ok(row.key.clone())
+}
+
+pub(crate) async fn revoke_key(
+    conn: &mut AnyConnection,
+    org: OrganizationId,
+    id: ApiKeyId,
+) -> Result<ApiKey> {
+    sqlx::query(
+        "UPDATE api_keys SET revoked_at = $1 \
+         WHERE id = $2 AND organization_id = $3 AND revoked_at IS NULL",
+    )
+    .bind(now_ms())
+    .bind(id.to_string())
+    .bind(org.to_string())
+    .execute(&mut *conn)
+    .await?;
+    let sql = format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE id = $1 AND organization_id = $2");
+    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(id.to_string())
+        .bind(org.to_string())
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or(Error::ApiKeyNotFound(id))?;
+    key_from_row(&row)
+}
+
+pub(crate) async fn set_organization(
+    conn: &mut AnyConnection,
+    agent: AgentId,
+    org: OrganizationId,
+) -> Result<()> {
+    let org_row = sqlx::query("SELECT id FROM protocol_organizations WHERE id = $1")
+        .bind(org.to_string())
+        .fetch_optional(&mut *conn)
+        .await?;
+    if org_row.is_none() {
+        return Err(Error::ProtocolNotFound {
+            kind: "organization",
+            id: org.0,
+        });
+    }
+    sqlx::query("UPDATE agents SET organization_id = $1 WHERE id = $2")
+        .bind(org.to_string())
+        .bind(agent.to_string())
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// [`Error::AgentNotFound`] unless `agent` belongs to `org`.
+pub(crate) async fn check_owner(
+    conn: &mut AnyConnection,
+    org: OrganizationId,
+    agent: AgentId,
+) -> Result<()> {
+    let row = sqlx::query("SELECT organization_id FROM agents WHERE id = $1")
+        .bind(agent.to_string())
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or(Error::AgentNotFound(agent))?;
+    let owner: Option<String> = row.try_get(0)?;
+    if owner.as_deref() != Some(org.to_string().as_str()) {
+        return Err(Error::AgentNotFound(agent));
+    }
+    Ok(())
+}
