@@ -86,6 +86,55 @@ pub(crate) enum Command {
     Meeting(MeetingCommand),
     /// Serve the HTTP API (organization API keys: `pattern key create`) until Ctrl-C or SIGTERM.
     Serve(ServeArgs),
+    /// Organizations: who the HTTP API serves.
+    #[command(subcommand)]
+    Org(OrgCommand),
+    /// API keys of organizations (stored hashed; the secret is shown once).
+    #[command(subcommand)]
+    Key(KeyCommand),
+}
+
+/// `pattern org ...`
+#[derive(Debug, Subcommand)]
+pub(crate) enum OrgCommand {
+    /// Create an organization.
+    Create {
+        /// Its external id (unique), used by the other commands.
+        external_id: String,
+        /// Display name (default: the external id).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List organizations.
+    List,
+}
+
+/// `pattern key ...`
+#[derive(Debug, Subcommand)]
+pub(crate) enum KeyCommand {
+    /// Issue a key for an organization; prints the secret once.
+    Create {
+        /// The organization's external id.
+        #[arg(long)]
+        org: String,
+        /// What the key is for.
+        #[arg(long, default_value = "default")]
+        name: String,
+    },
+    /// List an organization's keys (never their secrets).
+    List {
+        /// The organization's external id.
+        #[arg(long)]
+        org: String,
+    },
+    /// Revoke a key: its next request is refused.
+    Revoke {
+        /// The organization's external id.
+        #[arg(long)]
+        org: String,
+        /// The key's id.
+        key: String,
+    },
 }
 
 /// `pattern agent ...`

@@ -229,6 +229,19 @@ pub async fn execute_raw(db: &Database, sql: &str) -> Result<()> {
     Ok(())
 }
 
+/// The first column (text) of every row `sql` returns, read straight from the database: for
+/// tests that look at what is stored, not at what the API shows.
+pub async fn fetch_texts(db: &Database, sql: &str) -> Result<Vec<String>> {
+    use sqlx::Row;
+    let mut conn = db.write_pool().acquire().await?;
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_all(&mut *conn)
+        .await?;
+    rows.iter()
+        .map(|r| r.try_get::<String, _>(0).map_err(Error::from))
+        .collect()
+}
+
 async fn run_admin(admin: &str, sql: &str) -> Result<()> {
     use sqlx::{Connection, Executor};
     let mut conn = sqlx::PgConnection::connect(admin)

@@ -8,6 +8,7 @@ mod batches;
 mod chat;
 mod demo;
 mod init;
+mod keys;
 mod meeting;
 mod memory;
 mod ops;
@@ -43,6 +44,8 @@ pub(crate) async fn run(env: &Env, command: Command) -> Result<()> {
         Command::Retention(args) => retention::run(env, args).await,
         Command::Meeting(c) => meeting::run(env, c).await,
         Command::Serve(args) => serve::run(env, args).await,
+        Command::Org(c) => keys::org(env, c).await,
+        Command::Key(c) => keys::key(env, c).await,
     }
 }
 

@@ -17,6 +17,7 @@ mod batches;
 mod memory;
 mod pg;
 mod search;
+mod serve;
 mod session;
 mod transfer;
 
