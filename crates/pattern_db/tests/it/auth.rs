@@ -108,7 +108,10 @@ async fn organization_agents_are_walled_off(kind: Kind) {
             .await,
         Err(Error::AgentNameTaken(_))
     ));
-    assert_eq!(db.org_agents(acme.id).await.unwrap(), std::slice::from_ref(&mine));
+    assert_eq!(
+        db.org_agents(acme.id).await.unwrap(),
+        std::slice::from_ref(&mine)
+    );
     assert!(
         db.org_agents(other.id).await.unwrap().is_empty(),
         "local agents belong to none"

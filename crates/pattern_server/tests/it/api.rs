@@ -482,7 +482,48 @@ async fn the_openapi_document_describes_every_route(backend: Backend) {
     s.stop().await;
 }
 
+async fn slow_requests_time_out_but_turns_are_exempt(backend: Backend) {
+    // A zero limit: any request that waits on the database times out, deterministically.
+    let config = ServerConfig {
+        request_timeout: Duration::ZERO,
+        ..ServerConfig::default()
+    };
+    let s = Server::start_with(backend, vec![Turn::text("in time")], config).await;
+    let (status, body) = s.get(&s.key_a, "/v1/agents").await;
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
+    assert_eq!(code(&body), "timeout");
+    // Turns are exempt: the message route still answers (agent created below the API, since
+    // every other route times out).
+    let agent = s
+        .state
+        .pattern()
+        .db()
+        .create_org_agent(
+            s.state
+                .pattern()
+                .protocol()
+                .organization("org-a")
+                .await
+                .unwrap()
+                .id,
+            pattern::NewAgent::named("slowpoke"),
+        )
+        .await
+        .unwrap();
+    let (status, body) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/agents/{}/messages", agent.id),
+            json!({"content": "hi"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["text"], "in time");
+    s.stop().await;
+}
+
 conformance!(
+    slow_requests_time_out_but_turns_are_exempt,
     keys_are_required_checked_and_revocable,
     organizations_never_see_each_others_data,
     bad_input_gets_json_errors_with_stable_codes,
