@@ -6,13 +6,14 @@
 //! {"section":"block","data":{…}}      one per memory block the agent owns, with its history
 //! {"section":"batch","data":{…}}      one per batch, oldest first, with its messages
 //! {"section":"summary","data":{…}}    one per summary
+//! {"section":"archival","data":{…}}   one per archival passage, oldest first
 //! ```
 //!
 //! The header (first line) carries the format version, the count of each section, the number of
 //! body lines and the SHA-256 of the body (every byte after the header's newline). A reader
 //! checks all of them before it believes a single line, so a truncated, extended or edited file
-//! is refused. New sections (archival memory next) are added without a version change: a file
-//! with a section this build does not know is refused by name, never imported in part, and files
+//! is refused. New sections (like `archival`) are added without a version change: a file with a
+//! section this build does not know is refused by name, never imported in part, and files
 //! without it stay readable. A change to an existing section's meaning bumps `version`.
 //!
 //! This module is pure (bytes in, bytes out): it must never touch the database, and
@@ -58,6 +59,8 @@ pub(crate) enum Section {
     Batch(BatchRecord),
     /// A summary of compressed history.
     Summary(SummaryRecord),
+    /// An archival passage.
+    Archival(ArchivalRecord),
 }
 
 impl Section {
@@ -67,12 +70,13 @@ impl Section {
             Section::Block(_) => "block",
             Section::Batch(_) => "batch",
             Section::Summary(_) => "summary",
+            Section::Archival(_) => "archival",
         }
     }
 }
 
 /// Section kinds this build reads.
-pub(crate) const KNOWN_SECTIONS: &[&str] = &["agent", "block", "batch", "summary"];
+pub(crate) const KNOWN_SECTIONS: &[&str] = &["agent", "block", "batch", "summary", "archival"];
 
 /// `agent` section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -136,6 +140,16 @@ pub(crate) struct SummaryRecord {
     pub(crate) through_batch: i64,
     pub(crate) message_count: i64,
     pub(crate) depth: i32,
+    pub(crate) created_at: DateTime<Utc>,
+}
+
+/// `archival` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ArchivalRecord {
+    pub(crate) content: String,
+    pub(crate) metadata: serde_json::Value,
+    pub(crate) tags: Vec<String>,
+    pub(crate) key: Option<String>,
     pub(crate) created_at: DateTime<Utc>,
 }
 
@@ -317,16 +331,16 @@ mod tests {
         let err = parse(newer.as_bytes()).unwrap_err();
         assert!(err.message.contains("newer"), "{err}");
 
-        let extra = b"{\"section\":\"archival\",\"data\":{}}\n";
+        let extra = b"{\"section\":\"vectors\",\"data\":{}}\n";
         let mut body2 = body.as_bytes().to_vec();
         body2.extend_from_slice(extra);
         let mut header2: serde_json::Value = serde_json::from_str(head).unwrap();
-        header2["sections"]["archival"] = 1.into();
+        header2["sections"]["vectors"] = 1.into();
         header2["body_lines"] = 3.into();
         header2["body_sha256"] = sha256_hex(&body2).into();
         file = format!("{header2}\n").into_bytes();
         file.extend_from_slice(&body2);
         let err = parse(&file).unwrap_err();
-        assert!(err.message.contains("`archival`"), "{err}");
+        assert!(err.message.contains("`vectors`"), "{err}");
     }
 }

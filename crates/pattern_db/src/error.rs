@@ -405,6 +405,9 @@ pub enum Error {
         /// What the operation needs.
         needed: &'static str,
     },
+    /// An agent import that cannot be written as given (see `Database::import_agent`).
+    #[error("import refused: {0}")]
+    InvalidImport(String),
     /// No API key with this id in the organization.
     #[error("no API key {0} in this organization")]
     ApiKeyNotFound(crate::auth::ApiKeyId),
@@ -478,6 +481,7 @@ impl Error {
             | Error::NotSpeaker { .. }
             | Error::MeetingState { .. } => ErrorClass::Conflict,
             Error::BlockOverLimit { .. }
+            | Error::InvalidImport(_)
             | Error::ContentTooLarge { .. }
             | Error::PermissionDenied { .. } => ErrorClass::Refused,
             Error::InvalidUrl { .. }

@@ -55,6 +55,7 @@ mod db;
 mod error;
 mod fts;
 pub mod id;
+pub mod import;
 pub mod legacy;
 mod migrate;
 mod model;
@@ -74,6 +75,10 @@ pub use config::{Backend, DbConfig, Durability, MachineId};
 pub use db::{Database, MIN_SQLITE_VERSION};
 pub use error::{Error, ErrorClass, Result};
 pub use id::{SnowflakeGenerator, SnowflakeId};
+pub use import::{
+    AgentImport, ImportBatch, ImportBlock, ImportMessage, ImportPassage, ImportSummary,
+    ImportVersion, ImportedAgent,
+};
 pub use legacy::{Anomaly, ImportPlan, LegacyMessage, PlannedBatch};
 pub use migrate::MigrationStatus;
 pub use model::{

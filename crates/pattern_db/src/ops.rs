@@ -196,6 +196,8 @@ pub(crate) enum Op {
     },
     /// Meetings and retention (`ops::protocol`).
     Protocol(protocol::ProtocolOp),
+    /// A whole agent in one transaction (`crate::import`).
+    ImportAgent(Box<crate::import::PlannedImport>),
     /// Organization API keys and agents (`ops::auth`).
     CreateApiKey(crate::auth::NewKeyRow),
     RevokeApiKey {
@@ -218,6 +220,8 @@ impl Op {
         match self {
             Op::CreateAgent(_) | Op::Recover { agent: None, .. } => None,
             Op::CreateApiKey(_) | Op::RevokeApiKey { .. } | Op::CreateOrgAgent { .. } => None,
+            // A new agent: nobody else can hold its row yet.
+            Op::ImportAgent(_) => None,
             // Protocol writes lock no Pattern agent; see `protocol_key`.
             Op::CreateOrganization { .. }
             | Op::CreateProtocolAgent(_)
@@ -326,6 +330,7 @@ pub(crate) enum Done {
     Stored(crate::search::StoreReport),
     Protocol(protocol::ProtocolDone),
     ApiKey(crate::auth::ApiKey),
+    Imported(Box<crate::import::ImportedAgent>),
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -345,6 +350,9 @@ pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Resul
     match op {
         Op::CreateAgent(new) => create_agent(conn, new).await.map(Done::Agent),
         Op::DeleteAgent(agent) => delete_agent(conn, ctx, *agent).await.map(|()| Done::Unit),
+        Op::ImportAgent(planned) => import_agent(conn, ctx, planned)
+            .await
+            .map(|done| Done::Imported(Box::new(done))),
         Op::CreateApiKey(row) => auth::create_key(conn, row).await.map(Done::ApiKey),
         Op::RevokeApiKey { org, id } => auth::revoke_key(conn, *org, *id).await.map(Done::ApiKey),
         Op::CreateOrgAgent { org, new } => {
@@ -1573,6 +1581,106 @@ async fn log_activity(
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// Writes a planned agent import (see `crate::import`): every part through the same functions
+/// as the single writes, inside the one transaction.
+async fn import_agent(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    planned: &crate::import::PlannedImport,
+) -> Result<crate::import::ImportedAgent> {
+    let import = &planned.import;
+    let agent = create_agent(conn, &import.agent).await?;
+    for b in &import.blocks {
+        let Some((first, rest)) = b.versions.split_first() else {
+            continue;
+        };
+        blocks::create_block(
+            conn,
+            ctx,
+            agent.id,
+            &crate::blocks::NewBlock {
+                label: b.label.clone(),
+                description: first.description.clone(),
+                value: first.value.clone(),
+                char_limit: b.char_limit,
+                block_type: b.block_type.clone(),
+            },
+        )
+        .await?;
+        let allowed = ["admin".to_owned()];
+        for (i, v) in rest.iter().enumerate() {
+            blocks::write_block(
+                conn,
+                ctx,
+                blocks::Write {
+                    agent: agent.id,
+                    owner: agent.id,
+                    label: &b.label,
+                    expected: i64::try_from(i).unwrap_or(i64::MAX - 1) + 1,
+                    value: Some(&v.value),
+                    change: &v.change,
+                    allowed: &allowed,
+                },
+            )
+            .await?;
+        }
+    }
+    let batches = if planned.messages.is_empty() {
+        Vec::new()
+    } else {
+        import_legacy(conn, ctx, agent.id, &planned.messages, &planned.plan).await?
+    };
+    if batches.len() != import.batches.len() {
+        return Err(Error::InvalidImport(format!(
+            "{} batches stored, {} given",
+            batches.len(),
+            import.batches.len()
+        )));
+    }
+    let archived: Vec<BatchId> = import
+        .batches
+        .iter()
+        .zip(&batches)
+        .filter(|(b, _)| b.archived)
+        .map(|(_, id)| *id)
+        .collect();
+    if !archived.is_empty() {
+        archive_chosen(conn, ctx, agent.id, &archived).await?;
+    }
+    for (s, id) in import.summaries.iter().zip(&planned.summary_ids) {
+        upsert_summary(
+            conn,
+            ctx,
+            &Summary {
+                id: *id,
+                agent_id: agent.id,
+                content: s.content.clone(),
+                from_batch: batches[s.from_batch],
+                through_batch: batches[s.through_batch],
+                message_count: s.message_count,
+                depth: s.depth,
+                created_at: s.created_at,
+            },
+        )
+        .await?;
+    }
+    let passages: Vec<crate::archival::NewArchival> =
+        import.archival.iter().map(|p| p.passage.clone()).collect();
+    let stored = search::insert_archival(conn, ctx, agent.id, &passages).await?;
+    for (entry, given) in stored.iter().zip(&import.archival) {
+        sqlx::query("UPDATE archival_memories SET created_at = $1 WHERE id = $2")
+            .bind(given.created_at.timestamp_millis())
+            .bind(entry.id.to_string())
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(crate::import::ImportedAgent {
+        agent,
+        batches,
+        archival: stored.len(),
+    })
 }
 
 async fn import_legacy(

@@ -1,28 +1,28 @@
 //! `pattern export AGENT FILE` and `pattern import FILE [--rename NEW]`: whole agents (the agent
-//! row, owned memory blocks with their history, batches with messages, summaries) in the format
-//! of `crate::transfer`.
+//! row, owned memory blocks with their history, batches with messages, summaries, archival
+//! passages) in the format of `crate::transfer`.
 //!
 //! Export refuses an agent with an open batch (a run in progress, or a crash not yet recovered):
 //! its state is not final. The file is written to a temporary name and renamed, so FILE is
 //! either the old file or a complete new one.
 //!
 //! Import verifies the whole file before it writes anything, refuses an existing agent name
-//! (unless `--rename`), then writes the agent through `pattern_db`'s public API: the history in
-//! one transaction (`import_legacy`, whose plan is checked to reproduce every exported batch),
-//! blocks version by version, archive flags and summaries. `pattern_db` has no single-transaction
-//! import of a whole agent yet, so a failure part-way deletes the new agent again (one
-//! transaction, cascading): import never leaves a partial agent behind unless the process itself
-//! dies in between, and then the agent is visible under its name and can be deleted. This module
-//! must never import a file `transfer::parse` has not accepted.
+//! (unless `--rename`), then writes the whole agent — row, blocks with their history, batches
+//! with their messages and archive flags, summaries, archival passages — in one transaction
+//! (`Database::import_agent`, which also checks that the stored batches reproduce the exported
+//! ones): a failure anywhere leaves nothing behind. This module must never import a file
+//! `transfer::parse` has not accepted.
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use pattern::db::legacy::LegacyMessage;
-use pattern::db::{NewBlock, Summary};
-use pattern::{Agent, BatchState, NewAgent, Pattern, SnowflakeId};
+use pattern::db::{
+    AgentImport, ImportBatch, ImportBlock, ImportMessage, ImportPassage, ImportSummary,
+    ImportVersion, ListArchival, NewArchival,
+};
+use pattern::{BatchState, NewAgent, Pattern, SnowflakeId};
 use serde::Serialize;
 
 use crate::cli::{ExportArgs, ImportArgs};
@@ -30,12 +30,14 @@ use crate::env::{Env, agent_named};
 use crate::error::{CliError, Result, io};
 use crate::output;
 use crate::transfer::{
-    self, AgentRecord, BatchRecord, BlockRecord, MessageRecord, Section, SummaryRecord,
-    VersionRecord,
+    self, AgentRecord, ArchivalRecord, BatchRecord, BlockRecord, MessageRecord, Section,
+    SummaryRecord, VersionRecord,
 };
 
 /// Batch rows read per page.
 const PAGE: usize = 200;
+/// Archival passages read per page while exporting.
+const ARCHIVAL_PAGE: usize = 1000;
 /// Messages read per page while exporting.
 const MESSAGE_PAGE: usize = 5000;
 
@@ -57,6 +59,7 @@ struct ExportReport {
     batches: usize,
     messages: usize,
     summaries: usize,
+    archival: usize,
     bytes: usize,
     sha256: String,
 }
@@ -199,6 +202,40 @@ async fn export_agent(env: &Env, pattern: &Pattern, args: &ExportArgs) -> Result
         }));
     }
 
+    // Archival passages, newest first page by page, written oldest first.
+    let mut passages = Vec::new();
+    let mut before = None;
+    loop {
+        let page = pattern
+            .db()
+            .list_archival(
+                agent.id,
+                ListArchival {
+                    limit: ARCHIVAL_PAGE,
+                    before,
+                    tag: None,
+                },
+            )
+            .await?;
+        let done = page.len() < ARCHIVAL_PAGE;
+        before = page.last().map(|p| p.id);
+        passages.extend(page);
+        if done {
+            break;
+        }
+    }
+    passages.reverse();
+    let n_archival = passages.len();
+    for p in passages {
+        sections.push(Section::Archival(ArchivalRecord {
+            content: p.content,
+            metadata: p.metadata,
+            tags: p.tags,
+            key: p.dedupe_key,
+            created_at: p.created_at,
+        }));
+    }
+
     let file = transfer::write(&agent.name, &sections)?;
     write_atomically(&args.file, &file)?;
     let (header, _) = transfer::parse(&file)?;
@@ -209,6 +246,7 @@ async fn export_agent(env: &Env, pattern: &Pattern, args: &ExportArgs) -> Result
         batches: infos.len(),
         messages: n_messages,
         summaries: n_summaries,
+        archival: n_archival,
         bytes: file.len(),
         sha256: header.body_sha256,
     };
@@ -216,13 +254,15 @@ async fn export_agent(env: &Env, pattern: &Pattern, args: &ExportArgs) -> Result
         return output::json(&report);
     }
     output::line(&format!(
-        "exported agent {} to {}: {} blocks, {} batches ({} messages), {} summaries, {} bytes",
+        "exported agent {} to {}: {} blocks, {} batches ({} messages), {} summaries, {} archival \
+         passages, {} bytes",
         report.agent,
         report.file,
         report.blocks,
         report.batches,
         report.messages,
         report.summaries,
+        report.archival,
         report.bytes
     ))
 }
@@ -259,6 +299,7 @@ struct ImportReport {
     batches: usize,
     messages: usize,
     summaries: usize,
+    archival: usize,
 }
 
 pub(crate) async fn import(env: &Env, args: ImportArgs) -> Result<()> {
@@ -280,12 +321,14 @@ async fn import_sections(
     let mut blocks = Vec::new();
     let mut batches = Vec::new();
     let mut summaries = Vec::new();
+    let mut archival = Vec::new();
     for s in sections {
         match s {
             Section::Agent(a) => agent_record = Some(a),
             Section::Block(b) => blocks.push(b),
             Section::Batch(b) => batches.push(b),
             Section::Summary(s) => summaries.push(s),
+            Section::Archival(a) => archival.push(a),
         }
     }
     let Some(agent_record) = agent_record else {
@@ -303,47 +346,118 @@ async fn import_sections(
         Err(pattern::db::Error::AgentNameNotFound(_)) => {}
         Err(e) => return Err(e.into()),
     }
-    let agent = pattern
-        .db()
-        .create_agent(NewAgent {
+    let n_messages = batches.iter().map(|b| b.messages.len()).sum();
+    let (n_blocks, n_batches, n_summaries) = (blocks.len(), batches.len(), summaries.len());
+    let bar = progress(1, "importing");
+    let import = AgentImport {
+        agent: NewAgent {
             name: name.clone(),
             metadata: agent_record.metadata.clone(),
-        })
-        .await?;
-    match fill(pattern, &agent, &blocks, &batches, &summaries).await {
-        Ok(()) => {}
-        Err(e) => {
-            // Take the partial agent away again; the cause is what the user must see.
-            if let Err(undo) = pattern.db().delete_agent(agent.id).await {
-                return Err(CliError::new(
-                    e.kind,
-                    format!(
-                        "{e}; removing the partly imported agent `{name}` failed too ({undo}): \
-                         delete it with `pattern agent delete {name} --yes`"
-                    ),
-                ));
+        },
+        blocks: blocks
+            .into_iter()
+            .map(|b| ImportBlock {
+                label: b.label,
+                char_limit: b.char_limit,
+                block_type: b.block_type,
+                versions: b
+                    .history
+                    .into_iter()
+                    .map(|v| ImportVersion {
+                        value: v.value,
+                        description: v.description,
+                        change: v.change,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        summaries: summaries
+            .iter()
+            .map(|s| {
+                let index = |id: i64| {
+                    batches
+                        .iter()
+                        .position(|b| b.id == id)
+                        .unwrap_or(usize::MAX)
+                };
+                ImportSummary {
+                    content: s.content.clone(),
+                    from_batch: index(s.from_batch),
+                    through_batch: index(s.through_batch),
+                    message_count: s.message_count,
+                    depth: s.depth,
+                    created_at: s.created_at,
+                }
+            })
+            .collect(),
+        batches: batches
+            .into_iter()
+            .map(|b| ImportBatch {
+                batch_type: b.batch_type,
+                state: b.state,
+                archived: b.archived,
+                messages: b
+                    .messages
+                    .into_iter()
+                    .map(|m| ImportMessage {
+                        role: m.role,
+                        content: m.content,
+                        created_at: m.created_at,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        archival: archival
+            .into_iter()
+            .map(|a| ImportPassage {
+                passage: NewArchival {
+                    content: a.content,
+                    metadata: a.metadata,
+                    tags: a.tags,
+                    dedupe_key: a.key,
+                },
+                created_at: a.created_at,
+            })
+            .collect(),
+    };
+    let imported = pattern
+        .db()
+        .import_agent(import)
+        .await
+        .map_err(|e| match e {
+            pattern::db::Error::AgentNameTaken(_) => CliError::conflict(format!(
+                "an agent named `{name}` exists already: import it under another name with \
+                 --rename NEW"
+            )),
+            other => {
+                let e = CliError::from(other);
+                CliError::new(e.kind, format!("import failed, nothing was written: {e}"))
             }
-            return Err(CliError::new(
-                e.kind,
-                format!("import failed, nothing was kept: {e}"),
-            ));
-        }
-    }
+        })?;
+    bar.finish_and_clear();
     let report = ImportReport {
         agent: name,
-        agent_id: agent.id.to_string(),
+        agent_id: imported.agent.id.to_string(),
         file: args.file.display().to_string(),
-        blocks: blocks.len(),
-        batches: batches.len(),
-        messages: batches.iter().map(|b| b.messages.len()).sum(),
-        summaries: summaries.len(),
+        blocks: n_blocks,
+        batches: n_batches,
+        messages: n_messages,
+        summaries: n_summaries,
+        archival: imported.archival,
     };
     if env.json {
         return output::json(&report);
     }
     output::line(&format!(
-        "imported agent {} from {}: {} blocks, {} batches ({} messages), {} summaries",
-        report.agent, report.file, report.blocks, report.batches, report.messages, report.summaries
+        "imported agent {} from {}: {} blocks, {} batches ({} messages), {} summaries, {} \
+         archival passages",
+        report.agent,
+        report.file,
+        report.blocks,
+        report.batches,
+        report.messages,
+        report.summaries,
+        report.archival
     ))
 }
 
@@ -395,148 +509,5 @@ fn check_consistent(
             }
         }
     }
-    Ok(())
-}
-
-/// Writes everything of the new agent; any error leaves the caller to remove it.
-async fn fill(
-    pattern: &Pattern,
-    agent: &Agent,
-    blocks: &[BlockRecord],
-    batches: &[BatchRecord],
-    summaries: &[SummaryRecord],
-) -> Result<()> {
-    let total = blocks.iter().map(|b| b.history.len()).sum::<usize>() + batches.len() + 1;
-    let bar = progress(total as u64, "importing");
-    let db = pattern.db();
-
-    // Blocks, replaying every version so the history comes along.
-    for b in blocks {
-        let Some((first, rest)) = b.history.split_first() else {
-            continue;
-        };
-        db.create_block(
-            agent.id,
-            NewBlock {
-                label: b.label.clone(),
-                description: first.description.clone(),
-                value: first.value.clone(),
-                char_limit: b.char_limit,
-                block_type: b.block_type.clone(),
-            },
-        )
-        .await?;
-        bar.inc(1);
-        for v in rest {
-            db.write_block(
-                agent.id,
-                &b.label,
-                v.version - 1,
-                v.value.clone(),
-                &v.change,
-                &["admin"],
-            )
-            .await?;
-            bar.inc(1);
-        }
-    }
-
-    // The history in one transaction; the plan must reproduce every batch as exported.
-    let mut legacy = Vec::new();
-    for b in batches {
-        for (i, m) in b.messages.iter().enumerate() {
-            legacy.push(LegacyMessage {
-                role: m.role,
-                content: m.content.clone(),
-                created_at: Some(m.created_at),
-                origin: (i == 0).then_some(b.batch_type),
-            });
-        }
-    }
-    let store = pattern.messages(agent.id);
-    let plan = store.import_legacy(legacy).await?;
-    bar.inc(1);
-    let mismatch = |why: String| {
-        CliError::refused(format!(
-            "the stored history cannot reproduce the exported batches ({why}); this export needs \
-             a batch-preserving import in pattern_db"
-        ))
-    };
-    if plan.batches.len() != batches.len() {
-        return Err(mismatch(format!(
-            "{} batches exported, {} rebuilt",
-            batches.len(),
-            plan.batches.len()
-        )));
-    }
-    let mut start = 0;
-    for (planned, exported) in plan.batches.iter().zip(batches) {
-        let expected: Vec<usize> = (start..start + exported.messages.len()).collect();
-        start += exported.messages.len();
-        if planned.messages != expected
-            || planned.state != exported.state
-            || planned.batch_type != exported.batch_type
-        {
-            return Err(mismatch(format!(
-                "batch {} ({}, {}, {} messages) rebuilt as {}, {} with {} messages",
-                exported.id,
-                exported.state.as_str(),
-                exported.batch_type.as_str(),
-                exported.messages.len(),
-                planned.state.as_str(),
-                planned.batch_type.as_str(),
-                planned.messages.len()
-            )));
-        }
-    }
-
-    // New batch ids, oldest first, matched with the exported ones.
-    let mut new_ids = Vec::with_capacity(batches.len());
-    let mut before = None;
-    loop {
-        let page = store.list_batches(before, PAGE).await?;
-        let done = page.len() < PAGE;
-        before = page.last().map(|b| b.id);
-        new_ids.extend(page.iter().map(|b| b.id));
-        if done {
-            break;
-        }
-    }
-    new_ids.reverse();
-    if new_ids.len() != batches.len() {
-        return Err(mismatch(format!(
-            "{} batches stored, {} exported",
-            new_ids.len(),
-            batches.len()
-        )));
-    }
-    let ids: HashMap<i64, SnowflakeId> = batches.iter().map(|b| b.id).zip(new_ids).collect();
-    let archived: Vec<SnowflakeId> = batches
-        .iter()
-        .filter(|b| b.archived)
-        .filter_map(|b| ids.get(&b.id).copied())
-        .collect();
-    if !archived.is_empty() {
-        store.archive_batches(archived).await?;
-    }
-    for s in summaries {
-        let (Some(&from), Some(&through)) = (ids.get(&s.from_batch), ids.get(&s.through_batch))
-        else {
-            return Err(mismatch("a summary's batches are missing".to_owned()));
-        };
-        store
-            .upsert_summary(Summary {
-                id: store.new_summary_id()?,
-                agent_id: agent.id,
-                content: s.content.clone(),
-                from_batch: from,
-                through_batch: through,
-                message_count: s.message_count,
-                depth: s.depth,
-                created_at: s.created_at,
-            })
-            .await?;
-    }
-    bar.finish_and_clear();
     Ok(())
 }

@@ -20,6 +20,7 @@ mod auth;
 mod conformance;
 mod crash;
 mod ids;
+mod import;
 mod props;
 mod queue;
 mod search;

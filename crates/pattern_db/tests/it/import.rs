@@ -1,0 +1,174 @@
+//! `Database::import_agent`: a whole agent in one transaction, or nothing.
+
+use chrono::{TimeZone, Utc};
+use pattern_db::testkit::{allow_inserts, refuse_inserts};
+use pattern_db::{
+    AgentImport, BatchState, BatchType, ContentBlock, Error, ImportBatch, ImportBlock,
+    ImportMessage, ImportPassage, ImportSummary, ImportVersion, ListArchival, NewAgent,
+    NewArchival, Role,
+};
+
+use crate::{Kind, fresh};
+
+fn message(role: Role, text: &str, minute: u32) -> ImportMessage {
+    ImportMessage {
+        role,
+        content: vec![ContentBlock::text(text)],
+        created_at: Utc.with_ymd_and_hms(2026, 1, 1, 0, minute, 0).unwrap(),
+    }
+}
+
+fn sample(name: &str) -> AgentImport {
+    let batch = |q: &str, a: &str, minute: u32, archived: bool| ImportBatch {
+        batch_type: BatchType::UserRequest,
+        state: BatchState::Complete,
+        archived,
+        messages: vec![
+            message(Role::User, q, minute),
+            message(Role::Assistant, a, minute + 1),
+        ],
+    };
+    AgentImport {
+        agent: NewAgent::named(name),
+        blocks: vec![ImportBlock {
+            label: "human".into(),
+            char_limit: 100,
+            block_type: "core".into(),
+            versions: vec![
+                ImportVersion {
+                    value: "Ada".into(),
+                    description: "the user".into(),
+                    change: "create".into(),
+                },
+                ImportVersion {
+                    value: "Ada\nlikes tea".into(),
+                    description: "the user".into(),
+                    change: "append".into(),
+                },
+            ],
+        }],
+        batches: vec![
+            batch("hello", "hi", 0, true),
+            batch("tea?", "yes", 10, false),
+            ImportBatch {
+                batch_type: BatchType::UserRequest,
+                state: BatchState::Abandoned,
+                archived: false,
+                messages: vec![message(Role::User, "never answered", 20)],
+            },
+        ],
+        summaries: vec![ImportSummary {
+            content: "Ada said hello.".into(),
+            from_batch: 0,
+            through_batch: 0,
+            message_count: 2,
+            depth: 0,
+            created_at: Utc.with_ymd_and_hms(2026, 1, 1, 0, 5, 0).unwrap(),
+        }],
+        archival: vec![
+            ImportPassage {
+                passage: NewArchival {
+                    tags: vec!["drinks".into()],
+                    dedupe_key: Some("tea".into()),
+                    ..NewArchival::text("Ada drinks tea at four")
+                },
+                created_at: Utc.with_ymd_and_hms(2025, 6, 1, 16, 0, 0).unwrap(),
+            },
+            ImportPassage {
+                passage: NewArchival::text("Ada keeps bees"),
+                created_at: Utc.with_ymd_and_hms(2025, 7, 1, 9, 0, 0).unwrap(),
+            },
+        ],
+    }
+}
+
+async fn a_whole_agent_is_imported_in_one_piece(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let done = db.import_agent(sample("ada")).await.unwrap();
+    assert_eq!(done.batches.len(), 3);
+    assert_eq!(done.archival, 2);
+    let id = done.agent.id;
+    let block = db.block(id, "human").await.unwrap();
+    assert_eq!(block.value, "Ada\nlikes tea");
+    assert_eq!(block.version, 2);
+    assert_eq!(db.block_history(id, "human").await.unwrap().len(), 2);
+    let store = db.messages(id);
+    let batches = store.list_batches(None, 10).await.unwrap();
+    let states: Vec<_> = batches
+        .iter()
+        .rev()
+        .map(|b| (b.state, b.archived))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            (BatchState::Complete, true),
+            (BatchState::Complete, false),
+            (BatchState::Abandoned, false)
+        ]
+    );
+    let summaries = store.get_summaries().await.unwrap();
+    assert_eq!(summaries[0].from_batch, done.batches[0]);
+    let passages = db.list_archival(id, ListArchival::default()).await.unwrap();
+    assert_eq!(passages.len(), 2);
+    let tea = passages
+        .iter()
+        .find(|p| p.dedupe_key.as_deref() == Some("tea"))
+        .unwrap();
+    assert_eq!(
+        tea.created_at,
+        Utc.with_ymd_and_hms(2025, 6, 1, 16, 0, 0).unwrap()
+    );
+    assert_eq!(tea.tags, ["drinks"]);
+    // The name is taken now: a second import writes nothing.
+    assert!(matches!(
+        db.import_agent(sample("ada")).await,
+        Err(Error::AgentNameTaken(_))
+    ));
+    assert_eq!(db.agents().await.unwrap().len(), 1);
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+async fn a_failure_part_way_leaves_nothing(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    // The last thing written (the archival passages) is refused: everything before rolls back.
+    refuse_inserts(&db, "archival_memories", "content", "Ada keeps bees")
+        .await
+        .unwrap();
+    let err = db.import_agent(sample("ada")).await.unwrap_err();
+    assert!(err.to_string().contains("injected"), "{err}");
+    assert!(db.agents().await.unwrap().is_empty());
+    assert!(matches!(
+        db.agent_by_name("ada").await,
+        Err(Error::AgentNameNotFound(_))
+    ));
+    allow_inserts(&db, "archival_memories").await.unwrap();
+    // Batches the planner would rebuild differently are refused before anything is written.
+    let mut odd = sample("odd");
+    odd.batches[1]
+        .messages
+        .insert(0, message(Role::User, "two openers", 9));
+    assert!(matches!(
+        db.import_agent(odd).await,
+        Err(Error::InvalidImport(_))
+    ));
+    let mut bad_summary = sample("bad");
+    bad_summary.summaries[0].through_batch = 9;
+    assert!(matches!(
+        db.import_agent(bad_summary).await,
+        Err(Error::InvalidImport(_))
+    ));
+    assert!(db.agents().await.unwrap().is_empty());
+    // And with storage back, the same import works.
+    db.import_agent(sample("ada")).await.unwrap();
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+conformance!(
+    a_whole_agent_is_imported_in_one_piece,
+    a_failure_part_way_leaves_nothing,
+);
