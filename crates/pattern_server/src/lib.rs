@@ -64,7 +64,8 @@ pub fn router(state: AppState) -> axum::Router {
 /// Serves the API on `listener` until `shutdown` completes; then stops taking requests, cancels
 /// the turns in flight (their batches are abandoned, their messages stay stored) and returns
 /// once open connections are done. While serving, batches of crashed runs (expired leases) are
-/// abandoned every `recovery_interval`, so their triggers can be retried.
+/// abandoned every `recovery_interval`, so their triggers can be retried, and agents' durable
+/// queues are delivered (entries a crash left behind, scheduled wakeups).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
@@ -72,6 +73,7 @@ pub async fn serve(
 ) -> Result<()> {
     let app = router(state.clone());
     let sweeper = tokio::spawn(recover_expired(state.clone()));
+    let delivery = state.queue().clone().spawn();
     let served = axum::serve(listener, app)
         .with_graceful_shutdown({
             let state = state.clone();
@@ -83,10 +85,12 @@ pub async fn serve(
         .await;
     sweeper.abort();
     state.shut_down();
+    delivery.abort();
     Ok(served?)
 }
 
 async fn recover_expired(state: AppState) {
+    // Recovery first, then queue delivery: an entry's batch never races a dead run's.
     let db = state.pattern().db().clone();
     loop {
         match db.recover_all(pattern::RecoveryScope::ExpiredLeases).await {
@@ -98,6 +102,9 @@ async fn recover_expired(state: AppState) {
             }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "recovery sweep failed"),
+        }
+        if let Err(e) = state.load_agents_with_due_entries().await {
+            tracing::warn!(error = %e.message, "loading agents with queued work failed");
         }
         tokio::time::sleep(state.config().recovery_interval).await;
     }

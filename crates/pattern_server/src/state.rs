@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pattern::core::provider::ModelProvider;
-use pattern::core::{DatabaseAgent, RuntimeConfig};
+use pattern::core::{DatabaseAgent, QueueProcessor, RuntimeConfig};
 use pattern::{Agent, AgentId, Pattern};
 use tokio::sync::{Mutex, watch};
 
@@ -34,7 +34,8 @@ pub struct ServerConfig {
     /// How often a stream sends a keep-alive comment while nothing happens (default 15 s).
     pub keep_alive: Duration,
     /// How often batches whose run lease expired (a crashed process's turns) are abandoned so
-    /// they can be retried (default 30 s; also once at start).
+    /// they can be retried, and agents with due queue entries are loaded so their entries are
+    /// delivered (default 30 s; also once at start).
     pub recovery_interval: Duration,
 }
 
@@ -63,6 +64,8 @@ struct Inner {
     config: ServerConfig,
     agents: Mutex<HashMap<AgentId, Arc<DatabaseAgent>>>,
     turns: Turns,
+    /// Delivers agents' durable queues (entries a crash left, scheduled wakeups).
+    queue: Arc<QueueProcessor>,
     /// Set when the server starts shutting down: endless streams end.
     closing: watch::Sender<bool>,
 }
@@ -82,6 +85,7 @@ impl AppState {
         Self {
             inner: Arc::new(Inner {
                 turns: Turns::new(config.replay_window),
+                queue: pattern.queue_processor(config.recovery_interval),
                 pattern,
                 model,
                 config,
@@ -120,6 +124,8 @@ impl AppState {
             .pattern
             .agent(row, self.inner.model.clone(), config)?;
         agents.insert(id, agent.clone());
+        drop(agents);
+        self.inner.queue.register(agent.clone()).await;
         Ok(agent)
     }
 
@@ -128,11 +134,38 @@ impl AppState {
         self.inner.agents.lock().await.remove(&agent);
     }
 
-    /// Starts shutting down: cancels the turns in flight (their batches are abandoned, their
-    /// messages stay stored) and ends the meeting event streams.
+    /// Starts shutting down: stops queue delivery, cancels the turns in flight (their batches
+    /// are abandoned, their messages stay stored) and ends the meeting event streams.
     pub fn shut_down(&self) {
         self.inner.closing.send_replace(true);
+        self.inner.queue.stop();
         self.inner.turns.cancel_all();
+    }
+
+    pub(crate) fn queue(&self) -> &Arc<QueueProcessor> {
+        &self.inner.queue
+    }
+
+    /// Loads the agents that have queue entries due, so the queue processor delivers them (an
+    /// agent is otherwise loaded by its first request).
+    pub(crate) async fn load_agents_with_due_entries(&self) -> Result<usize, ApiError> {
+        let db = self.inner.pattern.db();
+        let due = db.due_queue(chrono::Utc::now(), 256).await?;
+        let mut loaded = 0;
+        for entry in due {
+            if self.inner.agents.lock().await.contains_key(&entry.agent_id) {
+                continue;
+            }
+            let row = match db.agent(entry.agent_id).await {
+                Ok(row) => row,
+                // Deleted meanwhile: its queue went with it.
+                Err(pattern::db::Error::AgentNotFound(_)) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            self.agent(row).await?;
+            loaded += 1;
+        }
+        Ok(loaded)
     }
 
     /// Completes once [`AppState::shut_down`] was called.

@@ -284,6 +284,34 @@ async fn scenario_b_storage_refuses_the_step_and_the_message_survives(backend: B
     s.stop().await;
 }
 
+async fn queued_work_left_behind_is_delivered(backend: Backend) {
+    let config = pattern_server::ServerConfig {
+        recovery_interval: Duration::from_millis(100),
+        ..pattern_server::ServerConfig::default()
+    };
+    let s = Server::start_with(backend, vec![Turn::text("delivered late")], config).await;
+    let a = s.agent(&s.key_a, "sleeper").await;
+    // An entry in the agent's durable queue that no request of this server made (a crashed
+    // process's, or a scheduled wakeup): the server loads the agent and delivers it.
+    s.db.enqueue(
+        pattern::AgentId(a.parse().unwrap()),
+        pattern::db::queue::NewQueued::now(
+            pattern::BatchType::SystemTrigger,
+            pattern::Role::System,
+            vec![ContentBlock::text("wake up")],
+        ),
+    )
+    .await
+    .unwrap();
+    let batches = poll(&s, &format!("/v1/agents/{a}/batches"), |b| {
+        b[0]["state"] == "complete"
+    })
+    .await;
+    assert_eq!(batches[0]["state"], "complete", "{batches}");
+    assert_eq!(batches[0]["batch_type"], "system_trigger");
+    s.stop().await;
+}
+
 /// GETs `path` until `done` holds (at most 5 s); returns the last answer.
 async fn poll(s: &Server, path: &str, done: impl Fn(&Value) -> bool) -> Value {
     let mut body = Value::Null;
@@ -298,6 +326,7 @@ async fn poll(s: &Server, path: &str, done: impl Fn(&Value) -> bool) -> Value {
 }
 
 conformance!(
+    queued_work_left_behind_is_delivered,
     a_turn_answers_after_its_message_is_stored,
     a_broken_stream_resumes_from_the_last_event_id,
     a_client_going_away_does_not_cancel_the_turn,
