@@ -8,7 +8,8 @@
 //! never hold logic of its own beyond that wiring; behaviour lives in the layer that owns it.
 //! Search ([`Pattern::search`], with the offline embedder when it is installed) and agents
 //! ([`Pattern::agent`]: a [`core::DatabaseAgent`] over a [`core::provider::ModelProvider`]) are
-//! wired the same way.
+//! wired the same way; [`model::ModelChoice`] picks that provider from configuration (an API key
+//! in the environment, a configured server, or a local llama.cpp server it starts).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -44,6 +45,7 @@
 //! ```
 
 mod error;
+pub mod model;
 mod open;
 
 pub use error::{Error, Result};

@@ -123,6 +123,12 @@ impl From<pattern::protocol::Error> for CliError {
     }
 }
 
+impl From<pattern::core::Error> for CliError {
+    fn from(e: pattern::core::Error) -> Self {
+        Self::new(class_kind(e.class()), chain(&e))
+    }
+}
+
 impl From<pattern::Error> for CliError {
     fn from(e: pattern::Error) -> Self {
         Self::new(class_kind(e.class()), chain(&e))

@@ -11,21 +11,14 @@
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! use std::sync::Arc;
+//! use pattern::model::ModelChoice;
 //! use pattern::{Pattern, PatternConfig};
-//! use pattern::core::provider::ProviderConfig;
-//! use pattern::context::{ModelInfo, Provider};
 //! use pattern_server::{AppState, ServerConfig};
 //!
 //! let pattern = Pattern::open(PatternConfig::data_dir("/var/lib/pattern")).await?;
-//! let mut model = ProviderConfig::new(ModelInfo {
-//!     provider: Provider::OpenAi,
-//!     model: "local".into(),
-//!     context_window: 8_192,
-//!     max_output_tokens: 512,
-//! });
-//! model.base_url = Some("http://127.0.0.1:8080/v1".into());
-//! let state = AppState::new(pattern, Arc::from(model.build()?), ServerConfig::default());
+//! // An API key from the environment, else a local llama.cpp server (kept while `model` lives).
+//! let model = ModelChoice::default().resolve().await?;
+//! let state = AppState::new(pattern, model.provider.clone(), ServerConfig::default());
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:7878").await?;
 //! pattern_server::serve(listener, state, async {
 //!     let _ = tokio::signal::ctrl_c().await;

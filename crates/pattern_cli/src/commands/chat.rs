@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use pattern::Pattern;
-use pattern::context::{ModelInfo, Provider};
-use pattern::core::local_server::{LocalModel, LocalModelServer, LocalServerConfig};
-use pattern::core::provider::{ApiKey, ModelProvider, ProviderConfig};
+use pattern::core::local_server::LocalModel;
+use pattern::core::provider::ModelProvider;
 use pattern::core::{Agent, DatabaseAgent, IncomingMessage, ResponseEvent, RuntimeConfig};
+use pattern::model::ModelChoice;
 use serde::Serialize;
 
 use crate::cli::{ChatArgs, SendArgs};
@@ -23,78 +23,25 @@ use crate::env::{Config, Env, agent_named};
 use crate::error::{CliError, Result};
 use crate::output;
 
-/// The model for this command, and the local server behind it when one was started.
-pub(crate) struct Model {
-    pub(crate) provider: Arc<dyn ModelProvider>,
-    /// Kept for the command's lifetime: dropping it stops the server.
-    pub(crate) _server: Option<LocalModelServer>,
-}
-
-fn core_error(e: impl std::fmt::Display) -> CliError {
-    CliError::other(e.to_string())
-}
-
-fn hosted(provider: Provider, model: &str, window: usize, key: String) -> Result<Model> {
-    let mut config = ProviderConfig::new(ModelInfo {
-        provider,
-        model: model.to_owned(),
-        context_window: window,
-        max_output_tokens: 4_096,
-    });
-    config.api_key = Some(ApiKey::new(key));
-    Ok(Model {
-        provider: Arc::from(config.build().map_err(core_error)?),
-        _server: None,
-    })
-}
+/// The model for this command (`pattern::model`): dropping it stops a local server it started.
+pub(crate) type Model = pattern::model::Model;
 
 /// Picks the model (module doc), starting a local server when nothing else is configured.
 pub(crate) async fn model(env: &Env, local: LocalModel) -> Result<Model> {
-    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    if let Some(key) = var("ANTHROPIC_API_KEY") {
-        return hosted(Provider::Anthropic, "claude-sonnet-4-5", 200_000, key);
+    let choice = ModelChoice {
+        openai_compatible: configured_llamacpp(env)?,
+        local,
+        ..ModelChoice::default()
+    };
+    let model = choice.resolve().await?;
+    if let Some(server) = model.local_server() {
+        eprintln!(
+            "started a local llama.cpp server in {:.1} s at {} (no API key or [model] configured)",
+            server.started_in().as_secs_f64(),
+            server.base_url()
+        );
     }
-    if let Some(key) = var("OPENAI_API_KEY") {
-        return hosted(Provider::OpenAi, "gpt-4.1-mini", 128_000, key);
-    }
-    if let Some(key) = var("GEMINI_API_KEY") {
-        return hosted(Provider::Gemini, "gemini-2.5-flash", 1_000_000, key);
-    }
-    if let Some((base_url, name)) = configured_llamacpp(env)? {
-        let mut config = ProviderConfig::new(ModelInfo {
-            provider: Provider::OpenAi,
-            model: name,
-            context_window: 8_192,
-            max_output_tokens: 512,
-        });
-        config.name = Some("llama.cpp".into());
-        config.base_url = Some(base_url);
-        return Ok(Model {
-            provider: Arc::from(config.build().map_err(core_error)?),
-            _server: None,
-        });
-    }
-    eprintln!("starting a local llama.cpp server (no API key or [model] configured)...");
-    // Short answers keep the small local model responsive on a busy machine.
-    let server = LocalModelServer::start(LocalServerConfig {
-        max_output_tokens: 256,
-        ..LocalServerConfig::new(local)
-    })
-    .await
-    .map_err(core_error)?;
-    eprintln!(
-        "model server ready in {:.1} s at {}",
-        server.started_in().as_secs_f64(),
-        server.base_url()
-    );
-    let mut config = ProviderConfig::new(server.model_info());
-    config.name = Some("llama.cpp".into());
-    config.base_url = Some(server.base_url().to_owned());
-    config.timeout = std::time::Duration::from_secs(600);
-    Ok(Model {
-        provider: Arc::from(config.build().map_err(core_error)?),
-        _server: Some(server),
-    })
+    Ok(model)
 }
 
 /// `[model] provider = "llamacpp"` with `[model.llamacpp] base_url, model`.
@@ -178,11 +125,7 @@ pub(crate) fn render(event: &ResponseEvent, out: &mut impl Write) -> std::io::Re
 
 /// One turn, streamed to the terminal; Ctrl-C cancels it. Returns every event.
 pub(crate) async fn turn(agent: &Arc<DatabaseAgent>, text: &str) -> Result<Vec<ResponseEvent>> {
-    let mut stream = agent
-        .clone()
-        .process(IncomingMessage::user(text))
-        .await
-        .map_err(core_error)?;
+    let mut stream = agent.clone().process(IncomingMessage::user(text)).await?;
     let mut events = Vec::new();
     let mut stdout = std::io::stdout();
     loop {
@@ -213,13 +156,11 @@ async fn open_agent(
         .ok_or_else(|| CliError::usage("no agent given: name one or set [agent] default"))?;
     let row = agent_named(&pattern, &name).await?;
     let model = model(env, LocalModel::Qwen).await?;
-    let agent = pattern
-        .agent(
-            row.clone(),
-            model.provider.clone(),
-            runtime_config(&row, &*model.provider),
-        )
-        .map_err(core_error)?;
+    let agent = pattern.agent(
+        row.clone(),
+        model.provider.clone(),
+        runtime_config(&row, &*model.provider),
+    )?;
     Ok((pattern, config, model, agent))
 }
 
@@ -239,8 +180,7 @@ pub(crate) async fn send(env: &Env, args: SendArgs) -> Result<()> {
         agent
             .clone()
             .process(IncomingMessage::user(&args.message))
-            .await
-            .map_err(core_error)?
+            .await?
             .collect::<Vec<_>>()
             .await
     } else {
