@@ -154,7 +154,10 @@ mod tests {
         };
         let model = choice.resolve().await.unwrap();
         let keys = ["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY"];
-        if keys.iter().any(|k| std::env::var(k).is_ok_and(|v| !v.is_empty())) {
+        if keys
+            .iter()
+            .any(|k| std::env::var(k).is_ok_and(|v| !v.is_empty()))
+        {
             // A key in the environment wins; nothing is started either way.
             assert_ne!(model.source, "configured");
         } else {

@@ -123,19 +123,13 @@ async fn export_agent(env: &Env, pattern: &Pattern, args: &ExportArgs) -> Result
         }));
     }
 
-    // Batch rows newest first, page by page; then each batch with its messages, oldest first.
-    let mut infos = Vec::new();
-    let mut before = None;
-    loop {
-        let page = store.list_batches(before, PAGE).await?;
-        let done = page.len() < PAGE;
-        before = page.last().map(|b| b.id);
-        infos.extend(page);
-        if done {
-            break;
-        }
-    }
-    infos.reverse();
+    // Batch rows (listed newest first, page by page); then each batch with its messages.
+    let infos = oldest_first(
+        PAGE,
+        |b: &pattern::BatchInfo| b.id,
+        async |before| Ok(store.list_batches(before, PAGE).await?),
+    )
+    .await?;
 
     // Messages in position order, page by page (archived included), grouped into their batches:
     // one query per page instead of one per batch.
@@ -202,29 +196,20 @@ async fn export_agent(env: &Env, pattern: &Pattern, args: &ExportArgs) -> Result
         }));
     }
 
-    // Archival passages, newest first page by page, written oldest first.
-    let mut passages = Vec::new();
-    let mut before = None;
-    loop {
-        let page = pattern
-            .db()
-            .list_archival(
-                agent.id,
-                ListArchival {
-                    limit: ARCHIVAL_PAGE,
-                    before,
-                    tag: None,
-                },
-            )
-            .await?;
-        let done = page.len() < ARCHIVAL_PAGE;
-        before = page.last().map(|p| p.id);
-        passages.extend(page);
-        if done {
-            break;
-        }
-    }
-    passages.reverse();
+    // Archival passages (listed newest first, page by page), written oldest first.
+    let passages = oldest_first(
+        ARCHIVAL_PAGE,
+        |p: &pattern::db::ArchivalEntry| p.id,
+        async |before| {
+            let list = ListArchival {
+                limit: ARCHIVAL_PAGE,
+                before,
+                tag: None,
+            };
+            Ok(pattern.db().list_archival(agent.id, list).await?)
+        },
+    )
+    .await?;
     let n_archival = passages.len();
     for p in passages {
         sections.push(Section::Archival(ArchivalRecord {
@@ -265,6 +250,28 @@ async fn export_agent(env: &Env, pattern: &Pattern, args: &ExportArgs) -> Result
         report.archival,
         report.bytes
     ))
+}
+
+/// Every row of a listing that pages newest first (`fetch(before)` returns at most `page` rows
+/// older than `before`), oldest first.
+async fn oldest_first<T, K: Copy>(
+    page: usize,
+    key: impl Fn(&T) -> K,
+    mut fetch: impl AsyncFnMut(Option<K>) -> Result<Vec<T>>,
+) -> Result<Vec<T>> {
+    let mut all = Vec::new();
+    let mut before = None;
+    loop {
+        let rows = fetch(before).await?;
+        let done = rows.len() < page;
+        before = rows.last().map(&key);
+        all.extend(rows);
+        if done {
+            break;
+        }
+    }
+    all.reverse();
+    Ok(all)
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same directory and a rename.

@@ -168,6 +168,25 @@ impl Server {
         (headers, Box::pin(events))
     }
 
+    /// Sends `content` to `agent` as organization A, streaming; returns the turn id and events.
+    pub async fn stream_message(
+        &self,
+        agent: &str,
+        content: &str,
+    ) -> (String, impl futures::Stream<Item = Event> + Unpin + use<>) {
+        let post = self
+            .http
+            .post(self.url(&format!("/v1/agents/{agent}/messages")))
+            .bearer_auth(&self.key_a)
+            .json(&json!({"content": content, "stream": true}));
+        let (headers, events) = self.stream(post).await;
+        let turn = headers[pattern_server::TURN_ID_HEADER]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        (turn, events)
+    }
+
     pub async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());

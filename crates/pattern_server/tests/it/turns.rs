@@ -9,7 +9,6 @@ use pattern::ContentBlock;
 use pattern::core::provider::ProviderError;
 use pattern::core::testkit::Turn;
 use pattern_db::Backend;
-use pattern_server::TURN_ID_HEADER;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -68,13 +67,7 @@ async fn a_broken_stream_resumes_from_the_last_event_id(backend: Backend) {
     )
     .await;
     let a = s.agent(&s.key_a, "streamer").await;
-    let post = s
-        .http
-        .post(s.url(&format!("/v1/agents/{a}/messages")))
-        .bearer_auth(&s.key_a)
-        .json(&json!({"content": "go", "stream": true}));
-    let (headers, mut events) = s.stream(post).await;
-    let turn = headers[TURN_ID_HEADER].to_str().unwrap().to_owned();
+    let (turn, mut events) = s.stream_message(&a, "go").await;
     let first = events.next().await.unwrap();
     assert_eq!(first.event, "received");
     assert_eq!(first.id, "1");
@@ -127,15 +120,9 @@ async fn a_client_going_away_does_not_cancel_the_turn(backend: Backend) {
     )
     .await;
     let a = s.agent(&s.key_a, "patient").await;
-    let post = s
-        .http
-        .post(s.url(&format!("/v1/agents/{a}/messages")))
-        .bearer_auth(&s.key_a)
-        .json(&json!({"content": "wait for it", "stream": true}));
-    let (headers, mut events) = s.stream(post).await;
+    let (turn, mut events) = s.stream_message(&a, "wait for it").await;
     assert_eq!(events.next().await.unwrap().event, "received");
     drop(events);
-    let turn = headers[TURN_ID_HEADER].to_str().unwrap().to_owned();
     let finished = poll(&s, &format!("/v1/agents/{a}/turns/{turn}"), |b| {
         b["finished"] == true
     })
@@ -156,14 +143,8 @@ async fn cancelling_a_turn_abandons_its_batch_and_keeps_the_message(backend: Bac
     )
     .await;
     let a = s.agent(&s.key_a, "interruptible").await;
-    let post = s
-        .http
-        .post(s.url(&format!("/v1/agents/{a}/messages")))
-        .bearer_auth(&s.key_a)
-        .json(&json!({"content": "never mind", "stream": true}));
-    let (headers, mut events) = s.stream(post).await;
+    let (turn, mut events) = s.stream_message(&a, "never mind").await;
     assert_eq!(events.next().await.unwrap().event, "received");
-    let turn = headers[TURN_ID_HEADER].to_str().unwrap().to_owned();
     let (status, _) = s
         .delete(&s.key_a, &format!("/v1/agents/{a}/turns/{turn}"))
         .await;
