@@ -213,16 +213,16 @@ pub(crate) struct Cursor {
 }
 
 /// Protocol identities of one request, resolved to and from agent ids, scoped to the caller.
-struct Ids<'a> {
-    state: &'a AppState,
+struct Ids {
+    state: AppState,
     caller: Caller,
     names: HashMap<ProtocolAgentId, String>,
 }
 
-impl<'a> Ids<'a> {
-    fn new(state: &'a AppState, caller: Caller) -> Self {
+impl Ids {
+    fn new(state: &AppState, caller: Caller) -> Self {
         Self {
-            state,
+            state: state.clone(),
             caller,
             names: HashMap::new(),
         }
@@ -230,7 +230,7 @@ impl<'a> Ids<'a> {
 
     /// The protocol identity of the organization's agent `agent_id`, created on first use.
     async fn participant(&mut self, agent_id: &str) -> Result<ProtocolAgent, ApiError> {
-        let agent = self.caller.agent(self.state, agent_id).await?;
+        let agent = self.caller.agent(&self.state, agent_id).await?;
         let protocol = self.state.pattern().protocol();
         let external_id = format!("agent:{}", agent.name);
         let found = match protocol.agent(&external_id).await {
@@ -713,7 +713,8 @@ pub(crate) async fn meeting_events(
     headers: HeaderMap,
     ApiQuery(cursor): ApiQuery<Cursor>,
 ) -> Result<Response, ApiError> {
-    let meeting = Ids::new(&state, caller).find_meeting(&meeting_id).await?;
+    let mut ids = Ids::new(&state, caller);
+    let meeting = ids.find_meeting(&meeting_id).await?;
     let after = match headers.get("last-event-id") {
         Some(value) => value
             .to_str()
@@ -725,12 +726,13 @@ pub(crate) async fn meeting_events(
     let follower = state.pattern().protocol().follow(meeting.id, after);
     let keep_alive = state.config().keep_alive;
     let closing = state.closing();
-    // Ends after `meeting_ended`, or after reporting the first error (the client resumes from
-    // the last id it saw).
-    let events = futures::stream::unfold(Some((follower, state)), move |next| async move {
-        let (mut follower, state) = next?;
+    // One resolver for the whole stream: each agent id is looked up once. The stream ends after
+    // `meeting_ended`, or after reporting the first error (the client resumes from the last id
+    // it saw).
+    let events = futures::stream::unfold(Some((follower, ids)), |next| async move {
+        let (mut follower, mut ids) = next?;
         let (event, more) = match follower.next().await {
-            Ok(Some(e)) => match Ids::new(&state, caller).event(&e).await {
+            Ok(Some(e)) => match ids.event(&e).await {
                 Ok(view) => (
                     Event::default()
                         .id(e.seq.to_string())
@@ -744,10 +746,7 @@ pub(crate) async fn meeting_events(
             Ok(None) => return None,
             Err(err) => (Event::default().event("error").data(err.to_string()), false),
         };
-        Some((
-            Ok::<_, Infallible>(event),
-            more.then_some((follower, state)),
-        ))
+        Some((Ok::<_, Infallible>(event), more.then_some((follower, ids))))
     })
     .take_until(closing);
     Ok(Sse::new(events)
