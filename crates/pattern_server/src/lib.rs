@@ -46,7 +46,10 @@ pub use openapi::openapi;
 pub use routes::protocol::{
     MeetingEventView, MeetingView, ParticipantView, ProtocolMessageView, SessionView,
 };
-pub use routes::turns::{TURN_ID_HEADER, ToolCallView, ToolResultView, TurnResult, TurnStatus};
+pub use routes::turns::{
+    IDEMPOTENCY_KEY_HEADER, REPLAYED_HEADER, TURN_ID_HEADER, ToolCallView, ToolResultView,
+    TurnResult, TurnStatus,
+};
 pub use state::{AppState, ServerConfig};
 
 /// Every route of the API over `state`, with its limits.

@@ -6,7 +6,8 @@
 //! neither cancels the turn nor loses its result (the agent keeps committing steps). Only
 //! [`Turn::cancel`] cancels. A finished turn's events stay replayable for the registry's replay
 //! window; after that, what the turn did is read from its stored batch. Event ids are 1-based
-//! positions in the turn's event list. This module must never reorder, drop or invent events,
+//! positions in the turn's event list. A turn started with an idempotency key is found again by
+//! that key for as long as it is replayable. This module must never reorder, drop or invent events,
 //! except the one `error` event that reports a cancellation it caused.
 
 use std::collections::HashMap;
@@ -143,6 +144,11 @@ impl Turn {
 #[derive(Debug)]
 pub(crate) struct Turns {
     turns: Mutex<HashMap<Uuid, Arc<Turn>>>,
+    /// Idempotency keys of turns still replayable: (agent, key) -> (body fingerprint, turn).
+    keys: Mutex<HashMap<(AgentId, String), (u64, Uuid)>>,
+    /// Held while a turn with an idempotency key starts, so two requests with one key never
+    /// both start a turn.
+    keyed_start: tokio::sync::Mutex<()>,
     replay_window: Duration,
 }
 
@@ -150,6 +156,8 @@ impl Turns {
     pub(crate) fn new(replay_window: Duration) -> Self {
         Self {
             turns: Mutex::new(HashMap::new()),
+            keys: Mutex::new(HashMap::new()),
+            keyed_start: tokio::sync::Mutex::new(()),
             replay_window,
         }
     }
@@ -165,6 +173,10 @@ impl Turns {
             let mut map = self.map();
             map.retain(|_, t| !t.expired(self.replay_window));
             map.insert(turn.id, turn.clone());
+            self.keys
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .retain(|_, (_, id)| map.contains_key(id));
         }
         tokio::spawn(run(turn.clone(), stream));
         turn
@@ -176,6 +188,31 @@ impl Turns {
         map.get(&id)
             .filter(|t| t.agent == agent && !t.expired(self.replay_window))
             .cloned()
+    }
+
+    /// Serialises the start of turns that carry an idempotency key.
+    pub(crate) async fn keyed_start(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.keyed_start.lock().await
+    }
+
+    /// The replayable turn `agent` started with idempotency `key`, and its body fingerprint.
+    pub(crate) fn by_key(&self, agent: AgentId, key: &str) -> Option<(u64, Arc<Turn>)> {
+        let found = self
+            .keys
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(agent, key.to_owned()))
+            .copied();
+        let (fingerprint, id) = found?;
+        self.get(agent, id).map(|turn| (fingerprint, turn))
+    }
+
+    /// Remembers that `turn` was started with idempotency `key`.
+    pub(crate) fn remember(&self, turn: &Turn, key: String, fingerprint: u64) {
+        self.keys
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert((turn.agent, key), (fingerprint, turn.id));
     }
 
     /// Cancels every running turn (server shutdown): their batches are abandoned, so recovery

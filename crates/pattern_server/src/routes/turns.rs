@@ -8,7 +8,10 @@
 //!    `"stream": true` or `Accept: text/event-stream`) or is the final response as JSON.
 //!
 //! A stream that breaks is resumed with `GET .../turns/{turn_id}/events` and `Last-Event-ID`
-//! (or `?after=N`); the turn id comes in the `x-pattern-turn-id` header of the first answer.
+//! (or `?after=N`); the turn id comes in the `x-pattern-turn-id` header of the first answer. A
+//! client that cannot tell whether its request arrived sends it again with the same
+//! `Idempotency-Key`: while the first turn is replayable, the answer comes from it and the
+//! message is not stored twice.
 //! Failure scenario A (the agent or the process dies mid-turn): the message is stored, the
 //! batch is abandoned (by the agent, or by recovery after a crash) and
 //! `POST .../batches/{batch_id}/retry` runs it again. Scenario B (storage fails while saving a
@@ -45,6 +48,14 @@ type ErrorBody = crate::error::ErrorBody;
 
 /// The header that carries a new turn's id.
 pub const TURN_ID_HEADER: &str = "x-pattern-turn-id";
+/// The request header naming an attempt: a repeated request with the same key (while the turn
+/// is replayable) answers from the turn the first one started instead of storing the message
+/// again.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
+/// Set (`true`) on answers that replay an earlier request's turn.
+pub const REPLAYED_HEADER: &str = "x-pattern-replayed";
+/// Longest idempotency key accepted.
+const MAX_IDEMPOTENCY_KEY: usize = 200;
 
 /// Body of `POST /v1/agents/{agent_id}/messages`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -163,10 +174,11 @@ pub(crate) async fn send(
     if body.content.trim().is_empty() {
         return Err(ApiError::invalid("`content` is empty"));
     }
+    let key = idempotency(&headers, &body.content)?;
     let mut message = IncomingMessage::user(body.content);
     message.source = "http".into();
     let stream = wants_stream(body.stream, &headers);
-    start(&state, row, message, stream).await
+    start(&state, row, message, stream, key).await
 }
 
 /// Runs an abandoned batch's trigger again as a new turn.
@@ -208,7 +220,35 @@ pub(crate) async fn retry(
         batch: stored.info,
         trigger,
     });
-    start(&state, row, message, wants_stream(options.stream, &headers)).await
+    let key = idempotency(&headers, &batch)?;
+    start(
+        &state,
+        row,
+        message,
+        wants_stream(options.stream, &headers),
+        key,
+    )
+    .await
+}
+
+/// The request's idempotency key and a fingerprint of what it asks (`what`), if it has a key.
+fn idempotency(headers: &HeaderMap, what: &str) -> Result<Option<(String, u64)>, ApiError> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY_HEADER) else {
+        return Ok(None);
+    };
+    let key = value
+        .to_str()
+        .ok()
+        .map(str::trim)
+        .filter(|k| !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY)
+        .ok_or_else(|| {
+            ApiError::invalid(format!(
+                "`Idempotency-Key` must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"
+            ))
+        })?;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    std::hash::Hash::hash(what, &mut hasher);
+    Ok(Some((key.to_owned(), std::hash::Hasher::finish(&hasher))))
 }
 
 async fn start(
@@ -216,17 +256,47 @@ async fn start(
     row: pattern::Agent,
     message: IncomingMessage,
     stream: bool,
+    key: Option<(String, u64)>,
 ) -> Result<Response, ApiError> {
     let agent = state.agent(row).await?;
+    let guard = match &key {
+        Some(_) => Some(state.turns().keyed_start().await),
+        None => None,
+    };
+    if let Some((key, fingerprint)) = &key
+        && let Some((first, turn)) = state.turns().by_key(agent.id(), key)
+    {
+        if first != *fingerprint {
+            return Err(ApiError::new(
+                ErrorCode::Conflict,
+                "this Idempotency-Key was used for a different request",
+            ));
+        }
+        drop(guard);
+        let mut response = answer(state, &turn, stream).await;
+        response
+            .headers_mut()
+            .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+        return Ok(response);
+    }
     // `process` returns once the message is committed (batch or queue): the durable ack.
     let events = agent.clone().process(message).await?;
     let turn = state.turns().start(agent.id(), events);
-    let location = format!("/v1/agents/{}/turns/{}", agent.id(), turn.id);
+    if let Some((key, fingerprint)) = key {
+        state.turns().remember(&turn, key, fingerprint);
+    }
+    drop(guard);
+    Ok(answer(state, &turn, stream).await)
+}
+
+/// The answer for a turn: its stream from the start, or its final response once it is over.
+async fn answer(state: &AppState, turn: &Arc<Turn>, stream: bool) -> Response {
+    let location = format!("/v1/agents/{}/turns/{}", turn.agent, turn.id);
     let mut response = if stream {
         sse(state, turn.clone(), 0).into_response()
     } else {
         let events = turn.finished().await;
-        match outcome(&turn, events).await {
+        match outcome(turn, events).await {
             Ok(result) => ApiJson(result).into_response(),
             Err(e) => e.into_response(),
         }
@@ -238,7 +308,7 @@ async fn start(
     if let Ok(value) = HeaderValue::from_str(&location) {
         headers.insert(LOCATION, value);
     }
-    Ok(response)
+    response
 }
 
 /// The final response of a finished turn, or its failure as an API error.

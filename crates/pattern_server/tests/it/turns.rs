@@ -293,6 +293,48 @@ async fn queued_work_left_behind_is_delivered(backend: Backend) {
     s.stop().await;
 }
 
+async fn a_repeated_request_with_its_idempotency_key_is_not_stored_twice(backend: Backend) {
+    let s = Server::start(backend, vec![Turn::text("once"), Turn::text("twice")]).await;
+    let a = s.agent(&s.key_a, "careful").await;
+    let url = s.url(&format!("/v1/agents/{a}/messages"));
+    let send = |key: &'static str, content: &'static str| {
+        s.http
+            .post(&url)
+            .bearer_auth(&s.key_a)
+            .header("idempotency-key", key)
+            .json(&json!({ "content": content }))
+            .send()
+    };
+    let first = send("attempt-1", "book a table").await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert!(first.headers().get("x-pattern-replayed").is_none());
+    let first: Value = first.json().await.unwrap();
+    // The client lost the answer and sends the same request again.
+    let again = send("attempt-1", "book a table").await.unwrap();
+    assert_eq!(again.headers()["x-pattern-replayed"], "true");
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again["turn_id"], first["turn_id"]);
+    assert_eq!(again["batch_id"], first["batch_id"]);
+    assert_eq!(again["text"], "once");
+    // The same key for another request is a conflict; another key is another turn.
+    let status = send("attempt-1", "cancel the table")
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, StatusCode::CONFLICT);
+    let other: Value = send("attempt-2", "book a table")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(other["text"], "twice");
+    let (_, batches) = s.get(&s.key_a, &format!("/v1/agents/{a}/batches")).await;
+    assert_eq!(batches.as_array().unwrap().len(), 2, "stored once per key");
+    assert_eq!(s.provider.calls(), 2);
+    s.stop().await;
+}
+
 /// GETs `path` until `done` holds (at most 5 s); returns the last answer.
 async fn poll(s: &Server, path: &str, done: impl Fn(&Value) -> bool) -> Value {
     let mut body = Value::Null;
@@ -307,6 +349,7 @@ async fn poll(s: &Server, path: &str, done: impl Fn(&Value) -> bool) -> Value {
 }
 
 conformance!(
+    a_repeated_request_with_its_idempotency_key_is_not_stored_twice,
     queued_work_left_behind_is_delivered,
     a_turn_answers_after_its_message_is_stored,
     a_broken_stream_resumes_from_the_last_event_id,
