@@ -5,7 +5,9 @@
 //!    `details.message_saved = true` and the batch id, and the message stays in the history.
 //! 2. The agent runs in a task detached from the request; each step is committed as it ends.
 //! 3. The answer either streams (SSE of `ResponseEvent`s with ids 1, 2, ...; asked for with
-//!    `"stream": true` or `Accept: text/event-stream`) or is the final response as JSON.
+//!    `"stream": true` or `Accept: text/event-stream`) or is the final response as JSON. A failed
+//!    turn answers the same error either way: the JSON error body, or a stream's last event
+//!    (`error`, data `{"type": "error", "error": {code, message, details}}`).
 //!
 //! A stream that breaks is resumed with `GET .../turns/{turn_id}/events` and `Last-Event-ID`
 //! (or `?after=N`); the turn id comes in the `x-pattern-turn-id` header of the first answer. A
@@ -313,12 +315,7 @@ async fn answer(state: &AppState, turn: &Arc<Turn>, stream: bool) -> Response {
 
 /// The final response of a finished turn, or its failure as an API error.
 async fn outcome(turn: &Turn, events: Vec<ResponseEvent>) -> Result<TurnResult, ApiError> {
-    let saved = events.iter().any(|e| {
-        matches!(
-            e,
-            ResponseEvent::Received { .. } | ResponseEvent::Queued { .. }
-        )
-    });
+    let saved = message_saved(&events);
     let collected = collect_response(futures::stream::iter(events)).await;
     match collected {
         Ok(r) => Ok(TurnResult {
@@ -342,26 +339,63 @@ async fn outcome(turn: &Turn, events: Vec<ResponseEvent>) -> Result<TurnResult, 
             usage: r.usage,
             reason: r.reason,
         }),
-        Err(TurnError {
-            kind,
-            message,
-            batch_id,
-        }) => {
-            let code = match kind {
-                ErrorKind::Provider => ErrorCode::ProviderFailed,
-                ErrorKind::Storage => ErrorCode::StorageFailed,
-                ErrorKind::Context => ErrorCode::ContextOverBudget,
-                ErrorKind::Cancelled => ErrorCode::Cancelled,
-                ErrorKind::Suspended => ErrorCode::Suspended,
-                _ => ErrorCode::Conflict,
-            };
-            Err(
-                ApiError::new(code, message).with_details(serde_json::json!({
-                    "turn_id": turn.id.to_string(),
-                    "batch_id": batch_id.map(|b| b.to_string()),
-                    "message_saved": saved,
-                })),
-            )
+        Err(e) => Err(failure(turn, e, saved)),
+    }
+}
+
+/// Whether a turn's events show its trigger committed (to a batch or the agent's queue).
+fn message_saved(events: &[ResponseEvent]) -> bool {
+    events.iter().any(|e| {
+        matches!(
+            e,
+            ResponseEvent::Received { .. } | ResponseEvent::Queued { .. }
+        )
+    })
+}
+
+/// A failed turn as the API error both answers carry (the JSON body, and the data of a
+/// stream's final `error` event): a stable code, and `details` `{turn_id, batch_id,
+/// message_saved}`.
+fn failure(turn: &Turn, error: TurnError, saved: bool) -> ApiError {
+    let TurnError {
+        kind,
+        message,
+        batch_id,
+    } = error;
+    let code = match kind {
+        ErrorKind::Provider => ErrorCode::ProviderFailed,
+        ErrorKind::Storage => ErrorCode::StorageFailed,
+        ErrorKind::Context => ErrorCode::ContextOverBudget,
+        ErrorKind::Cancelled => ErrorCode::Cancelled,
+        ErrorKind::Suspended => ErrorCode::Suspended,
+        _ => ErrorCode::Conflict,
+    };
+    ApiError::new(code, message).with_details(serde_json::json!({
+        "turn_id": turn.id.to_string(),
+        "batch_id": batch_id.map(|b| b.to_string()),
+        "message_saved": saved,
+    }))
+}
+
+/// The data of a stream's final `error` event: the JSON error body of the same failure, with
+/// `type: "error"` like every event's data.
+#[derive(Debug, Serialize)]
+struct StreamError {
+    /// Always `error`.
+    r#type: &'static str,
+    /// What a JSON answer's body would hold.
+    error: ErrorDetail,
+}
+
+impl StreamError {
+    fn new(error: ApiError) -> Self {
+        Self {
+            r#type: "error",
+            error: ErrorDetail {
+                code: error.code,
+                message: error.message,
+                details: error.details,
+            },
         }
     }
 }
@@ -384,10 +418,40 @@ fn event_name(event: &ResponseEvent) -> &'static str {
     }
 }
 
-fn sse_event(id: usize, event: &ResponseEvent) -> Event {
-    let data = serde_json::to_string(event).unwrap_or_else(|e| {
-        serde_json::json!({"type": "error", "kind": "storage", "message": e.to_string()})
-            .to_string()
+/// One SSE event of `turn`. A failure (the turn's last event) is sent as the JSON error body of
+/// the same failure ([`StreamError`]), not as the raw `ResponseEvent`.
+fn sse_event(turn: &Turn, id: usize, event: &ResponseEvent) -> Event {
+    let data = match event {
+        ResponseEvent::Error {
+            kind,
+            message,
+            batch_id,
+        } => {
+            let (before, _) = turn.snapshot();
+            let received = before.iter().find_map(|e| match e {
+                ResponseEvent::Received { batch_id, .. } => Some(*batch_id),
+                _ => None,
+            });
+            let error = TurnError {
+                kind: *kind,
+                message: message.clone(),
+                batch_id: batch_id.or(received),
+            };
+            serde_json::to_string(&StreamError::new(failure(
+                turn,
+                error,
+                message_saved(&before),
+            )))
+        }
+        other => serde_json::to_string(other),
+    };
+    let data = data.unwrap_or_else(|e| {
+        tracing::error!(error = %e, turn = %turn.id, "a turn event could not be serialised");
+        serde_json::json!({
+            "type": "error",
+            "error": {"code": ErrorCode::Internal, "message": "internal error; see the server log"},
+        })
+        .to_string()
     });
     Event::default()
         .id(id.to_string())
@@ -411,7 +475,7 @@ fn sse(
                 let events: Vec<_> = slice
                     .events
                     .iter()
-                    .map(|(id, e)| Ok(sse_event(*id, e)))
+                    .map(|(id, e)| Ok(sse_event(&turn, *id, e)))
                     .collect();
                 return Some((futures::stream::iter(events), next));
             }

@@ -265,6 +265,98 @@ async fn scenario_b_storage_refuses_the_step_and_the_message_survives(backend: B
     s.stop().await;
 }
 
+/// Streams `content` to `agent` until the stream ends; asserts it ends with an `error` event
+/// carrying `code`, the turn id and `message_saved`, and that a replay of the finished turn
+/// (from the start, and from just before the error) sends the same events. Returns the error
+/// event's data.
+async fn streamed_failure(s: &Server, agent: &str, content: &str, code: &str) -> Value {
+    let (turn, mut events) = s.stream_message(agent, content).await;
+    let seen = until_end(&mut events).await;
+    assert!(
+        events.next().await.is_none(),
+        "the stream ends after the error"
+    );
+    assert_eq!(seen[0].event, "received");
+    let last = seen.last().unwrap();
+    assert_eq!(last.event, "error");
+    let data: Value = serde_json::from_str(&last.data).unwrap();
+    assert_eq!(data["type"], "error", "{data}");
+    assert_eq!(data["error"]["code"], code, "{data}");
+    assert!(data["error"]["message"].as_str().is_some(), "{data}");
+    let details = &data["error"]["details"];
+    assert_eq!(details["turn_id"], turn.as_str(), "{data}");
+    assert_eq!(details["message_saved"], true, "{data}");
+    let received: Value = serde_json::from_str(&seen[0].data).unwrap();
+    // Turn events carry the batch id as a number; error details as a string, like every view.
+    assert_eq!(
+        details["batch_id"].as_str(),
+        Some(received["batch_id"].to_string().as_str()),
+        "{data}"
+    );
+
+    // Resuming the finished turn replays the error, unchanged.
+    let events_url = s.url(&format!("/v1/agents/{agent}/turns/{turn}/events"));
+    let replay = s.http.get(&events_url).bearer_auth(&s.key_a);
+    let (_, mut all) = s.stream(replay).await;
+    let all = until_end(&mut all).await;
+    assert_eq!(
+        all.iter()
+            .map(|e| (&e.id, &e.event, &e.data))
+            .collect::<Vec<_>>(),
+        seen.iter()
+            .map(|e| (&e.id, &e.event, &e.data))
+            .collect::<Vec<_>>(),
+    );
+    let before_error: usize = last.id.parse::<usize>().unwrap() - 1;
+    let resume = s
+        .http
+        .get(&events_url)
+        .bearer_auth(&s.key_a)
+        .header("last-event-id", before_error.to_string());
+    let (_, mut rest) = s.stream(resume).await;
+    let rest = until_end(&mut rest).await;
+    assert_eq!(rest.len(), 1);
+    assert_eq!((&rest[0].id, &rest[0].data), (&last.id, &last.data));
+    data
+}
+
+async fn a_streamed_turn_that_fails_ends_with_the_error_contract(backend: Backend) {
+    let s = Server::start(
+        backend,
+        vec![Turn::Fail(ProviderError::Server {
+            provider: "scripted".into(),
+            status: 503,
+            attempts: 3,
+            message: "overloaded".into(),
+        })],
+    )
+    .await;
+    let a = s.agent(&s.key_a, "fragile").await;
+    // Scenario A: the model fails.
+    let data = streamed_failure(&s, &a, "analyze video X", "provider_failed").await;
+    let batch = data["error"]["details"]["batch_id"].as_str().unwrap();
+    let (_, detail) = s
+        .get(&s.key_a, &format!("/v1/agents/{a}/batches/{batch}"))
+        .await;
+    assert_eq!(detail["state"], "abandoned");
+    assert_eq!(detail["messages"][0]["text"], "analyze video X");
+
+    // Scenario B: storage refuses the step.
+    s.provider.push(Turn::text("this answer cannot be saved"));
+    pattern_db::testkit::refuse_inserts(&s.db, "messages", "role", "assistant")
+        .await
+        .unwrap();
+    let data = streamed_failure(&s, &a, "please remember me", "storage_failed").await;
+    let batch = data["error"]["details"]["batch_id"].as_str().unwrap();
+    let (_, detail) = s
+        .get(&s.key_a, &format!("/v1/agents/{a}/batches/{batch}"))
+        .await;
+    assert_eq!(detail["state"], "abandoned");
+    assert_eq!(detail["messages"].as_array().unwrap().len(), 1);
+    assert_eq!(detail["messages"][0]["text"], "please remember me");
+    s.stop().await;
+}
+
 async fn queued_work_left_behind_is_delivered(backend: Backend) {
     let config = pattern_server::ServerConfig {
         recovery_interval: Duration::from_millis(100),
@@ -349,6 +441,7 @@ async fn poll(s: &Server, path: &str, done: impl Fn(&Value) -> bool) -> Value {
 }
 
 conformance!(
+    a_streamed_turn_that_fails_ends_with_the_error_contract,
     a_repeated_request_with_its_idempotency_key_is_not_stored_twice,
     queued_work_left_behind_is_delivered,
     a_turn_answers_after_its_message_is_stored,
