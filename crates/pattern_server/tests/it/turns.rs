@@ -1,6 +1,7 @@
 //! The incremental-save flow through HTTP: final responses, SSE streams resumed by event id,
-//! cancellation, a client that goes away, and failure scenarios A (the model dies mid-turn) and
-//! B (storage refuses the step), each followed by a retry.
+//! cancellation, a client that goes away, and failure scenarios A (the model dies mid-turn, also
+//! after a committed tool step) and B (storage refuses a step, also one with a tool call and its
+//! result), each followed by a retry, answered as JSON and over a stream.
 
 use std::time::Duration;
 
@@ -357,6 +358,146 @@ async fn a_streamed_turn_that_fails_ends_with_the_error_contract(backend: Backen
     s.stop().await;
 }
 
+async fn scenario_a_the_model_fails_after_a_committed_tool_step(backend: Backend) {
+    let s = Server::start(
+        backend,
+        vec![
+            Turn::call("c1", "archival_insert", json!({"content": "Ada likes tea"})),
+            Turn::Fail(ProviderError::Server {
+                provider: "scripted".into(),
+                status: 503,
+                attempts: 3,
+                message: "overloaded".into(),
+            }),
+        ],
+    )
+    .await;
+    let a = s.agent(&s.key_a, "halfway").await;
+    let (status, body) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/agents/{a}/messages"),
+            json!({"content": "remember that I like tea"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+    assert_eq!(body["error"]["code"], "provider_failed");
+    assert_eq!(body["error"]["details"]["message_saved"], true);
+    let batch = body["error"]["details"]["batch_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The abandoned batch keeps the user message and the committed tool step (call and result).
+    let (_, detail) = s
+        .get(&s.key_a, &format!("/v1/agents/{a}/batches/{batch}"))
+        .await;
+    assert_eq!(detail["state"], "abandoned", "{detail}");
+    let roles: Vec<&str> = detail["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "tool"], "{detail}");
+    assert_eq!(detail["messages"][0]["text"], "remember that I like tea");
+    assert_eq!(detail["tool_pairs"][0]["name"], "archival_insert");
+    assert_eq!(detail["tool_pairs"][0]["result_sequence"], 2);
+    assert_eq!(detail["tool_pairs"][0]["is_error"], false);
+    assert_eq!(detail["pending_tool_calls"].as_array().unwrap().len(), 0);
+    let (_, passages) = s.get(&s.key_a, &format!("/v1/agents/{a}/archival")).await;
+    assert_eq!(
+        passages.as_array().unwrap().len(),
+        1,
+        "the tool's effect stays"
+    );
+
+    // A retry runs the message again as a new turn, which completes.
+    s.provider.push(Turn::text("noted: you like tea"));
+    let (status, retried) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/agents/{a}/batches/{batch}/retry"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{retried}");
+    assert_eq!(retried["text"], "noted: you like tea");
+    assert_ne!(retried["batch_id"], batch.as_str());
+    let (_, again) = s
+        .get(&s.key_a, &format!("/v1/agents/{a}/batches/{batch}"))
+        .await;
+    assert_eq!(
+        again["messages"].as_array().unwrap().len(),
+        3,
+        "the abandoned batch is kept as it was"
+    );
+    s.stop().await;
+}
+
+async fn scenario_b_storage_refuses_a_tool_step_whole(backend: Backend) {
+    let s = Server::start(
+        backend,
+        vec![Turn::call("c1", "archival_search", json!({"query": "tea"}))],
+    )
+    .await;
+    let a = s.agent(&s.key_a, "unsaved").await;
+    // The tool result cannot be stored: the step (the call and its result) rolls back whole.
+    pattern_db::testkit::refuse_inserts(&s.db, "messages", "role", "tool")
+        .await
+        .unwrap();
+    let (status, body) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/agents/{a}/messages"),
+            json!({"content": "what do I like?"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["error"]["code"], "storage_failed");
+    assert_eq!(body["error"]["details"]["message_saved"], true);
+    let batch = body["error"]["details"]["batch_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (_, detail) = s
+        .get(&s.key_a, &format!("/v1/agents/{a}/batches/{batch}"))
+        .await;
+    assert_eq!(detail["state"], "abandoned", "{detail}");
+    let messages = detail["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 1, "no half step: {detail}");
+    assert_eq!(messages[0]["role"], "user");
+    assert_eq!(detail["tool_pairs"].as_array().unwrap().len(), 0);
+
+    pattern_db::testkit::allow_inserts(&s.db, "messages")
+        .await
+        .unwrap();
+    s.provider
+        .push(Turn::call("c1", "archival_search", json!({"query": "tea"})));
+    s.provider.push(Turn::text("nothing stored about that yet"));
+    let (status, retried) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/agents/{a}/batches/{batch}/retry"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{retried}");
+    assert_eq!(retried["text"], "nothing stored about that yet");
+    assert_eq!(retried["tool_results"][0]["is_error"], false);
+    let (_, done) = s
+        .get(
+            &s.key_a,
+            &format!(
+                "/v1/agents/{a}/batches/{}",
+                retried["batch_id"].as_str().unwrap()
+            ),
+        )
+        .await;
+    assert_eq!(done["state"], "complete");
+    assert_eq!(done["tool_pairs"][0]["name"], "archival_search");
+    s.stop().await;
+}
+
 async fn queued_work_left_behind_is_delivered(backend: Backend) {
     let config = pattern_server::ServerConfig {
         recovery_interval: Duration::from_millis(100),
@@ -450,4 +591,6 @@ conformance!(
     cancelling_a_turn_abandons_its_batch_and_keeps_the_message,
     scenario_a_the_model_fails_mid_turn_and_a_retry_works,
     scenario_b_storage_refuses_the_step_and_the_message_survives,
+    scenario_a_the_model_fails_after_a_committed_tool_step,
+    scenario_b_storage_refuses_a_tool_step_whole,
 );
