@@ -3,13 +3,15 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
+use pattern::ContentBlock;
 use pattern::core::testkit::Turn;
 use pattern_db::Backend;
 use pattern_server::ServerConfig;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::support::Server;
+use crate::support::{Server, until_end};
 
 fn code(body: &Value) -> &str {
     body["error"]["code"].as_str().unwrap_or("<no code>")
@@ -309,6 +311,87 @@ async fn bad_input_gets_json_errors_with_stable_codes(backend: Backend) {
     s.stop().await;
 }
 
+async fn another_organization_cannot_change_blocks_or_turns(backend: Backend) {
+    let s = Server::start(
+        backend,
+        vec![Turn::Slow(
+            Duration::from_millis(1500),
+            vec![ContentBlock::text("finished anyway")],
+        )],
+    )
+    .await;
+    let a = s.agent(&s.key_a, "owner").await;
+    let b = s.agent(&s.key_b, "intruder").await;
+    let blocks = format!("/v1/agents/{a}/blocks");
+    let (status, _) = s
+        .post(&s.key_a, &blocks, json!({"label": "human", "value": "v1"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _) = s
+        .send(
+            Method::PUT,
+            Some(&s.key_a),
+            &format!("{blocks}/human"),
+            Some(json!({"value": "v2", "expected_version": 1})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+
+    // B can neither set nor undo A's block, even with the right version.
+    let (status, body) = s
+        .send(
+            Method::PUT,
+            Some(&s.key_b),
+            &format!("{blocks}/human"),
+            Some(json!({"value": "hacked", "expected_version": 2})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(code(&body), "not_found");
+    let (status, body) = s
+        .post(
+            &s.key_b,
+            &format!("{blocks}/human/undo"),
+            json!({"expected_version": 2}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(code(&body), "not_found");
+    let (_, block) = s.get(&s.key_a, &format!("{blocks}/human")).await;
+    assert_eq!(
+        (&block["value"], &block["version"]),
+        (&json!("v2"), &json!(2))
+    );
+    let (_, history) = s.get(&s.key_a, &format!("{blocks}/human/history")).await;
+    assert_eq!(history.as_array().unwrap().len(), 2);
+
+    // A turn of A's, still running: B can neither read, follow nor cancel it, through A's
+    // agent id or its own.
+    let (turn, mut events) = s.stream_message(&a, "take your time").await;
+    assert_eq!(events.next().await.unwrap().event, "received");
+    for agent in [&a, &b] {
+        for path in [
+            format!("/v1/agents/{agent}/turns/{turn}"),
+            format!("/v1/agents/{agent}/turns/{turn}/events"),
+        ] {
+            let (status, body) = s.get(&s.key_b, &path).await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "{path}: {body}");
+            assert_eq!(code(&body), "not_found", "{path}");
+        }
+        let path = format!("/v1/agents/{agent}/turns/{turn}");
+        let (status, body) = s.delete(&s.key_b, &path).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}: {body}");
+        assert_eq!(code(&body), "not_found", "{path}");
+    }
+    let rest = until_end(&mut events).await;
+    assert_eq!(rest.last().unwrap().event, "done", "not cancelled");
+    let (_, finished) = s
+        .get(&s.key_a, &format!("/v1/agents/{a}/turns/{turn}"))
+        .await;
+    assert_eq!(finished["result"]["text"], "finished anyway", "{finished}");
+    s.stop().await;
+}
+
 async fn memory_archival_search_and_batches_round_trip(backend: Backend) {
     let s = Server::start(backend, vec![Turn::text("noted")]).await;
     let a = s.agent(&s.key_a, "scribe").await;
@@ -542,6 +625,7 @@ conformance!(
     slow_requests_time_out_but_turns_are_exempt,
     keys_are_required_checked_and_revocable,
     organizations_never_see_each_others_data,
+    another_organization_cannot_change_blocks_or_turns,
     bad_input_gets_json_errors_with_stable_codes,
     memory_archival_search_and_batches_round_trip,
     the_openapi_document_describes_every_route,

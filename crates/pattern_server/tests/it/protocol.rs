@@ -8,6 +8,10 @@ use serde_json::{Value, json};
 
 use crate::support::Server;
 
+fn code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or("<no code>")
+}
+
 async fn sessions_keep_turns_and_inboxes(backend: Backend) {
     let s = Server::start(backend, vec![]).await;
     let ada = s.agent(&s.key_a, "ada").await;
@@ -88,6 +92,137 @@ async fn sessions_keep_turns_and_inboxes(backend: Backend) {
         )
         .await;
     assert_eq!(ended["status"], "ended");
+    s.stop().await;
+}
+
+async fn another_organization_cannot_act_in_sessions_inboxes_or_meetings(backend: Backend) {
+    let s = Server::start(backend, vec![]).await;
+    let ada = s.agent(&s.key_a, "ada").await;
+    let bob = s.agent(&s.key_a, "bob").await;
+    let carol = s.agent(&s.key_b, "carol").await;
+    let (status, session) = s
+        .post(
+            &s.key_a,
+            "/v1/sessions",
+            json!({"from": ada, "to": bob, "session_type": "async"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{session}");
+    let sid = session["id"].as_str().unwrap().to_owned();
+    let (status, sent) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/sessions/{sid}/messages"),
+            json!({"from": ada, "content": "for bob only"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{sent}");
+
+    // B cannot mark Bob's inbox read; through its own agent it changes nothing.
+    let read = json!({"messages": [sent["id"]]});
+    let (status, body) = s
+        .post(
+            &s.key_b,
+            &format!("/v1/agents/{bob}/inbox/read"),
+            read.clone(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(code(&body), "not_found");
+    let (status, changed) = s
+        .post(&s.key_b, &format!("/v1/agents/{carol}/inbox/read"), read)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{changed}");
+    assert_eq!(changed, 0);
+    // B cannot end A's session, as its own agent or as A's.
+    for agent in [&carol, &bob] {
+        let (status, body) = s
+            .post(
+                &s.key_b,
+                &format!("/v1/sessions/{sid}/end"),
+                json!({ "agent": agent }),
+            )
+            .await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+        assert_eq!(code(&body), "not_found");
+    }
+    let (_, inbox) = s.get(&s.key_a, &format!("/v1/agents/{bob}/inbox")).await;
+    assert_eq!(inbox[0]["content"], "for bob only", "{inbox}");
+    let (_, still) = s.get(&s.key_a, &format!("/v1/sessions/{sid}")).await;
+    assert_eq!(still, session, "the session is unchanged");
+
+    // B cannot host a meeting with A's agent.
+    let (status, body) = s.post(&s.key_b, "/v1/meetings", json!({"host": ada})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(code(&body), "not_found");
+    assert_eq!(s.db.active_meetings().await.unwrap().len(), 0);
+
+    let (status, meeting) = s.post(&s.key_a, "/v1/meetings", json!({"host": ada})).await;
+    assert_eq!(status, StatusCode::CREATED, "{meeting}");
+    let mid = meeting["id"].as_str().unwrap().to_owned();
+    let (status, meeting) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/meetings/{mid}/invite"),
+            json!({"agent": ada, "invitee": bob}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{meeting}");
+    // Neither organization can invite the other's agent.
+    let (status, body) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/meetings/{mid}/invite"),
+            json!({"agent": ada, "invitee": carol}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(code(&body), "not_found");
+    let (status, theirs) = s
+        .post(&s.key_b, "/v1/meetings", json!({"host": carol}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{theirs}");
+    let theirs_id = theirs["id"].as_str().unwrap();
+    let (status, body) = s
+        .post(
+            &s.key_b,
+            &format!("/v1/meetings/{theirs_id}/invite"),
+            json!({"agent": carol, "invitee": ada}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(code(&body), "not_found");
+    let (_, theirs_after) = s.get(&s.key_b, &format!("/v1/meetings/{theirs_id}")).await;
+    assert_eq!(theirs_after, theirs, "B's meeting holds only B's agent");
+
+    // B can take no action in A's meeting, nor read what was said.
+    for (action, body) in [
+        ("join", json!({"agent": carol})),
+        ("join", json!({"agent": bob})),
+        ("invite", json!({"agent": carol, "invitee": carol})),
+        ("start", json!({"agent": ada})),
+        ("speak", json!({"agent": ada, "content": "intrusion"})),
+        ("pass", json!({"agent": ada})),
+        ("leave", json!({"agent": ada})),
+        ("end", json!({"agent": ada})),
+    ] {
+        let (status, answer) = s
+            .post(&s.key_b, &format!("/v1/meetings/{mid}/{action}"), body)
+            .await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{action}: {answer}");
+        assert_eq!(code(&answer), "not_found", "{action}");
+    }
+    let (status, body) = s
+        .get(&s.key_b, &format!("/v1/meetings/{mid}/messages"))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(code(&body), "not_found");
+    let (_, after) = s.get(&s.key_a, &format!("/v1/meetings/{mid}")).await;
+    assert_eq!(after, meeting, "A's meeting is unchanged");
+    let (_, said) = s
+        .get(&s.key_a, &format!("/v1/meetings/{mid}/messages"))
+        .await;
+    assert_eq!(said.as_array().unwrap().len(), 0);
     s.stop().await;
 }
 
@@ -192,5 +327,6 @@ async fn meeting_events_stream_and_resume_by_cursor(backend: Backend) {
 
 conformance!(
     sessions_keep_turns_and_inboxes,
+    another_organization_cannot_act_in_sessions_inboxes_or_meetings,
     meeting_events_stream_and_resume_by_cursor,
 );
