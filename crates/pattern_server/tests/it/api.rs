@@ -392,6 +392,112 @@ async fn another_organization_cannot_change_blocks_or_turns(backend: Backend) {
     s.stop().await;
 }
 
+async fn bad_input_to_a_turn_is_refused_and_stores_nothing(backend: Backend) {
+    let config = ServerConfig {
+        max_body_bytes: 2048,
+        ..ServerConfig::default()
+    };
+    let s = Server::start_with(backend, vec![], config).await;
+    let a = s.agent(&s.key_a, "guarded").await;
+    let url = s.url(&format!("/v1/agents/{a}/messages"));
+    let big = format!("{{\"content\": \"{}\"}}", "x".repeat(4096));
+    let cases: [(String, Option<&str>, bool, u16, &str); 8] = [
+        (
+            "{not json".into(),
+            Some("application/json"),
+            false,
+            400,
+            "invalid_json",
+        ),
+        (
+            "{not json".into(),
+            Some("application/json"),
+            true,
+            400,
+            "invalid_json",
+        ),
+        (
+            "{\"content\": \"hi\", \"surprise\": 1}".into(),
+            Some("application/json"),
+            false,
+            400,
+            "invalid_json",
+        ),
+        (
+            "{\"content\": 5}".into(),
+            Some("application/json"),
+            false,
+            400,
+            "invalid_json",
+        ),
+        (
+            "{}".into(),
+            Some("application/json"),
+            false,
+            400,
+            "invalid_json",
+        ),
+        (
+            "{\"content\": \"hi\"}".into(),
+            None,
+            false,
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            big.clone(),
+            Some("application/json"),
+            false,
+            413,
+            "payload_too_large",
+        ),
+        (
+            big,
+            Some("application/json"),
+            true,
+            413,
+            "payload_too_large",
+        ),
+    ];
+    for (body, content_type, stream, status, expected) in cases {
+        let mut request = s.http.post(&url).bearer_auth(&s.key_a).body(body.clone());
+        if let Some(t) = content_type {
+            request = request.header("content-type", t);
+        }
+        if stream {
+            request = request.header("accept", "text/event-stream");
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status().as_u16(), status, "{body:.60}");
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/json",
+            "{body:.60}"
+        );
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(code(&answer), expected, "{body:.60}: {answer}");
+    }
+    // A well-formed agent id that names no agent.
+    let (status, body) = s
+        .post(
+            &s.key_a,
+            "/v1/agents/0191d2b3-4c5d-7e6f-8a9b-0c1d2e3f4a5b/messages",
+            json!({"content": "anyone there?"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(code(&body), "not_found");
+
+    let (_, batches) = s.get(&s.key_a, &format!("/v1/agents/{a}/batches")).await;
+    assert_eq!(
+        batches.as_array().unwrap().len(),
+        0,
+        "nothing stored: {batches}"
+    );
+    assert_eq!(s.provider.calls(), 0);
+    s.stop().await;
+}
+
 async fn memory_archival_search_and_batches_round_trip(backend: Backend) {
     let s = Server::start(backend, vec![Turn::text("noted")]).await;
     let a = s.agent(&s.key_a, "scribe").await;
@@ -626,6 +732,7 @@ conformance!(
     keys_are_required_checked_and_revocable,
     organizations_never_see_each_others_data,
     another_organization_cannot_change_blocks_or_turns,
+    bad_input_to_a_turn_is_refused_and_stores_nothing,
     bad_input_gets_json_errors_with_stable_codes,
     memory_archival_search_and_batches_round_trip,
     the_openapi_document_describes_every_route,
