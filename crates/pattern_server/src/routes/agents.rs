@@ -1,7 +1,7 @@
 //! `/v1/agents`: create, list, show and delete the caller's organization's agents. This module
 //! must never list or touch an agent outside the caller's organization.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use pattern::{Agent, NewAgent};
 use serde::Deserialize;
@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::routes::ApiJson;
+use crate::routes::{ApiJson, ApiPath};
 use crate::state::AppState;
 use crate::views::AgentView;
 
@@ -90,7 +90,7 @@ pub(crate) async fn list(
 pub(crate) async fn show(
     State(state): State<AppState>,
     caller: Caller,
-    Path(agent_id): Path<String>,
+    ApiPath(agent_id): ApiPath<String>,
 ) -> Result<ApiJson<AgentView>, ApiError> {
     let agent = caller.agent(&state, &agent_id).await?;
     Ok(ApiJson(view(&caller, &agent)))
@@ -103,7 +103,7 @@ pub(crate) async fn show(
 pub(crate) async fn delete(
     State(state): State<AppState>,
     caller: Caller,
-    Path(agent_id): Path<String>,
+    ApiPath(agent_id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     let agent = caller.agent(&state, &agent_id).await?;
     state

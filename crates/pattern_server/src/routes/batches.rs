@@ -2,14 +2,14 @@
 //! timings), the same shapes as `pattern batches --json`. Read-only: this module must never
 //! change a batch.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use pattern::SnowflakeId;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::routes::{ApiJson, ApiQuery};
+use crate::routes::{ApiJson, ApiPath, ApiQuery};
 use crate::state::AppState;
 use crate::views::{BatchDetail, BatchView};
 
@@ -39,7 +39,7 @@ pub(crate) fn batch_id(text: &str) -> Result<SnowflakeId, ApiError> {
 pub(crate) async fn list(
     State(state): State<AppState>,
     caller: Caller,
-    Path(agent_id): Path<String>,
+    ApiPath(agent_id): ApiPath<String>,
     ApiQuery(page): ApiQuery<Page>,
 ) -> Result<ApiJson<Vec<BatchView>>, ApiError> {
     let agent = caller.agent(&state, &agent_id).await?;
@@ -67,7 +67,7 @@ pub(crate) async fn list(
 pub(crate) async fn show(
     State(state): State<AppState>,
     caller: Caller,
-    Path((agent_id, batch)): Path<(String, String)>,
+    ApiPath((agent_id, batch)): ApiPath<(String, String)>,
 ) -> Result<ApiJson<BatchDetail>, ApiError> {
     let agent = caller.agent(&state, &agent_id).await?;
     let batch = state

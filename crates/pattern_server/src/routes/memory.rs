@@ -6,7 +6,7 @@
 //! (the API key holder), like the CLI's. This module must never reach memory of an agent outside
 //! the caller's organization.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use pattern::memory::{
     ArchivalId, ArchivalMemory, BlockType, ListArchival, MemoryEditor, MemoryStore, NewArchival,
@@ -18,7 +18,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::routes::{ApiJson, ApiQuery};
+use crate::routes::{ApiJson, ApiPath, ApiQuery};
 use crate::state::AppState;
 use crate::views::{ArchivalView, BlockView, SearchHitView, VersionView};
 
@@ -132,7 +132,7 @@ async fn block_view(
 pub(crate) async fn list_blocks(
     State(state): State<AppState>,
     caller: Caller,
-    Path(agent_id): Path<String>,
+    ApiPath(agent_id): ApiPath<String>,
 ) -> Result<ApiJson<Vec<BlockView>>, ApiError> {
     let agent = caller.agent(&state, &agent_id).await?;
     let blocks = state.pattern().memory().context_blocks(agent.id).await?;
@@ -148,7 +148,7 @@ pub(crate) async fn list_blocks(
 pub(crate) async fn create_block(
     State(state): State<AppState>,
     caller: Caller,
-    Path(agent_id): Path<String>,
+    ApiPath(agent_id): ApiPath<String>,
     ApiJson(body): ApiJson<CreateBlock>,
 ) -> Result<(StatusCode, ApiJson<BlockView>), ApiError> {
     let agent = caller.agent(&state, &agent_id).await?;
@@ -183,7 +183,7 @@ pub(crate) async fn create_block(
 pub(crate) async fn show_block(
     State(state): State<AppState>,
     caller: Caller,
-    Path((agent_id, label)): Path<(String, String)>,
+    ApiPath((agent_id, label)): ApiPath<(String, String)>,
 ) -> Result<ApiJson<BlockView>, ApiError> {
     let agent = caller.agent(&state, &agent_id).await?;
     Ok(ApiJson(block_view(&state, agent.id, &label).await?))
@@ -199,7 +199,7 @@ pub(crate) async fn show_block(
 pub(crate) async fn set_block(
     State(state): State<AppState>,
     caller: Caller,
-    Path((agent_id, label)): Path<(String, String)>,
+    ApiPath((agent_id, label)): ApiPath<(String, String)>,
     ApiJson(body): ApiJson<SetBlock>,
 ) -> Result<ApiJson<BlockView>, ApiError> {
     let agent = caller.agent(&state, &agent_id).await?;
@@ -227,7 +227,7 @@ pub(crate) async fn set_block(
 pub(crate) async fn append_block(
     State(state): State<AppState>,
     caller: Caller,
-    Path((agent_id, label)): Path<(String, String)>,
+    ApiPath((agent_id, label)): ApiPath<(String, String)>,
     ApiJson(body): ApiJson<AppendBlock>,
 ) -> Result<ApiJson<BlockView>, ApiError> {
     let agent = caller.agent(&state, &agent_id).await?;
@@ -254,7 +254,7 @@ pub(crate) async fn append_block(
 pub(crate) async fn undo_block(
     State(state): State<AppState>,
     caller: Caller,
-    Path((agent_id, label)): Path<(String, String)>,
+    ApiPath((agent_id, label)): ApiPath<(String, String)>,
     ApiJson(body): ApiJson<UndoBlock>,
 ) -> Result<ApiJson<BlockView>, ApiError> {
     let agent = caller.agent(&state, &agent_id).await?;
@@ -274,7 +274,7 @@ pub(crate) async fn undo_block(
 pub(crate) async fn block_history(
     State(state): State<AppState>,
     caller: Caller,
-    Path((agent_id, label)): Path<(String, String)>,
+    ApiPath((agent_id, label)): ApiPath<(String, String)>,
 ) -> Result<ApiJson<Vec<VersionView>>, ApiError> {
     let agent = caller.agent(&state, &agent_id).await?;
     let history = state.pattern().memory().history(agent.id, &label).await?;
@@ -295,7 +295,7 @@ fn passage_id(text: &str) -> Result<ArchivalId, ApiError> {
 pub(crate) async fn insert_archival(
     State(state): State<AppState>,
     caller: Caller,
-    Path(agent_id): Path<String>,
+    ApiPath(agent_id): ApiPath<String>,
     ApiJson(body): ApiJson<InsertArchival>,
 ) -> Result<(StatusCode, ApiJson<ArchivalView>), ApiError> {
     let agent = caller.agent(&state, &agent_id).await?;
@@ -323,7 +323,7 @@ pub(crate) async fn insert_archival(
 pub(crate) async fn list_archival(
     State(state): State<AppState>,
     caller: Caller,
-    Path(agent_id): Path<String>,
+    ApiPath(agent_id): ApiPath<String>,
     ApiQuery(page): ApiQuery<ArchivalPage>,
 ) -> Result<ApiJson<Vec<ArchivalView>>, ApiError> {
     let agent = caller.agent(&state, &agent_id).await?;
@@ -357,7 +357,7 @@ pub(crate) async fn list_archival(
 pub(crate) async fn show_archival(
     State(state): State<AppState>,
     caller: Caller,
-    Path((agent_id, passage)): Path<(String, String)>,
+    ApiPath((agent_id, passage)): ApiPath<(String, String)>,
 ) -> Result<ApiJson<ArchivalView>, ApiError> {
     let agent = caller.agent(&state, &agent_id).await?;
     let entry = state
@@ -376,7 +376,7 @@ pub(crate) async fn show_archival(
 pub(crate) async fn delete_archival(
     State(state): State<AppState>,
     caller: Caller,
-    Path((agent_id, passage)): Path<(String, String)>,
+    ApiPath((agent_id, passage)): ApiPath<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     let agent = caller.agent(&state, &agent_id).await?;
     let id = passage_id(&passage)?;
@@ -403,7 +403,7 @@ pub(crate) async fn delete_archival(
 pub(crate) async fn search(
     State(state): State<AppState>,
     caller: Caller,
-    Path(agent_id): Path<String>,
+    ApiPath(agent_id): ApiPath<String>,
     ApiJson(body): ApiJson<SearchRequest>,
 ) -> Result<ApiJson<Vec<SearchHitView>>, ApiError> {
     let agent = caller.agent(&state, &agent_id).await?;

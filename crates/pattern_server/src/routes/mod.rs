@@ -4,7 +4,9 @@
 //! Every route under `/v1` takes a [`Caller`](crate::auth::Caller) and reaches data only through
 //! it. Turn routes (sending a message, retrying a batch, following a turn's or a meeting's
 //! events) are exempt from the request timeout: they stream or wait for the agent, whose run is
-//! bounded by its own limits. This module must never answer with a non-JSON error.
+//! bounded by its own limits. Handlers take their body, query and path through [`ApiJson`],
+//! [`ApiQuery`] and [`ApiPath`], whose rejections are JSON errors. This module must never answer
+//! with a non-JSON error.
 
 pub(crate) mod agents;
 pub(crate) mod batches;
@@ -41,6 +43,23 @@ pub(crate) struct ApiQuery<T>(pub(crate) T);
 
 impl From<axum::extract::rejection::QueryRejection> for ApiError {
     fn from(rejection: axum::extract::rejection::QueryRejection) -> Self {
+        ApiError::invalid(rejection.body_text())
+    }
+}
+
+/// Path parameters whose rejections are 400 `invalid_request` (a segment that is not valid
+/// percent-encoded UTF-8), like every other error of this API: JSON, never axum's plain text.
+#[derive(Debug, FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(ApiError))]
+pub(crate) struct ApiPath<T>(pub(crate) T);
+
+impl From<axum::extract::rejection::PathRejection> for ApiError {
+    fn from(rejection: axum::extract::rejection::PathRejection) -> Self {
+        if rejection.status().is_server_error() {
+            // A route whose extractor does not match its path: a fault of this server.
+            tracing::error!(error = %rejection.body_text(), "path parameters do not fit the route");
+            return ApiError::new(ErrorCode::Internal, "internal error; see the server log");
+        }
         ApiError::invalid(rejection.body_text())
     }
 }

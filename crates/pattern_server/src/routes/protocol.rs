@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -31,7 +31,7 @@ use uuid::Uuid;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorCode};
-use crate::routes::{ApiJson, ApiQuery};
+use crate::routes::{ApiJson, ApiPath, ApiQuery};
 use crate::state::AppState;
 
 type ErrorBody = crate::error::ErrorBody;
@@ -470,7 +470,7 @@ pub(crate) async fn open_session(
 pub(crate) async fn show_session(
     State(state): State<AppState>,
     caller: Caller,
-    Path(session_id): Path<String>,
+    ApiPath(session_id): ApiPath<String>,
 ) -> Result<ApiJson<SessionView>, ApiError> {
     let mut ids = Ids::new(&state, caller);
     let session = ids.find_session(&session_id).await?;
@@ -486,7 +486,7 @@ pub(crate) async fn show_session(
 pub(crate) async fn send_session_message(
     State(state): State<AppState>,
     caller: Caller,
-    Path(session_id): Path<String>,
+    ApiPath(session_id): ApiPath<String>,
     ApiJson(body): ApiJson<SendProtocolMessage>,
 ) -> Result<(StatusCode, ApiJson<ProtocolMessageView>), ApiError> {
     let mut ids = Ids::new(&state, caller);
@@ -511,7 +511,7 @@ pub(crate) async fn send_session_message(
 pub(crate) async fn session_messages(
     State(state): State<AppState>,
     caller: Caller,
-    Path(session_id): Path<String>,
+    ApiPath(session_id): ApiPath<String>,
 ) -> Result<ApiJson<Vec<ProtocolMessageView>>, ApiError> {
     let mut ids = Ids::new(&state, caller);
     let session = ids.find_session(&session_id).await?;
@@ -530,7 +530,7 @@ pub(crate) async fn session_messages(
 pub(crate) async fn end_session(
     State(state): State<AppState>,
     caller: Caller,
-    Path(session_id): Path<String>,
+    ApiPath(session_id): ApiPath<String>,
     ApiJson(body): ApiJson<ActAs>,
 ) -> Result<ApiJson<SessionView>, ApiError> {
     let mut ids = Ids::new(&state, caller);
@@ -551,7 +551,7 @@ pub(crate) async fn end_session(
 pub(crate) async fn inbox(
     State(state): State<AppState>,
     caller: Caller,
-    Path(agent_id): Path<String>,
+    ApiPath(agent_id): ApiPath<String>,
 ) -> Result<ApiJson<Vec<ProtocolMessageView>>, ApiError> {
     let mut ids = Ids::new(&state, caller);
     let me = ids.participant(&agent_id).await?;
@@ -566,7 +566,7 @@ pub(crate) async fn inbox(
 pub(crate) async fn mark_read(
     State(state): State<AppState>,
     caller: Caller,
-    Path(agent_id): Path<String>,
+    ApiPath(agent_id): ApiPath<String>,
     ApiJson(body): ApiJson<MarkRead>,
 ) -> Result<ApiJson<u64>, ApiError> {
     let mut ids = Ids::new(&state, caller);
@@ -617,7 +617,7 @@ pub(crate) async fn create_meeting(
 pub(crate) async fn show_meeting(
     State(state): State<AppState>,
     caller: Caller,
-    Path(meeting_id): Path<String>,
+    ApiPath(meeting_id): ApiPath<String>,
 ) -> Result<ApiJson<MeetingView>, ApiError> {
     let mut ids = Ids::new(&state, caller);
     let meeting = ids.find_meeting(&meeting_id).await?;
@@ -631,7 +631,7 @@ pub(crate) async fn show_meeting(
 pub(crate) async fn meeting_messages(
     State(state): State<AppState>,
     caller: Caller,
-    Path(meeting_id): Path<String>,
+    ApiPath(meeting_id): ApiPath<String>,
 ) -> Result<ApiJson<Vec<ProtocolMessageView>>, ApiError> {
     let mut ids = Ids::new(&state, caller);
     let meeting = ids.find_meeting(&meeting_id).await?;
@@ -655,7 +655,7 @@ pub(crate) async fn meeting_messages(
 pub(crate) async fn meeting_action(
     State(state): State<AppState>,
     caller: Caller,
-    Path((meeting_id, action)): Path<(String, String)>,
+    ApiPath((meeting_id, action)): ApiPath<(String, String)>,
     ApiJson(body): ApiJson<MeetingAction>,
 ) -> Result<ApiJson<MeetingView>, ApiError> {
     let mut ids = Ids::new(&state, caller);
@@ -709,7 +709,7 @@ pub(crate) async fn meeting_action(
 pub(crate) async fn meeting_events(
     State(state): State<AppState>,
     caller: Caller,
-    Path(meeting_id): Path<String>,
+    ApiPath(meeting_id): ApiPath<String>,
     headers: HeaderMap,
     ApiQuery(cursor): ApiQuery<Cursor>,
 ) -> Result<Response, ApiError> {

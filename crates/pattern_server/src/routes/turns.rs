@@ -24,7 +24,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::header::{ACCEPT, LOCATION};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -42,7 +42,7 @@ use uuid::Uuid;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorCode, ErrorDetail};
 use crate::routes::batches::batch_id;
-use crate::routes::{ApiJson, ApiQuery};
+use crate::routes::{ApiJson, ApiPath, ApiQuery};
 use crate::state::AppState;
 use crate::turns::Turn;
 
@@ -168,7 +168,7 @@ fn wants_stream(flag: bool, headers: &HeaderMap) -> bool {
 pub(crate) async fn send(
     State(state): State<AppState>,
     caller: Caller,
-    Path(agent_id): Path<String>,
+    ApiPath(agent_id): ApiPath<String>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<SendMessage>,
 ) -> Result<Response, ApiError> {
@@ -193,7 +193,7 @@ pub(crate) async fn send(
 pub(crate) async fn retry(
     State(state): State<AppState>,
     caller: Caller,
-    Path((agent_id, batch)): Path<(String, String)>,
+    ApiPath((agent_id, batch)): ApiPath<(String, String)>,
     headers: HeaderMap,
     ApiQuery(options): ApiQuery<RetryOptions>,
 ) -> Result<Response, ApiError> {
@@ -514,7 +514,7 @@ fn turn_of(
 pub(crate) async fn events(
     State(state): State<AppState>,
     caller: Caller,
-    Path((agent_id, turn_id)): Path<(String, String)>,
+    ApiPath((agent_id, turn_id)): ApiPath<(String, String)>,
     headers: HeaderMap,
     ApiQuery(resume): ApiQuery<Resume>,
 ) -> Result<Response, ApiError> {
@@ -539,7 +539,7 @@ pub(crate) async fn events(
 pub(crate) async fn status(
     State(state): State<AppState>,
     caller: Caller,
-    Path((agent_id, turn_id)): Path<(String, String)>,
+    ApiPath((agent_id, turn_id)): ApiPath<(String, String)>,
 ) -> Result<ApiJson<TurnStatus>, ApiError> {
     let agent = caller.agent(&state, &agent_id).await?;
     let turn = turn_of(&state, agent.id, &turn_id)?;
@@ -579,7 +579,7 @@ pub(crate) async fn status(
 pub(crate) async fn cancel(
     State(state): State<AppState>,
     caller: Caller,
-    Path((agent_id, turn_id)): Path<(String, String)>,
+    ApiPath((agent_id, turn_id)): ApiPath<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     let agent = caller.agent(&state, &agent_id).await?;
     turn_of(&state, agent.id, &turn_id)?.cancel();

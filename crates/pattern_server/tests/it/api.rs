@@ -248,6 +248,18 @@ async fn bad_input_gets_json_errors_with_stable_codes(backend: Backend) {
     let (status, body) = s.get(&s.key_a, "/v1/agents/not-a-uuid").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(code(&body), "not_found");
+    // Path segments that are not percent-encoded UTF-8: JSON errors too (`Server::send` fails
+    // on a body that is not JSON).
+    for (method, path) in [
+        (Method::GET, "/v1/agents/%FF".to_owned()),
+        (Method::GET, format!("/v1/agents/{a}/blocks/%C3%28")),
+        (Method::DELETE, format!("/v1/agents/{a}/turns/%FF%FE")),
+        (Method::GET, "/v1/meetings/%FF/messages".to_owned()),
+    ] {
+        let (status, body) = s.send(method, Some(&s.key_a), &path, None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+        assert_eq!(code(&body), "invalid_request", "{path}");
+    }
     let (status, body) = s
         .get(&s.key_a, &format!("/v1/agents/{a}/batches?limit=0"))
         .await;
