@@ -242,8 +242,15 @@ async fn run(turn: Arc<Turn>, mut stream: ResponseStream) {
             }
             event = stream.next() => match event {
                 Some(event) => {
-                    if let ResponseEvent::Received { batch_id, .. } = &event {
-                        batch = Some(*batch_id);
+                    match &event {
+                        ResponseEvent::Received { batch_id, .. } => batch = Some(*batch_id),
+                        // The cause of a failure is logged here, once per turn; clients get a
+                        // stable code and, for storage and context failures, a generic message.
+                        ResponseEvent::Error { kind, message, batch_id } => tracing::warn!(
+                            turn = %turn.id, agent = %turn.agent.0, ?kind,
+                            batch = ?batch_id.or(batch).map(|b| b.to_string()),
+                            cause = %message, "a turn failed"),
+                        _ => {}
                     }
                     turn.push(event);
                 }

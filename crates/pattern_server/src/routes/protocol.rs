@@ -698,6 +698,23 @@ pub(crate) async fn meeting_action(
     Ok(ApiJson(ids.meeting(&update.meeting).await?))
 }
 
+/// The `error` event that ends a meeting's stream: data `{"error": {code, message}}` with a
+/// stable code and a generic message; the cause goes to the server log.
+fn stream_error(code: ErrorCode, cause: &str) -> Event {
+    tracing::warn!(?code, %cause, "a meeting's event stream failed");
+    let body = crate::error::ErrorBody {
+        error: crate::error::ErrorDetail {
+            code,
+            message: "the meeting's events could not be read; resume from the last event id".into(),
+            details: None,
+        },
+    };
+    Event::default()
+        .event("error")
+        .json_data(&body)
+        .unwrap_or_else(|_| Event::default().event("error").data("{}"))
+}
+
 /// A meeting's event log as server-sent events (id = cursor), from `Last-Event-ID` (or
 /// `?after=`), live until the meeting ends.
 #[utoipa::path(get, path = "/v1/meetings/{meeting_id}/events", tag = "protocol",
@@ -741,10 +758,16 @@ pub(crate) async fn meeting_events(
                         .unwrap_or_else(|_| Event::default().comment("unserialisable event")),
                     true,
                 ),
-                Err(err) => (Event::default().event("error").data(err.message), false),
+                Err(err) => (stream_error(err.code, &err.message), false),
             },
             Ok(None) => return None,
-            Err(err) => (Event::default().event("error").data(err.to_string()), false),
+            Err(err) => (
+                stream_error(
+                    ErrorCode::from_class(err.class()),
+                    &crate::error::one_line(&err),
+                ),
+                false,
+            ),
         };
         Some((Ok::<_, Infallible>(event), more.then_some((follower, ids))))
     })

@@ -370,6 +370,21 @@ fn failure(turn: &Turn, error: TurnError, saved: bool) -> ApiError {
         ErrorKind::Suspended => ErrorCode::Suspended,
         _ => ErrorCode::Conflict,
     };
+    // Storage and context causes (database errors) stay in the server log, written when the
+    // turn failed (`crate::turns`). A provider's error is the model provider's own message (its
+    // name, HTTP status and text: no secret, and what the client needs to judge a retry); the
+    // other kinds' messages are the agent runtime's fixed sentences.
+    let message = match kind {
+        ErrorKind::Storage => {
+            "a step of the turn could not be stored and was rolled back; retry the batch once \
+             storage is back (the cause is in the server log)"
+                .to_owned()
+        }
+        ErrorKind::Context => "the turn's context could not be built for the model's window \
+             (the cause is in the server log)"
+            .to_owned(),
+        _ => message,
+    };
     ApiError::new(code, message).with_details(serde_json::json!({
         "turn_id": turn.id.to_string(),
         "batch_id": batch_id.map(|b| b.to_string()),

@@ -57,6 +57,23 @@ async fn keys_are_required_checked_and_revocable(backend: Backend) {
     s.stop().await;
 }
 
+async fn readiness_hides_the_database_error(backend: Backend) {
+    let s = Server::start(backend, vec![]).await;
+    assert_eq!(
+        s.send(Method::GET, None, "/ready", None).await.0,
+        StatusCode::OK
+    );
+    s.db.clone().close().await;
+    let (status, body) = s.send(Method::GET, None, "/ready", None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(code(&body), "unavailable");
+    assert_eq!(
+        body["error"]["message"], "the database does not answer",
+        "the cause stays in the log"
+    );
+    s.stop().await;
+}
+
 async fn organizations_never_see_each_others_data(backend: Backend) {
     let s = Server::start(backend, vec![Turn::text("hello from A")]).await;
     let a = s.agent(&s.key_a, "helper").await;
@@ -742,6 +759,7 @@ async fn slow_requests_time_out_but_turns_are_exempt(backend: Backend) {
 conformance!(
     slow_requests_time_out_but_turns_are_exempt,
     keys_are_required_checked_and_revocable,
+    readiness_hides_the_database_error,
     organizations_never_see_each_others_data,
     another_organization_cannot_change_blocks_or_turns,
     bad_input_to_a_turn_is_refused_and_stores_nothing,

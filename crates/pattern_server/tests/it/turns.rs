@@ -185,6 +185,14 @@ async fn scenario_a_the_model_fails_mid_turn_and_a_retry_works(backend: Backend)
     assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
     assert_eq!(body["error"]["code"], "provider_failed");
     assert_eq!(body["error"]["details"]["message_saved"], true);
+    // The model provider's own message reaches the client (docs/server.md).
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("overloaded"),
+        "{body}"
+    );
     let batch = body["error"]["details"]["batch_id"]
         .as_str()
         .unwrap()
@@ -236,6 +244,7 @@ async fn scenario_b_storage_refuses_the_step_and_the_message_survives(backend: B
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert_eq!(body["error"]["code"], "storage_failed");
     assert_eq!(body["error"]["details"]["message_saved"], true);
+    assert_hides_the_cause(&body);
     let batch = body["error"]["details"]["batch_id"]
         .as_str()
         .unwrap()
@@ -264,6 +273,13 @@ async fn scenario_b_storage_refuses_the_step_and_the_message_survives(backend: B
     assert_eq!(status, StatusCode::OK, "{retried}");
     assert_eq!(retried["text"], "saved now");
     s.stop().await;
+}
+
+/// A storage failure's message names no database detail (the injected trigger's text).
+fn assert_hides_the_cause(body: &Value) {
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(!message.contains("injected"), "{message}");
+    assert!(message.contains("could not be stored"), "{message}");
 }
 
 /// Streams `content` to `agent` until the stream ends; asserts it ends with an `error` event
@@ -348,6 +364,7 @@ async fn a_streamed_turn_that_fails_ends_with_the_error_contract(backend: Backen
         .await
         .unwrap();
     let data = streamed_failure(&s, &a, "please remember me", "storage_failed").await;
+    assert_hides_the_cause(&data);
     let batch = data["error"]["details"]["batch_id"].as_str().unwrap();
     let (_, detail) = s
         .get(&s.key_a, &format!("/v1/agents/{a}/batches/{batch}"))
@@ -383,6 +400,14 @@ async fn scenario_a_the_model_fails_after_a_committed_tool_step(backend: Backend
     assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
     assert_eq!(body["error"]["code"], "provider_failed");
     assert_eq!(body["error"]["details"]["message_saved"], true);
+    // The model provider's own message reaches the client (docs/server.md).
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("overloaded"),
+        "{body}"
+    );
     let batch = body["error"]["details"]["batch_id"]
         .as_str()
         .unwrap()
@@ -455,6 +480,7 @@ async fn scenario_b_storage_refuses_a_tool_step_whole(backend: Backend) {
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert_eq!(body["error"]["code"], "storage_failed");
     assert_eq!(body["error"]["details"]["message_saved"], true);
+    assert_hides_the_cause(&body);
     let batch = body["error"]["details"]["batch_id"]
         .as_str()
         .unwrap()
