@@ -57,6 +57,15 @@ pub fn router(state: AppState) -> axum::Router {
     routes::router(state)
 }
 
+/// Every `(method, path)` the router serves, paths in the OpenAPI document's syntax
+/// (`/v1/agents/{agent_id}`); the document describes exactly these.
+pub fn routes() -> Vec<(axum::http::Method, &'static str)> {
+    routes::served()
+        .into_iter()
+        .map(|(method, path, _)| (method, path))
+        .collect()
+}
+
 /// Serves the API on `listener` until `shutdown` completes; then stops taking requests, cancels
 /// the turns in flight (their batches are abandoned, their messages stay stored) and returns
 /// once open connections are done. While serving, batches of crashed runs (expired leases) are

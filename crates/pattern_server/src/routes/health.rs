@@ -40,6 +40,9 @@ pub(crate) async fn ready(State(state): State<AppState>) -> Result<Json<Health>,
 }
 
 /// The OpenAPI document of this API.
+#[utoipa::path(get, path = "/openapi.json", tag = "health",
+    responses((status = 200, description = "this document (OpenAPI 3.1)",
+        content_type = "application/json")))]
 pub(crate) async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
     Json(crate::openapi::openapi())
 }

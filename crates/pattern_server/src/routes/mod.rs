@@ -17,9 +17,11 @@ pub(crate) mod turns;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Request, State};
+use axum::handler::Handler;
+use axum::http::Method;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodFilter, MethodRouter};
 
 use crate::error::{ApiError, ErrorCode};
 use crate::state::AppState;
@@ -64,94 +66,139 @@ impl From<axum::extract::rejection::PathRejection> for ApiError {
     }
 }
 
+/// Which layers a route gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Class {
+    /// Under `/v1`, cut at the request timeout.
+    Timed,
+    /// Under `/v1`, exempt from the timeout: turns and event streams.
+    Streaming,
+    /// Without a key or a timeout: health, readiness, the OpenAPI document.
+    Open,
+}
+
+/// One path of the table: its class, the methods it serves and their handlers.
+struct Route {
+    path: &'static str,
+    class: Class,
+    methods: Vec<Method>,
+    router: MethodRouter<AppState>,
+}
+
+fn route(path: &'static str, class: Class) -> Route {
+    Route {
+        path,
+        class,
+        methods: Vec::new(),
+        router: MethodRouter::new(),
+    }
+}
+
+impl Route {
+    fn on<H, T>(mut self, method: Method, filter: MethodFilter, handler: H) -> Self
+    where
+        H: Handler<T, AppState>,
+        T: 'static,
+    {
+        self.methods.push(method);
+        self.router = self.router.on(filter, handler);
+        self
+    }
+
+    fn get<H: Handler<T, AppState>, T: 'static>(self, handler: H) -> Self {
+        self.on(Method::GET, MethodFilter::GET, handler)
+    }
+
+    fn post<H: Handler<T, AppState>, T: 'static>(self, handler: H) -> Self {
+        self.on(Method::POST, MethodFilter::POST, handler)
+    }
+
+    fn put<H: Handler<T, AppState>, T: 'static>(self, handler: H) -> Self {
+        self.on(Method::PUT, MethodFilter::PUT, handler)
+    }
+
+    fn delete<H: Handler<T, AppState>, T: 'static>(self, handler: H) -> Self {
+        self.on(Method::DELETE, MethodFilter::DELETE, handler)
+    }
+}
+
+/// Every route: the one table the router is built from and the OpenAPI document is checked
+/// against.
+fn table() -> Vec<Route> {
+    use Class::{Open, Streaming, Timed};
+    vec![
+        route("/health", Open).get(health::health),
+        route("/ready", Open).get(health::ready),
+        route("/openapi.json", Open).get(health::openapi_json),
+        route("/v1/agents", Timed)
+            .get(agents::list)
+            .post(agents::create),
+        route("/v1/agents/{agent_id}", Timed)
+            .get(agents::show)
+            .delete(agents::delete),
+        route("/v1/agents/{agent_id}/messages", Streaming).post(turns::send),
+        route("/v1/agents/{agent_id}/turns/{turn_id}", Timed)
+            .get(turns::status)
+            .delete(turns::cancel),
+        route("/v1/agents/{agent_id}/turns/{turn_id}/events", Streaming).get(turns::events),
+        route("/v1/agents/{agent_id}/batches", Timed).get(batches::list),
+        route("/v1/agents/{agent_id}/batches/{batch_id}", Timed).get(batches::show),
+        route("/v1/agents/{agent_id}/batches/{batch_id}/retry", Streaming).post(turns::retry),
+        route("/v1/agents/{agent_id}/blocks", Timed)
+            .get(memory::list_blocks)
+            .post(memory::create_block),
+        route("/v1/agents/{agent_id}/blocks/{label}", Timed)
+            .get(memory::show_block)
+            .put(memory::set_block),
+        route("/v1/agents/{agent_id}/blocks/{label}/append", Timed).post(memory::append_block),
+        route("/v1/agents/{agent_id}/blocks/{label}/undo", Timed).post(memory::undo_block),
+        route("/v1/agents/{agent_id}/blocks/{label}/history", Timed).get(memory::block_history),
+        route("/v1/agents/{agent_id}/archival", Timed)
+            .get(memory::list_archival)
+            .post(memory::insert_archival),
+        route("/v1/agents/{agent_id}/archival/{passage_id}", Timed)
+            .get(memory::show_archival)
+            .delete(memory::delete_archival),
+        route("/v1/agents/{agent_id}/search", Timed).post(memory::search),
+        route("/v1/agents/{agent_id}/inbox", Timed).get(protocol::inbox),
+        route("/v1/agents/{agent_id}/inbox/read", Timed).post(protocol::mark_read),
+        route("/v1/sessions", Timed).post(protocol::open_session),
+        route("/v1/sessions/{session_id}", Timed).get(protocol::show_session),
+        route("/v1/sessions/{session_id}/messages", Timed)
+            .get(protocol::session_messages)
+            .post(protocol::send_session_message),
+        route("/v1/sessions/{session_id}/end", Timed).post(protocol::end_session),
+        route("/v1/meetings", Timed).post(protocol::create_meeting),
+        route("/v1/meetings/{meeting_id}", Timed).get(protocol::show_meeting),
+        route("/v1/meetings/{meeting_id}/messages", Timed).get(protocol::meeting_messages),
+        route("/v1/meetings/{meeting_id}/events", Streaming).get(protocol::meeting_events),
+        route("/v1/meetings/{meeting_id}/{action}", Timed).post(protocol::meeting_action),
+    ]
+}
+
+/// Every `(method, path, class)` the router serves.
+pub(crate) fn served() -> Vec<(Method, &'static str, Class)> {
+    table()
+        .into_iter()
+        .flat_map(|r| {
+            let (path, class) = (r.path, r.class);
+            r.methods.into_iter().map(move |m| (m, path, class))
+        })
+        .collect()
+}
+
 /// Every route, with its layers, over `state`.
 pub(crate) fn router(state: AppState) -> Router {
-    let timed = Router::new()
-        .route("/v1/agents", get(agents::list).post(agents::create))
-        .route(
-            "/v1/agents/{agent_id}",
-            get(agents::show).delete(agents::delete),
-        )
-        .route(
-            "/v1/agents/{agent_id}/turns/{turn_id}",
-            get(turns::status).delete(turns::cancel),
-        )
-        .route("/v1/agents/{agent_id}/batches", get(batches::list))
-        .route(
-            "/v1/agents/{agent_id}/batches/{batch_id}",
-            get(batches::show),
-        )
-        .route(
-            "/v1/agents/{agent_id}/blocks",
-            get(memory::list_blocks).post(memory::create_block),
-        )
-        .route(
-            "/v1/agents/{agent_id}/blocks/{label}",
-            get(memory::show_block).put(memory::set_block),
-        )
-        .route(
-            "/v1/agents/{agent_id}/blocks/{label}/append",
-            post(memory::append_block),
-        )
-        .route(
-            "/v1/agents/{agent_id}/blocks/{label}/undo",
-            post(memory::undo_block),
-        )
-        .route(
-            "/v1/agents/{agent_id}/blocks/{label}/history",
-            get(memory::block_history),
-        )
-        .route(
-            "/v1/agents/{agent_id}/archival",
-            get(memory::list_archival).post(memory::insert_archival),
-        )
-        .route(
-            "/v1/agents/{agent_id}/archival/{passage_id}",
-            get(memory::show_archival).delete(memory::delete_archival),
-        )
-        .route("/v1/agents/{agent_id}/search", post(memory::search))
-        .route("/v1/agents/{agent_id}/inbox", get(protocol::inbox))
-        .route(
-            "/v1/agents/{agent_id}/inbox/read",
-            post(protocol::mark_read),
-        )
-        .route("/v1/sessions", post(protocol::open_session))
-        .route("/v1/sessions/{session_id}", get(protocol::show_session))
-        .route(
-            "/v1/sessions/{session_id}/messages",
-            get(protocol::session_messages).post(protocol::send_session_message),
-        )
-        .route("/v1/sessions/{session_id}/end", post(protocol::end_session))
-        .route("/v1/meetings", post(protocol::create_meeting))
-        .route("/v1/meetings/{meeting_id}", get(protocol::show_meeting))
-        .route(
-            "/v1/meetings/{meeting_id}/messages",
-            get(protocol::meeting_messages),
-        )
-        .route(
-            "/v1/meetings/{meeting_id}/{action}",
-            post(protocol::meeting_action),
-        )
-        .layer(middleware::from_fn_with_state(state.clone(), timeout));
-    let streaming = Router::new()
-        .route("/v1/agents/{agent_id}/messages", post(turns::send))
-        .route(
-            "/v1/agents/{agent_id}/batches/{batch_id}/retry",
-            post(turns::retry),
-        )
-        .route(
-            "/v1/agents/{agent_id}/turns/{turn_id}/events",
-            get(turns::events),
-        )
-        .route(
-            "/v1/meetings/{meeting_id}/events",
-            get(protocol::meeting_events),
-        );
-    let open = Router::new()
-        .route("/health", get(health::health))
-        .route("/ready", get(health::ready))
-        .route("/openapi.json", get(health::openapi_json));
+    let (mut timed, mut streaming, mut open) = (Router::new(), Router::new(), Router::new());
+    for r in table() {
+        match r.class {
+            Class::Timed => timed = timed.route(r.path, r.router),
+            Class::Streaming => streaming = streaming.route(r.path, r.router),
+            Class::Open => open = open.route(r.path, r.router),
+        }
+    }
     timed
+        .layer(middleware::from_fn_with_state(state.clone(), timeout))
         .merge(streaming)
         .merge(open)
         .fallback(unknown_route)

@@ -163,6 +163,10 @@ fn wants_stream(flag: bool, headers: &HeaderMap) -> bool {
         (status = 200, description = "the final response (or, when streaming, \
             `text/event-stream` of ResponseEvents)", body = TurnResult),
         (status = 404, body = ErrorBody),
+        (status = 409, description = "`cancelled` or `suspended` (the message is stored), or \
+            `conflict`: the Idempotency-Key was used for another request", body = ErrorBody),
+        (status = 422, description = "`context_over_budget`; the message is stored",
+            body = ErrorBody),
         (status = 502, description = "the model failed; the message is stored", body = ErrorBody),
         (status = 503, description = "storage failed; see details.message_saved", body = ErrorBody)))]
 pub(crate) async fn send(

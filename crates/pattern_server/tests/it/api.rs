@@ -655,46 +655,89 @@ async fn the_openapi_document_describes_every_route(backend: Backend) {
     let s = Server::start(backend, vec![]).await;
     let (status, doc) = s.send(Method::GET, None, "/openapi.json", None).await;
     assert_eq!(status, StatusCode::OK);
-    let paths: Vec<&str> = doc["paths"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
-    for path in [
-        "/health",
-        "/ready",
-        "/v1/agents",
-        "/v1/agents/{agent_id}",
-        "/v1/agents/{agent_id}/messages",
-        "/v1/agents/{agent_id}/turns/{turn_id}",
-        "/v1/agents/{agent_id}/turns/{turn_id}/events",
-        "/v1/agents/{agent_id}/batches",
-        "/v1/agents/{agent_id}/batches/{batch_id}",
-        "/v1/agents/{agent_id}/batches/{batch_id}/retry",
-        "/v1/agents/{agent_id}/blocks",
-        "/v1/agents/{agent_id}/blocks/{label}",
-        "/v1/agents/{agent_id}/blocks/{label}/append",
-        "/v1/agents/{agent_id}/blocks/{label}/undo",
-        "/v1/agents/{agent_id}/blocks/{label}/history",
-        "/v1/agents/{agent_id}/archival",
-        "/v1/agents/{agent_id}/archival/{passage_id}",
-        "/v1/agents/{agent_id}/search",
-        "/v1/agents/{agent_id}/inbox",
-        "/v1/agents/{agent_id}/inbox/read",
-        "/v1/sessions",
-        "/v1/sessions/{session_id}",
-        "/v1/sessions/{session_id}/messages",
-        "/v1/sessions/{session_id}/end",
-        "/v1/meetings",
-        "/v1/meetings/{meeting_id}",
-        "/v1/meetings/{meeting_id}/messages",
-        "/v1/meetings/{meeting_id}/events",
-        "/v1/meetings/{meeting_id}/{action}",
-    ] {
-        assert!(paths.contains(&path), "{path} missing from {paths:?}");
+    // The document describes exactly the routes the router serves, methods included.
+    let mut documented = std::collections::BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in [
+            "get", "put", "post", "delete", "patch", "head", "options", "trace",
+        ] {
+            if item.get(method).is_some() {
+                documented.insert((method.to_owned(), path.clone()));
+            }
+        }
     }
-    assert_eq!(paths.len(), 29, "{paths:?}");
+    let served: std::collections::BTreeSet<(String, String)> = pattern_server::routes()
+        .into_iter()
+        .map(|(method, path)| (method.as_str().to_lowercase(), path.to_owned()))
+        .collect();
+    assert_eq!(documented, served);
+    assert!(served.contains(&("get".into(), "/openapi.json".into())));
+    assert!(served.len() >= 38, "{served:?}");
+
+    // Every route the table names is one the router answers (not `unknown_route`, not
+    // `method_not_allowed`), whatever its ids.
+    for (method, path) in &served {
+        let path = path
+            .replace("{action}", "join")
+            .replace("{label}", "human")
+            .replace('{', "x")
+            .replace('}', "");
+        let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+        let body = (method == Method::POST || method == Method::PUT).then(|| json!({}));
+        let (_, answer) = s.send(method.clone(), Some(&s.key_a), &path, body).await;
+        let answered = answer["error"]["code"].as_str().unwrap_or("ok");
+        assert!(
+            !["unknown_route", "method_not_allowed"].contains(&answered),
+            "{method} {path}: {answer}"
+        );
+    }
+
+    // What routes share: 401 on keyed routes, 413/415 with a body, 504 under the timeout.
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let responses = &op["responses"];
+            let keyed = path.starts_with("/v1/");
+            assert_eq!(op["security"].is_array(), keyed, "{method} {path}");
+            assert_eq!(responses["401"].is_object(), keyed, "{method} {path}");
+            let has_body = op["requestBody"].is_object();
+            for status in ["413", "415"] {
+                assert_eq!(
+                    responses[status].is_object(),
+                    has_body,
+                    "{method} {path} {status}"
+                );
+            }
+            let streaming = path.ends_with("/events")
+                || path.ends_with("/retry")
+                || path == "/v1/agents/{agent_id}/messages";
+            assert_eq!(
+                responses["504"].is_object(),
+                keyed && !streaming,
+                "{method} {path}"
+            );
+        }
+    }
+    assert!(doc["components"]["responses"]["Unauthorized"].is_object());
+    // The headers of turns.
+    for path in [
+        "/v1/agents/{agent_id}/messages",
+        "/v1/agents/{agent_id}/batches/{batch_id}/retry",
+    ] {
+        let op = &doc["paths"][path]["post"];
+        let params: Vec<&str> = op["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert!(params.contains(&"Idempotency-Key"), "{path}: {params:?}");
+        assert!(params.contains(&"Accept"), "{path}: {params:?}");
+        let ok = &op["responses"]["200"];
+        for header in ["x-pattern-turn-id", "Location", "x-pattern-replayed"] {
+            assert!(ok["headers"][header].is_object(), "{path}: {header}");
+        }
+        assert!(ok["content"]["text/event-stream"].is_object(), "{path}");
+    }
     assert!(doc["components"]["schemas"]["ErrorCode"].is_object());
     assert!(doc["components"]["securitySchemes"]["api_key"].is_object());
     s.stop().await;
