@@ -38,17 +38,12 @@ impl FromRequestParts<AppState> for Caller {
                 "send the API key as `Authorization: Bearer <key>`",
             ));
         };
-        let secret = header
-            .to_str()
-            .ok()
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .map(str::trim)
-            .ok_or_else(|| {
-                ApiError::new(
-                    ErrorCode::InvalidApiKey,
-                    "the Authorization header must be `Bearer <key>`",
-                )
-            })?;
+        let secret = header.to_str().ok().and_then(bearer_token).ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::InvalidApiKey,
+                "the Authorization header must be `Bearer <key>`",
+            )
+        })?;
         match state.pattern().db().authenticate_api_key(secret).await? {
             Some(key) => Ok(Caller {
                 org: key.organization,
@@ -60,6 +55,14 @@ impl FromRequestParts<AppState> for Caller {
             )),
         }
     }
+}
+
+/// The token of an `Authorization` value `Bearer <token>`. The scheme is matched without regard
+/// to case (RFC 9110, section 11.1); spaces or tabs separate it from a token that is not empty.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once([' ', '\t'])?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 impl Caller {
@@ -87,6 +90,33 @@ impl Caller {
             Ok(agent) => Ok(agent),
             Err(pattern::db::Error::AgentNotFound(_)) => Err(not_found()),
             Err(e) => Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer_token;
+
+    #[test]
+    fn the_bearer_scheme_is_matched_without_regard_to_case() {
+        for value in [
+            "Bearer pat_1",
+            "bearer pat_1",
+            "BEARER pat_1",
+            "bEaReR \t pat_1 ",
+        ] {
+            assert_eq!(bearer_token(value), Some("pat_1"), "{value:?}");
+        }
+        for value in [
+            "Basic pat_1",
+            "Bearer",
+            "Bearer   ",
+            "Bearerpat_1",
+            "Bearers pat_1",
+            "",
+        ] {
+            assert_eq!(bearer_token(value), None, "{value:?}");
         }
     }
 }

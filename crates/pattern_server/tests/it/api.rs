@@ -33,6 +33,17 @@ async fn keys_are_required_checked_and_revocable(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    // The scheme is case-insensitive (RFC 9110).
+    for scheme in ["bearer", "BEARER"] {
+        let response = s
+            .http
+            .get(s.url("/v1/agents"))
+            .header("authorization", format!("{scheme} {}", s.key_a))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{scheme}");
+    }
 
     // A revoked key stops working at once.
     let org = s
