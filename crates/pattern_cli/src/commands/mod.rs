@@ -49,7 +49,8 @@ pub(crate) async fn run(env: &Env, command: Command) -> Result<()> {
     }
 }
 
-/// A progress bar on stderr (hidden when stderr is not a terminal).
+/// A progress bar on stderr (hidden when stderr is not a terminal); the one progress display
+/// of every long command.
 pub(crate) fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(len);
     if let Ok(style) =
@@ -58,5 +59,17 @@ pub(crate) fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
         bar.set_style(style.progress_chars("=> "));
     }
     bar.set_message(what.to_owned());
+    bar
+}
+
+/// Progress of work whose size is not known beforehand: a spinner with the elapsed time, on
+/// stderr (hidden when stderr is not a terminal).
+pub(crate) fn spinner(what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new_spinner();
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{msg:>10} {spinner} {elapsed}") {
+        bar.set_style(style);
+    }
+    bar.set_message(what.to_owned());
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
     bar
 }
