@@ -1,6 +1,7 @@
 //! One module per command group; [`run`] dispatches a parsed command to it. Commands print data
 //! through `crate::output` and return typed CLI errors; they must never print errors themselves
-//! or exit the process.
+//! or exit the process (a turn that fails inside `chat` is a note of the session, on stderr,
+//! not an error of the command).
 
 mod agent;
 mod archival;
