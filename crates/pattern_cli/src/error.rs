@@ -2,8 +2,8 @@
 //!
 //! Exit codes (documented in `docs/cli.md`): 0 success, 1 other failure (I/O, database), 2 usage
 //! or invalid input, 3 not found, 4 conflict (exists already, stale version, out of turn, ended),
-//! 5 refused data (a value over its limit, a damaged or unsupported export file). This module
-//! must never print: `main` prints the message once, to stderr.
+//! 5 refused data (a value over its limit, a damaged or unsupported export file), 130 a turn
+//! cancelled by Ctrl-C. This module must never print: `main` prints the message once, to stderr.
 
 use std::fmt;
 use std::process::ExitCode;
@@ -26,6 +26,8 @@ pub(crate) enum Kind {
     Conflict,
     /// Data refused as it is: over a limit, damaged, or of an unsupported format.
     Refused,
+    /// Interrupted by Ctrl-C (128 + SIGINT, as shells report it).
+    Interrupted,
 }
 
 impl Kind {
@@ -37,6 +39,7 @@ impl Kind {
             Kind::NotFound => 3,
             Kind::Conflict => 4,
             Kind::Refused => 5,
+            Kind::Interrupted => 130,
         }
     }
 }
@@ -75,6 +78,10 @@ impl CliError {
 
     pub(crate) fn refused(message: impl Into<String>) -> Self {
         Self::new(Kind::Refused, message)
+    }
+
+    pub(crate) fn interrupted(message: impl Into<String>) -> Self {
+        Self::new(Kind::Interrupted, message)
     }
 
     pub(crate) fn other(message: impl Into<String>) -> Self {

@@ -10,6 +10,7 @@ mod cli;
 mod commands;
 mod env;
 mod error;
+mod interrupt;
 mod output;
 mod search_db;
 mod transfer;

@@ -210,14 +210,26 @@ fn parse_line(text: &str) -> std::result::Result<NewArchival, String> {
     })
 }
 
-async fn import(env: &Env, db: &SearchDb, agent: pattern::db::AgentId, file: &Path) -> Result<()> {
-    let text = std::fs::read_to_string(file).map_err(|e| io(file, &e))?;
-    let lines: Vec<(usize, &str)> = text
-        .lines()
+/// The non-blank lines of `bytes`, numbered from 1, each as text or, when it is not UTF-8, the
+/// cause (so one bad byte costs its line, not the file). `\n` ends a line, and a `\r` before it
+/// is dropped.
+fn numbered_lines(bytes: &[u8]) -> Vec<(usize, std::result::Result<&str, String>)> {
+    bytes
+        .split(|b| *b == b'\n')
         .enumerate()
-        .map(|(i, l)| (i + 1, l))
-        .filter(|(_, l)| !l.trim().is_empty())
-        .collect();
+        .map(|(i, line)| {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let text = std::str::from_utf8(line)
+                .map_err(|e| format!("not UTF-8: invalid byte at column {}", e.valid_up_to() + 1));
+            (i + 1, text)
+        })
+        .filter(|(_, text)| text.as_ref().map_or(true, |t| !t.trim().is_empty()))
+        .collect()
+}
+
+async fn import(env: &Env, db: &SearchDb, agent: pattern::db::AgentId, file: &Path) -> Result<()> {
+    let bytes = std::fs::read(file).map_err(|e| io(file, &e))?;
+    let lines = numbered_lines(&bytes);
     let bar = crate::commands::progress(lines.len() as u64, "archival");
     let mut report = ImportReport {
         imported: 0,
@@ -226,7 +238,7 @@ async fn import(env: &Env, db: &SearchDb, agent: pattern::db::AgentId, file: &Pa
     };
     let mut chunk: Vec<(usize, NewArchival)> = Vec::with_capacity(IMPORT_CHUNK);
     for (number, line) in &lines {
-        match parse_line(line) {
+        match line.clone().and_then(parse_line) {
             Ok(new) => chunk.push((*number, new)),
             Err(error) => report.bad.push(BadLine {
                 line: *number,

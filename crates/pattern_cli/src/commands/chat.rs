@@ -3,24 +3,37 @@
 //! The model comes from the environment first (`ANTHROPIC_API_KEY`, `OPENAI_API_KEY`,
 //! `GEMINI_API_KEY`, in that order), then from `[model]` in config.toml (`provider = "llamacpp"`
 //! with a `base_url`), and otherwise a local llama.cpp server (installed by `cargo xtask setup`)
-//! is started for the command and stopped after it. Ctrl-C during a turn cancels the turn (its
-//! batch is abandoned, the message stays stored); Ctrl-C at the prompt, or end of input, leaves.
-//! This module must never print an API key and never leave a started server running.
+//! is started for the command and stopped after it.
+//!
+//! Ctrl-C during a turn cancels the turn (its batch is abandoned, the message stays stored): in
+//! `chat` the prompt comes back, `send` exits 130. Ctrl-C at the prompt, or end of input,
+//! leaves `chat`. A failed turn is one line on stderr: `chat` goes on, `send` exits with the
+//! failure's code. Before the database is closed (and before the next prompt) the command waits,
+//! bounded, until the agent's run has really ended. This module must never print an API key,
+//! never leave a started server running, and never close the database under a running batch
+//! without saying so.
 
 use std::io::{BufRead, Write};
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use pattern::Pattern;
+use pattern::core::db_agent::wait_idle;
 use pattern::core::local_server::LocalModel;
 use pattern::core::provider::ModelProvider;
-use pattern::core::{Agent, DatabaseAgent, IncomingMessage, ResponseEvent, RuntimeConfig};
+use pattern::core::{
+    Agent, DatabaseAgent, DoneReason, ErrorKind, IncomingMessage, Response, ResponseEvent,
+    RuntimeConfig, TurnError, collect_response,
+};
 use pattern::model::ModelChoice;
 use serde::Serialize;
+use tokio::sync::mpsc;
 
 use crate::cli::{ChatArgs, SendArgs};
 use crate::env::{Config, Env, agent_named};
-use crate::error::{CliError, Result};
+use crate::error::{CliError, Kind, Result};
+use crate::interrupt::Interrupts;
 use crate::output;
 
 /// The model for this command (`pattern::model`): dropping it stops a local server it started.
@@ -84,155 +97,395 @@ pub(crate) fn runtime_config(agent: &pattern::Agent, model: &dyn ModelProvider) 
     config
 }
 
-/// Renders one event for a terminal: text as it streams, tool calls and results on their own
-/// lines (to stderr, so stdout holds the answer).
-pub(crate) fn render(event: &ResponseEvent, out: &mut impl Write) -> std::io::Result<()> {
-    match event {
-        ResponseEvent::TextDelta { text } => {
-            out.write_all(text.as_bytes())?;
-            out.flush()
-        }
-        ResponseEvent::ToolCallFinished { name, input, .. } => {
-            eprintln!(
-                "\n  [tool call] {name} {}",
+/// How long a command waits after a turn for the agent's run to end (its batch completed or
+/// abandoned) before it goes on or closes the database.
+const SETTLE: Duration = Duration::from_secs(30);
+
+/// What a terminal shows of a turn: text as it streams on stdout (the answer), tool calls and
+/// results on their own lines on stderr.
+#[derive(Default)]
+struct Screen {
+    /// Streamed text ended without a newline.
+    mid_line: bool,
+}
+
+impl Screen {
+    /// Shows `event`: the answer's text on `out`, notes on their own lines on `err`.
+    fn show(
+        &mut self,
+        event: &ResponseEvent,
+        out: &mut impl Write,
+        err: &mut impl Write,
+    ) -> std::io::Result<()> {
+        let note = match event {
+            ResponseEvent::TextDelta { text } if !text.is_empty() => {
+                out.write_all(text.as_bytes())?;
+                out.flush()?;
+                self.mid_line = !text.ends_with('\n');
+                return Ok(());
+            }
+            ResponseEvent::Done { .. } => {
+                self.mid_line = false;
+                return writeln!(out);
+            }
+            ResponseEvent::ToolCallStarted { name, .. } => format!("[calling {name}]"),
+            ResponseEvent::ToolCallFinished { name, input, .. } => format!(
+                "[tool call] {name} {}",
                 output::preview(&input.to_string(), 200)
-            );
-            Ok(())
+            ),
+            ResponseEvent::ToolResult {
+                content, is_error, ..
+            } => {
+                let tag = if *is_error {
+                    "tool error"
+                } else {
+                    "tool result"
+                };
+                format!("[{tag}] {}", output::preview(content, 200))
+            }
+            ResponseEvent::Queued { .. } => {
+                "[queued: the agent is busy; your message is stored]".to_owned()
+            }
+            _ => return Ok(()),
+        };
+        // A note after streamed text starts on a line of its own (on a terminal, both streams
+        // share the screen).
+        let lead = if std::mem::take(&mut self.mid_line) {
+            "\n"
+        } else {
+            ""
+        };
+        writeln!(err, "{lead}  {note}")
+    }
+
+    /// Ends the answer's last line when the turn ended without `Done`.
+    fn finish(&mut self, out: &mut impl Write) -> std::io::Result<()> {
+        if std::mem::take(&mut self.mid_line) {
+            writeln!(out)?;
         }
-        ResponseEvent::ToolResult {
-            content, is_error, ..
-        } => {
-            let tag = if *is_error {
-                "tool error"
-            } else {
-                "tool result"
-            };
-            eprintln!("  [{tag}] {}", output::preview(content, 200));
-            Ok(())
-        }
-        ResponseEvent::Queued { .. } => {
-            eprintln!("  [queued: the agent is busy; your message is stored]");
-            Ok(())
-        }
-        ResponseEvent::Error { kind, message, .. } => {
-            eprintln!("\n  [turn failed ({kind:?})] {message}");
-            Ok(())
-        }
-        ResponseEvent::Done { .. } => writeln!(out),
-        _ => Ok(()),
+        Ok(())
     }
 }
 
-/// One turn, streamed to the terminal; Ctrl-C cancels it. Returns every event.
-pub(crate) async fn turn(agent: &Arc<DatabaseAgent>, text: &str) -> Result<Vec<ResponseEvent>> {
+fn stdout_error(e: std::io::Error) -> CliError {
+    CliError::other(format!("stdout: {e}"))
+}
+
+/// How a turn ended.
+pub(crate) enum TurnEnd {
+    /// It ran to its end: every event, the last one `Done` or `Error`.
+    Finished(Vec<ResponseEvent>),
+    /// Ctrl-C cancelled it: its batch is abandoned, the message stays stored.
+    Cancelled,
+}
+
+/// One turn: streamed to the terminal when `show`, cancelled by Ctrl-C. Returns once the agent's
+/// run has ended (or [`SETTLE`] passed), so the batch is completed or abandoned by then.
+pub(crate) async fn turn(
+    agent: &Arc<DatabaseAgent>,
+    text: &str,
+    interrupts: &mut Interrupts,
+    show: bool,
+) -> Result<TurnEnd> {
+    // Not raced with Ctrl-C: committing the message is quick, and a Ctrl-C meanwhile is kept by
+    // `interrupts` for the loop below (dropping this call halfway could strand its batch).
     let mut stream = agent.clone().process(IncomingMessage::user(text)).await?;
-    let mut events = Vec::new();
+    let mut screen = Screen::default();
     let mut stdout = std::io::stdout();
-    loop {
+    let mut stderr = std::io::stderr();
+    let mut events = Vec::new();
+    let ended: Result<bool> = loop {
         tokio::select! {
             event = stream.next() => {
-                let Some(event) = event else { break };
-                render(&event, &mut stdout).map_err(|e| CliError::other(format!("stdout: {e}")))?;
+                let Some(event) = event else { break Ok(false) };
+                if show && let Err(e) = screen.show(&event, &mut stdout, &mut stderr) {
+                    break Err(stdout_error(e));
+                }
+                // `Done` and `Error` end the turn: a Ctrl-C after them is not about it.
+                let last = matches!(event, ResponseEvent::Done { .. } | ResponseEvent::Error { .. });
                 events.push(event);
+                if last {
+                    break Ok(false);
+                }
             }
-            _ = tokio::signal::ctrl_c() => {
-                drop(stream);
-                eprintln!("\n  [cancelled: the turn was abandoned; your message stays stored]");
-                break;
+            () = interrupts.recv() => break Ok(true),
+        }
+    };
+    // Dropping the stream cancels a run still going; the agent then abandons its batch.
+    drop(stream);
+    settle(agent).await;
+    let cancelled = ended?;
+    if show {
+        screen.finish(&mut stdout).map_err(stdout_error)?;
+    }
+    Ok(if cancelled {
+        TurnEnd::Cancelled
+    } else {
+        TurnEnd::Finished(events)
+    })
+}
+
+/// Waits (at most [`SETTLE`]) until the agent holds no batch, and says so when it still does.
+async fn settle(agent: &DatabaseAgent) {
+    if !wait_idle(agent, SETTLE).await {
+        eprintln!(
+            "warning: the agent's run did not end within {} s; its batch stays open until \
+             `pattern recover`",
+            SETTLE.as_secs()
+        );
+    }
+}
+
+/// A failed turn as a CLI error: cancelled 130, the agent suspended or busy elsewhere 4,
+/// anything else (the provider, storage, context) 1.
+fn turn_failure(e: &TurnError) -> CliError {
+    let kind = match e.kind {
+        ErrorKind::Cancelled => Kind::Interrupted,
+        ErrorKind::Suspended | ErrorKind::QueueEntryGone => Kind::Conflict,
+        _ => Kind::Other,
+    };
+    let stored = match e.batch_id {
+        Some(batch) => format!(
+            " (batch {} abandoned; the message stays stored)",
+            batch.get()
+        ),
+        None => String::new(),
+    };
+    CliError::new(kind, format!("the turn failed: {}{stored}", e.message))
+}
+
+/// The opened database, model and agent of `chat` and `send`.
+struct Session {
+    pattern: Pattern,
+    model: Model,
+    agent: Arc<DatabaseAgent>,
+}
+
+impl Session {
+    async fn open(env: &Env, name: Option<&str>) -> Result<Self> {
+        let (pattern, config) = env.open_for_agents().await?;
+        let opened = Self::agent(env, &pattern, &config, name).await;
+        match opened {
+            Ok((model, agent)) => Ok(Self {
+                pattern,
+                model,
+                agent,
+            }),
+            Err(e) => {
+                pattern.close().await;
+                Err(e)
             }
         }
     }
-    Ok(events)
+
+    async fn agent(
+        env: &Env,
+        pattern: &Pattern,
+        config: &Config,
+        name: Option<&str>,
+    ) -> Result<(Model, Arc<DatabaseAgent>)> {
+        let name = name
+            .map(str::to_owned)
+            .or_else(|| config.agent.default.clone())
+            .ok_or_else(|| CliError::usage("no agent given: name one or set [agent] default"))?;
+        let row = agent_named(pattern, &name).await?;
+        let model = model(env, LocalModel::Qwen).await?;
+        let agent = pattern.agent(
+            row.clone(),
+            model.provider.clone(),
+            runtime_config(&row, &*model.provider),
+        )?;
+        Ok((model, agent))
+    }
+
+    /// Waits for the agent's run to end, then stops the model and closes the database.
+    async fn close(self) {
+        settle(&self.agent).await;
+        drop(self.agent);
+        drop(self.model);
+        self.pattern.close().await;
+    }
 }
 
-async fn open_agent(
-    env: &Env,
-    name: Option<&str>,
-) -> Result<(Pattern, Config, Model, Arc<DatabaseAgent>)> {
-    let (pattern, config) = env.open_for_agents().await?;
-    let name = name
-        .map(str::to_owned)
-        .or_else(|| config.agent.default.clone())
-        .ok_or_else(|| CliError::usage("no agent given: name one or set [agent] default"))?;
-    let row = agent_named(&pattern, &name).await?;
-    let model = model(env, LocalModel::Qwen).await?;
-    let agent = pattern.agent(
-        row.clone(),
-        model.provider.clone(),
-        runtime_config(&row, &*model.provider),
-    )?;
-    Ok((pattern, config, model, agent))
-}
-
+/// `send --json`: the collected turn. A failed turn prints nothing on stdout (one error line on
+/// stderr and its exit code).
 #[derive(Serialize)]
 struct SendReport {
     batch_id: Option<String>,
     text: String,
     tool_calls: Vec<serde_json::Value>,
-    ok: bool,
-    error: Option<String>,
+    tool_results: Vec<serde_json::Value>,
+    reason: DoneReason,
+}
+
+impl From<Response> for SendReport {
+    fn from(r: Response) -> Self {
+        Self {
+            batch_id: r.batch_id.map(|b| b.get().to_string()),
+            text: r.text,
+            tool_calls: r
+                .tool_calls
+                .into_iter()
+                .map(|(id, name, input)| serde_json::json!({"id": id, "name": name, "input": input}))
+                .collect(),
+            tool_results: r
+                .tool_results
+                .into_iter()
+                .map(|(id, content, is_error)| {
+                    serde_json::json!({"call_id": id, "content": content, "is_error": is_error})
+                })
+                .collect(),
+            reason: r.reason,
+        }
+    }
 }
 
 /// `pattern send AGENT MESSAGE`.
 pub(crate) async fn send(env: &Env, args: SendArgs) -> Result<()> {
-    let (pattern, _config, model, agent) = open_agent(env, Some(&args.agent)).await?;
-    let events = if env.json {
-        agent
-            .clone()
-            .process(IncomingMessage::user(&args.message))
-            .await?
-            .collect::<Vec<_>>()
-            .await
-    } else {
-        turn(&agent, &args.message).await?
+    let session = Session::open(env, Some(&args.agent)).await?;
+    let ended = match Interrupts::new() {
+        Ok(mut interrupts) => turn(&session.agent, &args.message, &mut interrupts, !env.json).await,
+        Err(e) => Err(e),
     };
-    let result = pattern::core::collect_response(futures::stream::iter(events)).await;
-    drop(agent);
-    drop(model);
-    pattern.close().await;
-    match result {
-        Ok(r) => {
-            if env.json {
-                output::json(&SendReport {
-                    batch_id: r.batch_id.map(|b| b.get().to_string()),
-                    text: r.text,
-                    tool_calls: r
-                        .tool_calls
-                        .iter()
-                        .map(|(id, name, input)| serde_json::json!({"id": id, "name": name, "input": input}))
-                        .collect(),
-                    ok: true,
-                    error: None,
-                })?;
-            }
-            Ok(())
+    session.close().await;
+    let events = match ended? {
+        TurnEnd::Finished(events) => events,
+        TurnEnd::Cancelled => {
+            return Err(CliError::interrupted(
+                "cancelled: the turn's batch is abandoned; the message stays stored",
+            ));
         }
-        Err(e) => Err(CliError::other(format!("the turn failed: {}", e.message))),
+    };
+    let response = collect_response(futures::stream::iter(events))
+        .await
+        .map_err(|e| turn_failure(&e))?;
+    if env.json {
+        output::json(&SendReport::from(response))?;
     }
+    Ok(())
 }
 
 /// `pattern chat [AGENT]`.
 pub(crate) async fn chat(env: &Env, args: ChatArgs) -> Result<()> {
-    let (pattern, _config, model, agent) = open_agent(env, args.agent.as_deref()).await?;
-    eprintln!("chatting with {} (end with Ctrl-D)", agent.name());
-    let stdin = std::io::stdin();
+    let session = Session::open(env, args.agent.as_deref()).await?;
+    let result = match Interrupts::new() {
+        Ok(mut interrupts) => converse(&session.agent, &mut interrupts).await,
+        Err(e) => Err(e),
+    };
+    session.close().await;
+    result
+}
+
+/// The prompt loop: one turn per line until end of input or Ctrl-C at the prompt. A failed or
+/// cancelled turn is reported on stderr and the prompt comes back.
+async fn converse(agent: &Arc<DatabaseAgent>, interrupts: &mut Interrupts) -> Result<()> {
+    eprintln!(
+        "chatting with {} (Ctrl-C cancels a turn; Ctrl-D, or Ctrl-C at the prompt, leaves)",
+        agent.name()
+    );
+    let mut lines = stdin_lines();
     loop {
         eprint!("> ");
         let _ = std::io::stderr().flush();
-        let mut line = String::new();
-        let read = tokio::task::block_in_place(|| stdin.lock().read_line(&mut line))
-            .map_err(|e| CliError::other(format!("stdin: {e}")))?;
-        if read == 0 {
-            break;
-        }
+        let line = tokio::select! {
+            line = lines.recv() => line,
+            () = interrupts.recv() => None,
+        };
+        let Some(line) = line else {
+            eprintln!();
+            return Ok(());
+        };
+        let line = line.map_err(|e| CliError::other(format!("stdin: {e}")))?;
         let text = line.trim();
         if text.is_empty() {
             continue;
         }
-        turn(&agent, text).await?;
+        match turn(agent, text, interrupts, true).await {
+            Ok(TurnEnd::Finished(events)) => {
+                if let Err(e) = collect_response(futures::stream::iter(events)).await {
+                    eprintln!("  [{}]", turn_failure(&e));
+                }
+            }
+            Ok(TurnEnd::Cancelled) => {
+                eprintln!(
+                    "  [cancelled: the turn's batch is abandoned; your message stays stored]"
+                );
+            }
+            Err(e) => eprintln!("  [the turn failed: {e}]"),
+        }
     }
-    drop(agent);
-    drop(model);
-    pattern.close().await;
-    Ok(())
+}
+
+/// The lines of stdin, read on a thread of their own (a blocking read cannot be raced with
+/// Ctrl-C); the channel closes at end of input. Invalid UTF-8 is replaced, not refused.
+fn stdin_lines() -> mpsc::Receiver<std::io::Result<String>> {
+    let (tx, rx) = mpsc::channel(1);
+    // Not joined: at the end of the command the process exits, ending a read in progress.
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        loop {
+            let mut bytes = Vec::new();
+            let line = match stdin.read_until(b'\n', &mut bytes) {
+                Ok(0) => return,
+                Ok(_) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
+                Err(e) => Err(e),
+            };
+            let failed = line.is_err();
+            if tx.blocking_send(line).is_err() || failed {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shown(events: &[ResponseEvent]) -> (String, String) {
+        let mut screen = Screen::default();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        for e in events {
+            screen.show(e, &mut out, &mut err).unwrap();
+        }
+        screen.finish(&mut out).unwrap();
+        (
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_tool_call_is_shown_when_it_starts_and_on_a_line_of_its_own() {
+        let (out, err) = shown(&[
+            ResponseEvent::TextDelta {
+                text: "Let me note that".into(),
+            },
+            ResponseEvent::ToolCallStarted {
+                call_id: "c1".into(),
+                name: "memory_append".into(),
+            },
+            ResponseEvent::ToolCallFinished {
+                call_id: "c1".into(),
+                name: "memory_append".into(),
+                input: serde_json::json!({"label": "human"}),
+            },
+            ResponseEvent::ToolResult {
+                call_id: "c1".into(),
+                content: "appended".into(),
+                is_error: false,
+            },
+            ResponseEvent::TextDelta {
+                text: "Done.".into(),
+            },
+        ]);
+        // The turn ended without `Done` (failed or cancelled): the answer's line is ended.
+        assert_eq!(out, "Let me note thatDone.\n");
+        assert_eq!(
+            err,
+            "\n  [calling memory_append]\n  [tool call] memory_append {\"label\":\"human\"}\n  \
+             [tool result] appended\n"
+        );
+    }
 }

@@ -19,10 +19,11 @@ use pattern::memory::{
 use pattern::search::ModelPaths;
 use pattern::{Embedding, NewAgent, Pattern, PatternConfig};
 
-use super::chat::{model, runtime_config, turn};
+use super::chat::{TurnEnd, model, runtime_config, turn};
 use crate::cli::DemoArgs;
 use crate::env::Env;
 use crate::error::{CliError, Result};
+use crate::interrupt::Interrupts;
 use crate::output;
 
 const TURNS: [&str; 3] = [
@@ -83,12 +84,28 @@ pub(crate) async fn run(env: &Env, args: DemoArgs) -> Result<()> {
         .map_err(other)?;
 
     let mut tool_calls = Vec::new();
+    let mut interrupts = Interrupts::new()?;
     for text in TURNS {
         println!("\n-- user: {text}\n-- {name}:");
-        let events = turn(&agent, text).await?;
+        let events = match turn(&agent, text, &mut interrupts, true).await? {
+            TurnEnd::Finished(events) => events,
+            TurnEnd::Cancelled => {
+                drop(agent);
+                drop(model);
+                pattern.close().await;
+                return Err(CliError::interrupted(
+                    "the demo was cancelled (its last batch is abandoned)",
+                ));
+            }
+        };
         for e in &events {
-            if let ResponseEvent::ToolCallFinished { name, .. } = e {
-                tool_calls.push(name.clone());
+            match e {
+                ResponseEvent::ToolCallFinished { name, .. } => tool_calls.push(name.clone()),
+                // The demo goes on; its checks at the end decide.
+                ResponseEvent::Error { kind, message, .. } => {
+                    eprintln!("  [the turn failed ({kind:?}): {message}]");
+                }
+                _ => {}
             }
         }
     }

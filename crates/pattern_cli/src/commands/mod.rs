@@ -1,6 +1,7 @@
 //! One module per command group; [`run`] dispatches a parsed command to it. Commands print data
 //! through `crate::output` and return typed CLI errors; they must never print errors themselves
-//! or exit the process.
+//! or exit the process (a turn that fails inside `chat` is a note of the session, on stderr,
+//! not an error of the command).
 
 mod agent;
 mod archival;
@@ -49,7 +50,8 @@ pub(crate) async fn run(env: &Env, command: Command) -> Result<()> {
     }
 }
 
-/// A progress bar on stderr (hidden when stderr is not a terminal).
+/// A progress bar on stderr (hidden when stderr is not a terminal); the one progress display
+/// of every long command.
 pub(crate) fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(len);
     if let Ok(style) =
@@ -58,5 +60,17 @@ pub(crate) fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
         bar.set_style(style.progress_chars("=> "));
     }
     bar.set_message(what.to_owned());
+    bar
+}
+
+/// Progress of work whose size is not known beforehand: a spinner with the elapsed time, on
+/// stderr (hidden when stderr is not a terminal).
+pub(crate) fn spinner(what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new_spinner();
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{msg:>10} {spinner} {elapsed}") {
+        bar.set_style(style);
+    }
+    bar.set_message(what.to_owned());
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
     bar
 }

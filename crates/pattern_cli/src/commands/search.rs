@@ -94,7 +94,10 @@ async fn run_search(env: &Env, db: &SearchDb, args: SearchArgs) -> Result<()> {
 
 pub(crate) async fn reindex(env: &Env) -> Result<()> {
     let db = SearchDb::open(env, Vectors::Off).await?;
+    // The rebuild reports no counts as it goes: the terminal shows that it runs, and for how long.
+    let bar = super::spinner("reindexing");
     let result = db.raw().reindex().await;
+    bar.finish_and_clear();
     db.close().await;
     let documents = result?;
     if env.json {

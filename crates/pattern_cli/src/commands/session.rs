@@ -180,6 +180,10 @@ async fn act(env: &Env, pattern: &Pattern, command: SessionCommand) -> Result<()
     let mut names = Names::new();
     match command {
         SessionCommand::List { agent } => {
+            if let Some(name) = &agent {
+                // An unknown agent is "not found" (exit 3), not an empty list.
+                agent_named(pattern, name).await?;
+            }
             let mut views = Vec::new();
             for c in protocol.active_conversations().await? {
                 let view = names.session(pattern, &c.session).await?;

@@ -17,7 +17,6 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 
-use indicatif::{ProgressBar, ProgressStyle};
 use pattern::db::{
     AgentImport, ImportBatch, ImportBlock, ImportMessage, ImportPassage, ImportSummary,
     ImportVersion, ListArchival, NewArchival,
@@ -25,6 +24,7 @@ use pattern::db::{
 use pattern::{BatchState, NewAgent, Pattern, SnowflakeId};
 use serde::Serialize;
 
+use super::progress;
 use crate::cli::{ExportArgs, ImportArgs};
 use crate::env::{Env, agent_named};
 use crate::error::{CliError, Result, io};
@@ -40,15 +40,6 @@ const PAGE: usize = 200;
 const ARCHIVAL_PAGE: usize = 1000;
 /// Messages read per page while exporting.
 const MESSAGE_PAGE: usize = 5000;
-
-fn progress(len: u64, what: &str) -> ProgressBar {
-    let bar = ProgressBar::new(len);
-    if let Ok(style) = ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} {elapsed}") {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar.set_message(what.to_owned());
-    bar
-}
 
 /// `export` answer.
 #[derive(Serialize)]

@@ -1,8 +1,10 @@
 //! Integration tests of the `pattern` binary: the real executable on a temporary data directory
 //! (and once on PostgreSQL through `--database-url`), checking output, `--json` shapes and exit
-//! codes. History that the CLI cannot create yet (batches: the runtime is not wired) is seeded
-//! through `pattern_db` while no CLI process runs. These tests must never touch the user's real
-//! data directory: every command gets `--data-dir` and a cleaned environment.
+//! codes. Turns (`chat`, `send`) run against a fake OpenAI-compatible model server on loopback
+//! (`fake_model`); histories with shapes a model would not produce on demand (failed tools, a
+//! crashed run) are seeded through `pattern_db` while no CLI process runs. These tests must never
+//! touch the user's real data directory or a real model API: every command gets `--data-dir`
+//! and a cleaned environment (no API keys).
 
 #![allow(
     clippy::unwrap_used,
@@ -14,6 +16,8 @@
 
 mod basics;
 mod batches;
+mod chat;
+mod fake_model;
 mod memory;
 mod pg;
 mod search;
@@ -93,8 +97,25 @@ impl Home {
         format!("sqlite://{}", self.data_dir().join("pattern.db").display())
     }
 
+    /// Points `[model]` in config.toml at an OpenAI-compatible server (`.../v1`).
+    pub fn use_model(&self, base_url: &str) {
+        let config = self.data_dir().join("config.toml");
+        let text = std::fs::read_to_string(&config).unwrap().replace(
+            "# provider = \"llamacpp\"",
+            &format!(
+                "provider = \"llamacpp\"\n[model.llamacpp]\nbase_url = \"{base_url}\"\nmodel = \"fake\""
+            ),
+        );
+        std::fs::write(&config, text).unwrap();
+    }
+
     /// Runs `pattern --data-dir DIR ARGS...` with a clean environment.
     pub fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    /// `pattern --data-dir DIR ARGS...` with a clean environment, to run or spawn.
+    pub fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_pattern"));
         cmd.arg("--data-dir").arg(self.data_dir());
         if let Some(url) = &self.url {
@@ -107,11 +128,14 @@ impl Home {
             .env_remove("PATTERN_MODEL_DIR")
             .env_remove("PATTERN_ORT_LIBRARY")
             .env_remove("ORT_DYLIB_PATH")
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("GEMINI_API_KEY")
             .env("NO_COLOR", "1");
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        cmd.output().unwrap()
+        cmd
     }
 
     /// Runs and expects success; returns stdout.

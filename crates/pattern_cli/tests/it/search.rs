@@ -195,6 +195,39 @@ fn import_reports_bad_lines_keeps_good_ones_and_is_idempotent() {
 }
 
 #[test]
+fn import_reports_a_line_that_is_not_utf8_and_imports_the_others() {
+    let home = with_agent();
+    let file = home.path("latin1.jsonl");
+    let mut bytes = b"{\"text\": \"first passage\"}\r\n".to_vec();
+    // "café" in Latin-1: one byte that is not UTF-8.
+    bytes.extend_from_slice(b"{\"text\": \"caf\xe9 passage\"}\n");
+    bytes.extend_from_slice(b"{\"text\": \"third passage\"}");
+    std::fs::write(&file, bytes).unwrap();
+    let file = file.to_str().unwrap();
+    let out = home.run(&[
+        "--json", "archival", "import", "--agent", "ada", "--jsonl", file,
+    ]);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(REFUSED), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["imported"], 2);
+    assert_eq!(report["bad"][0]["line"], 2);
+    assert_eq!(report["bad"].as_array().unwrap().len(), 1);
+    let error = report["bad"][0]["error"].as_str().unwrap();
+    assert_eq!(error, "not UTF-8: invalid byte at column 14");
+    assert!(stderr.contains(&format!("{file}:2: {error}")), "{stderr}");
+    let mut stored: Vec<String> = home
+        .json(&["archival", "list", "--agent", "ada"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["content"].as_str().unwrap().to_owned())
+        .collect();
+    stored.sort();
+    assert_eq!(stored, ["first passage", "third passage"]);
+}
+
+#[test]
 fn without_the_model_vector_fails_and_auto_falls_back_to_full_text() {
     let mut home = with_agent();
     home.set_env(vec![

@@ -71,10 +71,13 @@ fn sync_session_takes_turns_and_delivers_to_the_inbox() {
         home.json(&["session", "list", "--agent", "bob"])[0]["id"],
         id.as_str()
     );
+    home.ok(&["agent", "create", "cy"]);
     assert_eq!(
         home.json(&["session", "list", "--agent", "cy"]),
         serde_json::json!([])
     );
+    let err = home.fails(&["session", "list", "--agent", "nobody"], NOT_FOUND);
+    assert!(err.contains("nobody"), "{err}");
     let ended = home.json(&["session", "end", &id, "--by", "ada"]);
     assert_eq!(ended["status"], "ended");
     home.fails(&["session", "send", &id, "--from", "bob", "late"], CONFLICT);
