@@ -438,6 +438,7 @@ mod tests {
                 started_at: Default::default(),
                 completed_at: None,
                 continuations: 0,
+                retried_at: None,
             },
             messages,
         }

@@ -119,6 +119,9 @@ pub(crate) struct BatchRecord {
     pub(crate) archived: bool,
     pub(crate) started_at: DateTime<Utc>,
     pub(crate) completed_at: Option<DateTime<Utc>>,
+    /// When an abandoned batch was retried (absent: never), so an import cannot retry it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) retried_at: Option<DateTime<Utc>>,
     /// In sequence order.
     pub(crate) messages: Vec<MessageRecord>,
 }

@@ -35,6 +35,11 @@ pub struct IncomingMessage {
     /// the same transaction that marks the entry delivered (exactly once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_id: Option<SnowflakeId>,
+    /// Set when this retries an abandoned batch: the batch is marked retried in the same
+    /// transaction that stores this trigger (a new batch or a queue entry), so a second retry of
+    /// it is refused with nothing stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_of: Option<BatchId>,
 }
 
 impl IncomingMessage {
@@ -46,6 +51,7 @@ impl IncomingMessage {
             content: vec![ContentBlock::text(text)],
             source: String::new(),
             queue_id: None,
+            retry_of: None,
         }
     }
 
@@ -57,6 +63,7 @@ impl IncomingMessage {
             content: vec![ContentBlock::text(text)],
             source: "system".into(),
             queue_id: None,
+            retry_of: None,
         }
     }
 
@@ -68,6 +75,7 @@ impl IncomingMessage {
             content: vec![ContentBlock::text(text)],
             source: agent.to_owned(),
             queue_id: None,
+            retry_of: None,
         }
     }
 
@@ -83,6 +91,7 @@ impl IncomingMessage {
             content: abandoned.trigger.content.clone(),
             source: "retry".into(),
             queue_id: None,
+            retry_of: Some(abandoned.batch.id),
         }
     }
 
@@ -94,6 +103,7 @@ impl IncomingMessage {
             content: entry.content.clone(),
             source: entry.source.clone(),
             queue_id: Some(entry.id),
+            retry_of: None,
         }
     }
 }

@@ -122,6 +122,7 @@ impl DatabaseAgent {
                 BeginBatch {
                     batch_type: Some(message.batch_type),
                     parent_batch: None,
+                    retry_of: message.retry_of,
                 },
             )
             .await?)
@@ -130,6 +131,7 @@ impl DatabaseAgent {
     async fn enqueue(&self, message: &IncomingMessage) -> Result<SnowflakeId> {
         let entry = NewQueued {
             source: message.source.clone(),
+            retry_of: message.retry_of,
             ..NewQueued::now(message.batch_type, message.role, message.content.clone())
         };
         let queued = self

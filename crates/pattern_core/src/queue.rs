@@ -78,6 +78,12 @@ impl QueueProcessor {
         self.signal.notify_one();
     }
 
+    /// Stops delivering to `agent` (it was deleted, or is no longer served by this process);
+    /// its entries stay queued for whoever registers it next.
+    pub async fn unregister(&self, agent: AgentId) {
+        self.agents.write().await.remove(&agent);
+    }
+
     /// One pass: hands every due entry of a registered agent to it. Returns how many were
     /// handed out (their turns run in the background).
     pub async fn run_once(self: &Arc<Self>) -> Result<usize> {

@@ -110,6 +110,14 @@ pub enum Error {
         /// What was attempted.
         action: &'static str,
     },
+    /// The abandoned batch was retried already: its trigger is stored again elsewhere.
+    #[error("batch {batch} was retried already at {retried_at}: its message is not stored twice")]
+    AlreadyRetried {
+        /// The batch.
+        batch: SnowflakeId,
+        /// When the earlier retry was stored.
+        retried_at: chrono::DateTime<chrono::Utc>,
+    },
     /// A tool result names a tool call that is not in its batch.
     #[error("tool_result for `{tool_use_id}` has no matching tool_use in batch {batch}")]
     UnpairedToolResult {
@@ -473,6 +481,7 @@ impl Error {
             | Error::NotParticipant { .. }
             | Error::NothingToUndo { .. }
             | Error::InvalidBatchState { .. }
+            | Error::AlreadyRetried { .. }
             | Error::BatchNotOpen { .. }
             | Error::MeetingEnded(_)
             | Error::NotHost { .. }

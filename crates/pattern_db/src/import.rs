@@ -66,6 +66,8 @@ pub struct ImportBatch {
     pub state: BatchState,
     /// Whether it was archived (summarised out of context).
     pub archived: bool,
+    /// When an abandoned batch was retried (kept, so it is not retried twice).
+    pub retried_at: Option<DateTime<Utc>>,
     /// Its messages in sequence order.
     pub messages: Vec<ImportMessage>,
 }

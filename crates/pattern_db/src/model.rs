@@ -502,6 +502,9 @@ pub struct BatchInfo {
     pub completed_at: Option<DateTime<Utc>>,
     /// How many times a heartbeat continued it.
     pub continuations: i64,
+    /// When an abandoned batch's trigger was stored again to retry it (at most once).
+    #[serde(default)]
+    pub retried_at: Option<DateTime<Utc>>,
 }
 
 /// A batch with its messages in sequence order.
@@ -562,6 +565,9 @@ pub struct BeginBatch {
     pub batch_type: Option<BatchType>,
     /// Enclosing batch, for nested or group batches.
     pub parent_batch: Option<BatchId>,
+    /// The abandoned batch this one retries: it is marked retried in the same transaction, and a
+    /// batch already retried (or not abandoned) refuses the begin with nothing stored.
+    pub retry_of: Option<BatchId>,
 }
 
 /// The durable acknowledgement of a trigger: it is committed, and this is where it lives.

@@ -766,14 +766,15 @@ struct BatchRow {
     next_sequence: i64,
     started_at: i64,
     completed_at: Option<i64>,
+    retried_at: Option<i64>,
 }
 
 async fn insert_batches(conn: &mut AnyConnection, rows: &[BatchRow]) -> Result<()> {
     for chunk in fixed_chunks(rows) {
         let sql = format!(
             "INSERT INTO batches (id, agent_id, batch_type, state, parent_batch, run_owner, lease_expires_at, \
-             next_sequence, continuations, archived, started_at, completed_at) VALUES {}",
-            placeholders(chunk.len(), 12, 1)
+             next_sequence, continuations, archived, started_at, completed_at, retried_at) VALUES {}",
+            placeholders(chunk.len(), 13, 1)
         );
         let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
         for row in chunk {
@@ -789,7 +790,8 @@ async fn insert_batches(conn: &mut AnyConnection, rows: &[BatchRow]) -> Result<(
                 .bind(0_i64)
                 .bind(false)
                 .bind(row.started_at)
-                .bind(row.completed_at);
+                .bind(row.completed_at)
+                .bind(row.retried_at);
         }
         q.execute(&mut *conn).await?;
     }
@@ -824,7 +826,7 @@ async fn insert_calls(conn: &mut AnyConnection, rows: &[CallRow]) -> Result<()> 
 // batches
 
 const BATCH_COLUMNS: &str = "b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, \
-    b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations";
+    b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations, b.retried_at";
 
 pub(crate) fn batch_select(tail: &str) -> String {
     format!("SELECT {BATCH_COLUMNS} FROM batches b {tail}")
@@ -892,6 +894,7 @@ fn open_batch_row(
         next_sequence: 1,
         started_at: now,
         completed_at: None,
+        retried_at: None,
     }
 }
 
@@ -909,6 +912,9 @@ async fn begin_batch(
     }
     let position = positions_after(ctx, max, 1)?[0];
     let now = now_ms();
+    if let Some(abandoned) = opts.retry_of {
+        claim_retry(conn, agent, abandoned, now).await?;
+    }
     insert_batches(
         conn,
         &[open_batch_row(
@@ -937,6 +943,39 @@ async fn begin_batch(
     Ok(Received {
         batch_id: position,
         message_id,
+    })
+}
+
+/// Marks abandoned batch `batch` of `agent` retried, inside the transaction that stores the
+/// retry's trigger (its batch or its queue entry), after the agent's lock. A batch that is not
+/// abandoned, or was retried already (by this caller or a concurrent one: on PostgreSQL the row
+/// lock makes the second claim wait and then find `retried_at` set), refuses the whole write.
+pub(crate) async fn claim_retry(
+    conn: &mut AnyConnection,
+    agent: AgentId,
+    batch: BatchId,
+    now: i64,
+) -> Result<()> {
+    let claimed = sqlx::query(
+        "UPDATE batches SET retried_at = $1 \
+         WHERE id = $2 AND agent_id = $3 AND state = 'abandoned' AND retried_at IS NULL",
+    )
+    .bind(now)
+    .bind(batch.get())
+    .bind(agent.to_string())
+    .execute(&mut *conn)
+    .await?;
+    if claimed.rows_affected() == 1 {
+        return Ok(());
+    }
+    let info = load_batch(conn, agent, batch).await?;
+    Err(match info.retried_at {
+        Some(retried_at) => Error::AlreadyRetried { batch, retried_at },
+        None => Error::InvalidBatchState {
+            batch,
+            state: info.state,
+            action: "a retry (only an abandoned batch can be retried)",
+        },
     })
 }
 
@@ -1649,6 +1688,22 @@ async fn import_agent(
     if !archived.is_empty() {
         archive_chosen(conn, ctx, agent.id, &archived).await?;
     }
+    for (b, id) in import.batches.iter().zip(&batches) {
+        let Some(retried_at) = b.retried_at else {
+            continue;
+        };
+        if b.state != BatchState::Abandoned {
+            return Err(Error::InvalidImport(format!(
+                "batch {id} is {} but carries a retry time: only an abandoned batch is retried",
+                b.state.as_str()
+            )));
+        }
+        sqlx::query("UPDATE batches SET retried_at = $1 WHERE id = $2")
+            .bind(retried_at.timestamp_millis())
+            .bind(id.get())
+            .execute(&mut *conn)
+            .await?;
+    }
     for (s, id) in import.summaries.iter().zip(&planned.summary_ids) {
         upsert_summary(
             conn,
@@ -1728,6 +1783,7 @@ async fn import_legacy(
             next_sequence: planned.messages.len() as i64,
             started_at: at(first),
             completed_at: (planned.state != BatchState::Open).then(|| at(last)),
+            retried_at: None,
         });
         let mut open_calls: std::collections::HashMap<&str, usize> =
             std::collections::HashMap::new();
@@ -1838,6 +1894,7 @@ pub(crate) fn batch_from_row(row: &AnyRow) -> Result<BatchInfo> {
         started_at: from_ms(row.try_get(9)?),
         completed_at: row.try_get::<Option<i64>, _>(10)?.map(from_ms),
         continuations: row.try_get(11)?,
+        retried_at: row.try_get::<Option<i64>, _>(12)?.map(from_ms),
     })
 }
 

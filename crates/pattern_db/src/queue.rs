@@ -37,6 +37,10 @@ pub struct NewQueued {
     pub deliver_at: Option<DateTime<Utc>>,
     /// Come back every this long after each delivery (a recurring wakeup); at least 1 s.
     pub every: Option<Duration>,
+    /// The abandoned batch this entry retries: marked retried when the entry is stored, in the
+    /// same transaction (see [`crate::BeginBatch::retry_of`]). Not for recurring entries.
+    #[serde(default)]
+    pub retry_of: Option<BatchId>,
 }
 
 impl NewQueued {
@@ -49,6 +53,7 @@ impl NewQueued {
             source: String::new(),
             deliver_at: None,
             every: None,
+            retry_of: None,
         }
     }
 }

@@ -189,6 +189,7 @@ async fn run_group(
             opts,
         } = &job.op
             && opts.parent_batch.is_none()
+            && opts.retry_of.is_none()
         {
             begins.push(i);
             calls.push((*agent, trigger, opts));

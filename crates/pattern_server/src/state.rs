@@ -129,9 +129,10 @@ impl AppState {
         Ok(agent)
     }
 
-    /// Forgets a deleted agent.
+    /// Forgets a deleted agent: its cached handle and its registration for queue delivery.
     pub(crate) async fn forget(&self, agent: AgentId) {
         self.inner.agents.lock().await.remove(&agent);
+        self.inner.queue.unregister(agent).await;
     }
 
     /// Starts shutting down: stops queue delivery, cancels the turns in flight (their batches

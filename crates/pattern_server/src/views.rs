@@ -138,6 +138,8 @@ pub struct BatchView {
     pub completed_at: Option<DateTime<Utc>>,
     /// How long it ran.
     pub duration_ms: Option<i64>,
+    /// When an abandoned batch's message was stored again to retry it (at most once).
+    pub retried_at: Option<DateTime<Utc>>,
 }
 
 impl From<&BatchInfo> for BatchView {
@@ -157,6 +159,7 @@ impl From<&BatchInfo> for BatchView {
             duration_ms: b
                 .completed_at
                 .map(|done| (done - b.started_at).num_milliseconds()),
+            retried_at: b.retried_at,
         }
     }
 }

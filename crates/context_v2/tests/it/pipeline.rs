@@ -56,6 +56,7 @@ fn batch(id: i64, state: BatchState, batch_type: BatchType, messages: Vec<Messag
             started_at: Utc.timestamp_millis_opt(1_767_225_600_000 + id).unwrap(),
             completed_at: None,
             continuations: 0,
+            retried_at: None,
         },
         messages,
     }

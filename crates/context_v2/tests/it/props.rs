@@ -376,6 +376,7 @@ fn generate(spec: &HistorySpec) -> Generated {
                     started_at: Default::default(),
                     completed_at: None,
                     continuations: i64::from(continued),
+                    retried_at: None,
                 },
                 messages,
             }

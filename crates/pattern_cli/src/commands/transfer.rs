@@ -165,6 +165,7 @@ async fn export_agent(env: &Env, pattern: &Pattern, args: &ExportArgs) -> Result
             archived: info.archived,
             started_at: info.started_at,
             completed_at: info.completed_at,
+            retried_at: info.retried_at,
             messages,
         }));
     }
@@ -394,6 +395,7 @@ async fn import_sections(
                 batch_type: b.batch_type,
                 state: b.state,
                 archived: b.archived,
+                retried_at: b.retried_at,
                 messages: b
                     .messages
                     .into_iter()

@@ -160,7 +160,42 @@ async fn wakeups_run_once_each_even_with_two_processors(kind: Backend) {
     h.cleanup().await;
 }
 
+/// An agent no longer registered gets nothing delivered; its entries wait for the next
+/// registration, and are delivered once then.
+async fn an_unregistered_agent_keeps_its_entries_queued(kind: Backend) {
+    let h = Harness::new(kind, vec![Turn::text("woken")]).await;
+    let processor = QueueProcessor::new(
+        h.db.clone(),
+        Arc::new(Notify::new()),
+        Duration::from_millis(50),
+    );
+    processor.register(h.agent.clone()).await;
+    processor.unregister(h.agent.id()).await;
+    let entry = h
+        .agent
+        .runtime()
+        .schedule_wakeup(chrono::Utc::now(), None, "wake up")
+        .await
+        .unwrap();
+    assert_eq!(processor.run_once().await.unwrap(), 0);
+    assert_eq!(h.db.pending_queue(h.agent.id()).await.unwrap(), vec![entry]);
+    processor.register(h.agent.clone()).await;
+    assert_eq!(processor.run_once().await.unwrap(), 1);
+    let db = h.db.clone();
+    let id = h.agent.id();
+    wait_for("the wakeup's turn", Duration::from_secs(20), async || {
+        batches_of(&db, id)
+            .await
+            .iter()
+            .any(|b| b.info.state == BatchState::Complete)
+    })
+    .await;
+    assert!(h.db.pending_queue(id).await.unwrap().is_empty());
+    h.cleanup().await;
+}
+
 conformance!(
+    an_unregistered_agent_keeps_its_entries_queued,
     agents_message_each_other_through_the_queue,
     wakeups_run_once_each_even_with_two_processors,
 );

@@ -5,7 +5,7 @@
 
 use sqlx::AnyConnection;
 
-use super::{Ctx, begin_batch, encode_content, lock_agent, now_ms};
+use super::{Ctx, begin_batch, claim_retry, encode_content, lock_agent, now_ms};
 use crate::error::{Error, Result};
 use crate::id::SnowflakeId;
 use crate::model::{AgentId, BeginBatch, NewMessage};
@@ -29,9 +29,17 @@ pub(crate) async fn enqueue(
             "a queue entry's source is at most 200 bytes".into(),
         ));
     }
+    if entry.retry_of.is_some() && entry.every.is_some() {
+        return Err(Error::InvalidContent(
+            "a retry is delivered once: it cannot be a recurring entry".into(),
+        ));
+    }
     lock_agent(conn, agent).await?;
     let id = ctx.ids.next_id()?;
     let now = now_ms();
+    if let Some(abandoned) = entry.retry_of {
+        claim_retry(conn, agent, abandoned, now).await?;
+    }
     let deliver_at = entry.deliver_at.map_or(now, |t| t.timestamp_millis());
     let every = entry
         .every
@@ -91,7 +99,7 @@ pub(crate) async fn begin_queued(
         &trigger,
         &BeginBatch {
             batch_type: Some(entry.batch_type),
-            parent_batch: None,
+            ..BeginBatch::default()
         },
     )
     .await?;

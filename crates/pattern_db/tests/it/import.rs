@@ -23,6 +23,7 @@ fn sample(name: &str) -> AgentImport {
         batch_type: BatchType::UserRequest,
         state: BatchState::Complete,
         archived,
+        retried_at: None,
         messages: vec![
             message(Role::User, q, minute),
             message(Role::Assistant, a, minute + 1),
@@ -54,6 +55,7 @@ fn sample(name: &str) -> AgentImport {
                 batch_type: BatchType::UserRequest,
                 state: BatchState::Abandoned,
                 archived: false,
+                retried_at: Some(Utc.with_ymd_and_hms(2026, 1, 1, 0, 30, 0).unwrap()),
                 messages: vec![message(Role::User, "never answered", 20)],
             },
         ],
@@ -98,15 +100,20 @@ async fn a_whole_agent_is_imported_in_one_piece(kind: Kind) {
     let states: Vec<_> = batches
         .iter()
         .rev()
-        .map(|b| (b.state, b.archived))
+        .map(|b| (b.state, b.archived, b.retried_at.is_some()))
         .collect();
     assert_eq!(
         states,
         [
-            (BatchState::Complete, true),
-            (BatchState::Complete, false),
-            (BatchState::Abandoned, false)
+            (BatchState::Complete, true, false),
+            (BatchState::Complete, false, false),
+            (BatchState::Abandoned, false, true)
         ]
+    );
+    // An imported batch that was retried stays retried: it is not run a second time.
+    assert_eq!(
+        batches[0].retried_at,
+        Some(Utc.with_ymd_and_hms(2026, 1, 1, 0, 30, 0).unwrap())
     );
     let summaries = store.get_summaries().await.unwrap();
     assert_eq!(summaries[0].from_batch, done.batches[0]);
@@ -153,6 +160,13 @@ async fn a_failure_part_way_leaves_nothing(kind: Kind) {
         .insert(0, message(Role::User, "two openers", 9));
     assert!(matches!(
         db.import_agent(odd).await,
+        Err(Error::InvalidImport(_))
+    ));
+    // Only an abandoned batch carries a retry time.
+    let mut retried_complete = sample("retried");
+    retried_complete.batches[0].retried_at = Some(Utc::now());
+    assert!(matches!(
+        db.import_agent(retried_complete).await,
         Err(Error::InvalidImport(_))
     ));
     let mut bad_summary = sample("bad");

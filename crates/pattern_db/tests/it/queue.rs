@@ -205,7 +205,135 @@ async fn abandon_batch_offers_the_trigger(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
+/// An abandoned batch is retried once: the retry's trigger (a new batch or a queue entry) and the
+/// mark on the abandoned batch are one write, so a repeated or concurrent retry stores nothing.
+async fn an_abandoned_batch_is_retried_at_most_once(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = Arc::new(tdb.open().await.unwrap());
+    let agent = db.create_agent(NewAgent::named("r")).await.unwrap().id;
+    let store = db.messages(agent);
+    let first = store
+        .begin_batch(NewMessage::user("do it"), BeginBatch::default())
+        .await
+        .unwrap();
+    // Not abandoned yet: refused, and the open batch is untouched.
+    let retry_of = |batch| BeginBatch {
+        retry_of: Some(batch),
+        ..BeginBatch::default()
+    };
+    let err = store
+        .begin_batch(NewMessage::user("do it"), retry_of(first.batch_id))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidBatchState { .. }), "{err}");
+    store
+        .abandon_batch(first.batch_id, "model failed")
+        .await
+        .unwrap();
+    let live = store.count_live().await.unwrap();
+
+    // Eight concurrent retries: exactly one stores its trigger.
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let db = db.clone();
+        let batch = first.batch_id;
+        tasks.push(tokio::spawn(async move {
+            db.messages(agent)
+                .begin_batch(
+                    NewMessage::user("do it"),
+                    BeginBatch {
+                        retry_of: Some(batch),
+                        ..BeginBatch::default()
+                    },
+                )
+                .await
+        }));
+    }
+    let mut won = Vec::new();
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(received) => won.push(received),
+            Err(e) => assert!(matches!(e, Error::AlreadyRetried { .. }), "{e}"),
+        }
+    }
+    assert_eq!(won.len(), 1, "exactly one retry begins a batch");
+    assert_eq!(store.count_live().await.unwrap(), live + 1);
+    let abandoned = store.get_batch(first.batch_id).await.unwrap();
+    assert!(abandoned.info.retried_at.is_some());
+    assert_eq!(abandoned.info.state, BatchState::Abandoned);
+    // The queue path claims the same mark: refused too, and no entry is left behind.
+    let err = db
+        .enqueue(
+            agent,
+            NewQueued {
+                retry_of: Some(first.batch_id),
+                ..NewQueued::now(BatchType::UserRequest, Role::User, text("do it"))
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::AlreadyRetried { .. }), "{err}");
+    assert!(db.pending_queue(agent).await.unwrap().is_empty());
+
+    // A second abandoned batch retried through the queue: the entry and the mark are one write.
+    store.complete_batch(won[0].batch_id).await.unwrap();
+    let second = store
+        .begin_batch(NewMessage::user("again"), BeginBatch::default())
+        .await
+        .unwrap();
+    store
+        .abandon_batch(second.batch_id, "cancelled")
+        .await
+        .unwrap();
+    let entry = db
+        .enqueue(
+            agent,
+            NewQueued {
+                retry_of: Some(second.batch_id),
+                ..NewQueued::now(BatchType::UserRequest, Role::User, text("again"))
+            },
+        )
+        .await
+        .unwrap();
+    assert!(
+        store
+            .get_batch(second.batch_id)
+            .await
+            .unwrap()
+            .info
+            .retried_at
+            .is_some()
+    );
+    let err = store
+        .begin_batch(NewMessage::user("again"), retry_of(second.batch_id))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::AlreadyRetried { .. }), "{err}");
+    assert_eq!(db.pending_queue(agent).await.unwrap(), vec![entry]);
+    // A recurring retry makes no sense: refused before anything is written.
+    let err = db
+        .enqueue(
+            agent,
+            NewQueued {
+                retry_of: Some(second.batch_id),
+                every: Some(Duration::from_secs(60)),
+                ..NewQueued::now(BatchType::UserRequest, Role::User, text("again"))
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidContent(_)), "{err}");
+    // Unknown batches are not found.
+    let err = store
+        .begin_batch(NewMessage::user("x"), retry_of(pattern_db::SnowflakeId(42)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::BatchNotFound { .. }), "{err}");
+    tdb.cleanup().await.unwrap();
+}
+
 conformance!(
+    an_abandoned_batch_is_retried_at_most_once,
     queue_delivers_once_in_arrival_order,
     recurring_wakeups_move_to_their_next_slot,
     bad_queue_entries_are_typed,

@@ -16,5 +16,6 @@ extern crate pattern_db;
 mod api;
 mod crash;
 mod protocol;
+mod search;
 mod support;
 mod turns;

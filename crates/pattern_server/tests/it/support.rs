@@ -8,7 +8,7 @@ use eventsource_stream::{Event, Eventsource};
 use futures::StreamExt;
 use pattern::core::provider::ModelProvider;
 use pattern::core::testkit::{ScriptedProvider, Turn};
-use pattern::search::ConstellationDb;
+use pattern::search::{ConstellationDb, EmbedConfig, FastEmbedder, ModelPaths};
 use pattern::{Database, DbConfig, Pattern};
 use pattern_db::Backend;
 use pattern_db::testkit::TestDb;
@@ -51,11 +51,41 @@ impl Server {
         server
     }
 
-    /// A server over an open database (keys for organizations `a` and `b`, created if missing).
-    pub async fn over(db: Database, turns: Vec<Turn>, config: ServerConfig) -> Self {
-        let pattern = Pattern::wire(ConstellationDb::fts_only(db.clone()))
+    /// A server whose search has the real offline embedding model (vector and hybrid modes),
+    /// with a background embedding worker that polls often.
+    pub async fn start_embedded(backend: Backend, turns: Vec<Turn>) -> Self {
+        let test_db = TestDb::fresh(backend).await.unwrap();
+        let paths = ModelPaths::in_cache(
+            &std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache"),
+        );
+        let model = FastEmbedder::load(&paths, Duration::from_secs(120))
+            .await
+            .unwrap_or_else(|e| panic!("the embedding model is required (cargo xtask setup): {e}"));
+        let embed = EmbedConfig {
+            poll_interval: Duration::from_millis(50),
+            ..EmbedConfig::default()
+        };
+        let search = ConstellationDb::connect(config_for(&test_db), Some(Arc::new(model)), embed)
             .await
             .unwrap();
+        let mut server = Self::over_search(search, turns, ServerConfig::default()).await;
+        server.test_db = Some(test_db);
+        server
+    }
+
+    /// A server over an open database (keys for organizations `a` and `b`, created if missing).
+    pub async fn over(db: Database, turns: Vec<Turn>, config: ServerConfig) -> Self {
+        Self::over_search(ConstellationDb::fts_only(db), turns, config).await
+    }
+
+    /// A server over an open search layer (full text only, or with an embedder).
+    pub async fn over_search(
+        search: ConstellationDb,
+        turns: Vec<Turn>,
+        config: ServerConfig,
+    ) -> Self {
+        let db = search.db().clone();
+        let pattern = Pattern::wire(search).await.unwrap();
         let key_a = key_for(&pattern, "org-a").await;
         let key_b = key_for(&pattern, "org-b").await;
         let provider = Arc::new(ScriptedProvider::new(turns));

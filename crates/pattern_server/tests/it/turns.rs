@@ -225,6 +225,23 @@ async fn scenario_a_the_model_fails_mid_turn_and_a_retry_works(backend: Backend)
         )
         .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    // Nor can the abandoned one twice: its message is not stored, nor the turn run, again.
+    let (_, before) = s.get(&s.key_a, &format!("/v1/agents/{a}/batches")).await;
+    let (status, body) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/agents/{a}/batches/{batch}/retry"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "conflict");
+    let (_, after) = s.get(&s.key_a, &format!("/v1/agents/{a}/batches")).await;
+    assert_eq!(before, after);
+    let (_, detail) = s
+        .get(&s.key_a, &format!("/v1/agents/{a}/batches/{batch}"))
+        .await;
+    assert!(detail["retried_at"].is_string(), "{detail}");
     s.stop().await;
 }
 
