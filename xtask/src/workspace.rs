@@ -1,18 +1,22 @@
 //! Where things are: the workspace root and its member crates. It must never
-//! guess from the current directory; everything is anchored on the root that
-//! xtask was compiled in.
+//! guess from the current directory; everything is anchored on the manifest
+//! folder of the xtask that runs (`cargo run` says which at run time).
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-/// The workspace root (the parent of xtask's own manifest folder).
+/// The workspace root (the parent of xtask's own manifest folder). `cargo run` sets
+/// `CARGO_MANIFEST_DIR` for the process it starts; the folder xtask was compiled in is only the
+/// fallback, because a build cache shared by two checkouts of the same workspace can hand one of
+/// them a binary compiled in the other.
 pub(crate) fn root() -> PathBuf {
-    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
     manifest_dir
         .parent()
-        .map_or_else(|| manifest_dir.to_path_buf(), Path::to_path_buf)
+        .map_or_else(|| manifest_dir.clone(), Path::to_path_buf)
 }
 
 /// The ignored cache folder at the root.
