@@ -462,7 +462,9 @@ fn sse_event(turn: &Turn, id: usize, event: &ResponseEvent) -> Event {
                 message_saved(&before),
             )))
         }
-        other => serde_json::to_string(other),
+        other => {
+            serde_json::to_value(other).and_then(|v| serde_json::to_string(&ids_as_strings(v)))
+        }
     };
     let data = data.unwrap_or_else(|e| {
         tracing::error!(error = %e, turn = %turn.id, "a turn event could not be serialised");
@@ -476,6 +478,22 @@ fn sse_event(turn: &Turn, id: usize, event: &ResponseEvent) -> Event {
         .id(id.to_string())
         .event(event_name(event))
         .data(data)
+}
+
+/// Snowflake ids (`batch_id`, `queue_id`) as decimal strings, as everywhere else in the API:
+/// they exceed JavaScript's safe integers, and a client that rounds a batch id would retry or
+/// inspect another batch.
+fn ids_as_strings(mut event: serde_json::Value) -> serde_json::Value {
+    if let Some(fields) = event.as_object_mut() {
+        for key in ["batch_id", "queue_id"] {
+            if let Some(value) = fields.get_mut(key)
+                && let Some(id) = value.as_i64()
+            {
+                *value = serde_json::Value::String(id.to_string());
+            }
+        }
+    }
+    event
 }
 
 /// The turn's events with ids above `after`, then live ones until the turn ends.

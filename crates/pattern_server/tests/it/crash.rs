@@ -94,7 +94,7 @@ async fn a_killed_server_loses_no_acknowledged_message(backend: Backend) {
     let received = events.next().await.unwrap();
     assert_eq!(received.event, "received");
     let batch: serde_json::Value = serde_json::from_str(&received.data).unwrap();
-    let batch = batch["batch_id"].as_i64().unwrap();
+    let batch: i64 = batch["batch_id"].as_str().unwrap().parse().unwrap();
     child.kill().unwrap(); // SIGKILL, mid-turn
     child.wait().unwrap();
     drop(events);
