@@ -37,6 +37,13 @@ const TURNS: [&str; 3] = [
 const FACT: &str =
     "The first balcony hive was started in April 2024 from a swarm a neighbour caught.";
 
+/// Prints one line on stdout through [`output::line`] (a closed pipe is an error, not a panic).
+macro_rules! say {
+    ($($arg:tt)*) => {
+        output::line(&format!($($arg)*))?
+    };
+}
+
 fn other(e: impl std::fmt::Display) -> CliError {
     CliError::other(e.to_string())
 }
@@ -46,7 +53,7 @@ pub(crate) async fn run(env: &Env, args: DemoArgs) -> Result<()> {
     let paths = ModelPaths::from_env();
     let config = PatternConfig::data_dir(&env.data_dir).with_embedding(Embedding::Model(paths));
     let pattern = Pattern::open(config).await?;
-    println!("== Pattern demo: data in {}", env.data_dir.display());
+    say!("== Pattern demo: data in {}", env.data_dir.display());
     let name = format!("demo-{}", chrono::Utc::now().format("%Y%m%d-%H%M%S"));
     let row = pattern.db().create_agent(NewAgent::named(&name)).await?;
     let memory = pattern.memory();
@@ -71,7 +78,7 @@ pub(crate) async fn run(env: &Env, args: DemoArgs) -> Result<()> {
             )
             .await?;
     }
-    println!("== agent `{name}` created with memory blocks `persona` and `human`");
+    say!("== agent `{name}` created with memory blocks `persona` and `human`");
 
     let model = model(env, LocalModel::Qwen).await?;
     let mut config = runtime_config(&row, &*model.provider);
@@ -86,7 +93,7 @@ pub(crate) async fn run(env: &Env, args: DemoArgs) -> Result<()> {
     let mut tool_calls = Vec::new();
     let mut interrupts = Interrupts::new()?;
     for text in TURNS {
-        println!("\n-- user: {text}\n-- {name}:");
+        say!("\n-- user: {text}\n-- {name}:");
         let events = match turn(&agent, text, &mut interrupts, true).await? {
             TurnEnd::Finished(events) => events,
             TurnEnd::Cancelled => {
@@ -112,11 +119,12 @@ pub(crate) async fn run(env: &Env, args: DemoArgs) -> Result<()> {
     drop(agent);
     drop(model);
 
-    println!("\n== tool calls made by the agent: {tool_calls:?}");
+    say!("\n== tool calls made by the agent: {tool_calls:?}");
     let human = pattern::memory::MemoryStore::block(memory, row.id, "human").await?;
-    println!(
+    say!(
         "== memory block `human` (version {}): {:?}",
-        human.version, human.value
+        human.version,
+        human.value
     );
 
     let passages = memory
@@ -130,13 +138,13 @@ pub(crate) async fn run(env: &Env, args: DemoArgs) -> Result<()> {
         )
         .await?;
     if passages.is_empty() {
-        println!("== the agent stored no archival passage; storing the fact through the API");
+        say!("== the agent stored no archival passage; storing the fact through the API");
         memory
             .insert_archival(row.id, NewArchival::text(FACT))
             .await?;
     } else {
         for p in &passages {
-            println!("== archival passage stored by the agent: {}", p.content);
+            say!("== archival passage stored by the agent: {}", p.content);
         }
     }
     // Let the background worker embed what was written, then search by meaning and words.
@@ -158,9 +166,9 @@ pub(crate) async fn run(env: &Env, args: DemoArgs) -> Result<()> {
                 .only(&[ContentType::Archival, ContentType::Message]),
         )
         .await?;
-    println!("\n== hybrid search for {query:?}:");
+    say!("\n== hybrid search for {query:?}:");
     for (i, h) in hits.iter().enumerate() {
-        println!(
+        say!(
             "  {}. [{} {:.3}] {}",
             i + 1,
             h.content.content_type.as_str(),
@@ -169,7 +177,7 @@ pub(crate) async fn run(env: &Env, args: DemoArgs) -> Result<()> {
         );
     }
 
-    println!("\n== stored batches of `{name}`:");
+    say!("\n== stored batches of `{name}`:");
     let store = pattern.messages(row.id);
     let mut infos = store.list_batches(None, 100).await?;
     infos.reverse();
@@ -180,7 +188,7 @@ pub(crate) async fn run(env: &Env, args: DemoArgs) -> Result<()> {
             .iter()
             .flat_map(|m| m.tool_use_ids().map(str::to_owned).collect::<Vec<_>>())
             .count();
-        println!(
+        say!(
             "  batch {} {:?} {:?}: {} messages, {} tool calls, every call answered: {}",
             info.id.get(),
             info.batch_type,
@@ -198,6 +206,6 @@ pub(crate) async fn run(env: &Env, args: DemoArgs) -> Result<()> {
     if !hits.iter().any(|h| h.text.contains("April 2024")) {
         return Err(CliError::other("search did not find the stored fact again"));
     }
-    println!("\n== demo complete: durable memory, tool calls and search all worked");
+    say!("\n== demo complete: durable memory, tool calls and search all worked");
     Ok(())
 }
