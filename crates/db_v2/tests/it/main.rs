@@ -11,30 +11,11 @@
     unreachable_pub
 )]
 
+// `conformance!(case, ...)`: each case once per backend (pattern_db testkit).
+#[macro_use]
+extern crate pattern_db;
+
 mod common;
 mod pipeline;
 mod quality;
 mod search;
-
-/// Instantiate `async fn case(Backend)` for both backends.
-#[macro_export]
-macro_rules! both_backends {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(pattern_db::Backend::Sqlite).await
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(pattern_db::Backend::Postgres).await
-                }
-            )*
-        }
-    };
-}

@@ -319,7 +319,7 @@ async fn crash_leaves_nothing_behind(backend: Backend) {
     tdb.cleanup().await.unwrap();
 }
 
-crate::both_backends!(
+conformance!(
     failures_are_retried,
     timeouts_are_retried,
     model_mismatch_and_reembed,

@@ -72,4 +72,4 @@ async fn recall(backend: Backend) {
     tdb.cleanup().await.unwrap();
 }
 
-crate::both_backends!(recall);
+conformance!(recall);

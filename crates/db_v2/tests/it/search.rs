@@ -163,7 +163,7 @@ async fn without_embedder(backend: Backend) {
     tdb.cleanup().await.unwrap();
 }
 
-crate::both_backends!(
+conformance!(
     meaning_and_exact_terms,
     filters_and_deletes,
     without_embedder

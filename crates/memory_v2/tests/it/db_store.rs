@@ -381,28 +381,7 @@ async fn concurrent_appends_lose_nothing(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
-macro_rules! both_backends {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(super::Kind::Sqlite).await
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(super::Kind::Postgres).await
-                }
-            )*
-        }
-    };
-}
-
-both_backends!(
+conformance!(
     edits,
     over_limit_is_refused_and_nothing_changes,
     permissions_matrix,

@@ -3,6 +3,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+// `conformance!(case, ...)`: each case once per backend (pattern_db testkit).
+#[macro_use]
+extern crate pattern_db;
+
 mod archival;
 mod db_store;
 
