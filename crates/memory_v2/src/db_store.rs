@@ -208,6 +208,11 @@ impl DbMemoryStore {
                     .await
             }
         };
+        if written.is_ok() {
+            // The write recorded an embedding job for the new value: embed it now, not at the
+            // worker's next poll.
+            self.search.wake_worker();
+        }
         written.map_err(|e| match Error::from(e) {
             // The permission changed between the read and the write.
             Error::PermissionDenied { permission, .. } => {
@@ -257,6 +262,7 @@ impl MemoryEditor for DbMemoryStore {
                 },
             )
             .await?;
+        self.search.wake_worker();
         to_block(stored)
     }
 

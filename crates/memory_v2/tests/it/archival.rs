@@ -8,8 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use db_v2::{ConstellationDb, EmbedConfig, Embedder};
 use memory_v2::{
-    ArchivalMemory, ContentRef, DbMemoryStore, Error, ListArchival, NewArchival, SearchMode,
-    SearchOptions,
+    ArchivalMemory, BlockType, ContentRef, DbMemoryStore, Error, ListArchival, MemoryEditor,
+    NewArchival, NewMemoryBlock, SearchMode, SearchOptions, WriteAuth,
 };
 use pattern_db::testkit::TestDb;
 use pattern_db::{AgentId, Backend, NewAgent};
@@ -153,25 +153,72 @@ async fn vector_search_with_embedder(kind: Backend) {
     tdb.cleanup().await.unwrap();
 }
 
-macro_rules! both_backends {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(pattern_db::Backend::Sqlite).await
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(pattern_db::Backend::Postgres).await
-                }
-            )*
+/// A block write records an embedding job and wakes the worker: the new value is searchable by
+/// vector long before the worker's next poll.
+async fn block_writes_are_embedded_without_waiting_for_a_poll(kind: Backend) {
+    let tdb = TestDb::fresh(kind).await.unwrap();
+    let config = EmbedConfig {
+        poll_interval: Duration::from_secs(300),
+        ..EmbedConfig::default()
+    };
+    let cdb = ConstellationDb::connect(
+        tdb.config(),
+        Some(Arc::new(Words) as Arc<dyn Embedder>),
+        config,
+    )
+    .await
+    .unwrap();
+    let store = DbMemoryStore::with_search(cdb.clone());
+    let ada = agent(&store, "ada").await;
+    let embedded = async || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while cdb.status().await.unwrap().pending_jobs > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the block's embedding waited for the worker's poll"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
+    store
+        .create_block(
+            ada,
+            NewMemoryBlock {
+                label: "garden".into(),
+                description: "the garden".into(),
+                value: "tomatoes and basil".into(),
+                char_limit: 500,
+                block_type: BlockType::Core,
+            },
+        )
+        .await
+        .unwrap();
+    embedded().await;
+    store
+        .append(
+            ada,
+            "garden",
+            "red kite over the hills",
+            1,
+            WriteAuth::Agent,
+        )
+        .await
+        .unwrap();
+    embedded().await;
+    let hits = store
+        .search(
+            "kite hills",
+            &SearchOptions::mode(SearchMode::Vector).for_agent(ada),
+        )
+        .await
+        .unwrap();
+    assert!(hits[0].text.contains("red kite"), "{hits:?}");
+    cdb.shutdown(Duration::from_secs(2)).await;
+    tdb.cleanup().await.unwrap();
 }
 
-both_backends!(archival_crud_and_fts, vector_search_with_embedder);
+conformance!(
+    archival_crud_and_fts,
+    vector_search_with_embedder,
+    block_writes_are_embedded_without_waiting_for_a_poll,
+);
