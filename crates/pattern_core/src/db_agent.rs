@@ -232,10 +232,10 @@ impl DatabaseAgent {
                 Err(e) => return Ending::Failed(ErrorKind::Context, e.to_string()),
             };
             let response = tokio::select! {
-                r = self.call_model(&ctx, &opts, events) => r,
+                r = self.call_model(&ctx, &opts, events, &mut used_ids) => r,
                 () = events.tx.closed() => return Ending::Failed(ErrorKind::Cancelled, "the caller cancelled the turn".into()),
             };
-            let response = match response {
+            let (response, mut renamed) = match response {
                 Ok(Some(r)) => r,
                 Ok(None) => {
                     return Ending::Failed(
@@ -272,8 +272,16 @@ impl DatabaseAgent {
                 match block {
                     ContentBlock::Text { text } if text.is_empty() => {}
                     ContentBlock::ToolUse { id, name, input } => {
-                        let fresh = unique_call_id(&id, &used_ids);
-                        used_ids.insert(fresh.clone());
+                        // The id its `ToolCallStarted` announced, so every event of a call names
+                        // it the same way; a call the stream did not announce is renamed here.
+                        let fresh = match renamed.iter().position(|(given, _)| *given == id) {
+                            Some(i) => renamed.remove(i).1,
+                            None => {
+                                let fresh = unique_call_id(&id, &used_ids);
+                                used_ids.insert(fresh.clone());
+                                fresh
+                            }
+                        };
                         calls.push(ToolCall {
                             id: fresh.clone(),
                             name: name.clone(),
@@ -370,24 +378,35 @@ impl DatabaseAgent {
         }
     }
 
-    /// Streams one answer, forwarding deltas. `Ok(None)`: the caller went away.
+    /// Streams one answer, forwarding deltas. A call's id is made unique in the batch (`used`)
+    /// when the call starts, so `ToolCallStarted` already names it as everything after it will;
+    /// returns the answer with the `(given id, unique id)` of each started call, in order.
+    /// `Ok(None)`: the caller went away.
     async fn call_model(
         &self,
         ctx: &context_v2::MemoryContext,
         opts: &GenerateOptions,
         events: &Events,
-    ) -> Result<Option<crate::provider::ModelResponse>> {
+        used: &mut HashSet<String>,
+    ) -> Result<Option<(crate::provider::ModelResponse, Vec<(String, String)>)>> {
         let model = self.runtime.model();
         let mut stream = model.stream(ctx, opts).await?;
+        let mut renamed = Vec::new();
         while let Some(event) = stream.next().await {
             let forward = match event? {
                 ProviderEvent::TextDelta { text } => ResponseEvent::TextDelta { text },
                 ProviderEvent::ThinkingDelta { text } => ResponseEvent::ThinkingDelta { text },
                 ProviderEvent::ToolCallStarted { id, name, .. } => {
-                    ResponseEvent::ToolCallStarted { call_id: id, name }
+                    let fresh = unique_call_id(&id, used);
+                    used.insert(fresh.clone());
+                    renamed.push((id, fresh.clone()));
+                    ResponseEvent::ToolCallStarted {
+                        call_id: fresh,
+                        name,
+                    }
                 }
                 ProviderEvent::ToolCallDelta { .. } | ProviderEvent::Usage { .. } => continue,
-                ProviderEvent::Done { response } => return Ok(Some(response)),
+                ProviderEvent::Done { response } => return Ok(Some((response, renamed))),
             };
             if !events.send(forward).await {
                 return Ok(None);

@@ -682,7 +682,65 @@ async fn archival_tools_store_and_find(kind: pattern_db::Backend) {
     h.cleanup().await;
 }
 
+/// Models repeat call ids across steps; the store refuses a repeat in one batch, so the agent
+/// renames it, and every event of the call (started, finished, result) and the stored tool_use
+/// name it the same way.
+async fn a_repeated_call_id_is_renamed_alike_in_every_event(kind: pattern_db::Backend) {
+    let h = Harness::new(
+        kind,
+        vec![
+            Turn::call(
+                "c1",
+                "memory_append",
+                json!({"label": "notes", "content": "one"}),
+            ),
+            Turn::call(
+                "c1",
+                "memory_append",
+                json!({"label": "notes", "content": "two"}),
+            ),
+            Turn::text("Both noted."),
+        ],
+    )
+    .await;
+    let events = h.turn("note two things").await;
+    assert!(matches!(last(&events), ResponseEvent::Done { .. }));
+    let ids = |pick: fn(&ResponseEvent) -> Option<&String>| -> Vec<String> {
+        events.iter().filter_map(pick).cloned().collect()
+    };
+    let started = ids(|e| match e {
+        ResponseEvent::ToolCallStarted { call_id, .. } => Some(call_id),
+        _ => None,
+    });
+    assert_eq!(started, ["c1", "c1~1"]);
+    let finished = ids(|e| match e {
+        ResponseEvent::ToolCallFinished { call_id, .. } => Some(call_id),
+        _ => None,
+    });
+    let answered = ids(|e| match e {
+        ResponseEvent::ToolResult { call_id, .. } => Some(call_id),
+        _ => None,
+    });
+    assert_eq!(finished, started);
+    assert_eq!(answered, started);
+    let b = &h.batches().await[0];
+    let stored: Vec<String> = b
+        .messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .filter_map(|c| match c {
+            ContentBlock::ToolUse { id, .. } => Some(id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stored, started);
+    assert!(b.pending_tool_calls().is_empty());
+    assert_eq!(h.notes().await, "likes tea\none\ntwo");
+    h.cleanup().await;
+}
+
 conformance!(
+    a_repeated_call_id_is_renamed_alike_in_every_event,
     archival_tools_store_and_find,
     plain_answer_is_streamed_and_stored,
     memory_tool_call_round_trip,
