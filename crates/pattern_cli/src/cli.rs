@@ -636,8 +636,12 @@ pub(crate) enum MeetingCommand {
         /// The last sequence number already seen (0: from the start).
         #[arg(long, default_value_t = 0, value_name = "CURSOR")]
         after: u64,
-        /// At most this many events.
-        #[arg(long, default_value_t = 100)]
+        /// At most this many events (without `--follow`).
+        #[arg(long, default_value_t = 100, conflicts_with = "follow")]
         limit: u32,
+        /// Keep printing events as they happen, until the meeting ends or Ctrl-C (JSON: one
+        /// compact object per line).
+        #[arg(long)]
+        follow: bool,
     },
 }

@@ -16,6 +16,7 @@ use crate::cli::MeetingCommand;
 use crate::commands::session::{Names, participant};
 use crate::env::Env;
 use crate::error::{CliError, Result};
+use crate::interrupt::Interrupts;
 use crate::output;
 
 /// `meeting` shape.
@@ -237,7 +238,19 @@ async fn act(env: &Env, p: &Pattern, command: MeetingCommand) -> Result<()> {
         MeetingCommand::Events {
             meeting,
             after,
+            follow: true,
+            ..
+        } => {
+            let id = meeting_id(&meeting)?;
+            // Unknown meetings are an error, not an endless wait.
+            protocol.meeting(id).await?;
+            return follow_events(env, p, &mut names, id, after).await;
+        }
+        MeetingCommand::Events {
+            meeting,
+            after,
             limit,
+            follow: false,
         } => {
             let id = meeting_id(&meeting)?;
             let mut views = Vec::new();
@@ -281,6 +294,42 @@ fn print_meeting(m: &MeetingView) -> Result<()> {
             .as_ref()
             .map_or_else(String::new, |s| format!(", speaker: {s}"))
     ))
+}
+
+/// How often a follower looks at the log when nothing woke it: writes of other processes wake it
+/// only on PostgreSQL (LISTEN/NOTIFY); on SQLite this is how they are seen.
+const FOLLOW_POLL: Duration = Duration::from_millis(500);
+
+/// `meeting events --follow`: every event after `after`, as it happens, until `meeting_ended`
+/// (exit 0) or Ctrl-C (exit 0: following is reading, nothing to cancel).
+async fn follow_events(
+    env: &Env,
+    p: &Pattern,
+    names: &mut Names,
+    id: MeetingId,
+    after: u64,
+) -> Result<()> {
+    let mut interrupts = Interrupts::new()?;
+    let mut follower = p.protocol().follow(id, after);
+    loop {
+        // `Follower::next` is cancel-safe: a timed-out call loses no event.
+        let next = tokio::select! {
+            next = tokio::time::timeout(FOLLOW_POLL, follower.next()) => next,
+            () = interrupts.recv() => return Ok(()),
+        };
+        let event = match next {
+            Err(_elapsed) => continue,
+            Ok(Ok(Some(event))) => event,
+            Ok(Ok(None)) => return Ok(()),
+            Ok(Err(e)) => return Err(e.into()),
+        };
+        let view = event_view(names, p, &event).await?;
+        if env.json {
+            output::line(&serde_json::to_string(&view)?)?;
+        } else {
+            print_event(&view)?;
+        }
+    }
 }
 
 fn print_event(e: &EventView) -> Result<()> {

@@ -4,14 +4,13 @@
 //! batches say what happened (a cancelled or failed turn is `abandoned`, its message kept).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::fake_model::FakeModel;
-use crate::{Home, NOT_FOUND};
+use crate::{Home, NOT_FOUND, finish, interrupt};
 
 /// A data directory with the agent `ada`, whose model is `fake`.
 fn home_with(fake: &FakeModel) -> Home {
@@ -34,33 +33,6 @@ fn trigger(home: &Home, batch: &Value) -> String {
     let id = batch["id"].as_str().unwrap();
     let shown = home.json(&["batches", "show", id, "--agent", "ada"]);
     shown["messages"][0]["text"].as_str().unwrap().to_owned()
-}
-
-/// Sends SIGINT, as Ctrl-C in a terminal does.
-fn interrupt(child: &Child) {
-    let sent = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
-}
-
-/// Waits for the child's exit and output, killing it (and failing) after `limit`.
-fn finish(child: Child, limit: Duration) -> Output {
-    let pid = child.id().to_string();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(output) => output.unwrap(),
-        Err(_) => {
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", &pid])
-                .status();
-            panic!("pattern did not exit within {limit:?}");
-        }
-    }
 }
 
 /// `pattern chat ada` with stdin, stdout and stderr piped.

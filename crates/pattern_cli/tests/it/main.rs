@@ -26,7 +26,9 @@ mod session;
 mod transfer;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
+use std::sync::mpsc;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -175,6 +177,33 @@ impl Home {
             assert!(lines[0].starts_with("error: "), "{stderr}");
         }
         stderr
+    }
+}
+
+/// Sends SIGINT, as Ctrl-C in a terminal does.
+pub fn interrupt(child: &Child) {
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
+
+/// Waits for the child's exit and output, killing it (and failing) after `limit`.
+pub fn finish(child: Child, limit: Duration) -> Output {
+    let pid = child.id().to_string();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid])
+                .status();
+            panic!("pattern did not exit within {limit:?}");
+        }
     }
 }
 

@@ -3,8 +3,10 @@
 //! without it (a model folder that does not exist).
 
 use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
 
-use crate::{CONFLICT, Home, NOT_FOUND, REFUSED, USAGE};
+use crate::{CONFLICT, Home, NOT_FOUND, REFUSED, USAGE, finish, interrupt};
 
 fn with_agent() -> Home {
     let home = Home::init();
@@ -319,6 +321,81 @@ fn retention_dry_run_and_apply() {
     );
     let kept = home.json(&["retention", "--dry-run"]);
     assert_eq!(kept["deleted_sessions"], serde_json::json!([]));
+}
+
+/// `meeting events --follow` prints each event as another process causes it (one JSON object
+/// a line), from its cursor, and exits 0 once the meeting ends; Ctrl-C also leaves with 0.
+#[test]
+fn meeting_events_follow_until_the_meeting_ends() {
+    let home = with_agent();
+    home.ok(&["agent", "create", "bob"]);
+    let m = home.json(&["meeting", "create", "ada"]);
+    let id = m["meeting"]["id"].as_str().unwrap().to_owned();
+    let created = m["events"].as_array().unwrap().len();
+    let follower = home
+        .command(&["--json", "meeting", "events", &id, "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    home.json(&["meeting", "invite", &id, "--by", "ada", "bob"]);
+    home.json(&["meeting", "join", &id, "bob"]);
+    let started = home.json(&["meeting", "start", &id, "--by", "ada"]);
+    let speaker = started["meeting"]["speaker"].as_str().unwrap().to_owned();
+    home.json(&["meeting", "speak", &id, "--from", &speaker, "hello all"]);
+    home.json(&["meeting", "end", &id, "--by", "ada"]);
+    let out = finish(follower, Duration::from_secs(60));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let followed: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let all = home.json(&["meeting", "events", &id]);
+    assert_eq!(&followed, all.as_array().unwrap());
+    assert!(followed.len() > created, "{followed:?}");
+    assert_eq!(
+        followed.last().unwrap()["event_type"],
+        "meeting_ended",
+        "{followed:?}"
+    );
+
+    // From a cursor, on a live meeting: only what follows it; Ctrl-C leaves cleanly.
+    let live = home.json(&["meeting", "create", "bob"]);
+    let live_id = live["meeting"]["id"].as_str().unwrap().to_owned();
+    let cursor = live["meeting"]["last_event_seq"].to_string();
+    let follower = home
+        .command(&[
+            "meeting", "events", &live_id, "--follow", "--after", &cursor,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    home.json(&["meeting", "invite", &live_id, "--by", "bob", "ada"]);
+    std::thread::sleep(Duration::from_secs(2));
+    interrupt(&follower);
+    let out = finish(follower, Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(text.contains("ada"), "{text}");
+    // An unknown meeting is not waited for; --limit makes no sense with --follow.
+    home.fails(
+        &[
+            "meeting",
+            "events",
+            "00000000-0000-7000-8000-000000000000",
+            "--follow",
+        ],
+        NOT_FOUND,
+    );
+    let both = home.run(&["meeting", "events", &id, "--follow", "--limit", "5"]);
+    assert_eq!(both.status.code(), Some(USAGE));
 }
 
 #[test]
