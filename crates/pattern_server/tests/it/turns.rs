@@ -163,28 +163,53 @@ async fn cancelling_a_turn_abandons_its_batch_and_keeps_the_message(backend: Bac
     s.stop().await;
 }
 
-async fn scenario_a_the_model_fails_mid_turn_and_a_retry_works(backend: Backend) {
-    let s = Server::start(
-        backend,
-        vec![Turn::Fail(ProviderError::Server {
-            provider: "scripted".into(),
-            status: 503,
-            attempts: 3,
-            message: "overloaded".into(),
-        })],
-    )
-    .await;
-    let a = s.agent(&s.key_a, "fragile").await;
-    let (status, body) = s
+/// A model call that fails (after the provider's retries).
+fn overloaded() -> Turn {
+    Turn::Fail(ProviderError::Server {
+        provider: "scripted".into(),
+        status: 503,
+        attempts: 3,
+        message: "overloaded".into(),
+    })
+}
+
+/// Sends `content` to `agent` for a JSON answer that must be the failure `status`/`code` of a
+/// turn whose message was stored; returns the error body and the batch it names.
+async fn failed_turn(
+    s: &Server,
+    agent: &str,
+    content: &str,
+    status: StatusCode,
+    code: &str,
+) -> (Value, String) {
+    let (got, body) = s
         .post(
             &s.key_a,
-            &format!("/v1/agents/{a}/messages"),
-            json!({"content": "analyze video X"}),
+            &format!("/v1/agents/{agent}/messages"),
+            json!({"content": content}),
         )
         .await;
-    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
-    assert_eq!(body["error"]["code"], "provider_failed");
-    assert_eq!(body["error"]["details"]["message_saved"], true);
+    assert_eq!(got, status, "{body}");
+    assert_eq!(body["error"]["code"], code, "{body}");
+    assert_eq!(body["error"]["details"]["message_saved"], true, "{body}");
+    let batch = body["error"]["details"]["batch_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    (body, batch)
+}
+
+async fn scenario_a_the_model_fails_mid_turn_and_a_retry_works(backend: Backend) {
+    let s = Server::start(backend, vec![overloaded()]).await;
+    let a = s.agent(&s.key_a, "fragile").await;
+    let (body, batch) = failed_turn(
+        &s,
+        &a,
+        "analyze video X",
+        StatusCode::BAD_GATEWAY,
+        "provider_failed",
+    )
+    .await;
     // The model provider's own message reaches the client (docs/server.md).
     assert!(
         body["error"]["message"]
@@ -193,10 +218,6 @@ async fn scenario_a_the_model_fails_mid_turn_and_a_retry_works(backend: Backend)
             .contains("overloaded"),
         "{body}"
     );
-    let batch = body["error"]["details"]["batch_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
     // User message: saved and visible; nothing else of the turn is.
     let (_, detail) = s
         .get(&s.key_a, &format!("/v1/agents/{a}/batches/{batch}"))
@@ -251,21 +272,15 @@ async fn scenario_b_storage_refuses_the_step_and_the_message_survives(backend: B
     pattern_db::testkit::refuse_inserts(&s.db, "messages", "role", "assistant")
         .await
         .unwrap();
-    let (status, body) = s
-        .post(
-            &s.key_a,
-            &format!("/v1/agents/{a}/messages"),
-            json!({"content": "please remember me"}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-    assert_eq!(body["error"]["code"], "storage_failed");
-    assert_eq!(body["error"]["details"]["message_saved"], true);
+    let (body, batch) = failed_turn(
+        &s,
+        &a,
+        "please remember me",
+        StatusCode::SERVICE_UNAVAILABLE,
+        "storage_failed",
+    )
+    .await;
     assert_hides_the_cause(&body);
-    let batch = body["error"]["details"]["batch_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
     let (_, detail) = s
         .get(&s.key_a, &format!("/v1/agents/{a}/batches/{batch}"))
         .await;
@@ -352,16 +367,7 @@ async fn streamed_failure(s: &Server, agent: &str, content: &str, code: &str) ->
 }
 
 async fn a_streamed_turn_that_fails_ends_with_the_error_contract(backend: Backend) {
-    let s = Server::start(
-        backend,
-        vec![Turn::Fail(ProviderError::Server {
-            provider: "scripted".into(),
-            status: 503,
-            attempts: 3,
-            message: "overloaded".into(),
-        })],
-    )
-    .await;
+    let s = Server::start(backend, vec![overloaded()]).await;
     let a = s.agent(&s.key_a, "fragile").await;
     // Scenario A: the model fails.
     let data = streamed_failure(&s, &a, "analyze video X", "provider_failed").await;
@@ -394,26 +400,19 @@ async fn scenario_a_the_model_fails_after_a_committed_tool_step(backend: Backend
         backend,
         vec![
             Turn::call("c1", "archival_insert", json!({"content": "Ada likes tea"})),
-            Turn::Fail(ProviderError::Server {
-                provider: "scripted".into(),
-                status: 503,
-                attempts: 3,
-                message: "overloaded".into(),
-            }),
+            overloaded(),
         ],
     )
     .await;
     let a = s.agent(&s.key_a, "halfway").await;
-    let (status, body) = s
-        .post(
-            &s.key_a,
-            &format!("/v1/agents/{a}/messages"),
-            json!({"content": "remember that I like tea"}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
-    assert_eq!(body["error"]["code"], "provider_failed");
-    assert_eq!(body["error"]["details"]["message_saved"], true);
+    let (body, batch) = failed_turn(
+        &s,
+        &a,
+        "remember that I like tea",
+        StatusCode::BAD_GATEWAY,
+        "provider_failed",
+    )
+    .await;
     // The model provider's own message reaches the client (docs/server.md).
     assert!(
         body["error"]["message"]
@@ -422,10 +421,6 @@ async fn scenario_a_the_model_fails_after_a_committed_tool_step(backend: Backend
             .contains("overloaded"),
         "{body}"
     );
-    let batch = body["error"]["details"]["batch_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
     // The abandoned batch keeps the user message and the committed tool step (call and result).
     let (_, detail) = s
         .get(&s.key_a, &format!("/v1/agents/{a}/batches/{batch}"))
@@ -484,21 +479,15 @@ async fn scenario_b_storage_refuses_a_tool_step_whole(backend: Backend) {
     pattern_db::testkit::refuse_inserts(&s.db, "messages", "role", "tool")
         .await
         .unwrap();
-    let (status, body) = s
-        .post(
-            &s.key_a,
-            &format!("/v1/agents/{a}/messages"),
-            json!({"content": "what do I like?"}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-    assert_eq!(body["error"]["code"], "storage_failed");
-    assert_eq!(body["error"]["details"]["message_saved"], true);
+    let (body, batch) = failed_turn(
+        &s,
+        &a,
+        "what do I like?",
+        StatusCode::SERVICE_UNAVAILABLE,
+        "storage_failed",
+    )
+    .await;
     assert_hides_the_cause(&body);
-    let batch = body["error"]["details"]["batch_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
     let (_, detail) = s
         .get(&s.key_a, &format!("/v1/agents/{a}/batches/{batch}"))
         .await;
