@@ -56,6 +56,29 @@ async fn agent(store: &DbMemoryStore, name: &str) -> AgentId {
         .id
 }
 
+/// A fresh database with the `Words` embedder (worker polling every `poll`), a store over it and
+/// the agent `ada`.
+async fn with_words(
+    kind: Backend,
+    poll: Duration,
+) -> (TestDb, ConstellationDb, DbMemoryStore, AgentId) {
+    let tdb = TestDb::fresh(kind).await.unwrap();
+    let config = EmbedConfig {
+        poll_interval: poll,
+        ..EmbedConfig::default()
+    };
+    let cdb = ConstellationDb::connect(
+        tdb.config(),
+        Some(Arc::new(Words) as Arc<dyn Embedder>),
+        config,
+    )
+    .await
+    .unwrap();
+    let store = DbMemoryStore::with_search(cdb.clone());
+    let ada = agent(&store, "ada").await;
+    (tdb, cdb, store, ada)
+}
+
 async fn archival_crud_and_fts(kind: Backend) {
     let tdb = TestDb::fresh(kind).await.unwrap();
     let store = DbMemoryStore::new(tdb.open().await.unwrap());
@@ -119,20 +142,7 @@ async fn archival_crud_and_fts(kind: Backend) {
 }
 
 async fn vector_search_with_embedder(kind: Backend) {
-    let tdb = TestDb::fresh(kind).await.unwrap();
-    let config = EmbedConfig {
-        poll_interval: Duration::from_millis(50),
-        ..EmbedConfig::default()
-    };
-    let cdb = ConstellationDb::connect(
-        tdb.config(),
-        Some(Arc::new(Words) as Arc<dyn Embedder>),
-        config,
-    )
-    .await
-    .unwrap();
-    let store = DbMemoryStore::with_search(cdb.clone());
-    let ada = agent(&store, "ada").await;
+    let (tdb, cdb, store, ada) = with_words(kind, Duration::from_millis(50)).await;
     let e = store
         .insert_archival(ada, NewArchival::text("red kite over the hills"))
         .await
@@ -156,20 +166,7 @@ async fn vector_search_with_embedder(kind: Backend) {
 /// A block write records an embedding job and wakes the worker: the new value is searchable by
 /// vector long before the worker's next poll.
 async fn block_writes_are_embedded_without_waiting_for_a_poll(kind: Backend) {
-    let tdb = TestDb::fresh(kind).await.unwrap();
-    let config = EmbedConfig {
-        poll_interval: Duration::from_secs(300),
-        ..EmbedConfig::default()
-    };
-    let cdb = ConstellationDb::connect(
-        tdb.config(),
-        Some(Arc::new(Words) as Arc<dyn Embedder>),
-        config,
-    )
-    .await
-    .unwrap();
-    let store = DbMemoryStore::with_search(cdb.clone());
-    let ada = agent(&store, "ada").await;
+    let (tdb, cdb, store, ada) = with_words(kind, Duration::from_secs(300)).await;
     let embedded = async || {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while cdb.status().await.unwrap().pending_jobs > 0 {
