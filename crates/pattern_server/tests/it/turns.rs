@@ -38,9 +38,7 @@ async fn a_turn_answers_after_its_message_is_stored(backend: Backend) {
     assert_eq!(body["tool_calls"][0]["name"], "archival_insert");
     assert_eq!(body["tool_results"][0]["is_error"], false);
     let batch = body["batch_id"].as_str().unwrap();
-    let (_, detail) = s
-        .get(&s.key_a, &format!("/v1/agents/{a}/batches/{batch}"))
-        .await;
+    let detail = batch_detail(&s, &a, batch).await;
     assert_eq!(detail["state"], "complete");
     assert_eq!(detail["messages"][0]["role"], "user");
     assert_eq!(detail["messages"][0]["text"], "I like tea");
@@ -163,6 +161,23 @@ async fn cancelling_a_turn_abandons_its_batch_and_keeps_the_message(backend: Bac
     s.stop().await;
 }
 
+/// `GET .../batches/{batch}` of `agent` with organization A's key.
+async fn batch_detail(s: &Server, agent: &str, batch: &str) -> Value {
+    s.get(&s.key_a, &format!("/v1/agents/{agent}/batches/{batch}"))
+        .await
+        .1
+}
+
+/// `POST .../batches/{batch}/retry` of `agent` with organization A's key, for a JSON answer.
+async fn retry(s: &Server, agent: &str, batch: &str) -> (StatusCode, Value) {
+    s.post(
+        &s.key_a,
+        &format!("/v1/agents/{agent}/batches/{batch}/retry"),
+        json!({}),
+    )
+    .await
+}
+
 /// A model call that fails (after the provider's retries).
 fn overloaded() -> Turn {
     Turn::Fail(ProviderError::Server {
@@ -219,21 +234,13 @@ async fn scenario_a_the_model_fails_mid_turn_and_a_retry_works(backend: Backend)
         "{body}"
     );
     // User message: saved and visible; nothing else of the turn is.
-    let (_, detail) = s
-        .get(&s.key_a, &format!("/v1/agents/{a}/batches/{batch}"))
-        .await;
+    let detail = batch_detail(&s, &a, &batch).await;
     assert_eq!(detail["state"], "abandoned");
     assert_eq!(detail["messages"].as_array().unwrap().len(), 1);
     assert_eq!(detail["messages"][0]["text"], "analyze video X");
     // Retrying the batch runs the same message again.
     s.provider.push(Turn::text("here is the analysis"));
-    let (status, retried) = s
-        .post(
-            &s.key_a,
-            &format!("/v1/agents/{a}/batches/{batch}/retry"),
-            json!({}),
-        )
-        .await;
+    let (status, retried) = retry(&s, &a, &batch).await;
     assert_eq!(status, StatusCode::OK, "{retried}");
     assert_eq!(retried["text"], "here is the analysis");
     // A complete batch cannot be retried.
@@ -248,20 +255,12 @@ async fn scenario_a_the_model_fails_mid_turn_and_a_retry_works(backend: Backend)
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     // Nor can the abandoned one twice: its message is not stored, nor the turn run, again.
     let (_, before) = s.get(&s.key_a, &format!("/v1/agents/{a}/batches")).await;
-    let (status, body) = s
-        .post(
-            &s.key_a,
-            &format!("/v1/agents/{a}/batches/{batch}/retry"),
-            json!({}),
-        )
-        .await;
+    let (status, body) = retry(&s, &a, &batch).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert_eq!(body["error"]["code"], "conflict");
     let (_, after) = s.get(&s.key_a, &format!("/v1/agents/{a}/batches")).await;
     assert_eq!(before, after);
-    let (_, detail) = s
-        .get(&s.key_a, &format!("/v1/agents/{a}/batches/{batch}"))
-        .await;
+    let detail = batch_detail(&s, &a, &batch).await;
     assert!(detail["retried_at"].is_string(), "{detail}");
     s.stop().await;
 }
@@ -281,9 +280,7 @@ async fn scenario_b_storage_refuses_the_step_and_the_message_survives(backend: B
     )
     .await;
     assert_hides_the_cause(&body);
-    let (_, detail) = s
-        .get(&s.key_a, &format!("/v1/agents/{a}/batches/{batch}"))
-        .await;
+    let detail = batch_detail(&s, &a, &batch).await;
     assert_eq!(
         detail["messages"].as_array().unwrap().len(),
         1,
@@ -295,13 +292,7 @@ async fn scenario_b_storage_refuses_the_step_and_the_message_survives(backend: B
         .await
         .unwrap();
     s.provider.push(Turn::text("saved now"));
-    let (status, retried) = s
-        .post(
-            &s.key_a,
-            &format!("/v1/agents/{a}/batches/{batch}/retry"),
-            json!({}),
-        )
-        .await;
+    let (status, retried) = retry(&s, &a, &batch).await;
     assert_eq!(status, StatusCode::OK, "{retried}");
     assert_eq!(retried["text"], "saved now");
     s.stop().await;
@@ -372,9 +363,7 @@ async fn a_streamed_turn_that_fails_ends_with_the_error_contract(backend: Backen
     // Scenario A: the model fails.
     let data = streamed_failure(&s, &a, "analyze video X", "provider_failed").await;
     let batch = data["error"]["details"]["batch_id"].as_str().unwrap();
-    let (_, detail) = s
-        .get(&s.key_a, &format!("/v1/agents/{a}/batches/{batch}"))
-        .await;
+    let detail = batch_detail(&s, &a, batch).await;
     assert_eq!(detail["state"], "abandoned");
     assert_eq!(detail["messages"][0]["text"], "analyze video X");
 
@@ -386,9 +375,7 @@ async fn a_streamed_turn_that_fails_ends_with_the_error_contract(backend: Backen
     let data = streamed_failure(&s, &a, "please remember me", "storage_failed").await;
     assert_hides_the_cause(&data);
     let batch = data["error"]["details"]["batch_id"].as_str().unwrap();
-    let (_, detail) = s
-        .get(&s.key_a, &format!("/v1/agents/{a}/batches/{batch}"))
-        .await;
+    let detail = batch_detail(&s, &a, batch).await;
     assert_eq!(detail["state"], "abandoned");
     assert_eq!(detail["messages"].as_array().unwrap().len(), 1);
     assert_eq!(detail["messages"][0]["text"], "please remember me");
@@ -422,9 +409,7 @@ async fn scenario_a_the_model_fails_after_a_committed_tool_step(backend: Backend
         "{body}"
     );
     // The abandoned batch keeps the user message and the committed tool step (call and result).
-    let (_, detail) = s
-        .get(&s.key_a, &format!("/v1/agents/{a}/batches/{batch}"))
-        .await;
+    let detail = batch_detail(&s, &a, &batch).await;
     assert_eq!(detail["state"], "abandoned", "{detail}");
     let roles: Vec<&str> = detail["messages"]
         .as_array()
@@ -447,19 +432,11 @@ async fn scenario_a_the_model_fails_after_a_committed_tool_step(backend: Backend
 
     // A retry runs the message again as a new turn, which completes.
     s.provider.push(Turn::text("noted: you like tea"));
-    let (status, retried) = s
-        .post(
-            &s.key_a,
-            &format!("/v1/agents/{a}/batches/{batch}/retry"),
-            json!({}),
-        )
-        .await;
+    let (status, retried) = retry(&s, &a, &batch).await;
     assert_eq!(status, StatusCode::OK, "{retried}");
     assert_eq!(retried["text"], "noted: you like tea");
     assert_ne!(retried["batch_id"], batch.as_str());
-    let (_, again) = s
-        .get(&s.key_a, &format!("/v1/agents/{a}/batches/{batch}"))
-        .await;
+    let again = batch_detail(&s, &a, &batch).await;
     assert_eq!(
         again["messages"].as_array().unwrap().len(),
         3,
@@ -488,9 +465,7 @@ async fn scenario_b_storage_refuses_a_tool_step_whole(backend: Backend) {
     )
     .await;
     assert_hides_the_cause(&body);
-    let (_, detail) = s
-        .get(&s.key_a, &format!("/v1/agents/{a}/batches/{batch}"))
-        .await;
+    let detail = batch_detail(&s, &a, &batch).await;
     assert_eq!(detail["state"], "abandoned", "{detail}");
     let messages = detail["messages"].as_array().unwrap();
     assert_eq!(messages.len(), 1, "no half step: {detail}");
@@ -503,13 +478,7 @@ async fn scenario_b_storage_refuses_a_tool_step_whole(backend: Backend) {
     s.provider
         .push(Turn::call("c1", "archival_search", json!({"query": "tea"})));
     s.provider.push(Turn::text("nothing stored about that yet"));
-    let (status, retried) = s
-        .post(
-            &s.key_a,
-            &format!("/v1/agents/{a}/batches/{batch}/retry"),
-            json!({}),
-        )
-        .await;
+    let (status, retried) = retry(&s, &a, &batch).await;
     assert_eq!(status, StatusCode::OK, "{retried}");
     assert_eq!(retried["text"], "nothing stored about that yet");
     assert_eq!(retried["tool_results"][0]["is_error"], false);
