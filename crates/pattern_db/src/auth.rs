@@ -257,6 +257,38 @@ impl Database {
             .map(|_| ())
     }
 
+    /// The agent stored under `name` in one scope: `Some(org)` looks only among that
+    /// organization's agents, `None` only among local agents (no organization). An agent of any
+    /// other scope is [`Error::AgentNameNotFound`], exactly like an unknown name, so a scoped
+    /// lookup never reveals what exists elsewhere.
+    pub async fn agent_in_scope(&self, org: Option<OrganizationId>, name: &str) -> Result<Agent> {
+        let row = match org {
+            Some(org) => {
+                sqlx::query(
+                    "SELECT id, name, metadata, created_at FROM agents \
+                     WHERE name = $1 AND organization_id = $2",
+                )
+                .bind(name)
+                .bind(org.to_string())
+                .fetch_optional(self.reader())
+                .await?
+            }
+            None => {
+                sqlx::query(
+                    "SELECT id, name, metadata, created_at FROM agents \
+                     WHERE name = $1 AND organization_id IS NULL",
+                )
+                .bind(name)
+                .fetch_optional(self.reader())
+                .await?
+            }
+        };
+        row.as_ref()
+            .map(ops::agent_from_row)
+            .transpose()?
+            .ok_or_else(|| Error::AgentNameNotFound(name.to_owned()))
+    }
+
     /// The organization owning agent `id` (`None`: a local agent).
     pub async fn agent_organization(&self, id: AgentId) -> Result<Option<OrganizationId>> {
         let row = sqlx::query("SELECT organization_id FROM agents WHERE id = $1")

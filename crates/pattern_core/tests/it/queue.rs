@@ -194,7 +194,122 @@ async fn an_unregistered_agent_keeps_its_entries_queued(kind: Backend) {
     h.cleanup().await;
 }
 
+/// `send_message` to `agent:NAME` looks only inside the sender's organization (local agents only
+/// among local agents): another organization's agent, addressed by any form of its name, and a
+/// local agent addressed from an organization are refused with the same error result as an
+/// unknown name, and nothing is queued for them.
+async fn agent_messages_stay_inside_the_organization(kind: Backend) {
+    use pattern_core::{AgentRuntime, DatabaseAgent, ResponseEvent};
+    use pattern_db::NewAgent;
+
+    let tdb = pattern_db::testkit::TestDb::fresh(kind).await.unwrap();
+    let db = tdb.open().await.unwrap();
+    let acme = db.create_organization("acme", "Acme").await.unwrap().id;
+    let other = db.create_organization("other", "Other").await.unwrap().id;
+    let ada = db
+        .create_org_agent(acme, NewAgent::named(format!("{acme}/ada")))
+        .await
+        .unwrap();
+    let bob = db
+        .create_org_agent(acme, NewAgent::named(format!("{acme}/bob")))
+        .await
+        .unwrap();
+    let their_bob = db
+        .create_org_agent(other, NewAgent::named(format!("{other}/bob")))
+        .await
+        .unwrap();
+    let local = db.create_agent(NewAgent::named("carol")).await.unwrap();
+    let local_bob = db.create_agent(NewAgent::named("bob")).await.unwrap();
+
+    let refused = [
+        format!("agent:{other}/bob"),
+        "agent:carol".to_owned(),
+        format!("agent:{acme}/{other}/bob"),
+        "agent:nobody".to_owned(),
+    ];
+    let accepted = ["agent:bob".to_owned(), format!("agent:{acme}/bob")];
+    let mut script = Vec::new();
+    for (i, target) in refused.iter().chain(&accepted).enumerate() {
+        script.push(Turn::call(
+            &format!("c{i}"),
+            "send_message",
+            json!({"target": target, "content": "psst"}),
+        ));
+    }
+    script.push(Turn::text("done"));
+    let memory = Arc::new(DbMemoryStore::new(db.clone()));
+    let model = ScriptedProvider::new(script);
+    let runtime = AgentRuntime::builder(db.clone(), ada, memory.clone(), Arc::new(model), config())
+        .build()
+        .unwrap();
+    let agent = DatabaseAgent::new(runtime);
+    let events = crate::support::run(&agent, pattern_core::IncomingMessage::user("go")).await;
+    let results: Vec<(String, bool)> = events
+        .iter()
+        .filter_map(|e| match e {
+            ResponseEvent::ToolResult {
+                content, is_error, ..
+            } => Some((content.clone(), *is_error)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), refused.len() + accepted.len(), "{events:?}");
+    for ((content, is_error), target) in results.iter().zip(&refused) {
+        assert!(*is_error, "{target} was not refused: {content}");
+        let name = target.trim_start_matches("agent:");
+        assert!(
+            content.contains(&format!("unknown agent `{name}`")),
+            "{target}: {content}"
+        );
+        assert!(
+            !content.contains("organization"),
+            "reveals nothing: {content}"
+        );
+    }
+    for (content, is_error) in &results[refused.len()..] {
+        assert!(!is_error, "{content}");
+    }
+    assert_eq!(db.pending_queue(bob.id).await.unwrap().len(), 2);
+    for nobody in [their_bob.id, local.id, local_bob.id] {
+        assert!(db.pending_queue(nobody).await.unwrap().is_empty());
+    }
+
+    // A local agent reaches local agents only.
+    let model = ScriptedProvider::new(vec![
+        Turn::call(
+            "l1",
+            "send_message",
+            json!({"target": format!("agent:{acme}/bob"), "content": "hi"}),
+        ),
+        Turn::call(
+            "l2",
+            "send_message",
+            json!({"target": "agent:bob", "content": "hi"}),
+        ),
+        Turn::text("done"),
+    ]);
+    let runtime = AgentRuntime::builder(db.clone(), local, memory, Arc::new(model), config())
+        .build()
+        .unwrap();
+    let carol = DatabaseAgent::new(runtime);
+    let events = crate::support::run(&carol, pattern_core::IncomingMessage::user("go")).await;
+    let errors: Vec<bool> = events
+        .iter()
+        .filter_map(|e| match e {
+            ResponseEvent::ToolResult { is_error, .. } => Some(*is_error),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(errors, [true, false]);
+    assert_eq!(db.pending_queue(bob.id).await.unwrap().len(), 2);
+    assert_eq!(db.pending_queue(local_bob.id).await.unwrap().len(), 1);
+    drop((agent, carol));
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
 conformance!(
+    agent_messages_stay_inside_the_organization,
     an_unregistered_agent_keeps_its_entries_queued,
     agents_message_each_other_through_the_queue,
     wakeups_run_once_each_even_with_two_processors,
