@@ -439,6 +439,7 @@ mod tests {
                 completed_at: None,
                 continuations: 0,
                 retried_at: None,
+                claim_token: None,
             },
             messages,
         }

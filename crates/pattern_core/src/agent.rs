@@ -28,13 +28,10 @@ pub struct IncomingMessage {
     pub role: Role,
     /// The content.
     pub content: Vec<ContentBlock>,
-    /// Who sent it, for the queue and logs (an endpoint name, an agent name, `scheduler`).
+    /// Who sent it, for the queue, the turn and logs (an endpoint name, an agent name,
+    /// `scheduler`).
     #[serde(default)]
     pub source: String,
-    /// Set when this delivers an entry of the agent's durable queue: the batch then begins in
-    /// the same transaction that marks the entry delivered (exactly once).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queue_id: Option<SnowflakeId>,
     /// Set when this retries an abandoned batch: the batch is marked retried in the same
     /// transaction that stores this trigger (a new batch or a queue entry), so a second retry of
     /// it is refused with nothing stored.
@@ -50,7 +47,6 @@ impl IncomingMessage {
             role: Role::User,
             content: vec![ContentBlock::text(text)],
             source: String::new(),
-            queue_id: None,
             retry_of: None,
         }
     }
@@ -62,7 +58,6 @@ impl IncomingMessage {
             role: Role::System,
             content: vec![ContentBlock::text(text)],
             source: "system".into(),
-            queue_id: None,
             retry_of: None,
         }
     }
@@ -74,7 +69,6 @@ impl IncomingMessage {
             role: Role::User,
             content: vec![ContentBlock::text(text)],
             source: agent.to_owned(),
-            queue_id: None,
             retry_of: None,
         }
     }
@@ -90,20 +84,7 @@ impl IncomingMessage {
             role: abandoned.trigger.role,
             content: abandoned.trigger.content.clone(),
             source: "retry".into(),
-            queue_id: None,
             retry_of: Some(abandoned.batch.id),
-        }
-    }
-
-    /// Delivers entry `entry` of the agent's queue.
-    pub fn queued(entry: &pattern_db::queue::QueuedMessage) -> Self {
-        Self {
-            batch_type: entry.batch_type,
-            role: entry.role,
-            content: entry.content.clone(),
-            source: entry.source.clone(),
-            queue_id: Some(entry.id),
-            retry_of: None,
         }
     }
 }
@@ -151,8 +132,9 @@ pub enum ErrorKind {
     Cancelled,
     /// The agent is suspended; the trigger waits in the queue.
     Suspended,
-    /// The queue entry was delivered already (or is not due): nothing ran.
-    QueueEntryGone,
+    /// The process running the turn stopped, or its run lost its claim on the agent to
+    /// recovery: the batch was abandoned and the trigger stays stored for a retry.
+    Interrupted,
 }
 
 /// One event of a turn.
@@ -241,6 +223,34 @@ pub enum ResponseEvent {
         /// Why it ended.
         reason: DoneReason,
     },
+}
+
+impl ResponseEvent {
+    /// The event's `type`, as it is serialised (and as SSE names it).
+    pub fn name(&self) -> &'static str {
+        match self {
+            ResponseEvent::Queued { .. } => "queued",
+            ResponseEvent::Received { .. } => "received",
+            ResponseEvent::TextDelta { .. } => "text_delta",
+            ResponseEvent::ThinkingDelta { .. } => "thinking_delta",
+            ResponseEvent::ToolCallStarted { .. } => "tool_call_started",
+            ResponseEvent::ToolCallFinished { .. } => "tool_call_finished",
+            ResponseEvent::ToolResult { .. } => "tool_result",
+            ResponseEvent::Usage { .. } => "usage",
+            ResponseEvent::StepCommitted { .. } => "step_committed",
+            ResponseEvent::BatchCompleted { .. } => "batch_completed",
+            ResponseEvent::Error { .. } => "error",
+            ResponseEvent::Done { .. } => "done",
+        }
+    }
+
+    /// Whether this event ends a turn (`done` or `error`).
+    pub fn is_final(&self) -> bool {
+        matches!(
+            self,
+            ResponseEvent::Done { .. } | ResponseEvent::Error { .. }
+        )
+    }
 }
 
 /// The stream [`Agent::process`] returns.

@@ -56,6 +56,10 @@ pub enum Error {
     /// The agent cannot take this state change now.
     #[error("invalid agent state change: {0}")]
     InvalidState(String),
+
+    /// A turn's stored event could not be written or read back.
+    #[error("turn log: {0}")]
+    TurnLog(String),
 }
 
 impl Error {
@@ -69,7 +73,7 @@ impl Error {
             Error::Provider(_) | Error::NoEndpoint(_) | Error::Endpoint(_) => C::Unavailable,
             Error::InvalidTool { .. } => C::Invalid,
             Error::InvalidState(_) => C::Conflict,
-            Error::LocalServer(_) => C::Internal,
+            Error::LocalServer(_) | Error::TurnLog(_) => C::Internal,
         }
     }
 }

@@ -7,7 +7,8 @@
 //!   messages to endpoints and other agents, context building, wakeups.
 //! - [`tool`]: the `Tool` trait, the registry, rules, and the built-in tools.
 //! - [`permission`]: the per-runtime permission broker.
-//! - [`QueueProcessor`]: delivers queued triggers and scheduled wakeups through `Agent::process`.
+//! - [`QueueProcessor`]: delivers queued triggers and scheduled wakeups by claiming free agents.
+//! - [`turn_log`]: a turn's events as stored, and following them from any process.
 //! - [`ModelSummarizer`]: recursive summarization with the agent's model.
 //! - [`provider`]: the [`ModelProvider`](provider::ModelProvider) trait and its implementations
 //!   (Anthropic Messages, OpenAI Chat Completions and compatible servers, Gemini), streaming,
@@ -31,14 +32,15 @@ mod summarizer;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 pub mod tool;
+pub mod turn_log;
 
 pub use agent::{
     Agent, AgentState, DoneReason, ErrorKind, IncomingMessage, Response, ResponseEvent,
     ResponseStream, TurnError, collect_response,
 };
-pub use db_agent::DatabaseAgent;
+pub use db_agent::{Begun, DatabaseAgent, Submission, TurnOptions};
 pub use error::{Error, Result};
-pub use queue::QueueProcessor;
+pub use queue::{AgentLoader, QueueProcessor};
 pub use runtime::{
     AgentRuntime, CallOutcome, DEFAULT_INSTRUCTIONS, RuntimeBuilder, RuntimeConfig, ToolCall,
 };

@@ -669,7 +669,11 @@ impl AgentRuntime {
             call_id: call.id.clone(),
         };
         let input = call.input.clone();
-        let mut handle = tokio::spawn(async move { tool.execute(ctx, input).await });
+        // The tool's writes are the run's: fenced by its claim like the run's own.
+        let fence = pattern_db::runs::current_fence();
+        let mut handle = tokio::spawn(pattern_db::runs::with_fence(fence, async move {
+            tool.execute(ctx, input).await
+        }));
         match tokio::time::timeout(self.config.tool_timeout, &mut handle).await {
             Ok(Ok(result)) => result,
             Ok(Err(join)) if join.is_panic() => Err(ToolError::Panicked {

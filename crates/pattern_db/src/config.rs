@@ -108,10 +108,18 @@ pub struct DbConfig {
     pub queue_capacity: usize,
     /// Machine id source for snowflake ids; default a database lease.
     pub machine_id: MachineId,
-    /// How long a run holds an open batch without renewing before recovery may abandon it.
+    /// How long a batch begun without a run claim (by tools and tests through
+    /// [`crate::MessageStore::begin_batch`]) stays open without a step before recovery may
+    /// abandon it. A run's batch lives as long as its claim instead.
     pub batch_lease: Duration,
-    /// How long a machine-id lease lasts; it is renewed at a third of this.
+    /// How long a machine-id lease lasts without a heartbeat (renewed by the process heartbeat;
+    /// a dead holder's lease is free at once where the database can tell it died).
     pub machine_lease: Duration,
+    /// How long this process's registration lasts without a heartbeat (renewed every quarter
+    /// of it): when it lapses, its runs' claims are taken over and their batches abandoned.
+    /// A process that dies is usually seen dead sooner (its liveness lock is released at once).
+    /// Default 20 s.
+    pub run_lease: Duration,
     /// Time allowed to connect; default 10 s.
     pub connect_timeout: Duration,
     /// Identifies this process as the owner of the batches it opens.
@@ -140,6 +148,7 @@ impl DbConfig {
             machine_id: MachineId::Lease,
             batch_lease: Duration::from_secs(600),
             machine_lease: Duration::from_secs(300),
+            run_lease: Duration::from_secs(20),
             connect_timeout: Duration::from_secs(10),
             run_owner: format!(
                 "pid{}-{}",
@@ -179,6 +188,10 @@ impl DbConfig {
         check(
             self.machine_lease >= Duration::from_secs(3),
             "machine_lease must be at least 3 s",
+        )?;
+        check(
+            self.run_lease >= Duration::from_millis(500),
+            "run_lease must be at least 500 ms",
         )?;
         if let MachineId::Fixed(id) = self.machine_id {
             check(

@@ -17,11 +17,13 @@ use tracing::{info, warn};
 
 use crate::config::{Backend, DbConfig, Durability, MachineId};
 use crate::error::{Error, Result, redact_url};
-use crate::id::{MAX_MACHINE_ID, SnowflakeGenerator};
+use crate::id::SnowflakeGenerator;
 use crate::migrate::{self, MigrationStatus};
 use crate::model::{Abandoned, Agent, AgentId, NewAgent, RecoveryScope, StoredBatch};
-use crate::ops::{self, Ctx, Done, Op, now_ms};
+use crate::ops::{self, Ctx, Done, Op};
+use crate::process::{Judge, Liveness};
 use crate::store::MessageStore;
+use crate::wake::Hub;
 use crate::writer::Writer;
 
 /// The oldest SQLite this crate runs on: 3.51.3 fixed a WAL-reset bug that could lose committed
@@ -42,9 +44,14 @@ struct Inner {
     write_pool: AnyPool,
     writer: Writer,
     ctx: Arc<Ctx>,
-    lease_task: Option<JoinHandle<()>>,
-    /// `(machine id, holder)` of a leased machine id, released on close.
-    lease: Option<(u16, String)>,
+    /// The heartbeat of this process's registration and machine-id lease.
+    heartbeat: Option<JoinHandle<()>>,
+    /// Whether the machine id is leased (released on close) rather than fixed.
+    leased_machine_id: bool,
+    /// What shows this process alive to others (released on close).
+    liveness: std::sync::Mutex<Option<Arc<Liveness>>>,
+    /// Wake-ups of runs and turns.
+    hub: Arc<Hub>,
     /// The full-text index of a SQLite database, opened by the first search.
     fts: tokio::sync::OnceCell<Arc<crate::fts::FtsIndex>>,
     /// Where that index lives (`<file>.search`).
@@ -66,7 +73,7 @@ const RECENT_CACHE_AGENTS: usize = 1024;
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if let Some(task) = self.lease_task.take() {
+        if let Some(task) = self.heartbeat.take() {
             task.abort();
         }
     }
@@ -176,15 +183,37 @@ impl Database {
         }
         let read = pool(&config, backend, &options, read_size).await?;
 
-        let (machine_id, lease_task) = match config.machine_id {
-            MachineId::Fixed(id) => (id, None),
+        let judge = Judge {
+            backend,
+            me: config.run_owner.clone(),
+            lock_dir: crate::process::lock_dir_for(&config.url),
+        };
+        // Register this process before leasing a machine id: leasing judges other holders by
+        // their registrations.
+        let liveness = if config.migrate_on_open {
+            Some(Arc::new(
+                crate::process::register(
+                    &write_pool,
+                    backend,
+                    &config.url,
+                    &config.run_owner,
+                    config.run_lease,
+                )
+                .await?,
+            ))
+        } else {
+            None
+        };
+        let machine_id = match config.machine_id {
+            MachineId::Fixed(id) => id,
             MachineId::Lease => {
-                let holder = config.run_owner.clone();
-                let id =
-                    lease_machine_id(&write_pool, backend, &holder, config.machine_lease).await?;
-                let task =
-                    spawn_lease_renewal(write_pool.clone(), id, holder, config.machine_lease);
-                (id, Some(task))
+                crate::process::lease_machine_id(
+                    &write_pool,
+                    &judge,
+                    &config.run_owner,
+                    config.machine_lease,
+                )
+                .await?
             }
         };
         info!(backend = backend.name(), machine_id, "database open");
@@ -195,6 +224,10 @@ impl Database {
             run_owner: config.run_owner.clone(),
             batch_lease: config.batch_lease,
             record_jobs: config.record_embedding_jobs,
+            judge: judge.clone(),
+            lock_key: liveness.as_ref().map_or(0, |l| l.lock_key),
+            run_lease: config.run_lease,
+            machine_lease: config.machine_lease,
         });
         let writer = Writer::start(
             write_pool.clone(),
@@ -203,6 +236,18 @@ impl Database {
             config.queue_capacity,
             config.max_group,
         );
+        let leased_machine_id = matches!(config.machine_id, MachineId::Lease);
+        let heartbeat = liveness.as_ref().map(|liveness| {
+            tokio::spawn(heartbeat(Heartbeat {
+                writer: writer.clone(),
+                pool: write_pool.clone(),
+                ctx: ctx.clone(),
+                liveness: liveness.clone(),
+                url: config.url.clone(),
+                leased: leased_machine_id,
+                judge,
+            }))
+        });
         Ok(Self {
             inner: Arc::new(Inner {
                 backend,
@@ -211,9 +256,10 @@ impl Database {
                 write_pool,
                 writer,
                 ctx,
-                lease_task,
-                lease: matches!(config.machine_id, MachineId::Lease)
-                    .then(|| (machine_id, config.run_owner.clone())),
+                heartbeat,
+                leased_machine_id,
+                liveness: std::sync::Mutex::new(liveness),
+                hub: Arc::new(Hub::new(backend, config.url.clone())),
                 recent: std::sync::Mutex::new(HashMap::new()),
                 fts: tokio::sync::OnceCell::new(),
                 fts_dir: crate::fts::dir_for(&config.url),
@@ -341,8 +387,30 @@ impl Database {
         &self.inner.read
     }
 
+    /// Queues a write. Inside [`crate::runs::fenced`] it carries the run's claim (unless the op
+    /// carries its own).
     pub(crate) async fn write(&self, op: Op) -> Result<Done> {
-        self.inner.writer.submit(op).await
+        let fence = if op.carries_claim() {
+            None
+        } else {
+            crate::runs::current_fence()
+        };
+        self.inner.writer.submit(op, fence).await
+    }
+
+    /// Queues a write of the run holding `claim`.
+    pub(crate) async fn write_fenced(&self, op: Op, claim: crate::runs::RunClaim) -> Result<Done> {
+        self.inner.writer.submit(op, Some(claim)).await
+    }
+
+    /// Wake-ups of runs and turns in this process (and, on PostgreSQL, from every process).
+    pub fn hub(&self) -> &Arc<Hub> {
+        &self.inner.hub
+    }
+
+    /// How long this process's registration lasts without a heartbeat.
+    pub fn run_lease(&self) -> Duration {
+        self.inner.ctx.run_lease
     }
 
     /// The message store of one agent.
@@ -408,26 +476,37 @@ impl Database {
         }
     }
 
-    /// Closes the database for every clone: releases the machine-id lease and closes the pools.
-    /// Writes already acknowledged are committed; a write still queued fails with an error, so no
-    /// caller is told a write succeeded that did not.
+    /// Closes the database for every clone: removes this process's registration and releases
+    /// its machine-id lease and liveness lock (so its claims and id are free at once), and closes
+    /// the pools. Writes already acknowledged are committed; a write still queued fails with an
+    /// error, so no caller is told a write succeeded that did not.
     pub async fn close(self) {
         let inner = self.inner.clone();
         drop(self);
-        if let Some(task) = &inner.lease_task {
+        if let Some(task) = &inner.heartbeat {
             task.abort();
         }
-        if let Some((id, holder)) = &inner.lease {
-            // Hand the machine id back so short-lived processes do not use up the 1024 ids.
-            let released =
-                sqlx::query("DELETE FROM machine_leases WHERE machine_id = $1 AND holder = $2")
-                    .bind(i64::from(*id))
-                    .bind(holder.as_str())
-                    .execute(&inner.write_pool)
-                    .await;
-            if let Err(e) = released {
-                warn!(machine_id = id, error = %e, "cannot release machine-id lease");
+        let liveness = inner.liveness.lock().ok().and_then(|mut l| l.take());
+        if liveness.is_some() {
+            let holder = inner.ctx.run_owner.as_str();
+            // Hand the machine id and the registration back so short-lived processes do not use
+            // up the 1024 ids and their claims are free at once.
+            let mut statements = vec!["DELETE FROM processes WHERE holder = $1"];
+            if inner.leased_machine_id {
+                statements.push("DELETE FROM machine_leases WHERE holder = $1");
             }
+            for sql in statements {
+                if let Err(e) = sqlx::query(sql)
+                    .bind(holder)
+                    .execute(&inner.write_pool)
+                    .await
+                {
+                    warn!(error = %e, "cannot release this process's registration");
+                }
+            }
+        }
+        if let Some(liveness) = liveness.and_then(|l| Arc::try_unwrap(l).ok()) {
+            crate::process::release(liveness).await;
         }
         inner.read.close().await;
         inner.write_pool.close().await;
@@ -440,77 +519,57 @@ pub(crate) fn unexpected(done: Done) -> Error {
     ))
 }
 
-/// Takes the lowest machine id whose lease is free or expired.
-async fn lease_machine_id(
-    pool: &AnyPool,
-    backend: Backend,
-    holder: &str,
-    lease: Duration,
-) -> Result<u16> {
-    let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2);
-    let mut tx = match backend {
-        Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await?,
-        Backend::Postgres => pool.begin().await?,
-    };
-    if backend == Backend::Postgres {
-        // One leaser at a time across processes; released at commit.
-        sqlx::query("SELECT pg_advisory_xact_lock(7061747465)")
-            .execute(&mut *tx)
-            .await?;
-    }
-    let now = now_ms();
-    let rows = sqlx::query("SELECT machine_id, expires_at FROM machine_leases ORDER BY machine_id")
-        .fetch_all(&mut *tx)
-        .await?;
-    let mut taken = vec![false; usize::from(MAX_MACHINE_ID) + 1];
-    for row in &rows {
-        let id: i64 = row.try_get(0)?;
-        let expires: i64 = row.try_get(1)?;
-        if expires > now
-            && let Some(slot) = usize::try_from(id).ok().and_then(|i| taken.get_mut(i))
-        {
-            *slot = true;
-        }
-    }
-    let Some(free) = taken.iter().position(|t| !t) else {
-        return Err(Error::MachineIdsExhausted);
-    };
-    sqlx::query(
-        "INSERT INTO machine_leases (machine_id, holder, expires_at) VALUES ($1, $2, $3) \
-         ON CONFLICT (machine_id) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at",
-    )
-    .bind(free as i64)
-    .bind(holder)
-    .bind(now + lease_ms)
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(free as u16)
+/// What the heartbeat task needs.
+struct Heartbeat {
+    writer: Writer,
+    pool: AnyPool,
+    ctx: Arc<Ctx>,
+    liveness: Arc<Liveness>,
+    url: String,
+    leased: bool,
+    judge: Judge,
 }
 
-fn spawn_lease_renewal(pool: AnyPool, id: u16, holder: String, lease: Duration) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2);
-        loop {
-            tokio::time::sleep(lease / 3).await;
-            let renewed = sqlx::query(
-                "UPDATE machine_leases SET expires_at = $1 WHERE machine_id = $2 AND holder = $3",
-            )
-            .bind(now_ms() + lease_ms)
-            .bind(i64::from(id))
-            .bind(&holder)
-            .execute(&pool)
-            .await;
-            match renewed {
-                Ok(r) if r.rows_affected() == 1 => {}
-                Ok(_) => warn!(
-                    machine_id = id,
-                    "machine-id lease was taken over by another process"
-                ),
-                Err(e) => warn!(machine_id = id, error = %e, "cannot renew machine-id lease"),
+/// Renews this process's registration (and machine-id lease) every quarter of the run lease,
+/// keeps its PostgreSQL liveness session alive, and leases a fresh machine id if another
+/// process took this one's (it judged this process dead: a stall longer than the lease).
+async fn heartbeat(h: Heartbeat) {
+    let period = h.ctx.run_lease / 4;
+    loop {
+        tokio::time::sleep(period).await;
+        crate::process::keep_alive(&h.liveness, &h.url).await;
+        let machine_id = h.leased.then(|| h.ctx.ids.machine_id());
+        match h.writer.submit(Op::Heartbeat { machine_id }, None).await {
+            Ok(Done::Heartbeat(report)) => {
+                if !report.renewed {
+                    warn!(
+                        "this process was judged dead by another and registered again; its runs' claims may be gone"
+                    );
+                }
+                if !report.machine_kept {
+                    warn!("this process's machine id was taken over; leasing another");
+                    match crate::process::lease_machine_id(
+                        &h.pool,
+                        &h.judge,
+                        &h.ctx.run_owner,
+                        h.ctx.machine_lease,
+                    )
+                    .await
+                    {
+                        Ok(id) => {
+                            if let Err(e) = h.ctx.ids.set_machine_id(id) {
+                                warn!(error = %e, "cannot use the new machine id");
+                            }
+                        }
+                        Err(e) => warn!(error = %e, "cannot lease a new machine id"),
+                    }
+                }
             }
+            Ok(other) => warn!(?other, "heartbeat answered with an unexpected outcome"),
+            Err(Error::Closed) => return,
+            Err(e) => warn!(error = %e, "cannot renew this process's registration"),
         }
-    })
+    }
 }
 
 #[cfg(test)]

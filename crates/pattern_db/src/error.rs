@@ -243,9 +243,56 @@ pub enum Error {
     /// The clock is outside the range snowflake ids can encode.
     #[error("clock error: {0}")]
     Clock(String),
-    /// Every machine id (0..=1023) is leased by a live process.
-    #[error("no free machine id: all 1024 are leased by live processes")]
-    MachineIdsExhausted,
+    /// Every machine id (0..=1023) is leased by a live process: each lease is unexpired and its
+    /// holder's liveness lock is held (dead holders' leases are taken over at once).
+    #[error(
+        "no free machine id: all 1024 are leased by live processes ({live} checked alive); stop \
+         some, or give this one a fixed machine id"
+    )]
+    MachineIdsExhausted {
+        /// Leases whose holders were checked alive.
+        live: usize,
+    },
+    /// Another run (in this or another process) holds the agent now; the caller's trigger was
+    /// not stored by this call.
+    #[error("agent {agent} is busy: a run of process `{holder}` holds it")]
+    AgentBusy {
+        /// The agent.
+        agent: AgentId,
+        /// The process whose run holds it.
+        holder: String,
+    },
+    /// The run's claim on its agent was taken over (its process was judged dead, or recovery
+    /// fenced it): the write carrying the old token was refused and nothing of it was stored.
+    #[error(
+        "the run of agent {agent} lost its claim (token {token}): the agent was taken over; \
+         nothing was written"
+    )]
+    ClaimLost {
+        /// The agent.
+        agent: AgentId,
+        /// The token the write carried.
+        token: i64,
+    },
+    /// No turn with this id for this agent.
+    #[error("unknown turn {turn} for agent {agent}")]
+    TurnNotFound {
+        /// The agent.
+        agent: AgentId,
+        /// The turn asked for.
+        turn: crate::runs::TurnId,
+    },
+    /// The turn is over: nothing more is appended to it.
+    #[error("turn {0} is finished")]
+    TurnFinished(crate::runs::TurnId),
+    /// An idempotency key was used again for a different request.
+    #[error("idempotency key `{key}` was used for a different request (turn {turn})")]
+    IdempotencyKeyReused {
+        /// The key.
+        key: String,
+        /// The turn its first use started.
+        turn: crate::runs::TurnId,
+    },
     /// A lock was poisoned by a panic in another thread.
     #[error("internal lock `{0}` poisoned by an earlier panic")]
     Poisoned(&'static str),
@@ -459,6 +506,16 @@ impl Error {
         }
     }
 
+    /// A PostgreSQL deadlock or serialization failure: the transaction was rolled back whole,
+    /// and running it again may succeed. The writer retries these itself.
+    pub(crate) fn is_lock_conflict(&self) -> bool {
+        match self {
+            Error::Database(e) => sqlx_lock_conflict(e),
+            Error::Commit(e) => sqlx_lock_conflict(e),
+            _ => false,
+        }
+    }
+
     /// What kind of failure this is, for front doors that map errors to exit codes or HTTP
     /// statuses (the CLI and the server share this one classification).
     pub fn class(&self) -> ErrorClass {
@@ -471,6 +528,7 @@ impl Error {
             | Error::ProtocolNotFound { .. }
             | Error::ArchivalNotFound { .. }
             | Error::ApiKeyNotFound(_)
+            | Error::TurnNotFound { .. }
             | Error::ContentNotFound(_) => ErrorClass::NotFound,
             Error::AgentNameTaken(_)
             | Error::VersionConflict { .. }
@@ -488,6 +546,10 @@ impl Error {
             | Error::NotMeetingParticipant { .. }
             | Error::AlreadyParticipant { .. }
             | Error::NotSpeaker { .. }
+            | Error::AgentBusy { .. }
+            | Error::ClaimLost { .. }
+            | Error::TurnFinished(_)
+            | Error::IdempotencyKeyReused { .. }
             | Error::MeetingState { .. } => ErrorClass::Conflict,
             Error::BlockOverLimit { .. }
             | Error::InvalidImport(_)
@@ -514,6 +576,13 @@ impl Error {
             _ => ErrorClass::Internal,
         }
     }
+}
+
+/// Whether a driver error is a PostgreSQL deadlock (`40P01`) or serialization failure (`40001`).
+pub(crate) fn sqlx_lock_conflict(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .is_some_and(|c| matches!(c.as_ref(), "40001" | "40P01"))
 }
 
 /// The kinds of failure callers act on differently: what a CLI exit code or an HTTP status

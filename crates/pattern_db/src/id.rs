@@ -123,6 +123,8 @@ impl Clock for SystemClock {
 
 #[derive(Debug)]
 struct State {
+    /// The machine id stamped into ids (replaced when this process had to lease another one).
+    machine_id: u16,
     /// Last millisecond (since [`EPOCH_MS`]) used.
     last_ms: i64,
     /// Last sequence used in `last_ms`.
@@ -132,7 +134,6 @@ struct State {
 /// Hands out strictly increasing [`SnowflakeId`]s for one machine id. Thread-safe.
 #[derive(Debug)]
 pub struct SnowflakeGenerator<C: Clock = SystemClock> {
-    machine_id: u16,
     clock: C,
     state: Mutex<State>,
 }
@@ -153,9 +154,9 @@ impl<C: Clock> SnowflakeGenerator<C> {
             )));
         }
         Ok(Self {
-            machine_id,
             clock,
             state: Mutex::new(State {
+                machine_id,
                 last_ms: -1,
                 seq: MAX_SEQUENCE,
             }),
@@ -164,7 +165,28 @@ impl<C: Clock> SnowflakeGenerator<C> {
 
     /// The machine id this generator stamps.
     pub fn machine_id(&self) -> u16 {
-        self.machine_id
+        self.state
+            .lock()
+            .map(|s| s.machine_id)
+            .unwrap_or_else(|p| p.into_inner().machine_id)
+    }
+
+    /// Stamps `machine_id` from now on: for a process whose machine-id lease was taken over
+    /// (another process judged it dead) and that leased a new one. Later ids still exceed every
+    /// earlier id: the next one moves to a new millisecond.
+    pub fn set_machine_id(&self, machine_id: u16) -> Result<()> {
+        if machine_id > MAX_MACHINE_ID {
+            return Err(Error::Config(format!(
+                "machine id {machine_id} is over the maximum {MAX_MACHINE_ID}"
+            )));
+        }
+        let mut state = self
+            .state
+            .lock()
+            .map_err(|_| Error::Poisoned("snowflake generator"))?;
+        state.machine_id = machine_id;
+        state.seq = MAX_SEQUENCE;
+        Ok(())
     }
 
     /// The next id: greater than every id this generator returned or [`observe`](Self::observe)d.
@@ -200,7 +222,7 @@ impl<C: Clock> SnowflakeGenerator<C> {
             }
             return Ok(SnowflakeId::compose(
                 state.last_ms,
-                self.machine_id,
+                state.machine_id,
                 state.seq,
             ));
         }

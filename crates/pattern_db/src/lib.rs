@@ -60,12 +60,15 @@ pub mod legacy;
 mod migrate;
 mod model;
 mod ops;
+mod process;
 pub mod protocol;
 pub mod queue;
+pub mod runs;
 pub mod search;
 mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+pub mod wake;
 mod writer;
 
 pub use archival::{ArchivalEntry, ArchivalId, ListArchival, NewArchival};
@@ -93,8 +96,13 @@ pub use protocol::{
     ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, Session, SessionId,
     SessionStatus, SessionType, UnreadSummary, Wakeup, WakeupListener,
 };
+pub use runs::{
+    ClaimInfo, Finished, Idempotency, NewTurn, NewTurnEvent, RunClaim, RunEnding, Started, Submit,
+    Submitted, TurnEvent, TurnId, TurnInfo, TurnOutcome, TurnState,
+};
 pub use search::{
     ChangeKind, ContentRef, ContentRow, ContentType, EmbeddingJob, EmbeddingModelInfo, NewVector,
     SearchChange, StoreReport, TextHit, TextSearch, VectorRow,
 };
 pub use store::MessageStore;
+pub use wake::{Hub, WakeKey};

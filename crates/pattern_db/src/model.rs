@@ -505,6 +505,10 @@ pub struct BatchInfo {
     /// When an abandoned batch's trigger was stored again to retry it (at most once).
     #[serde(default)]
     pub retried_at: Option<DateTime<Utc>>,
+    /// The claim token of the run that began it (`None`: begun without a claim). Only that run
+    /// writes it, and at most one open batch of an agent has one.
+    #[serde(default)]
+    pub claim_token: Option<i64>,
 }
 
 /// A batch with its messages in sequence order.

@@ -27,11 +27,13 @@ use crate::protocol::{
     NewProtocolAgent, NewProtocolMessage, Organization, ProtocolAgent, ProtocolAgentId,
     ProtocolMessage, ProtocolMessageId, Session, SessionId, SessionType,
 };
+use crate::runs::{Finished, NewTurnEvent, RunClaim, Started, Submit, Submitted, TurnId, TurnInfo};
 
 mod auth;
 mod blocks;
 pub(crate) mod protocol;
 mod queue;
+pub(crate) mod runs;
 pub(crate) mod search;
 
 /// What every op needs besides its arguments.
@@ -44,6 +46,14 @@ pub(crate) struct Ctx {
     pub(crate) batch_lease: Duration,
     /// Record embedding jobs with content writes (`DbConfig::record_embedding_jobs`).
     pub(crate) record_jobs: bool,
+    /// How claims' holders are judged alive.
+    pub(crate) judge: crate::process::Judge,
+    /// This process's liveness lock key (its `processes` row).
+    pub(crate) lock_key: i64,
+    /// How long a process row lasts without a heartbeat.
+    pub(crate) run_lease: Duration,
+    /// How long a machine-id lease lasts without a heartbeat.
+    pub(crate) machine_lease: Duration,
 }
 
 /// A write, as queued to the writer.
@@ -60,6 +70,8 @@ pub(crate) enum Op {
         agent: AgentId,
         batch: BatchId,
         messages: Vec<NewMessage>,
+        /// A run's step also appends these events to its turn.
+        turn: Option<(TurnId, Vec<NewTurnEvent>)>,
     },
     CompleteBatch {
         agent: AgentId,
@@ -198,6 +210,32 @@ pub(crate) enum Op {
     Protocol(protocol::ProtocolOp),
     /// A whole agent in one transaction (`crate::import`).
     ImportAgent(Box<crate::import::PlannedImport>),
+    /// Claims, turns and recovery (`ops::runs`).
+    Submit(Box<Submit>),
+    ClaimNext {
+        agent: AgentId,
+    },
+    FinishRun(Box<runs::FinishRun>),
+    AppendTurnEvents {
+        agent: AgentId,
+        turn: TurnId,
+        events: Vec<NewTurnEvent>,
+    },
+    ReleaseClaim {
+        claim: RunClaim,
+        reason: String,
+    },
+    CancelTurn {
+        agent: AgentId,
+        turn: TurnId,
+    },
+    PruneTurns {
+        before: i64,
+    },
+    /// This process's heartbeat: its `processes` row and machine-id lease.
+    Heartbeat {
+        machine_id: Option<u16>,
+    },
     /// Organization API keys and agents (`ops::auth`).
     CreateApiKey(crate::auth::NewKeyRow),
     RevokeApiKey {
@@ -241,6 +279,12 @@ impl Op {
             | Op::SetSearchCursor { .. } => None,
             Op::InsertArchival { agent, .. } | Op::DeleteArchival { agent, .. } => Some(*agent),
             Op::Protocol(_) => None,
+            // Takes its agent's lock itself, without waiting (SKIP LOCKED on PostgreSQL).
+            Op::ClaimNext { .. } | Op::PruneTurns { .. } | Op::Heartbeat { .. } => None,
+            Op::Submit(s) => Some(s.agent),
+            Op::FinishRun(f) => Some(f.claim.agent),
+            Op::ReleaseClaim { claim, .. } => Some(claim.agent),
+            Op::AppendTurnEvents { agent, .. } | Op::CancelTurn { agent, .. } => Some(*agent),
             Op::DeleteAgent(agent)
             | Op::DeleteOrgAgent { agent, .. }
             | Op::BeginBatch { agent, .. }
@@ -272,6 +316,22 @@ impl Op {
 }
 
 impl Op {
+    /// Whether this op locks agents it discovers as it runs (recovery across agents): it runs
+    /// alone in its transaction, taking those locks in agent order, so it never holds an agent
+    /// lock out of order with a group's.
+    pub(crate) fn exclusive(&self) -> bool {
+        matches!(self, Op::Recover { agent: None, .. })
+    }
+
+    /// Whether the op carries its run's claim itself (it checks it, or it is no write of a
+    /// run), so the task's fence is not added to it.
+    pub(crate) fn carries_claim(&self) -> bool {
+        matches!(
+            self,
+            Op::ReleaseClaim { .. } | Op::Heartbeat { .. } | Op::PruneTurns { .. }
+        )
+    }
+
     /// Whether this op may append `vector` or `delete` changes to `search_changes`, and so takes
     /// the change-log advisory lock on PostgreSQL. The writer takes that lock first for a group
     /// holding such an op, before any agent row lock, so groups never deadlock on it.
@@ -331,6 +391,13 @@ pub(crate) enum Done {
     Protocol(protocol::ProtocolDone),
     ApiKey(crate::auth::ApiKey),
     Imported(Box<crate::import::ImportedAgent>),
+    Submitted(Box<Submitted>),
+    Started(Option<Box<Started>>),
+    Finished(Box<Finished>),
+    Seq(u64),
+    Released(bool),
+    Turn(Box<TurnInfo>),
+    Heartbeat(crate::process::HeartbeatReport),
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -345,8 +412,14 @@ fn lease_ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 2)
 }
 
-/// Runs one op inside the open transaction `conn`.
-pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Result<Done> {
+/// Runs one op inside the open transaction `conn`; `fence` is the claim of the run that
+/// writes (already checked by the writer), for the batch writes that belong to runs.
+pub(crate) async fn apply(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    op: &Op,
+    fence: Option<&RunClaim>,
+) -> Result<Done> {
     match op {
         Op::CreateAgent(new) => create_agent(conn, new).await.map(Done::Agent),
         Op::DeleteAgent(agent) => delete_agent(conn, ctx, *agent).await.map(|()| Done::Unit),
@@ -368,28 +441,64 @@ pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Resul
             agent,
             trigger,
             opts,
-        } => begin_batch(conn, ctx, *agent, trigger, opts)
-            .await
-            .map(Done::Received),
+        } => {
+            let token = fence.filter(|f| f.agent == *agent).map(|f| f.token);
+            begin_batch(conn, ctx, *agent, trigger, opts, token)
+                .await
+                .map(Done::Received)
+        }
         Op::AppendStep {
             agent,
             batch,
             messages,
-        } => append_step(conn, ctx, *agent, *batch, messages)
-            .await
-            .map(Done::Step),
-        Op::CompleteBatch { agent, batch } => {
-            complete_batch(conn, *agent, *batch).await.map(Done::Batch)
+            turn,
+        } => {
+            let receipt = append_step(conn, ctx, *agent, *batch, messages, fence).await?;
+            if let Some((turn, events)) = turn {
+                runs::append_events(conn, ctx, *agent, *turn, events).await?;
+            }
+            Ok(Done::Step(receipt))
         }
-        Op::ContinueBatch { agent, batch } => continue_batch(conn, ctx, *agent, *batch)
+        Op::CompleteBatch { agent, batch } => complete_batch(conn, *agent, *batch, fence)
             .await
             .map(Done::Batch),
-        Op::RenewLease { agent, batch } => renew_lease(conn, ctx, *agent, *batch)
+        Op::ContinueBatch { agent, batch } => continue_batch(conn, ctx, *agent, *batch, fence)
             .await
             .map(Done::Batch),
-        Op::Recover { agent, scope } => recover(conn, ctx, *agent, *scope)
+        Op::RenewLease { agent, batch } => renew_lease(conn, ctx, *agent, *batch, fence)
+            .await
+            .map(Done::Batch),
+        Op::Recover { agent, scope } => runs::recover(conn, ctx, *agent, *scope)
             .await
             .map(Done::Abandoned),
+        Op::Submit(s) => runs::submit(conn, ctx, s)
+            .await
+            .map(|s| Done::Submitted(Box::new(s))),
+        Op::ClaimNext { agent } => runs::claim_next(conn, ctx, *agent).await.map(Done::Started),
+        Op::FinishRun(f) => runs::finish_run(conn, ctx, f).await.map(Done::Finished),
+        Op::AppendTurnEvents {
+            agent,
+            turn,
+            events,
+        } => runs::append_events(conn, ctx, *agent, *turn, events)
+            .await
+            .map(Done::Seq),
+        Op::ReleaseClaim { claim, reason } => runs::release_claim(conn, ctx, claim, reason)
+            .await
+            .map(Done::Released),
+        Op::CancelTurn { agent, turn } => runs::cancel_turn(conn, ctx, *agent, *turn)
+            .await
+            .map(Done::Turn),
+        Op::PruneTurns { before } => runs::prune_turns(conn, *before).await.map(Done::Count),
+        Op::Heartbeat { machine_id } => crate::process::renew(
+            conn,
+            &ctx.run_owner,
+            ctx.lock_key,
+            machine_id.map(|id| (id, ctx.machine_lease)),
+            ctx.run_lease,
+        )
+        .await
+        .map(Done::Heartbeat),
         Op::ArchiveBefore { agent, position } => archive_before(conn, ctx, *agent, *position)
             .await
             .map(Done::Count),
@@ -420,7 +529,7 @@ pub(crate) async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &Op) -> Resul
             agent,
             batch,
             reason,
-        } => abandon_batch(conn, ctx, *agent, *batch, reason)
+        } => abandon_batch(conn, ctx, *agent, *batch, reason, fence)
             .await
             .map(Done::OneAbandoned),
         Op::Enqueue { agent, entry } => queue::enqueue(conn, ctx, *agent, entry)
@@ -767,14 +876,15 @@ struct BatchRow {
     started_at: i64,
     completed_at: Option<i64>,
     retried_at: Option<i64>,
+    claim_token: Option<i64>,
 }
 
 async fn insert_batches(conn: &mut AnyConnection, rows: &[BatchRow]) -> Result<()> {
     for chunk in fixed_chunks(rows) {
         let sql = format!(
             "INSERT INTO batches (id, agent_id, batch_type, state, parent_batch, run_owner, lease_expires_at, \
-             next_sequence, continuations, archived, started_at, completed_at, retried_at) VALUES {}",
-            placeholders(chunk.len(), 13, 1)
+             next_sequence, continuations, archived, started_at, completed_at, retried_at, claim_token) VALUES {}",
+            placeholders(chunk.len(), 14, 1)
         );
         let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
         for row in chunk {
@@ -791,7 +901,8 @@ async fn insert_batches(conn: &mut AnyConnection, rows: &[BatchRow]) -> Result<(
                 .bind(false)
                 .bind(row.started_at)
                 .bind(row.completed_at)
-                .bind(row.retried_at);
+                .bind(row.retried_at)
+                .bind(row.claim_token);
         }
         q.execute(&mut *conn).await?;
     }
@@ -826,13 +937,18 @@ async fn insert_calls(conn: &mut AnyConnection, rows: &[CallRow]) -> Result<()> 
 // batches
 
 const BATCH_COLUMNS: &str = "b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, \
-    b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations, b.retried_at";
+    b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations, b.retried_at, \
+    b.claim_token";
 
 pub(crate) fn batch_select(tail: &str) -> String {
     format!("SELECT {BATCH_COLUMNS} FROM batches b {tail}")
 }
 
-async fn load_batch(conn: &mut AnyConnection, agent: AgentId, batch: BatchId) -> Result<BatchInfo> {
+pub(crate) async fn load_batch(
+    conn: &mut AnyConnection,
+    agent: AgentId,
+    batch: BatchId,
+) -> Result<BatchInfo> {
     let sql = batch_select("WHERE b.id = $1 AND b.agent_id = $2");
     let row = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(batch.get())
@@ -875,6 +991,8 @@ fn prepare_trigger(
     Ok((content, batch_type))
 }
 
+/// A new open batch: under a run's claim (`claim_token`; its claim, not a lease, keeps it
+/// alive) or without one (alive while its lease holds).
 fn open_batch_row(
     ctx: &Ctx,
     agent: AgentId,
@@ -882,6 +1000,7 @@ fn open_batch_row(
     batch_type: BatchType,
     parent: Option<BatchId>,
     now: i64,
+    claim_token: Option<i64>,
 ) -> BatchRow {
     BatchRow {
         id,
@@ -890,23 +1009,33 @@ fn open_batch_row(
         state: BatchState::Open,
         parent,
         owner: Some(ctx.run_owner.clone()),
-        lease_expires_at: Some(now + lease_ms(ctx.batch_lease)),
+        lease_expires_at: match claim_token {
+            Some(_) => None,
+            None => Some(now + lease_ms(ctx.batch_lease)),
+        },
         next_sequence: 1,
         started_at: now,
         completed_at: None,
         retried_at: None,
+        claim_token,
     }
 }
 
-async fn begin_batch(
+/// Begins a batch: under the run claim `claim_token` (the caller holds it), or without a claim,
+/// which is refused while a live run holds the agent.
+pub(crate) async fn begin_batch(
     conn: &mut AnyConnection,
     ctx: &Ctx,
     agent: AgentId,
     trigger: &NewMessage,
     opts: &BeginBatch,
+    claim_token: Option<i64>,
 ) -> Result<Received> {
     let (content, batch_type) = prepare_trigger(ctx, trigger, opts)?;
     let max = lock_agent_position(conn, agent).await?;
+    if claim_token.is_none() {
+        refuse_while_claimed(conn, ctx, agent).await?;
+    }
     if let Some(parent) = opts.parent_batch {
         load_batch(conn, agent, parent).await?;
     }
@@ -915,7 +1044,7 @@ async fn begin_batch(
     if let Some(abandoned) = opts.retry_of {
         claim_retry(conn, agent, abandoned, now).await?;
     }
-    insert_batches(
+    let inserted = insert_batches(
         conn,
         &[open_batch_row(
             ctx,
@@ -924,9 +1053,20 @@ async fn begin_batch(
             batch_type,
             opts.parent_batch,
             now,
+            claim_token,
         )],
     )
-    .await?;
+    .await;
+    match inserted {
+        // `batches_one_run`: another run's batch of this agent is open.
+        Err(Error::Database(e)) if is_unique_violation(&e) => {
+            return Err(Error::AgentBusy {
+                agent,
+                holder: "another run".into(),
+            });
+        }
+        other => other?,
+    }
     let message_id = MessageId::new();
     let row = MessageRow {
         id: message_id,
@@ -977,6 +1117,22 @@ pub(crate) async fn claim_retry(
             action: "a retry (only an abandoned batch can be retried)",
         },
     })
+}
+
+/// Refuses a batch begun without a claim while a live run holds `agent`.
+async fn refuse_while_claimed(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId) -> Result<()> {
+    let row =
+        sqlx::query("SELECT holder FROM agent_runs WHERE agent_id = $1 AND holder IS NOT NULL")
+            .bind(agent.to_string())
+            .fetch_optional(&mut *conn)
+            .await?;
+    if let Some(row) = row {
+        let holder: String = row.try_get(0)?;
+        if ctx.judge.status(conn, &holder).await? == crate::process::HolderStatus::Alive {
+            return Err(Error::AgentBusy { agent, holder });
+        }
+    }
+    Ok(())
 }
 
 /// Many `begin_batch` calls of one write group in a handful of statements: the agents are checked
@@ -1048,6 +1204,24 @@ pub(crate) async fn begin_batches_bulk(
         }
         q.execute(&mut *conn).await?;
     }
+    // Agents that ever ran under a claim take the one-by-one path, which checks the claim.
+    for chunk in agents.chunks(256) {
+        let sql = format!(
+            "SELECT COUNT(*) FROM agent_runs WHERE holder IS NOT NULL AND agent_id IN {}",
+            placeholders(1, chunk.len(), 1)
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for a in chunk {
+            q = q.bind(a.to_string());
+        }
+        let held: i64 = q.fetch_one(&mut *conn).await?.try_get(0)?;
+        if held > 0 {
+            return Err(Error::AgentBusy {
+                agent: chunk[0],
+                holder: "a run (checked one by one)".into(),
+            });
+        }
+    }
     let now = now_ms();
     let mut batch_rows = Vec::new();
     let mut message_ids = Vec::new();
@@ -1064,6 +1238,7 @@ pub(crate) async fn begin_batches_bulk(
             *batch_type,
             None,
             now,
+            None,
         ));
         let message_id = MessageId::new();
         message_ids.push((i, message_id, position, *batch_type, trigger.role));
@@ -1166,6 +1341,7 @@ async fn append_step(
     agent: AgentId,
     batch: BatchId,
     messages: &[NewMessage],
+    fence: Option<&RunClaim>,
 ) -> Result<StepReceipt> {
     if messages.is_empty() {
         return Err(Error::EmptyStep);
@@ -1182,6 +1358,7 @@ async fn append_step(
             state: info.state,
         });
     }
+    runs::check_batch_owner(&info, fence)?;
     let mentioned: Vec<&str> = messages
         .iter()
         .flat_map(|m| m.tool_use_ids().chain(m.tool_result_ids()))
@@ -1239,7 +1416,7 @@ async fn append_step(
     }
     sqlx::query("UPDATE batches SET next_sequence = next_sequence + $1, lease_expires_at = $2 WHERE id = $3")
         .bind(messages.len() as i64)
-        .bind(now + lease_ms(ctx.batch_lease))
+        .bind(info.claim_token.is_none().then(|| now + lease_ms(ctx.batch_lease)))
         .bind(batch.get())
         .execute(&mut *conn)
         .await?;
@@ -1263,13 +1440,17 @@ pub(crate) async fn pending_calls(conn: &mut AnyConnection, batch: BatchId) -> R
     .collect()
 }
 
-async fn complete_batch(
+pub(crate) async fn complete_batch(
     conn: &mut AnyConnection,
     agent: AgentId,
     batch: BatchId,
+    fence: Option<&RunClaim>,
 ) -> Result<BatchInfo> {
     lock_agent(conn, agent).await?;
     let info = load_batch(conn, agent, batch).await?;
+    if info.state != BatchState::Complete {
+        runs::check_batch_owner(&info, fence)?;
+    }
     match info.state {
         BatchState::Complete => return Ok(info),
         BatchState::Abandoned => {
@@ -1301,9 +1482,11 @@ async fn continue_batch(
     ctx: &Ctx,
     agent: AgentId,
     batch: BatchId,
+    fence: Option<&RunClaim>,
 ) -> Result<BatchInfo> {
     lock_agent(conn, agent).await?;
     let info = load_batch(conn, agent, batch).await?;
+    runs::check_batch_owner(&info, fence)?;
     if info.state == BatchState::Abandoned {
         return Err(Error::InvalidBatchState {
             batch,
@@ -1318,15 +1501,26 @@ async fn continue_batch(
             action: "continuing an archived batch",
         });
     }
-    sqlx::query(
+    let reopened = sqlx::query(
         "UPDATE batches SET state = 'open', completed_at = NULL, run_owner = $1, lease_expires_at = $2, \
          continuations = continuations + 1 WHERE id = $3",
     )
     .bind(&ctx.run_owner)
-    .bind(now_ms() + lease_ms(ctx.batch_lease))
+    .bind(info.claim_token.is_none().then(|| now_ms() + lease_ms(ctx.batch_lease)))
     .bind(batch.get())
     .execute(&mut *conn)
-    .await?;
+    .await;
+    match reopened {
+        // `batches_one_run`: a newer batch of the run is open; an old one is not reopened.
+        Err(e) if is_unique_violation(&e) => {
+            return Err(Error::InvalidBatchState {
+                batch,
+                state: info.state,
+                action: "continuing it while another batch of the agent is open",
+            });
+        }
+        other => other?,
+    };
     load_batch(conn, agent, batch).await
 }
 
@@ -1335,6 +1529,7 @@ async fn renew_lease(
     ctx: &Ctx,
     agent: AgentId,
     batch: BatchId,
+    fence: Option<&RunClaim>,
 ) -> Result<BatchInfo> {
     lock_agent(conn, agent).await?;
     let info = load_batch(conn, agent, batch).await?;
@@ -1343,6 +1538,11 @@ async fn renew_lease(
             batch,
             state: info.state,
         });
+    }
+    runs::check_batch_owner(&info, fence)?;
+    if info.claim_token.is_some() {
+        // A run's batch lives as long as its claim: nothing to renew.
+        return Ok(info);
     }
     sqlx::query("UPDATE batches SET lease_expires_at = $1, run_owner = $2 WHERE id = $3")
         .bind(now_ms() + lease_ms(ctx.batch_lease))
@@ -1353,66 +1553,15 @@ async fn renew_lease(
     load_batch(conn, agent, batch).await
 }
 
-async fn recover(
-    conn: &mut AnyConnection,
-    ctx: &Ctx,
-    agent: Option<AgentId>,
-    scope: RecoveryScope,
-) -> Result<Vec<Abandoned>> {
-    let now = now_ms();
-    // One statement decides and flips: on PostgreSQL a batch whose run renews its lease at this
-    // moment is re-checked after that run commits, and is then no longer expired.
-    let mut sql = String::from(
-        "UPDATE batches SET state = 'abandoned', completed_at = $1 WHERE state = 'open'",
-    );
-    if scope == RecoveryScope::ExpiredLeases {
-        sql.push_str(" AND lease_expires_at < $1");
-    }
-    if agent.is_some() {
-        sql.push_str(" AND agent_id = $2");
-    }
-    sql.push_str(" RETURNING id");
-    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now);
-    if let Some(agent) = agent {
-        q = q.bind(agent.to_string());
-    }
-    let mut ids: Vec<i64> = q
-        .fetch_all(&mut *conn)
-        .await?
-        .iter()
-        .map(|r| r.try_get(0))
-        .collect::<Result<_, _>>()?;
-    ids.sort_unstable();
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        let row = sqlx::query(sqlx::AssertSqlSafe(batch_select("WHERE b.id = $1")))
-            .bind(id)
-            .fetch_one(&mut *conn)
-            .await?;
-        let batch = batch_from_row(&row)?;
-        lock_agent(conn, batch.agent_id).await?;
-        let trigger = sqlx::query(sqlx::AssertSqlSafe(message_select(
-            "WHERE m.batch_id = $1 AND m.sequence_num = 0",
-        )))
-        .bind(id)
-        .fetch_one(&mut *conn)
-        .await?;
-        let trigger = message_from_row(&trigger)?;
-        let payload = serde_json::json!({ "batch_id": id, "run_owner": batch.run_owner });
-        log_activity(conn, ctx, batch.agent_id, "batch_abandoned", &payload).await?;
-        out.push(Abandoned { batch, trigger });
-    }
-    Ok(out)
-}
-
 /// Turns one open batch of `agent` into `abandoned` (its run gave up: the model failed, the
 /// caller cancelled), logs why, and returns it with its trigger for retry.
-async fn abandon_batch(
+pub(crate) async fn abandon_batch(
     conn: &mut AnyConnection,
     ctx: &Ctx,
     agent: AgentId,
     batch: BatchId,
     reason: &str,
+    fence: Option<&RunClaim>,
 ) -> Result<Abandoned> {
     lock_agent(conn, agent).await?;
     let info = load_batch(conn, agent, batch).await?;
@@ -1423,6 +1572,7 @@ async fn abandon_batch(
             action: "abandoning",
         });
     }
+    runs::check_batch_owner(&info, fence)?;
     sqlx::query("UPDATE batches SET state = 'abandoned', completed_at = $1 WHERE id = $2")
         .bind(now_ms())
         .bind(batch.get())
@@ -1581,7 +1731,7 @@ async fn upsert_summary(conn: &mut AnyConnection, ctx: &Ctx, s: &Summary) -> Res
     Ok(())
 }
 
-async fn log_activity(
+pub(crate) async fn log_activity(
     conn: &mut AnyConnection,
     ctx: &Ctx,
     agent: AgentId,
@@ -1784,6 +1934,7 @@ async fn import_legacy(
             started_at: at(first),
             completed_at: (planned.state != BatchState::Open).then(|| at(last)),
             retried_at: None,
+            claim_token: None,
         });
         let mut open_calls: std::collections::HashMap<&str, usize> =
             std::collections::HashMap::new();
@@ -1895,6 +2046,7 @@ pub(crate) fn batch_from_row(row: &AnyRow) -> Result<BatchInfo> {
         completed_at: row.try_get::<Option<i64>, _>(10)?.map(from_ms),
         continuations: row.try_get(11)?,
         retried_at: row.try_get::<Option<i64>, _>(12)?.map(from_ms),
+        claim_token: row.try_get::<Option<i64>, _>(13)?,
     })
 }
 

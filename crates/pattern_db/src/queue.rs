@@ -145,7 +145,11 @@ impl Database {
             ));
         }
         match self.write(Op::Enqueue { agent, entry }).await? {
-            Done::Queued(q) => Ok(q),
+            Done::Queued(q) => {
+                self.hub().wake(crate::wake::WakeKey::Agent(agent));
+                self.hub().wake(crate::wake::WakeKey::Queue);
+                Ok(q)
+            }
             other => Err(unexpected(other)),
         }
     }
@@ -198,11 +202,15 @@ impl Database {
         .collect()
     }
 
-    /// When the next pending entry of any agent is due, if there is one.
+    /// When the next pending entry of any agent becomes due after now, if one will (entries
+    /// due already wait for their agent's claim, whose release wakes the deliverers).
     pub async fn next_queue_due(&self) -> Result<Option<DateTime<Utc>>> {
-        let row = sqlx::query("SELECT MIN(deliver_at) FROM agent_queue WHERE delivered_at IS NULL")
-            .fetch_one(self.reader())
-            .await?;
+        let row = sqlx::query(
+            "SELECT MIN(deliver_at) FROM agent_queue WHERE delivered_at IS NULL AND deliver_at > $1",
+        )
+        .bind(Utc::now().timestamp_millis())
+        .fetch_one(self.reader())
+        .await?;
         let at: Option<i64> = row.try_get(0)?;
         Ok(at.map(from_ms))
     }

@@ -83,6 +83,7 @@ impl MessageStore {
                 agent: self.agent,
                 batch,
                 messages,
+                turn: None,
             })
             .await?
         {

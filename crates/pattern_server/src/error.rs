@@ -73,6 +73,10 @@ pub enum ErrorCode {
     Cancelled,
     /// The agent is suspended; the message waits in its queue (202 semantics, reported as 409).
     Suspended,
+    /// The process running the turn stopped (a crash or a shutdown that could not wait), or its
+    /// run lost the agent to recovery (503): the batch was abandoned, the message stays stored;
+    /// retry the batch.
+    Interrupted,
     /// A fault on the server's side (500).
     Internal,
 }
@@ -92,7 +96,9 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::Refused | ErrorCode::ContextOverBudget => StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::Timeout => StatusCode::GATEWAY_TIMEOUT,
-            ErrorCode::Unavailable | ErrorCode::StorageFailed => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::Unavailable | ErrorCode::StorageFailed | ErrorCode::Interrupted => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ErrorCode::ProviderFailed => StatusCode::BAD_GATEWAY,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -170,12 +176,22 @@ impl ApiError {
 
     fn from_classified(class: ErrorClass, e: &dyn std::error::Error) -> Self {
         let code = ErrorCode::from_class(class);
-        if code == ErrorCode::Internal {
-            // The cause goes to the log, not to the client.
-            tracing::error!(error = %one_line(e), "internal error answering a request");
-            return Self::new(code, "internal error; see the server log");
+        match code {
+            // The cause goes to the log, not to the client: it is the database's own text.
+            ErrorCode::Internal => {
+                tracing::error!(error = %one_line(e), "internal error answering a request");
+                Self::new(code, "internal error; see the server log")
+            }
+            ErrorCode::Unavailable => {
+                tracing::warn!(error = %one_line(e), "a dependency failed answering a request");
+                Self::new(
+                    code,
+                    "storage is unavailable for the moment; retry shortly (the cause is in the \
+                     server log)",
+                )
+            }
+            _ => Self::new(code, one_line(e)),
         }
-        Self::new(code, one_line(e))
     }
 }
 

@@ -35,7 +35,6 @@ mod error;
 mod openapi;
 mod routes;
 mod state;
-mod turns;
 pub mod views;
 
 use std::future::Future;
@@ -66,18 +65,20 @@ pub fn routes() -> Vec<(axum::http::Method, &'static str)> {
         .collect()
 }
 
-/// Serves the API on `listener` until `shutdown` completes; then stops taking requests, cancels
-/// the turns in flight (their batches are abandoned, their messages stay stored) and returns
-/// once open connections are done. While serving, batches of crashed runs (expired leases) are
-/// abandoned every `recovery_interval`, so their triggers can be retried, and agents' durable
-/// queues are delivered (entries a crash left behind, scheduled wakeups).
+/// Serves the API on `listener` until `shutdown` completes; then stops taking requests and
+/// starting turns, lets the turns in flight finish for up to [`ServerConfig::drain`], cancels
+/// the rest (their batches are abandoned, their messages stay stored and can be retried at once)
+/// and returns once open connections are done. While serving, a sweep every
+/// `recovery_interval` abandons the batches of dead runs (of any process sharing the database),
+/// loads agents with due queue entries, unloads idle agents and prunes old turns; agents'
+/// durable queues are delivered as their claims come free.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let app = router(state.clone());
-    let sweeper = tokio::spawn(recover_expired(state.clone()));
+    let sweeper = tokio::spawn(sweep(state.clone()));
     let delivery = state.queue().clone().spawn();
     let served = axum::serve(listener, app)
         .with_graceful_shutdown({
@@ -85,16 +86,35 @@ pub async fn serve(
             async move {
                 shutdown.await;
                 state.shut_down();
+                let drain = state.config().drain;
+                tokio::spawn(async move {
+                    if !state.wait_runs(drain).await {
+                        let n = state.cancel_running(SHUTDOWN_REASON).await;
+                        tracing::info!(
+                            runs = n,
+                            "cancelled the turns still running after the drain"
+                        );
+                    }
+                });
             }
         })
         .await;
     sweeper.abort();
-    state.shut_down();
     delivery.abort();
+    state.shut_down();
+    // Runs with no request left open (queued work) end here too, stored as cancelled.
+    state.cancel_running(SHUTDOWN_REASON).await;
+    if !state.wait_runs(std::time::Duration::from_secs(10)).await {
+        tracing::warn!("runs still going at shutdown; recovery abandons their batches");
+    }
     Ok(served?)
 }
 
-async fn recover_expired(state: AppState) {
+/// What a turn cancelled by a shutdown tells its client.
+const SHUTDOWN_REASON: &str = "the server is shutting down; the message stays stored: retry the batch (now, on another \
+     instance, or after the restart)";
+
+async fn sweep(state: AppState) {
     // Recovery first, then queue delivery: an entry's batch never races a dead run's.
     let db = state.pattern().db().clone();
     loop {
@@ -102,7 +122,7 @@ async fn recover_expired(state: AppState) {
             Ok(abandoned) if !abandoned.is_empty() => {
                 tracing::info!(
                     batches = abandoned.len(),
-                    "abandoned the batches of crashed runs"
+                    "abandoned the batches of dead runs"
                 )
             }
             Ok(_) => {}
@@ -110,6 +130,15 @@ async fn recover_expired(state: AppState) {
         }
         if let Err(e) = state.load_agents_with_due_entries().await {
             tracing::warn!(error = %e.message, "loading agents with queued work failed");
+        }
+        let unloaded = state.unload_idle().await;
+        if unloaded > 0 {
+            tracing::debug!(agents = unloaded, "unloaded idle agents");
+        }
+        let retention = chrono::Duration::from_std(state.config().turn_retention)
+            .unwrap_or(chrono::Duration::days(1));
+        if let Err(e) = db.prune_turns(chrono::Utc::now() - retention).await {
+            tracing::warn!(error = %e, "pruning old turns failed");
         }
         tokio::time::sleep(state.config().recovery_interval).await;
     }

@@ -1,22 +1,25 @@
 //! What every request handler shares: the wired [`Pattern`] layers, the model agents run on, the
-//! server's limits, the agents already loaded and the turns in flight.
+//! server's limits, and the agents loaded in this process.
 //!
-//! Agents are loaded once per process and kept (one [`DatabaseAgent`] per agent, so its run
-//! lock serialises turns and queues what arrives while it is busy). This module must never hand
+//! An agent is loaded on first use (one [`DatabaseAgent`] per agent, registered with this
+//! process's queue processor) and unloaded again when it has been idle for
+//! [`ServerConfig::idle_unload`] with no run going on here, so memory follows the agents in use,
+//! not every agent ever served. Whether an agent may run is decided in the database (its claim),
+//! never by this map: any number of processes serve the same agents. This module must never hand
 //! out an agent without its organization having been checked by the caller (the routes look
 //! agents up through [`crate::auth::Caller`]).
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use pattern::core::provider::ModelProvider;
-use pattern::core::{DatabaseAgent, QueueProcessor, RuntimeConfig};
-use pattern::{Agent, AgentId, Pattern};
+use pattern::core::{AgentLoader, DatabaseAgent, QueueProcessor, RuntimeConfig};
+use pattern::{AgentId, Pattern};
 use tokio::sync::{Mutex, watch};
 
 use crate::error::ApiError;
-use crate::turns::Turns;
 
 /// The server's limits.
 #[derive(Debug, Clone)]
@@ -27,16 +30,21 @@ pub struct ServerConfig {
     /// Longest a request may take before it is answered 504 `timeout` (default 30 s). Turns are
     /// exempt: a turn's length is bounded by the agent's `max_duration`.
     pub request_timeout: Duration,
-    /// How long a finished turn's events stay replayable (default 10 minutes).
-    pub replay_window: Duration,
+    /// How long a finished turn and its events stay in the database, answerable and replayable
+    /// by any instance (default 24 hours); older ones are pruned by the sweep.
+    pub turn_retention: Duration,
     /// Most model calls per turn (default 10).
     pub max_iterations: usize,
     /// How often a stream sends a keep-alive comment while nothing happens (default 15 s).
     pub keep_alive: Duration,
-    /// How often batches whose run lease expired (a crashed process's turns) are abandoned so
-    /// they can be retried, and agents with due queue entries are loaded so their entries are
-    /// delivered (default 30 s; also once at start).
+    /// How often the sweep runs: abandons the batches of dead runs (of any process), loads
+    /// agents with due queue entries, unloads idle agents and prunes old turns (default 5 s;
+    /// also once at start).
     pub recovery_interval: Duration,
+    /// On shutdown, how long turns in flight may go on before they are cancelled (default 10 s).
+    pub drain: Duration,
+    /// An agent with no run here for this long is unloaded (default 10 minutes).
+    pub idle_unload: Duration,
 }
 
 impl Default for ServerConfig {
@@ -44,10 +52,12 @@ impl Default for ServerConfig {
         Self {
             max_body_bytes: 1024 * 1024,
             request_timeout: Duration::from_secs(30),
-            replay_window: Duration::from_secs(600),
+            turn_retention: Duration::from_secs(24 * 3600),
             max_iterations: 10,
             keep_alive: Duration::from_secs(15),
-            recovery_interval: Duration::from_secs(30),
+            recovery_interval: Duration::from_secs(5),
+            drain: Duration::from_secs(10),
+            idle_unload: Duration::from_secs(600),
         }
     }
 }
@@ -62,12 +72,16 @@ struct Inner {
     pattern: Pattern,
     model: Arc<dyn ModelProvider>,
     config: ServerConfig,
-    agents: Mutex<HashMap<AgentId, Arc<DatabaseAgent>>>,
-    turns: Turns,
-    /// Delivers agents' durable queues (entries a crash left, scheduled wakeups).
+    agents: Mutex<HashMap<AgentId, Loaded>>,
+    /// Delivers agents' durable queues (triggers that waited, entries a crash left, wakeups).
     queue: Arc<QueueProcessor>,
-    /// Set when the server starts shutting down: endless streams end.
+    /// Set when the server starts shutting down: no new turn starts, endless streams end.
     closing: watch::Sender<bool>,
+}
+
+struct Loaded {
+    agent: Arc<DatabaseAgent>,
+    used: Instant,
 }
 
 impl std::fmt::Debug for AppState {
@@ -79,12 +93,35 @@ impl std::fmt::Debug for AppState {
     }
 }
 
+/// Loads agents for the queue processor (without keeping the state alive).
+#[derive(Debug)]
+struct Loader(Weak<Inner>);
+
+#[async_trait]
+impl AgentLoader for Loader {
+    async fn load(&self, id: AgentId) -> pattern::core::Result<Option<Arc<DatabaseAgent>>> {
+        let Some(inner) = self.0.upgrade() else {
+            return Ok(None);
+        };
+        let state = AppState { inner };
+        if state.is_closing() {
+            return Ok(None);
+        }
+        let row = match state.inner.pattern.db().agent(id).await {
+            Ok(row) => row,
+            // Deleted meanwhile: its queue went with it.
+            Err(pattern::db::Error::AgentNotFound(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(state.agent(row).await.ok())
+    }
+}
+
 impl AppState {
     /// State over opened layers, one model for every agent, and limits.
     pub fn new(pattern: Pattern, model: Arc<dyn ModelProvider>, config: ServerConfig) -> Self {
-        Self {
+        let state = Self {
             inner: Arc::new(Inner {
-                turns: Turns::new(config.replay_window),
                 queue: pattern.queue_processor(config.recovery_interval),
                 pattern,
                 model,
@@ -92,7 +129,11 @@ impl AppState {
                 agents: Mutex::new(HashMap::new()),
                 closing: watch::Sender::new(false),
             }),
-        }
+        };
+        let loader = Arc::new(Loader(Arc::downgrade(&state.inner)));
+        let queue = state.inner.queue.clone();
+        tokio::spawn(async move { queue.set_loader(loader).await });
+        state
     }
 
     /// The wired layers.
@@ -105,16 +146,13 @@ impl AppState {
         &self.inner.config
     }
 
-    pub(crate) fn turns(&self) -> &Turns {
-        &self.inner.turns
-    }
-
     /// The running agent for a stored agent row (already checked against the caller's
     /// organization), loaded on first use.
-    pub(crate) async fn agent(&self, row: Agent) -> Result<Arc<DatabaseAgent>, ApiError> {
+    pub(crate) async fn agent(&self, row: pattern::Agent) -> Result<Arc<DatabaseAgent>, ApiError> {
         let mut agents = self.inner.agents.lock().await;
-        if let Some(agent) = agents.get(&row.id) {
-            return Ok(agent.clone());
+        if let Some(loaded) = agents.get_mut(&row.id) {
+            loaded.used = Instant::now();
+            return Ok(loaded.agent.clone());
         }
         let mut config = RuntimeConfig::for_agent(&row, self.inner.model.model().context_window);
         config.max_iterations = self.inner.config.max_iterations;
@@ -123,10 +161,21 @@ impl AppState {
             .inner
             .pattern
             .agent(row, self.inner.model.clone(), config)?;
-        agents.insert(id, agent.clone());
+        agents.insert(
+            id,
+            Loaded {
+                agent: agent.clone(),
+                used: Instant::now(),
+            },
+        );
         drop(agents);
         self.inner.queue.register(agent.clone()).await;
         Ok(agent)
+    }
+
+    /// Agents loaded in this process now.
+    pub async fn loaded_agents(&self) -> usize {
+        self.inner.agents.lock().await.len()
     }
 
     /// Forgets a deleted agent: its cached handle and its registration for queue delivery.
@@ -135,31 +184,95 @@ impl AppState {
         self.inner.queue.unregister(agent).await;
     }
 
-    /// Starts shutting down: stops queue delivery, cancels the turns in flight (their batches
-    /// are abandoned, their messages stay stored) and ends the meeting event streams.
+    /// Unloads agents idle longer than [`ServerConfig::idle_unload`] with no run here; returns
+    /// how many.
+    pub(crate) async fn unload_idle(&self) -> usize {
+        let limit = self.inner.config.idle_unload;
+        let idle: Vec<AgentId> = {
+            let agents = self.inner.agents.lock().await;
+            agents
+                .iter()
+                .filter(|(_, l)| l.used.elapsed() >= limit && !l.agent.is_running())
+                .map(|(id, _)| *id)
+                .collect()
+        };
+        for id in &idle {
+            let mut agents = self.inner.agents.lock().await;
+            if agents
+                .get(id)
+                .is_some_and(|l| l.used.elapsed() >= limit && !l.agent.is_running())
+            {
+                agents.remove(id);
+                drop(agents);
+                self.inner.queue.unregister(*id).await;
+            }
+        }
+        idle.len()
+    }
+
+    /// Starts shutting down: no new turn starts here, queue delivery stops, meeting streams end.
+    /// Turns in flight go on; [`AppState::cancel_running`] ends those left after the drain.
     pub fn shut_down(&self) {
         self.inner.closing.send_replace(true);
         self.inner.queue.stop();
-        self.inner.turns.cancel_all();
+    }
+
+    /// Cancels every run going on in this process (their batches are abandoned, their messages
+    /// stay stored and can be retried at once); returns how many.
+    pub async fn cancel_running(&self, reason: &str) -> usize {
+        let agents: Vec<Arc<DatabaseAgent>> = self
+            .inner
+            .agents
+            .lock()
+            .await
+            .values()
+            .map(|l| l.agent.clone())
+            .collect();
+        agents.iter().filter(|a| a.cancel_running(reason)).count()
+    }
+
+    /// Waits until no run goes on in this process, at most `limit`; whether none does.
+    pub async fn wait_runs(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            let busy = self
+                .inner
+                .agents
+                .lock()
+                .await
+                .values()
+                .any(|l| l.agent.is_running());
+            if !busy {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Whether the server is shutting down.
+    pub(crate) fn is_closing(&self) -> bool {
+        *self.inner.closing.borrow()
     }
 
     pub(crate) fn queue(&self) -> &Arc<QueueProcessor> {
         &self.inner.queue
     }
 
-    /// Loads the agents that have queue entries due, so the queue processor delivers them (an
-    /// agent is otherwise loaded by its first request).
+    /// Loads the agents that have queue entries due and no live claim, so the queue processor
+    /// delivers them (the processor's loader does it too; this is the sweep's safety net).
     pub(crate) async fn load_agents_with_due_entries(&self) -> Result<usize, ApiError> {
         let db = self.inner.pattern.db();
-        let due = db.due_queue(chrono::Utc::now(), 256).await?;
+        let due = db.deliverable_agents(256).await?;
         let mut loaded = 0;
-        for entry in due {
-            if self.inner.agents.lock().await.contains_key(&entry.agent_id) {
+        for id in due {
+            if self.inner.agents.lock().await.contains_key(&id) {
                 continue;
             }
-            let row = match db.agent(entry.agent_id).await {
+            let row = match db.agent(id).await {
                 Ok(row) => row,
-                // Deleted meanwhile: its queue went with it.
                 Err(pattern::db::Error::AgentNotFound(_)) => continue,
                 Err(e) => return Err(e.into()),
             };

@@ -57,6 +57,7 @@ fn batch(id: i64, state: BatchState, batch_type: BatchType, messages: Vec<Messag
             completed_at: None,
             continuations: 0,
             retried_at: None,
+            claim_token: None,
         },
         messages,
     }

@@ -377,6 +377,7 @@ fn generate(spec: &HistorySpec) -> Generated {
                     completed_at: None,
                     continuations: i64::from(continued),
                     retried_at: None,
+                    claim_token: None,
                 },
                 messages,
             }

@@ -236,12 +236,12 @@ async fn settle(agent: &DatabaseAgent) {
     }
 }
 
-/// A failed turn as a CLI error: cancelled 130, the agent suspended or busy elsewhere 4,
-/// anything else (the provider, storage, context) 1.
+/// A failed turn as a CLI error: cancelled 130, the agent suspended 4, anything else (the
+/// provider, storage, context, the run interrupted by another process's recovery) 1.
 fn turn_failure(e: &TurnError) -> CliError {
     let kind = match e.kind {
         ErrorKind::Cancelled => Kind::Interrupted,
-        ErrorKind::Suspended | ErrorKind::QueueEntryGone => Kind::Conflict,
+        ErrorKind::Suspended => Kind::Conflict,
         _ => Kind::Other,
     };
     let stored = match e.batch_id {

@@ -628,20 +628,20 @@ async fn suspended_agents_queue_their_triggers(kind: pattern_db::Backend) {
             .is_err()
     );
     h.agent.set_state(AgentState::Ready).await.unwrap();
-    // Delivered through `process` like the queue processor does.
-    let entry = h.db.pending_queue(h.agent.id()).await.unwrap().remove(0);
-    let events = run(&h.agent, IncomingMessage::queued(&entry)).await;
-    assert!(matches!(last(&events), ResponseEvent::Done { .. }));
+    // Delivered by claiming the agent, as the queue processor does.
+    assert!(h.agent.deliver_next().await.unwrap());
+    assert!(pattern_core::db_agent::wait_idle(&h.agent, Duration::from_secs(10)).await);
     assert!(h.db.pending_queue(h.agent.id()).await.unwrap().is_empty());
-    // Delivering it again runs nothing.
-    let again = run(&h.agent, IncomingMessage::queued(&entry)).await;
-    assert!(matches!(
-        last(&again),
-        ResponseEvent::Error {
-            kind: ErrorKind::QueueEntryGone,
-            ..
-        }
-    ));
+    let batches = h.batches().await;
+    assert_eq!(batches.len(), 1);
+    assert_eq!(batches[0].info.state, BatchState::Complete);
+    // The turn the caller got when the trigger was queued ended with the run.
+    let turns = h.db.turns(h.agent.id(), 10).await.unwrap();
+    assert_eq!(turns.len(), 1);
+    assert_eq!(turns[0].state, pattern_db::TurnState::Finished);
+    assert_eq!(turns[0].outcome, Some(pattern_db::TurnOutcome::Done));
+    // Nothing is left to deliver.
+    assert!(!h.agent.deliver_next().await.unwrap());
     assert_eq!(h.batches().await.len(), 1);
     h.cleanup().await;
 }

@@ -60,6 +60,15 @@ pub(crate) async fn enqueue(
     .bind(now)
     .fetch_one(&mut *conn)
     .await?;
+    crate::wake::notify(
+        conn,
+        ctx.backend,
+        &[
+            crate::wake::WakeKey::Agent(agent),
+            crate::wake::WakeKey::Queue,
+        ],
+    )
+    .await?;
     queued_from_row(&row)
 }
 
@@ -101,6 +110,7 @@ pub(crate) async fn begin_queued(
             batch_type: Some(entry.batch_type),
             ..BeginBatch::default()
         },
+        None,
     )
     .await?;
     sqlx::query("UPDATE agent_queue SET delivered_batch = $1 WHERE id = $2")

@@ -1,28 +1,33 @@
 //! Turns over HTTP: the incremental-save flow of `POST /v1/agents/{agent_id}/messages`.
 //!
-//! 1. The user message is committed (a new batch, or the agent's durable queue when it is busy)
-//!    before the agent runs and before any answer is sent: an error after that point carries
-//!    `details.message_saved = true` and the batch id, and the message stays in the history.
-//! 2. The agent runs in a task detached from the request; each step is committed as it ends.
-//! 3. The answer either streams (SSE of `ResponseEvent`s with ids 1, 2, ...; asked for with
-//!    `"stream": true` or `Accept: text/event-stream`) or is the final response as JSON. A failed
-//!    turn answers the same error either way: the JSON error body, or a stream's last event
+//! 1. The user message and its turn are committed (a new batch under the agent's claim, or the
+//!    agent's durable queue when it is busy in this or any other process) before the agent runs
+//!    and before any answer is sent: an error after that point carries `details.message_saved =
+//!    true` and the batch id, and the message stays in the history.
+//! 2. The agent runs detached from the request (whoever holds the agent's claim runs it: this
+//!    instance, or another one for a queued message); each step is committed as it ends, with
+//!    the turn's events.
+//! 3. The answer follows the turn's log in the database: it either streams (SSE of
+//!    `ResponseEvent`s with ids 1, 2, ...; asked for with `"stream": true` or `Accept:
+//!    text/event-stream`) or is the final response as JSON once the turn is over. A failed turn
+//!    answers the same error either way: the JSON error body, or a stream's last event
 //!    (`error`, data `{"type": "error", "error": {code, message, details}}`).
 //!
-//! A stream that breaks is resumed with `GET .../turns/{turn_id}/events` and `Last-Event-ID`
-//! (or `?after=N`); the turn id comes in the `x-pattern-turn-id` header of the first answer. A
-//! client that cannot tell whether its request arrived sends it again with the same
-//! `Idempotency-Key`: while the first turn is replayable, the answer comes from it and the
-//! message is not stored twice.
+//! Because the log is in the database, any instance answers `GET .../turns/{turn_id}` and
+//! resumes `GET .../turns/{turn_id}/events` after `Last-Event-ID` (or `?after=N`), also after a
+//! restart; the turn id comes in the `x-pattern-turn-id` header of the first answer. A client
+//! that cannot tell whether its request arrived sends it again with the same `Idempotency-Key`:
+//! the key is stored with the turn (unique per agent), so the answer comes from the first turn
+//! and the message is never stored twice, on any instance, for as long as the turn is kept.
 //! Failure scenario A (the agent or the process dies mid-turn): the message is stored, the
-//! batch is abandoned (by the agent, or by recovery after a crash) and
-//! `POST .../batches/{batch_id}/retry` runs it again. Scenario B (storage fails while saving a
-//! step): the step rolls back whole, the client gets 503 `storage_failed` with
-//! `message_saved = true`, and retrying later works. This module must never answer before the
-//! user message is committed, and never cancel a turn because a client went away.
+//! batch is abandoned (by the agent, or by recovery once the process is seen dead; the turn's
+//! last event then is an `error` of code `interrupted`) and `POST .../batches/{batch_id}/retry`
+//! runs it again. Scenario B (storage fails while saving a step): the step rolls back whole,
+//! the client gets 503 `storage_failed` with `message_saved = true`, and retrying later works.
+//! This module must never answer before the user message is committed, and never cancel a turn
+//! because a client went away.
 
 use std::convert::Infallible;
-use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::header::{ACCEPT, LOCATION};
@@ -32,27 +37,27 @@ use axum::response::{IntoResponse, Response};
 use futures::{Stream, StreamExt};
 use pattern::BatchState;
 use pattern::core::{
-    Agent, DoneReason, ErrorKind, IncomingMessage, ResponseEvent, TurnError, collect_response,
+    Begun, DoneReason, ErrorKind, IncomingMessage, ResponseEvent, TurnError, TurnOptions,
+    collect_response, turn_log,
 };
-use pattern::db::Abandoned;
+use pattern::db::{Abandoned, Idempotency, TurnId, TurnInfo, TurnState};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use utoipa::{IntoParams, ToSchema};
-use uuid::Uuid;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorCode, ErrorDetail};
 use crate::routes::batches::batch_id;
 use crate::routes::{ApiJson, ApiPath, ApiQuery};
 use crate::state::AppState;
-use crate::turns::Turn;
 
 type ErrorBody = crate::error::ErrorBody;
 
 /// The header that carries a new turn's id.
 pub const TURN_ID_HEADER: &str = "x-pattern-turn-id";
-/// The request header naming an attempt: a repeated request with the same key (while the turn
-/// is replayable) answers from the turn the first one started instead of storing the message
-/// again.
+/// The request header naming an attempt: a repeated request with the same key answers from the
+/// turn the first one started (on any instance, for as long as turns are kept) instead of
+/// storing the message again.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 /// Set (`true`) on answers that replay an earlier request's turn.
 pub const REPLAYED_HEADER: &str = "x-pattern-replayed";
@@ -84,7 +89,7 @@ pub(crate) struct RetryOptions {
 #[serde(deny_unknown_fields)]
 pub(crate) struct Resume {
     /// Send events with ids above this one (`Last-Event-ID` takes precedence).
-    after: Option<usize>,
+    after: Option<u64>,
 }
 
 /// A tool call the agent made.
@@ -141,7 +146,7 @@ pub struct TurnStatus {
     /// Whether the turn is over.
     pub finished: bool,
     /// Events so far (the last event id).
-    pub events: usize,
+    pub events: u64,
     /// The final response, once finished successfully.
     pub result: Option<TurnResult>,
     /// The failure, once finished with an error.
@@ -238,7 +243,7 @@ pub(crate) async fn retry(
 }
 
 /// The request's idempotency key and a fingerprint of what it asks (`what`), if it has a key.
-fn idempotency(headers: &HeaderMap, what: &str) -> Result<Option<(String, u64)>, ApiError> {
+fn idempotency(headers: &HeaderMap, what: &str) -> Result<Option<Idempotency>, ApiError> {
     let Some(value) = headers.get(IDEMPOTENCY_KEY_HEADER) else {
         return Ok(None);
     };
@@ -252,9 +257,12 @@ fn idempotency(headers: &HeaderMap, what: &str) -> Result<Option<(String, u64)>,
                 "`Idempotency-Key` must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"
             ))
         })?;
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    std::hash::Hash::hash(what, &mut hasher);
-    Ok(Some((key.to_owned(), std::hash::Hasher::finish(&hasher))))
+    let digest = Sha256::digest(what.as_bytes());
+    let fingerprint = digest.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(Some(Idempotency {
+        key: key.to_owned(),
+        fingerprint,
+    }))
 }
 
 async fn start(
@@ -262,48 +270,63 @@ async fn start(
     row: pattern::Agent,
     message: IncomingMessage,
     stream: bool,
-    key: Option<(String, u64)>,
+    idempotency: Option<Idempotency>,
 ) -> Result<Response, ApiError> {
+    if state.is_closing() {
+        return Err(ApiError::new(
+            ErrorCode::Unavailable,
+            "the server is shutting down; send the request to another instance or retry shortly",
+        ));
+    }
     let agent = state.agent(row).await?;
-    let guard = match &key {
-        Some(_) => Some(state.turns().keyed_start().await),
-        None => None,
+    let options = TurnOptions {
+        turn: None,
+        idempotency,
+        detached: true,
     };
-    if let Some((key, fingerprint)) = &key
-        && let Some((first, turn)) = state.turns().by_key(agent.id(), key)
-    {
-        if first != *fingerprint {
+    // `submit` returns once the message and its turn are committed (batch or queue): the
+    // durable ack.
+    let submission = match agent.clone().submit(message, options).await {
+        Ok(s) => s,
+        Err(pattern::core::Error::Db(pattern::db::Error::IdempotencyKeyReused { .. })) => {
             return Err(ApiError::new(
                 ErrorCode::Conflict,
                 "this Idempotency-Key was used for a different request",
             ));
         }
-        drop(guard);
-        let mut response = answer(state, &turn, stream).await;
+        Err(e) => return Err(e.into()),
+    };
+    // The run is detached: the answer follows the turn's log, whoever runs it.
+    drop(submission.events);
+    let mut response = answer(state, &submission.turn, stream).await;
+    if submission.begun == Begun::Replayed {
         response
             .headers_mut()
             .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
-        return Ok(response);
     }
-    // `process` returns once the message is committed (batch or queue): the durable ack.
-    let events = agent.clone().process(message).await?;
-    let turn = state.turns().start(agent.id(), events);
-    if let Some((key, fingerprint)) = key {
-        state.turns().remember(&turn, key, fingerprint);
+    Ok(response)
+}
+
+/// How often a follower looks at the database besides its wake-ups (another process's commits
+/// on SQLite are not announced).
+fn follow_poll(state: &AppState) -> std::time::Duration {
+    match state.pattern().db().backend() {
+        pattern::db::Backend::Sqlite => std::time::Duration::from_millis(250),
+        pattern::db::Backend::Postgres => std::time::Duration::from_secs(2),
     }
-    drop(guard);
-    Ok(answer(state, &turn, stream).await)
 }
 
 /// The answer for a turn: its stream from the start, or its final response once it is over.
-async fn answer(state: &AppState, turn: &Arc<Turn>, stream: bool) -> Response {
-    let location = format!("/v1/agents/{}/turns/{}", turn.agent, turn.id);
+async fn answer(state: &AppState, turn: &TurnInfo, stream: bool) -> Response {
+    let location = format!("/v1/agents/{}/turns/{}", turn.agent_id, turn.id);
     let mut response = if stream {
-        sse(state, turn.clone(), 0).into_response()
+        sse(state, turn, 0).into_response()
     } else {
-        let events = turn.finished().await;
-        match outcome(turn, events).await {
-            Ok(result) => ApiJson(result).into_response(),
+        match collect(state, turn).await {
+            Ok(events) => match outcome(state, turn, events).await {
+                Ok(result) => ApiJson(result).into_response(),
+                Err(e) => e.into_response(),
+            },
             Err(e) => e.into_response(),
         }
     };
@@ -317,9 +340,28 @@ async fn answer(state: &AppState, turn: &Arc<Turn>, stream: bool) -> Response {
     response
 }
 
+/// Every event of the turn, once it is over.
+async fn collect(state: &AppState, turn: &TurnInfo) -> Result<Vec<ResponseEvent>, ApiError> {
+    let mut events = Vec::new();
+    let mut stream = Box::pin(turn_log::follow(
+        state.pattern().db().clone(),
+        turn.agent_id,
+        turn.id,
+        0,
+        follow_poll(state),
+    ));
+    while let Some(item) = stream.next().await {
+        events.push(item?.1);
+    }
+    Ok(events)
+}
+
 /// The final response of a finished turn, or its failure as an API error.
-async fn outcome(turn: &Turn, events: Vec<ResponseEvent>) -> Result<TurnResult, ApiError> {
-    let saved = message_saved(&events);
+async fn outcome(
+    state: &AppState,
+    turn: &TurnInfo,
+    events: Vec<ResponseEvent>,
+) -> Result<TurnResult, ApiError> {
     let collected = collect_response(futures::stream::iter(events)).await;
     match collected {
         Ok(r) => Ok(TurnResult {
@@ -343,24 +385,22 @@ async fn outcome(turn: &Turn, events: Vec<ResponseEvent>) -> Result<TurnResult, 
             usage: r.usage,
             reason: r.reason,
         }),
-        Err(e) => Err(failure(turn, e, saved)),
+        Err(e) => Err(failure(turn.id, e, batch_of(state, turn).await)),
     }
 }
 
-/// Whether a turn's events show its trigger committed (to a batch or the agent's queue).
-fn message_saved(events: &[ResponseEvent]) -> bool {
-    events.iter().any(|e| {
-        matches!(
-            e,
-            ResponseEvent::Received { .. } | ResponseEvent::Queued { .. }
-        )
-    })
+/// The batch a turn's trigger began, as stored now.
+async fn batch_of(state: &AppState, turn: &TurnInfo) -> Option<pattern::db::BatchId> {
+    match state.pattern().db().turn(turn.agent_id, turn.id).await {
+        Ok(t) => t.batch_id,
+        Err(_) => turn.batch_id,
+    }
 }
 
 /// A failed turn as the API error both answers carry (the JSON body, and the data of a
 /// stream's final `error` event): a stable code, and `details` `{turn_id, batch_id,
 /// message_saved}`.
-fn failure(turn: &Turn, error: TurnError, saved: bool) -> ApiError {
+fn failure(turn: TurnId, error: TurnError, stored_batch: Option<pattern::db::BatchId>) -> ApiError {
     let TurnError {
         kind,
         message,
@@ -372,12 +412,12 @@ fn failure(turn: &Turn, error: TurnError, saved: bool) -> ApiError {
         ErrorKind::Context => ErrorCode::ContextOverBudget,
         ErrorKind::Cancelled => ErrorCode::Cancelled,
         ErrorKind::Suspended => ErrorCode::Suspended,
-        _ => ErrorCode::Conflict,
+        ErrorKind::Interrupted => ErrorCode::Interrupted,
     };
-    // Storage and context causes (database errors) stay in the server log, written when the
-    // turn failed (`crate::turns`). A provider's error is the model provider's own message (its
-    // name, HTTP status and text: no secret, and what the client needs to judge a retry); the
-    // other kinds' messages are the agent runtime's fixed sentences.
+    // Storage and context causes (database errors) stay in the server log, written by the
+    // run's process. A provider's error is the model provider's own message (its name, HTTP
+    // status and text: no secret, and what the client needs to judge a retry); the other
+    // kinds' messages are the agent runtime's fixed sentences.
     let message = match kind {
         ErrorKind::Storage => {
             "a step of the turn could not be stored and was rolled back; retry the batch once \
@@ -389,10 +429,12 @@ fn failure(turn: &Turn, error: TurnError, saved: bool) -> ApiError {
             .to_owned(),
         _ => message,
     };
+    // A turn exists only with its message stored (its row is written in the transaction that
+    // stores the message), so the message is always saved.
     ApiError::new(code, message).with_details(serde_json::json!({
-        "turn_id": turn.id.to_string(),
-        "batch_id": batch_id.map(|b| b.to_string()),
-        "message_saved": saved,
+        "turn_id": turn.to_string(),
+        "batch_id": batch_id.or(stored_batch).map(|b| b.to_string()),
+        "message_saved": true,
     }))
 }
 
@@ -419,48 +461,21 @@ impl StreamError {
     }
 }
 
-/// The SSE name of an event: its `type`.
-fn event_name(event: &ResponseEvent) -> &'static str {
-    match event {
-        ResponseEvent::Queued { .. } => "queued",
-        ResponseEvent::Received { .. } => "received",
-        ResponseEvent::TextDelta { .. } => "text_delta",
-        ResponseEvent::ThinkingDelta { .. } => "thinking_delta",
-        ResponseEvent::ToolCallStarted { .. } => "tool_call_started",
-        ResponseEvent::ToolCallFinished { .. } => "tool_call_finished",
-        ResponseEvent::ToolResult { .. } => "tool_result",
-        ResponseEvent::Usage { .. } => "usage",
-        ResponseEvent::StepCommitted { .. } => "step_committed",
-        ResponseEvent::BatchCompleted { .. } => "batch_completed",
-        ResponseEvent::Error { .. } => "error",
-        ResponseEvent::Done { .. } => "done",
-    }
-}
-
 /// One SSE event of `turn`. A failure (the turn's last event) is sent as the JSON error body of
 /// the same failure ([`StreamError`]), not as the raw `ResponseEvent`.
-fn sse_event(turn: &Turn, id: usize, event: &ResponseEvent) -> Event {
+fn sse_event(turn: &TurnInfo, id: u64, event: &ResponseEvent) -> Event {
     let data = match event {
         ResponseEvent::Error {
             kind,
             message,
             batch_id,
         } => {
-            let (before, _) = turn.snapshot();
-            let received = before.iter().find_map(|e| match e {
-                ResponseEvent::Received { batch_id, .. } => Some(*batch_id),
-                _ => None,
-            });
             let error = TurnError {
                 kind: *kind,
                 message: message.clone(),
-                batch_id: batch_id.or(received),
+                batch_id: *batch_id,
             };
-            serde_json::to_string(&StreamError::new(failure(
-                turn,
-                error,
-                message_saved(&before),
-            )))
+            serde_json::to_string(&StreamError::new(failure(turn.id, error, turn.batch_id)))
         }
         other => {
             serde_json::to_value(other).and_then(|v| serde_json::to_string(&ids_as_strings(v)))
@@ -468,16 +483,20 @@ fn sse_event(turn: &Turn, id: usize, event: &ResponseEvent) -> Event {
     };
     let data = data.unwrap_or_else(|e| {
         tracing::error!(error = %e, turn = %turn.id, "a turn event could not be serialised");
-        serde_json::json!({
-            "type": "error",
-            "error": {"code": ErrorCode::Internal, "message": "internal error; see the server log"},
-        })
-        .to_string()
+        internal_error_data()
     });
     Event::default()
         .id(id.to_string())
-        .event(event_name(event))
+        .event(event.name())
         .data(data)
+}
+
+fn internal_error_data() -> String {
+    serde_json::json!({
+        "type": "error",
+        "error": {"code": ErrorCode::Internal, "message": "internal error; see the server log"},
+    })
+    .to_string()
 }
 
 /// Snowflake ids (`batch_id`, `queue_id`) as decimal strings, as everywhere else in the API:
@@ -496,48 +515,57 @@ fn ids_as_strings(mut event: serde_json::Value) -> serde_json::Value {
     event
 }
 
-/// The turn's events with ids above `after`, then live ones until the turn ends.
+/// The turn's events with ids above `after`, then each new one until the turn ends (read from
+/// the database, so any instance serves any turn).
 fn sse(
     state: &AppState,
-    turn: Arc<Turn>,
-    after: usize,
+    turn: &TurnInfo,
+    after: u64,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>> + use<>> {
-    let pages = futures::stream::unfold(Some((turn, after)), |cursor| async move {
-        let (turn, seen) = cursor?;
-        loop {
-            let slice = turn.after(seen);
-            if let Some(&(last, _)) = slice.events.last() {
-                let next = (!slice.finished).then(|| (turn.clone(), last));
-                // A finished turn ends the stream after this page.
-                let events: Vec<_> = slice
-                    .events
-                    .iter()
-                    .map(|(id, e)| Ok(sse_event(&turn, *id, e)))
-                    .collect();
-                return Some((futures::stream::iter(events), next));
-            }
-            if slice.finished {
-                return None;
-            }
-            turn.changed(seen).await;
-        }
+    let info = turn.clone();
+    let follow = turn_log::follow(
+        state.pattern().db().clone(),
+        turn.agent_id,
+        turn.id,
+        after,
+        follow_poll(state),
+    );
+    let events = follow.scan(false, move |broken, item| {
+        let event = if *broken {
+            None
+        } else {
+            Some(Ok(match item {
+                Ok((id, event)) => sse_event(&info, id, &event),
+                Err(e) => {
+                    // The log could not be read: say so and end, rather than stop silently.
+                    tracing::error!(turn = %info.id, error = %e, "cannot follow a turn's log");
+                    *broken = true;
+                    Event::default().event("error").data(internal_error_data())
+                }
+            }))
+        };
+        futures::future::ready(event)
     });
-    Sse::new(pages.flatten()).keep_alive(KeepAlive::new().interval(state.config().keep_alive))
+    Sse::new(events).keep_alive(KeepAlive::new().interval(state.config().keep_alive))
 }
 
-fn turn_of(
+async fn turn_of(
     state: &AppState,
     agent: pattern::AgentId,
     turn_id: &str,
-) -> Result<Arc<Turn>, ApiError> {
+) -> Result<TurnInfo, ApiError> {
     let missing = || {
         ApiError::not_found(format!(
-            "no turn `{turn_id}` (unknown, or finished longer ago than the replay window: its \
+            "no turn `{turn_id}` (unknown, or finished longer ago than turns are kept: its \
              batch holds what it did)"
         ))
     };
-    let id = Uuid::parse_str(turn_id).map_err(|_| missing())?;
-    state.turns().get(agent, id).ok_or_else(missing)
+    let id: TurnId = turn_id.parse().map_err(|_| missing())?;
+    match state.pattern().db().turn(agent, id).await {
+        Ok(turn) => Ok(turn),
+        Err(pattern::db::Error::TurnNotFound { .. }) => Err(missing()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Follows a turn's events; resumes after `Last-Event-ID` (or `?after=`).
@@ -556,16 +584,16 @@ pub(crate) async fn events(
     ApiQuery(resume): ApiQuery<Resume>,
 ) -> Result<Response, ApiError> {
     let agent = caller.agent(&state, &agent_id).await?;
-    let turn = turn_of(&state, agent.id, &turn_id)?;
+    let turn = turn_of(&state, agent.id, &turn_id).await?;
     let after = match headers.get("last-event-id") {
         Some(value) => value
             .to_str()
             .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
             .ok_or_else(|| ApiError::invalid("`Last-Event-ID` must be an event id (a number)"))?,
         None => resume.after.unwrap_or(0),
     };
-    Ok(sse(&state, turn, after).into_response())
+    Ok(sse(&state, &turn, after).into_response())
 }
 
 /// A turn's progress, and its final response once it is over.
@@ -579,11 +607,10 @@ pub(crate) async fn status(
     ApiPath((agent_id, turn_id)): ApiPath<(String, String)>,
 ) -> Result<ApiJson<TurnStatus>, ApiError> {
     let agent = caller.agent(&state, &agent_id).await?;
-    let turn = turn_of(&state, agent.id, &turn_id)?;
-    let (events, finished) = turn.snapshot();
-    let count = events.len();
+    let turn = turn_of(&state, agent.id, &turn_id).await?;
+    let finished = turn.state == TurnState::Finished;
     let (result, error) = if finished {
-        match outcome(&turn, events).await {
+        match outcome(&state, &turn, collect(&state, &turn).await?).await {
             Ok(r) => (Some(r), None),
             Err(e) => (
                 None,
@@ -601,13 +628,14 @@ pub(crate) async fn status(
         turn_id: turn.id.to_string(),
         agent_id: agent.id.to_string(),
         finished,
-        events: count,
+        events: turn.last_seq,
         result,
         error,
     }))
 }
 
-/// Cancels a running turn: its batch is abandoned; the message stays stored.
+/// Cancels a turn, in whichever instance runs it (a queued one when it is delivered): its batch
+/// is abandoned; the message stays stored.
 #[utoipa::path(delete, path = "/v1/agents/{agent_id}/turns/{turn_id}", tag = "turns",
     security(("api_key" = [])),
     params(("agent_id" = String, Path, description = "agent id"), ("turn_id" = String, Path)),
@@ -618,7 +646,9 @@ pub(crate) async fn cancel(
     caller: Caller,
     ApiPath((agent_id, turn_id)): ApiPath<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    let agent = caller.agent(&state, &agent_id).await?;
-    turn_of(&state, agent.id, &turn_id)?.cancel();
+    let row = caller.agent(&state, &agent_id).await?;
+    let turn = turn_of(&state, row.id, &turn_id).await?;
+    let agent = state.agent(row).await?;
+    agent.cancel_turn(turn.id).await?;
     Ok(StatusCode::ACCEPTED)
 }

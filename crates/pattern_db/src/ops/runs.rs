@@ -1,0 +1,1143 @@
+//! The SQL of claims, turns and recovery (see [`crate::runs`] for the rules and decision 0010).
+//!
+//! Every function here runs inside the writer's transaction after the locks the writer took
+//! for its group (on PostgreSQL: the row locks of every agent the group writes, in agent order),
+//! so a claim is read and changed under its agent's lock and never raced. It must never commit,
+//! never change a claim without its agent's lock, and never append to a finished turn.
+
+use std::collections::{BTreeSet, HashMap};
+
+use sqlx::any::AnyRow;
+use sqlx::{AnyConnection, AnyPool, Row};
+
+use super::{
+    Ctx, abandon_batch, begin_batch, complete_batch, from_ms, load_batch, lock_agent, log_activity,
+    message_from_row, message_select, now_ms, parse_uuid,
+};
+use crate::config::Backend;
+use crate::error::{Error, Result};
+use crate::id::SnowflakeId;
+use crate::model::{
+    Abandoned, AgentId, BatchId, BatchInfo, BatchType, BeginBatch, NewMessage, RecoveryScope,
+};
+use crate::process::HolderStatus;
+use crate::queue::{NewQueued, QUEUE_COLUMNS, QueuedMessage, queued_from_row};
+use crate::runs::{
+    ClaimInfo, Finished, NewTurn, NewTurnEvent, RunClaim, RunEnding, Started, Submit, Submitted,
+    TurnEvent, TurnId, TurnInfo, TurnOutcome, TurnState, lifecycle,
+};
+use crate::wake::{self, WakeKey};
+
+/// Longest turn source, idempotency key, fingerprint and event kind, in bytes.
+const MAX_SOURCE: usize = 200;
+const MAX_KEY: usize = 200;
+const MAX_FINGERPRINT: usize = 200;
+const MAX_KIND: usize = 64;
+
+/// The arguments of [`crate::Database::finish_run`].
+#[derive(Debug)]
+pub(crate) struct FinishRun {
+    pub(crate) claim: RunClaim,
+    pub(crate) batch: BatchId,
+    pub(crate) turn: TurnId,
+    pub(crate) ending: RunEnding,
+    pub(crate) events: Vec<NewTurnEvent>,
+    pub(crate) next: bool,
+}
+
+// ---------------------------------------------------------------------------------------------
+// claims
+
+/// The claim row of `agent`: `(token, holder)`; `(0, None)` when it never ran under a claim.
+async fn claim_row(conn: &mut AnyConnection, agent: AgentId) -> Result<(i64, Option<String>)> {
+    let row = sqlx::query("SELECT token, holder FROM agent_runs WHERE agent_id = $1")
+        .bind(agent.to_string())
+        .fetch_optional(&mut *conn)
+        .await?;
+    Ok(match row {
+        Some(row) => (row.try_get(0)?, row.try_get(1)?),
+        None => (0, None),
+    })
+}
+
+/// Refuses a write fenced by `claim` unless the claim is still this process's with that token.
+/// Runs under the agent's lock (the writer's), so no takeover can commit in between.
+pub(crate) async fn check_fence(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    claim: &RunClaim,
+) -> Result<()> {
+    let (token, holder) = claim_row(conn, claim.agent).await?;
+    if token == claim.token && holder.as_deref() == Some(ctx.run_owner.as_str()) {
+        Ok(())
+    } else {
+        Err(Error::ClaimLost {
+            agent: claim.agent,
+            token: claim.token,
+        })
+    }
+}
+
+/// Refuses a batch write that does not belong to the writer: a batch begun under a claim is
+/// written only under that claim, and a fenced run writes only its own batches.
+pub(crate) fn check_batch_owner(info: &BatchInfo, fence: Option<&RunClaim>) -> Result<()> {
+    match (info.claim_token, fence) {
+        (None, None) => Ok(()),
+        (Some(token), Some(f)) if f.agent == info.agent_id && f.token == token => Ok(()),
+        (Some(_), Some(f)) | (None, Some(f)) if f.agent == info.agent_id => Err(Error::ClaimLost {
+            agent: f.agent,
+            token: f.token,
+        }),
+        // A run writing another agent's batch: only that batch's own rules apply.
+        (None, Some(_)) => Ok(()),
+        (Some(_), _) => Err(Error::AgentBusy {
+            agent: info.agent_id,
+            holder: info
+                .run_owner
+                .clone()
+                .unwrap_or_else(|| "another run".into()),
+        }),
+    }
+}
+
+/// Whether the agent may start a run now, after taking over a dead holder's claim and
+/// abandoning expired batches begun without a claim.
+enum Availability {
+    Free { token: i64 },
+    Busy,
+}
+
+async fn availability(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+    now: i64,
+) -> Result<Availability> {
+    let (mut token, holder) = claim_row(conn, agent).await?;
+    if let Some(holder) = holder {
+        let status = ctx.judge.status(conn, &holder).await?;
+        if status == HolderStatus::Alive {
+            return Ok(Availability::Busy);
+        }
+        token = take_over(conn, ctx, agent, &holder, status, now).await?.0;
+    }
+    let rows = sqlx::query(
+        "SELECT id, lease_expires_at, claim_token FROM batches \
+         WHERE agent_id = $1 AND state = 'open' ORDER BY id",
+    )
+    .bind(agent.to_string())
+    .fetch_all(&mut *conn)
+    .await?;
+    for row in rows {
+        let id: i64 = row.try_get(0)?;
+        let lease: Option<i64> = row.try_get(1)?;
+        let claimed: Option<i64> = row.try_get(2)?;
+        // A claimed batch whose claim is free has no run: its run was released uncleanly.
+        // A batch begun without a claim blocks until its lease expires.
+        let dead = claimed.is_some() || lease.is_some_and(|l| l < now);
+        if !dead {
+            return Ok(Availability::Busy);
+        }
+        abandon_dead(conn, ctx, agent, SnowflakeId(id), "its run is gone", now).await?;
+    }
+    Ok(Availability::Free { token })
+}
+
+/// Takes `agent` away from its dead `holder`: the token moves on (fencing every write the old
+/// run may still try), its open batches are abandoned and their turns finished as
+/// interrupted, and the claim is left free. A holder known gone is forgotten (its process row
+/// and machine-id lease). Returns the new token and what was abandoned.
+async fn take_over(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+    holder: &str,
+    status: HolderStatus,
+    now: i64,
+) -> Result<(i64, Vec<Abandoned>)> {
+    let row = sqlx::query(
+        "UPDATE agent_runs SET token = token + 1, holder = NULL, claimed_at = NULL, batch_id = NULL \
+         WHERE agent_id = $1 RETURNING token",
+    )
+    .bind(agent.to_string())
+    .fetch_one(&mut *conn)
+    .await?;
+    let token: i64 = row.try_get(0)?;
+    let open: Vec<i64> = sqlx::query(
+        "SELECT id FROM batches WHERE agent_id = $1 AND state = 'open' AND claim_token IS NOT NULL \
+         ORDER BY id",
+    )
+    .bind(agent.to_string())
+    .fetch_all(&mut *conn)
+    .await?
+    .iter()
+    .map(|r| r.try_get(0))
+    .collect::<Result<_, _>>()?;
+    let reason = format!("the process `{holder}` running it stopped");
+    let mut abandoned = Vec::with_capacity(open.len());
+    for id in open {
+        abandoned.push(abandon_dead(conn, ctx, agent, SnowflakeId(id), &reason, now).await?);
+    }
+    if status == HolderStatus::Gone {
+        crate::process::forget(conn, holder).await?;
+    }
+    wake::notify(conn, ctx.backend, &[WakeKey::Agent(agent), WakeKey::Queue]).await?;
+    Ok((token, abandoned))
+}
+
+/// Abandons one open batch of a run that is gone and finishes its turn as interrupted.
+async fn abandon_dead(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+    batch: BatchId,
+    reason: &str,
+    now: i64,
+) -> Result<Abandoned> {
+    sqlx::query("UPDATE batches SET state = 'abandoned', completed_at = $1 WHERE id = $2")
+        .bind(now)
+        .bind(batch.get())
+        .execute(&mut *conn)
+        .await?;
+    let info = load_batch(conn, agent, batch).await?;
+    let trigger = sqlx::query(sqlx::AssertSqlSafe(message_select(
+        "WHERE m.batch_id = $1 AND m.sequence_num = 0",
+    )))
+    .bind(batch.get())
+    .fetch_one(&mut *conn)
+    .await?;
+    let trigger = message_from_row(&trigger)?;
+    let payload = serde_json::json!({
+        "batch_id": batch.get(),
+        "run_owner": info.run_owner,
+        "reason": reason,
+    });
+    log_activity(conn, ctx, agent, "batch_abandoned", &payload).await?;
+    let turns: Vec<String> =
+        sqlx::query("SELECT id FROM turns WHERE batch_id = $1 AND state <> 'finished'")
+            .bind(batch.get())
+            .fetch_all(&mut *conn)
+            .await?
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()?;
+    for turn in turns {
+        let turn = TurnId(parse_uuid(&turn)?);
+        append_events(
+            conn,
+            ctx,
+            agent,
+            turn,
+            &[lifecycle::interrupted(Some(batch))],
+        )
+        .await?;
+        finish_turn(conn, turn, TurnOutcome::Interrupted, now).await?;
+    }
+    Ok(Abandoned {
+        batch: info,
+        trigger,
+    })
+}
+
+/// Makes this process the holder of `agent`'s claim (free at `token`); returns the claim.
+async fn acquire(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+    token: i64,
+    now: i64,
+) -> Result<RunClaim> {
+    let claim = RunClaim {
+        agent,
+        token: token + 1,
+    };
+    sqlx::query(
+        "INSERT INTO agent_runs (agent_id, token, holder, claimed_at, batch_id) \
+         VALUES ($1, $2, $3, $4, NULL) \
+         ON CONFLICT (agent_id) DO UPDATE SET token = excluded.token, holder = excluded.holder, \
+         claimed_at = excluded.claimed_at, batch_id = NULL",
+    )
+    .bind(agent.to_string())
+    .bind(claim.token)
+    .bind(&ctx.run_owner)
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    Ok(claim)
+}
+
+async fn release(conn: &mut AnyConnection, ctx: &Ctx, claim: &RunClaim) -> Result<()> {
+    sqlx::query(
+        "UPDATE agent_runs SET holder = NULL, claimed_at = NULL, batch_id = NULL \
+         WHERE agent_id = $1 AND token = $2",
+    )
+    .bind(claim.agent.to_string())
+    .bind(claim.token)
+    .execute(&mut *conn)
+    .await?;
+    wake::notify(
+        conn,
+        ctx.backend,
+        &[WakeKey::Agent(claim.agent), WakeKey::Queue],
+    )
+    .await
+}
+
+async fn set_claim_batch(conn: &mut AnyConnection, claim: &RunClaim, batch: BatchId) -> Result<()> {
+    sqlx::query("UPDATE agent_runs SET batch_id = $1 WHERE agent_id = $2 AND token = $3")
+        .bind(batch.get())
+        .bind(claim.agent.to_string())
+        .bind(claim.token)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// The agent's oldest due pending queue entry.
+async fn due_entry(
+    conn: &mut AnyConnection,
+    agent: AgentId,
+    now: i64,
+) -> Result<Option<(QueuedMessage, Option<TurnId>)>> {
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {QUEUE_COLUMNS}, turn_id FROM agent_queue \
+         WHERE agent_id = $1 AND delivered_at IS NULL AND deliver_at <= $2 \
+         ORDER BY deliver_at, id LIMIT 1"
+    )))
+    .bind(agent.to_string())
+    .bind(now)
+    .fetch_optional(&mut *conn)
+    .await?;
+    row.map(|row| {
+        let turn: Option<String> = row.try_get(12)?;
+        Ok((
+            queued_from_row(&row)?,
+            turn.map(|t| parse_uuid(&t).map(TurnId)).transpose()?,
+        ))
+    })
+    .transpose()
+}
+
+/// Delivers `entry` under `claim`: marks it delivered (a recurring one moves on), begins its
+/// batch, and moves its turn to running (creating one for entries queued without a turn).
+async fn deliver(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    claim: RunClaim,
+    entry: QueuedMessage,
+    turn: Option<TurnId>,
+    now: i64,
+) -> Result<Started> {
+    let agent = claim.agent;
+    let claimed = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE agent_queue SET \
+           delivered_at = CASE WHEN every_ms IS NULL THEN $1 ELSE NULL END, \
+           deliver_at = CASE WHEN every_ms IS NULL THEN deliver_at \
+                        ELSE deliver_at + every_ms * ((($1 - deliver_at) / every_ms) + 1) END, \
+           deliveries = deliveries + 1 \
+         WHERE id = $2 AND agent_id = $3 AND delivered_at IS NULL \
+         RETURNING {QUEUE_COLUMNS}"
+    )))
+    .bind(now)
+    .bind(entry.id.get())
+    .bind(agent.to_string())
+    .fetch_one(&mut *conn)
+    .await?;
+    let mut entry = queued_from_row(&claimed)?;
+    let trigger = NewMessage::new(entry.role, entry.content.clone());
+    let received = begin_batch(
+        conn,
+        ctx,
+        agent,
+        &trigger,
+        &BeginBatch {
+            batch_type: Some(entry.batch_type),
+            ..BeginBatch::default()
+        },
+        Some(claim.token),
+    )
+    .await?;
+    sqlx::query("UPDATE agent_queue SET delivered_batch = $1 WHERE id = $2")
+        .bind(received.batch_id.get())
+        .bind(entry.id.get())
+        .execute(&mut *conn)
+        .await?;
+    entry.delivered_batch = Some(received.batch_id);
+    set_claim_batch(conn, &claim, received.batch_id).await?;
+    let turn = match turn {
+        Some(turn) if entry.every.is_none() => {
+            sqlx::query(
+                "UPDATE turns SET state = 'running', batch_id = $1 WHERE id = $2 AND state = 'queued'",
+            )
+            .bind(received.batch_id.get())
+            .bind(turn.to_string())
+            .execute(&mut *conn)
+            .await?;
+            turn
+        }
+        // A recurring entry (or one queued without a turn) gets a turn per delivery.
+        _ => {
+            let new = NewTurn::new(entry.source.clone());
+            insert_turn(
+                conn,
+                &new,
+                agent,
+                TurnState::Running,
+                Some(entry.id),
+                Some(received.batch_id),
+                now,
+            )
+            .await?;
+            new.id
+        }
+    };
+    append_events(conn, ctx, agent, turn, &[lifecycle::received(&received)]).await?;
+    let turn = read_turn_tx(conn, agent, turn).await?;
+    Ok(Started {
+        claim,
+        received,
+        batch_type: entry.batch_type,
+        turn,
+        entry: Some(entry),
+    })
+}
+
+async fn has_due(conn: &mut AnyConnection, agent: AgentId, now: i64) -> Result<bool> {
+    Ok(sqlx::query(
+        "SELECT 1 FROM agent_queue WHERE agent_id = $1 AND delivered_at IS NULL AND deliver_at <= $2 LIMIT 1",
+    )
+    .bind(agent.to_string())
+    .bind(now)
+    .fetch_optional(&mut *conn)
+    .await?
+    .is_some())
+}
+
+pub(crate) async fn submit(conn: &mut AnyConnection, ctx: &Ctx, s: &Submit) -> Result<Submitted> {
+    let agent = s.agent;
+    check_turn(&s.turn)?;
+    if let Some(idem) = &s.turn.idempotency
+        && let Some(first) = read_turn_by_key_tx(conn, agent, &idem.key).await?
+    {
+        return if first.fingerprint.as_deref() == Some(idem.fingerprint.as_str()) {
+            Ok(Submitted::Replayed(first))
+        } else {
+            Err(Error::IdempotencyKeyReused {
+                key: idem.key.clone(),
+                turn: first.id,
+            })
+        };
+    }
+    lock_agent(conn, agent).await?;
+    let now = now_ms();
+    let free = if s.start {
+        match availability(conn, ctx, agent, now).await? {
+            Availability::Free { token } if !has_due(conn, agent, now).await? => Some(token),
+            _ => None,
+        }
+    } else {
+        None
+    };
+    match free {
+        Some(token) => {
+            let claim = acquire(conn, ctx, agent, token, now).await?;
+            let received = begin_batch(
+                conn,
+                ctx,
+                agent,
+                &s.trigger,
+                &BeginBatch {
+                    batch_type: s.batch_type,
+                    parent_batch: None,
+                    retry_of: s.retry_of,
+                },
+                Some(claim.token),
+            )
+            .await?;
+            set_claim_batch(conn, &claim, received.batch_id).await?;
+            insert_turn(
+                conn,
+                &s.turn,
+                agent,
+                TurnState::Running,
+                None,
+                Some(received.batch_id),
+                now,
+            )
+            .await?;
+            append_events(
+                conn,
+                ctx,
+                agent,
+                s.turn.id,
+                &[lifecycle::received(&received)],
+            )
+            .await?;
+            let batch_type = load_batch(conn, agent, received.batch_id).await?.batch_type;
+            let turn = read_turn_tx(conn, agent, s.turn.id).await?;
+            Ok(Submitted::Started(Box::new(Started {
+                claim,
+                received,
+                batch_type,
+                turn,
+                entry: None,
+            })))
+        }
+        None => {
+            let batch_type = s.batch_type.unwrap_or(match s.trigger.role {
+                crate::model::Role::System => BatchType::SystemTrigger,
+                _ => BatchType::UserRequest,
+            });
+            let entry = NewQueued {
+                source: s.turn.source.clone(),
+                retry_of: s.retry_of,
+                ..NewQueued::now(batch_type, s.trigger.role, s.trigger.content.clone())
+            };
+            let entry = super::queue::enqueue(conn, ctx, agent, &entry).await?;
+            sqlx::query("UPDATE agent_queue SET turn_id = $1 WHERE id = $2")
+                .bind(s.turn.id.to_string())
+                .bind(entry.id.get())
+                .execute(&mut *conn)
+                .await?;
+            insert_turn(
+                conn,
+                &s.turn,
+                agent,
+                TurnState::Queued,
+                Some(entry.id),
+                None,
+                now,
+            )
+            .await?;
+            append_events(conn, ctx, agent, s.turn.id, &[lifecycle::queued(entry.id)]).await?;
+            wake::notify(conn, ctx.backend, &[WakeKey::Agent(agent), WakeKey::Queue]).await?;
+            let turn = read_turn_tx(conn, agent, s.turn.id).await?;
+            Ok(Submitted::Queued { entry, turn })
+        }
+    }
+}
+
+pub(crate) async fn claim_next(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+) -> Result<Option<Box<Started>>> {
+    if ctx.backend == Backend::Postgres {
+        // Another process claiming (or writing) this agent right now: leave it to them.
+        let locked =
+            sqlx::query("SELECT id FROM agents WHERE id = $1 FOR NO KEY UPDATE SKIP LOCKED")
+                .bind(agent.to_string())
+                .fetch_optional(&mut *conn)
+                .await?;
+        if locked.is_none() {
+            return Ok(None);
+        }
+    }
+    lock_agent(conn, agent).await?;
+    let now = now_ms();
+    let Availability::Free { token } = availability(conn, ctx, agent, now).await? else {
+        return Ok(None);
+    };
+    let Some((entry, turn)) = due_entry(conn, agent, now).await? else {
+        return Ok(None);
+    };
+    let claim = acquire(conn, ctx, agent, token, now).await?;
+    Ok(Some(Box::new(
+        deliver(conn, ctx, claim, entry, turn, now).await?,
+    )))
+}
+
+pub(crate) async fn finish_run(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    f: &FinishRun,
+) -> Result<Box<Finished>> {
+    let agent = f.claim.agent;
+    let turn = read_turn_tx(conn, agent, f.turn).await?;
+    if turn.state == TurnState::Finished {
+        return Err(Error::TurnFinished(f.turn));
+    }
+    let now = now_ms();
+    let (batch, outcome) = match &f.ending {
+        RunEnding::Complete => (
+            complete_batch(conn, agent, f.batch, Some(&f.claim)).await?,
+            TurnOutcome::Done,
+        ),
+        RunEnding::Abandon { reason } => (
+            abandon_batch(conn, ctx, agent, f.batch, reason, Some(&f.claim))
+                .await?
+                .batch,
+            TurnOutcome::Failed,
+        ),
+    };
+    append_events(conn, ctx, agent, f.turn, &f.events).await?;
+    finish_turn(conn, f.turn, outcome, now).await?;
+    let next = if f.next {
+        match due_entry(conn, agent, now).await? {
+            Some((entry, turn)) => Some(Box::new(
+                deliver(conn, ctx, f.claim, entry, turn, now).await?,
+            )),
+            None => None,
+        }
+    } else {
+        None
+    };
+    if next.is_none() {
+        release(conn, ctx, &f.claim).await?;
+    }
+    let turn = read_turn_tx(conn, agent, f.turn).await?;
+    Ok(Box::new(Finished { batch, turn, next }))
+}
+
+/// Frees a claim of this process whose run is gone; `false` when it is not ours any more.
+pub(crate) async fn release_claim(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    claim: &RunClaim,
+    reason: &str,
+) -> Result<bool> {
+    lock_agent(conn, claim.agent).await?;
+    if check_fence(conn, ctx, claim).await.is_err() {
+        return Ok(false);
+    }
+    let now = now_ms();
+    let open: Vec<i64> = sqlx::query(
+        "SELECT id FROM batches WHERE agent_id = $1 AND state = 'open' AND claim_token = $2",
+    )
+    .bind(claim.agent.to_string())
+    .bind(claim.token)
+    .fetch_all(&mut *conn)
+    .await?
+    .iter()
+    .map(|r| r.try_get(0))
+    .collect::<Result<_, _>>()?;
+    for id in open {
+        abandon_dead(conn, ctx, claim.agent, SnowflakeId(id), reason, now).await?;
+    }
+    release(conn, ctx, claim).await?;
+    Ok(true)
+}
+
+pub(crate) async fn cancel_turn(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+    turn: TurnId,
+) -> Result<Box<TurnInfo>> {
+    lock_agent(conn, agent).await?;
+    sqlx::query(
+        "UPDATE turns SET cancel_requested_at = $1 \
+         WHERE id = $2 AND agent_id = $3 AND state <> 'finished' AND cancel_requested_at IS NULL",
+    )
+    .bind(now_ms())
+    .bind(turn.to_string())
+    .bind(agent.to_string())
+    .execute(&mut *conn)
+    .await?;
+    let info = read_turn_tx(conn, agent, turn).await?;
+    wake::notify(conn, ctx.backend, &[WakeKey::Cancel(turn)]).await?;
+    Ok(Box::new(info))
+}
+
+/// Recovery: the batches of dead runs (all open ones with [`RecoveryScope::AllOpen`]), agent by
+/// agent in agent order, each under its agent's lock.
+pub(crate) async fn recover(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    only: Option<AgentId>,
+    scope: RecoveryScope,
+) -> Result<Vec<Abandoned>> {
+    let now = now_ms();
+    // Candidates, read without locks; each is checked again under its agent's lock.
+    let mut agents: BTreeSet<AgentId> = BTreeSet::new();
+    let mut statuses: HashMap<String, HolderStatus> = HashMap::new();
+    let held = match only {
+        Some(a) => sqlx::query(
+            "SELECT agent_id, holder FROM agent_runs WHERE holder IS NOT NULL AND agent_id = $1",
+        )
+        .bind(a.to_string())
+        .fetch_all(&mut *conn)
+        .await?,
+        None => {
+            sqlx::query("SELECT agent_id, holder FROM agent_runs WHERE holder IS NOT NULL")
+                .fetch_all(&mut *conn)
+                .await?
+        }
+    };
+    for row in held {
+        let agent = AgentId(parse_uuid(&row.try_get::<String, _>(0)?)?);
+        let holder: String = row.try_get(1)?;
+        let status = match statuses.get(&holder) {
+            Some(s) => *s,
+            None => {
+                let s = ctx.judge.status(conn, &holder).await?;
+                statuses.insert(holder, s);
+                s
+            }
+        };
+        if scope == RecoveryScope::AllOpen || status != HolderStatus::Alive {
+            agents.insert(agent);
+        }
+    }
+    let mut sql = String::from(
+        "SELECT DISTINCT agent_id FROM batches WHERE state = 'open' AND (claim_token IS NOT NULL",
+    );
+    sql.push_str(match scope {
+        RecoveryScope::AllOpen => " OR TRUE)",
+        RecoveryScope::ExpiredLeases => " OR lease_expires_at < $1)",
+    });
+    if only.is_some() {
+        sql.push_str(" AND agent_id = $2");
+    }
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now);
+    if let Some(a) = only {
+        q = q.bind(a.to_string());
+    }
+    for row in q.fetch_all(&mut *conn).await? {
+        agents.insert(AgentId(parse_uuid(&row.try_get::<String, _>(0)?)?));
+    }
+
+    let mut out = Vec::new();
+    for agent in agents {
+        match lock_agent(conn, agent).await {
+            Ok(()) => {}
+            Err(Error::AgentNotFound(_)) => continue,
+            Err(e) => return Err(e),
+        }
+        let (_, holder) = claim_row(conn, agent).await?;
+        let mut taken_over = false;
+        if let Some(holder) = holder {
+            let status = ctx.judge.status(conn, &holder).await?;
+            if scope == RecoveryScope::AllOpen || status != HolderStatus::Alive {
+                out.extend(take_over(conn, ctx, agent, &holder, status, now).await?.1);
+                taken_over = true;
+            }
+        }
+        let rows = sqlx::query(
+            "SELECT id, lease_expires_at, claim_token FROM batches \
+             WHERE agent_id = $1 AND state = 'open' ORDER BY id",
+        )
+        .bind(agent.to_string())
+        .fetch_all(&mut *conn)
+        .await?;
+        let (_, holder_now) = claim_row(conn, agent).await?;
+        for row in rows {
+            let id: i64 = row.try_get(0)?;
+            let lease: Option<i64> = row.try_get(1)?;
+            let claimed: Option<i64> = row.try_get(2)?;
+            let dead = match claimed {
+                // A run's batch is dead when no live run holds the agent.
+                Some(_) => holder_now.is_none(),
+                None => scope == RecoveryScope::AllOpen || lease.is_some_and(|l| l < now),
+            };
+            if dead {
+                let reason = if taken_over || claimed.is_some() {
+                    "its run's process stopped"
+                } else {
+                    "its lease expired"
+                };
+                out.push(abandon_dead(conn, ctx, agent, SnowflakeId(id), reason, now).await?);
+            }
+        }
+    }
+    out.sort_by_key(|a| a.batch.id);
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// turns
+
+fn check_turn(turn: &NewTurn) -> Result<()> {
+    if turn.source.len() > MAX_SOURCE {
+        return Err(Error::InvalidContent(format!(
+            "a turn's source is at most {MAX_SOURCE} bytes"
+        )));
+    }
+    if let Some(idem) = &turn.idempotency {
+        if idem.key.is_empty() || idem.key.len() > MAX_KEY {
+            return Err(Error::InvalidContent(format!(
+                "an idempotency key is 1 to {MAX_KEY} bytes"
+            )));
+        }
+        if idem.fingerprint.len() > MAX_FINGERPRINT {
+            return Err(Error::InvalidContent(format!(
+                "a request fingerprint is at most {MAX_FINGERPRINT} bytes"
+            )));
+        }
+    }
+    Ok(())
+}
+
+async fn insert_turn(
+    conn: &mut AnyConnection,
+    turn: &NewTurn,
+    agent: AgentId,
+    state: TurnState,
+    queue_id: Option<SnowflakeId>,
+    batch_id: Option<BatchId>,
+    now: i64,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO turns (id, agent_id, source, idempotency_key, fingerprint, queue_id, batch_id, \
+         state, last_seq, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, $9)",
+    )
+    .bind(turn.id.to_string())
+    .bind(agent.to_string())
+    .bind(turn.source.as_str())
+    .bind(turn.idempotency.as_ref().map(|i| i.key.clone()))
+    .bind(turn.idempotency.as_ref().map(|i| i.fingerprint.clone()))
+    .bind(queue_id.map(SnowflakeId::get))
+    .bind(batch_id.map(SnowflakeId::get))
+    .bind(state.as_str())
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+async fn finish_turn(
+    conn: &mut AnyConnection,
+    turn: TurnId,
+    outcome: TurnOutcome,
+    now: i64,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE turns SET state = 'finished', outcome = $1, finished_at = $2 \
+         WHERE id = $3 AND state <> 'finished'",
+    )
+    .bind(outcome.as_str())
+    .bind(now)
+    .bind(turn.to_string())
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Appends `events` to `agent`'s unfinished turn; returns the last sequence number.
+pub(crate) async fn append_events(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+    turn: TurnId,
+    events: &[NewTurnEvent],
+) -> Result<u64> {
+    let row = sqlx::query("SELECT agent_id, state, last_seq FROM turns WHERE id = $1")
+        .bind(turn.to_string())
+        .fetch_optional(&mut *conn)
+        .await?;
+    let Some(row) = row else {
+        return Err(Error::TurnNotFound { agent, turn });
+    };
+    if row.try_get::<String, _>(0)? != agent.to_string() {
+        return Err(Error::TurnNotFound { agent, turn });
+    }
+    if row.try_get::<String, _>(1)?.parse::<TurnState>()? == TurnState::Finished {
+        return Err(Error::TurnFinished(turn));
+    }
+    let last: i64 = row.try_get(2)?;
+    if events.is_empty() {
+        return Ok(u64::try_from(last).unwrap_or(0));
+    }
+    for e in events {
+        if e.kind.is_empty() || e.kind.len() > MAX_KIND {
+            return Err(Error::InvalidContent(format!(
+                "a turn event's kind is 1 to {MAX_KIND} bytes"
+            )));
+        }
+        if e.data.len() > ctx.max_content_bytes {
+            return Err(Error::ContentTooLarge {
+                size: e.data.len(),
+                limit: ctx.max_content_bytes,
+            });
+        }
+        if !serde_json::from_str::<serde_json::Value>(&e.data).is_ok_and(|v| v.is_object()) {
+            return Err(Error::InvalidContent(
+                "a turn event's data is a JSON object".into(),
+            ));
+        }
+    }
+    let now = now_ms();
+    for (chunk_start, chunk) in super::fixed_chunks(events)
+        .into_iter()
+        .scan(0usize, |at, c| {
+            let start = *at;
+            *at += c.len();
+            Some((start, c))
+        })
+    {
+        let sql = format!(
+            "INSERT INTO turn_events (turn_id, seq, kind, data, created_at) VALUES {}",
+            super::placeholders(chunk.len(), 5, 1)
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for (i, e) in chunk.iter().enumerate() {
+            q = q
+                .bind(turn.to_string())
+                .bind(last + 1 + (chunk_start + i) as i64)
+                .bind(e.kind.clone())
+                .bind(e.data.clone())
+                .bind(now);
+        }
+        q.execute(&mut *conn).await?;
+    }
+    let new_last = last + events.len() as i64;
+    sqlx::query("UPDATE turns SET last_seq = $1 WHERE id = $2")
+        .bind(new_last)
+        .bind(turn.to_string())
+        .execute(&mut *conn)
+        .await?;
+    wake::notify(conn, ctx.backend, &[WakeKey::Turn(turn)]).await?;
+    Ok(u64::try_from(new_last).unwrap_or(0))
+}
+
+pub(crate) async fn prune_turns(conn: &mut AnyConnection, before: i64) -> Result<u64> {
+    sqlx::query(
+        "DELETE FROM turn_events WHERE turn_id IN \
+         (SELECT id FROM turns WHERE state = 'finished' AND finished_at < $1)",
+    )
+    .bind(before)
+    .execute(&mut *conn)
+    .await?;
+    Ok(
+        sqlx::query("DELETE FROM turns WHERE state = 'finished' AND finished_at < $1")
+            .bind(before)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected(),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// reads
+
+const TURN_COLUMNS: &str = "id, agent_id, source, idempotency_key, fingerprint, queue_id, batch_id, \
+    state, outcome, last_seq, cancel_requested_at, created_at, finished_at";
+
+fn turn_from_row(row: &AnyRow) -> Result<TurnInfo> {
+    let id: String = row.try_get(0)?;
+    let agent: String = row.try_get(1)?;
+    let state: String = row.try_get(7)?;
+    let outcome: Option<String> = row.try_get(8)?;
+    Ok(TurnInfo {
+        id: TurnId(parse_uuid(&id)?),
+        agent_id: AgentId(parse_uuid(&agent)?),
+        source: row.try_get(2)?,
+        idempotency_key: row.try_get(3)?,
+        fingerprint: row.try_get(4)?,
+        queue_id: row.try_get::<Option<i64>, _>(5)?.map(SnowflakeId),
+        batch_id: row.try_get::<Option<i64>, _>(6)?.map(SnowflakeId),
+        state: state.parse()?,
+        outcome: outcome.map(|o| o.parse()).transpose()?,
+        last_seq: u64::try_from(row.try_get::<i64, _>(9)?).unwrap_or(0),
+        cancel_requested: row.try_get::<Option<i64>, _>(10)?.is_some(),
+        created_at: from_ms(row.try_get(11)?),
+        finished_at: row.try_get::<Option<i64>, _>(12)?.map(from_ms),
+    })
+}
+
+async fn read_turn_tx(conn: &mut AnyConnection, agent: AgentId, turn: TurnId) -> Result<TurnInfo> {
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {TURN_COLUMNS} FROM turns WHERE id = $1 AND agent_id = $2"
+    )))
+    .bind(turn.to_string())
+    .bind(agent.to_string())
+    .fetch_optional(&mut *conn)
+    .await?;
+    match row {
+        Some(row) => turn_from_row(&row),
+        None => Err(Error::TurnNotFound { agent, turn }),
+    }
+}
+
+async fn read_turn_by_key_tx(
+    conn: &mut AnyConnection,
+    agent: AgentId,
+    key: &str,
+) -> Result<Option<TurnInfo>> {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {TURN_COLUMNS} FROM turns WHERE agent_id = $1 AND idempotency_key = $2"
+    )))
+    .bind(agent.to_string())
+    .bind(key)
+    .fetch_optional(&mut *conn)
+    .await?
+    .as_ref()
+    .map(turn_from_row)
+    .transpose()
+}
+
+pub(crate) async fn read_turn(pool: &AnyPool, agent: AgentId, turn: TurnId) -> Result<TurnInfo> {
+    let mut conn = pool.acquire().await?;
+    read_turn_tx(&mut conn, agent, turn).await
+}
+
+pub(crate) async fn read_turn_by_key(
+    pool: &AnyPool,
+    agent: AgentId,
+    key: &str,
+) -> Result<Option<TurnInfo>> {
+    let mut conn = pool.acquire().await?;
+    read_turn_by_key_tx(&mut conn, agent, key).await
+}
+
+pub(crate) async fn read_turns(
+    pool: &AnyPool,
+    agent: AgentId,
+    limit: usize,
+) -> Result<Vec<TurnInfo>> {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {TURN_COLUMNS} FROM turns WHERE agent_id = $1 ORDER BY id DESC LIMIT $2"
+    )))
+    .bind(agent.to_string())
+    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(turn_from_row)
+    .collect()
+}
+
+pub(crate) async fn read_events(
+    pool: &AnyPool,
+    turn: TurnId,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<TurnEvent>> {
+    sqlx::query(
+        "SELECT seq, kind, data, created_at FROM turn_events WHERE turn_id = $1 AND seq > $2 \
+         ORDER BY seq LIMIT $3",
+    )
+    .bind(turn.to_string())
+    .bind(i64::try_from(after).unwrap_or(i64::MAX))
+    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(|row| {
+        Ok(TurnEvent {
+            seq: u64::try_from(row.try_get::<i64, _>(0)?).unwrap_or(0),
+            kind: row.try_get(1)?,
+            data: row.try_get(2)?,
+            created_at: from_ms(row.try_get(3)?),
+        })
+    })
+    .collect()
+}
+
+fn claim_from_row(row: &AnyRow) -> Result<ClaimInfo> {
+    let agent: String = row.try_get(0)?;
+    Ok(ClaimInfo {
+        agent: AgentId(parse_uuid(&agent)?),
+        token: row.try_get(1)?,
+        holder: row.try_get(2)?,
+        claimed_at: row.try_get::<Option<i64>, _>(3)?.map(from_ms),
+        batch_id: row.try_get::<Option<i64>, _>(4)?.map(SnowflakeId),
+    })
+}
+
+pub(crate) async fn read_claim_info(pool: &AnyPool, agent: AgentId) -> Result<Option<ClaimInfo>> {
+    sqlx::query(
+        "SELECT agent_id, token, holder, claimed_at, batch_id FROM agent_runs WHERE agent_id = $1",
+    )
+    .bind(agent.to_string())
+    .fetch_optional(pool)
+    .await?
+    .as_ref()
+    .map(claim_from_row)
+    .transpose()
+}
+
+pub(crate) async fn read_claims_of(pool: &AnyPool, holder: &str) -> Result<Vec<ClaimInfo>> {
+    sqlx::query(
+        "SELECT agent_id, token, holder, claimed_at, batch_id FROM agent_runs WHERE holder = $1 \
+         ORDER BY agent_id",
+    )
+    .bind(holder)
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(claim_from_row)
+    .collect()
+}
+
+pub(crate) async fn read_deliverable(
+    pool: &AnyPool,
+    backend: Backend,
+    limit: usize,
+) -> Result<Vec<AgentId>> {
+    // A claim's holder counts as gone when its process row is missing or expired, or (on
+    // PostgreSQL) its session no longer holds its liveness lock; `claim_next` decides for sure.
+    let gone = match backend {
+        Backend::Sqlite => "p.holder IS NULL OR p.expires_at <= $1",
+        Backend::Postgres => {
+            "p.holder IS NULL OR p.expires_at <= $1 OR NOT EXISTS (SELECT 1 FROM pg_locks l \
+             WHERE l.locktype = 'advisory' AND l.granted \
+             AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+             AND l.classid::bigint = 20564 AND l.objid::bigint = p.lock_key AND l.objsubid = 2)"
+        }
+    };
+    let sql = format!(
+        "SELECT q.agent_id, MIN(q.deliver_at) AS due FROM agent_queue q \
+         LEFT JOIN agent_runs r ON r.agent_id = q.agent_id \
+         LEFT JOIN processes p ON p.holder = r.holder \
+         WHERE q.delivered_at IS NULL AND q.deliver_at <= $1 AND (r.holder IS NULL OR {gone}) \
+         GROUP BY q.agent_id ORDER BY due, q.agent_id LIMIT $2"
+    );
+    sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(now_ms())
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(|row| Ok(AgentId(parse_uuid(&row.try_get::<String, _>(0)?)?)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::BatchState;
+
+    #[test]
+    fn the_lock_namespace_in_sql_is_the_constant() {
+        assert_eq!(crate::process::LOCK_NAMESPACE, 20564);
+    }
+
+    #[test]
+    fn batch_owners() {
+        let agent = AgentId::new();
+        let mut info = BatchInfo {
+            id: SnowflakeId(1),
+            agent_id: agent,
+            batch_type: BatchType::UserRequest,
+            state: BatchState::Open,
+            parent_batch: None,
+            run_owner: Some("p".into()),
+            lease_expires_at: None,
+            message_count: 1,
+            archived: false,
+            started_at: chrono::Utc::now(),
+            completed_at: None,
+            continuations: 0,
+            retried_at: None,
+            claim_token: Some(3),
+        };
+        let mine = RunClaim { agent, token: 3 };
+        let stale = RunClaim { agent, token: 2 };
+        assert!(check_batch_owner(&info, Some(&mine)).is_ok());
+        assert!(matches!(
+            check_batch_owner(&info, Some(&stale)),
+            Err(Error::ClaimLost { .. })
+        ));
+        assert!(matches!(
+            check_batch_owner(&info, None),
+            Err(Error::AgentBusy { .. })
+        ));
+        info.claim_token = None;
+        assert!(check_batch_owner(&info, None).is_ok());
+        assert!(matches!(
+            check_batch_owner(&info, Some(&mine)),
+            Err(Error::ClaimLost { .. })
+        ));
+    }
+}
