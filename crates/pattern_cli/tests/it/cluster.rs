@@ -51,7 +51,7 @@ const ABANDON_LIMIT: Duration = Duration::from_secs(5 + 10);
 /// hung.
 const ANSWER_LIMIT: Duration = Duration::from_secs(60);
 /// How long a client keeps resuming a stream, or repeating a key, across instances.
-const RETRY_LIMIT: Duration = Duration::from_secs(45);
+const RETRY_LIMIT: Duration = Duration::from_secs(60);
 /// How many examples of each violation are printed.
 const EXAMPLES: usize = 10;
 
@@ -254,19 +254,31 @@ impl Run {
         false
     }
 
-    /// A random slot that is up (waiting, bounded, while none is), preferring one other than
-    /// `avoid` when several slots exist.
-    async fn pick(&self, rng: &mut StdRng, avoid: Option<usize>) -> usize {
+    /// A random slot that is up and not in `avoid` (when several slots exist; the first of
+    /// `avoid` is never given, the others only when nothing else is up), waiting while there is
+    /// none (at most 30 s, then any slot).
+    async fn pick(&self, rng: &mut StdRng, avoid: &[usize]) -> usize {
         let started = Instant::now();
         loop {
             let up = self.servers.up();
-            let others: Vec<usize> = up.iter().copied().filter(|s| Some(*s) != avoid).collect();
-            let choice = if self.servers.len() > 1 { others } else { up };
+            let choice: Vec<usize> = if self.servers.len() == 1 {
+                up
+            } else {
+                let strict: Vec<usize> =
+                    up.iter().copied().filter(|s| !avoid.contains(s)).collect();
+                if strict.is_empty() {
+                    up.into_iter()
+                        .filter(|s| avoid.first() != Some(s))
+                        .collect()
+                } else {
+                    strict
+                }
+            };
             if !choice.is_empty() {
                 return choice[rng.random_range(0..choice.len())];
             }
             if started.elapsed() > Duration::from_secs(30) {
-                return avoid.unwrap_or(0);
+                return rng.random_range(0..self.servers.len());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -340,7 +352,7 @@ async fn client(run: Arc<Run>, seed: u64) {
 async fn plain(run: &Run, rng: &mut StdRng, agent: &str, stream: bool, drop_after: Option<usize>) {
     let m = marker();
     run.sent(&m, agent);
-    let slot = run.pick(rng, None).await;
+    let slot = run.pick(rng, &[]).await;
     let generation = run.servers.generation(slot);
     let what = match (stream, drop_after) {
         (false, _) => "JSON".to_owned(),
@@ -387,7 +399,7 @@ async fn plain(run: &Run, rng: &mut StdRng, agent: &str, stream: bool, drop_afte
     }) = outcome
         && rng.random_bool(0.3)
     {
-        let slot = run.pick(rng, None).await;
+        let slot = run.pick(rng, &[]).await;
         let r = run
             .api
             .retry(&run.base(slot), agent, batch, ANSWER_LIMIT)
@@ -415,7 +427,9 @@ async fn follow(
         (ids.len() != first.events.len()).then(|| "an event without a numeric id".to_owned());
     let mut last = first.events.last().map(|e| e.name.clone());
     let mut legs = vec![format!("slot {slot}: {}", summary(first))];
-    let mut avoid = Some(slot);
+    // Never the instance the stream started on (when there are others), nor the one that just
+    // failed.
+    let mut avoid = vec![slot];
     let mut outcome = None;
     let started = Instant::now();
     while problem.is_none() {
@@ -424,7 +438,7 @@ async fn follow(
             problem = Some(format!("not over after resuming for {RETRY_LIMIT:?}"));
             break;
         }
-        let target = run.pick(rng, avoid).await;
+        let target = run.pick(rng, &avoid).await;
         let after = ids.last().copied().unwrap_or(0);
         let a = run
             .api
@@ -441,7 +455,8 @@ async fn follow(
         match a.status {
             None => {
                 // Not reachable (killed, restarting): another instance.
-                avoid = Some(target);
+                avoid.truncate(1);
+                avoid.push(target);
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Some(200) if a.outcome.is_some() => {
@@ -449,7 +464,10 @@ async fn follow(
                 outcome = a.outcome.clone();
                 break;
             }
-            Some(200) => avoid = Some(target),
+            Some(200) => {
+                avoid.truncate(1);
+                avoid.push(target);
+            }
             Some(s) if s >= 500 => tokio::time::sleep(Duration::from_millis(200)).await,
             Some(s) => {
                 problem = Some(format!(
@@ -483,7 +501,7 @@ async fn keyed(run: &Run, rng: &mut StdRng, agent: &str, stream: bool) {
     let key = format!("key-{}", uuid::Uuid::new_v4().simple());
     run.sent(&m, agent);
     let content = format!("note {m}");
-    let slot = run.pick(rng, None).await;
+    let slot = run.pick(rng, &[]).await;
     let generation = run.servers.generation(slot);
     let first = run
         .api
@@ -521,7 +539,7 @@ async fn keyed(run: &Run, rng: &mut StdRng, agent: &str, stream: bool) {
             }
             slot
         } else {
-            run.pick(rng, Some(slot)).await
+            run.pick(rng, &[slot]).await
         };
         let a = run
             .api
@@ -803,7 +821,10 @@ fn cluster(p: Params) {
             }
         }
         let quiet = probe
-            .wait_quiet(ABANDON_LIMIT + Duration::from_secs(30))
+            .wait_quiet(
+                ABANDON_LIMIT + Duration::from_secs(30),
+                Duration::from_secs(180),
+            )
             .await;
         let _ = stop_tx.send(true);
         let sampled = sampler.await.unwrap_or_default();

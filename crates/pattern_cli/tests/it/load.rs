@@ -74,7 +74,10 @@ fn load(backend: Backend, name: &str) {
 
         let mut violations: Vec<String> = Vec::new();
         let probe = Probe::open(&d.url).await.unwrap();
-        if let Err(e) = probe.wait_quiet(Duration::from_secs(30)).await {
+        if let Err(e) = probe
+            .wait_quiet(Duration::from_secs(30), Duration::from_secs(60))
+            .await
+        {
             violations.push(format!("the servers did not settle: {e}"));
         }
         let stored = Stored::read(&probe).await.unwrap();

@@ -149,25 +149,35 @@ impl Probe {
             .collect()
     }
 
-    /// Polls (every 200 ms, at most `limit`) until no batch is open and no queue entry is
-    /// pending; how long that took, or what was still there at the limit.
-    pub async fn wait_quiet(&self, limit: Duration) -> Result<Duration, String> {
+    /// Polls (every 200 ms) until no batch is open and no queue entry is pending. Gives up when
+    /// nothing moved (the count of open batches and pending entries did not fall) for `stall`,
+    /// or after `cap` in all; says how long it took, or what was still there.
+    pub async fn wait_quiet(&self, stall: Duration, cap: Duration) -> Result<Duration, String> {
         let started = std::time::Instant::now();
+        let mut best = usize::MAX;
+        let mut moved = started;
         loop {
             let open = self.open_batches().await?;
             let pending = self.pending_queue().await?;
-            if open.is_empty() && pending.is_empty() {
+            let left = open.len() + pending.len();
+            if left == 0 {
                 return Ok(started.elapsed());
             }
-            if started.elapsed() >= limit {
+            if left < best {
+                best = left;
+                moved = std::time::Instant::now();
+            }
+            if moved.elapsed() >= stall || started.elapsed() >= cap {
                 let shown: Vec<String> = open
                     .iter()
                     .take(20)
                     .map(|b| format!("{} (agent {}, owner {})", b.id, b.agent, b.owner))
                     .collect();
                 return Err(format!(
-                    "after {limit:?}, {} batch(es) still open and {} queue entr(ies) pending; \
-                     open: {shown:?}; pending entries: {:?}",
+                    "after {:.0} s ({:.0} s without progress), {} batch(es) still open and {} \
+                     queue entr(ies) pending; open: {shown:?}; pending entries: {:?}",
+                    started.elapsed().as_secs_f64(),
+                    moved.elapsed().as_secs_f64(),
                     open.len(),
                     pending.len(),
                     pending.iter().take(20).map(|p| p.0).collect::<Vec<_>>()
