@@ -445,6 +445,10 @@ async fn follow(
             .resume(&run.base(target), agent, turn, after, left)
             .await;
         legs.push(format!("slot {target} after {after}: {}", summary(&a)));
+        if a.status == Some(200) {
+            // Events of the turn are answer bytes too: the message is stored.
+            run.answered(m, &format!("resumed after {after}"), target, &a);
+        }
         for e in &a.events {
             match e.id {
                 Some(id) => ids.push(id),
@@ -460,13 +464,13 @@ async fn follow(
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Some(200) if a.outcome.is_some() => {
-                run.answered(m, &format!("resumed after {after}"), target, &a);
                 outcome = a.outcome.clone();
                 break;
             }
             Some(200) => {
                 avoid.truncate(1);
                 avoid.push(target);
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Some(s) if s >= 500 => tokio::time::sleep(Duration::from_millis(200)).await,
             Some(s) => {
@@ -494,8 +498,9 @@ async fn follow(
 }
 
 /// A turn with an `Idempotency-Key`, then the same request again: on another instance at once,
-/// or on the same one after it restarted. The repeat is JSON and is sent again while no
-/// instance answers it.
+/// or on the same one after it restarted (a streamed first attempt is sometimes left after its
+/// first event, so the repeat finds the turn running). The repeat is JSON and is sent again
+/// while no instance answers it.
 async fn keyed(run: &Run, rng: &mut StdRng, agent: &str, stream: bool) {
     let m = marker();
     let key = format!("key-{}", uuid::Uuid::new_v4().simple());
@@ -503,6 +508,9 @@ async fn keyed(run: &Run, rng: &mut StdRng, agent: &str, stream: bool) {
     let content = format!("note {m}");
     let slot = run.pick(rng, &[]).await;
     let generation = run.servers.generation(slot);
+    // Half the streamed ones are left after their first event: the repeat then finds the turn
+    // still running.
+    let drop_after = (stream && rng.random_bool(0.5)).then_some(1);
     let first = run
         .api
         .send(
@@ -510,17 +518,18 @@ async fn keyed(run: &Run, rng: &mut StdRng, agent: &str, stream: bool) {
             &Message {
                 stream,
                 key: Some(&key),
+                drop_after,
                 ..Message::new(agent, &content)
             },
             ANSWER_LIMIT,
         )
         .await;
-    run.answered(
-        &m,
-        if stream { "keyed SSE" } else { "keyed JSON" },
-        slot,
-        &first,
-    );
+    let what = match (stream, drop_after) {
+        (false, _) => "keyed JSON",
+        (true, None) => "keyed SSE",
+        (true, Some(_)) => "keyed SSE left after 1 event",
+    };
+    run.answered(&m, what, slot, &first);
     let after_restart = rng.random_bool(0.4);
     let mut tries = Vec::new();
     if after_restart {
