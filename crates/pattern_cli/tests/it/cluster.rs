@@ -102,6 +102,8 @@ fn cluster_sqlite() {
 /// What clients sent and were told about one marker.
 struct Sent {
     agent: String,
+    /// Sent with an `Idempotency-Key` (and repeated).
+    keyed: bool,
     acked: bool,
     log: Vec<String>,
 }
@@ -200,11 +202,12 @@ impl Run {
         self.servers.base(slot)
     }
 
-    fn sent(&self, marker: &str, agent: &str) {
+    fn sent(&self, marker: &str, agent: &str, keyed: bool) {
         lock(&self.ledger).sent.insert(
             marker.to_owned(),
             Sent {
                 agent: agent.to_owned(),
+                keyed,
                 acked: false,
                 log: Vec::new(),
             },
@@ -351,7 +354,7 @@ async fn client(run: Arc<Run>, seed: u64) {
 /// or on purpose after `drop_after` events); a failed one's batch is sometimes retried.
 async fn plain(run: &Run, rng: &mut StdRng, agent: &str, stream: bool, drop_after: Option<usize>) {
     let m = marker();
-    run.sent(&m, agent);
+    run.sent(&m, agent, false);
     let slot = run.pick(rng, &[]).await;
     let generation = run.servers.generation(slot);
     let what = match (stream, drop_after) {
@@ -504,7 +507,7 @@ async fn follow(
 async fn keyed(run: &Run, rng: &mut StdRng, agent: &str, stream: bool) {
     let m = marker();
     let key = format!("key-{}", uuid::Uuid::new_v4().simple());
-    run.sent(&m, agent);
+    run.sent(&m, agent, true);
     let content = format!("note {m}");
     let slot = run.pick(rng, &[]).await;
     let generation = run.servers.generation(slot);
@@ -868,11 +871,22 @@ fn cluster(p: Params) {
             if s.acked && n < 1 {
                 lost.push(evidence());
             } else if n > 1 {
-                twice.push(evidence());
+                twice.push((s.keyed, evidence()));
             }
         }
         add(v, "acknowledged messages are lost".to_owned(), lost);
-        add(v, "messages are stored more than once".to_owned(), twice);
+        // Messages sent once (no key) first: no client repeated those.
+        twice.sort_by_key(|(keyed, _)| *keyed);
+        let unkeyed = twice.iter().filter(|(keyed, _)| !keyed).count();
+        add(
+            v,
+            format!(
+                "messages are stored more than once ({unkeyed} sent once without a key, {} sent \
+                 again with their key)",
+                twice.len() - unkeyed
+            ),
+            twice.into_iter().map(|(_, e)| e).collect(),
+        );
 
         if stats.violations() > 0 {
             v.push(format!(
@@ -882,19 +896,30 @@ fn cluster(p: Params) {
             ));
         }
 
+        let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
         let misreported: Vec<String> = l
             .told
             .iter()
             .filter_map(|(m, told, line)| {
-                stored
-                    .check(m, told)
-                    .err()
-                    .map(|e| format!("{m}: {e}; the answer: {line}"))
+                let e = stored.check(m, told).err()?;
+                let kind = match told {
+                    Final::Done { .. } => "done".to_owned(),
+                    Final::Failed {
+                        code,
+                        batch: Some(_),
+                        ..
+                    } => format!("`{code}` naming its batch"),
+                    Final::Failed { code, .. } => format!("`{code}` naming no batch"),
+                };
+                *kinds.entry(kind).or_default() += 1;
+                Some(format!("{m}: {e}; the answer: {line}"))
             })
             .collect();
         add(
             v,
-            "answers contradict their batch (failed but complete, or done but not)".to_owned(),
+            format!(
+                "answers contradict their batch (failed but complete, or done but not): {kinds:?}"
+            ),
             misreported,
         );
 

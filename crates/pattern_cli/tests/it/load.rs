@@ -86,6 +86,7 @@ fn load(backend: Backend, name: &str) {
         let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
         let mut server_errors = Vec::new();
         let mut misreported = Vec::new();
+        let mut misreported_kinds: BTreeMap<String, usize> = BTreeMap::new();
         let mut unanswered = Vec::new();
         let mut lost_or_twice = Vec::new();
         for t in &report.turns {
@@ -120,6 +121,11 @@ fn load(backend: Backend, name: &str) {
             match &a.outcome {
                 Some(told) => {
                     if let Err(e) = stored.check(&t.marker, told) {
+                        let kind = match told {
+                            Final::Done { .. } => "done".to_owned(),
+                            Final::Failed { code, .. } => format!("`{code}`"),
+                        };
+                        *misreported_kinds.entry(kind).or_default() += 1;
                         misreported.push(format!("{what}: {e}"));
                     }
                 }
@@ -154,7 +160,11 @@ fn load(backend: Backend, name: &str) {
         );
         let v = &mut violations;
         add(v, "answers were server errors", server_errors);
-        add(v, "turns were misreported", misreported);
+        add(
+            v,
+            format!("turns were misreported (told {misreported_kinds:?})"),
+            misreported,
+        );
         add(v, "turns got no outcome", unanswered);
         add(v, "messages were lost or stored twice", lost_or_twice);
         if stats.violations() > 0 {
