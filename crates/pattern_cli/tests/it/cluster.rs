@@ -64,6 +64,8 @@ struct Params {
     kills: usize,
     /// Milliseconds between two kills (uniform).
     kill_gap: std::ops::RangeInclusive<u64>,
+    /// Longest wait of the model before each chunk of an answer.
+    model_pace: Duration,
 }
 
 fn kills_from_env(default: usize) -> usize {
@@ -83,6 +85,7 @@ fn cluster_pg() {
         clients: 12,
         kills: kills_from_env(200),
         kill_gap: 300..=900,
+        model_pace: Duration::from_millis(120),
     });
 }
 
@@ -96,6 +99,8 @@ fn cluster_sqlite() {
         clients: 8,
         kills: kills_from_env(100),
         kill_gap: 600..=1200,
+        // One process killed about every second: shorter turns, so some finish between kills.
+        model_pace: Duration::from_millis(60),
     });
 }
 
@@ -144,6 +149,8 @@ struct Ledger {
     sigterms: usize,
     restarts: usize,
     term_problems: Vec<String>,
+    /// Processes that exited on their own.
+    died: Vec<String>,
     fatal: Vec<String>,
 }
 
@@ -621,6 +628,15 @@ async fn chaos(
             let Some(s) = run.servers.stop(slot, how).await else {
                 return;
             };
+            if s.died_before {
+                lock(&run.ledger).died.push(format!(
+                    "slot {slot} pid {} had exited ({:?}) before it was stopped; its stderr \
+                     ends: {}",
+                    s.pid,
+                    s.status,
+                    run.servers.tail(slot).join(" / ")
+                ));
+            }
             match how {
                 Stop::Kill => {
                     lock(&run.ledger).sigkills += 1;
@@ -785,7 +801,7 @@ fn cluster(p: Params) {
             slots: p.slots,
             agents: p.agents,
             model: ModelOptions {
-                pace: Pace::RandomUpTo(Duration::from_millis(120)),
+                pace: Pace::RandomUpTo(p.model_pace),
                 ..ModelOptions::default()
             },
             serve_flags: vec![
@@ -1020,6 +1036,14 @@ fn cluster(p: Params) {
             "servers did not stop cleanly at the end".to_owned(),
             final_stops,
         );
+        let mut died = l.died.clone();
+        died.extend(shutdown.iter().filter(|s| s.died_before).map(|s| {
+            format!(
+                "slot {} pid {} had exited ({:?}) before the final SIGTERM",
+                s.slot, s.pid, s.status
+            )
+        }));
+        add(v, "servers exited on their own (crashed)".to_owned(), died);
         if let Err(e) = &quiet {
             v.push(format!("the servers did not settle: {e}"));
         }

@@ -95,6 +95,8 @@ pub struct Stopped {
     pub status: Option<ExitStatus>,
     /// Whether a SIGTERM'd process had to be killed after its grace period.
     pub forced: bool,
+    /// Whether it had exited before it was signalled (it died on its own).
+    pub died_before: bool,
 }
 
 #[derive(Default)]
@@ -338,6 +340,7 @@ impl ServerSet {
             let child = state.child.take()?;
             (child, state.pid?)
         };
+        let died_before = matches!(child.try_wait(), Ok(Some(_)));
         let signalled_at = Instant::now();
         let signal = match how {
             Stop::Kill => Signal::SIGKILL,
@@ -365,6 +368,7 @@ impl ServerSet {
             exited_at: Instant::now(),
             status,
             forced,
+            died_before,
         })
     }
 
