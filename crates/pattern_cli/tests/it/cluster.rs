@@ -912,29 +912,37 @@ fn cluster(p: Params) {
             ));
         }
 
-        let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
-        let misreported: Vec<String> = l
-            .told
-            .iter()
-            .filter_map(|(m, told, line)| {
-                let e = stored.check(m, told).err()?;
-                let kind = match told {
-                    Final::Done { .. } => "done".to_owned(),
-                    Final::Failed {
-                        code,
-                        batch: Some(_),
-                        ..
-                    } => format!("`{code}` naming its batch"),
-                    Final::Failed { code, .. } => format!("`{code}` naming no batch"),
-                };
-                *kinds.entry(kind).or_default() += 1;
-                Some(format!("{m}: {e}; the answer: {line}"))
-            })
+        // By kind of answer; the examples show a few of each kind first.
+        let mut by_kind: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (m, told, line) in &l.told {
+            let Err(e) = stored.check(m, told) else {
+                continue;
+            };
+            let kind = match told {
+                Final::Done { .. } => "done".to_owned(),
+                Final::Failed {
+                    code,
+                    batch: Some(_),
+                    ..
+                } => format!("`{code}` naming its batch"),
+                Final::Failed { code, .. } => format!("`{code}` naming no batch"),
+            };
+            by_kind
+                .entry(kind)
+                .or_default()
+                .push(format!("{m}: {e}; the answer: {line}"));
+        }
+        let counts: BTreeMap<&str, usize> =
+            by_kind.iter().map(|(k, v)| (k.as_str(), v.len())).collect();
+        let mut misreported: Vec<String> = by_kind
+            .values()
+            .flat_map(|v| v.iter().take(3).cloned())
             .collect();
+        misreported.extend(by_kind.values().flat_map(|v| v.iter().skip(3).cloned()));
         add(
             v,
             format!(
-                "answers contradict their batch (failed but complete, or done but not): {kinds:?}"
+                "answers contradict their batch (failed but complete, or done but not): {counts:?}"
             ),
             misreported,
         );
