@@ -2,9 +2,11 @@
 //! (and once on PostgreSQL through `--database-url`), checking output, `--json` shapes and exit
 //! codes. Turns (`chat`, `send`) run against a fake OpenAI-compatible model server on loopback
 //! (`fake_model`); histories with shapes a model would not produce on demand (failed tools, a
-//! crashed run) are seeded through `pattern_db` while no CLI process runs. These tests must never
-//! touch the user's real data directory or a real model API: every command gets `--data-dir`
-//! and a cleaned environment (no API keys).
+//! crashed run) are seeded through `pattern_db` while no CLI process runs. The heavy tests
+//! (`cluster_pg`, `cluster_sqlite`: many `pattern serve` processes killed and restarted under
+//! load; `load_pg`, `load_sqlite`) are built from `harness` and `deploy` and run one at a time.
+//! These tests must never touch the user's real data directory or a real model API: every
+//! command gets `--data-dir` and a cleaned environment (no API keys).
 
 #![allow(
     clippy::unwrap_used,
@@ -17,7 +19,11 @@
 mod basics;
 mod batches;
 mod chat;
+mod cluster;
+mod deploy;
 mod fake_model;
+mod harness;
+mod load;
 mod memory;
 mod pg;
 mod search;
