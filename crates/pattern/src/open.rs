@@ -75,6 +75,11 @@ pub struct PatternConfig {
     pub durability: Durability,
     /// The embedder (default [`Embedding::Auto`]).
     pub embedding: Embedding,
+    /// How long this process's registration lasts without a heartbeat (default
+    /// [`DbConfig::run_lease`], 20 s): a process that stops is seen dead within it at most (on
+    /// PostgreSQL, and to a restarted process on SQLite, at once), and its runs' batches are
+    /// abandoned.
+    pub run_lease: Option<Duration>,
 }
 
 impl PatternConfig {
@@ -98,12 +103,19 @@ impl PatternConfig {
             location,
             durability: Durability::Full,
             embedding: Embedding::Auto,
+            run_lease: None,
         }
     }
 
     /// The same configuration with another embedder choice.
     pub fn with_embedding(mut self, embedding: Embedding) -> Self {
         self.embedding = embedding;
+        self
+    }
+
+    /// The same configuration with another run lease (see [`PatternConfig::run_lease`]).
+    pub fn with_run_lease(mut self, lease: Duration) -> Self {
+        self.run_lease = Some(lease);
         self
     }
 
@@ -128,6 +140,9 @@ impl PatternConfig {
     pub fn db_config(&self) -> Result<DbConfig> {
         let mut config = DbConfig::new(self.database_url()?);
         config.durability = self.durability;
+        if let Some(lease) = self.run_lease {
+            config.run_lease = lease;
+        }
         Ok(config)
     }
 }

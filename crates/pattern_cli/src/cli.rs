@@ -418,6 +418,15 @@ pub(crate) struct ServeArgs {
     /// Longest a request (other than a turn) may take, in seconds.
     #[arg(long, default_value_t = 30)]
     pub(crate) request_timeout_secs: u64,
+    /// How long this process's registration lasts without a heartbeat, in seconds (overrides
+    /// `[runs] lease_secs`; default 20): the longest a crashed process's runs keep their agents
+    /// before their batches are abandoned (usually much sooner on PostgreSQL).
+    #[arg(long)]
+    pub(crate) run_lease_secs: Option<f64>,
+    /// On SIGTERM or Ctrl-C, how long turns in flight may go on before they are cancelled, in
+    /// seconds (overrides `[server] drain_secs`; default 10).
+    #[arg(long)]
+    pub(crate) drain_secs: Option<f64>,
 }
 
 /// `pattern demo`.

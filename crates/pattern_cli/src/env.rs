@@ -28,6 +28,28 @@ pub(crate) struct Config {
     pub(crate) database: DatabaseSection,
     #[serde(default)]
     pub(crate) embedding: EmbeddingSection,
+    #[serde(default)]
+    pub(crate) runs: RunsSection,
+    #[serde(default)]
+    pub(crate) server: ServerSection,
+}
+
+/// `[runs]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RunsSection {
+    /// How long a process's registration lasts without a heartbeat, in seconds (default 20):
+    /// the longest a dead process's runs keep their agents before their batches are abandoned.
+    pub(crate) lease_secs: Option<f64>,
+}
+
+/// `[server]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ServerSection {
+    /// On SIGTERM, how long turns in flight may go on before they are cancelled, in seconds
+    /// (default 10).
+    pub(crate) drain_secs: Option<f64>,
 }
 
 /// `[embedding]`
@@ -130,9 +152,13 @@ impl Env {
                 )));
             }
         };
-        Ok(base
+        let mut base = base
             .with_durability(durability)
-            .with_embedding(pattern::Embedding::Off))
+            .with_embedding(pattern::Embedding::Off);
+        if let Some(secs) = config.runs.lease_secs {
+            base = base.with_run_lease(seconds("runs.lease_secs", secs, 0.5, &self.config_path())?);
+        }
+        Ok(base)
     }
 
     /// Refuses a data directory that `pattern init` never set up (when it holds the database).
@@ -158,6 +184,14 @@ impl Env {
     /// Opens the layers with the embedder when `[embedding] enabled` (for commands that run
     /// agents: their archival writes and searches use it), else full-text only.
     pub(crate) async fn open_for_agents(&self) -> Result<(Pattern, Config)> {
+        self.open_for_agents_with(None).await
+    }
+
+    /// [`Env::open_for_agents`] with a run lease that overrides `[runs] lease_secs`.
+    pub(crate) async fn open_for_agents_with(
+        &self,
+        run_lease: Option<std::time::Duration>,
+    ) -> Result<(Pattern, Config)> {
         let config = self.config()?;
         self.check_initialised(&config)?;
         let embedding = if config.embedding.enabled {
@@ -165,8 +199,11 @@ impl Env {
         } else {
             pattern::Embedding::Off
         };
-        let pattern =
-            Pattern::open(self.pattern_config(&config)?.with_embedding(embedding)).await?;
+        let mut pattern_config = self.pattern_config(&config)?.with_embedding(embedding);
+        if let Some(lease) = run_lease {
+            pattern_config = pattern_config.with_run_lease(lease);
+        }
+        let pattern = Pattern::open(pattern_config).await?;
         Ok((pattern, config))
     }
 
@@ -180,6 +217,17 @@ impl Env {
         db.machine_id = MachineId::Fixed(pattern::db::id::MAX_MACHINE_ID);
         Ok(Database::open(db).await?)
     }
+}
+
+/// A duration in seconds from the configuration, at least `min`.
+pub(crate) fn seconds(what: &str, secs: f64, min: f64, path: &Path) -> Result<std::time::Duration> {
+    if !secs.is_finite() || secs < min || secs > 86_400.0 {
+        return Err(CliError::usage(format!(
+            "{}: {what} must be between {min} and 86400 seconds, not {secs}",
+            path.display()
+        )));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
 }
 
 /// The agent a command acts on: `--agent NAME`, else `agent.default` from config.toml.

@@ -94,7 +94,10 @@ pub async fn serve(
                             runs = n,
                             "cancelled the turns still running after the drain"
                         );
+                        // Their last events are stored before the streams that carry them end.
+                        state.wait_runs(std::time::Duration::from_secs(10)).await;
                     }
+                    state.stop_streams();
                 });
             }
         })
@@ -102,6 +105,7 @@ pub async fn serve(
     sweeper.abort();
     delivery.abort();
     state.shut_down();
+    state.stop_streams();
     // Runs with no request left open (queued work) end here too, stored as cancelled.
     state.cancel_running(SHUTDOWN_REASON).await;
     if !state.wait_runs(std::time::Duration::from_secs(10)).await {

@@ -75,8 +75,11 @@ struct Inner {
     agents: Mutex<HashMap<AgentId, Loaded>>,
     /// Delivers agents' durable queues (triggers that waited, entries a crash left, wakeups).
     queue: Arc<QueueProcessor>,
-    /// Set when the server starts shutting down: no new turn starts, endless streams end.
+    /// Set when the server starts shutting down: no new turn starts, meeting streams end.
     closing: watch::Sender<bool>,
+    /// Set when the drain is over: turn streams and waits still open end (their turns go on
+    /// in other processes; clients resume them there).
+    stopped: watch::Sender<bool>,
 }
 
 struct Loaded {
@@ -128,6 +131,7 @@ impl AppState {
                 config,
                 agents: Mutex::new(HashMap::new()),
                 closing: watch::Sender::new(false),
+                stopped: watch::Sender::new(false),
             }),
         };
         let loader = Arc::new(Loader(Arc::downgrade(&state.inner)));
@@ -280,6 +284,19 @@ impl AppState {
             loaded += 1;
         }
         Ok(loaded)
+    }
+
+    /// Ends the drain: turn streams and waits still open end.
+    pub(crate) fn stop_streams(&self) {
+        self.inner.stopped.send_replace(true);
+    }
+
+    /// Completes once the drain is over ([`AppState::stop_streams`]).
+    pub(crate) fn stopped(&self) -> impl std::future::Future<Output = ()> + Send + use<> {
+        let mut rx = self.inner.stopped.subscribe();
+        async move {
+            let _ = rx.wait_for(|stopped| *stopped).await;
+        }
     }
 
     /// Completes once [`AppState::shut_down`] was called.

@@ -2,8 +2,9 @@
 //! `pattern chat` would use (an API key from the environment, `[model]` in config.toml, or a
 //! local llama.cpp server started for the command and stopped after it).
 //!
-//! Runs until Ctrl-C or SIGTERM; then stops taking requests, cancels turns in flight (their
-//! messages stay stored) and closes the database. This module must never print an API key.
+//! Runs until Ctrl-C or SIGTERM; then stops taking requests, lets turns in flight finish for up
+//! to the drain (`--drain-secs`), cancels the rest (their messages stay stored, their batches
+//! retryable at once) and closes the database, which frees this process's claims and machine id. This module must never print an API key.
 
 use std::time::Duration;
 
@@ -45,14 +46,39 @@ pub(crate) async fn run(env: &Env, args: ServeArgs) -> Result<()> {
     let address = listener
         .local_addr()
         .map_err(|e| CliError::other(format!("listener: {e}")))?;
-    let (pattern, _config) = env.open_for_agents().await?;
+    let flag = |what: &str, secs: f64, min: f64| {
+        if !secs.is_finite() || secs < min || secs > 86_400.0 {
+            Err(CliError::usage(format!(
+                "--{what} must be between {min} and 86400 seconds, not {secs}"
+            )))
+        } else {
+            Ok(Duration::from_secs_f64(secs))
+        }
+    };
+    let run_lease = args
+        .run_lease_secs
+        .map(|s| flag("run-lease-secs", s, 0.5))
+        .transpose()?;
+    let (pattern, config) = env.open_for_agents_with(run_lease).await?;
+    let drain = match (args.drain_secs, config.server.drain_secs) {
+        (Some(secs), _) => flag("drain-secs", secs, 0.0)?,
+        (None, Some(secs)) => {
+            crate::env::seconds("server.drain_secs", secs, 0.0, &env.config_path())?
+        }
+        (None, None) => ServerConfig::default().drain,
+    };
     let model = model(env, LocalModel::Qwen).await?;
+    let lease = pattern.db().run_lease();
     let state = AppState::new(
         pattern.clone(),
         model.provider.clone(),
         ServerConfig {
             max_body_bytes: args.max_body_bytes,
             request_timeout: Duration::from_secs(args.request_timeout_secs),
+            drain,
+            // A dead run's batches are abandoned within the lease plus one sweep.
+            recovery_interval: (lease / 4)
+                .clamp(Duration::from_millis(200), Duration::from_secs(5)),
             ..ServerConfig::default()
         },
     );

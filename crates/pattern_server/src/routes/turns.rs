@@ -167,6 +167,9 @@ fn wants_stream(flag: bool, headers: &HeaderMap) -> bool {
     responses(
         (status = 200, description = "the final response (or, when streaming, \
             `text/event-stream` of ResponseEvents)", body = TurnResult),
+        (status = 202, description = "this server shut down before the turn was over: the \
+            message is stored and the turn goes on; follow it at `Location` on another \
+            instance", body = TurnStatus),
         (status = 404, body = ErrorBody),
         (status = 409, description = "`cancelled` or `suspended` (the message is stored), or \
             `conflict`: the Idempotency-Key was used for another request", body = ErrorBody),
@@ -197,8 +200,12 @@ pub(crate) async fn send(
     security(("api_key" = [])),
     params(("agent_id" = String, Path, description = "agent id"),
         ("batch_id" = String, Path, description = "an abandoned batch"), RetryOptions),
-    responses((status = 200, body = TurnResult), (status = 404, body = ErrorBody),
-        (status = 409, description = "the batch is not abandoned", body = ErrorBody)))]
+    responses((status = 200, body = TurnResult),
+        (status = 202, description = "this server shut down before the turn was over; follow \
+            it at `Location` on another instance", body = TurnStatus),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "the batch is not abandoned, or was retried already",
+            body = ErrorBody)))]
 pub(crate) async fn retry(
     State(state): State<AppState>,
     caller: Caller,
@@ -323,8 +330,14 @@ async fn answer(state: &AppState, turn: &TurnInfo, stream: bool) -> Response {
         sse(state, turn, 0).into_response()
     } else {
         match collect(state, turn).await {
-            Ok(events) => match outcome(state, turn, events).await {
+            Ok(Some(events)) => match outcome(state, turn, events).await {
                 Ok(result) => ApiJson(result).into_response(),
+                Err(e) => e.into_response(),
+            },
+            // This server is shutting down and the turn is not over: accepted, not failed; the
+            // client follows it at `Location` on another instance.
+            Ok(None) => match pending(state, turn).await {
+                Ok(status) => (StatusCode::ACCEPTED, ApiJson(status)).into_response(),
                 Err(e) => e.into_response(),
             },
             Err(e) => e.into_response(),
@@ -340,20 +353,43 @@ async fn answer(state: &AppState, turn: &TurnInfo, stream: bool) -> Response {
     response
 }
 
-/// Every event of the turn, once it is over.
-async fn collect(state: &AppState, turn: &TurnInfo) -> Result<Vec<ResponseEvent>, ApiError> {
+/// Every event of the turn, once it is over; `None` when this server stopped first (after a
+/// shutdown's drain; the turn goes on in another process).
+async fn collect(
+    state: &AppState,
+    turn: &TurnInfo,
+) -> Result<Option<Vec<ResponseEvent>>, ApiError> {
     let mut events = Vec::new();
-    let mut stream = Box::pin(turn_log::follow(
-        state.pattern().db().clone(),
-        turn.agent_id,
-        turn.id,
-        0,
-        follow_poll(state),
-    ));
+    let mut stream = Box::pin(
+        turn_log::follow(
+            state.pattern().db().clone(),
+            turn.agent_id,
+            turn.id,
+            0,
+            follow_poll(state),
+        )
+        .take_until(state.stopped()),
+    );
     while let Some(item) = stream.next().await {
         events.push(item?.1);
     }
-    Ok(events)
+    Ok(events
+        .last()
+        .is_some_and(ResponseEvent::is_final)
+        .then_some(events))
+}
+
+/// The progress of a turn that is not over, as stored now.
+async fn pending(state: &AppState, turn: &TurnInfo) -> Result<TurnStatus, ApiError> {
+    let now = state.pattern().db().turn(turn.agent_id, turn.id).await?;
+    Ok(TurnStatus {
+        turn_id: now.id.to_string(),
+        agent_id: now.agent_id.to_string(),
+        finished: now.state == TurnState::Finished,
+        events: now.last_seq,
+        result: None,
+        error: None,
+    })
 }
 
 /// The final response of a finished turn, or its failure as an API error.
@@ -546,6 +582,8 @@ fn sse(
         };
         futures::future::ready(event)
     });
+    // After a shutdown's drain the stream ends; the client resumes it on another instance.
+    let events = events.take_until(state.stopped());
     Sse::new(events).keep_alive(KeepAlive::new().interval(state.config().keep_alive))
 }
 
@@ -609,8 +647,13 @@ pub(crate) async fn status(
     let agent = caller.agent(&state, &agent_id).await?;
     let turn = turn_of(&state, agent.id, &turn_id).await?;
     let finished = turn.state == TurnState::Finished;
-    let (result, error) = if finished {
-        match outcome(&state, &turn, collect(&state, &turn).await?).await {
+    let events = if finished {
+        collect(&state, &turn).await?
+    } else {
+        None
+    };
+    let (result, error) = if let Some(events) = events {
+        match outcome(&state, &turn, events).await {
             Ok(r) => (Some(r), None),
             Err(e) => (
                 None,

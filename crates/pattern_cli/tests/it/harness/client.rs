@@ -278,6 +278,14 @@ impl Api {
             };
             answer.ack_latency = Some(started.elapsed());
             match serde_json::from_str::<Value>(&text) {
+                // Accepted, not over: the server stopped before the turn did (its status body).
+                Ok(body) if status == 202 => {
+                    answer.acked = true;
+                    if answer.turn_id.is_none() {
+                        answer.turn_id = body["turn_id"].as_str().map(str::to_owned);
+                    }
+                    answer.broke = Some("202: the turn goes on elsewhere".to_owned());
+                }
                 Ok(body) if (200..300).contains(&status) => {
                     answer.acked = true;
                     answer.outcome = Some(Final::Done {
