@@ -476,6 +476,24 @@ impl Database {
         }
     }
 
+    /// Stops this handle as a killed process would: the heartbeat stops and the liveness lock
+    /// is released (the server or the kernel does that when a process dies), but nothing is
+    /// cleaned up: its registration, machine-id lease, claims and open batches stay for others
+    /// to find dead. For tests of recovery.
+    #[cfg(feature = "testkit")]
+    pub async fn crash(self) {
+        let inner = self.inner.clone();
+        drop(self);
+        if let Some(task) = &inner.heartbeat {
+            task.abort();
+        }
+        if let Some(liveness) = take_liveness(&inner).await {
+            crate::process::release(liveness).await;
+        }
+        inner.read.close().await;
+        inner.write_pool.close().await;
+    }
+
     /// Closes the database for every clone: removes this process's registration and releases
     /// its machine-id lease and liveness lock (so its claims and id are free at once), and closes
     /// the pools. Writes already acknowledged are committed; a write still queued fails with an
@@ -486,7 +504,7 @@ impl Database {
         if let Some(task) = &inner.heartbeat {
             task.abort();
         }
-        let liveness = inner.liveness.lock().ok().and_then(|mut l| l.take());
+        let liveness = take_liveness(&inner).await;
         if liveness.is_some() {
             let holder = inner.ctx.run_owner.as_str();
             // Hand the machine id and the registration back so short-lived processes do not use
@@ -505,12 +523,29 @@ impl Database {
                 }
             }
         }
-        if let Some(liveness) = liveness.and_then(|l| Arc::try_unwrap(l).ok()) {
+        if let Some(liveness) = liveness {
             crate::process::release(liveness).await;
         }
         inner.read.close().await;
         inner.write_pool.close().await;
     }
+}
+
+/// This handle's liveness, once the (aborted) heartbeat task has let go of its clone (at most
+/// a second; after that the lock is released when the last clone drops).
+async fn take_liveness(inner: &Inner) -> Option<Liveness> {
+    let taken = inner.liveness.lock().ok().and_then(|mut l| l.take());
+    let mut shared = taken?;
+    for _ in 0..200 {
+        match Arc::try_unwrap(shared) {
+            Ok(liveness) => return Some(liveness),
+            Err(still) => {
+                shared = still;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    }
+    None
 }
 
 pub(crate) fn unexpected(done: Done) -> Error {

@@ -23,6 +23,7 @@ mod ids;
 mod import;
 mod props;
 mod queue;
+mod runs;
 mod search;
 
 use pattern_db::testkit::TestDb;
