@@ -13,6 +13,7 @@
 extern crate pattern_db;
 
 mod crash;
+mod fenced;
 mod flow;
 mod provider_cassettes;
 mod provider_contract;
