@@ -4,10 +4,12 @@
 //!
 //! Waiters register (`enable`) before they check the database and sleep only after, so a wake-up
 //! that comes between the check and the sleep is not lost. A wake-up carries no data: the
-//! database is the only truth. This module must never hold a lock across an `.await`.
+//! database is the only truth. A channel lives while a waiter holds it: channels of meetings and
+//! agents nobody waits for any more are dropped, so a server that runs for months does not keep
+//! one per meeting it ever followed. This module must never hold a lock across an `.await`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use pattern_db::{MeetingId, ProtocolAgentId, Wakeup, WakeupListener};
@@ -21,31 +23,53 @@ pub(crate) enum Key {
     Meeting(MeetingId),
 }
 
-/// Wake-up channels by key.
+/// Wake-up channels by key, each held by its waiters only.
 #[derive(Debug, Default)]
 pub(crate) struct Notifier {
-    channels: Mutex<HashMap<Key, Arc<Notify>>>,
+    channels: Mutex<Channels>,
+}
+
+#[derive(Debug, Default)]
+struct Channels {
+    map: HashMap<Key, Weak<Notify>>,
+    /// Size after the last sweep of dropped channels.
+    swept: usize,
 }
 
 impl Notifier {
-    /// The channel of `key` (created on first use).
+    /// The channel of `key` (created on first use). Hold it while waiting.
     pub(crate) fn channel(&self, key: Key) -> Arc<Notify> {
-        let mut channels = self
-            .channels
+        let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(live) = channels.map.get(&key).and_then(Weak::upgrade) {
+            return live;
+        }
+        let fresh = Arc::new(Notify::new());
+        channels.map.insert(key, Arc::downgrade(&fresh));
+        if channels.map.len() > 256 && channels.map.len() > 2 * channels.swept {
+            channels.map.retain(|_, w| w.strong_count() > 0);
+            channels.swept = channels.map.len();
+        }
+        fresh
+    }
+
+    /// Channels kept now (held by a waiter, or dropped since the last sweep).
+    pub(crate) fn kept(&self) -> usize {
+        self.channels
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        channels.entry(key).or_default().clone()
+            .unwrap_or_else(PoisonError::into_inner)
+            .map
+            .len()
     }
 
     /// Wakes every current waiter of `key`.
     pub(crate) fn wake(&self, key: Key) {
-        let channel = {
-            let channels = self
-                .channels
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            channels.get(&key).cloned()
-        };
+        let channel = self
+            .channels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .map
+            .get(&key)
+            .and_then(Weak::upgrade);
         if let Some(channel) = channel {
             channel.notify_waiters();
         }
@@ -53,13 +77,14 @@ impl Notifier {
 
     /// Wakes every waiter (after wake-ups may have been lost).
     pub(crate) fn wake_all(&self) {
-        let all: Vec<Arc<Notify>> = {
-            let channels = self
-                .channels
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            channels.values().cloned().collect()
-        };
+        let all: Vec<Arc<Notify>> = self
+            .channels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .map
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
         for channel in all {
             channel.notify_waiters();
         }
@@ -122,5 +147,16 @@ mod tests {
         assert!(futures::poll!(wm.as_mut()).is_pending());
         n.wake_all();
         assert!(futures::poll!(wm.as_mut()).is_ready());
+    }
+
+    #[test]
+    fn channels_nobody_waits_on_are_dropped() {
+        let n = Notifier::default();
+        let held = n.channel(Key::Meeting(MeetingId::new()));
+        for _ in 0..5000 {
+            drop(n.channel(Key::Meeting(MeetingId::new())));
+        }
+        assert!(n.kept() < 600, "{} channels kept", n.kept());
+        assert!(Arc::strong_count(&held) >= 1);
     }
 }

@@ -58,6 +58,12 @@ impl Protocol {
         &self.db
     }
 
+    /// Wake-up channels this handle keeps now (each held by a waiter, or dropped since the last
+    /// sweep): stays flat however many meetings and agents were ever waited on.
+    pub fn wake_channels(&self) -> usize {
+        self.notifier.kept()
+    }
+
     // -- organizations and agents --------------------------------------------------------------
 
     /// Creates an organization; a taken external id is `ExternalIdTaken`.
