@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use pattern_db::runs::fenced;
 use pattern_db::{
     AgentId, BatchId, ContentBlock, Idempotency, NewMessage, NewTurn, NewTurnEvent, Role, RunClaim,
@@ -488,11 +488,23 @@ impl DatabaseAgent {
         let mut live = live;
         while let Some((started, cancel)) = next.take() {
             let claim = started.claim;
-            let handed_on = fenced(
+            let run = fenced(
                 claim,
                 self.clone().run_one(started, live.take(), detached, cancel),
-            )
-            .await;
+            );
+            let handed_on = match std::panic::AssertUnwindSafe(run).catch_unwind().await {
+                Ok(next) => next,
+                Err(_) => {
+                    // A bug, not a failure the run could store: give the agent back (its batch
+                    // abandoned, its turn interrupted) rather than hold it until this process
+                    // dies.
+                    tracing::error!(agent = %self.runtime.agent_name(), "a run panicked");
+                    if let Err(e) = self.db().release_claim(claim, "the run panicked").await {
+                        tracing::warn!(error = %e, "could not release a panicked run's claim");
+                    }
+                    None
+                }
+            };
             next = match handed_on {
                 Some(n) => {
                     let cancel = self.set_current(&n);

@@ -615,6 +615,11 @@ impl Database {
         }
     }
 
+    /// How many finished turns [`Database::prune_turns`] would delete for `before`.
+    pub async fn prunable_turns(&self, before: DateTime<Utc>) -> Result<u64> {
+        crate::ops::runs::count_prunable(self.reader(), before.timestamp_millis()).await
+    }
+
     /// The turn `turn` of `agent` ([`Error::TurnNotFound`] for another agent's).
     pub async fn turn(&self, agent: AgentId, turn: TurnId) -> Result<TurnInfo> {
         crate::ops::runs::read_turn(self.reader(), agent, turn).await

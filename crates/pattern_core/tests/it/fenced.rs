@@ -109,7 +109,10 @@ async fn a_trigger_queued_elsewhere_gets_its_real_answer(kind: Backend) {
         .await
         .unwrap();
     let model_a = ScriptedProvider::new(vec![
-        Turn::Slow(Duration::from_millis(800), vec![ContentBlock::text("first")]),
+        Turn::Slow(
+            Duration::from_millis(800),
+            vec![ContentBlock::text("first")],
+        ),
         Turn::text("second, from A"),
     ]);
     let model_b = ScriptedProvider::new(vec![]);
@@ -127,12 +130,10 @@ async fn a_trigger_queued_elsewhere_gets_its_real_answer(kind: Backend) {
         .await
         .unwrap();
     assert_eq!(second.begun, pattern_core::Begun::Queued);
-    let events: Vec<ResponseEvent> = tokio::time::timeout(
-        Duration::from_secs(30),
-        second.events.collect::<Vec<_>>(),
-    )
-    .await
-    .unwrap();
+    let events: Vec<ResponseEvent> =
+        tokio::time::timeout(Duration::from_secs(30), second.events.collect::<Vec<_>>())
+            .await
+            .unwrap();
     let names: Vec<&str> = events.iter().map(ResponseEvent::name).collect();
     assert_eq!(names.first(), Some(&"queued"), "{names:?}");
     assert!(names.contains(&"received"), "{names:?}");

@@ -910,6 +910,16 @@ pub(crate) async fn prune_turns(conn: &mut AnyConnection, before: i64) -> Result
 // ---------------------------------------------------------------------------------------------
 // reads
 
+pub(crate) async fn count_prunable(pool: &AnyPool, before: i64) -> Result<u64> {
+    let n: i64 =
+        sqlx::query("SELECT COUNT(*) FROM turns WHERE state = 'finished' AND finished_at < $1")
+            .bind(before)
+            .fetch_one(pool)
+            .await?
+            .try_get(0)?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
 const TURN_COLUMNS: &str = "id, agent_id, source, idempotency_key, fingerprint, queue_id, batch_id, \
     state, outcome, last_seq, cancel_requested_at, created_at, finished_at";
 

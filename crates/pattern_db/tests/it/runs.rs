@@ -9,8 +9,8 @@ use std::time::Duration;
 use pattern_db::queue::NewQueued;
 use pattern_db::runs::{fenced, lifecycle};
 use pattern_db::{
-    BatchState, BatchType, BeginBatch, Database, Error, Idempotency, NewAgent, NewMessage,
-    NewTurn, RecoveryScope, RunEnding, Started, Submit, Submitted, TurnOutcome, TurnState,
+    BatchState, BatchType, BeginBatch, Database, Error, Idempotency, NewAgent, NewMessage, NewTurn,
+    RecoveryScope, RunEnding, Started, Submit, Submitted, TurnOutcome, TurnState,
 };
 
 use crate::{Kind, fresh};
@@ -320,8 +320,18 @@ async fn cancellations_and_bad_events(kind: Kind) {
     else {
         panic!()
     };
-    assert!(db.cancel_turn(ada.id, run.turn.id).await.unwrap().cancel_requested);
-    assert!(db.cancel_turn(ada.id, queued.id).await.unwrap().cancel_requested);
+    assert!(
+        db.cancel_turn(ada.id, run.turn.id)
+            .await
+            .unwrap()
+            .cancel_requested
+    );
+    assert!(
+        db.cancel_turn(ada.id, queued.id)
+            .await
+            .unwrap()
+            .cancel_requested
+    );
     let other = db.create_agent(NewAgent::named("bob")).await.unwrap();
     assert!(matches!(
         db.cancel_turn(other.id, run.turn.id).await,
@@ -557,7 +567,10 @@ async fn waits_for_nothing_after_a_clean_close() {
             .state,
         BatchState::Abandoned
     );
-    assert_eq!(next.entry.unwrap().content[0], pattern_db::ContentBlock::text("two"));
+    assert_eq!(
+        next.entry.unwrap().content[0],
+        pattern_db::ContentBlock::text("two")
+    );
     b.close().await;
     tdb.cleanup().await.unwrap();
 }
