@@ -5,10 +5,17 @@
 //!
 //! The acknowledgement is the first answer byte of a streamed turn (its `received` or `queued`
 //! event: the message is committed); JSON turns count in turns per second only (their first
-//! byte is the whole answer). `PATTERN_BENCH_QUICK=1` runs 5 s per scenario instead of 20;
+//! byte is the whole answer).
+//!
+//! `soak`: one server for 30 minutes (3 with `PATTERN_BENCH_QUICK=1`) whose work moves on to a
+//! new set of 10 agents every 2 minutes (20 s) while meetings are created, followed and ended,
+//! sampling the server's resident memory: idle agents are unloaded and wake-up channels nobody
+//! holds are dropped, so it must stay flat once the first agents go idle.
+//!
+//! `PATTERN_BENCH_QUICK=1` runs 5 s per load scenario instead of 20;
 //! `PATTERN_BENCH_BIN` names another `pattern` binary to measure (an older build, for
-//! comparison; flags it lacks are left out); `PATTERN_BENCH_SCENARIOS=pg1,pg3,sqlite` picks
-//! scenarios. Figures are printed, never asserted; they go to docs/performance.md. It must never
+//! comparison; flags it lacks are left out); `PATTERN_BENCH_SCENARIOS=pg1,pg3,sqlite,soak` picks
+//! scenarios (default: all). Figures are printed, never asserted; they go to docs/performance.md. It must never
 //! leave a server process or a database behind.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
@@ -18,7 +25,7 @@ mod harness;
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use harness::client::{Api, Final};
 use harness::load::{LoadConfig, run};
@@ -174,6 +181,94 @@ async fn scenario(name: &str, backend: Backend, slots: usize, secs: u64) {
     drop(d.servers);
 }
 
+/// The resident memory of process `pid`, in MiB.
+fn rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+async fn soak(minutes: u64, round: Duration) {
+    let mut d = deploy(Backend::Sqlite, 1, 0).await;
+    let base = d.servers.base(0);
+    let pid = d.servers.pid(0).unwrap();
+    let api = Api::new(&d.secret, true);
+    let http = reqwest::Client::new();
+    let started = Instant::now();
+    let end = started + Duration::from_secs(minutes * 60);
+    let mut samples: Vec<(f64, f64)> = Vec::new();
+    let mut turns = 0usize;
+    let mut meetings = 0usize;
+    let mut n = 0usize;
+    while Instant::now() < end {
+        let mut agents = Vec::new();
+        for i in 0..10 {
+            agents.push(
+                api.create_agent(&base, &format!("soak{n:03}-{i}"))
+                    .await
+                    .unwrap(),
+            );
+        }
+        n += 1;
+        d.agents = agents.clone();
+        let report = run(LoadConfig {
+            bases: vec![base.clone()],
+            secret: d.secret.clone(),
+            agents: agents.clone(),
+            clients: 10,
+            duration: round,
+            turn_limit: Duration::from_secs(60),
+        })
+        .await;
+        turns += report.turns.len();
+        // Meetings: created, followed for a moment, ended (their wake-up channels go with them).
+        for host in agents.iter().take(3) {
+            let created: serde_json::Value = http
+                .post(format!("{base}/v1/meetings"))
+                .bearer_auth(&d.secret)
+                .json(&serde_json::json!({"host": host}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let Some(id) = created["id"].as_str() else {
+                continue;
+            };
+            let follow = http
+                .get(format!("{base}/v1/meetings/{id}/events"))
+                .bearer_auth(&d.secret)
+                .send();
+            let _ = tokio::time::timeout(Duration::from_millis(300), follow).await;
+            let _ = http
+                .post(format!("{base}/v1/meetings/{id}/end"))
+                .bearer_auth(&d.secret)
+                .json(&serde_json::json!({"agent": host}))
+                .send()
+                .await;
+            meetings += 1;
+        }
+        if let Some(rss) = rss_mib(pid) {
+            samples.push((started.elapsed().as_secs_f64() / 60.0, rss));
+        }
+    }
+    let line: Vec<String> = samples
+        .iter()
+        .map(|(m, r)| format!("{m:.1} min {r:.1} MiB"))
+        .collect();
+    let half = samples.len() / 2;
+    let max_first = samples[..half.max(1)].iter().map(|s| s.1).fold(0.0, f64::max);
+    let max_second = samples[half..].iter().map(|s| s.1).fold(0.0, f64::max);
+    println!(
+        "cluster/soak: {minutes} min, {n} agent sets of 10, {turns} turns, {meetings} meetings; \
+         server RSS max first half {max_first:.1} MiB, second half {max_second:.1} MiB; samples: {}",
+        line.join(", ")
+    );
+    drop(d.servers);
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; a test run of benches (`cargo test --benches`) must not
     // start servers.
@@ -183,7 +278,7 @@ fn main() {
     let quick = std::env::var("PATTERN_BENCH_QUICK").is_ok_and(|v| v == "1");
     let secs = if quick { 5 } else { 20 };
     let picked = std::env::var("PATTERN_BENCH_SCENARIOS")
-        .unwrap_or_else(|_| "pg1,pg3,sqlite".to_owned());
+        .unwrap_or_else(|_| "pg1,pg3,sqlite,soak".to_owned());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -195,6 +290,8 @@ fn main() {
                 "pg1" => scenario("pg1", Backend::Postgres, 1, secs).await,
                 "pg3" => scenario("pg3", Backend::Postgres, 3, secs).await,
                 "sqlite" => scenario("sqlite", Backend::Sqlite, 1, secs).await,
+                "soak" if quick => soak(3, Duration::from_secs(20)).await,
+                "soak" => soak(30, Duration::from_secs(120)).await,
                 other => eprintln!("unknown scenario `{other}`"),
             }
         }

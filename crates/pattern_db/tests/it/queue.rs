@@ -60,12 +60,13 @@ async fn queue_delivers_once_in_arrival_order(kind: Kind) {
         .map(|q| q.id)
         .collect();
     assert_eq!(due, [first.id, second.id]);
+    // Entries due already wait for their agent's claim; the next time to wake is `later`'s.
     assert_eq!(
         db.next_queue_due()
             .await
             .unwrap()
             .map(|t| t.timestamp_millis()),
-        Some(first.deliver_at.timestamp_millis())
+        Some(later.deliver_at.timestamp_millis())
     );
 
     // Eight racing deliveries of the same entry: exactly one begins a batch.
