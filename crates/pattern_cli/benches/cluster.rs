@@ -18,7 +18,13 @@
 //! scenarios (default: all). Figures are printed, never asserted; they go to docs/performance.md. It must never
 //! leave a server process or a database behind.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs,
+    unreachable_pub
+)]
 
 #[path = "../tests/it/harness/mod.rs"]
 mod harness;
@@ -160,7 +166,9 @@ async fn scenario(name: &str, backend: Backend, slots: usize, secs: u64) {
     let failed = report
         .turns
         .iter()
-        .filter(|t| matches!(t.answer.outcome, Some(Final::Failed { .. })) || t.answer.outcome.is_none())
+        .filter(|t| {
+            matches!(t.answer.outcome, Some(Final::Failed { .. })) || t.answer.outcome.is_none()
+        })
         .count();
     let server_errors = report
         .turns
@@ -259,7 +267,10 @@ async fn soak(minutes: u64, round: Duration) {
         .map(|(m, r)| format!("{m:.1} min {r:.1} MiB"))
         .collect();
     let half = samples.len() / 2;
-    let max_first = samples[..half.max(1)].iter().map(|s| s.1).fold(0.0, f64::max);
+    let max_first = samples[..half.max(1)]
+        .iter()
+        .map(|s| s.1)
+        .fold(0.0, f64::max);
     let max_second = samples[half..].iter().map(|s| s.1).fold(0.0, f64::max);
     println!(
         "cluster/soak: {minutes} min, {n} agent sets of 10, {turns} turns, {meetings} meetings; \

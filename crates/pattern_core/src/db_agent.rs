@@ -276,6 +276,12 @@ impl DatabaseAgent {
         self.serving.load(Ordering::Acquire) || self.waiters.load(Ordering::Acquire) > 0
     }
 
+    /// Whether nothing of this agent goes on in this process: no run, and no caller waiting for
+    /// a queued trigger.
+    pub fn is_idle(&self) -> bool {
+        !self.is_running() && self.waiters.load(Ordering::Acquire) == 0
+    }
+
     /// Whether a run of this agent is going on in this process.
     pub fn is_running(&self) -> bool {
         self.current
@@ -521,7 +527,12 @@ impl DatabaseAgent {
             *state = AgentState::Ready;
         }
         drop(state);
-        // Queued work of other agents, or this one's after a release, may run now.
+        // Queued work of other agents, or this one's after a release, may run now: callers
+        // here waiting on this agent look again (the release woke them before this run was
+        // off the books).
+        self.db()
+            .hub()
+            .wake(WakeKey::Agent(self.runtime.agent_id()));
         self.runtime.queue_signal().notify_one();
     }
 

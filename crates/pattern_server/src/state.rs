@@ -188,15 +188,15 @@ impl AppState {
         self.inner.queue.unregister(agent).await;
     }
 
-    /// Unloads agents idle longer than [`ServerConfig::idle_unload`] with no run here; returns
-    /// how many.
+    /// Unloads agents idle longer than [`ServerConfig::idle_unload`] with no run and no waiting
+    /// caller here; returns how many.
     pub(crate) async fn unload_idle(&self) -> usize {
         let limit = self.inner.config.idle_unload;
         let idle: Vec<AgentId> = {
             let agents = self.inner.agents.lock().await;
             agents
                 .iter()
-                .filter(|(_, l)| l.used.elapsed() >= limit && !l.agent.is_running())
+                .filter(|(_, l)| l.used.elapsed() >= limit && l.agent.is_idle())
                 .map(|(id, _)| *id)
                 .collect()
         };
@@ -204,7 +204,7 @@ impl AppState {
             let mut agents = self.inner.agents.lock().await;
             if agents
                 .get(id)
-                .is_some_and(|l| l.used.elapsed() >= limit && !l.agent.is_running())
+                .is_some_and(|l| l.used.elapsed() >= limit && l.agent.is_idle())
             {
                 agents.remove(id);
                 drop(agents);

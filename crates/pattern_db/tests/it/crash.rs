@@ -332,3 +332,82 @@ async fn sigkill_postgres_30_times() {
     crash_loop(&tdb, 30).await;
     tdb.cleanup().await.unwrap();
 }
+
+/// Entry point of the migrating child: opens (and so migrates) the database, then waits to be
+/// killed. A no-op in a normal test run.
+#[test]
+fn migrate_child() {
+    let Ok(url) = std::env::var("PATTERN_MIGRATE_CHILD") else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let db = Database::open(DbConfig::new(url)).await.unwrap();
+        println!("@@MIGRATED {}", db.machine_id());
+        tokio::time::sleep(Duration::from_secs(60)).await;
+    });
+}
+
+/// A process killed while it migrates a fresh database (each migration is one transaction)
+/// leaves it either without that migration or with it whole: the next open migrates the rest,
+/// and the database works.
+async fn killed_while_migrating(kind: crate::Kind, rounds: usize) {
+    let mut rng = rand::rng();
+    let mut killed_before_done = 0;
+    for _ in 0..rounds {
+        let tdb = crate::fresh(kind).await;
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "crash::migrate_child",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("PATTERN_MIGRATE_CHILD", &tdb.url)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(rng.random_range(20..400)));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let mut out = String::new();
+        std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+        if !out.contains("@@MIGRATED") {
+            killed_before_done += 1;
+        }
+        // A killed PostgreSQL session rolls back; its migration lock goes with it.
+        let db = tdb.open().await.unwrap();
+        assert!(
+            db.migration_status()
+                .await
+                .unwrap()
+                .iter()
+                .all(|m| m.applied),
+            "every migration applied after the kill"
+        );
+        let agent = db.create_agent(NewAgent::named("after")).await.unwrap();
+        db.messages(agent.id)
+            .begin_batch(NewMessage::user("works"), BeginBatch::default())
+            .await
+            .unwrap();
+        db.close().await;
+        tdb.cleanup().await.unwrap();
+    }
+    eprintln!(
+        "killed while migrating: {killed_before_done} of {rounds} kills came before the migrations were done"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_while_migrating_sqlite() {
+    killed_while_migrating(crate::Kind::Sqlite, 12).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_while_migrating_postgres() {
+    killed_while_migrating(crate::Kind::Postgres, 8).await;
+}
