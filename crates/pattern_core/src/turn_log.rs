@@ -79,12 +79,15 @@ pub fn follow(
         seen: u64,
         queue: std::collections::VecDeque<(u64, ResponseEvent)>,
         done: bool,
+        /// The turn was found to be `agent`'s.
+        owned: bool,
     }
     let start = Cursor {
         db,
         seen: after,
         queue: std::collections::VecDeque::new(),
         done: false,
+        owned: false,
     };
     futures::stream::unfold(start, move |mut c| async move {
         loop {
@@ -98,14 +101,14 @@ pub fn follow(
             let notified = channel.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            // The state first: a turn seen finished has all its events committed already.
-            let info = match c.db.turn(agent, turn).await {
-                Ok(info) => info,
-                Err(e) => {
+            if !c.owned {
+                // Another agent's turn is not found, like an unknown one.
+                if let Err(e) = c.db.turn(agent, turn).await {
                     c.done = true;
                     return Some((Err(e.into()), c));
                 }
-            };
+                c.owned = true;
+            }
             let events = match c.db.turn_events(turn, c.seen, PAGE).await {
                 Ok(events) => events,
                 Err(e) => {
@@ -126,8 +129,20 @@ pub fn follow(
                 }
                 continue;
             }
+            // Nothing new: is the turn over? (Events committed after the read above show in
+            // `last_seq`, and the loop reads them first.)
+            let info = match c.db.turn(agent, turn).await {
+                Ok(info) => info,
+                Err(e) => {
+                    c.done = true;
+                    return Some((Err(e.into()), c));
+                }
+            };
             if info.state == TurnState::Finished && c.seen >= info.last_seq {
                 return None;
+            }
+            if c.seen < info.last_seq {
+                continue;
             }
             tokio::select! {
                 () = &mut notified => {}

@@ -11,7 +11,7 @@
 //! next claimant or by [`Database::recover_runs`], which abandons the dead run's batch and bumps
 //! the claim's `token`. Every write of a run carries the token (explicitly, or through
 //! [`fenced`] for everything the run's task writes, tools included), and the writer refuses a
-//! write whose token is no longer current with [`Error::ClaimLost`](crate::Error::ClaimLost):
+//! write whose token is no longer current with [`Error::ClaimLost`]:
 //! a run that lost its claim can write nothing.
 //!
 //! **Turns.** Every submitted trigger has a turn: its id, an optional idempotency key (unique per

@@ -97,10 +97,10 @@ fn cluster_sqlite() {
         slots: 1,
         agents: 20,
         clients: 8,
-        kills: kills_from_env(100),
-        kill_gap: 600..=1200,
-        // One process killed about every second: shorter turns, so some finish between kills.
-        model_pace: Duration::from_millis(60),
+        kills: kills_from_env(200),
+        kill_gap: 400..=900,
+        // One process killed about every 0.65 s: shorter turns, so many finish between kills.
+        model_pace: Duration::from_millis(40),
     });
 }
 

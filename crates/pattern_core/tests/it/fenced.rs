@@ -319,7 +319,51 @@ async fn a_cancelled_run_is_retryable_at_once(kind: Backend) {
     tdb.cleanup().await.unwrap();
 }
 
+/// Following a turn is only for its own agent: another agent's turn id reads as unknown.
+async fn another_agents_turn_is_not_followed(kind: Backend) {
+    let tdb = TestDb::fresh(kind).await.unwrap();
+    let a = open(&tdb, Duration::from_secs(5)).await;
+    let ada = a
+        .create_agent(pattern_db::NewAgent::named("ada"))
+        .await
+        .unwrap();
+    let bob = a
+        .create_agent(pattern_db::NewAgent::named("bob"))
+        .await
+        .unwrap();
+    let model = ScriptedProvider::new(vec![Turn::text("hi")]);
+    let agent = agent_on(&a, ada, &model, None);
+    let submission = agent
+        .clone()
+        .submit(IncomingMessage::user("hello"), TurnOptions::default())
+        .await
+        .unwrap();
+    let turn = submission.turn.id;
+    let _: Vec<_> = submission.events.collect().await;
+    let mine: Vec<_> =
+        pattern_core::turn_log::follow(a.clone(), agent.id(), turn, 0, Duration::from_millis(100))
+            .collect()
+            .await;
+    assert!(mine.iter().all(Result::is_ok));
+    assert_eq!(mine.last().unwrap().as_ref().unwrap().1.name(), "done");
+    let theirs: Vec<_> =
+        pattern_core::turn_log::follow(a.clone(), bob.id, turn, 0, Duration::from_millis(100))
+            .collect()
+            .await;
+    assert_eq!(theirs.len(), 1);
+    assert!(matches!(
+        &theirs[0],
+        Err(pattern_core::Error::Db(
+            pattern_db::Error::TurnNotFound { .. }
+        ))
+    ));
+    drop(agent);
+    a.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
 conformance!(
+    another_agents_turn_is_not_followed,
     a_step_longer_than_five_leases_completes,
     a_trigger_queued_elsewhere_gets_its_real_answer,
     a_tool_of_a_run_that_lost_its_agent_writes_nothing,
