@@ -46,6 +46,7 @@ use pattern_db::{
 };
 use tokio::sync::{RwLock, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
+use tracing::Instrument;
 
 use crate::agent::{
     Agent, AgentState, DoneReason, ErrorKind, IncomingMessage, ResponseEvent, ResponseStream,
@@ -53,6 +54,7 @@ use crate::agent::{
 use crate::error::{Error, Result};
 use crate::provider::{GenerateOptions, ProviderEvent};
 use crate::runtime::{AgentRuntime, ToolCall};
+use crate::telemetry::{self, TurnOutcome};
 use crate::turn_log;
 
 /// Events buffered between the run and a slow reader before the run waits.
@@ -546,6 +548,37 @@ impl DatabaseAgent {
         cancel: CancelToken,
     ) -> Option<Started> {
         let batch = started.received.batch_id;
+        let span = telemetry::agent_span(
+            &self.runtime.agent_id().to_string(),
+            self.runtime.agent_name(),
+            &batch.to_string(),
+        );
+        let began = Instant::now();
+        let (next, outcome) = self
+            .clone()
+            .run_one_inner(started, live, detached, cancel)
+            .instrument(span.clone())
+            .await;
+        telemetry::turn_ended(
+            &self.runtime.agent_id().to_string(),
+            outcome,
+            began.elapsed(),
+        );
+        span.record("pattern.turn.outcome", outcome.label());
+        if outcome != TurnOutcome::Completed {
+            span.record("otel.status_code", "ERROR");
+        }
+        next
+    }
+
+    async fn run_one_inner(
+        self: Arc<Self>,
+        started: Started,
+        live: Option<mpsc::Sender<ResponseEvent>>,
+        detached: bool,
+        cancel: CancelToken,
+    ) -> (Option<Started>, TurnOutcome) {
+        let batch = started.received.batch_id;
         let turn = started.turn.id;
         *self.state.write().await = AgentState::Processing { batch };
         let mut rec = Recorder {
@@ -624,7 +657,7 @@ impl DatabaseAgent {
         started: &Started,
         rec: &mut Recorder,
         ending: Ending,
-    ) -> Option<Started> {
+    ) -> (Option<Started>, TurnOutcome) {
         let batch = started.received.batch_id;
         let claim = started.claim;
         let (db_ending, last) = match ending {
@@ -668,12 +701,24 @@ impl DatabaseAgent {
                 .store_end(rec, batch, RunEnding::Abandon { reason: message }, &last)
                 .await;
         }
+        let outcome = match last.first() {
+            Some(ResponseEvent::BatchCompleted { .. }) => TurnOutcome::Completed,
+            Some(ResponseEvent::Error {
+                kind: ErrorKind::Cancelled,
+                ..
+            }) => TurnOutcome::Cancelled,
+            Some(ResponseEvent::Error {
+                kind: ErrorKind::Interrupted,
+                ..
+            }) => TurnOutcome::Interrupted,
+            _ => TurnOutcome::Failed,
+        };
         match result {
             Ok(next) => {
                 for event in last {
                     rec.live(event).await;
                 }
-                next
+                (next, outcome)
             }
             Err(Error::Db(pattern_db::Error::ClaimLost { .. })) => {
                 // Another process took the agent over and abandoned the batch.
@@ -685,7 +730,7 @@ impl DatabaseAgent {
                     batch_id: Some(batch),
                 })
                 .await;
-                None
+                (None, TurnOutcome::Interrupted)
             }
             Err(e) => {
                 let message = e.to_string();
@@ -703,7 +748,7 @@ impl DatabaseAgent {
                     batch_id: Some(batch),
                 })
                 .await;
-                None
+                (None, TurnOutcome::Failed)
             }
         }
     }
@@ -739,6 +784,7 @@ impl DatabaseAgent {
             timeout: None,
         };
         let mut iterations = 0;
+        let agent_label = self.runtime.agent_id().to_string();
         // Call ids already used in this batch: the store refuses a repeated id, and models (or
         // servers) do repeat them, so a repeat is renamed before anything runs or is stored.
         let mut used_ids: HashSet<String> = HashSet::new();
@@ -753,6 +799,7 @@ impl DatabaseAgent {
                 return Ending::Done(DoneReason::MaxDuration);
             }
             iterations += 1;
+            let step_began = Instant::now();
 
             let ctx = tokio::select! {
                 ctx = self.runtime.build_context(Some(batch)) => match ctx {
@@ -823,6 +870,7 @@ impl DatabaseAgent {
                         return failed(ErrorKind::Storage, e);
                     }
                 }
+                telemetry::step_done(&agent_label, step_began.elapsed());
                 return Ending::Done(DoneReason::Completed);
             }
 
@@ -857,6 +905,7 @@ impl DatabaseAgent {
             if let Err(e) = rec.step(batch, step).await {
                 return failed(ErrorKind::Storage, e);
             }
+            telemetry::step_done(&agent_label, step_began.elapsed());
             let exit = outcomes.iter().any(|o| o.exit);
             let heartbeat = outcomes.iter().any(|o| o.request_heartbeat);
             if exit && !heartbeat {
@@ -883,6 +932,45 @@ impl DatabaseAgent {
         used: &mut HashSet<String>,
     ) -> Result<(crate::provider::ModelResponse, Vec<(String, String)>)> {
         let model = self.runtime.model();
+        let info = model.model();
+        let span = telemetry::chat_span(model.name(), &info.model);
+        let began = Instant::now();
+        let answer = self
+            .stream_answer(model.as_ref(), ctx, opts, rec, used)
+            .instrument(span.clone())
+            .await;
+        let agent = self.runtime.agent_id().to_string();
+        match &answer {
+            Ok((response, _)) => {
+                telemetry::record_usage(
+                    &span,
+                    &info.model,
+                    &response.usage,
+                    telemetry::finish_reason(&response.stop_reason),
+                );
+                telemetry::model_request(
+                    &agent,
+                    &info.model,
+                    Some(&response.usage),
+                    began.elapsed(),
+                );
+            }
+            Err(e) => {
+                telemetry::record_error(&span, e);
+                telemetry::model_request(&agent, &info.model, None, began.elapsed());
+            }
+        }
+        answer
+    }
+
+    async fn stream_answer(
+        &self,
+        model: &dyn crate::provider::ModelProvider,
+        ctx: &context_v2::MemoryContext,
+        opts: &GenerateOptions,
+        rec: &mut Recorder,
+        used: &mut HashSet<String>,
+    ) -> Result<(crate::provider::ModelResponse, Vec<(String, String)>)> {
         let mut stream = model.stream(ctx, opts).await?;
         let mut renamed = Vec::new();
         loop {

@@ -29,6 +29,7 @@ pub mod provider;
 mod queue;
 mod runtime;
 mod summarizer;
+pub mod telemetry;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 pub mod tool;

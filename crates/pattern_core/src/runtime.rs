@@ -26,6 +26,7 @@ use pattern_db::{
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{Notify, RwLock};
+use tracing::Instrument;
 
 use crate::endpoint::{MessageEndpoint, MessageTarget, OutgoingMessage};
 use crate::error::{Error, Result};
@@ -617,10 +618,26 @@ impl AgentRuntime {
         call: &ToolCall,
         admitted: std::result::Result<Arc<dyn crate::tool::Tool>, ToolError>,
     ) -> CallOutcome {
+        let span = crate::telemetry::tool_span(&call.name, &call.id);
+        let began = Instant::now();
         let result = match admitted {
-            Ok(tool) => self.run_admitted(batch, call, tool).await,
+            Ok(tool) => {
+                self.run_admitted(batch, call, tool)
+                    .instrument(span.clone())
+                    .await
+            }
             Err(e) => Err(e),
         };
+        crate::telemetry::tool_call(
+            &self.agent.to_string(),
+            &call.name,
+            result.is_ok(),
+            began.elapsed(),
+        );
+        if let Err(e) = &result {
+            span.record("otel.status_code", "ERROR");
+            span.record("error.type", e.kind());
+        }
         let exit =
             result.is_ok() && self.has_rule(&call.name, |r| matches!(r, ToolRule::ExitLoop { .. }));
         match result {

@@ -65,6 +65,7 @@ pub mod protocol;
 pub mod queue;
 pub mod runs;
 pub mod search;
+mod stats;
 mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -104,5 +105,6 @@ pub use search::{
     ChangeKind, ContentRef, ContentRow, ContentType, EmbeddingJob, EmbeddingModelInfo, NewVector,
     SearchChange, StoreReport, TextHit, TextSearch, VectorRow,
 };
+pub use stats::Gauges;
 pub use store::MessageStore;
 pub use wake::{Hub, WakeKey};

@@ -103,6 +103,21 @@ pub enum ToolError {
     },
 }
 
+impl ToolError {
+    /// A short, stable name of the failure (for metrics and traces; never the message).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ToolError::UnknownTool { .. } => "unknown_tool",
+            ToolError::InvalidInput { .. } => "invalid_input",
+            ToolError::RuleViolation { .. } => "rule_violation",
+            ToolError::PermissionDenied { .. } => "permission_denied",
+            ToolError::Failed(_) => "failed",
+            ToolError::TimedOut { .. } => "timed_out",
+            ToolError::Panicked { .. } => "panicked",
+        }
+    }
+}
+
 /// What a tool gets besides its input.
 #[derive(Clone)]
 pub struct ToolContext {
