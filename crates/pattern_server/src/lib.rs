@@ -32,6 +32,8 @@
 
 mod auth;
 mod error;
+mod layers;
+mod metrics;
 mod openapi;
 mod routes;
 mod state;
@@ -41,6 +43,7 @@ use std::future::Future;
 
 pub use auth::Caller;
 pub use error::{ApiError, Error, ErrorBody, ErrorCode, ErrorDetail, Result, one_line};
+pub use layers::{BadOrigin, CorsOrigins};
 pub use openapi::openapi;
 pub use routes::protocol::{
     MeetingEventView, MeetingView, ParticipantView, ProtocolMessageView, SessionView,
@@ -49,7 +52,7 @@ pub use routes::turns::{
     IDEMPOTENCY_KEY_HEADER, REPLAYED_HEADER, TURN_ID_HEADER, ToolCallView, ToolResultView,
     TurnResult, TurnStatus,
 };
-pub use state::{AppState, ServerConfig};
+pub use state::{AppState, MetricsToken, ServerConfig};
 
 /// Every route of the API over `state`, with its limits.
 pub fn router(state: AppState) -> axum::Router {

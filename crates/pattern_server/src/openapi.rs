@@ -23,7 +23,7 @@ use crate::routes::{Class, agents, batches, health, memory, protocol, turns};
         organization-scoped agents, turns streamed over resumable server-sent events, memory \
         blocks, archival memory, search and batch inspection."),
     paths(
-        health::health, health::ready, health::openapi_json,
+        health::health, health::ready, health::openapi_json, crate::metrics::metrics,
         agents::create, agents::list, agents::show, agents::delete,
         turns::send, turns::retry, turns::events, turns::status, turns::cancel,
         batches::list, batches::show,

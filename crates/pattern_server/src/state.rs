@@ -20,6 +20,7 @@ use pattern::{AgentId, Pattern};
 use tokio::sync::{Mutex, watch};
 
 use crate::error::ApiError;
+use crate::layers::CorsOrigins;
 
 /// The server's limits.
 #[derive(Debug, Clone)]
@@ -45,6 +46,34 @@ pub struct ServerConfig {
     pub drain: Duration,
     /// An agent with no run here for this long is unloaded (default 10 minutes).
     pub idle_unload: Duration,
+    /// Browser origins allowed to call the API (default none: same-origin only).
+    pub cors: CorsOrigins,
+    /// When set, `GET /metrics` needs `Authorization: Bearer <token>` (default unset: open, as
+    /// Prometheus scrapers on a private network expect; it shows counts and agent ids of every
+    /// organization, never stored content).
+    pub metrics_token: Option<MetricsToken>,
+}
+
+/// The bearer token of `/metrics`; never printed (its `Debug` shows `***`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct MetricsToken(String);
+
+impl MetricsToken {
+    /// A token; an empty one is `None`.
+    pub fn new(token: impl Into<String>) -> Option<Self> {
+        let token = token.into();
+        (!token.trim().is_empty()).then(|| Self(token.trim().to_owned()))
+    }
+
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for MetricsToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MetricsToken(***)")
+    }
 }
 
 impl Default for ServerConfig {
@@ -58,6 +87,8 @@ impl Default for ServerConfig {
             recovery_interval: Duration::from_secs(5),
             drain: Duration::from_secs(10),
             idle_unload: Duration::from_secs(600),
+            cors: CorsOrigins::none(),
+            metrics_token: None,
         }
     }
 }
@@ -134,6 +165,8 @@ impl AppState {
                 stopped: watch::Sender::new(false),
             }),
         };
+        // Runs record metrics from now on (once per process).
+        let _ = crate::metrics::handle();
         let loader = Arc::new(Loader(Arc::downgrade(&state.inner)));
         let queue = state.inner.queue.clone();
         tokio::spawn(async move { queue.set_loader(loader).await });

@@ -1,5 +1,5 @@
-//! The HTTP routes and the layers around them: body size limit, request timeout, JSON errors for
-//! unknown routes and methods.
+//! The HTTP routes (one table, which the OpenAPI document is checked against) and JSON errors
+//! for unknown routes and methods; the layers around them are in [`crate::layers`].
 //!
 //! Every route under `/v1` takes a [`Caller`](crate::auth::Caller) and reaches data only through
 //! it. Turn routes (sending a message, retrying a batch, following a turn's or a meeting's
@@ -16,10 +16,9 @@ pub(crate) mod protocol;
 pub(crate) mod turns;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Request, State};
+use axum::extract::{FromRequest, FromRequestParts};
 use axum::handler::Handler;
 use axum::http::Method;
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter};
 
@@ -130,6 +129,7 @@ fn table() -> Vec<Route> {
         route("/health", Open).get(health::health),
         route("/ready", Open).get(health::ready),
         route("/openapi.json", Open).get(health::openapi_json),
+        route("/metrics", Open).get(crate::metrics::metrics),
         route("/v1/agents", Timed)
             .get(agents::list)
             .post(agents::create),
@@ -197,26 +197,12 @@ pub(crate) fn router(state: AppState) -> Router {
             Class::Open => open = open.route(r.path, r.router),
         }
     }
-    timed
-        .layer(middleware::from_fn_with_state(state.clone(), timeout))
+    let routes = crate::layers::timed(timed, state.config().request_timeout)
         .merge(streaming)
         .merge(open)
         .fallback(unknown_route)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(state.config().max_body_bytes))
-        .with_state(state)
-}
-
-async fn timeout(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let limit = state.config().request_timeout;
-    match tokio::time::timeout(limit, next.run(request)).await {
-        Ok(response) => response,
-        Err(_) => ApiError::new(
-            ErrorCode::Timeout,
-            format!("the request took longer than {} ms", limit.as_millis()),
-        )
-        .into_response(),
-    }
+        .method_not_allowed_fallback(method_not_allowed);
+    crate::layers::around(routes, &state).with_state(state)
 }
 
 async fn unknown_route() -> ApiError {

@@ -15,6 +15,7 @@ extern crate pattern_db;
 
 mod api;
 mod crash;
+mod observe;
 mod protocol;
 mod search;
 mod support;
