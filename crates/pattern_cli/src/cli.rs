@@ -427,6 +427,13 @@ pub(crate) struct ServeArgs {
     /// seconds (overrides `[server] drain_secs`; default 10).
     #[arg(long)]
     pub(crate) drain_secs: Option<f64>,
+    /// A browser origin allowed to call the API (`https://app.example.com`, or `*` for any);
+    /// repeat for several (overrides `[server] cors_origins`; default none).
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    pub(crate) cors_origins: Vec<String>,
+    /// Bearer token `GET /metrics` requires (default: /metrics is open).
+    #[arg(long, env = "PATTERN_METRICS_TOKEN", hide_env_values = true)]
+    pub(crate) metrics_token: Option<String>,
 }
 
 /// `pattern demo`.

@@ -50,6 +50,8 @@ pub(crate) struct ServerSection {
     /// On SIGTERM, how long turns in flight may go on before they are cancelled, in seconds
     /// (default 10).
     pub(crate) drain_secs: Option<f64>,
+    /// Browser origins allowed to call the API (`["https://app.example.com"]`, or `["*"]`).
+    pub(crate) cors_origins: Option<Vec<String>>,
 }
 
 /// `[embedding]`

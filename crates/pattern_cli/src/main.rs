@@ -11,6 +11,7 @@ mod commands;
 mod env;
 mod error;
 mod interrupt;
+mod logging;
 mod output;
 mod search_db;
 mod transfer;
@@ -36,7 +37,7 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    init_logging(cli.global.verbose);
+    let diagnostics = logging::init(cli.global.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -52,6 +53,7 @@ fn main() -> ExitCode {
         let env = Env::resolve(&cli.global)?;
         commands::run(&env, cli.command).await
     });
+    diagnostics.shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -59,24 +61,4 @@ fn main() -> ExitCode {
             e.exit_code()
         }
     }
-}
-
-/// Logs to stderr: `RUST_LOG` when set, otherwise warnings, or more with `-v`.
-fn init_logging(verbose: u8) {
-    use tracing_subscriber::EnvFilter;
-    let default = match verbose {
-        0 => "warn",
-        1 => "info",
-        2 => "debug",
-        _ => "trace",
-    };
-    let filter = std::env::var("RUST_LOG")
-        .ok()
-        .and_then(|v| EnvFilter::try_new(v).ok())
-        .unwrap_or_else(|| EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
 }

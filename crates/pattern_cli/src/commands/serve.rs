@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use pattern::core::local_server::LocalModel;
-use pattern_server::{AppState, ServerConfig};
+use pattern_server::{AppState, CorsOrigins, MetricsToken, ServerConfig};
 
 use crate::cli::ServeArgs;
 use crate::commands::chat::model;
@@ -67,6 +67,13 @@ pub(crate) async fn run(env: &Env, args: ServeArgs) -> Result<()> {
         }
         (None, None) => ServerConfig::default().drain,
     };
+    let cors = if args.cors_origins.is_empty() {
+        config.server.cors_origins.clone().unwrap_or_default()
+    } else {
+        args.cors_origins.clone()
+    };
+    let cors = CorsOrigins::parse(&cors).map_err(|e| CliError::usage(e.to_string()))?;
+    let metrics_token = args.metrics_token.clone().and_then(MetricsToken::new);
     let model = model(env, LocalModel::Qwen).await?;
     let lease = pattern.db().run_lease();
     let state = AppState::new(
@@ -76,13 +83,17 @@ pub(crate) async fn run(env: &Env, args: ServeArgs) -> Result<()> {
             max_body_bytes: args.max_body_bytes,
             request_timeout: Duration::from_secs(args.request_timeout_secs),
             drain,
+            cors,
+            metrics_token,
             // A dead run's batches are abandoned within the lease plus one sweep.
             recovery_interval: (lease / 4)
                 .clamp(Duration::from_millis(200), Duration::from_secs(5)),
             ..ServerConfig::default()
         },
     );
-    eprintln!("serving the Pattern API on http://{address} (OpenAPI at /openapi.json)");
+    eprintln!(
+        "serving the Pattern API on http://{address} (OpenAPI at /openapi.json, metrics at /metrics)"
+    );
     let served = pattern_server::serve(listener, state, stop_signal()).await;
     drop(model);
     pattern.close().await;

@@ -808,6 +808,7 @@ fn cluster(p: Params) {
                 ("--run-lease-secs".to_owned(), LEASE.as_secs().to_string()),
                 ("--drain-secs".to_owned(), DRAIN.as_secs().to_string()),
             ],
+            serve_env: Vec::new(),
         })
         .await;
         let setup = wall.elapsed();

@@ -38,6 +38,8 @@ pub struct Plan {
     /// `["--run-lease-secs", "5"]`: a flag it does not list in `serve --help` is left out (with
     /// its value) and reported in [`Deployment::missing_flags`].
     pub serve_flags: Vec<(String, String)>,
+    /// Environment variables of the `pattern serve` processes.
+    pub serve_env: Vec<(String, String)>,
 }
 
 /// A running deployment. Dropping it kills the servers; [`Deployment::finish`] also drops the
@@ -115,7 +117,9 @@ pub async fn deploy(plan: Plan) -> Deployment {
             missing_flags.push(flag.clone());
         }
     }
-    let spec = ServeSpec::from_command(&home.command(&["serve"]), &extra);
+    let mut command = home.command(&["serve"]);
+    command.envs(plan.serve_env.iter().map(|(k, v)| (k, v)));
+    let spec = ServeSpec::from_command(&command, &extra);
     let servers = ServerSet::start(spec, plan.slots)
         .await
         .unwrap_or_else(|e| panic!("the servers did not start: {e}"));

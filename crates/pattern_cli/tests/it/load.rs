@@ -60,6 +60,7 @@ fn load(backend: Backend, name: &str) {
                 ..ModelOptions::default()
             },
             serve_flags: Vec::new(),
+            serve_env: Vec::new(),
         })
         .await;
         let report = run(LoadConfig {

@@ -25,6 +25,7 @@ mod fake_model;
 mod harness;
 mod load;
 mod memory;
+mod observe;
 mod pg;
 mod search;
 mod serve;
@@ -139,6 +140,8 @@ impl Home {
             .env_remove("ANTHROPIC_API_KEY")
             .env_remove("OPENAI_API_KEY")
             .env_remove("GEMINI_API_KEY")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             .env("NO_COLOR", "1");
         for (k, v) in &self.env {
             cmd.env(k, v);
