@@ -112,6 +112,14 @@ pub enum Error {
         message_batch: BatchId,
     },
 
+    /// The request asks the model to call a tool it is not offered (or to call a tool when
+    /// none is offered): every provider refuses such a request.
+    #[error("tool choice `{tool}` names no tool of the request")]
+    UnknownToolChoice {
+        /// The tool asked for (`*` for "any tool" with no tools offered).
+        tool: String,
+    },
+
     /// A tokenizer could not be loaded: an unknown model name, or a tokenizer file that is
     /// missing or unreadable. Nothing is fetched from the network to make up for it.
     #[error("tokenizer {what} could not be loaded: {reason}")]

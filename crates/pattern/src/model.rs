@@ -134,6 +134,8 @@ impl ModelChoice {
         config.name = Some("llama.cpp".into());
         config.base_url = Some(server.base_url().to_owned());
         config.timeout = Duration::from_secs(600);
+        // Its llama.cpp build ignores `tool_choice`; it constrains output by JSON schema.
+        config.forced_call = pattern_core::provider::ForcedCall::ResponseSchema;
         Ok(Model {
             provider: Arc::from(config.build().map_err(pattern_core::Error::from)?),
             source: "local",

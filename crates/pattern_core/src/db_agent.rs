@@ -778,10 +778,9 @@ impl DatabaseAgent {
     async fn run_loop(&self, batch: BatchId, rec: &mut Recorder, cancel: &CancelToken) -> Ending {
         let config = self.runtime.config();
         let started = Instant::now();
-        let opts = GenerateOptions {
+        let mut opts = GenerateOptions {
             temperature: config.temperature,
-            max_output_tokens: None,
-            timeout: None,
+            ..GenerateOptions::default()
         };
         let mut iterations = 0;
         let agent_label = self.runtime.agent_id().to_string();
@@ -808,6 +807,7 @@ impl DatabaseAgent {
                 },
                 reason = cancel.cancelled() => return Ending::Failed(ErrorKind::Cancelled, reason),
             };
+            opts.tool_choice = config.tool_choice(iterations, &ctx.tools);
             let response = tokio::select! {
                 r = self.call_model(&ctx, &opts, rec, &mut used_ids) => r,
                 reason = cancel.cancelled() => return Ending::Failed(ErrorKind::Cancelled, reason),

@@ -31,7 +31,7 @@ use tracing::Instrument;
 use crate::endpoint::{MessageEndpoint, MessageTarget, OutgoingMessage};
 use crate::error::{Error, Result};
 use crate::permission::{Decision, PermissionBroker, PermissionRequest};
-use crate::provider::ModelProvider;
+use crate::provider::{ModelProvider, ToolChoice};
 use crate::tool::{ToolContext, ToolError, ToolOutput, ToolRegistry, ToolRule};
 
 /// Limits and settings of one agent's runs.
@@ -51,6 +51,11 @@ pub struct RuntimeConfig {
     pub max_duration: Duration,
     /// Sampling temperature.
     pub temperature: Option<f32>,
+    /// Whether the first model call of every run must call a tool (default: the model
+    /// decides). A [`ToolRule::StartWith`] rule forces its tool on that call instead, so the
+    /// provider (or a grammar-constrained local server) cannot break the rule. Later calls of
+    /// the run are always [`ToolChoice::Auto`], so the loop can end.
+    pub first_tool_choice: ToolChoice,
 }
 
 impl RuntimeConfig {
@@ -65,6 +70,30 @@ impl RuntimeConfig {
             max_iterations: 10,
             max_duration: Duration::from_secs(600),
             temperature: None,
+            first_tool_choice: ToolChoice::Auto,
+        }
+    }
+
+    /// The tool choice of a run's `iteration`-th model call (from 1) when `offered` are the
+    /// tools of its request: the rules' and [`first_tool_choice`](Self::first_tool_choice) on
+    /// the first call, as far as the tools named are offered; [`ToolChoice::Auto`] after it.
+    pub fn tool_choice(
+        &self,
+        iteration: usize,
+        offered: &[context_v2::ToolDefinition],
+    ) -> ToolChoice {
+        if iteration != 1 || offered.is_empty() {
+            return ToolChoice::Auto;
+        }
+        let is_offered = |name: &str| offered.iter().any(|t| t.name == name);
+        let start = self.rules.iter().find_map(|r| match r {
+            ToolRule::StartWith { tool } if is_offered(tool) => Some(tool.clone()),
+            _ => None,
+        });
+        match (start, &self.first_tool_choice) {
+            (Some(tool), _) => ToolChoice::Tool(tool),
+            (None, ToolChoice::Tool(tool)) if !is_offered(tool) => ToolChoice::Auto,
+            (None, choice) => choice.clone(),
         }
     }
 
@@ -737,5 +766,59 @@ impl AgentRuntime {
                 reason: format!("the decision could not be recorded: {e}"),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The tool choice of a run's model calls.
+
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    fn offered(names: &[&str]) -> Vec<context_v2::ToolDefinition> {
+        names
+            .iter()
+            .map(|n| context_v2::ToolDefinition {
+                name: (*n).to_owned(),
+                description: String::new(),
+                input_schema: serde_json::json!({"type": "object"}),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn only_the_first_call_of_a_run_is_forced() {
+        let tools = offered(&["memory_append", "archival_search"]);
+        let mut config = RuntimeConfig::new("be brief", 8_000);
+        assert_eq!(config.tool_choice(1, &tools), ToolChoice::Auto);
+        config.first_tool_choice = ToolChoice::Required;
+        assert_eq!(config.tool_choice(1, &tools), ToolChoice::Required);
+        assert_eq!(config.tool_choice(2, &tools), ToolChoice::Auto);
+        // Nothing to call: nothing forced.
+        assert_eq!(config.tool_choice(1, &[]), ToolChoice::Auto);
+    }
+
+    #[test]
+    fn a_start_with_rule_forces_its_tool_when_offered() {
+        let tools = offered(&["memory_append", "archival_search"]);
+        let mut config = RuntimeConfig::new("be brief", 8_000);
+        config.first_tool_choice = ToolChoice::Required;
+        config.rules.push(ToolRule::StartWith {
+            tool: "archival_search".into(),
+        });
+        assert_eq!(
+            config.tool_choice(1, &tools),
+            ToolChoice::Tool("archival_search".into())
+        );
+        assert_eq!(config.tool_choice(2, &tools), ToolChoice::Auto);
+        // A rule naming a tool that is not offered forces nothing of its own.
+        config.rules = vec![ToolRule::StartWith {
+            tool: "gone".into(),
+        }];
+        assert_eq!(config.tool_choice(1, &tools), ToolChoice::Required);
+        config.first_tool_choice = ToolChoice::Tool("gone".into());
+        assert_eq!(config.tool_choice(1, &tools), ToolChoice::Auto);
     }
 }

@@ -135,6 +135,7 @@ impl Summarizer for ModelSummarizer {
             temperature: Some(0.2),
             max_output_tokens: Some(max_tokens),
             timeout: None,
+            ..Default::default()
         };
         let response = complete(&*self.model, &ctx, &opts).await?;
         let summary: String = response

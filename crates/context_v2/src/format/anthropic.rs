@@ -6,7 +6,8 @@
 //! - `system`: one text block per [`crate::SystemPart`] with text, in order (instructions, memory
 //!   blocks, tool rules, summaries); left out when there are none.
 //! - `messages`: the history, roles `user` and `assistant` only.
-//! - `model`, `max_tokens` from [`ModelInfo`]; `stream` and `temperature` only when set.
+//! - `model`, `max_tokens` from [`ModelInfo`]; `stream` and `temperature` only when set;
+//!   `tool_choice` only when a call is forced: `{type: "any"}`, or `{type: "tool", name}`.
 //!
 //! Cache breakpoints (`cache_control: {"type": "ephemeral"}`), only for the
 //! [`CachePoint`]s listed in the context, so at most three of Anthropic's four:
@@ -40,7 +41,7 @@
 use pattern_db::{ContentBlock, Role};
 use serde_json::{Map, Value, json};
 
-use super::{RequestOptions, Turns};
+use super::{RequestOptions, ToolChoice, Turns};
 use crate::assemble::ContextMessage;
 use crate::error::Result;
 use crate::types::{CachePoint, MemoryContext, ModelInfo, SystemPartKind};
@@ -48,6 +49,7 @@ use crate::types::{CachePoint, MemoryContext, ModelInfo, SystemPartKind};
 /// The Anthropic Messages request body for `ctx`, following the module doc.
 pub fn request(ctx: &MemoryContext, model: &ModelInfo, opts: &RequestOptions) -> Result<Value> {
     super::preflight(&ctx.messages)?;
+    opts.tool_choice.check(ctx)?;
     let mut body = Map::new();
     body.insert("model".into(), Value::from(model.model.as_str()));
     body.insert("max_tokens".into(), Value::from(model.max_output_tokens));
@@ -65,6 +67,18 @@ pub fn request(ctx: &MemoryContext, model: &ModelInfo, opts: &RequestOptions) ->
     }
     if let Some(t) = super::temperature(opts) {
         body.insert("temperature".into(), t);
+    }
+    match &opts.tool_choice {
+        ToolChoice::Auto => {}
+        ToolChoice::Required => {
+            body.insert("tool_choice".into(), json!({ "type": "any" }));
+        }
+        ToolChoice::Tool(name) => {
+            body.insert(
+                "tool_choice".into(),
+                json!({ "type": "tool", "name": name }),
+            );
+        }
     }
     Ok(Value::Object(body))
 }

@@ -8,6 +8,8 @@
 //!   are none.
 //! - `contents`: the history, roles `user` and `model` only.
 //! - `generationConfig: {maxOutputTokens, temperature}` (`temperature` only when set).
+//! - `toolConfig: {functionCallingConfig: {mode: "ANY", allowedFunctionNames?}}` only when a
+//!   call is forced (`allowedFunctionNames: [name]` for one tool).
 //!
 //! The model name and streaming are not part of the body: they choose the method called, see
 //! [`method`] (`models/{model}:generateContent`, or `:streamGenerateContent?alt=sse`).
@@ -39,7 +41,7 @@ use std::collections::HashMap;
 use pattern_db::{ContentBlock, Role};
 use serde_json::{Map, Value, json};
 
-use super::{RequestOptions, Turns};
+use super::{RequestOptions, ToolChoice, Turns};
 use crate::assemble::ContextMessage;
 use crate::error::{Error, Result};
 use crate::types::{MemoryContext, ModelInfo};
@@ -47,6 +49,7 @@ use crate::types::{MemoryContext, ModelInfo};
 /// The `generateContent` request body for `ctx`, following the module doc.
 pub fn request(ctx: &MemoryContext, model: &ModelInfo, opts: &RequestOptions) -> Result<Value> {
     super::preflight(&ctx.messages)?;
+    opts.tool_choice.check(ctx)?;
     let mut body = Map::new();
     let system: Vec<Value> = super::system_parts(ctx)
         .iter()
@@ -71,6 +74,24 @@ pub fn request(ctx: &MemoryContext, model: &ModelInfo, opts: &RequestOptions) ->
             "tools".into(),
             json!([{ "functionDeclarations": declarations }]),
         );
+    }
+    match &opts.tool_choice {
+        ToolChoice::Auto => {}
+        ToolChoice::Required => {
+            body.insert(
+                "toolConfig".into(),
+                json!({ "functionCallingConfig": { "mode": "ANY" } }),
+            );
+        }
+        ToolChoice::Tool(name) => {
+            body.insert(
+                "toolConfig".into(),
+                json!({ "functionCallingConfig": {
+                    "mode": "ANY",
+                    "allowedFunctionNames": [name],
+                } }),
+            );
+        }
     }
     body.insert("contents".into(), Value::Array(contents(&ctx.messages)?));
     let mut config = Map::new();
@@ -208,7 +229,7 @@ mod tests {
         let plain = RequestOptions::default();
         let stream = RequestOptions {
             stream: true,
-            ..plain
+            ..plain.clone()
         };
         assert_eq!(
             method(&model, &plain),

@@ -29,6 +29,12 @@
 //!    `0.699999988079071`); a temperature that is not finite is not a temperature and is left
 //!    out, so the provider's default applies.
 //!
+//! 7. **Tool choice** ([`ToolChoice`]) is written only when a call is forced, and checked first:
+//!    forcing a call with no tools offered, or naming a tool not offered, is
+//!    [`Error::UnknownToolChoice`] (providers refuse such a request). For OpenAI-compatible
+//!    servers that constrain output by schema instead, [`ForcedCall::ResponseSchema`] asks for
+//!    the call as schema-constrained JSON text ([`forced_call_schema`]).
+//!
 //! Where a provider needs a turn the history does not have (Anthropic and Gemini require the
 //! first turn to be the user's), the format adds the user text `"(conversation continues)"`.
 //! That text is part of the wire format, not of the history: it is never stored. An empty
@@ -51,13 +57,93 @@ use crate::error::{Damage, Error, Result};
 use crate::types::{MemoryContext, ModelInfo, Provider, SystemPart};
 
 /// Options of one request that are not part of the context.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct RequestOptions {
     /// Ask for a streamed response (Anthropic, OpenAI: a body field; Gemini: a different method,
     /// see [`gemini::method`]).
     pub stream: bool,
     /// Sampling temperature; `None` leaves the provider's default. Not finite: left out.
     pub temperature: Option<f32>,
+    /// Whether the model must call a tool (rule 7).
+    pub tool_choice: ToolChoice,
+    /// How a forced call is asked for (OpenAI format only; rule 7).
+    pub forced_call: ForcedCall,
+}
+
+/// How an OpenAI-compatible server is asked for a forced tool call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ForcedCall {
+    /// `tool_choice` (OpenAI, vLLM, most servers).
+    #[default]
+    ToolChoice,
+    /// For servers that ignore `tool_choice` but constrain output to a JSON schema (the
+    /// llama.cpp build the local model server uses): `response_format` with a schema that
+    /// admits exactly one call `{"name": <tool>, "arguments": <that tool's input schema>}`; the
+    /// answer's text is that call (the provider reads it back as a tool call).
+    ResponseSchema,
+}
+
+/// Whether, and which, tool the model must call in its answer (rule 7).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case", tag = "type", content = "name")]
+pub enum ToolChoice {
+    /// The model decides: nothing is written, every provider's default.
+    #[default]
+    Auto,
+    /// The model must call one of the offered tools (OpenAI `"required"`, Anthropic `any`,
+    /// Gemini mode `ANY`). Servers that constrain output with a grammar (llama.cpp) then only
+    /// let a well-formed call through.
+    Required,
+    /// The model must call this tool.
+    Tool(String),
+}
+
+/// The JSON schema of one forced call as text: `{"name", "arguments"}` where `name` is one of
+/// the tools `choice` allows and `arguments` follows that tool's input schema (one `anyOf`
+/// branch per tool). `None` when nothing is forced.
+pub fn forced_call_schema(ctx: &MemoryContext, choice: &ToolChoice) -> Option<Value> {
+    let allowed = |name: &str| match choice {
+        ToolChoice::Auto => false,
+        ToolChoice::Required => true,
+        ToolChoice::Tool(tool) => tool == name,
+    };
+    let branches: Vec<Value> = ctx
+        .tools
+        .iter()
+        .filter(|t| allowed(&t.name))
+        .map(|t| {
+            serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "name": { "type": "string", "enum": [t.name] },
+                    "arguments": t.input_schema,
+                },
+                "required": ["name", "arguments"],
+                "additionalProperties": false,
+            })
+        })
+        .collect();
+    match branches.len() {
+        0 => None,
+        1 => branches.into_iter().next(),
+        _ => Some(serde_json::json!({ "anyOf": branches })),
+    }
+}
+
+impl ToolChoice {
+    /// Checks the choice against the offered tools: a forced call needs a tool to call.
+    pub(crate) fn check(&self, ctx: &MemoryContext) -> Result<()> {
+        match self {
+            ToolChoice::Auto => Ok(()),
+            ToolChoice::Required if ctx.tools.is_empty() => Err(Error::UnknownToolChoice {
+                tool: "*".to_owned(),
+            }),
+            ToolChoice::Required => Ok(()),
+            ToolChoice::Tool(name) if ctx.tools.iter().any(|t| &t.name == name) => Ok(()),
+            ToolChoice::Tool(name) => Err(Error::UnknownToolChoice { tool: name.clone() }),
+        }
+    }
 }
 
 /// The JSON request body for `model`'s provider, following the module doc.
@@ -206,6 +292,7 @@ mod tests {
             temperature(&RequestOptions {
                 stream: false,
                 temperature: v,
+                ..RequestOptions::default()
             })
         };
         assert_eq!(t(Some(0.7)), Some(serde_json::json!(0.7)));

@@ -6,6 +6,10 @@
 //!   there are none.
 //! - `messages`: one `system` message, the [`crate::SystemPart`]s with text joined by blank
 //!   lines (left out when there are none), then the history.
+//! - `tool_choice` when a call is forced: `"required"`, or `{type: "function", function:
+//!   {name}}` for one tool; with [`ForcedCall::ResponseSchema`] instead `response_format:
+//!   {type: "json_schema", json_schema: {name: "tool_call", schema}}` (see
+//!   [`super::forced_call_schema`]).
 //! - `model`, `max_tokens` from [`ModelInfo`]; `temperature` when set; when streaming, `stream`
 //!   and `stream_options: {include_usage: true}` (so the last chunk reports token usage).
 //!
@@ -29,7 +33,7 @@
 use pattern_db::{ContentBlock, Role};
 use serde_json::{Map, Value, json};
 
-use super::RequestOptions;
+use super::{ForcedCall, RequestOptions, ToolChoice};
 use crate::assemble::ContextMessage;
 use crate::error::Result;
 use crate::types::{MemoryContext, ModelInfo};
@@ -40,6 +44,7 @@ const JOIN: &str = "\n\n";
 /// The Chat Completions request body for `ctx`, following the module doc.
 pub fn request(ctx: &MemoryContext, model: &ModelInfo, opts: &RequestOptions) -> Result<Value> {
     super::preflight(&ctx.messages)?;
+    opts.tool_choice.check(ctx)?;
     let mut body = Map::new();
     body.insert("model".into(), Value::from(model.model.as_str()));
     body.insert("max_tokens".into(), Value::from(model.max_output_tokens));
@@ -67,6 +72,29 @@ pub fn request(ctx: &MemoryContext, model: &ModelInfo, opts: &RequestOptions) ->
     }
     if let Some(t) = super::temperature(opts) {
         body.insert("temperature".into(), t);
+    }
+    match &opts.tool_choice {
+        ToolChoice::Auto => {}
+        choice if opts.forced_call == ForcedCall::ResponseSchema => {
+            if let Some(schema) = super::forced_call_schema(ctx, choice) {
+                body.insert(
+                    "response_format".into(),
+                    json!({
+                        "type": "json_schema",
+                        "json_schema": { "name": "tool_call", "schema": schema },
+                    }),
+                );
+            }
+        }
+        ToolChoice::Required => {
+            body.insert("tool_choice".into(), Value::from("required"));
+        }
+        ToolChoice::Tool(name) => {
+            body.insert(
+                "tool_choice".into(),
+                json!({ "type": "function", "function": { "name": name } }),
+            );
+        }
     }
     Ok(Value::Object(body))
 }

@@ -10,7 +10,7 @@
 //! `validate` (or put a call in the wrong role) are refused. These tests must never update a
 //! snapshot to make a wrong body pass: read the `.snap` diff first.
 
-use context_v2::format::{self, RequestOptions, anthropic, gemini, openai};
+use context_v2::format::{self, ForcedCall, RequestOptions, ToolChoice, anthropic, gemini, openai};
 use context_v2::{
     AssemblySummary, CachePoint, ContextMessage, Damage, Error, MemoryContext, ModelInfo, Provider,
     SectionTokens, SystemPart, SystemPartKind, ToolDefinition, validate,
@@ -394,12 +394,42 @@ fn fixtures() -> Vec<(&'static str, MemoryContext, RequestOptions)> {
             RequestOptions {
                 stream: true,
                 temperature: Some(0.7),
+                ..RequestOptions::default()
             },
         ),
-        ("parallel_calls", parallel_calls(), plain),
-        ("heartbeat_continuation", heartbeat_continuation(), plain),
-        ("assistant_first", assistant_first(), plain),
+        ("parallel_calls", parallel_calls(), plain.clone()),
+        (
+            "heartbeat_continuation",
+            heartbeat_continuation(),
+            plain.clone(),
+        ),
+        ("assistant_first", assistant_first(), plain.clone()),
         ("images", images(), plain),
+        (
+            "forced_call",
+            plain_chat(),
+            RequestOptions {
+                tool_choice: ToolChoice::Required,
+                ..RequestOptions::default()
+            },
+        ),
+        (
+            "forced_call_schema",
+            plain_chat(),
+            RequestOptions {
+                tool_choice: ToolChoice::Required,
+                forced_call: ForcedCall::ResponseSchema,
+                ..RequestOptions::default()
+            },
+        ),
+        (
+            "forced_tool",
+            plain_chat(),
+            RequestOptions {
+                tool_choice: ToolChoice::Tool("set_timer".into()),
+                ..RequestOptions::default()
+            },
+        ),
     ]
 }
 
@@ -611,6 +641,79 @@ fn snapshot_images() {
     snapshot("images");
 }
 
+#[test]
+fn snapshot_forced_call() {
+    snapshot("forced_call");
+}
+
+#[test]
+fn snapshot_forced_call_schema() {
+    snapshot("forced_call_schema");
+}
+
+#[test]
+fn a_forced_call_by_schema_admits_only_the_allowed_tools() {
+    let ctx = plain_chat();
+    let one = RequestOptions {
+        tool_choice: ToolChoice::Tool("set_timer".into()),
+        forced_call: ForcedCall::ResponseSchema,
+        ..RequestOptions::default()
+    };
+    let body = checked(Provider::OpenAi, &ctx, &one);
+    assert!(body.get("tool_choice").is_none(), "{body}");
+    let schema = &body["response_format"]["json_schema"]["schema"];
+    assert_eq!(schema["properties"]["name"]["enum"], json!(["set_timer"]));
+    assert_eq!(schema["properties"]["arguments"], ctx.tools[2].input_schema);
+    // Not forced: no schema, whatever the mode.
+    let auto = RequestOptions {
+        forced_call: ForcedCall::ResponseSchema,
+        ..RequestOptions::default()
+    };
+    let body = checked(Provider::OpenAi, &ctx, &auto);
+    assert!(body.get("response_format").is_none(), "{body}");
+    // Other formats ignore the mode and force natively.
+    let body = checked(Provider::Anthropic, &ctx, &one);
+    assert_eq!(body["tool_choice"]["name"], "set_timer");
+}
+
+#[test]
+fn snapshot_forced_tool() {
+    snapshot("forced_tool");
+}
+
+#[test]
+fn a_forced_call_needs_an_offered_tool() {
+    let no_tools = context(
+        vec![instructions()],
+        Vec::new(),
+        vec![say(10, 10, Role::User, "hi")],
+        Vec::new(),
+    );
+    for provider in PROVIDERS {
+        let required = RequestOptions {
+            tool_choice: ToolChoice::Required,
+            ..RequestOptions::default()
+        };
+        let err = format::request(&no_tools, &model(provider), &required).unwrap_err();
+        assert!(
+            matches!(err, context_v2::Error::UnknownToolChoice { ref tool } if tool == "*"),
+            "{provider:?}: {err}"
+        );
+        let unknown = RequestOptions {
+            tool_choice: ToolChoice::Tool("launch_rockets".into()),
+            ..RequestOptions::default()
+        };
+        let err = format::request(&plain_chat(), &model(provider), &unknown).unwrap_err();
+        assert!(
+            matches!(err, context_v2::Error::UnknownToolChoice { ref tool } if tool == "launch_rockets"),
+            "{provider:?}: {err}"
+        );
+        // Auto is written nowhere: the provider's default applies.
+        let body = checked(provider, &plain_chat(), &RequestOptions::default());
+        assert!(body.get("tool_choice").is_none() && body.get("toolConfig").is_none());
+    }
+}
+
 // -- targeted assertions ---------------------------------------------------------------------
 
 #[test]
@@ -814,6 +917,7 @@ fn options_and_model_facts_land_where_each_api_wants_them() {
     let set = RequestOptions {
         stream: true,
         temperature: Some(0.2),
+        ..RequestOptions::default()
     };
     let a = |o| anthropic::request(&ctx, &model(Provider::Anthropic), o).unwrap();
     assert_eq!(a(&none)["model"], "claude-sonnet-4-5");
@@ -852,6 +956,7 @@ fn options_and_model_facts_land_where_each_api_wants_them() {
     let nan = RequestOptions {
         stream: false,
         temperature: Some(f32::NAN),
+        ..RequestOptions::default()
     };
     assert!(a(&nan).get("temperature").is_none());
     assert!(o(&nan).get("temperature").is_none());

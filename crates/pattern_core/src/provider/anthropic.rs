@@ -74,6 +74,8 @@ impl ModelProvider for AnthropicProvider {
         let request = RequestOptions {
             stream: true,
             temperature: opts.temperature,
+            tool_choice: opts.tool_choice.clone(),
+            ..RequestOptions::default()
         };
         let body = context_v2::format::anthropic::request(ctx, &model, &request)
             .map_err(|e| ProviderError::Request(e.to_string()))?;

@@ -65,6 +65,8 @@ impl ModelProvider for GeminiProvider {
         let request = RequestOptions {
             stream: true,
             temperature: opts.temperature,
+            tool_choice: opts.tool_choice.clone(),
+            ..RequestOptions::default()
         };
         let body = context_v2::format::gemini::request(ctx, &model, &request)
             .map_err(|e| ProviderError::Request(e.to_string()))?;

@@ -12,6 +12,7 @@
 //! This module must never log or format a key (an [`ApiKey`] prints as `***` and its header is
 //! marked sensitive), never log a request body, and never retry after an event went out.
 
+use context_v2::format::ForcedCall;
 use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
@@ -92,6 +93,9 @@ pub struct ProviderConfig {
     pub timeout: Duration,
     /// Retries before the first event.
     pub retry: RetryPolicy,
+    /// How a forced tool call is asked of an OpenAI-compatible server (default: `tool_choice`;
+    /// the local llama.cpp server takes [`ForcedCall::ResponseSchema`]).
+    pub forced_call: ForcedCall,
 }
 
 impl ProviderConfig {
@@ -105,6 +109,7 @@ impl ProviderConfig {
             api_key: None,
             timeout: DEFAULT_TIMEOUT,
             retry: RetryPolicy::default(),
+            forced_call: ForcedCall::default(),
         }
     }
 

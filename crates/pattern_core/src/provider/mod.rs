@@ -39,6 +39,7 @@ use pattern_db::ContentBlock;
 use serde::{Deserialize, Serialize};
 
 pub use anthropic::AnthropicProvider;
+pub use context_v2::format::{ForcedCall, ToolChoice};
 pub use gemini::GeminiProvider;
 pub use http::{ApiKey, DEFAULT_TIMEOUT, ProviderConfig, RetryPolicy};
 pub use openai::OpenAiProvider;
@@ -52,6 +53,8 @@ pub struct GenerateOptions {
     pub max_output_tokens: Option<usize>,
     /// Deadline for the whole call, including retries; `None` uses the provider's default.
     pub timeout: Option<Duration>,
+    /// Whether the model must call a tool in this answer (default: it decides).
+    pub tool_choice: ToolChoice,
 }
 
 /// Token usage of one call, as the provider reports it.

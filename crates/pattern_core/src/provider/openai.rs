@@ -10,13 +10,17 @@
 //! ends the answer. A chunk holding `error` is the provider's error. A body that ends with
 //! neither `[DONE]` nor a `finish_reason` is truncated.
 //!
+//! A call forced by response schema ([`ForcedCall::ResponseSchema`], for servers that ignore
+//! `tool_choice`) arrives as the answer's text, `{"name", "arguments"}`: it is held back and
+//! becomes the answer's one tool call at the end (or stays text if it is not such an object).
+//!
 //! This module must never shape the request body itself (that is `context_v2::format::openai`)
 //! and never log the key.
 
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use context_v2::format::RequestOptions;
+use context_v2::format::{ForcedCall, RequestOptions};
 use context_v2::{MemoryContext, ModelInfo, Provider};
 use eventsource_stream::Event;
 use reqwest::header::{AUTHORIZATION, HeaderMap};
@@ -35,13 +39,16 @@ pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 #[derive(Debug, Clone)]
 pub struct OpenAiProvider {
     endpoint: Endpoint,
+    forced_call: ForcedCall,
 }
 
 impl OpenAiProvider {
     /// Checks `config` (wire format `OpenAi`; a key unless the base URL is another server's).
     pub fn new(config: ProviderConfig) -> Result<Self, ProviderError> {
+        let forced_call = config.forced_call;
         Ok(Self {
             endpoint: Endpoint::new(config, Provider::OpenAi, "openai", OPENAI_BASE_URL)?,
+            forced_call,
         })
     }
 }
@@ -79,7 +86,12 @@ impl ModelProvider for OpenAiProvider {
         let request = RequestOptions {
             stream: true,
             temperature: opts.temperature,
+            tool_choice: opts.tool_choice.clone(),
+            forced_call: self.forced_call,
         };
+        // Asked as schema-constrained text, the call comes back as the answer's text.
+        let call_as_text = self.forced_call == ForcedCall::ResponseSchema
+            && context_v2::format::forced_call_schema(ctx, &opts.tool_choice).is_some();
         let body = context_v2::format::openai::request(ctx, &model, &request)
             .map_err(|e| ProviderError::Request(e.to_string()))?;
         let mut headers = HeaderMap::new();
@@ -91,7 +103,10 @@ impl ModelProvider for OpenAiProvider {
                 headers,
                 body_bytes(&body)?,
                 opts.timeout,
-                OpenAiDecoder::default,
+                move || OpenAiDecoder {
+                    call_as_text: call_as_text.then(String::new),
+                    ..OpenAiDecoder::default()
+                },
             )
             .await
     }
@@ -105,6 +120,9 @@ pub(crate) struct OpenAiDecoder {
     calls: HashMap<u64, (Slot, usize)>,
     finish_reason: Option<String>,
     done: bool,
+    /// `Some` when the request forced a call by response schema: the answer's text so far,
+    /// which is that call (read back in [`Self::done`]), never shown as text.
+    call_as_text: Option<String>,
 }
 
 impl OpenAiDecoder {
@@ -118,10 +136,35 @@ impl OpenAiDecoder {
         }
     }
 
-    fn done(&mut self) -> ProviderEvent {
+    fn done(&mut self) -> Vec<ProviderEvent> {
         self.done = true;
+        let mut out = self.call_from_text();
         let stop = self.stop_reason();
-        std::mem::take(&mut self.answer).finish(stop)
+        out.push(std::mem::take(&mut self.answer).finish(stop));
+        out
+    }
+
+    /// The call a response schema asked for, read from the answer's text: `{"name",
+    /// "arguments"}`. Text that is not such an object (cut off at the token limit) stays the
+    /// answer's text, as the model wrote it.
+    fn call_from_text(&mut self) -> Vec<ProviderEvent> {
+        let Some(text) = self.call_as_text.take() else {
+            return Vec::new();
+        };
+        let call = serde_json::from_str::<Value>(&text).ok().and_then(|v| {
+            let name = v["name"].as_str()?.to_owned();
+            let arguments = v.get("arguments").filter(|a| a.is_object())?.to_string();
+            Some((name, arguments))
+        });
+        match call {
+            Some((name, arguments)) => {
+                let (slot, index, started) = self.answer.open_call(None, &name, None);
+                let mut out = vec![started];
+                out.extend(self.answer.append(slot, &arguments, Some(index)));
+                out
+            }
+            None => self.answer.text(&text).into_iter().collect(),
+        }
     }
 }
 
@@ -189,7 +232,7 @@ impl Decoder for OpenAiDecoder {
             return Ok(vec![]);
         }
         if data == "[DONE]" {
-            return Ok(vec![self.done()]);
+            return Ok(self.done());
         }
         let chunk: Value = serde_json::from_str(data)
             .map_err(|e| decode_error(provider, format!("a chunk is not JSON: {e}")))?;
@@ -207,7 +250,10 @@ impl Decoder for OpenAiDecoder {
                 out.extend(self.answer.thinking(t));
             }
             if let Some(t) = delta["content"].as_str() {
-                out.extend(self.answer.text(t));
+                match &mut self.call_as_text {
+                    Some(call) => call.push_str(t),
+                    None => out.extend(self.answer.text(t)),
+                }
             }
             for call in delta["tool_calls"].as_array().into_iter().flatten() {
                 let key = call["index"].as_u64().unwrap_or(self.calls.len() as u64);
@@ -250,10 +296,96 @@ impl Decoder for OpenAiDecoder {
             return Ok(vec![]);
         }
         if self.finish_reason.is_some() {
-            return Ok(vec![self.done()]);
+            return Ok(self.done());
         }
         Err(ProviderError::Truncated {
             provider: provider.to_owned(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! A call forced by response schema, read back from the answer's text.
+
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use crate::provider::ModelResponse;
+    use pattern_db::ContentBlock;
+
+    fn chunk(data: &str) -> Event {
+        Event {
+            event: "message".into(),
+            data: data.into(),
+            id: String::new(),
+            retry: None,
+        }
+    }
+
+    fn content(text: &str) -> Event {
+        chunk(&serde_json::json!({"choices": [{"delta": {"content": text}}]}).to_string())
+    }
+
+    fn decode(call_as_text: bool, pieces: &[&str]) -> (Vec<ProviderEvent>, ModelResponse) {
+        let mut d = OpenAiDecoder {
+            call_as_text: call_as_text.then(String::new),
+            ..OpenAiDecoder::default()
+        };
+        let mut events = Vec::new();
+        for p in pieces {
+            events.extend(d.event("llama.cpp", &content(p)).unwrap());
+        }
+        events.extend(
+            d.event(
+                "llama.cpp",
+                &chunk(r#"{"choices": [{"delta": {}, "finish_reason": "stop"}]}"#),
+            )
+            .unwrap(),
+        );
+        events.extend(d.event("llama.cpp", &chunk("[DONE]")).unwrap());
+        let Some(ProviderEvent::Done { response }) = events.last().cloned() else {
+            panic!("no Done: {events:?}");
+        };
+        (events, response)
+    }
+
+    #[test]
+    fn a_schema_forced_call_becomes_a_tool_call() {
+        let (events, response) = decode(
+            true,
+            &[
+                r#"{"name": "archival_search", "#,
+                r#""arguments": {"query": "bees"}}"#,
+            ],
+        );
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(e, ProviderEvent::TextDelta { .. })),
+            "the call is never shown as text: {events:?}"
+        );
+        assert_eq!(response.stop_reason, StopReason::ToolUse);
+        match response.content.as_slice() {
+            [ContentBlock::ToolUse { name, input, .. }] => {
+                assert_eq!(name, "archival_search");
+                assert_eq!(input, &serde_json::json!({"query": "bees"}));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn text_that_is_no_call_stays_text() {
+        // Cut off at the token limit: not an object, so the model's words are kept as written.
+        let (_, response) = decode(true, &[r#"{"name": "archival_search", "argu"#]);
+        assert_eq!(
+            response.content,
+            vec![ContentBlock::text(r#"{"name": "archival_search", "argu"#)]
+        );
+        // Without a forced call, JSON text is just text.
+        let (_, response) = decode(false, &[r#"{"name": "x", "arguments": {}}"#]);
+        assert_eq!(response.stop_reason, StopReason::EndTurn);
+        assert!(matches!(response.content[0], ContentBlock::Text { .. }));
     }
 }

@@ -60,6 +60,7 @@ fn llama_opts() -> GenerateOptions {
         temperature: Some(0.0),
         max_output_tokens: Some(48),
         timeout: Some(Duration::from_secs(30)),
+        ..Default::default()
     }
 }
 

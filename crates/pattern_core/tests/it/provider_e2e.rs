@@ -94,6 +94,7 @@ fn opts(max_tokens: usize) -> GenerateOptions {
         temperature: Some(0.0),
         max_output_tokens: Some(max_tokens),
         timeout: Some(Duration::from_secs(600)),
+        ..Default::default()
     }
 }
 
@@ -314,4 +315,82 @@ async fn a_server_that_cannot_start_reports_its_log() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// A question the model answers in text when left to itself, with two tools offered.
+fn beehive_question() -> context_v2::MemoryContext {
+    let tool = |name: &str, description: &str, field: &str| context_v2::ToolDefinition {
+        name: name.into(),
+        description: description.into(),
+        input_schema: serde_json::json!({
+            "type": "object",
+            "properties": { field: { "type": "string" } },
+            "required": [field],
+        }),
+    };
+    context(
+        "You are a helpful assistant with long-term memory.",
+        vec![
+            tool("archival_search", "Search your archival memory.", "query"),
+            tool(
+                "memory_append",
+                "Append text to your memory about the user.",
+                "text",
+            ),
+        ],
+        vec![msg(
+            2,
+            Role::User,
+            vec![ContentBlock::text("When did I start my first beehive?")],
+        )],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qwen_makes_a_forced_call_by_response_schema() {
+    use pattern_core::provider::{ForcedCall, ToolChoice};
+    let shared = qwen();
+    let mut config = ProviderConfig::new(shared.model.clone())
+        .with_base_url(shared.base_url.clone())
+        .with_name("llama.cpp");
+    config.forced_call = ForcedCall::ResponseSchema;
+    let p = config.build().unwrap();
+    let ctx = beehive_question();
+    let forced = GenerateOptions {
+        tool_choice: ToolChoice::Required,
+        ..opts(64)
+    };
+    let began = Instant::now();
+    let r = complete(p.as_ref(), &ctx, &forced).await.unwrap();
+    eprintln!("e2e: qwen forced call took {:?}", began.elapsed());
+    assert_eq!(r.stop_reason, StopReason::ToolUse, "{r:?}");
+    let calls: Vec<(&str, &serde_json::Value)> = r
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::ToolUse { name, input, .. } => Some((name.as_str(), input)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(calls.len(), 1, "{r:?}");
+    let (name, input) = calls[0];
+    let field = match name {
+        "archival_search" => "query",
+        "memory_append" => "text",
+        other => panic!("a tool that was not offered: {other}"),
+    };
+    // The schema held: the one argument the tool declares, a string.
+    assert!(input[field].is_string(), "{input}");
+    assert_eq!(input.as_object().map(|o| o.len()), Some(1), "{input}");
+
+    // One tool named: that tool.
+    let named = GenerateOptions {
+        tool_choice: ToolChoice::Tool("memory_append".into()),
+        ..opts(64)
+    };
+    let r = complete(p.as_ref(), &ctx, &named).await.unwrap();
+    assert!(
+        matches!(r.content.as_slice(), [ContentBlock::ToolUse { name, .. }] if name == "memory_append"),
+        "{r:?}"
+    );
 }

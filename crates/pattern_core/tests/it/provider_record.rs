@@ -156,6 +156,7 @@ async fn record_llama_cassettes() {
         temperature: Some(0.0),
         max_output_tokens: Some(48),
         timeout: Some(std::time::Duration::from_secs(300)),
+        ..Default::default()
     };
 
     let smol = LocalModelServer::start(LocalServerConfig::new(LocalModel::Smol))
