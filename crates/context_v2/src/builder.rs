@@ -36,6 +36,7 @@ pub struct ContextBuilder<'a> {
     counter: &'a dyn TokenCounter,
     tools: &'a [ToolDefinition],
     tool_rules: &'a [String],
+    recalled: &'a [String],
     summarizer: Option<&'a dyn Summarizer>,
     active: Option<BatchId>,
 }
@@ -98,9 +99,18 @@ impl<'a> ContextBuilder<'a> {
             counter,
             tools: &[],
             tool_rules: &[],
+            recalled: &[],
             summarizer: None,
             active: None,
         }
+    }
+
+    /// Passages recalled for this turn, best first. They go after the tool rules, and as many
+    /// as fit in what the system budget leaves are kept (best first): recall never makes a
+    /// context over budget.
+    pub fn recalled(mut self, passages: &'a [String]) -> Self {
+        self.recalled = passages;
+        self
     }
 
     /// The tools offered to the model.
@@ -155,6 +165,30 @@ impl<'a> ContextBuilder<'a> {
             .sum()
     }
 
+    /// The recalled passages that fit in `budget` beside `system`, best first, as one part.
+    fn recalled_part(&self, budget: usize, system: &[SystemPart]) -> Option<SystemPart> {
+        const HEADER: &str = "Memories recalled for this message (your archival memory):";
+        let mut room = budget
+            .checked_sub(self.count_parts(system))?
+            .checked_sub(self.counter.count_text(HEADER) + MESSAGE_OVERHEAD)?;
+        let mut text = String::from(HEADER);
+        let mut kept = 0;
+        for passage in self.recalled {
+            let line = format!("\n- {passage}");
+            let cost = self.counter.count_text(&line);
+            if cost > room {
+                break;
+            }
+            room -= cost;
+            text.push_str(&line);
+            kept += 1;
+        }
+        (kept > 0).then_some(SystemPart {
+            kind: SystemPartKind::Recalled,
+            text,
+        })
+    }
+
     async fn build_within(&self, window: usize, reserve: usize) -> Result<MemoryContext> {
         let budgets = &self.config.budgets;
         if reserve >= window {
@@ -186,6 +220,9 @@ impl<'a> ContextBuilder<'a> {
                 kind: SystemPartKind::ToolRules,
                 text: self.tool_rules.join("\n"),
             });
+        }
+        if let Some(part) = self.recalled_part(budgets.system.min(available), &system) {
+            system.push(part);
         }
         let system_tokens = self.count_parts(&system);
         check(

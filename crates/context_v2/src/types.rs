@@ -140,6 +140,9 @@ pub enum SystemPartKind {
     ToolRules,
     /// A summary of compressed history.
     Summary,
+    /// Passages of archival memory recalled for this turn (by searching with its trigger);
+    /// they change every turn, so they come after the stable prefix.
+    Recalled,
 }
 
 /// One part of the system prompt, rendered as text.

@@ -56,6 +56,12 @@ pub struct RuntimeConfig {
     /// provider (or a grammar-constrained local server) cannot break the rule. Later calls of
     /// the run are always [`ToolChoice::Auto`], so the loop can end.
     pub first_tool_choice: ToolChoice,
+    /// How many archival passages are recalled into the context of each run (default 0:
+    /// none). The agent's archival memory is searched (hybrid when embeddings are configured,
+    /// else full text) with the text of the run's trigger once per batch, and the best passages
+    /// are shown after the memory blocks, as many as fit the system budget. The agent still
+    /// decides what to store; recall only brings back what it stored.
+    pub recall: usize,
 }
 
 impl RuntimeConfig {
@@ -71,6 +77,7 @@ impl RuntimeConfig {
             max_duration: Duration::from_secs(600),
             temperature: None,
             first_tool_choice: ToolChoice::Auto,
+            recall: 0,
         }
     }
 
@@ -178,6 +185,8 @@ pub struct AgentRuntime {
     summarizer: Option<Arc<dyn Summarizer>>,
     queue_signal: Arc<Notify>,
     archival: Option<Arc<dyn ArchivalMemory>>,
+    /// The passages recalled for the last batch built ([`RuntimeConfig::recall`]).
+    recalled: StdMutex<Option<(BatchId, Vec<String>)>>,
 }
 
 impl fmt::Debug for AgentRuntime {
@@ -284,6 +293,7 @@ impl RuntimeBuilder {
             summarizer: self.summarizer,
             queue_signal: self.queue_signal.unwrap_or_default(),
             archival: self.archival,
+            recalled: StdMutex::new(None),
         })
     }
 }
@@ -518,16 +528,68 @@ impl AgentRuntime {
     /// Builds the model request context, with `active` as the batch in progress.
     pub async fn build_context(&self, active: Option<BatchId>) -> Result<MemoryContext> {
         let definitions = self.tools.definitions();
+        let recalled = self.recalled_for(active).await;
         let memory: &dyn MemoryStore = &*self.memory;
         let mut builder =
             ContextBuilder::new(memory, &self.store, &self.config.context, &*self.counter)
                 .tools(&definitions)
                 .tool_rules(&self.rule_texts)
+                .recalled(&recalled)
                 .active_batch(active);
         if let Some(s) = &self.summarizer {
             builder = builder.summarizer(&**s);
         }
         Ok(builder.build_for_model(self.model.model()).await?)
+    }
+
+    /// The passages recalled for `active` ([`RuntimeConfig::recall`]): searched once per batch
+    /// with its trigger's text. A failed search recalls nothing (and is logged): recall never
+    /// fails a run.
+    async fn recalled_for(&self, active: Option<BatchId>) -> Vec<String> {
+        let (Some(batch), Some(archival)) = (active, &self.archival) else {
+            return Vec::new();
+        };
+        if self.config.recall == 0 {
+            return Vec::new();
+        }
+        let cache = || {
+            self.recalled
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if let Some((b, passages)) = cache().as_ref()
+            && *b == batch
+        {
+            return passages.clone();
+        }
+        let query = match self.store.get_batch(batch).await {
+            Ok(stored) => stored
+                .messages
+                .first()
+                .map(|m| m.text())
+                .unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!(agent = %self.agent, error = %e, "recall: reading the trigger failed");
+                return Vec::new();
+            }
+        };
+        let passages = if query.trim().is_empty() {
+            Vec::new()
+        } else {
+            let options = SearchOptions::mode(memory_v2::SearchMode::Auto)
+                .with_limit(self.config.recall)
+                .for_agent(self.agent)
+                .only(&[pattern_db::ContentType::Archival]);
+            match archival.search(&query, &options).await {
+                Ok(hits) => hits.into_iter().map(|h| h.text).collect(),
+                Err(e) => {
+                    tracing::warn!(agent = %self.agent, error = %e, "recall: search failed");
+                    Vec::new()
+                }
+            }
+        };
+        *cache() = Some((batch, passages.clone()));
+        passages
     }
 
     // -- tools ------------------------------------------------------------------------------

@@ -118,10 +118,12 @@ fn system(ctx: &MemoryContext) -> Vec<Value> {
         .map(|p| json!({ "type": "text", "text": p.text }))
         .collect();
     let is_summary = |kind: &SystemPartKind| *kind == SystemPartKind::Summary;
+    // Recalled passages change every turn: the stable prefix ends before them too.
+    let is_volatile = |kind: &SystemPartKind| is_summary(kind) || *kind == SystemPartKind::Recalled;
     if ctx.cache_points.contains(&CachePoint::AfterSystem) {
         let first_summary = parts
             .iter()
-            .position(|p| is_summary(&p.kind))
+            .position(|p| is_volatile(&p.kind))
             .unwrap_or(parts.len());
         if let Some(last) = first_summary.checked_sub(1) {
             mark(blocks.get_mut(last));

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use context_v2::{
     CachePoint, CompressionStrategy, ContextBuilder, ContextConfig, Error, EstimateCounter,
-    ModelInfo, Provider, Summarizer, SystemPartKind, ToolDefinition, validate,
+    ModelInfo, Provider, Summarizer, SystemPartKind, TokenCounter, ToolDefinition, validate,
 };
 use pattern_db::{BeginBatch, ContentBlock, NewMessage, Role, StoredBatch, Summary};
 use serde_json::json;
@@ -143,6 +143,68 @@ async fn builds_sections_in_order_within_the_window() {
     validate(&ctx.messages).unwrap();
     assert!(ctx.tokens.total() <= 100_000 - config.response_reserve);
     assert!(ctx.tokens.system > 0 && ctx.tokens.tools > 0 && ctx.tokens.history > 0);
+    f.db.close().await;
+}
+
+#[tokio::test]
+async fn recalled_passages_come_last_and_only_as_many_as_fit() {
+    let f = fixture(2, 0).await;
+    let counter = EstimateCounter::default();
+    let mut config = config(100_000, CompressionStrategy::Truncate);
+    let recalled = vec![
+        "The first hive was started in April 2024.".to_owned(),
+        "Sam keeps two beehives in Lyon.".to_owned(),
+    ];
+    let ctx = ContextBuilder::new(&f.memory, &f.store, &config, &counter)
+        .recalled(&recalled)
+        .build()
+        .await
+        .unwrap();
+    let last = ctx.system.last().unwrap();
+    assert_eq!(last.kind, SystemPartKind::Recalled);
+    assert!(
+        last.text
+            .contains("- The first hive was started in April 2024.")
+            && last.text.contains("- Sam keeps two beehives in Lyon."),
+        "{}",
+        last.text
+    );
+
+    // A system budget with room for one passage keeps the best one only; none, none at all:
+    // recall never makes a context over budget.
+    let without = ContextBuilder::new(&f.memory, &f.store, &config, &counter)
+        .build()
+        .await
+        .unwrap();
+    let header = "Memories recalled for this message (your archival memory):";
+    config.budgets.system = without.tokens.system
+        + counter.count_text(header)
+        + 4
+        + counter.count_text(&format!("\n- {}", recalled[0]))
+        + 1;
+    let ctx = ContextBuilder::new(&f.memory, &f.store, &config, &counter)
+        .recalled(&recalled)
+        .build()
+        .await
+        .unwrap();
+    let last = ctx.system.last().unwrap();
+    assert_eq!(last.kind, SystemPartKind::Recalled);
+    assert!(
+        last.text.contains("April 2024") && !last.text.contains("Lyon"),
+        "{}",
+        last.text
+    );
+    config.budgets.system = without.tokens.system;
+    let ctx = ContextBuilder::new(&f.memory, &f.store, &config, &counter)
+        .recalled(&recalled)
+        .build()
+        .await
+        .unwrap();
+    assert!(
+        ctx.system
+            .iter()
+            .all(|p| p.kind != SystemPartKind::Recalled)
+    );
     f.db.close().await;
 }
 

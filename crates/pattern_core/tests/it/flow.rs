@@ -682,6 +682,65 @@ async fn archival_tools_store_and_find(kind: pattern_db::Backend) {
     h.cleanup().await;
 }
 
+/// With `recall` set, a later run's context holds the passages the agent stored earlier that
+/// match its trigger, after the memory blocks; without it, none.
+async fn recall_brings_back_what_the_agent_stored(kind: pattern_db::Backend) {
+    let mut with_recall = config();
+    with_recall.recall = 3;
+    let h = Harness::with(
+        kind,
+        vec![
+            Turn::call(
+                "c1",
+                "archival_insert",
+                json!({"content": "The first hive was started in April 2024."}),
+            ),
+            Turn::text("Noted."),
+            Turn::text("In April 2024."),
+        ],
+        with_recall,
+        None,
+    )
+    .await;
+    h.turn("my first hive was started in April 2024").await;
+    h.turn("when did I start my first hive?").await;
+    let seen = h.provider.seen();
+    let recalled = |ctx: &context_v2::MemoryContext| {
+        ctx.system
+            .iter()
+            .find(|p| p.kind == context_v2::SystemPartKind::Recalled)
+            .map(|p| p.text.clone())
+    };
+    // The first run stored nothing yet when it started.
+    assert_eq!(recalled(&seen[0]), None);
+    let second = recalled(&seen[2]).expect("recalled passages in the second run");
+    assert!(second.contains("April 2024"), "{second}");
+    assert_eq!(
+        seen[2].system.last().map(|p| &p.kind),
+        Some(&context_v2::SystemPartKind::Recalled)
+    );
+    h.cleanup().await;
+
+    // Off by default.
+    let h = Harness::new(
+        kind,
+        vec![
+            Turn::call(
+                "c1",
+                "archival_insert",
+                json!({"content": "The first hive was started in April 2024."}),
+            ),
+            Turn::text("Noted."),
+            Turn::text("I do not know."),
+        ],
+    )
+    .await;
+    h.turn("my first hive was started in April 2024").await;
+    h.turn("when did I start my first hive?").await;
+    assert!(h.provider.seen().iter().all(|c| recalled(c).is_none()));
+    h.cleanup().await;
+}
+
 /// Models repeat call ids across steps; the store refuses a repeat in one batch, so the agent
 /// renames it, and every event of the call (started, finished, result) and the stored tool_use
 /// name it the same way.
@@ -741,6 +800,7 @@ async fn a_repeated_call_id_is_renamed_alike_in_every_event(kind: pattern_db::Ba
 
 conformance!(
     a_repeated_call_id_is_renamed_alike_in_every_event,
+    recall_brings_back_what_the_agent_stored,
     archival_tools_store_and_find,
     plain_answer_is_streamed_and_stored,
     memory_tool_call_round_trip,
