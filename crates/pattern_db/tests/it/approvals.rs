@@ -1,6 +1,6 @@
 //! Approval requests: exactly one of concurrent deciders wins (the others get `AlreadyDecided`),
 //! organization walls (`ApprovalNotFound`), timeouts, the turn event stored with a request, and
-//! pending requests ended with their batch (never approved later).
+//! pending requests ended with their batch, also when its process died (never approved later).
 
 use std::time::Duration;
 
@@ -300,7 +300,60 @@ async fn a_request_ends_with_its_batch(kind: Kind) {
     db.close().await;
 }
 
+/// The process running the run dies while its request is pending: recovery in another process
+/// abandons the batch and marks the request `abandoned` in the same transaction, so a late
+/// answer can never approve it.
+async fn a_dead_runs_request_is_abandoned_never_approved(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let a = tdb.open().await.unwrap();
+    let ada = a.create_agent(NewAgent::named("ada")).await.unwrap();
+    let Submitted::Started(started) = a
+        .submit(Submit {
+            agent: ada.id,
+            trigger: NewMessage::user("go"),
+            batch_type: None,
+            retry_of: None,
+            turn: NewTurn::new("test"),
+            start: true,
+        })
+        .await
+        .unwrap()
+    else {
+        panic!("not started")
+    };
+    let batch = started.received.batch_id;
+    let asked = pattern_db::runs::fenced(
+        started.claim,
+        a.request_approval(new_approval(ada.id, Some(batch))),
+    )
+    .await
+    .unwrap();
+    a.crash().await;
+
+    let b = tdb.open().await.unwrap();
+    let recovered = b
+        .recover_runs(pattern_db::RecoveryScope::ExpiredLeases)
+        .await
+        .unwrap();
+    assert_eq!(recovered.len(), 1, "the dead run's batch is abandoned");
+    assert_eq!(recovered[0].batch.id, batch);
+    let ended = b.approval(None, asked.id).await.unwrap();
+    assert_eq!(ended.state, ApprovalState::Abandoned);
+    assert_eq!(ended.decided_by.as_deref(), Some("recovery"));
+    assert!(matches!(
+        b.decide_approval(None, asked.id, ApprovalDecision::Approve, "http")
+            .await,
+        Err(Error::AlreadyDecided {
+            state: ApprovalState::Abandoned,
+            ..
+        })
+    ));
+    b.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
 conformance!(
+    a_dead_runs_request_is_abandoned_never_approved,
     one_decision_wins_among_concurrent_deciders,
     another_organizations_request_is_not_found,
     timeouts_are_marked_once,
