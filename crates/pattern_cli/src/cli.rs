@@ -92,6 +92,34 @@ pub(crate) enum Command {
     /// API keys of organizations (stored hashed; the secret is shown once).
     #[command(subcommand)]
     Key(KeyCommand),
+    /// Approval requests of guarded tool calls: list them, answer one.
+    #[command(subcommand)]
+    Approvals(ApprovalsCommand),
+}
+
+/// `pattern approvals ...`
+#[derive(Debug, Subcommand)]
+pub(crate) enum ApprovalsCommand {
+    /// Approval requests of every agent, newest first.
+    List {
+        /// `pending` (default), `approved`, `denied`, `timed_out`, `abandoned`, or `all`.
+        #[arg(long, default_value = "pending")]
+        state: String,
+        /// At most this many (1 to 100).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// Answer a pending request; the waiting run goes on in whichever process runs it.
+    Decide {
+        /// The request's id.
+        id: String,
+        /// `approve` or `deny`.
+        #[arg(value_parser = ["approve", "deny"])]
+        decision: String,
+        /// Why (with `deny`; the model sees it).
+        #[arg(long)]
+        reason: Option<String>,
+    },
 }
 
 /// `pattern org ...`

@@ -25,7 +25,7 @@ pub(crate) fn line(text: &str) -> Result<()> {
 
 /// The JSON shapes, shared with the HTTP API (one definition for both front doors).
 pub(crate) use pattern_server::views::{
-    AgentView, BatchDetail, BatchView, BlockView, MessageView, VersionView,
+    AgentView, ApprovalView, BatchDetail, BatchView, BlockView, MessageView, VersionView,
 };
 
 /// Shortens `text` to one line of at most `max` characters for tables (display only).

@@ -189,6 +189,21 @@ pub enum ResponseEvent {
         /// Whether it is an error result.
         is_error: bool,
     },
+    /// A tool call waits for a human's approval (stored as approval request `approval_id`;
+    /// answer it with `POST /v1/approvals/{id}` or `pattern approvals decide`). No answer by
+    /// `deadline` is a denial.
+    ApprovalRequested {
+        /// The stored request.
+        approval_id: SnowflakeId,
+        /// The tool.
+        tool: String,
+        /// The call's id.
+        call_id: Option<String>,
+        /// Why approval is needed.
+        reason: String,
+        /// When an unanswered request is denied.
+        deadline: chrono::DateTime<chrono::Utc>,
+    },
     /// Token usage of one model call.
     Usage {
         /// The usage.
@@ -236,6 +251,7 @@ impl ResponseEvent {
             ResponseEvent::ToolCallStarted { .. } => "tool_call_started",
             ResponseEvent::ToolCallFinished { .. } => "tool_call_finished",
             ResponseEvent::ToolResult { .. } => "tool_result",
+            ResponseEvent::ApprovalRequested { .. } => "approval_requested",
             ResponseEvent::Usage { .. } => "usage",
             ResponseEvent::StepCommitted { .. } => "step_committed",
             ResponseEvent::BatchCompleted { .. } => "batch_completed",
@@ -358,6 +374,7 @@ pub async fn collect_response(
                 });
             }
             ResponseEvent::Queued { .. }
+            | ResponseEvent::ApprovalRequested { .. }
             | ResponseEvent::ThinkingDelta { .. }
             | ResponseEvent::ToolCallStarted { .. }
             | ResponseEvent::StepCommitted { .. }

@@ -886,10 +886,26 @@ impl DatabaseAgent {
             if let Err(e) = rec.flush().await {
                 return failed(ErrorKind::Storage, e);
             }
-            let outcomes = tokio::select! {
-                o = self.runtime.execute_calls(batch, &calls) => o,
-                reason = cancel.cancelled() => return Ending::Failed(ErrorKind::Cancelled, reason),
+            // Approval requests are stored in the turn's log by the approver; their notices only
+            // go to the live stream here, before the results they hold up.
+            let (notices, mut noticed) = mpsc::unbounded_channel();
+            let running = crate::permission::with_notices(
+                Some(notices),
+                self.runtime.execute_calls(batch, &calls),
+            );
+            tokio::pin!(running);
+            let outcomes = loop {
+                tokio::select! {
+                    o = &mut running => break o,
+                    Some(event) = noticed.recv() => rec.live(event).await,
+                    reason = cancel.cancelled() => {
+                        return Ending::Failed(ErrorKind::Cancelled, reason);
+                    }
+                }
             };
+            while let Ok(event) = noticed.try_recv() {
+                rec.live(event).await;
+            }
             for o in &outcomes {
                 rec.emit(ResponseEvent::ToolResult {
                     call_id: o.call_id.clone(),

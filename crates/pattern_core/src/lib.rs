@@ -7,6 +7,8 @@
 //!   messages to endpoints and other agents, context building, wakeups.
 //! - [`tool`]: the `Tool` trait, the registry, rules, and the built-in tools.
 //! - [`permission`]: the per-runtime permission broker.
+//! - [`approvals`]: [`DbApprover`](approvals::DbApprover), approval requests stored in the
+//!   database and answered from any process.
 //! - [`QueueProcessor`]: delivers queued triggers and scheduled wakeups by claiming free agents.
 //! - [`turn_log`]: a turn's events as stored, and following them from any process.
 //! - [`ModelSummarizer`]: recursive summarization with the agent's model.
@@ -20,6 +22,7 @@
 //! broker), and never send a request whose history failed `context_v2::validate`.
 
 mod agent;
+pub mod approvals;
 pub mod db_agent;
 pub mod endpoint;
 mod error;

@@ -768,7 +768,7 @@ impl AgentRuntime {
                 matches!(r, ToolRule::RequiresApproval { .. })
             });
         if guarded {
-            self.approve(call, "this tool needs approval for every call")
+            self.approve_in(Some(batch), call, "this tool needs approval for every call")
                 .await?;
         }
         let ctx = ToolContext {
@@ -779,9 +779,11 @@ impl AgentRuntime {
         let input = call.input.clone();
         // The tool's writes are the run's: fenced by its claim like the run's own.
         let fence = pattern_db::runs::current_fence();
-        let mut handle = tokio::spawn(pattern_db::runs::with_fence(fence, async move {
-            tool.execute(ctx, input).await
-        }));
+        let notices = crate::permission::current_notices();
+        let mut handle = tokio::spawn(crate::permission::with_notices(
+            notices,
+            pattern_db::runs::with_fence(fence, async move { tool.execute(ctx, input).await }),
+        ));
         match tokio::time::timeout(self.config.tool_timeout, &mut handle).await {
             Ok(Ok(result)) => result,
             Ok(Err(join)) if join.is_panic() => Err(ToolError::Panicked {
@@ -809,6 +811,16 @@ impl AgentRuntime {
         call: &ToolCall,
         reason: &str,
     ) -> std::result::Result<(), ToolError> {
+        self.approve_in(None, call, reason).await
+    }
+
+    /// [`approve`](Self::approve) for a call of `batch` (its run's turn announces the request).
+    pub async fn approve_in(
+        &self,
+        batch: Option<BatchId>,
+        call: &ToolCall,
+        reason: &str,
+    ) -> std::result::Result<(), ToolError> {
         let request = PermissionRequest {
             agent: self.agent,
             agent_name: self.name.clone(),
@@ -816,6 +828,8 @@ impl AgentRuntime {
             call_id: Some(call.id.clone()),
             input: call.input.clone(),
             reason: reason.to_owned(),
+            batch,
+            deadline: None,
         };
         match self.permissions.request(request).await {
             Ok(Decision::Approved) => Ok(()),

@@ -282,6 +282,18 @@ pub enum Error {
         /// The turn asked for.
         turn: crate::runs::TurnId,
     },
+    /// No approval request with this id (or not the caller's organization's).
+    #[error("unknown approval request {0}")]
+    ApprovalNotFound(crate::id::SnowflakeId),
+    /// The approval request is not pending any more: another answer (or its deadline, or the
+    /// end of its run) decided it first.
+    #[error("approval request {id} is already decided ({state})")]
+    AlreadyDecided {
+        /// The request.
+        id: crate::id::SnowflakeId,
+        /// What decided it.
+        state: crate::approvals::ApprovalState,
+    },
     /// The turn is over: nothing more is appended to it.
     #[error("turn {0} is finished")]
     TurnFinished(crate::runs::TurnId),
@@ -529,6 +541,7 @@ impl Error {
             | Error::ArchivalNotFound { .. }
             | Error::ApiKeyNotFound(_)
             | Error::TurnNotFound { .. }
+            | Error::ApprovalNotFound(_)
             | Error::ContentNotFound(_) => ErrorClass::NotFound,
             Error::AgentNameTaken(_)
             | Error::VersionConflict { .. }
@@ -549,6 +562,7 @@ impl Error {
             | Error::AgentBusy { .. }
             | Error::ClaimLost { .. }
             | Error::TurnFinished(_)
+            | Error::AlreadyDecided { .. }
             | Error::IdempotencyKeyReused { .. }
             | Error::MeetingState { .. } => ErrorClass::Conflict,
             Error::BlockOverLimit { .. }

@@ -47,6 +47,7 @@
 //! This crate must never know about models, prompts or providers, and is the only crate that
 //! names `sqlx`: layers above use its types and its [`Error`].
 
+pub mod approvals;
 pub mod archival;
 pub mod auth;
 pub mod blocks;
@@ -72,6 +73,7 @@ pub mod testkit;
 pub mod wake;
 mod writer;
 
+pub use approvals::{Approval, ApprovalDecision, ApprovalFilter, ApprovalState, NewApproval};
 pub use archival::{ArchivalEntry, ArchivalId, ListArchival, NewArchival};
 pub use auth::{ApiKey, ApiKeyId, IssuedKey};
 pub use blocks::{BlockVersion, NewBlock, StoredBlock};

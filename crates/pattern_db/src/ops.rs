@@ -29,6 +29,7 @@ use crate::protocol::{
 };
 use crate::runs::{Finished, NewTurnEvent, RunClaim, Started, Submit, Submitted, TurnId, TurnInfo};
 
+pub(crate) mod approvals;
 mod auth;
 mod blocks;
 pub(crate) mod protocol;
@@ -250,6 +251,17 @@ pub(crate) enum Op {
         org: crate::protocol::OrganizationId,
         agent: AgentId,
     },
+    /// Approval requests (`ops::approvals`).
+    RequestApproval(Box<crate::approvals::NewApproval>),
+    DecideApproval {
+        organization: Option<crate::protocol::OrganizationId>,
+        id: SnowflakeId,
+        decision: crate::approvals::ApprovalDecision,
+        by: String,
+    },
+    ExpireApproval {
+        id: SnowflakeId,
+    },
 }
 
 impl Op {
@@ -258,6 +270,9 @@ impl Op {
         match self {
             Op::CreateAgent(_) | Op::Recover { agent: None, .. } => None,
             Op::CreateApiKey(_) | Op::RevokeApiKey { .. } | Op::CreateOrgAgent { .. } => None,
+            // One conditional update of one row: no agent lock needed.
+            Op::DecideApproval { .. } | Op::ExpireApproval { .. } => None,
+            Op::RequestApproval(new) => Some(new.agent),
             // A new agent: nobody else can hold its row yet.
             Op::ImportAgent(_) => None,
             // Protocol writes lock no Pattern agent; see `protocol_key`.
@@ -328,7 +343,10 @@ impl Op {
     pub(crate) fn carries_claim(&self) -> bool {
         matches!(
             self,
-            Op::ReleaseClaim { .. } | Op::Heartbeat { .. } | Op::PruneTurns { .. }
+            Op::ReleaseClaim { .. }
+                | Op::Heartbeat { .. }
+                | Op::PruneTurns { .. }
+                | Op::DecideApproval { .. }
         )
     }
 
@@ -398,6 +416,7 @@ pub(crate) enum Done {
     Released(bool),
     Turn(Box<TurnInfo>),
     Heartbeat(crate::process::HeartbeatReport),
+    Approval(Box<crate::approvals::Approval>),
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -437,6 +456,20 @@ pub(crate) async fn apply(
             auth::check_owner(conn, *org, *agent).await?;
             delete_agent(conn, ctx, *agent).await.map(|()| Done::Unit)
         }
+        Op::RequestApproval(new) => approvals::request(conn, ctx, new)
+            .await
+            .map(|a| Done::Approval(Box::new(a))),
+        Op::DecideApproval {
+            organization,
+            id,
+            decision,
+            by,
+        } => approvals::decide(conn, ctx, *organization, *id, decision, by)
+            .await
+            .map(|a| Done::Approval(Box::new(a))),
+        Op::ExpireApproval { id } => approvals::expire(conn, ctx, *id)
+            .await
+            .map(|a| Done::Approval(Box::new(a))),
         Op::BeginBatch {
             agent,
             trigger,
@@ -459,7 +492,7 @@ pub(crate) async fn apply(
             }
             Ok(Done::Step(receipt))
         }
-        Op::CompleteBatch { agent, batch } => complete_batch(conn, *agent, *batch, fence)
+        Op::CompleteBatch { agent, batch } => complete_batch(conn, ctx, *agent, *batch, fence)
             .await
             .map(Done::Batch),
         Op::ContinueBatch { agent, batch } => continue_batch(conn, ctx, *agent, *batch, fence)
@@ -1442,6 +1475,7 @@ pub(crate) async fn pending_calls(conn: &mut AnyConnection, batch: BatchId) -> R
 
 pub(crate) async fn complete_batch(
     conn: &mut AnyConnection,
+    ctx: &Ctx,
     agent: AgentId,
     batch: BatchId,
     fence: Option<&RunClaim>,
@@ -1473,6 +1507,14 @@ pub(crate) async fn complete_batch(
     .bind(now_ms())
     .bind(batch.get())
     .execute(&mut *conn)
+    .await?;
+    approvals::end_batch(
+        conn,
+        ctx,
+        batch,
+        "abandoned",
+        "the run ended before an answer",
+    )
     .await?;
     load_batch(conn, agent, batch).await
 }
@@ -1578,6 +1620,14 @@ pub(crate) async fn abandon_batch(
         .bind(batch.get())
         .execute(&mut *conn)
         .await?;
+    approvals::end_batch(
+        conn,
+        ctx,
+        batch,
+        "abandoned",
+        &format!("the run ended before an answer: {reason}"),
+    )
+    .await?;
     let info = load_batch(conn, agent, batch).await?;
     let trigger = sqlx::query(sqlx::AssertSqlSafe(message_select(
         "WHERE m.batch_id = $1 AND m.sequence_num = 0",

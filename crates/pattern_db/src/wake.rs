@@ -4,7 +4,8 @@
 //!
 //! Keys: a turn's log grew or it finished ([`WakeKey::Turn`]); someone asked to cancel a turn
 //! ([`WakeKey::Cancel`]); an agent's claim was released or its queue grew ([`WakeKey::Agent`]);
-//! some agent's queue changed ([`WakeKey::Queue`]). A wake-up carries no data: the database is
+//! some agent's queue changed ([`WakeKey::Queue`]); an approval request was decided
+//! ([`WakeKey::Approval`]). A wake-up carries no data: the database is
 //! the only truth, and a waiter registers before it reads and sleeps after, so nothing committed
 //! in between is missed. Channels nobody holds are dropped, so the map does not grow with every
 //! turn a long-lived server ever followed. On SQLite another process's commits are not
@@ -23,6 +24,7 @@ use uuid::Uuid;
 
 use crate::config::Backend;
 use crate::error::Result;
+use crate::id::SnowflakeId;
 use crate::model::AgentId;
 use crate::runs::TurnId;
 
@@ -40,6 +42,8 @@ pub enum WakeKey {
     Agent(AgentId),
     /// Some agent's queue changed or a claim was released.
     Queue,
+    /// An approval request was decided (or timed out, or abandoned).
+    Approval(SnowflakeId),
 }
 
 impl WakeKey {
@@ -49,6 +53,7 @@ impl WakeKey {
             WakeKey::Cancel(t) => format!("c:{t}"),
             WakeKey::Agent(a) => format!("a:{a}"),
             WakeKey::Queue => "q".to_owned(),
+            WakeKey::Approval(id) => format!("p:{id}"),
         }
     }
 
@@ -57,6 +62,9 @@ impl WakeKey {
             return Some(WakeKey::Queue);
         }
         let (kind, id) = payload.split_once(':')?;
+        if kind == "p" {
+            return id.parse().ok().map(|n| WakeKey::Approval(SnowflakeId(n)));
+        }
         let id = Uuid::parse_str(id).ok()?;
         match kind {
             "t" => Some(WakeKey::Turn(TurnId(id))),
@@ -265,6 +273,7 @@ mod tests {
             WakeKey::Cancel(TurnId::new()),
             WakeKey::Agent(AgentId::new()),
             WakeKey::Queue,
+            WakeKey::Approval(SnowflakeId(1234567890123)),
         ] {
             assert_eq!(WakeKey::parse(&key.payload()), Some(key));
         }

@@ -15,13 +15,13 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{Ref, RefOr, Required};
 use utoipa::{Modify, OpenApi};
 
-use crate::routes::{Class, agents, batches, health, memory, protocol, turns};
+use crate::routes::{Class, agents, approvals, batches, health, memory, protocol, turns};
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Pattern API", description = "Stateful agents with durable memory: \
         organization-scoped agents, turns streamed over resumable server-sent events, memory \
-        blocks, archival memory, search and batch inspection."),
+        blocks, archival memory, search, batch inspection and approval requests."),
     paths(
         health::health, health::ready, health::openapi_json, crate::metrics::metrics,
         agents::create, agents::list, agents::show, agents::delete,
@@ -35,6 +35,7 @@ use crate::routes::{Class, agents, batches, health, memory, protocol, turns};
         protocol::session_messages, protocol::end_session, protocol::inbox, protocol::mark_read,
         protocol::create_meeting, protocol::show_meeting, protocol::meeting_messages,
         protocol::meeting_action, protocol::meeting_events,
+        approvals::list, approvals::show, approvals::decide,
     ),
     modifiers(&ApiKeyAuth, &Shared),
 )]

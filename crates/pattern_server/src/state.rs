@@ -14,8 +14,9 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use pattern::core::approvals::DbApprover;
 use pattern::core::provider::ModelProvider;
-use pattern::core::{AgentLoader, DatabaseAgent, QueueProcessor, RuntimeConfig};
+use pattern::core::{Agent, AgentLoader, DatabaseAgent, QueueProcessor, RuntimeConfig};
 use pattern::{AgentId, Pattern};
 use tokio::sync::{Mutex, watch};
 
@@ -198,6 +199,13 @@ impl AppState {
             .inner
             .pattern
             .agent(row, self.inner.model.clone(), config)?;
+        // Guarded tool calls wait for an answer stored in the database (`/v1/approvals`), from
+        // any instance.
+        agent
+            .runtime()
+            .permissions()
+            .set_approver(Arc::new(DbApprover::new(self.inner.pattern.db().clone())))
+            .await;
         agents.insert(
             id,
             Loaded {

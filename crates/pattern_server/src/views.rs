@@ -329,3 +329,59 @@ impl From<&SearchHit> for SearchHitView {
         }
     }
 }
+
+/// `approval` shape: a stored approval request (`GET /v1/approvals`, `pattern approvals list
+/// --json`).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ApprovalView {
+    /// Its id (decimal).
+    pub id: String,
+    /// The agent asking (its id).
+    pub agent_id: String,
+    /// The run's batch (decimal), when a run asked.
+    pub batch_id: Option<String>,
+    /// The run's turn, when the batch had one.
+    pub turn_id: Option<String>,
+    /// The tool.
+    pub tool: String,
+    /// The tool call's id.
+    pub call_id: Option<String>,
+    /// The call's arguments.
+    #[schema(value_type = Object)]
+    pub input: Value,
+    /// Why approval is needed.
+    pub reason: String,
+    /// When it was asked.
+    pub requested_at: DateTime<Utc>,
+    /// When an unanswered request is denied.
+    pub deadline: DateTime<Utc>,
+    /// `pending`, `approved`, `denied`, `timed_out` or `abandoned` (its run ended first).
+    pub state: String,
+    /// When it was decided.
+    pub decided_at: Option<DateTime<Utc>>,
+    /// Who decided (`http`, `cli`, `timeout`, ...).
+    pub decided_by: Option<String>,
+    /// Why it was denied.
+    pub denial_reason: Option<String>,
+}
+
+impl From<&pattern::db::Approval> for ApprovalView {
+    fn from(a: &pattern::db::Approval) -> Self {
+        Self {
+            id: a.id.to_string(),
+            agent_id: a.agent_id.to_string(),
+            batch_id: a.batch_id.map(|b| b.to_string()),
+            turn_id: a.turn_id.map(|t| t.to_string()),
+            tool: a.tool.clone(),
+            call_id: a.call_id.clone(),
+            input: a.input.clone(),
+            reason: a.reason.clone(),
+            requested_at: a.requested_at,
+            deadline: a.deadline,
+            state: a.state.as_str().to_owned(),
+            decided_at: a.decided_at,
+            decided_by: a.decided_by.clone(),
+            denial_reason: a.denial_reason.clone(),
+        }
+    }
+}

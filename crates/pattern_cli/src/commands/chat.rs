@@ -9,7 +9,13 @@
 //! `chat` the prompt comes back, `send` exits 130. Ctrl-C at the prompt, or end of input,
 //! leaves `chat`. A failed turn is one line on stderr: `chat` goes on, `send` exits with the
 //! failure's code. Before the database is closed (and before the next prompt) the command waits,
-//! bounded, until the agent's run has really ended. This module must never print an API key,
+//! bounded, until the agent's run has really ended.
+//!
+//! A guarded tool call (decision 0011) prints a line naming its approval request. `chat` asks
+//! `approve? [y/N]` and reads one line (a terminal or piped stdin; anything but `y`/`yes` is a
+//! denial), then decides the request through the database like `pattern approvals decide`.
+//! `send` leaves it pending and names the command that answers it; its turn waits until the
+//! deadline. This module must never print an API key,
 //! never leave a started server running, and never close the database under a running batch
 //! without saying so.
 
@@ -19,6 +25,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use pattern::Pattern;
+use pattern::core::approvals::DbApprover;
 use pattern::core::db_agent::wait_idle;
 use pattern::core::local_server::LocalModel;
 use pattern::core::provider::ModelProvider;
@@ -26,6 +33,7 @@ use pattern::core::{
     Agent, DatabaseAgent, DoneReason, ErrorKind, IncomingMessage, Response, ResponseEvent,
     RuntimeConfig, TurnError, collect_response,
 };
+use pattern::db::ApprovalDecision;
 use pattern::model::ModelChoice;
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -186,6 +194,7 @@ pub(crate) async fn turn(
     text: &str,
     interrupts: &mut Interrupts,
     show: bool,
+    mut answers: Option<&mut Lines>,
 ) -> Result<TurnEnd> {
     // Not raced with Ctrl-C: committing the message is quick, and a Ctrl-C meanwhile is kept by
     // `interrupts` for the loop below (dropping this call halfway could strand its batch).
@@ -200,6 +209,14 @@ pub(crate) async fn turn(
                 let Some(event) = event else { break Ok(false) };
                 if show && let Err(e) = screen.show(&event, &mut stdout, &mut stderr) {
                     break Err(stdout_error(e));
+                }
+                if let ResponseEvent::ApprovalRequested { .. } = &event {
+                    if let Err(e) = screen.finish(&mut stdout) {
+                        break Err(stdout_error(e));
+                    }
+                    if ask(agent, &event, answers.as_deref_mut(), interrupts).await {
+                        break Ok(true);
+                    }
                 }
                 // `Done` and `Error` end the turn: a Ctrl-C after them is not about it.
                 let last = matches!(event, ResponseEvent::Done { .. } | ResponseEvent::Error { .. });
@@ -223,6 +240,71 @@ pub(crate) async fn turn(
     } else {
         TurnEnd::Finished(events)
     })
+}
+
+/// Lines of stdin (see [`stdin_lines`]).
+pub(crate) type Lines = mpsc::Receiver<std::io::Result<String>>;
+
+/// Shows an `approval_requested` event on stderr and, with `answers`, asks `approve? [y/N]` and
+/// decides the request with the answer (end of input is a denial). Returns `true` when Ctrl-C
+/// came instead of an answer (the turn is then cancelled; its request ends with its batch).
+async fn ask(
+    agent: &DatabaseAgent,
+    event: &ResponseEvent,
+    answers: Option<&mut Lines>,
+    interrupts: &mut Interrupts,
+) -> bool {
+    let ResponseEvent::ApprovalRequested {
+        approval_id,
+        tool,
+        reason,
+        deadline,
+        ..
+    } = event
+    else {
+        return false;
+    };
+    let id = *approval_id;
+    eprintln!(
+        "  [approval needed] {tool}: {reason} (approval {id}, denied if unanswered by {})",
+        deadline.format("%H:%M:%S UTC")
+    );
+    let Some(lines) = answers else {
+        eprintln!(
+            "  [waiting for an answer: pattern approvals decide {id} approve|deny [--reason TEXT]]"
+        );
+        return false;
+    };
+    eprint!("  approve? [y/N] ");
+    let _ = std::io::stderr().flush();
+    let line = tokio::select! {
+        line = lines.recv() => line,
+        () = interrupts.recv() => return true,
+    };
+    let yes = match &line {
+        Some(Ok(l)) => matches!(l.trim().to_lowercase().as_str(), "y" | "yes"),
+        _ => {
+            eprintln!();
+            false
+        }
+    };
+    let decision = if yes {
+        ApprovalDecision::Approve
+    } else {
+        ApprovalDecision::Deny {
+            reason: "denied at the chat prompt".into(),
+        }
+    };
+    match agent
+        .runtime()
+        .database()
+        .decide_approval(None, id, decision, "cli")
+        .await
+    {
+        Ok(a) => eprintln!("  [approval {} {}]", a.id, a.state),
+        Err(e) => eprintln!("  [approval {id} not answered here: {e}]"),
+    }
+    false
 }
 
 /// Waits (at most [`SETTLE`]) until the agent holds no batch, and says so when it still does.
@@ -295,6 +377,13 @@ impl Session {
             model.provider.clone(),
             runtime_config(&row, &*model.provider),
         )?;
+        // Guarded tool calls wait for an answer stored in the database: the prompt of `chat`,
+        // `pattern approvals decide`, or `POST /v1/approvals/{id}`.
+        agent
+            .runtime()
+            .permissions()
+            .set_approver(Arc::new(DbApprover::new(pattern.db().clone())))
+            .await;
         Ok((model, agent))
     }
 
@@ -344,7 +433,16 @@ impl From<Response> for SendReport {
 pub(crate) async fn send(env: &Env, args: SendArgs) -> Result<()> {
     let session = Session::open(env, Some(&args.agent)).await?;
     let ended = match Interrupts::new() {
-        Ok(mut interrupts) => turn(&session.agent, &args.message, &mut interrupts, !env.json).await,
+        Ok(mut interrupts) => {
+            turn(
+                &session.agent,
+                &args.message,
+                &mut interrupts,
+                !env.json,
+                None,
+            )
+            .await
+        }
         Err(e) => Err(e),
     };
     session.close().await;
@@ -400,7 +498,7 @@ async fn converse(agent: &Arc<DatabaseAgent>, interrupts: &mut Interrupts) -> Re
         if text.is_empty() {
             continue;
         }
-        match turn(agent, text, interrupts, true).await {
+        match turn(agent, text, interrupts, true, Some(&mut lines)).await {
             Ok(TurnEnd::Finished(events)) => {
                 if let Err(e) = collect_response(futures::stream::iter(events)).await {
                     eprintln!("  [{}]", turn_failure(&e));
@@ -418,7 +516,7 @@ async fn converse(agent: &Arc<DatabaseAgent>, interrupts: &mut Interrupts) -> Re
 
 /// The lines of stdin, read on a thread of their own (a blocking read cannot be raced with
 /// Ctrl-C); the channel closes at end of input. Invalid UTF-8 is replaced, not refused.
-fn stdin_lines() -> mpsc::Receiver<std::io::Result<String>> {
+fn stdin_lines() -> Lines {
     let (tx, rx) = mpsc::channel(1);
     // Not joined: at the end of the command the process exits, ending a read in progress.
     std::thread::spawn(move || {

@@ -94,7 +94,7 @@ pub(crate) async fn run(env: &Env, args: DemoArgs) -> Result<()> {
     let mut interrupts = Interrupts::new()?;
     for text in TURNS {
         say!("\n-- user: {text}\n-- {name}:");
-        let events = match turn(&agent, text, &mut interrupts, true).await? {
+        let events = match turn(&agent, text, &mut interrupts, true, None).await? {
             TurnEnd::Finished(events) => events,
             TurnEnd::Cancelled => {
                 drop(agent);

@@ -4,6 +4,7 @@
 //! not an error of the command).
 
 mod agent;
+mod approvals;
 mod archival;
 mod batches;
 mod chat;
@@ -47,6 +48,7 @@ pub(crate) async fn run(env: &Env, command: Command) -> Result<()> {
         Command::Serve(args) => serve::run(env, args).await,
         Command::Org(c) => keys::org(env, c).await,
         Command::Key(c) => keys::key(env, c).await,
+        Command::Approvals(c) => approvals::run(env, c).await,
     }
 }
 

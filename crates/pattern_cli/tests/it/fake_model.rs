@@ -4,8 +4,10 @@
 //!
 //! What it does depends on the last user message: one containing `fail` gets HTTP 400; one
 //! containing `slow` gets a first chunk and then a chunk every 100 ms for a minute (announced
-//! on [`FakeModel::wait_slow`], so a test can interrupt the turn mid-stream); anything else gets
-//! `echo: MESSAGE`, streamed in a few chunks. It must never be used for anything but these
+//! on [`FakeModel::wait_slow`], so a test can interrupt the turn mid-stream); one containing
+//! `guarded` gets a call of `memory_append` on the block `family` (which the tests share with
+//! `partner` permission, so it needs approval); a request ending with a tool result gets
+//! `after tool: RESULT`; anything else gets `echo: MESSAGE`, streamed in a few chunks. It must never be used for anything but these
 //! tests: it reads one request per connection and closes it.
 
 use std::sync::mpsc as std_mpsc;
@@ -96,6 +98,14 @@ fn last_user_text(body: &Value) -> String {
     }
 }
 
+/// Whether the request's last message is a tool result.
+fn request_has_tool_result(request: &Value) -> bool {
+    request["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .is_some_and(|m| m["role"] == "tool")
+}
+
 async fn read_request(socket: &mut TcpStream) -> std::io::Result<Value> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
@@ -144,6 +154,11 @@ fn delta(content: &str) -> String {
 async fn answer(mut socket: TcpStream, slow: std_mpsc::Sender<()>) -> std::io::Result<()> {
     let request = read_request(&mut socket).await?;
     let text = last_user_text(&request);
+    let after_tool = request["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or("").to_owned());
     if text.contains("fail") {
         let body =
             r#"{"error": {"message": "the fake model refuses", "type": "invalid_request_error"}}"#;
@@ -171,13 +186,33 @@ async fn answer(mut socket: TcpStream, slow: std_mpsc::Sender<()>) -> std::io::R
             tokio::time::sleep(Duration::from_millis(100)).await;
             event(&mut socket, &delta(".")).await?;
         }
+    } else if let Some(result) = after_tool {
+        for piece in ["after tool: ", result.as_str()] {
+            event(&mut socket, &delta(piece)).await?;
+        }
+    } else if text.contains("guarded") {
+        let call = json!({
+            "choices": [{"finish_reason": null, "index": 0, "delta": {"tool_calls": [{
+                "index": 0, "id": "call_g1", "type": "function",
+                "function": {"name": "memory_append",
+                    "arguments": "{\"label\": \"family\", \"content\": \"likes jazz\"}"}
+            }]}}],
+            "created": 1_795_315_907, "id": "chatcmpl-fake", "model": "fake",
+            "object": "chat.completion.chunk"
+        });
+        event(&mut socket, &call.to_string()).await?;
     } else {
         for piece in ["echo", ": ", text.as_str()] {
             event(&mut socket, &delta(piece)).await?;
         }
     }
+    let finish = if text.contains("guarded") && !request_has_tool_result(&request) {
+        "tool_calls"
+    } else {
+        "stop"
+    };
     let stop = json!({
-        "choices": [{"finish_reason": "stop", "index": 0, "delta": {}}],
+        "choices": [{"finish_reason": finish, "index": 0, "delta": {}}],
         "created": 1_795_315_908, "id": "chatcmpl-fake", "model": "fake",
         "object": "chat.completion.chunk"
     });

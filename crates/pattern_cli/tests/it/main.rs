@@ -16,6 +16,7 @@
     unreachable_pub
 )]
 
+mod approvals;
 mod basics;
 mod batches;
 mod chat;

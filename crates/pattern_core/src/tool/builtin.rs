@@ -73,7 +73,11 @@ where
                     malformed: None,
                 };
                 ctx.runtime
-                    .approve(&call, &format!("changing memory block `{label}`"))
+                    .approve_in(
+                        Some(ctx.batch),
+                        &call,
+                        &format!("changing memory block `{label}`"),
+                    )
                     .await?;
                 auth = WriteAuth::Approved;
             }

@@ -28,6 +28,7 @@ fn kinds(events: &[ResponseEvent]) -> Vec<&'static str> {
             ResponseEvent::ToolCallStarted { .. } => "call_started",
             ResponseEvent::ToolCallFinished { .. } => "call",
             ResponseEvent::ToolResult { .. } => "result",
+            ResponseEvent::ApprovalRequested { .. } => "approval",
             ResponseEvent::Usage { .. } => "usage",
             ResponseEvent::StepCommitted { .. } => "step",
             ResponseEvent::BatchCompleted { .. } => "completed",

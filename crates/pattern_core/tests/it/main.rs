@@ -12,6 +12,7 @@
 #[macro_use]
 extern crate pattern_db;
 
+mod approvals;
 mod crash;
 mod fenced;
 mod flow;

@@ -199,6 +199,14 @@ async fn abandon_dead(
         .bind(batch.get())
         .execute(&mut *conn)
         .await?;
+    super::approvals::end_batch(
+        conn,
+        ctx,
+        batch,
+        "recovery",
+        &format!("the run ended before an answer: {reason}"),
+    )
+    .await?;
     let info = load_batch(conn, agent, batch).await?;
     let trigger = sqlx::query(sqlx::AssertSqlSafe(message_select(
         "WHERE m.batch_id = $1 AND m.sequence_num = 0",
@@ -560,7 +568,7 @@ pub(crate) async fn finish_run(
     let now = now_ms();
     let (batch, outcome) = match &f.ending {
         RunEnding::Complete => (
-            complete_batch(conn, agent, f.batch, Some(&f.claim)).await?,
+            complete_batch(conn, ctx, agent, f.batch, Some(&f.claim)).await?,
             TurnOutcome::Done,
         ),
         RunEnding::Abandon { reason } => (

@@ -16,6 +16,7 @@
 #[macro_use]
 extern crate pattern_db;
 
+mod approvals;
 mod auth;
 mod conformance;
 mod crash;

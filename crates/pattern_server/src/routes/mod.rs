@@ -9,6 +9,7 @@
 //! with a non-JSON error.
 
 pub(crate) mod agents;
+pub(crate) mod approvals;
 pub(crate) mod batches;
 pub(crate) mod health;
 pub(crate) mod memory;
@@ -173,6 +174,10 @@ fn table() -> Vec<Route> {
         route("/v1/meetings/{meeting_id}/messages", Timed).get(protocol::meeting_messages),
         route("/v1/meetings/{meeting_id}/events", Streaming).get(protocol::meeting_events),
         route("/v1/meetings/{meeting_id}/{action}", Timed).post(protocol::meeting_action),
+        route("/v1/approvals", Timed).get(approvals::list),
+        route("/v1/approvals/{approval_id}", Timed)
+            .get(approvals::show)
+            .post(approvals::decide),
     ]
 }
 

@@ -535,12 +535,12 @@ fn internal_error_data() -> String {
     .to_string()
 }
 
-/// Snowflake ids (`batch_id`, `queue_id`) as decimal strings, as everywhere else in the API:
+/// Snowflake ids (`batch_id`, `queue_id`, `approval_id`) as decimal strings, as everywhere else in the API:
 /// they exceed JavaScript's safe integers, and a client that rounds a batch id would retry or
 /// inspect another batch.
 fn ids_as_strings(mut event: serde_json::Value) -> serde_json::Value {
     if let Some(fields) = event.as_object_mut() {
-        for key in ["batch_id", "queue_id"] {
+        for key in ["batch_id", "queue_id", "approval_id"] {
             if let Some(value) = fields.get_mut(key)
                 && let Some(id) = value.as_i64()
             {

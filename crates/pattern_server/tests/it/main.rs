@@ -14,6 +14,7 @@
 extern crate pattern_db;
 
 mod api;
+mod approvals;
 mod crash;
 mod observe;
 mod protocol;

@@ -1,0 +1,319 @@
+//! Approval requests a human can answer (migration `0010_approvals`, decision 0011): the row a
+//! run stores when a guarded action needs approval, and the one conditional write that decides
+//! it, from any process.
+//!
+//! [`Database::request_approval`] stores a pending request and, when its batch has a running
+//! turn, that turn's `approval_requested` event (see [`approval_requested_event`]) in the same
+//! transaction; it is a write of the run (fenced by its claim like the others).
+//! [`Database::decide_approval`] is `UPDATE ... WHERE state = 'pending'`: exactly one decision
+//! wins, a second answer is [`Error::AlreadyDecided`], an unknown id (or another organization's)
+//! [`Error::ApprovalNotFound`]. [`Database::expire_approval`] marks a pending request
+//! `timed_out` the same way. Every decision wakes [`WakeKey::Approval`] (in this process, and on
+//! PostgreSQL in every process through `NOTIFY`), so the waiting run learns it wherever it runs.
+//! A batch that ends (completed, abandoned, recovered) marks its still-pending requests
+//! `abandoned` in its own transaction.
+//!
+//! This module must never decide a request that is not pending, never reveal another
+//! organization's request, and never let a request outlive its batch as pending.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use crate::db::{Database, unexpected};
+use crate::error::{Error, Result};
+use crate::id::SnowflakeId;
+use crate::model::{AgentId, BatchId};
+use crate::ops::{Done, Op, from_ms, parse_uuid};
+use crate::protocol::OrganizationId;
+use crate::runs::TurnId;
+use crate::wake::WakeKey;
+
+/// Longest free text (tool name, reason, decided-by, denial reason) in bytes.
+pub const MAX_TEXT: usize = 4000;
+
+/// Where an approval request stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalState {
+    /// Waiting for an answer.
+    Pending,
+    /// Approved: the action may run.
+    Approved,
+    /// Denied by whoever answered.
+    Denied,
+    /// Nobody answered before the deadline: a denial.
+    TimedOut,
+    /// Its run ended (failed, cancelled, or its process died) before an answer: never approved.
+    Abandoned,
+}
+
+impl ApprovalState {
+    /// The stored word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalState::Pending => "pending",
+            ApprovalState::Approved => "approved",
+            ApprovalState::Denied => "denied",
+            ApprovalState::TimedOut => "timed_out",
+            ApprovalState::Abandoned => "abandoned",
+        }
+    }
+}
+
+impl fmt::Display for ApprovalState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ApprovalState {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "pending" => ApprovalState::Pending,
+            "approved" => ApprovalState::Approved,
+            "denied" => ApprovalState::Denied,
+            "timed_out" => ApprovalState::TimedOut,
+            "abandoned" => ApprovalState::Abandoned,
+            other => {
+                return Err(Error::InvalidContent(format!(
+                    "unknown approval state `{other}` (pending, approved, denied, timed_out, \
+                     abandoned)"
+                )));
+            }
+        })
+    }
+}
+
+/// A request to store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewApproval {
+    /// The agent asking.
+    pub agent: AgentId,
+    /// The batch of the run asking, when a run asks: its running turn gets the
+    /// `approval_requested` event, and the request ends with the batch.
+    pub batch: Option<BatchId>,
+    /// The tool (or action).
+    pub tool: String,
+    /// The tool call's id.
+    pub call_id: Option<String>,
+    /// The call's arguments.
+    pub input: serde_json::Value,
+    /// Why approval is needed.
+    pub reason: String,
+    /// When an unanswered request times out.
+    pub deadline: DateTime<Utc>,
+}
+
+/// An answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum ApprovalDecision {
+    /// Go ahead.
+    Approve,
+    /// Do not.
+    Deny {
+        /// Why (shown to the model); may be empty.
+        #[serde(default)]
+        reason: String,
+    },
+}
+
+/// A stored approval request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Approval {
+    /// Its id.
+    pub id: SnowflakeId,
+    /// The agent's organization (`None`: a local agent).
+    pub organization: Option<OrganizationId>,
+    /// The agent asking.
+    pub agent_id: AgentId,
+    /// The run's batch.
+    pub batch_id: Option<BatchId>,
+    /// The run's turn (when the batch had a running one).
+    pub turn_id: Option<TurnId>,
+    /// The tool.
+    pub tool: String,
+    /// The tool call's id.
+    pub call_id: Option<String>,
+    /// The call's arguments.
+    pub input: serde_json::Value,
+    /// Why approval is needed.
+    pub reason: String,
+    /// When it was asked.
+    pub requested_at: DateTime<Utc>,
+    /// When an unanswered request times out.
+    pub deadline: DateTime<Utc>,
+    /// Where it stands.
+    pub state: ApprovalState,
+    /// When it left `pending`.
+    pub decided_at: Option<DateTime<Utc>>,
+    /// Who decided (`http`, `cli`, `timeout`, `recovery`, ...).
+    pub decided_by: Option<String>,
+    /// Why it was denied (also for timeouts and abandonment).
+    pub denial_reason: Option<String>,
+}
+
+/// Which requests to list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApprovalFilter {
+    /// Only these (`None`: all states).
+    pub state: Option<ApprovalState>,
+    /// At most this many, newest first (1..=1000).
+    pub limit: usize,
+}
+
+/// The turn event that announces a request:
+/// `{"type": "approval_requested", "approval_id": N, "tool": T, "call_id": C, "reason": R,
+/// "deadline": RFC 3339}`.
+pub fn approval_requested_event(approval: &Approval) -> crate::runs::NewTurnEvent {
+    crate::runs::NewTurnEvent {
+        kind: "approval_requested".into(),
+        data: serde_json::json!({
+            "type": "approval_requested",
+            "approval_id": approval.id.get(),
+            "tool": approval.tool,
+            "call_id": approval.call_id,
+            "reason": approval.reason,
+            "deadline": approval.deadline,
+        })
+        .to_string(),
+    }
+}
+
+pub(crate) const APPROVAL_COLUMNS: &str = "id, organization_id, agent_id, batch_id, turn_id, \
+     tool, call_id, input, reason, requested_at, deadline, state, decided_at, decided_by, \
+     denial_reason";
+
+pub(crate) fn approval_from_row(row: &AnyRow) -> Result<Approval> {
+    let org: Option<String> = row.try_get(1)?;
+    let agent: String = row.try_get(2)?;
+    let batch: Option<i64> = row.try_get(3)?;
+    let turn: Option<String> = row.try_get(4)?;
+    let input: String = row.try_get(7)?;
+    let state: String = row.try_get(11)?;
+    let decided_at: Option<i64> = row.try_get(12)?;
+    Ok(Approval {
+        id: SnowflakeId(row.try_get(0)?),
+        organization: org
+            .map(|o| parse_uuid(&o).map(OrganizationId))
+            .transpose()?,
+        agent_id: AgentId(parse_uuid(&agent)?),
+        batch_id: batch.map(SnowflakeId),
+        turn_id: turn.map(|t| parse_uuid(&t).map(TurnId)).transpose()?,
+        tool: row.try_get(5)?,
+        call_id: row.try_get(6)?,
+        input: serde_json::from_str(&input)
+            .map_err(|e| Error::InvalidContent(format!("stored approval input: {e}")))?,
+        reason: row.try_get(8)?,
+        requested_at: from_ms(row.try_get(9)?),
+        deadline: from_ms(row.try_get(10)?),
+        state: state.parse()?,
+        decided_at: decided_at.map(from_ms),
+        decided_by: row.try_get(13)?,
+        denial_reason: row.try_get(14)?,
+    })
+}
+
+fn check_text(what: &str, text: &str) -> Result<()> {
+    if text.len() > MAX_TEXT {
+        return Err(Error::InvalidContent(format!(
+            "an approval's {what} is at most {MAX_TEXT} bytes"
+        )));
+    }
+    Ok(())
+}
+
+impl Database {
+    /// Stores a pending request (and its turn's `approval_requested` event, same transaction).
+    /// A write of the run: inside `runs::fenced` it is refused once the claim is lost.
+    pub async fn request_approval(&self, new: NewApproval) -> Result<Approval> {
+        if new.tool.is_empty() {
+            return Err(Error::InvalidContent("an approval names its tool".into()));
+        }
+        check_text("tool", &new.tool)?;
+        check_text("reason", &new.reason)?;
+        if let Some(call) = &new.call_id {
+            check_text("call id", call)?;
+        }
+        match self.write(Op::RequestApproval(Box::new(new))).await? {
+            Done::Approval(a) => {
+                if let Some(turn) = a.turn_id {
+                    self.hub().wake(WakeKey::Turn(turn));
+                }
+                Ok(*a)
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Decides pending request `id` (only within `organization` when it is given): exactly one
+    /// decision wins; a request that is not pending is [`Error::AlreadyDecided`], an unknown one
+    /// (or another organization's) [`Error::ApprovalNotFound`]. `by` says who answered.
+    pub async fn decide_approval(
+        &self,
+        organization: Option<OrganizationId>,
+        id: SnowflakeId,
+        decision: ApprovalDecision,
+        by: &str,
+    ) -> Result<Approval> {
+        check_text("decider", by)?;
+        if let ApprovalDecision::Deny { reason } = &decision {
+            check_text("denial reason", reason)?;
+        }
+        let op = Op::DecideApproval {
+            organization,
+            id,
+            decision,
+            by: by.to_owned(),
+        };
+        match self.write(op).await? {
+            Done::Approval(a) => {
+                self.hub().wake(WakeKey::Approval(id));
+                Ok(*a)
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Marks request `id` `timed_out` if it is still pending; returns it as it is after (a
+    /// decision that won the race stays). A write of the run, like the request.
+    pub async fn expire_approval(&self, id: SnowflakeId) -> Result<Approval> {
+        match self.write(Op::ExpireApproval { id }).await? {
+            Done::Approval(a) => {
+                self.hub().wake(WakeKey::Approval(id));
+                Ok(*a)
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Request `id` (only within `organization` when it is given).
+    pub async fn approval(
+        &self,
+        organization: Option<OrganizationId>,
+        id: SnowflakeId,
+    ) -> Result<Approval> {
+        crate::ops::approvals::read(self.reader(), organization, id).await
+    }
+
+    /// Requests of `organization` (`None`: of every agent, for the local operator), newest
+    /// first.
+    pub async fn approvals(
+        &self,
+        organization: Option<OrganizationId>,
+        filter: ApprovalFilter,
+    ) -> Result<Vec<Approval>> {
+        if filter.limit == 0 || filter.limit > 1000 {
+            return Err(Error::InvalidContent(
+                "an approval listing's limit is 1 to 1000".into(),
+            ));
+        }
+        crate::ops::approvals::list(self.reader(), organization, filter).await
+    }
+}

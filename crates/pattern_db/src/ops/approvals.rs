@@ -1,0 +1,274 @@
+//! The SQL of approval requests: store one (with its turn's event), decide or expire one with a
+//! conditional update, end the pending ones of a batch that ends, and the reads.
+//!
+//! Runs inside the writer's transaction like every op (reads on the reader pool); it must never
+//! commit, and never change a request that is not pending.
+
+use sqlx::{AnyConnection, AnyPool, Row};
+
+use super::{Ctx, now_ms, runs};
+use crate::approvals::{
+    APPROVAL_COLUMNS, Approval, ApprovalDecision, ApprovalFilter, ApprovalState, NewApproval,
+    approval_from_row, approval_requested_event,
+};
+use crate::error::{Error, Result};
+use crate::id::SnowflakeId;
+use crate::model::BatchId;
+use crate::protocol::OrganizationId;
+use crate::runs::TurnId;
+use crate::wake::{self, WakeKey};
+
+pub(crate) async fn request(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    new: &NewApproval,
+) -> Result<Approval> {
+    let org = sqlx::query("SELECT organization_id FROM agents WHERE id = $1")
+        .bind(new.agent.to_string())
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or(Error::AgentNotFound(new.agent))?;
+    let org: Option<String> = org.try_get(0)?;
+    let turn: Option<TurnId> = match new.batch {
+        Some(batch) => {
+            let row = sqlx::query(
+                "SELECT id FROM turns WHERE batch_id = $1 AND agent_id = $2 AND state = 'running' \
+                 ORDER BY created_at DESC LIMIT 1",
+            )
+            .bind(batch.get())
+            .bind(new.agent.to_string())
+            .fetch_optional(&mut *conn)
+            .await?;
+            match row {
+                Some(r) => Some(TurnId(super::parse_uuid(&r.try_get::<String, _>(0)?)?)),
+                None => None,
+            }
+        }
+        None => None,
+    };
+    let id = ctx.ids.next_id()?;
+    let input = serde_json::to_string(&new.input)
+        .map_err(|e| Error::InvalidContent(format!("approval input: {e}")))?;
+    if input.len() > ctx.max_content_bytes {
+        return Err(Error::ContentTooLarge {
+            size: input.len(),
+            limit: ctx.max_content_bytes,
+        });
+    }
+    sqlx::query(
+        "INSERT INTO approvals (id, organization_id, agent_id, batch_id, turn_id, tool, call_id, \
+         input, reason, requested_at, deadline, state) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'pending')",
+    )
+    .bind(id.get())
+    .bind(org)
+    .bind(new.agent.to_string())
+    .bind(new.batch.map(SnowflakeId::get))
+    .bind(turn.map(|t| t.to_string()))
+    .bind(new.tool.clone())
+    .bind(new.call_id.clone())
+    .bind(input)
+    .bind(new.reason.clone())
+    .bind(now_ms())
+    .bind(new.deadline.timestamp_millis())
+    .execute(&mut *conn)
+    .await?;
+    let approval = read_in(conn, None, id).await?;
+    if let Some(turn) = turn {
+        runs::append_events(
+            conn,
+            ctx,
+            new.agent,
+            turn,
+            &[approval_requested_event(&approval)],
+        )
+        .await?;
+    }
+    Ok(approval)
+}
+
+pub(crate) async fn decide(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    organization: Option<OrganizationId>,
+    id: SnowflakeId,
+    decision: &ApprovalDecision,
+    by: &str,
+) -> Result<Approval> {
+    let (state, reason) = match decision {
+        ApprovalDecision::Approve => (ApprovalState::Approved, None),
+        ApprovalDecision::Deny { reason } => (ApprovalState::Denied, Some(reason.clone())),
+    };
+    let scope = if organization.is_some() {
+        " AND organization_id = $6"
+    } else {
+        ""
+    };
+    let sql = format!(
+        "UPDATE approvals SET state = $1, decided_at = $2, decided_by = $3, denial_reason = $4 \
+         WHERE id = $5 AND state = 'pending'{scope}"
+    );
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(state.as_str())
+        .bind(now_ms())
+        .bind(by.to_owned())
+        .bind(reason)
+        .bind(id.get());
+    if let Some(org) = organization {
+        q = q.bind(org.to_string());
+    }
+    let changed = q.execute(&mut *conn).await?.rows_affected();
+    let approval = read_in(conn, organization, id).await?;
+    if changed == 0 {
+        return Err(Error::AlreadyDecided {
+            id,
+            state: approval.state,
+        });
+    }
+    wake::notify(conn, ctx.backend, &[WakeKey::Approval(id)]).await?;
+    Ok(approval)
+}
+
+pub(crate) async fn expire(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    id: SnowflakeId,
+) -> Result<Approval> {
+    let changed = sqlx::query(
+        "UPDATE approvals SET state = 'timed_out', decided_at = $1, decided_by = 'timeout', \
+         denial_reason = 'no answer before the deadline' WHERE id = $2 AND state = 'pending'",
+    )
+    .bind(now_ms())
+    .bind(id.get())
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if changed > 0 {
+        wake::notify(conn, ctx.backend, &[WakeKey::Approval(id)]).await?;
+    }
+    read_in(conn, None, id).await
+}
+
+/// Marks the pending requests of `batch` (which is ending) `abandoned`, waking their waiters.
+pub(crate) async fn end_batch(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    batch: BatchId,
+    by: &str,
+    reason: &str,
+) -> Result<()> {
+    let pending: Vec<i64> =
+        sqlx::query("SELECT id FROM approvals WHERE batch_id = $1 AND state = 'pending'")
+            .bind(batch.get())
+            .fetch_all(&mut *conn)
+            .await?
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()?;
+    if pending.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "UPDATE approvals SET state = 'abandoned', decided_at = $1, decided_by = $2, \
+         denial_reason = $3 WHERE batch_id = $4 AND state = 'pending'",
+    )
+    .bind(now_ms())
+    .bind(by.to_owned())
+    .bind(reason.to_owned())
+    .bind(batch.get())
+    .execute(&mut *conn)
+    .await?;
+    let keys: Vec<WakeKey> = pending
+        .into_iter()
+        .map(|id| WakeKey::Approval(SnowflakeId(id)))
+        .collect();
+    wake::notify(conn, ctx.backend, &keys).await
+}
+
+async fn read_in(
+    conn: &mut AnyConnection,
+    organization: Option<OrganizationId>,
+    id: SnowflakeId,
+) -> Result<Approval> {
+    let (sql, org) = scoped(organization);
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(id.get());
+    if let Some(org) = org {
+        q = q.bind(org);
+    }
+    let row = q
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or(Error::ApprovalNotFound(id))?;
+    approval_from_row(&row)
+}
+
+fn scoped(organization: Option<OrganizationId>) -> (String, Option<String>) {
+    match organization {
+        Some(org) => (
+            format!(
+                "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = $1 AND organization_id = $2"
+            ),
+            Some(org.to_string()),
+        ),
+        None => (
+            format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = $1"),
+            None,
+        ),
+    }
+}
+
+pub(crate) async fn read(
+    pool: &AnyPool,
+    organization: Option<OrganizationId>,
+    id: SnowflakeId,
+) -> Result<Approval> {
+    let (sql, org) = scoped(organization);
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(id.get());
+    if let Some(org) = org {
+        q = q.bind(org);
+    }
+    let row = q
+        .fetch_optional(pool)
+        .await?
+        .ok_or(Error::ApprovalNotFound(id))?;
+    approval_from_row(&row)
+}
+
+pub(crate) async fn list(
+    pool: &AnyPool,
+    organization: Option<OrganizationId>,
+    filter: ApprovalFilter,
+) -> Result<Vec<Approval>> {
+    let mut conditions = Vec::new();
+    let mut n = 0;
+    if organization.is_some() {
+        n += 1;
+        conditions.push(format!("organization_id = ${n}"));
+    }
+    if filter.state.is_some() {
+        n += 1;
+        conditions.push(format!("state = ${n}"));
+    }
+    let where_clause = if conditions.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", conditions.join(" AND "))
+    };
+    let sql = format!(
+        "SELECT {APPROVAL_COLUMNS} FROM approvals {where_clause} ORDER BY id DESC LIMIT ${}",
+        n + 1
+    );
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+    if let Some(org) = organization {
+        q = q.bind(org.to_string());
+    }
+    if let Some(state) = filter.state {
+        q = q.bind(state.as_str());
+    }
+    q.bind(i64::try_from(filter.limit).unwrap_or(1000))
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(approval_from_row)
+        .collect()
+}
