@@ -47,7 +47,7 @@ async fn the_agent_schedules_its_own_wakeup(kind: Backend) {
                 "schedule_wakeup",
                 json!({"message": "x", "cron": "0 9 * * *", "tz": "Mars/Olympus"}),
             ),
-            // Neither `at` nor `cron`: the schema refuses it before the tool runs.
+            // Neither `at` nor `cron`: refused, naming the field.
             Turn::call("c5", "schedule_wakeup", json!({"message": "x"})),
             Turn::call(
                 "c6",
@@ -85,7 +85,11 @@ async fn the_agent_schedules_its_own_wakeup(kind: Backend) {
         "{:?}",
         results[3]
     );
-    assert!(results[4].1, "{:?}", results[4]);
+    assert!(
+        results[4].1 && results[4].0.contains("`at`"),
+        "{:?}",
+        results[4]
+    );
     assert!(!results[5].1, "{:?}", results[5]);
     assert!(results[6].0.contains("check the oven") && results[6].0.contains("daily review"));
     let schedules = h.db.schedules(h.agent.id()).await.unwrap();
