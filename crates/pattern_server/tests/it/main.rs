@@ -17,6 +17,7 @@ mod api;
 mod crash;
 mod observe;
 mod protocol;
+mod schedules;
 mod search;
 mod support;
 mod turns;
