@@ -191,6 +191,21 @@ async fn the_agent_cancels_a_schedule(kind: Backend) {
     h.cleanup().await;
 }
 
+/// Every built-in tool's definition (the schedule tools included) fits the tools budget of a
+/// local model's 8k window (an eighth of it), counted as the runtime counts by default: a turn
+/// with the default registry is not refused as over budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn built_in_tools_fit_a_small_local_window() {
+    let config = pattern_core::RuntimeConfig::new("You are a test agent.", 8192);
+    let h = Harness::with(Backend::Sqlite, vec![Turn::text("fits")], config, None).await;
+    let events = h.turn("hello").await;
+    assert!(
+        matches!(crate::support::last(&events), ResponseEvent::Done { .. }),
+        "{events:?}"
+    );
+    h.cleanup().await;
+}
+
 conformance!(
     the_agent_schedules_its_own_wakeup,
     the_agent_cancels_a_schedule
