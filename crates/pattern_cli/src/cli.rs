@@ -86,6 +86,10 @@ pub(crate) enum Command {
     Meeting(MeetingCommand),
     /// Serve the HTTP API (organization API keys: `pattern key create`) until Ctrl-C or SIGTERM.
     Serve(ServeArgs),
+    /// Schedules: wakeups an agent receives at a time or on a cron expression (fired by
+    /// `pattern serve`).
+    #[command(subcommand)]
+    Schedule(ScheduleCommand),
     /// Organizations: who the HTTP API serves.
     #[command(subcommand)]
     Org(OrgCommand),
@@ -119,6 +123,46 @@ pub(crate) enum ApprovalsCommand {
         /// Why (with `deny`; the model sees it).
         #[arg(long)]
         reason: Option<String>,
+    },
+}
+
+/// `pattern schedule ...`
+#[derive(Debug, Subcommand)]
+pub(crate) enum ScheduleCommand {
+    /// Add a schedule: once `--at TIME`, or recurring `--cron EXPR` (in `--tz ZONE`).
+    Add {
+        #[command(flatten)]
+        agent: AgentArg,
+        /// Fire once at this time (RFC 3339, e.g. 2030-01-31T09:30:00Z).
+        #[arg(
+            long,
+            value_name = "TIME",
+            conflicts_with = "cron",
+            required_unless_present = "cron"
+        )]
+        at: Option<String>,
+        /// Fire at every match of this cron expression (5 fields, or 6 with seconds first).
+        #[arg(long, value_name = "EXPR")]
+        cron: Option<String>,
+        /// The time zone of `--cron` (IANA name; default UTC).
+        #[arg(long, value_name = "ZONE", requires = "cron")]
+        tz: Option<String>,
+        /// A label.
+        #[arg(long)]
+        name: Option<String>,
+        /// What the agent receives when it fires.
+        message: String,
+    },
+    /// Live schedules (of one agent, or of all), with their next fire times.
+    List {
+        /// Only this agent's.
+        #[arg(long, value_name = "NAME")]
+        agent: Option<String>,
+    },
+    /// Remove a schedule.
+    Remove {
+        /// The schedule's id.
+        id: String,
     },
 }
 

@@ -514,6 +514,30 @@ impl AgentRuntime {
         Ok(queued)
     }
 
+    /// Adds a schedule for this agent (decision 0012): checked and capped by the database,
+    /// delivered by whichever process serves the agent's queue.
+    pub async fn add_schedule(
+        &self,
+        new: pattern_db::schedule::NewSchedule,
+    ) -> Result<pattern_db::schedule::Schedule> {
+        let schedule = self.db.add_schedule(self.agent, new).await?;
+        self.queue_signal.notify_one();
+        Ok(schedule)
+    }
+
+    /// This agent's live schedules.
+    pub async fn schedules(&self) -> Result<Vec<pattern_db::schedule::Schedule>> {
+        Ok(self.db.schedules(self.agent).await?)
+    }
+
+    /// Removes one of this agent's live schedules.
+    pub async fn remove_schedule(
+        &self,
+        id: pattern_db::SnowflakeId,
+    ) -> Result<pattern_db::schedule::Schedule> {
+        Ok(self.db.remove_schedule(self.agent, id).await?)
+    }
+
     // -- storage and context ----------------------------------------------------------------
 
     /// Commits one step (an answer and its tool results) atomically.

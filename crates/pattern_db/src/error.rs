@@ -164,6 +164,44 @@ pub enum Error {
     /// Content does not have a valid shape.
     #[error("invalid message content: {0}")]
     InvalidContent(String),
+    /// A schedule's cron expression cannot be parsed, or never fires.
+    #[error("`cron`: invalid cron expression `{expr}`: {reason}")]
+    InvalidCron {
+        /// The expression as given.
+        expr: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A schedule names a time zone the IANA database does not know.
+    #[error("`tz`: unknown time zone `{0}` (an IANA name such as `Europe/Berlin`, or `UTC`)")]
+    UnknownTimeZone(String),
+    /// A one-off schedule's time has passed (beyond the grace of [`crate::schedule::AT_GRACE`]).
+    #[error("`at`: {at} is in the past (now is {now})")]
+    ScheduleInPast {
+        /// The time asked for.
+        at: chrono::DateTime<chrono::Utc>,
+        /// The time it was checked at.
+        now: chrono::DateTime<chrono::Utc>,
+    },
+    /// A schedule's other fields are not valid (which field, and why).
+    #[error("`{field}`: {reason}")]
+    InvalidSchedule {
+        /// The field: `message`, `name`, `at`/`cron`.
+        field: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The agent has as many live schedules as it may have.
+    #[error("agent {agent} has {limit} schedules already, the most it may have; remove one first")]
+    TooManySchedules {
+        /// The agent.
+        agent: AgentId,
+        /// The cap ([`crate::schedule::MAX_SCHEDULES_PER_AGENT`]).
+        limit: usize,
+    },
+    /// No live schedule with this id (of this agent, when an agent was given).
+    #[error("unknown schedule {0}")]
+    ScheduleNotFound(SnowflakeId),
     /// A legacy history could not be imported.
     #[error("legacy import: message {index}: {reason}")]
     LegacyImport {
@@ -542,7 +580,8 @@ impl Error {
             | Error::ApiKeyNotFound(_)
             | Error::TurnNotFound { .. }
             | Error::ApprovalNotFound(_)
-            | Error::ContentNotFound(_) => ErrorClass::NotFound,
+            | Error::ContentNotFound(_)
+            | Error::ScheduleNotFound(_) => ErrorClass::NotFound,
             Error::AgentNameTaken(_)
             | Error::VersionConflict { .. }
             | Error::BlockLabelTaken { .. }
@@ -568,7 +607,8 @@ impl Error {
             Error::BlockOverLimit { .. }
             | Error::InvalidImport(_)
             | Error::ContentTooLarge { .. }
-            | Error::PermissionDenied { .. } => ErrorClass::Refused,
+            | Error::PermissionDenied { .. }
+            | Error::TooManySchedules { .. } => ErrorClass::Refused,
             Error::InvalidUrl { .. }
             | Error::Config(_)
             | Error::InvalidId { .. }
@@ -585,7 +625,11 @@ impl Error {
             | Error::DuplicateToolUse { .. }
             | Error::DuplicateToolResult { .. }
             | Error::PendingToolCalls { .. }
-            | Error::SelfSession(_) => ErrorClass::Invalid,
+            | Error::SelfSession(_)
+            | Error::InvalidCron { .. }
+            | Error::UnknownTimeZone(_)
+            | Error::ScheduleInPast { .. }
+            | Error::InvalidSchedule { .. } => ErrorClass::Invalid,
             e if e.is_transient() => ErrorClass::Unavailable,
             _ => ErrorClass::Internal,
         }

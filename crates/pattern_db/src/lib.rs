@@ -65,6 +65,7 @@ mod process;
 pub mod protocol;
 pub mod queue;
 pub mod runs;
+pub mod schedule;
 pub mod search;
 mod stats;
 mod store;

@@ -179,6 +179,15 @@ pub(crate) enum Op {
         agent: AgentId,
         id: SnowflakeId,
     },
+    /// Schedules (`ops::queue`, decision 0012).
+    AddSchedule {
+        agent: AgentId,
+        valid: crate::schedule::ValidSchedule,
+    },
+    RemoveSchedule {
+        agent: AgentId,
+        id: SnowflakeId,
+    },
     InsertArchival {
         agent: AgentId,
         entries: Vec<crate::archival::NewArchival>,
@@ -317,7 +326,9 @@ impl Op {
             | Op::AbandonBatch { agent, .. }
             | Op::Enqueue { agent, .. }
             | Op::BeginQueued { agent, .. }
-            | Op::CancelQueued { agent, .. } => Some(*agent),
+            | Op::CancelQueued { agent, .. }
+            | Op::AddSchedule { agent, .. }
+            | Op::RemoveSchedule { agent, .. } => Some(*agent),
             // Block writes lock the block's owner.
             Op::CreateBlock { owner, .. }
             | Op::WriteBlock { owner, .. }
@@ -574,6 +585,12 @@ pub(crate) async fn apply(
         Op::CancelQueued { agent, id } => queue::cancel_queued(conn, *agent, *id)
             .await
             .map(Done::Count),
+        Op::AddSchedule { agent, valid } => queue::add_schedule(conn, ctx, *agent, valid)
+            .await
+            .map(Done::Queued),
+        Op::RemoveSchedule { agent, id } => queue::remove_schedule(conn, *agent, *id)
+            .await
+            .map(Done::Queued),
         Op::CreateBlock { owner, new } => blocks::create_block(conn, ctx, *owner, new)
             .await
             .map(Done::Block),

@@ -85,6 +85,25 @@ pub struct QueuedMessage {
     pub deliveries: i64,
     /// When it was queued.
     pub created_at: DateTime<Utc>,
+    /// `Some` for a schedule (decision 0012): how it fires, and its label.
+    #[serde(default)]
+    pub schedule: Option<Box<QueuedSchedule>>,
+    /// The abandoned batch this entry runs again.
+    #[serde(default)]
+    pub retry_of: Option<BatchId>,
+}
+
+/// What makes a queue entry a schedule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueuedSchedule {
+    /// One-off (`at`) or recurring (`cron`).
+    pub kind: crate::schedule::ScheduleKind,
+    /// A recurring schedule's cron expression.
+    pub cron: Option<String>,
+    /// The time zone of `cron` (IANA name).
+    pub time_zone: Option<String>,
+    /// The schedule's label.
+    pub name: Option<String>,
 }
 
 /// A delivery: the entry as it is after delivery, and its new batch.
@@ -97,7 +116,8 @@ pub struct Delivered {
 }
 
 pub(crate) const QUEUE_COLUMNS: &str = "id, agent_id, batch_type, role, content, source, \
-     deliver_at, every_ms, delivered_at, delivered_batch, deliveries, created_at";
+     deliver_at, every_ms, delivered_at, delivered_batch, deliveries, created_at, schedule, cron, \
+     time_zone, name, retry_of";
 
 pub(crate) fn queued_from_row(row: &AnyRow) -> Result<QueuedMessage> {
     let agent: String = row.try_get(1)?;
@@ -120,6 +140,24 @@ pub(crate) fn queued_from_row(row: &AnyRow) -> Result<QueuedMessage> {
         delivered_batch: delivered_batch.map(SnowflakeId),
         deliveries: row.try_get(10)?,
         created_at: from_ms(row.try_get(11)?),
+        schedule: match row.try_get::<Option<String>, _>(12)?.as_deref() {
+            None => None,
+            Some(kind) => Some(Box::new(QueuedSchedule {
+                kind: match kind {
+                    "at" => crate::schedule::ScheduleKind::At,
+                    "cron" => crate::schedule::ScheduleKind::Cron,
+                    other => {
+                        return Err(Error::InvalidContent(format!(
+                            "unknown schedule kind `{other}` in the queue"
+                        )));
+                    }
+                },
+                cron: row.try_get(13)?,
+                time_zone: row.try_get(14)?,
+                name: row.try_get(15)?,
+            })),
+        },
+        retry_of: row.try_get::<Option<i64>, _>(16)?.map(SnowflakeId),
     })
 }
 

@@ -15,7 +15,9 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{Ref, RefOr, Required};
 use utoipa::{Modify, OpenApi};
 
-use crate::routes::{Class, agents, approvals, batches, health, memory, protocol, turns};
+use crate::routes::{
+    Class, agents, approvals, batches, health, memory, protocol, schedules, turns,
+};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -31,6 +33,7 @@ use crate::routes::{Class, agents, approvals, batches, health, memory, protocol,
         memory::append_block, memory::undo_block, memory::block_history,
         memory::insert_archival, memory::list_archival, memory::show_archival,
         memory::delete_archival, memory::search,
+        schedules::create, schedules::list, schedules::delete,
         protocol::open_session, protocol::show_session, protocol::send_session_message,
         protocol::session_messages, protocol::end_session, protocol::inbox, protocol::mark_read,
         protocol::create_meeting, protocol::show_meeting, protocol::meeting_messages,

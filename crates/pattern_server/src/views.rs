@@ -385,3 +385,52 @@ impl From<&pattern::db::Approval> for ApprovalView {
         }
     }
 }
+
+/// `schedule` shape: a live schedule of an agent (decision 0012).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ScheduleView {
+    /// Its id (a snowflake, as a decimal string).
+    pub id: String,
+    /// The agent's id.
+    pub agent_id: String,
+    /// The agent's name (shown as the organization sees it).
+    pub agent: String,
+    /// Its label.
+    pub name: Option<String>,
+    /// What the agent receives (a system message) when it fires.
+    pub message: String,
+    /// `at` (one-off) or `cron` (recurring).
+    pub kind: String,
+    /// The cron expression of a recurring schedule.
+    pub cron: Option<String>,
+    /// The time zone a cron expression is read in (IANA name; `UTC` for one-offs).
+    pub tz: String,
+    /// When it fires next.
+    pub next_at: DateTime<Utc>,
+    /// How often it fired.
+    pub deliveries: i64,
+    /// The batch its latest firing began.
+    pub last_batch: Option<String>,
+    /// When it was added.
+    pub created_at: DateTime<Utc>,
+}
+
+impl ScheduleView {
+    /// The view of `s`, whose agent is shown as `agent`.
+    pub fn new(s: &pattern::db::schedule::Schedule, agent: &str) -> Self {
+        Self {
+            id: s.id.to_string(),
+            agent_id: s.agent_id.to_string(),
+            agent: agent.to_owned(),
+            name: s.name.clone(),
+            message: s.message.clone(),
+            kind: s.kind.as_str().to_owned(),
+            cron: s.cron.clone(),
+            tz: s.time_zone.clone(),
+            next_at: s.next_at,
+            deliveries: s.deliveries,
+            last_batch: s.last_batch.map(|b| b.to_string()),
+            created_at: s.created_at,
+        }
+    }
+}

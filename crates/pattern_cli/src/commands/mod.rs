@@ -15,6 +15,7 @@ mod meeting;
 mod memory;
 mod ops;
 mod retention;
+mod schedule;
 mod search;
 mod serve;
 mod session;
@@ -46,6 +47,7 @@ pub(crate) async fn run(env: &Env, command: Command) -> Result<()> {
         Command::Retention(args) => retention::run(env, args).await,
         Command::Meeting(c) => meeting::run(env, c).await,
         Command::Serve(args) => serve::run(env, args).await,
+        Command::Schedule(c) => schedule::run(env, c).await,
         Command::Org(c) => keys::org(env, c).await,
         Command::Key(c) => keys::key(env, c).await,
         Command::Approvals(c) => approvals::run(env, c).await,

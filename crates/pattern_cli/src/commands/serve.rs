@@ -16,26 +16,34 @@ use crate::commands::chat::model;
 use crate::env::Env;
 use crate::error::{CliError, Result};
 
-/// Completes on Ctrl-C or SIGTERM.
-async fn stop_signal() {
+/// Completes on Ctrl-C or SIGTERM. The handlers are installed when this is called, not when
+/// the future is first polled, so a signal sent right after the address is announced drains
+/// the server instead of killing it.
+fn stop_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
+        let term = signal(SignalKind::terminate()).ok();
+        let int = signal(SignalKind::interrupt()).ok();
+        async move {
+            match (term, int) {
+                (Some(mut term), Some(mut int)) => {
+                    tokio::select! {
+                        _ = int.recv() => {}
+                        _ = term.recv() => {}
+                    }
                 }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
@@ -91,10 +99,11 @@ pub(crate) async fn run(env: &Env, args: ServeArgs) -> Result<()> {
             ..ServerConfig::default()
         },
     );
+    let stop = stop_signal();
     eprintln!(
         "serving the Pattern API on http://{address} (OpenAPI at /openapi.json, metrics at /metrics)"
     );
-    let served = pattern_server::serve(listener, state, stop_signal()).await;
+    let served = pattern_server::serve(listener, state, stop).await;
     drop(model);
     pattern.close().await;
     served.map_err(|e| CliError::other(e.to_string()))

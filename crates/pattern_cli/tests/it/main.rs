@@ -28,6 +28,7 @@ mod load;
 mod memory;
 mod observe;
 mod pg;
+mod schedule;
 mod search;
 mod serve;
 mod session;

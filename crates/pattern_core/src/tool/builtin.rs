@@ -1,6 +1,7 @@
 //! The built-in tools: memory block edits (`memory_append`, `memory_replace`, `memory_insert`,
-//! `memory_undo`), `send_message`, and (from [`super::recall`]) `archival_insert`,
-//! `archival_search` and `search`.
+//! `memory_undo`), `send_message`, (from [`super::recall`]) `archival_insert`,
+//! `archival_search` and `search`, and (from [`super::schedule`]) `schedule_wakeup`,
+//! `list_schedules` and `cancel_schedule`.
 //!
 //! Memory tools read the block's current version and write against it (optimistic
 //! concurrency): a concurrent change makes them re-read and retry a few times, never overwrite.
@@ -32,6 +33,9 @@ pub fn registry() -> Result<ToolRegistry> {
     r.register(Arc::new(super::recall::ArchivalInsert))?;
     r.register(Arc::new(super::recall::ArchivalSearch))?;
     r.register(Arc::new(super::recall::Search))?;
+    r.register(Arc::new(super::schedule::ScheduleWakeup))?;
+    r.register(Arc::new(super::schedule::ListSchedules))?;
+    r.register(Arc::new(super::schedule::CancelSchedule))?;
     Ok(r)
 }
 

@@ -11,6 +11,7 @@
 
 pub mod builtin;
 pub mod recall;
+pub mod schedule;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -22,6 +22,7 @@ mod provider_e2e;
 mod provider_record;
 mod provider_support;
 mod queue;
+mod schedules;
 mod summarizer;
 mod support;
 mod tools;

@@ -1,6 +1,6 @@
 //! The queue processor: messages between agents and scheduled wakeups are delivered through
-//! `Agent::process`, exactly once, also with two processors (two processes) watching one
-//! database.
+//! `Agent::process`, exactly once (cron schedules included), also with two processors (two
+//! processes) watching one database.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -117,6 +117,18 @@ async fn wakeups_run_once_each_even_with_two_processors(kind: Backend) {
         .schedule_wakeup(soon, Some(Duration::from_secs(1)), "hourly review")
         .await
         .unwrap();
+    // A cron schedule (every second) goes through the same claim: each firing once.
+    let cron = runtime
+        .add_schedule(pattern_db::schedule::NewSchedule {
+            message: "cron tick".into(),
+            when: pattern_db::schedule::When::Cron {
+                expr: "* * * * * *".into(),
+                tz: None,
+            },
+            name: None,
+        })
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(2_600)).await;
     p1.stop();
     p2.stop();
@@ -140,6 +152,13 @@ async fn wakeups_run_once_each_even_with_two_processors(kind: Backend) {
     );
     let reviews = texts.iter().filter(|t| *t == "hourly review").count();
     assert!(reviews >= 2, "{texts:?}");
+    let ticks = texts.iter().filter(|t| *t == "cron tick").count();
+    assert!(ticks >= 2, "{texts:?}");
+    let cron_now = h.db.schedule(cron.id).await.unwrap();
+    assert_eq!(
+        cron_now.deliveries as usize, ticks,
+        "every cron firing began exactly one batch"
+    );
     let pending = h.db.pending_queue(h.agent.id()).await.unwrap();
     assert!(
         pending.iter().all(|q| q.id != once.id),

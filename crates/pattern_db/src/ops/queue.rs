@@ -1,4 +1,5 @@
-//! The SQL of queue writes: enqueue, deliver (claim + begin the batch), cancel.
+//! The SQL of queue writes: enqueue, deliver (claim + begin the batch), cancel; schedules (add,
+//! remove, the next time of a cron schedule) and the one retry of a crashed wakeup.
 //!
 //! Runs inside the writer's transaction like every op; it must never commit, and never claim an
 //! entry without beginning its batch in the same transaction.
@@ -6,10 +7,13 @@
 use sqlx::AnyConnection;
 
 use super::{Ctx, begin_batch, claim_retry, encode_content, lock_agent, now_ms};
+use sqlx::Row;
+
 use crate::error::{Error, Result};
 use crate::id::SnowflakeId;
-use crate::model::{AgentId, BeginBatch, NewMessage};
+use crate::model::{AgentId, BatchId, BatchType, BeginBatch, ContentBlock, NewMessage, Role};
 use crate::queue::{Delivered, NewQueued, QUEUE_COLUMNS, QueuedMessage, queued_from_row};
+use crate::schedule::{MAX_SCHEDULES_PER_AGENT, SCHEDULE_SOURCE, ValidSchedule};
 
 pub(crate) async fn enqueue(
     conn: &mut AnyConnection,
@@ -46,7 +50,8 @@ pub(crate) async fn enqueue(
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
     let row = sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO agent_queue (id, agent_id, batch_type, role, content, source, deliver_at, \
-         every_ms, deliveries, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, $9) \
+         every_ms, deliveries, created_at, retry_of) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, $9, $10) \
          RETURNING {QUEUE_COLUMNS}"
     )))
     .bind(id.get())
@@ -58,6 +63,7 @@ pub(crate) async fn enqueue(
     .bind(deliver_at)
     .bind(every)
     .bind(now)
+    .bind(entry.retry_of.map(|b| b.get()))
     .fetch_one(&mut *conn)
     .await?;
     crate::wake::notify(
@@ -79,27 +85,9 @@ pub(crate) async fn begin_queued(
     id: SnowflakeId,
 ) -> Result<Option<Delivered>> {
     let now = now_ms();
-    // Claim first, in one statement (on PostgreSQL the row lock makes a concurrent claim wait
-    // and then find the entry gone): a one-off entry is marked delivered, a recurring one moves
-    // to its first slot after now.
-    let claimed = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "UPDATE agent_queue SET \
-           delivered_at = CASE WHEN every_ms IS NULL THEN $1 ELSE NULL END, \
-           deliver_at = CASE WHEN every_ms IS NULL THEN deliver_at \
-                        ELSE deliver_at + every_ms * ((($1 - deliver_at) / every_ms) + 1) END, \
-           deliveries = deliveries + 1 \
-         WHERE id = $2 AND agent_id = $3 AND delivered_at IS NULL AND deliver_at <= $1 \
-         RETURNING {QUEUE_COLUMNS}"
-    )))
-    .bind(now)
-    .bind(id.get())
-    .bind(agent.to_string())
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some(row) = claimed else {
+    let Some(mut entry) = claim_entry(conn, agent, id, now, true).await? else {
         return Ok(None);
     };
-    let mut entry = queued_from_row(&row)?;
     let trigger = NewMessage::new(entry.role, entry.content.clone());
     let received = begin_batch(
         conn,
@@ -136,4 +124,215 @@ pub(crate) async fn cancel_queued(
     .execute(&mut *conn)
     .await?;
     Ok(done.rows_affected())
+}
+
+/// Claims pending entry `id` of `agent` for delivery at `now`: a one-off is marked delivered, an
+/// `every` entry moves to its first slot after now, a cron schedule to its next fire time after
+/// now (computed here, stored in this transaction; one that never fires again is marked
+/// delivered). With `due_only`, an entry not due yet is left alone. `None` when it is not
+/// pending (or another transaction claimed it first: the update is conditional on what was read,
+/// and on PostgreSQL waits for a concurrent claim's row lock, then finds it changed).
+pub(crate) async fn claim_entry(
+    conn: &mut AnyConnection,
+    agent: AgentId,
+    id: SnowflakeId,
+    now: i64,
+    due_only: bool,
+) -> Result<Option<QueuedMessage>> {
+    let current = sqlx::query(
+        "SELECT deliver_at, cron, time_zone FROM agent_queue \
+         WHERE id = $1 AND agent_id = $2 AND delivered_at IS NULL",
+    )
+    .bind(id.get())
+    .bind(agent.to_string())
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(current) = current else {
+        return Ok(None);
+    };
+    let deliver_at: i64 = current.try_get(0)?;
+    let cron: Option<String> = current.try_get(1)?;
+    let zone: Option<String> = current.try_get(2)?;
+    if due_only && deliver_at > now {
+        return Ok(None);
+    }
+    let row = match cron {
+        Some(expr) => {
+            // A stored expression was checked when it was added; one that fails now (or never
+            // matches again) ends the schedule after this delivery rather than stalling it.
+            let next = crate::schedule::next_fire(&expr, zone.as_deref(), super::from_ms(now))
+                .ok()
+                .flatten()
+                .map(|t| t.timestamp_millis());
+            let sql = match next {
+                Some(_) => format!(
+                    "UPDATE agent_queue SET deliver_at = $1, deliveries = deliveries + 1 \
+                     WHERE id = $2 AND agent_id = $3 AND delivered_at IS NULL AND deliver_at = $4 \
+                     RETURNING {QUEUE_COLUMNS}"
+                ),
+                None => format!(
+                    "UPDATE agent_queue SET delivered_at = $1, deliveries = deliveries + 1 \
+                     WHERE id = $2 AND agent_id = $3 AND delivered_at IS NULL AND deliver_at = $4 \
+                     RETURNING {QUEUE_COLUMNS}"
+                ),
+            };
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(next.unwrap_or(now))
+                .bind(id.get())
+                .bind(agent.to_string())
+                .bind(deliver_at)
+                .fetch_optional(&mut *conn)
+                .await?
+        }
+        None => {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE agent_queue SET \
+                   delivered_at = CASE WHEN every_ms IS NULL THEN $1 ELSE NULL END, \
+                   deliver_at = CASE WHEN every_ms IS NULL THEN deliver_at \
+                                ELSE deliver_at + every_ms * ((($1 - deliver_at) / every_ms) + 1) END, \
+                   deliveries = deliveries + 1 \
+                 WHERE id = $2 AND agent_id = $3 AND delivered_at IS NULL AND deliver_at = $4 \
+                 RETURNING {QUEUE_COLUMNS}"
+            )))
+            .bind(now)
+            .bind(id.get())
+            .bind(agent.to_string())
+            .bind(deliver_at)
+            .fetch_optional(&mut *conn)
+            .await?
+        }
+    };
+    row.as_ref().map(queued_from_row).transpose()
+}
+
+/// Stores a checked schedule as a queue entry, under the agent's lock, after checking its cap.
+pub(crate) async fn add_schedule(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+    valid: &ValidSchedule,
+) -> Result<QueuedMessage> {
+    let message = NewMessage::new(Role::System, vec![ContentBlock::text(&valid.message)]);
+    let content = encode_content(ctx.max_content_bytes, &message)?;
+    lock_agent(conn, agent).await?;
+    let live: i64 = sqlx::query(
+        "SELECT COUNT(*) FROM agent_queue \
+         WHERE agent_id = $1 AND schedule IS NOT NULL AND delivered_at IS NULL",
+    )
+    .bind(agent.to_string())
+    .fetch_one(&mut *conn)
+    .await?
+    .try_get(0)?;
+    if usize::try_from(live).unwrap_or(usize::MAX) >= MAX_SCHEDULES_PER_AGENT {
+        return Err(Error::TooManySchedules {
+            agent,
+            limit: MAX_SCHEDULES_PER_AGENT,
+        });
+    }
+    let id = ctx.ids.next_id()?;
+    let now = now_ms();
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO agent_queue (id, agent_id, batch_type, role, content, source, deliver_at, \
+         deliveries, created_at, schedule, cron, time_zone, name) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $9, $10, $11, $12) \
+         RETURNING {QUEUE_COLUMNS}"
+    )))
+    .bind(id.get())
+    .bind(agent.to_string())
+    .bind(BatchType::SystemTrigger.as_str())
+    .bind(Role::System.as_str())
+    .bind(content)
+    .bind(SCHEDULE_SOURCE)
+    .bind(valid.first)
+    .bind(now)
+    .bind(valid.kind.as_str())
+    .bind(valid.cron.as_deref())
+    .bind(valid.time_zone.as_deref())
+    .bind(valid.name.as_deref())
+    .fetch_one(&mut *conn)
+    .await?;
+    crate::wake::notify(
+        conn,
+        ctx.backend,
+        &[
+            crate::wake::WakeKey::Agent(agent),
+            crate::wake::WakeKey::Queue,
+        ],
+    )
+    .await?;
+    queued_from_row(&row)
+}
+
+/// Deletes `agent`'s live schedule `id`; returns it.
+pub(crate) async fn remove_schedule(
+    conn: &mut AnyConnection,
+    agent: AgentId,
+    id: SnowflakeId,
+) -> Result<QueuedMessage> {
+    lock_agent(conn, agent).await?;
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DELETE FROM agent_queue \
+         WHERE id = $1 AND agent_id = $2 AND schedule IS NOT NULL AND delivered_at IS NULL \
+         RETURNING {QUEUE_COLUMNS}"
+    )))
+    .bind(id.get())
+    .bind(agent.to_string())
+    .fetch_optional(&mut *conn)
+    .await?;
+    match row {
+        Some(row) => queued_from_row(&row),
+        None => Err(Error::ScheduleNotFound(id)),
+    }
+}
+
+/// Whether a delivered entry is a scheduled wakeup (a schedule, a recurring entry, or a wakeup
+/// of the runtime's scheduler) whose crashed run earns one retry.
+fn is_wakeup(entry: &QueuedMessage) -> bool {
+    entry.batch_type == BatchType::SystemTrigger
+        && (entry.schedule.is_some() || entry.every.is_some() || entry.source == "scheduler")
+}
+
+/// Recovery found `batch` of `agent` dead (its run's process died): when its trigger was a
+/// scheduled wakeup that is not itself a retry, and the batch was not retried already, queue the
+/// wakeup again, once (`retry_of` marks the batch in this transaction, so a second attempt is
+/// refused). Runs under the agent's lock, in the transaction that abandons the batch.
+pub(crate) async fn retry_crashed_wakeup(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+    batch: BatchId,
+    now: i64,
+) -> Result<Option<QueuedMessage>> {
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {QUEUE_COLUMNS} FROM agent_queue WHERE delivered_batch = $1 AND agent_id = $2"
+    )))
+    .bind(batch.get())
+    .bind(agent.to_string())
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let entry = queued_from_row(&row)?;
+    if !is_wakeup(&entry) || entry.retry_of.is_some() {
+        return Ok(None);
+    }
+    let retried: Option<i64> = sqlx::query("SELECT retried_at FROM batches WHERE id = $1")
+        .bind(batch.get())
+        .fetch_one(&mut *conn)
+        .await?
+        .try_get(0)?;
+    if retried.is_some() {
+        return Ok(None);
+    }
+    let mut source = format!("retry:{}", entry.source);
+    source.truncate(200);
+    let retry = NewQueued {
+        source,
+        retry_of: Some(batch),
+        // Due at the abandonment's time, so the delivery that took the agent over finds it.
+        deliver_at: Some(super::from_ms(now)),
+        ..NewQueued::now(entry.batch_type, entry.role, entry.content.clone())
+    };
+    enqueue(conn, ctx, agent, &retry).await.map(Some)
 }

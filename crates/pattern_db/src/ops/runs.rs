@@ -221,6 +221,8 @@ async fn abandon_dead(
         "reason": reason,
     });
     log_activity(conn, ctx, agent, "batch_abandoned", &payload).await?;
+    // A scheduled wakeup whose run died is queued again, once.
+    super::queue::retry_crashed_wakeup(conn, ctx, agent, batch, now).await?;
     let turns: Vec<String> =
         sqlx::query("SELECT id FROM turns WHERE batch_id = $1 AND state <> 'finished'")
             .bind(batch.get())
@@ -317,7 +319,7 @@ async fn due_entry(
     .fetch_optional(&mut *conn)
     .await?;
     row.map(|row| {
-        let turn: Option<String> = row.try_get(12)?;
+        let turn: Option<String> = row.try_get("turn_id")?;
         Ok((
             queued_from_row(&row)?,
             turn.map(|t| parse_uuid(&t).map(TurnId)).transpose()?,
@@ -337,21 +339,9 @@ async fn deliver(
     now: i64,
 ) -> Result<Started> {
     let agent = claim.agent;
-    let claimed = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "UPDATE agent_queue SET \
-           delivered_at = CASE WHEN every_ms IS NULL THEN $1 ELSE NULL END, \
-           deliver_at = CASE WHEN every_ms IS NULL THEN deliver_at \
-                        ELSE deliver_at + every_ms * ((($1 - deliver_at) / every_ms) + 1) END, \
-           deliveries = deliveries + 1 \
-         WHERE id = $2 AND agent_id = $3 AND delivered_at IS NULL \
-         RETURNING {QUEUE_COLUMNS}"
-    )))
-    .bind(now)
-    .bind(entry.id.get())
-    .bind(agent.to_string())
-    .fetch_one(&mut *conn)
-    .await?;
-    let mut entry = queued_from_row(&claimed)?;
+    let mut entry = super::queue::claim_entry(conn, agent, entry.id, now, false)
+        .await?
+        .ok_or(Error::Database(sqlx::Error::RowNotFound))?;
     let trigger = NewMessage::new(entry.role, entry.content.clone());
     let received = begin_batch(
         conn,

@@ -25,6 +25,7 @@ mod import;
 mod props;
 mod queue;
 mod runs;
+mod schedules;
 mod search;
 
 use pattern_db::testkit::TestDb;

@@ -14,6 +14,7 @@ pub(crate) mod batches;
 pub(crate) mod health;
 pub(crate) mod memory;
 pub(crate) mod protocol;
+pub(crate) mod schedules;
 pub(crate) mod turns;
 
 use axum::Router;
@@ -161,6 +162,10 @@ fn table() -> Vec<Route> {
             .get(memory::show_archival)
             .delete(memory::delete_archival),
         route("/v1/agents/{agent_id}/search", Timed).post(memory::search),
+        route("/v1/agents/{agent_id}/schedules", Timed)
+            .get(schedules::list)
+            .post(schedules::create),
+        route("/v1/agents/{agent_id}/schedules/{schedule_id}", Timed).delete(schedules::delete),
         route("/v1/agents/{agent_id}/inbox", Timed).get(protocol::inbox),
         route("/v1/agents/{agent_id}/inbox/read", Timed).post(protocol::mark_read),
         route("/v1/sessions", Timed).post(protocol::open_session),

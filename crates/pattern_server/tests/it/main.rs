@@ -18,6 +18,7 @@ mod approvals;
 mod crash;
 mod observe;
 mod protocol;
+mod schedules;
 mod search;
 mod support;
 mod turns;

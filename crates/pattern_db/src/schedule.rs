@@ -1,0 +1,458 @@
+//! Schedules: wakeups an agent receives at a time (`at`) or on a cron expression in a time zone
+//! (decision 0012).
+//!
+//! A schedule is an entry of the agent's durable queue ([`crate::queue`]) marked `at` or `cron`:
+//! its message is a system trigger (a `system_trigger` batch) delivered by whoever holds the
+//! agent's claim, exactly once per fire time across processes. A cron schedule's next time is
+//! computed here ([`next_fire`]) and stored in the transaction that delivers it. Input is checked
+//! before anything is written: a bad expression, an unknown zone or a time in the past is a typed
+//! error and nothing is stored; an agent has at most [`MAX_SCHEDULES_PER_AGENT`] live schedules
+//! (checked under the agent's lock). This module must never store a schedule that cannot fire,
+//! nor deliver a schedule outside the queue's claim rules.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::any::AnyRow;
+
+use crate::db::{Database, unexpected};
+use crate::error::{Error, Result};
+use crate::id::SnowflakeId;
+use crate::model::{AgentId, BatchId, ContentBlock};
+use crate::ops::{Done, Op};
+use crate::queue::{QUEUE_COLUMNS, QueuedMessage, queued_from_row};
+
+/// The most live schedules one agent may have; one more is [`Error::TooManySchedules`].
+pub const MAX_SCHEDULES_PER_AGENT: usize = 100;
+/// How far in the past a one-off `at` may be and still be taken (it fires at once).
+pub const AT_GRACE: Duration = Duration::from_secs(60);
+/// Longest message, in characters.
+pub const MAX_MESSAGE_CHARS: usize = 10_000;
+/// Longest name, in characters.
+pub const MAX_NAME_CHARS: usize = 100;
+/// Longest cron expression, in bytes.
+pub const MAX_CRON_BYTES: usize = 200;
+/// The queue entry `source` of schedules.
+pub const SCHEDULE_SOURCE: &str = "schedule";
+
+/// When a schedule fires.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum When {
+    /// Once, at this time.
+    At(DateTime<Utc>),
+    /// At every time the cron expression matches in the time zone (IANA name; `None`: UTC).
+    /// Five fields (minute precision) or six (seconds first); an optional seventh is the year.
+    Cron {
+        /// The expression.
+        expr: String,
+        /// The time zone it is read in.
+        tz: Option<String>,
+    },
+}
+
+impl When {
+    /// The `at` / `cron` / `tz` fields of a request (CLI, HTTP, tool): exactly one of `at`
+    /// (RFC 3339) and `cron`; `tz` only with `cron`. Typed errors name the field.
+    pub fn from_fields(at: Option<&str>, cron: Option<&str>, tz: Option<&str>) -> Result<When> {
+        match (at, cron) {
+            (Some(_), Some(_)) => Err(Error::InvalidSchedule {
+                field: "cron",
+                reason: "give either `at` or `cron`, not both".into(),
+            }),
+            (None, None) => Err(Error::InvalidSchedule {
+                field: "at",
+                reason: "give `at` (an RFC 3339 time) or `cron` (an expression)".into(),
+            }),
+            (Some(at), None) => {
+                if tz.is_some() {
+                    return Err(Error::InvalidSchedule {
+                        field: "tz",
+                        reason: "a time zone goes with `cron`; `at` carries its own offset".into(),
+                    });
+                }
+                let at = DateTime::parse_from_rfc3339(at.trim()).map_err(|e| {
+                    Error::InvalidSchedule {
+                        field: "at",
+                        reason: format!(
+                            "`{at}` is not an RFC 3339 time such as 2030-01-31T09:30:00Z ({e})"
+                        ),
+                    }
+                })?;
+                Ok(When::At(at.with_timezone(&Utc)))
+            }
+            (None, Some(cron)) => Ok(When::Cron {
+                expr: cron.to_owned(),
+                tz: tz.map(str::to_owned),
+            }),
+        }
+    }
+}
+
+/// A schedule to add.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewSchedule {
+    /// The text the agent receives as its trigger (1..=[`MAX_MESSAGE_CHARS`] characters).
+    pub message: String,
+    /// When it fires.
+    pub when: When,
+    /// An optional label (1..=[`MAX_NAME_CHARS`] characters).
+    pub name: Option<String>,
+}
+
+/// `at` (one-off) or `cron` (recurring).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScheduleKind {
+    /// One-off.
+    At,
+    /// Recurring.
+    Cron,
+}
+
+impl ScheduleKind {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScheduleKind::At => "at",
+            ScheduleKind::Cron => "cron",
+        }
+    }
+}
+
+/// A live schedule (one that will still fire).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Schedule {
+    /// Its id (the queue entry's).
+    pub id: SnowflakeId,
+    /// The agent it wakes.
+    pub agent_id: AgentId,
+    /// Its label.
+    pub name: Option<String>,
+    /// What the agent receives.
+    pub message: String,
+    /// One-off or recurring.
+    pub kind: ScheduleKind,
+    /// The cron expression of a recurring schedule.
+    pub cron: Option<String>,
+    /// The time zone a cron expression is read in (`UTC` for one-offs).
+    pub time_zone: String,
+    /// When it fires next.
+    pub next_at: DateTime<Utc>,
+    /// How often it fired.
+    pub deliveries: i64,
+    /// The batch its latest firing began.
+    pub last_batch: Option<BatchId>,
+    /// When it was added.
+    pub created_at: DateTime<Utc>,
+}
+
+impl Schedule {
+    /// The schedule a queue entry is; `None` for entries that are not schedules.
+    pub fn from_entry(entry: &QueuedMessage) -> Option<Schedule> {
+        let schedule = entry.schedule.as_deref()?;
+        let message = entry
+            .content
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        Some(Schedule {
+            id: entry.id,
+            agent_id: entry.agent_id,
+            name: schedule.name.clone(),
+            message,
+            kind: schedule.kind,
+            cron: schedule.cron.clone(),
+            time_zone: schedule.time_zone.clone().unwrap_or_else(|| "UTC".into()),
+            next_at: entry.deliver_at,
+            deliveries: entry.deliveries,
+            last_batch: entry.delivered_batch,
+            created_at: entry.created_at,
+        })
+    }
+}
+
+/// A schedule checked and ready to store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ValidSchedule {
+    pub(crate) message: String,
+    pub(crate) name: Option<String>,
+    pub(crate) kind: ScheduleKind,
+    pub(crate) cron: Option<String>,
+    pub(crate) time_zone: Option<String>,
+    /// First fire time, Unix ms.
+    pub(crate) first: i64,
+}
+
+fn parse_zone(tz: Option<&str>) -> Result<chrono_tz::Tz> {
+    match tz {
+        None => Ok(chrono_tz::UTC),
+        Some(name) => chrono_tz::Tz::from_str(name.trim())
+            .map_err(|_| Error::UnknownTimeZone(name.to_owned())),
+    }
+}
+
+fn parse_cron(expr: &str) -> Result<croner::Cron> {
+    if expr.len() > MAX_CRON_BYTES {
+        return Err(Error::InvalidCron {
+            expr: expr.chars().take(40).collect::<String>() + "...",
+            reason: format!("longer than {MAX_CRON_BYTES} bytes"),
+        });
+    }
+    croner::Cron::from_str(expr).map_err(|e| Error::InvalidCron {
+        expr: expr.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+/// The first time after `after` (exclusive) that `expr` matches in zone `tz` (`None`: UTC), or
+/// `None` when it never matches again. A bad expression or zone is a typed error.
+pub fn next_fire(
+    expr: &str,
+    tz: Option<&str>,
+    after: DateTime<Utc>,
+) -> Result<Option<DateTime<Utc>>> {
+    let zone = parse_zone(tz)?;
+    let cron = parse_cron(expr)?;
+    match cron.find_next_occurrence(&after.with_timezone(&zone), false) {
+        Ok(t) => Ok(Some(t.with_timezone(&Utc))),
+        Err(croner::errors::CronError::TimeSearchLimitExceeded) => Ok(None),
+        Err(e) => Err(Error::InvalidCron {
+            expr: expr.to_owned(),
+            reason: e.to_string(),
+        }),
+    }
+}
+
+impl NewSchedule {
+    /// Checks every field against `now`; the schedule as it will be stored.
+    pub(crate) fn validate(&self, now: DateTime<Utc>) -> Result<ValidSchedule> {
+        let chars = self.message.chars().count();
+        if self.message.trim().is_empty() || chars > MAX_MESSAGE_CHARS {
+            return Err(Error::InvalidSchedule {
+                field: "message",
+                reason: format!("must be 1 to {MAX_MESSAGE_CHARS} characters, not blank"),
+            });
+        }
+        if let Some(name) = &self.name
+            && (name.trim().is_empty() || name.chars().count() > MAX_NAME_CHARS)
+        {
+            return Err(Error::InvalidSchedule {
+                field: "name",
+                reason: format!("must be 1 to {MAX_NAME_CHARS} characters, not blank"),
+            });
+        }
+        let (kind, cron, time_zone, first) = match &self.when {
+            When::At(at) => {
+                let grace = chrono::Duration::from_std(AT_GRACE).unwrap_or_default();
+                if *at < now - grace {
+                    return Err(Error::ScheduleInPast { at: *at, now });
+                }
+                (ScheduleKind::At, None, None, *at)
+            }
+            When::Cron { expr, tz } => {
+                let expr = expr.trim().to_owned();
+                let zone = parse_zone(tz.as_deref())?;
+                let Some(first) = next_fire(&expr, Some(zone.name()), now)? else {
+                    return Err(Error::InvalidCron {
+                        expr,
+                        reason: "it never matches a future time".into(),
+                    });
+                };
+                (
+                    ScheduleKind::Cron,
+                    Some(expr),
+                    Some(zone.name().to_owned()),
+                    first,
+                )
+            }
+        };
+        Ok(ValidSchedule {
+            message: self.message.clone(),
+            name: self.name.clone(),
+            kind,
+            cron,
+            time_zone,
+            first: first.timestamp_millis(),
+        })
+    }
+}
+
+pub(crate) fn schedule_from_row(row: &AnyRow) -> Result<Option<Schedule>> {
+    Ok(Schedule::from_entry(&queued_from_row(row)?))
+}
+
+impl Database {
+    /// Adds a schedule for `agent`: checked first (typed errors, nothing stored), then stored in
+    /// one transaction that also checks the agent's cap. Returns it with its first fire time.
+    pub async fn add_schedule(&self, agent: AgentId, new: NewSchedule) -> Result<Schedule> {
+        let valid = new.validate(Utc::now())?;
+        match self.write(Op::AddSchedule { agent, valid }).await? {
+            Done::Queued(q) => {
+                self.hub().wake(crate::wake::WakeKey::Agent(agent));
+                self.hub().wake(crate::wake::WakeKey::Queue);
+                Schedule::from_entry(&q).ok_or(Error::ScheduleNotFound(q.id))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Removes `agent`'s live schedule `id`; [`Error::ScheduleNotFound`] when it has none such
+    /// (another agent's, fired already, removed already).
+    pub async fn remove_schedule(&self, agent: AgentId, id: SnowflakeId) -> Result<Schedule> {
+        match self.write(Op::RemoveSchedule { agent, id }).await? {
+            Done::Queued(q) => Schedule::from_entry(&q).ok_or(Error::ScheduleNotFound(id)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// `agent`'s live schedules, in the order they were added.
+    pub async fn schedules(&self, agent: AgentId) -> Result<Vec<Schedule>> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {QUEUE_COLUMNS} FROM agent_queue \
+             WHERE agent_id = $1 AND schedule IS NOT NULL AND delivered_at IS NULL ORDER BY id"
+        )))
+        .bind(agent.to_string())
+        .fetch_all(self.reader())
+        .await?;
+        Ok(rows
+            .iter()
+            .map(schedule_from_row)
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .flatten()
+            .collect())
+    }
+
+    /// Every agent's live schedules, by next fire time.
+    pub async fn all_schedules(&self) -> Result<Vec<Schedule>> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {QUEUE_COLUMNS} FROM agent_queue \
+             WHERE schedule IS NOT NULL AND delivered_at IS NULL ORDER BY deliver_at, id"
+        )))
+        .fetch_all(self.reader())
+        .await?;
+        Ok(rows
+            .iter()
+            .map(schedule_from_row)
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .flatten()
+            .collect())
+    }
+
+    /// The live schedule `id`, whichever agent it belongs to.
+    pub async fn schedule(&self, id: SnowflakeId) -> Result<Schedule> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {QUEUE_COLUMNS} FROM agent_queue \
+             WHERE id = $1 AND schedule IS NOT NULL AND delivered_at IS NULL"
+        )))
+        .bind(id.get())
+        .fetch_optional(self.reader())
+        .await?;
+        match row {
+            Some(row) => schedule_from_row(&row)?.ok_or(Error::ScheduleNotFound(id)),
+            None => Err(Error::ScheduleNotFound(id)),
+        }
+    }
+
+    /// The queue entries of `agent` that retry a crashed wakeup (for inspection and tests).
+    pub async fn queue_retries(&self, agent: AgentId) -> Result<Vec<(QueuedMessage, BatchId)>> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {QUEUE_COLUMNS} FROM agent_queue \
+             WHERE agent_id = $1 AND retry_of IS NOT NULL ORDER BY id"
+        )))
+        .bind(agent.to_string())
+        .fetch_all(self.reader())
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let entry = queued_from_row(row)?;
+                let of = entry.retry_of.ok_or(Error::ScheduleNotFound(entry.id))?;
+                Ok((entry, of))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cron_with_and_without_seconds_in_zones() {
+        let after = DateTime::parse_from_rfc3339("2026-03-28T12:00:00Z")
+            .map(|t| t.with_timezone(&Utc))
+            .unwrap_or_default();
+        // Five fields: minute precision.
+        let t = next_fire("30 9 * * *", None, after).ok().flatten();
+        assert_eq!(
+            t.map(|t| t.to_rfc3339()),
+            Some("2026-03-29T09:30:00+00:00".into())
+        );
+        // Six fields: seconds first.
+        let t = next_fire("15 * * * * *", None, after).ok().flatten();
+        assert_eq!(
+            t.map(|t| t.to_rfc3339()),
+            Some("2026-03-28T12:00:15+00:00".into())
+        );
+        // In Berlin, 09:30 on the 29th is after the switch to summer time (UTC+2).
+        let t = next_fire("30 9 * * *", Some("Europe/Berlin"), after)
+            .ok()
+            .flatten();
+        assert_eq!(
+            t.map(|t| t.to_rfc3339()),
+            Some("2026-03-29T07:30:00+00:00".into())
+        );
+        assert!(matches!(
+            next_fire("61 * * * *", None, after),
+            Err(Error::InvalidCron { .. })
+        ));
+        assert!(matches!(
+            next_fire("* * * * *", Some("Mars/Olympus"), after),
+            Err(Error::UnknownTimeZone(_))
+        ));
+    }
+
+    #[test]
+    fn validation_is_typed() {
+        let now = Utc::now();
+        let new = |when| NewSchedule {
+            message: "wake up".into(),
+            when,
+            name: None,
+        };
+        let past = new(When::At(now - chrono::Duration::seconds(120)));
+        assert!(matches!(
+            past.validate(now),
+            Err(Error::ScheduleInPast { .. })
+        ));
+        let grace = new(When::At(now - chrono::Duration::seconds(5)));
+        assert!(grace.validate(now).is_ok());
+        let blank = NewSchedule {
+            message: "  ".into(),
+            ..new(When::At(now))
+        };
+        assert!(matches!(
+            blank.validate(now),
+            Err(Error::InvalidSchedule {
+                field: "message",
+                ..
+            })
+        ));
+        let never = new(When::Cron {
+            expr: "0 0 30 2 *".into(),
+            tz: None,
+        });
+        assert!(matches!(
+            never.validate(now),
+            Err(Error::InvalidCron { .. })
+        ));
+    }
+}
