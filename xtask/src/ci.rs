@@ -74,7 +74,7 @@ fn pipeline(root: &Path, members: &[workspace::Member], steps: &mut Steps) -> Re
         if data.exists() {
             std::fs::remove_dir_all(&data)?;
         }
-        cmd::run(
+        crate::demo::judge(
             cargo(root)
                 .args(["run", "--quiet", "-p", "pattern_cli", "--", "--data-dir"])
                 .arg(&data)

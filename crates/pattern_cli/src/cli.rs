@@ -512,8 +512,11 @@ pub(crate) struct ServeArgs {
 #[derive(Debug, Args)]
 pub(crate) struct DemoArgs {
     /// Most model calls per turn.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 3)]
     pub(crate) max_iterations: usize,
+    /// Sampling temperature of the model (0: greedy, the same answer on every run here).
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) temperature: f32,
 }
 
 /// `pattern archival ...`

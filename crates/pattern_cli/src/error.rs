@@ -28,6 +28,9 @@ pub(crate) enum Kind {
     Refused,
     /// Interrupted by Ctrl-C (128 + SIGINT, as shells report it).
     Interrupted,
+    /// Everything ran, but the agent did not do what it was asked (`demo`: it did not store
+    /// or did not recall the fact).
+    AgentFailed,
 }
 
 impl Kind {
@@ -39,6 +42,7 @@ impl Kind {
             Kind::NotFound => 3,
             Kind::Conflict => 4,
             Kind::Refused => 5,
+            Kind::AgentFailed => 6,
             Kind::Interrupted => 130,
         }
     }
@@ -82,6 +86,10 @@ impl CliError {
 
     pub(crate) fn interrupted(message: impl Into<String>) -> Self {
         Self::new(Kind::Interrupted, message)
+    }
+
+    pub(crate) fn agent_failed(message: impl Into<String>) -> Self {
+        Self::new(Kind::AgentFailed, message)
     }
 
     pub(crate) fn other(message: impl Into<String>) -> Self {

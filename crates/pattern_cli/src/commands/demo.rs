@@ -2,40 +2,58 @@
 //! the data directory, the tantivy full-text index beside it, the offline embedding model, and a
 //! local llama.cpp model server started for the run (or a hosted model when an API key is set).
 //!
-//! The agent is created with memory blocks, answers scripted user turns with streamed output,
-//! calls tools (memory and archival), and then the command searches archival memory and prints
-//! the stored batches and the search hits. It fails (non-zero exit) when the model called no
-//! tool at all or nothing was found again, so CI notices a broken chain; it must never fake a
-//! step: a passage the model did not store is reported as such before the search.
+//! Steps: an agent is created with memory blocks; the user tells it two facts in plain words
+//! (no tool is named: what to store, and where, is the agent's choice; the first model call of
+//! each turn must call *some* tool, which a grammar-constrained local server turns into a
+//! well-formed call); the database is closed and opened again, as a new process would; the
+//! conversation is archived out of the context window, as it would be after months; the user
+//! asks for the fact; then the command prints what the agent stored, searches archival memory
+//! and prints the stored batches.
+//!
+//! It exits 6 when the agent did not store the fact in its memory (blocks or archival) or did
+//! not recall it in its answer (everything else ran), and 1 when something else failed. It must never store, recall or answer on the agent's
+//! behalf: every check reads what the agent itself wrote.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use pattern::core::ResponseEvent;
 use pattern::core::local_server::LocalModel;
-use pattern::db::{ContentType, ListArchival, NewArchival};
+use pattern::core::provider::ToolChoice;
+use pattern::core::tool::ToolRule;
+use pattern::core::{DatabaseAgent, ResponseEvent};
+use pattern::db::{ContentType, ListArchival};
 use pattern::memory::{
     ArchivalMemory, BlockType, MemoryEditor, NewMemoryBlock, SearchMode, SearchOptions,
 };
 use pattern::search::ModelPaths;
 use pattern::{Embedding, NewAgent, Pattern, PatternConfig};
 
-use super::chat::{TurnEnd, model, runtime_config, turn};
+use super::chat::{Model, TurnEnd, model, runtime_config, turn};
 use crate::cli::DemoArgs;
 use crate::env::Env;
 use crate::error::{CliError, Result};
 use crate::interrupt::Interrupts;
 use crate::output;
 
-const TURNS: [&str; 3] = [
-    "Hi! I'm Sam. I keep two beehives on my balcony in Lyon. Use memory_append to add that to \
-     your `human` memory block.",
-    "Please store this in your archival memory with archival_insert: the first balcony hive was \
-     started in April 2024 from a swarm a neighbour caught.",
-    "Thanks. In one sentence: what do you know about me?",
+/// What the user tells the agent, in plain words: no tool is named.
+const TELL: [&str; 2] = [
+    "Hi! I'm Sam. I keep two beehives on my balcony in Lyon. Please remember that about me.",
+    "Something worth keeping for later: my first hive was started in April 2024 from a swarm a \
+     neighbour caught.",
 ];
 
-const FACT: &str =
-    "The first balcony hive was started in April 2024 from a swarm a neighbour caught.";
+/// What the user asks once the conversation has left the context window.
+const ASK: &str = "When did I start my first beehive?";
+
+/// The demo agent's instructions (its own system prompt; the user's turns name no tool).
+const INSTRUCTIONS: &str = "You are a personal assistant with long-term memory. Your memory \
+    tools are the only way to remember anything after this conversation ends. When the user \
+    tells you something about themselves, save it in your memory, quoting the user's own words. \
+    When the user asks you something, search your memory first, then answer in one short \
+    sentence with what you found.";
+
+/// The fact the agent must store and recall: the year (small models paraphrase the rest).
+const FACT_MARK: &str = "2024";
 
 /// Prints one line on stdout through [`output::line`] (a closed pipe is an error, not a panic).
 macro_rules! say {
@@ -48,24 +66,76 @@ fn other(e: impl std::fmt::Display) -> CliError {
     CliError::other(e.to_string())
 }
 
+/// What the agent did in its turns.
+#[derive(Debug, Default)]
+struct Observed {
+    /// Tool calls, by name, in order.
+    tool_calls: Vec<String>,
+    /// The text of the last turn's answer.
+    last_answer: String,
+}
+
 /// Runs the demo.
 pub(crate) async fn run(env: &Env, args: DemoArgs) -> Result<()> {
-    let paths = ModelPaths::from_env();
-    let config = PatternConfig::data_dir(&env.data_dir).with_embedding(Embedding::Model(paths));
-    let pattern = Pattern::open(config).await?;
+    let config = || {
+        PatternConfig::data_dir(&env.data_dir)
+            .with_embedding(Embedding::Model(ModelPaths::from_env()))
+    };
+    let pattern = Pattern::open(config()).await?;
     say!("== Pattern demo: data in {}", env.data_dir.display());
+    let row = create_agent(&pattern).await?;
+    let model = model(env, LocalModel::Qwen).await?;
+    let mut interrupts = Interrupts::new()?;
+    let mut observed = Observed::default();
+
+    let agent = start(&pattern, &row, &model, &args)?;
+    for text in TELL {
+        if !converse(&agent, text, &mut interrupts, &mut observed).await? {
+            drop(agent);
+            pattern.close().await;
+            return Err(cancelled());
+        }
+    }
+    drop(agent);
+    pattern.close().await;
+
+    say!("\n== database closed and opened again, as a new process would");
+    let pattern = Pattern::open(config()).await?;
+    let archived = archive_conversation(&pattern, &row).await?;
+    say!("== the conversation so far ({archived} messages) is archived out of the context window");
+    let agent = start(&pattern, &row, &model, &args)?;
+    observed.last_answer.clear();
+    let finished = converse(&agent, ASK, &mut interrupts, &mut observed).await?;
+    drop(agent);
+    drop(model);
+    if !finished {
+        pattern.close().await;
+        return Err(cancelled());
+    }
+
+    let stored = show_memory(&pattern, &row, &observed).await?;
+    search_archival(&pattern, &row).await?;
+    print_batches(&pattern, &row).await?;
+    pattern.close().await;
+    verdict(stored, &observed)
+}
+
+/// A new agent with an empty `human` block and a `persona`.
+async fn create_agent(pattern: &Pattern) -> Result<pattern::Agent> {
     let name = format!("demo-{}", chrono::Utc::now().format("%Y%m%d-%H%M%S"));
-    let row = pattern.db().create_agent(NewAgent::named(&name)).await?;
-    let memory = pattern.memory();
+    let row = pattern
+        .db()
+        .create_agent(NewAgent {
+            metadata: serde_json::json!({ "instructions": INSTRUCTIONS }),
+            ..NewAgent::named(&name)
+        })
+        .await?;
     for (label, description, value) in [
-        (
-            "persona",
-            "Who you are.",
-            "I am a friendly assistant who remembers what matters.",
-        ),
+        ("persona", "Who you are.", "A personal assistant."),
         ("human", "What you know about the user.", ""),
     ] {
-        memory
+        pattern
+            .memory()
             .create_block(
                 row.id,
                 NewMemoryBlock {
@@ -78,55 +148,102 @@ pub(crate) async fn run(env: &Env, args: DemoArgs) -> Result<()> {
             )
             .await?;
     }
-    say!("== agent `{name}` created with memory blocks `persona` and `human`");
+    say!("== agent `{name}` created with memory blocks `persona` and `human` (empty)");
+    Ok(row)
+}
 
-    let model = model(env, LocalModel::Qwen).await?;
-    let mut config = runtime_config(&row, &*model.provider);
+/// The agent over `pattern`: greedy decoding unless `--temperature` says otherwise, and a tool
+/// call required of each turn's first model call (which tool is the model's choice).
+fn start(
+    pattern: &Pattern,
+    row: &pattern::Agent,
+    model: &Model,
+    args: &DemoArgs,
+) -> Result<Arc<DatabaseAgent>> {
+    let mut config = runtime_config(row, &*model.provider);
     config.max_iterations = args.max_iterations;
-    // Greedy decoding: the small local model's tool-call format is then the same on every run
-    // (sampled, it sometimes writes a call as plain JSON text that the server cannot parse).
-    config.temperature = Some(0.0);
-    let agent = pattern
+    config.temperature = Some(args.temperature);
+    // What the agent stored earlier and what the message is about come back into its context.
+    config.recall = 3;
+    config.first_tool_choice = ToolChoice::Required;
+    // Storing ends the turn: small models otherwise store the same thing again and again.
+    for tool in [
+        "memory_append",
+        "memory_replace",
+        "memory_insert",
+        "archival_insert",
+    ] {
+        config.rules.push(ToolRule::ExitLoop { tool: tool.into() });
+    }
+    pattern
         .agent(row.clone(), model.provider.clone(), config)
-        .map_err(other)?;
+        .map_err(other)
+}
 
-    let mut tool_calls = Vec::new();
-    let mut interrupts = Interrupts::new()?;
-    for text in TURNS {
-        say!("\n-- user: {text}\n-- {name}:");
-        let events = match turn(&agent, text, &mut interrupts, true, None).await? {
-            TurnEnd::Finished(events) => events,
-            TurnEnd::Cancelled => {
-                drop(agent);
-                drop(model);
-                pattern.close().await;
-                return Err(CliError::interrupted(
-                    "the demo was cancelled (its last batch is abandoned)",
-                ));
+fn cancelled() -> CliError {
+    CliError::interrupted("the demo was cancelled (its last batch is abandoned)")
+}
+
+/// One user turn, streamed; what the agent did goes into `observed`. `false` when Ctrl-C
+/// cancelled it.
+async fn converse(
+    agent: &Arc<DatabaseAgent>,
+    text: &str,
+    interrupts: &mut Interrupts,
+    observed: &mut Observed,
+) -> Result<bool> {
+    say!("\n-- user: {text}\n-- {}:", agent_name(agent));
+    let events = match turn(agent, text, interrupts, true, None).await? {
+        TurnEnd::Finished(events) => events,
+        TurnEnd::Cancelled => return Ok(false),
+    };
+    for e in &events {
+        match e {
+            ResponseEvent::ToolCallFinished { name, .. } => observed.tool_calls.push(name.clone()),
+            ResponseEvent::TextDelta { text } => observed.last_answer.push_str(text),
+            // The demo goes on; the verdict at the end decides.
+            ResponseEvent::Error { kind, message, .. } => {
+                eprintln!("  [the turn failed ({kind:?}): {message}]");
             }
-        };
-        for e in &events {
-            match e {
-                ResponseEvent::ToolCallFinished { name, .. } => tool_calls.push(name.clone()),
-                // The demo goes on; its checks at the end decide.
-                ResponseEvent::Error { kind, message, .. } => {
-                    eprintln!("  [the turn failed ({kind:?}): {message}]");
-                }
-                _ => {}
-            }
+            _ => {}
         }
     }
-    drop(agent);
-    drop(model);
+    Ok(true)
+}
 
-    say!("\n== tool calls made by the agent: {tool_calls:?}");
+fn agent_name(agent: &DatabaseAgent) -> String {
+    pattern::core::Agent::name(agent).to_owned()
+}
+
+/// Archives every closed batch of the agent, so the next turn's context holds its memory
+/// blocks but none of the conversation.
+async fn archive_conversation(pattern: &Pattern, row: &pattern::Agent) -> Result<u64> {
+    let store = pattern.messages(row.id);
+    let Some(newest) = store.list_batches(None, 1).await?.into_iter().next() else {
+        return Ok(0);
+    };
+    let batch = store.get_batch(newest.id).await?;
+    let Some(last) = batch.messages.iter().map(|m| m.position).max() else {
+        return Ok(0);
+    };
+    Ok(store
+        .archive_before(pattern::db::SnowflakeId(last.0 + 1))
+        .await?)
+}
+
+/// Prints what the agent keeps; whether the fact is in its memory (blocks or archival).
+async fn show_memory(pattern: &Pattern, row: &pattern::Agent, observed: &Observed) -> Result<bool> {
+    let memory = pattern.memory();
+    say!(
+        "\n== tool calls made by the agent: {:?}",
+        observed.tool_calls
+    );
     let human = pattern::memory::MemoryStore::block(memory, row.id, "human").await?;
     say!(
         "== memory block `human` (version {}): {:?}",
         human.version,
         human.value
     );
-
     let passages = memory
         .list_archival(
             row.id,
@@ -138,15 +255,16 @@ pub(crate) async fn run(env: &Env, args: DemoArgs) -> Result<()> {
         )
         .await?;
     if passages.is_empty() {
-        say!("== the agent stored no archival passage; storing the fact through the API");
-        memory
-            .insert_archival(row.id, NewArchival::text(FACT))
-            .await?;
-    } else {
-        for p in &passages {
-            say!("== archival passage stored by the agent: {}", p.content);
-        }
+        say!("== archival memory: empty (the agent stored no passage)");
     }
+    for p in &passages {
+        say!("== archival passage stored by the agent: {}", p.content);
+    }
+    Ok(human.value.contains(FACT_MARK) || passages.iter().any(|p| p.content.contains(FACT_MARK)))
+}
+
+/// Hybrid search of what the agent stored (archival) and said (messages).
+async fn search_archival(pattern: &Pattern, row: &pattern::Agent) -> Result<()> {
     // Let the background worker embed what was written, then search by meaning and words.
     let idle = pattern
         .search_db()
@@ -157,7 +275,8 @@ pub(crate) async fn run(env: &Env, args: DemoArgs) -> Result<()> {
         eprintln!("warning: embeddings still pending after 120 s");
     }
     let query = "when did the beehive start?";
-    let hits = memory
+    let hits = pattern
+        .memory()
         .search(
             query,
             &SearchOptions::mode(SearchMode::Hybrid)
@@ -176,8 +295,12 @@ pub(crate) async fn run(env: &Env, args: DemoArgs) -> Result<()> {
             output::preview(&h.text, 120)
         );
     }
+    Ok(())
+}
 
-    say!("\n== stored batches of `{name}`:");
+/// Every stored batch of the agent, oldest first, with its tool pairs.
+async fn print_batches(pattern: &Pattern, row: &pattern::Agent) -> Result<()> {
+    say!("\n== stored batches of `{}`:", row.name);
     let store = pattern.messages(row.id);
     let mut infos = store.list_batches(None, 100).await?;
     infos.reverse();
@@ -198,14 +321,33 @@ pub(crate) async fn run(env: &Env, args: DemoArgs) -> Result<()> {
             batch.pending_tool_calls().is_empty()
         );
     }
-    pattern.close().await;
-
-    if tool_calls.is_empty() {
-        return Err(CliError::other("the model made no tool call in the demo"));
-    }
-    if !hits.iter().any(|h| h.text.contains("April 2024")) {
-        return Err(CliError::other("search did not find the stored fact again"));
-    }
-    say!("\n== demo complete: durable memory, tool calls and search all worked");
     Ok(())
+}
+
+/// Success only when the agent itself stored the fact and recalled it.
+fn verdict(stored: bool, observed: &Observed) -> Result<()> {
+    let recalled = observed.last_answer.contains(FACT_MARK);
+    say!(
+        "\n== stored the fact in its memory: {}; recalled it after the restart: {}",
+        yes(stored),
+        yes(recalled)
+    );
+    match (stored, recalled) {
+        (true, true) => {
+            say!(
+                "== demo complete: the agent stored the fact itself and recalled it from durable memory"
+            );
+            Ok(())
+        }
+        (false, _) => Err(CliError::agent_failed(
+            "the agent did not store the fact (April 2024) in its memory blocks or archival memory",
+        )),
+        (true, false) => Err(CliError::agent_failed(
+            "the agent stored the fact but did not recall it when asked",
+        )),
+    }
+}
+
+fn yes(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
 }
