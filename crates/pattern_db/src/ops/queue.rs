@@ -66,6 +66,13 @@ pub(crate) async fn enqueue(
     .bind(entry.retry_of.map(|b| b.get()))
     .fetch_one(&mut *conn)
     .await?;
+    wake_queue(conn, ctx, agent).await?;
+    queued_from_row(&row)
+}
+
+/// Wakes whoever waits on `agent`'s queue or on any queue (after a new entry, in its
+/// transaction: on PostgreSQL the notification goes out at commit).
+async fn wake_queue(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId) -> Result<()> {
     crate::wake::notify(
         conn,
         ctx.backend,
@@ -74,8 +81,7 @@ pub(crate) async fn enqueue(
             crate::wake::WakeKey::Queue,
         ],
     )
-    .await?;
-    queued_from_row(&row)
+    .await
 }
 
 pub(crate) async fn begin_queued(
@@ -251,15 +257,7 @@ pub(crate) async fn add_schedule(
     .bind(valid.name.as_deref())
     .fetch_one(&mut *conn)
     .await?;
-    crate::wake::notify(
-        conn,
-        ctx.backend,
-        &[
-            crate::wake::WakeKey::Agent(agent),
-            crate::wake::WakeKey::Queue,
-        ],
-    )
-    .await?;
+    wake_queue(conn, ctx, agent).await?;
     queued_from_row(&row)
 }
 
