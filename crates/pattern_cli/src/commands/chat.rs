@@ -27,6 +27,7 @@ use futures::StreamExt;
 use pattern::Pattern;
 use pattern::core::approvals::DbApprover;
 use pattern::core::db_agent::wait_idle;
+use pattern::core::endpoint::{EndpointError, MessageEndpoint, OutgoingMessage};
 use pattern::core::local_server::LocalModel;
 use pattern::core::provider::ModelProvider;
 use pattern::core::{
@@ -103,6 +104,33 @@ pub(crate) fn runtime_config(agent: &pattern::Agent, model: &dyn ModelProvider) 
     let mut config = RuntimeConfig::for_agent(agent, model.model().context_window);
     config.max_iterations = 4;
     config
+}
+
+/// The terminal as the agent's `user` endpoint: what the agent sends the user with
+/// `send_message` is printed on a line of its own, on stdout (on stderr with `--json`, whose
+/// stdout is one JSON document).
+#[derive(Debug)]
+pub(crate) struct Terminal {
+    /// Print on stderr.
+    pub(crate) json: bool,
+}
+
+#[async_trait::async_trait]
+impl MessageEndpoint for Terminal {
+    async fn deliver(&self, message: &OutgoingMessage) -> std::result::Result<(), EndpointError> {
+        let line = format!("\n[{} to you] {}\n", message.from_name, message.content);
+        let written = if self.json {
+            let mut err = std::io::stderr().lock();
+            err.write_all(line.as_bytes()).and_then(|()| err.flush())
+        } else {
+            let mut out = std::io::stdout().lock();
+            out.write_all(line.as_bytes()).and_then(|()| out.flush())
+        };
+        written.map_err(|e| EndpointError {
+            endpoint: "terminal".into(),
+            message: e.to_string(),
+        })
+    }
 }
 
 /// How long a command waits after a turn for the agent's run to end (its batch completed or
@@ -377,6 +405,11 @@ impl Session {
             model.provider.clone(),
             runtime_config(&row, &*model.provider),
         )?;
+        // `send_message` to the user reaches this terminal.
+        agent
+            .runtime()
+            .set_default_endpoint(Arc::new(Terminal { json: env.json }))
+            .await;
         // Guarded tool calls wait for an answer stored in the database: the prompt of `chat`,
         // `pattern approvals decide`, or `POST /v1/approvals/{id}`.
         agent

@@ -88,7 +88,7 @@ pub(crate) async fn run(env: &Env, args: DemoArgs) -> Result<()> {
     let mut interrupts = Interrupts::new()?;
     let mut observed = Observed::default();
 
-    let agent = start(&pattern, &row, &model, &args)?;
+    let agent = start(&pattern, &row, &model, &args).await?;
     for text in TELL {
         if !converse(&agent, text, &mut interrupts, &mut observed).await? {
             drop(agent);
@@ -103,7 +103,7 @@ pub(crate) async fn run(env: &Env, args: DemoArgs) -> Result<()> {
     let pattern = Pattern::open(config()).await?;
     let archived = archive_conversation(&pattern, &row).await?;
     say!("== the conversation so far ({archived} messages) is archived out of the context window");
-    let agent = start(&pattern, &row, &model, &args)?;
+    let agent = start(&pattern, &row, &model, &args).await?;
     observed.last_answer.clear();
     let finished = converse(&agent, ASK, &mut interrupts, &mut observed).await?;
     drop(agent);
@@ -154,7 +154,7 @@ async fn create_agent(pattern: &Pattern) -> Result<pattern::Agent> {
 
 /// The agent over `pattern`: greedy decoding unless `--temperature` says otherwise, and a tool
 /// call required of each turn's first model call (which tool is the model's choice).
-fn start(
+async fn start(
     pattern: &Pattern,
     row: &pattern::Agent,
     model: &Model,
@@ -175,9 +175,13 @@ fn start(
     ] {
         config.rules.push(ToolRule::ExitLoop { tool: tool.into() });
     }
-    pattern
+    let agent = pattern
         .agent(row.clone(), model.provider.clone(), config)
-        .map_err(other)
+        .map_err(other)?;
+    pattern::core::Agent::runtime(&*agent)
+        .set_default_endpoint(Arc::new(super::chat::Terminal { json: false }))
+        .await;
+    Ok(agent)
 }
 
 fn cancelled() -> CliError {

@@ -88,6 +88,24 @@ fn send_answers_in_text_and_json() {
 }
 
 #[test]
+fn a_message_the_agent_sends_the_user_reaches_the_terminal() {
+    let fake = FakeModel::start();
+    let home = home_with(&fake);
+    let out = home.ok(&["send", "ada", "notify me"]);
+    assert!(out.contains("[ada to you] the kettle is on\n"), "{out}");
+    assert!(out.ends_with("after tool: sent\n"), "{out}");
+    // With --json, stdout stays one JSON document; the message goes to stderr.
+    let output = home
+        .command(&["--json", "send", "ada", "notify me"])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["tool_results"][0]["content"], "sent", "{report}");
+    assert!(text(&output.stderr).contains("[ada to you] the kettle is on"));
+}
+
+#[test]
 fn send_to_an_unknown_agent_exits_3() {
     let fake = FakeModel::start();
     let home = home_with(&fake);

@@ -5,7 +5,8 @@
 //! What it does depends on the last user message: one containing `fail` gets HTTP 400; one
 //! containing `slow` gets a first chunk and then a chunk every 100 ms for a minute (announced
 //! on [`FakeModel::wait_slow`], so a test can interrupt the turn mid-stream); one containing
-//! `guarded` gets a call of `memory_append` on the block `family` (which the tests share with
+//! `notify` gets a call of `send_message` to the user (`the kettle is on`), then, once its result
+//! is in, `after tool: RESULT`; `guarded` gets a call of `memory_append` on the block `family` (which the tests share with
 //! `partner` permission, so it needs approval); a request ending with a tool result gets
 //! `after tool: RESULT`; anything else gets `echo: MESSAGE`, streamed in a few chunks. It must never be used for anything but these
 //! tests: it reads one request per connection and closes it.
@@ -190,6 +191,17 @@ async fn answer(mut socket: TcpStream, slow: std_mpsc::Sender<()>) -> std::io::R
         for piece in ["after tool: ", result.as_str()] {
             event(&mut socket, &delta(piece)).await?;
         }
+    } else if text.contains("notify") {
+        let call = json!({
+            "choices": [{"finish_reason": null, "index": 0, "delta": {"tool_calls": [{
+                "index": 0, "id": "call_n1", "type": "function",
+                "function": {"name": "send_message",
+                    "arguments": "{\"content\": \"the kettle is on\"}"}
+            }]}}],
+            "created": 1_795_315_907, "id": "chatcmpl-fake", "model": "fake",
+            "object": "chat.completion.chunk"
+        });
+        event(&mut socket, &call.to_string()).await?;
     } else if text.contains("guarded") {
         let call = json!({
             "choices": [{"finish_reason": null, "index": 0, "delta": {"tool_calls": [{
@@ -206,7 +218,8 @@ async fn answer(mut socket: TcpStream, slow: std_mpsc::Sender<()>) -> std::io::R
             event(&mut socket, &delta(piece)).await?;
         }
     }
-    let finish = if text.contains("guarded") && !request_has_tool_result(&request) {
+    let calls = text.contains("guarded") || text.contains("notify");
+    let finish = if calls && !request_has_tool_result(&request) {
         "tool_calls"
     } else {
         "stop"
