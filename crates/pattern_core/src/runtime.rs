@@ -62,6 +62,11 @@ pub struct RuntimeConfig {
     /// are shown after the memory blocks, as many as fit the system budget. The agent still
     /// decides what to store; recall only brings back what it stored.
     pub recall: usize,
+    /// The last model call a run may make (the `max_iterations`-th) calls no tool
+    /// ([`ToolChoice::None`]), so a run that reaches the limit ends with an answer rather than
+    /// with a call nobody will see the result of (default true). A forced first call wins when
+    /// the two are the same call.
+    pub last_call_answers: bool,
 }
 
 impl RuntimeConfig {
@@ -78,18 +83,33 @@ impl RuntimeConfig {
             temperature: None,
             first_tool_choice: ToolChoice::Auto,
             recall: 0,
+            last_call_answers: true,
         }
     }
 
     /// The tool choice of a run's `iteration`-th model call (from 1) when `offered` are the
     /// tools of its request: the rules' and [`first_tool_choice`](Self::first_tool_choice) on
-    /// the first call, as far as the tools named are offered; [`ToolChoice::Auto`] after it.
+    /// the first call, as far as the tools named are offered; [`ToolChoice::None`] on the last
+    /// allowed call ([`last_call_answers`](Self::last_call_answers)); [`ToolChoice::Auto`]
+    /// otherwise.
     pub fn tool_choice(
         &self,
         iteration: usize,
         offered: &[context_v2::ToolDefinition],
     ) -> ToolChoice {
-        if iteration != 1 || offered.is_empty() {
+        if offered.is_empty() {
+            return ToolChoice::Auto;
+        }
+        let first = self.first_choice(iteration, offered);
+        if first == ToolChoice::Auto && self.last_call_answers && iteration >= self.max_iterations {
+            return ToolChoice::None;
+        }
+        first
+    }
+
+    /// The forced choice of a run's first call (rules, then `first_tool_choice`).
+    fn first_choice(&self, iteration: usize, offered: &[context_v2::ToolDefinition]) -> ToolChoice {
+        if iteration != 1 {
             return ToolChoice::Auto;
         }
         let is_offered = |name: &str| offered.iter().any(|t| t.name == name);
@@ -898,6 +918,22 @@ mod tests {
         assert_eq!(config.tool_choice(2, &tools), ToolChoice::Auto);
         // Nothing to call: nothing forced.
         assert_eq!(config.tool_choice(1, &[]), ToolChoice::Auto);
+    }
+
+    #[test]
+    fn the_last_allowed_call_answers_in_text() {
+        let tools = offered(&["memory_append"]);
+        let mut config = RuntimeConfig::new("be brief", 8_000);
+        config.max_iterations = 3;
+        assert_eq!(config.tool_choice(2, &tools), ToolChoice::Auto);
+        assert_eq!(config.tool_choice(3, &tools), ToolChoice::None);
+        config.last_call_answers = false;
+        assert_eq!(config.tool_choice(3, &tools), ToolChoice::Auto);
+        // A run of one call: the forced first call wins.
+        config.last_call_answers = true;
+        config.max_iterations = 1;
+        config.first_tool_choice = ToolChoice::Required;
+        assert_eq!(config.tool_choice(1, &tools), ToolChoice::Required);
     }
 
     #[test]

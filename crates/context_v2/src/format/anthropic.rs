@@ -70,6 +70,10 @@ pub fn request(ctx: &MemoryContext, model: &ModelInfo, opts: &RequestOptions) ->
     }
     match &opts.tool_choice {
         ToolChoice::Auto => {}
+        ToolChoice::None if ctx.tools.is_empty() => {}
+        ToolChoice::None => {
+            body.insert("tool_choice".into(), json!({ "type": "none" }));
+        }
         ToolChoice::Required => {
             body.insert("tool_choice".into(), json!({ "type": "any" }));
         }

@@ -77,6 +77,13 @@ pub fn request(ctx: &MemoryContext, model: &ModelInfo, opts: &RequestOptions) ->
     }
     match &opts.tool_choice {
         ToolChoice::Auto => {}
+        ToolChoice::None if ctx.tools.is_empty() => {}
+        ToolChoice::None => {
+            body.insert(
+                "toolConfig".into(),
+                json!({ "functionCallingConfig": { "mode": "NONE" } }),
+            );
+        }
         ToolChoice::Required => {
             body.insert(
                 "toolConfig".into(),

@@ -97,6 +97,11 @@ pub enum ToolChoice {
     Required,
     /// The model must call this tool.
     Tool(String),
+    /// The model must answer in text, calling no tool (OpenAI `"none"`, Anthropic
+    /// `{type: "none"}`, Gemini mode `NONE`; with [`ForcedCall::ResponseSchema`] the tools are
+    /// left out of the request). The tools stay described where the format allows, so a
+    /// history with calls still reads right.
+    None,
 }
 
 /// The JSON schema of one forced call as text: `{"name", "arguments"}` where `name` is one of
@@ -104,7 +109,7 @@ pub enum ToolChoice {
 /// branch per tool). `None` when nothing is forced.
 pub fn forced_call_schema(ctx: &MemoryContext, choice: &ToolChoice) -> Option<Value> {
     let allowed = |name: &str| match choice {
-        ToolChoice::Auto => false,
+        ToolChoice::Auto | ToolChoice::None => false,
         ToolChoice::Required => true,
         ToolChoice::Tool(tool) => tool == name,
     };
@@ -135,7 +140,7 @@ impl ToolChoice {
     /// Checks the choice against the offered tools: a forced call needs a tool to call.
     pub(crate) fn check(&self, ctx: &MemoryContext) -> Result<()> {
         match self {
-            ToolChoice::Auto => Ok(()),
+            ToolChoice::Auto | ToolChoice::None => Ok(()),
             ToolChoice::Required if ctx.tools.is_empty() => Err(Error::UnknownToolChoice {
                 tool: "*".to_owned(),
             }),

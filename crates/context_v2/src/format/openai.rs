@@ -48,7 +48,10 @@ pub fn request(ctx: &MemoryContext, model: &ModelInfo, opts: &RequestOptions) ->
     let mut body = Map::new();
     body.insert("model".into(), Value::from(model.model.as_str()));
     body.insert("max_tokens".into(), Value::from(model.max_output_tokens));
-    if !ctx.tools.is_empty() {
+    // A server that ignores `tool_choice` is kept from calling by offering it nothing.
+    let withheld =
+        opts.tool_choice == ToolChoice::None && opts.forced_call == ForcedCall::ResponseSchema;
+    if !ctx.tools.is_empty() && !withheld {
         let tools = ctx
             .tools
             .iter()
@@ -75,6 +78,10 @@ pub fn request(ctx: &MemoryContext, model: &ModelInfo, opts: &RequestOptions) ->
     }
     match &opts.tool_choice {
         ToolChoice::Auto => {}
+        ToolChoice::None if withheld || ctx.tools.is_empty() => {}
+        ToolChoice::None => {
+            body.insert("tool_choice".into(), Value::from("none"));
+        }
         choice if opts.forced_call == ForcedCall::ResponseSchema => {
             if let Some(schema) = super::forced_call_schema(ctx, choice) {
                 body.insert(

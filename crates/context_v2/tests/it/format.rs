@@ -677,6 +677,35 @@ fn a_forced_call_by_schema_admits_only_the_allowed_tools() {
 }
 
 #[test]
+fn a_text_only_answer_is_asked_for_in_each_format() {
+    let ctx = plain_chat();
+    let none = RequestOptions {
+        tool_choice: ToolChoice::None,
+        ..RequestOptions::default()
+    };
+    let a = checked(Provider::Anthropic, &ctx, &none);
+    assert_eq!(a["tool_choice"], json!({"type": "none"}));
+    assert!(a["tools"].is_array());
+    let o = checked(Provider::OpenAi, &ctx, &none);
+    assert_eq!(o["tool_choice"], "none");
+    assert!(o["tools"].is_array());
+    let g = checked(Provider::Gemini, &ctx, &none);
+    assert_eq!(g["toolConfig"]["functionCallingConfig"]["mode"], "NONE");
+    // A server that ignores `tool_choice` is offered no tool at all.
+    let withheld = RequestOptions {
+        tool_choice: ToolChoice::None,
+        forced_call: ForcedCall::ResponseSchema,
+        ..RequestOptions::default()
+    };
+    let body = openai::request(&ctx, &model(Provider::OpenAi), &withheld).unwrap();
+    assert!(
+        body.get("tools").is_none() && body.get("tool_choice").is_none(),
+        "{body}"
+    );
+    assert!(body.get("response_format").is_none(), "{body}");
+}
+
+#[test]
 fn snapshot_forced_tool() {
     snapshot("forced_tool");
 }

@@ -328,9 +328,21 @@ async fn print_batches(pattern: &Pattern, row: &pattern::Agent) -> Result<()> {
     Ok(())
 }
 
-/// Success only when the agent itself stored the fact and recalled it.
+/// Whether `answer` is a tool call written as text (a JSON object, fenced or not) rather than
+/// words to the user: small models write one when they may call no tool.
+fn call_shaped(answer: &str) -> bool {
+    let body = answer
+        .trim()
+        .trim_start_matches("```json")
+        .trim_start_matches("```")
+        .trim_end_matches("```")
+        .trim();
+    serde_json::from_str::<serde_json::Value>(body).is_ok_and(|v| v.is_object())
+}
+
+/// Success only when the agent itself stored the fact and recalled it in words.
 fn verdict(stored: bool, observed: &Observed) -> Result<()> {
-    let recalled = observed.last_answer.contains(FACT_MARK);
+    let recalled = observed.last_answer.contains(FACT_MARK) && !call_shaped(&observed.last_answer);
     say!(
         "\n== stored the fact in its memory: {}; recalled it after the restart: {}",
         yes(stored),
@@ -354,4 +366,21 @@ fn verdict(stored: bool, observed: &Observed) -> Result<()> {
 
 fn yes(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The demo's verdict on an answer.
+
+    use super::call_shaped;
+
+    #[test]
+    fn a_call_written_as_text_is_not_an_answer() {
+        assert!(call_shaped(
+            "```json\n{\"name\": \"archival_search\", \"arguments\": {\"query\": \"April 2024\"}}\n```"
+        ));
+        assert!(call_shaped("{\"name\": \"x\", \"arguments\": {}}"));
+        assert!(!call_shaped("You started your first hive in April 2024."));
+        assert!(!call_shaped("2024"));
+    }
 }

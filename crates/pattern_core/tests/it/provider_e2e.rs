@@ -393,4 +393,46 @@ async fn qwen_makes_a_forced_call_by_response_schema() {
         matches!(r.content.as_slice(), [ContentBlock::ToolUse { name, .. }] if name == "memory_append"),
         "{r:?}"
     );
+
+    // Text only, after a call and its result: the tools are withheld and the model answers.
+    let mut after = beehive_question();
+    after.messages.push(msg(
+        3,
+        Role::Assistant,
+        vec![ContentBlock::tool_use(
+            "c1",
+            "archival_search",
+            serde_json::json!({"query": "first beehive"}),
+        )],
+    ));
+    after.messages.push(msg(
+        4,
+        Role::Tool,
+        vec![ContentBlock::tool_result(
+            "c1",
+            "1. my first hive was started in April 2024",
+            false,
+        )],
+    ));
+    let text_only = GenerateOptions {
+        tool_choice: ToolChoice::None,
+        ..opts(48)
+    };
+    let r = complete(p.as_ref(), &after, &text_only).await.unwrap();
+    assert!(
+        r.content
+            .iter()
+            .all(|b| !matches!(b, ContentBlock::ToolUse { .. })),
+        "{r:?}"
+    );
+    let answer: String = r
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(!answer.trim().is_empty(), "{r:?}");
+    eprintln!("e2e: qwen's text-only answer: {answer:?}");
 }
