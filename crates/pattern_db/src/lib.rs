@@ -60,6 +60,7 @@ pub mod import;
 pub mod legacy;
 mod migrate;
 mod model;
+mod names;
 mod ops;
 mod process;
 pub mod protocol;
@@ -91,12 +92,14 @@ pub use migrate::MigrationStatus;
 pub use model::{
     Abandoned, ActivityEvent, Agent, AgentId, BatchId, BatchInfo, BatchState, BatchType,
     BeginBatch, ContentBlock, Message, MessageId, NewAgent, NewMessage, Received, RecoveryScope,
-    Role, StepReceipt, StoredBatch, Summary, pending_calls, tool_result_ids, tool_use_ids,
+    Role, StepReceipt, StoredBatch, Summary, LOCAL_ORGANIZATION, pending_calls, tool_result_ids,
+    tool_use_ids,
 };
+pub use names::{MAX_NAME_CHARS, check_name};
 pub use protocol::{
     ActiveConversation, ActiveMeeting, Meeting, MeetingEvent, MeetingEventType, MeetingId,
-    MeetingStatus, MeetingUpdate, NewProtocolAgent, NewProtocolMessage, Organization,
-    OrganizationId, Participant, ParticipantStatus, ProtocolAgent, ProtocolAgentId,
+    MeetingStatus, MeetingUpdate, NewProtocolMessage, Organization, OrganizationId, Participant,
+    ParticipantStatus,
     ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, Session, SessionId,
     SessionStatus, SessionType, UnreadSummary, Wakeup, WakeupListener,
 };
