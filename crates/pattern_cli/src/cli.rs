@@ -28,6 +28,10 @@ pub(crate) struct Global {
     /// directory's SQLite file.
     #[arg(long, global = true, env = "PATTERN_DATABASE_URL", value_name = "URL")]
     pub(crate) database_url: Option<String>,
+    /// The organization whose agents the command names and creates (its external id). Default:
+    /// `local`, the organization of local agents (created on first use).
+    #[arg(long, global = true, env = "PATTERN_ORG", value_name = "EXTERNAL_ID")]
+    pub(crate) org: Option<String>,
     /// Print data as JSON (shapes documented in docs/cli.md).
     #[arg(long, global = true)]
     pub(crate) json: bool,

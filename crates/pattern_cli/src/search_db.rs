@@ -98,7 +98,10 @@ impl SearchDb {
                      config.toml",
                 )
             })?;
-        Ok(self.raw().agent_by_name(&name).await?)
+        Ok(self
+            .raw()
+            .agent_in_scope(Some(crate::env::organization_id(self.raw()).await?), &name)
+            .await?)
     }
 
     /// Lets the worker embed what was written (up to a deadline; the rest stays queued for the

@@ -64,7 +64,9 @@ pub enum Error {
     },
     /// A migration run with foreign keys off left rows whose foreign keys point nowhere; it was
     /// rolled back whole.
-    #[error("migration {version} left {rows} rows with dangling foreign keys (first in table `{table}`); rolled back")]
+    #[error(
+        "migration {version} left {rows} rows with dangling foreign keys (first in table `{table}`); rolled back"
+    )]
     MigrationForeignKeys {
         /// The migration version.
         version: i64,

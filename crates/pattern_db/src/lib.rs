@@ -91,17 +91,16 @@ pub use legacy::{Anomaly, ImportPlan, LegacyMessage, PlannedBatch};
 pub use migrate::MigrationStatus;
 pub use model::{
     Abandoned, ActivityEvent, Agent, AgentId, BatchId, BatchInfo, BatchState, BatchType,
-    BeginBatch, ContentBlock, Message, MessageId, NewAgent, NewMessage, Received, RecoveryScope,
-    Role, StepReceipt, StoredBatch, Summary, LOCAL_ORGANIZATION, pending_calls, tool_result_ids,
-    tool_use_ids,
+    BeginBatch, ContentBlock, LOCAL_ORGANIZATION, Message, MessageId, NewAgent, NewMessage,
+    Received, RecoveryScope, Role, StepReceipt, StoredBatch, Summary, pending_calls,
+    tool_result_ids, tool_use_ids,
 };
 pub use names::{MAX_NAME_CHARS, check_name};
 pub use protocol::{
     ActiveConversation, ActiveMeeting, Meeting, MeetingEvent, MeetingEventType, MeetingId,
     MeetingStatus, MeetingUpdate, NewProtocolMessage, Organization, OrganizationId, Participant,
-    ParticipantStatus,
-    ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, Session, SessionId,
-    SessionStatus, SessionType, UnreadSummary, Wakeup, WakeupListener,
+    ParticipantStatus, ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport,
+    Session, SessionId, SessionStatus, SessionType, UnreadSummary, Wakeup, WakeupListener,
 };
 pub use runs::{
     ClaimInfo, Finished, Idempotency, NewTurn, NewTurnEvent, RunClaim, RunEnding, Started, Submit,

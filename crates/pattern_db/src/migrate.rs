@@ -103,12 +103,13 @@ async fn apply_without_foreign_keys(pool: &AnyPool, m: &Migration, up: bool) -> 
     let outcome = async {
         sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
         let inner = async {
-            let applied = sqlx::query("SELECT COUNT(*) AS n FROM _sqlx_migrations WHERE version = $1")
-                .bind(m.version)
-                .fetch_one(&mut *conn)
-                .await?
-                .try_get::<i64, _>("n")?
-                > 0;
+            let applied =
+                sqlx::query("SELECT COUNT(*) AS n FROM _sqlx_migrations WHERE version = $1")
+                    .bind(m.version)
+                    .fetch_one(&mut *conn)
+                    .await?
+                    .try_get::<i64, _>("n")?
+                    > 0;
             if applied != up {
                 sqlx::raw_sql(m.sql.clone()).execute(&mut *conn).await?;
                 let dangling = sqlx::query("PRAGMA foreign_key_check")

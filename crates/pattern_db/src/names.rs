@@ -24,24 +24,24 @@ fn is_bidi_control(c: char) -> bool {
 /// Checks `value` against the naming rule; `field` names it in the error
 /// ([`Error::InvalidName`]).
 pub fn check_name(field: &'static str, value: &str) -> Result<()> {
-    let refuse = |reason: String| {
-        Err(Error::InvalidName {
-            field,
-            reason,
-        })
-    };
+    let refuse = |reason: String| Err(Error::InvalidName { field, reason });
     let len = value.chars().count();
     if len == 0 {
         return refuse("must not be empty".into());
     }
     if len > MAX_NAME_CHARS {
-        return refuse(format!("must be at most {MAX_NAME_CHARS} characters, got {len}"));
+        return refuse(format!(
+            "must be at most {MAX_NAME_CHARS} characters, got {len}"
+        ));
     }
     if value.trim() != value {
         return refuse("must not start or end with white space".into());
     }
     if let Some(c) = value.chars().find(|c| c.is_control()) {
-        return refuse(format!("must not contain control characters (found U+{:04X})", c as u32));
+        return refuse(format!(
+            "must not contain control characters (found U+{:04X})",
+            c as u32
+        ));
     }
     if let Some(c) = value.chars().find(|&c| is_bidi_control(c)) {
         return refuse(format!(
@@ -61,7 +61,14 @@ mod tests {
 
     #[test]
     fn plain_names_pass() {
-        for ok in ["ada", "Ada Lovelace", "agent-7", "日本語", "a.b_c", &"x".repeat(200)] {
+        for ok in [
+            "ada",
+            "Ada Lovelace",
+            "agent-7",
+            "日本語",
+            "a.b_c",
+            &"x".repeat(200),
+        ] {
             assert!(check_name("name", ok).is_ok(), "{ok:?}");
         }
     }

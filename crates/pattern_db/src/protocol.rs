@@ -564,11 +564,7 @@ impl Database {
     /// still unread change: ids of other agents' messages, unknown ids and messages read already
     /// are left alone, so marking twice is harmless. Returns how many changed. An unknown agent
     /// is [`Error::ProtocolNotFound`].
-    pub async fn mark_read(
-        &self,
-        agent: AgentId,
-        messages: &[ProtocolMessageId],
-    ) -> Result<u64> {
+    pub async fn mark_read(&self, agent: AgentId, messages: &[ProtocolMessageId]) -> Result<u64> {
         let op = Op::MarkRead {
             agent,
             messages: messages.to_vec(),

@@ -35,7 +35,8 @@ async fn act(env: &Env, pattern: &Pattern, command: AgentCommand) -> Result<()> 
             if let Some(text) = instructions {
                 new.metadata = json!({ "instructions": text });
             }
-            let agent = pattern.db().create_agent(new).await?;
+            let org = crate::env::organization(pattern).await?;
+            let agent = pattern.db().create_agent(new.in_organization(org)).await?;
             if env.json {
                 output::json(&AgentView::from(&agent))
             } else {
@@ -43,7 +44,8 @@ async fn act(env: &Env, pattern: &Pattern, command: AgentCommand) -> Result<()> 
             }
         }
         AgentCommand::List => {
-            let agents = pattern.db().agents().await?;
+            let org = crate::env::organization(pattern).await?;
+            let agents = pattern.db().org_agents(org).await?;
             if env.json {
                 let views: Vec<AgentView> = agents.iter().map(AgentView::from).collect();
                 return output::json(&views);

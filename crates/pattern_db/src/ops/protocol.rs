@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use sqlx::AnyConnection;
 
+use super::{AGENT_COLUMNS, agent_from_row};
 use super::{Ctx, from_ms, is_unique_violation, now_ms};
 use crate::config::Backend;
 use crate::error::{Error, Result};
-use super::{AGENT_COLUMNS, agent_from_row};
 use crate::model::{Agent, AgentId};
 use crate::protocol::{
     MeetingId, MeetingUpdate, NewProtocolMessage, Organization, OrganizationId, ProtocolMessage,

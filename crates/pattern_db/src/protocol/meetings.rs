@@ -26,9 +26,8 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::{
-    MESSAGE_COLUMNS, MeetingId, NewProtocolMessage, AgentId, ProtocolMessage,
-    ProtocolMessageId, Session, SessionId, json, message_from_row, opt_uuid, session_from_row,
-    validate_name,
+    AgentId, MESSAGE_COLUMNS, MeetingId, NewProtocolMessage, ProtocolMessage, ProtocolMessageId,
+    Session, SessionId, json, message_from_row, opt_uuid, session_from_row, validate_name,
 };
 use crate::config::Backend;
 use crate::db::{Database, unexpected};
@@ -544,22 +543,14 @@ impl Database {
 
     /// `agent` joins (again, after leaving: at the end of the order). Present already:
     /// [`Error::AlreadyParticipant`]; ended: [`Error::MeetingEnded`].
-    pub async fn join_meeting(
-        &self,
-        meeting: MeetingId,
-        agent: AgentId,
-    ) -> Result<MeetingUpdate> {
+    pub async fn join_meeting(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
         self.meeting_write(ProtocolOp::Join { meeting, agent })
             .await
     }
 
     /// The host starts a ready meeting; the first present participant in join order speaks.
     /// Not ready or started already: [`Error::MeetingState`].
-    pub async fn start_meeting(
-        &self,
-        meeting: MeetingId,
-        host: AgentId,
-    ) -> Result<MeetingUpdate> {
+    pub async fn start_meeting(&self, meeting: MeetingId, host: AgentId) -> Result<MeetingUpdate> {
         self.meeting_write(ProtocolOp::Start { meeting, host })
             .await
     }
@@ -583,11 +574,7 @@ impl Database {
     }
 
     /// The current speaker passes its turn without speaking; same refusals as [`Self::speak`].
-    pub async fn pass_turn(
-        &self,
-        meeting: MeetingId,
-        agent: AgentId,
-    ) -> Result<MeetingUpdate> {
+    pub async fn pass_turn(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
         self.meeting_write(ProtocolOp::Speak {
             meeting,
             agent,
@@ -598,21 +585,13 @@ impl Database {
 
     /// `agent` leaves; if it was speaking the turn passes on, and an active meeting that
     /// everyone left ends. Not present: [`Error::NotMeetingParticipant`].
-    pub async fn leave_meeting(
-        &self,
-        meeting: MeetingId,
-        agent: AgentId,
-    ) -> Result<MeetingUpdate> {
+    pub async fn leave_meeting(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
         self.meeting_write(ProtocolOp::Leave { meeting, agent })
             .await
     }
 
     /// The host ends the meeting. Not the host: [`Error::NotHost`]; ended: [`Error::MeetingEnded`].
-    pub async fn end_meeting(
-        &self,
-        meeting: MeetingId,
-        host: AgentId,
-    ) -> Result<MeetingUpdate> {
+    pub async fn end_meeting(&self, meeting: MeetingId, host: AgentId) -> Result<MeetingUpdate> {
         self.meeting_write(ProtocolOp::EndMeeting { meeting, host })
             .await
     }

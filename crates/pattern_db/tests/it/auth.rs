@@ -115,7 +115,8 @@ async fn organization_agents_are_walled_off(kind: Kind) {
         .unwrap();
     assert_ne!(theirs.id, mine.id);
     assert!(matches!(
-        db.create_org_agent(acme.id, NewAgent::named("helper")).await,
+        db.create_org_agent(acme.id, NewAgent::named("helper"))
+            .await,
         Err(Error::AgentNameTaken(_))
     ));
     let mut by_external = NewAgent::named("helper2");
@@ -125,11 +126,15 @@ async fn organization_agents_are_walled_off(kind: Kind) {
         Err(Error::ExternalIdTaken { .. })
     ));
     assert!(matches!(
-        db.create_org_agent(acme.id, NewAgent::named("acme/helper")).await,
+        db.create_org_agent(acme.id, NewAgent::named("acme/helper"))
+            .await,
         Err(Error::InvalidName { field: "name", .. })
     ));
     assert_eq!(
-        db.agent_in_scope(Some(other.id), "helper").await.unwrap().id,
+        db.agent_in_scope(Some(other.id), "helper")
+            .await
+            .unwrap()
+            .id,
         theirs.id
     );
     assert_eq!(db.agent_by_name("local").await.unwrap().id, local.id);

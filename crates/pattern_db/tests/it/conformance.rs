@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use pattern_db::testkit::insert_raw_protocol_message;
 use pattern_db::{
-    Backend, BatchState, BatchType, BeginBatch, ContentBlock, Database, DbConfig, Error,
-    LegacyMessage, MachineId, NewAgent, NewBlock, NewMessage, NewProtocolMessage,
-    OrganizationId, AgentId, ProtocolMessageId, RecoveryScope, Role,
-    SessionId, SessionStatus, SessionType, SnowflakeId, Summary,
+    AgentId, Backend, BatchState, BatchType, BeginBatch, ContentBlock, Database, DbConfig, Error,
+    LegacyMessage, MachineId, NewAgent, NewBlock, NewMessage, NewProtocolMessage, OrganizationId,
+    ProtocolMessageId, RecoveryScope, Role, SessionId, SessionStatus, SessionType, SnowflakeId,
+    Summary,
 };
 use serde_json::json;
 
@@ -1529,7 +1529,11 @@ async fn protocol_organizations_and_agents(kind: Kind) {
             ..
         })
     ));
-    for (external_id, name, field) in [("", "Empty", "external_id"), ("a/b", "Slash", "external_id"), ("ok", "bad\u{202E}", "name")] {
+    for (external_id, name, field) in [
+        ("", "Empty", "external_id"),
+        ("a/b", "Slash", "external_id"),
+        ("ok", "bad\u{202E}", "name"),
+    ] {
         let refused = db.create_organization(external_id, name).await;
         assert!(
             matches!(&refused, Err(Error::InvalidName { field: f, .. }) if *f == field),
@@ -1594,11 +1598,18 @@ async fn protocol_organizations_and_agents(kind: Kind) {
     let wall = db
         .open_session(ada.id, other_ada.id, SessionType::Async)
         .await;
-    assert!(matches!(wall, Err(Error::OtherOrganization { .. })), "{wall:?}");
-    assert!(matches!(wall.unwrap_err().class(), pattern_db::ErrorClass::NotFound));
+    assert!(
+        matches!(wall, Err(Error::OtherOrganization { .. })),
+        "{wall:?}"
+    );
+    assert!(matches!(
+        wall.unwrap_err().class(),
+        pattern_db::ErrorClass::NotFound
+    ));
     let meeting = db.create_meeting(ada.id, None).await.unwrap();
     assert!(matches!(
-        db.invite_to_meeting(meeting.meeting.id, ada.id, other_ada.id).await,
+        db.invite_to_meeting(meeting.meeting.id, ada.id, other_ada.id)
+            .await,
         Err(Error::OtherOrganization { .. })
     ));
     assert!(matches!(

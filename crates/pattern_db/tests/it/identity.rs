@@ -109,38 +109,63 @@ async fn check_after(db: &Database) {
         .organization_by_external_id(LOCAL_ORGANIZATION)
         .await
         .unwrap();
-    assert_eq!(db.agents().await.unwrap().len(), 6, "3 agents + 3 lone protocol agents");
+    assert_eq!(
+        db.agents().await.unwrap().len(),
+        6,
+        "3 agents + 3 lone protocol agents"
+    );
 
     let ada = db.agent(id(ADA)).await.unwrap();
     assert_eq!((ada.organization, ada.name.as_str()), (local.id, "ada"));
     assert_eq!(ada.external_id, "ada");
     let helper = db.agent(id(HELPER)).await.unwrap();
-    assert_eq!((helper.organization, helper.name.as_str()), (acme.id, "helper"));
+    assert_eq!(
+        (helper.organization, helper.name.as_str()),
+        (acme.id, "helper")
+    );
     assert_eq!(helper.metadata["k"], 1);
     // Bob was local and linked by a protocol agent of acme: he is that agent now, in acme.
     let bob = db.agent(id(BOB)).await.unwrap();
     assert_eq!(bob.organization, acme.id);
     assert_eq!(bob.external_id, "bob@acme");
-    assert_eq!(db.agent_by_external_id(acme.id, "bob@acme").await.unwrap().id, bob.id);
+    assert_eq!(
+        db.agent_by_external_id(acme.id, "bob@acme")
+            .await
+            .unwrap()
+            .id,
+        bob.id
+    );
     assert!(db.agent(id(P_BOB)).await.is_err(), "merged, not duplicated");
     // Carol was a protocol agent only: an agent now, same id.
     let carol = db.agent(id(P_CAROL)).await.unwrap();
-    assert_eq!((carol.organization, carol.name.as_str()), (acme.id, "Carol"));
+    assert_eq!(
+        (carol.organization, carol.name.as_str()),
+        (acme.id, "Carol")
+    );
     // A link across organizations is not followed: its own agent in beta.
     let helper_x = db.agent(id(P_HELPER_X)).await.unwrap();
-    assert_eq!((helper_x.organization, helper_x.external_id.as_str()), (beta.id, "helper-x"));
+    assert_eq!(
+        (helper_x.organization, helper_x.external_id.as_str()),
+        (beta.id, "helper-x")
+    );
     // Clashing name and external id inside acme: the younger one gets a suffix.
     let second = db.agent(id(P_HELPER)).await.unwrap();
     assert_eq!(second.name, "helper-000000000004");
     assert_eq!(second.external_id, "helper-000000000004");
 
-    let session = db.session(SessionId(SESSION.parse().unwrap())).await.unwrap();
+    let session = db
+        .session(SessionId(SESSION.parse().unwrap()))
+        .await
+        .unwrap();
     assert_eq!((session.agent_a, session.agent_b), (bob.id, carol.id));
     assert_eq!(session.turn, Some(bob.id));
     assert_eq!(session.session_type, SessionType::Sync);
     let messages = db.session_messages(session.id).await.unwrap();
     assert_eq!(messages.len(), 1);
-    assert_eq!((messages[0].sender, messages[0].recipient), (bob.id, Some(carol.id)));
+    assert_eq!(
+        (messages[0].sender, messages[0].recipient),
+        (bob.id, Some(carol.id))
+    );
     let meeting = db
         .meeting(pattern_db::MeetingId(MEETING.parse().unwrap()))
         .await
@@ -149,7 +174,11 @@ async fn check_after(db: &Database) {
     let events = db.meeting_events_after(meeting.id, 0, 10).await.unwrap();
     assert_eq!(events[1].agent, Some(bob.id));
     // The wall holds for migrated agents too.
-    assert!(db.open_session(bob.id, helper_x.id, SessionType::Async).await.is_err());
+    assert!(
+        db.open_session(bob.id, helper_x.id, SessionType::Async)
+            .await
+            .is_err()
+    );
 }
 
 async fn identity_migration_moves_every_kind_of_agent(kind: Kind) {

@@ -18,8 +18,13 @@ use crate::views::AgentView;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct CreateAgent {
-    /// 1 to 150 characters, no `/`, unique in the organization.
+    /// Unique in the organization; 1 to 200 characters, no `/`, no control or bidirectional
+    /// override characters, no white space at either end (the rule of `pattern agent create`).
     name: String,
+    /// The id the outside world knows it by, unique in the organization (the name when absent;
+    /// the same rule as the name).
+    #[serde(default)]
+    external_id: Option<String>,
     /// What the agent is told (its system prompt); a default when absent.
     #[serde(default)]
     instructions: Option<String>,
@@ -29,11 +34,9 @@ pub(crate) struct CreateAgent {
     metadata: Option<Value>,
 }
 
-/// The agent as this organization sees it (its name without the organization prefix).
-pub(crate) fn view(caller: &Caller, agent: &Agent) -> AgentView {
-    let mut view = AgentView::from(agent);
-    view.name = caller.display_name(agent).to_owned();
-    view
+/// The agent as its organization sees it.
+pub(crate) fn view(_caller: &Caller, agent: &Agent) -> AgentView {
+    AgentView::from(agent)
 }
 
 /// Creates an agent in the caller's organization.
@@ -46,12 +49,7 @@ pub(crate) async fn create(
     caller: Caller,
     ApiJson(body): ApiJson<CreateAgent>,
 ) -> Result<(StatusCode, ApiJson<AgentView>), ApiError> {
-    let name = body.name.trim();
-    if name.is_empty() || name.chars().count() > 150 || name.contains('/') {
-        return Err(ApiError::invalid(
-            "`name` must be 1 to 150 characters without `/`",
-        ));
-    }
+    let name = body.name.as_str();
     let mut metadata = match body.metadata {
         None | Some(Value::Null) => Value::Object(serde_json::Map::new()),
         Some(Value::Object(map)) => Value::Object(map),
@@ -61,8 +59,9 @@ pub(crate) async fn create(
         map.insert("instructions".into(), Value::String(text));
     }
     let new = NewAgent {
-        name: caller.qualified(name),
         metadata,
+        external_id: body.external_id,
+        ..NewAgent::named(name).in_organization(caller.org)
     };
     let agent = state
         .pattern()

@@ -12,14 +12,14 @@ use std::time::Duration;
 use sqlx::{AnyConnection, Row};
 
 use crate::config::Backend;
-use crate::model::AgentId;
 use crate::error::{Error, Result};
+use crate::model::AgentId;
 use crate::ops::{Ctx, from_ms, now_ms, parse_uuid};
 use crate::protocol::{
     MEETING_COLUMNS, Meeting, MeetingEvent, MeetingEventType, MeetingId, MeetingStatus,
     MeetingUpdate, NewProtocolMessage, PARTICIPANT_COLUMNS, Participant, ParticipantStatus,
-    ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport,
-    SessionId, Wakeup, meeting_from_row, participant_from_row,
+    ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, SessionId, Wakeup,
+    meeting_from_row, participant_from_row,
 };
 
 use super::{ProtocolDone, ProtocolOp, notify, require_agent, require_same_organization};
