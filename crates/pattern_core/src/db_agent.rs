@@ -357,11 +357,18 @@ impl DatabaseAgent {
                     events,
                 })
             }
-            Submitted::Replayed(turn) => Ok(Submission {
-                events: self.follow(turn.id),
-                turn,
-                begun: Begun::Replayed,
-            }),
+            Submitted::Replayed(turn) => {
+                // A repeated request for a turn still waiting in the queue drives its delivery
+                // like the first request did (its process may be gone).
+                if turn.state == TurnState::Queued && !suspended {
+                    self.clone().drive(turn.id);
+                }
+                Ok(Submission {
+                    events: self.follow(turn.id),
+                    turn,
+                    begun: Begun::Replayed,
+                })
+            }
         }
     }
 

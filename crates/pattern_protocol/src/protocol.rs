@@ -235,6 +235,37 @@ impl Protocol {
         Ok(self.woke(self.db.create_meeting(host, turn_duration).await?))
     }
 
+    /// [`Self::create_meeting`] with a plan stored in the log (see
+    /// [`Database::create_meeting_with_plan`]).
+    pub async fn create_meeting_with_plan(
+        &self,
+        host: AgentId,
+        turn_duration: Option<Duration>,
+        plan: serde_json::Value,
+    ) -> Result<MeetingUpdate> {
+        Ok(self.woke(
+            self.db
+                .create_meeting_with_plan(host, turn_duration, plan)
+                .await?,
+        ))
+    }
+
+    /// Speaks (`Some`) or passes (`None`) only in the turn that began at `turn_started_at`. See
+    /// [`Database::speak_in_turn`].
+    pub async fn speak_in_turn(
+        &self,
+        meeting: MeetingId,
+        agent: AgentId,
+        turn_started_at: chrono::DateTime<chrono::Utc>,
+        message: Option<NewProtocolMessage>,
+    ) -> Result<MeetingUpdate> {
+        Ok(self.woke(
+            self.db
+                .speak_in_turn(meeting, agent, turn_started_at, message)
+                .await?,
+        ))
+    }
+
     /// The host invites `agent`. See [`Database::invite_to_meeting`].
     pub async fn invite(
         &self,

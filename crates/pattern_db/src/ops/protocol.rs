@@ -31,6 +31,8 @@ pub(crate) enum ProtocolOp {
     CreateMeeting {
         host: AgentId,
         turn_duration: Option<Duration>,
+        /// Stored as `plan` in the `meeting_created` event's data.
+        plan: Option<serde_json::Value>,
     },
     Invite {
         meeting: MeetingId,
@@ -45,11 +47,13 @@ pub(crate) enum ProtocolOp {
         meeting: MeetingId,
         host: AgentId,
     },
-    /// Speak (`Some`) or pass (`None`).
+    /// Speak (`Some`) or pass (`None`); with `turn`, only in the turn that began then (Unix
+    /// ms of `turn_started_at`).
     Speak {
         meeting: MeetingId,
         agent: AgentId,
         message: Option<NewProtocolMessage>,
+        turn: Option<i64>,
     },
     Leave {
         meeting: MeetingId,
@@ -101,8 +105,9 @@ pub(crate) async fn apply(
         ProtocolOp::CreateMeeting {
             host,
             turn_duration,
+            plan,
         } => Ok(ProtocolDone::Meeting(Box::new(
-            meetings::create_meeting(conn, ctx, *host, *turn_duration).await?,
+            meetings::create_meeting(conn, ctx, *host, *turn_duration, plan.clone()).await?,
         ))),
         ProtocolOp::Retention(policy) => Ok(ProtocolDone::Retention(Box::new(
             meetings::retention(conn, ctx, policy).await?,

@@ -521,6 +521,60 @@ impl Database {
         self.meeting_write(ProtocolOp::CreateMeeting {
             host,
             turn_duration,
+            plan: None,
+        })
+        .await
+    }
+
+    /// [`Self::create_meeting`] with a plan (how a driver runs the meeting: topic, rounds,
+    /// policy...), stored as `plan` in the `meeting_created` event's data, so whichever process
+    /// resumes the meeting reads it from the log. At most 64 KiB of JSON.
+    pub async fn create_meeting_with_plan(
+        &self,
+        host: AgentId,
+        turn_duration: Option<Duration>,
+        plan: serde_json::Value,
+    ) -> Result<MeetingUpdate> {
+        let size = plan.to_string().len();
+        if size > 64 * 1024 {
+            return Err(Error::InvalidProtocolMessage(format!(
+                "a meeting plan may hold at most 64 KiB of JSON, got {size} bytes"
+            )));
+        }
+        if let Some(d) = turn_duration
+            && (d < Duration::from_millis(1) || d > MAX_TURN_DURATION)
+        {
+            return Err(Error::InvalidProtocolMessage(format!(
+                "a turn duration must be 1 ms to {MAX_TURN_DURATION:?}, got {d:?}"
+            )));
+        }
+        self.meeting_write(ProtocolOp::CreateMeeting {
+            host,
+            turn_duration,
+            plan: Some(plan),
+        })
+        .await
+    }
+
+    /// Speaks (`Some`) or passes (`None`) only in the turn that began at `turn_started_at`
+    /// (the meeting's [`Meeting::turn_started_at`] when the caller read it): a driver that
+    /// acts on a turn it read earlier never speaks into a later turn of the same agent.
+    /// Another turn, or not the speaker: [`Error::NotSpeaker`], nothing stored.
+    pub async fn speak_in_turn(
+        &self,
+        meeting: MeetingId,
+        agent: AgentId,
+        turn_started_at: DateTime<Utc>,
+        message: Option<NewProtocolMessage>,
+    ) -> Result<MeetingUpdate> {
+        if let Some(m) = &message {
+            validate_name("message type", &m.message_type)?;
+        }
+        self.meeting_write(ProtocolOp::Speak {
+            meeting,
+            agent,
+            message,
+            turn: Some(turn_started_at.timestamp_millis()),
         })
         .await
     }
@@ -569,6 +623,7 @@ impl Database {
             meeting,
             agent,
             message: Some(message),
+            turn: None,
         })
         .await
     }
@@ -579,6 +634,7 @@ impl Database {
             meeting,
             agent,
             message: None,
+            turn: None,
         })
         .await
     }

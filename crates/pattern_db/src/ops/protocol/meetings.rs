@@ -350,6 +350,7 @@ pub(crate) async fn create_meeting(
     ctx: &Ctx,
     host: AgentId,
     turn_duration: Option<Duration>,
+    plan: Option<serde_json::Value>,
 ) -> Result<MeetingUpdate> {
     require_agent(conn, host).await?;
     let now = now_ms();
@@ -398,7 +399,12 @@ pub(crate) async fn create_meeting(
             conn,
             MeetingEventType::MeetingCreated,
             Some(host),
-            Some(serde_json::json!({ "turn_duration_ms": turn_duration.map(ms) })),
+            Some(match plan {
+                Some(plan) => {
+                    serde_json::json!({ "turn_duration_ms": turn_duration.map(ms), "plan": plan })
+                }
+                None => serde_json::json!({ "turn_duration_ms": turn_duration.map(ms) }),
+            }),
         )
         .await?;
     change
@@ -575,6 +581,7 @@ async fn speak(
     change: &mut Change,
     agent: AgentId,
     message: Option<&NewProtocolMessage>,
+    turn: Option<i64>,
 ) -> Result<Option<ProtocolMessage>> {
     let meeting = change.meeting.id;
     refuse_ended(change)?;
@@ -589,7 +596,9 @@ async fn speak(
             needed: "active",
         });
     }
-    if change.meeting.speaker != Some(agent) {
+    let this_turn = turn
+        .is_none_or(|t| change.meeting.turn_started_at.map(|s| s.timestamp_millis()) == Some(t));
+    if change.meeting.speaker != Some(agent) || !this_turn {
         return Err(Error::NotSpeaker {
             meeting,
             agent,
@@ -734,9 +743,12 @@ pub(crate) async fn run(
         ProtocolOp::Invite { host, agent, .. } => invite(conn, &mut change, *host, *agent).await,
         ProtocolOp::Join { agent, .. } => join(conn, &mut change, *agent).await,
         ProtocolOp::Start { host, .. } => start(conn, &mut change, *host).await,
-        ProtocolOp::Speak { agent, message, .. } => {
-            speak(conn, ctx, &mut change, *agent, message.as_ref()).await
-        }
+        ProtocolOp::Speak {
+            agent,
+            message,
+            turn,
+            ..
+        } => speak(conn, ctx, &mut change, *agent, message.as_ref(), *turn).await,
         ProtocolOp::Leave { agent, .. } => leave(conn, &mut change, *agent).await,
         ProtocolOp::EndMeeting { host, .. } => end_meeting(conn, &mut change, *host).await,
         ProtocolOp::ApplyTimeouts { .. } => Ok(None),
