@@ -246,20 +246,36 @@ impl Pattern {
         model: Arc<dyn ModelProvider>,
         config: RuntimeConfig,
     ) -> Result<Arc<DatabaseAgent>> {
+        self.agent_with_tools(agent, model, config, None)
+    }
+
+    /// [`Self::agent`] with these tools instead of the built-in set (e.g.
+    /// `pattern_core::tool::meeting::registry()` for an agent in meetings).
+    pub fn agent_with_tools(
+        &self,
+        agent: pattern_db::Agent,
+        model: Arc<dyn ModelProvider>,
+        config: RuntimeConfig,
+        tools: Option<Arc<pattern_core::tool::ToolRegistry>>,
+    ) -> Result<Arc<DatabaseAgent>> {
         let counter: Arc<dyn context_v2::TokenCounter> =
             Arc::new(context_v2::EstimateCounter::default());
-        let runtime = AgentRuntime::builder(
+        let mut builder = AgentRuntime::builder(
             self.db.clone(),
             agent,
             self.memory.clone(),
             model.clone(),
             config,
-        )
-        .archival(self.memory.clone())
-        .counter(counter.clone())
-        .summarizer(Arc::new(ModelSummarizer::new(model, counter)))
-        .queue_signal(self.queue_signal.clone())
-        .build()?;
+        );
+        if let Some(tools) = tools {
+            builder = builder.tools(tools);
+        }
+        let runtime = builder
+            .archival(self.memory.clone())
+            .counter(counter.clone())
+            .summarizer(Arc::new(ModelSummarizer::new(model, counter)))
+            .queue_signal(self.queue_signal.clone())
+            .build()?;
         Ok(DatabaseAgent::new(runtime))
     }
 

@@ -651,9 +651,39 @@ pub(crate) struct RetentionArgs {
     pub(crate) older_than_days: u32,
 }
 
+/// `pattern meeting run`
+#[derive(Debug, Args)]
+pub(crate) struct MeetingRunArgs {
+    /// What the meeting is about.
+    #[arg(long, required_unless_present = "resume")]
+    pub(crate) topic: Option<String>,
+    /// The agents, comma-separated, in speaking order; the first hosts.
+    #[arg(long, value_delimiter = ',', required_unless_present = "resume")]
+    pub(crate) agents: Vec<String>,
+    /// Turns each agent gets.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) rounds: u32,
+    /// Seconds a speaker's run may take before it is cancelled and the turn passes on.
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) turn_seconds: Option<u64>,
+    /// How the next speaker is chosen: `round-robin` (everyone present, in the order of
+    /// `--agents`).
+    #[arg(long, default_value = "round-robin")]
+    pub(crate) policy: String,
+    /// A phrase that ends the meeting when a speech contains it.
+    #[arg(long, value_name = "PHRASE")]
+    pub(crate) end_phrase: Option<String>,
+    /// Resume this meeting (one a stopped `meeting run` left) from its log.
+    #[arg(long, value_name = "MEETING", conflicts_with_all = ["topic", "agents", "end_phrase", "turn_seconds"])]
+    pub(crate) resume: Option<String>,
+}
+
 /// `pattern meeting ...` (agents are Pattern agent names).
 #[derive(Debug, Subcommand)]
 pub(crate) enum MeetingCommand {
+    /// Run a meeting of agents: each speaker's turn is a run of that agent (its answer is its
+    /// speech), streamed live; prints the transcript. A stopped run resumes with `--resume ID`.
+    Run(MeetingRunArgs),
     /// Create a meeting hosted (and joined) by HOST.
     Create {
         /// The host agent.

@@ -493,30 +493,31 @@ impl MeetingDriver {
             }
         }
         let names: Vec<String> = plan.agents.iter().map(|a| self.name(*a)).collect();
+        let me = self.name(turn.speaker);
         let mut text = format!(
-            "[meeting {id}] Topic: {}\nRound {} of {}. Participants, in speaking order: {}.\n",
-            plan.topic,
+            "[meeting {id}, round {} of {}] Topic: {}\nIn speaking order: {} (the first hosts).\n",
             turn.round,
             plan.rounds,
+            plan.topic,
             names.join(", ")
         );
         if lines.is_empty() {
-            text.push_str("Nothing has been said yet.\n");
+            text.push_str("Nobody has spoken yet.\n");
         } else {
-            text.push_str("Since your last turn:\n");
+            text.push_str("Said since your last turn:\n");
             text.push_str(&lines.join("\n"));
             text.push('\n');
         }
-        text.push_str(
-            "It is your turn: your answer is your contribution to the meeting, so keep it short. \
-             To pass, call meeting_pass; to leave, call meeting_leave.",
-        );
+        let mut tools = "meeting_pass passes, meeting_leave leaves".to_owned();
         if turn.speaker == plan.agents[0] {
-            text.push_str(" You host: call meeting_end to end the meeting.");
+            tools.push_str(", meeting_end ends the meeting");
         }
         if let Some(phrase) = &plan.end_phrase {
-            text.push_str(&format!(" Saying \"{phrase}\" ends the meeting."));
+            tools.push_str(&format!("; saying \"{phrase}\" ends it"));
         }
+        text.push_str(&format!(
+            "({tools}.)\nIt is your turn, {me}: reply with your own short contribution to the topic."
+        ));
         Ok(text)
     }
 

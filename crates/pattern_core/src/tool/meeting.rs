@@ -121,14 +121,28 @@ impl Tool for MeetingEnd {
     }
 }
 
-/// The built-in tools plus the meeting tools: the registry of an agent taking part in meetings.
+/// The registry of an agent taking part in meetings: the meeting tools, memory and recall, and
+/// `send_message`; not the schedule tools or `memory_undo`, so the definitions stay inside the
+/// small tool budget of a local model's window.
 pub fn registry() -> crate::Result<super::ToolRegistry> {
-    let mut tools = super::builtin::registry()?;
-    for tool in [
-        std::sync::Arc::new(MeetingPass) as std::sync::Arc<dyn Tool>,
-        std::sync::Arc::new(MeetingLeave),
-        std::sync::Arc::new(MeetingEnd),
-    ] {
+    use std::sync::Arc;
+
+    use super::builtin::{MemoryAppend, MemoryInsert, MemoryReplace, SendMessage};
+    use super::recall::{ArchivalInsert, ArchivalSearch, Search};
+    let mut tools = super::ToolRegistry::new();
+    let all: [Arc<dyn Tool>; 10] = [
+        Arc::new(MeetingPass),
+        Arc::new(MeetingLeave),
+        Arc::new(MeetingEnd),
+        Arc::new(MemoryAppend),
+        Arc::new(MemoryReplace),
+        Arc::new(MemoryInsert),
+        Arc::new(SendMessage),
+        Arc::new(ArchivalInsert),
+        Arc::new(ArchivalSearch),
+        Arc::new(Search),
+    ];
+    for tool in all {
         tools.register(tool)?;
     }
     Ok(tools)

@@ -128,7 +128,7 @@ async fn three_agents_hold_two_rounds_in_join_order(kind: Backend) {
             assert_eq!(b.info.batch_type, BatchType::AgentToAgent);
         }
         let second = trigger_text(&batches[1]);
-        assert!(second.contains("Round 2 of 2"), "{second}");
+        assert!(second.contains("round 2 of 2"), "{second}");
         for (j, other) in ["ada", "bob", "carol"].iter().enumerate() {
             if j != i {
                 assert!(
@@ -139,7 +139,10 @@ async fn three_agents_hold_two_rounds_in_join_order(kind: Backend) {
         }
     }
     let first = trigger_text(&batches_of(&p.db, p.ids[0]).await[0]);
-    assert!(first.contains("What should we name the cat?") && first.contains("You host"));
+    assert!(
+        first.contains("What should we name the cat?")
+            && first.contains("meeting_end ends the meeting")
+    );
     p.db.close().await;
     p.tdb.cleanup().await.unwrap();
 }
@@ -330,3 +333,27 @@ conformance!(
     a_stopped_driver_is_resumed_with_every_turn_once,
     bad_meetings_are_refused_with_nothing_stored,
 );
+
+/// The meeting registry's definitions fit the tools budget of a local model's 8k window, as the
+/// built-in set does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn meeting_tools_fit_a_small_local_window() {
+    let config = pattern_core::RuntimeConfig::new("You are a test agent.", 8192);
+    let tools = Arc::new(pattern_core::tool::meeting::registry().unwrap());
+    let h = crate::support::Harness::with(
+        Backend::Sqlite,
+        vec![Turn::text("fits")],
+        config,
+        Some(tools),
+    )
+    .await;
+    let events = h.turn("hello").await;
+    assert!(
+        matches!(
+            crate::support::last(&events),
+            pattern_core::ResponseEvent::Done { .. }
+        ),
+        "{events:?}"
+    );
+    h.cleanup().await;
+}
