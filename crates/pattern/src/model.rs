@@ -1,20 +1,346 @@
 //! Providers from configuration: the model an application's agents run on, chosen the same way
 //! by every front door (the CLI's `chat`, `send` and `serve`, and applications).
 //!
+//! **Per agent** ([`AgentModel`]): an agent may name its own model in its metadata under
+//! `"model"`: `{"provider": "openai|anthropic|gemini|local|openai_compatible", "model": "...",
+//! "base_url"?}`. Keys are never stored: they stay in the environment. [`Models`] hands each
+//! agent its provider: its own model's (built once per provider, model and base URL, then
+//! shared), else the process's default. A model that cannot be reached here (no key, no local
+//! server, no default) gets an [`UnavailableProvider`]: the agent still loads and every turn
+//! fails with a typed error naming what is missing, nothing lost.
+//!
 //! [`ModelChoice::resolve`] picks, in order: an API key in the environment
 //! (`ANTHROPIC_API_KEY`, `OPENAI_API_KEY`, `GEMINI_API_KEY`), then an OpenAI-compatible server
 //! the caller configured (e.g. llama.cpp), then a local llama.cpp server it starts (installed by
 //! `cargo xtask setup`) and keeps for as long as the returned [`Model`] lives. This module only
 //! constructs providers; it must never log or print an API key.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use context_v2::{ModelInfo, Provider};
 use pattern_core::local_server::{LocalModel, LocalModelServer, LocalServerConfig};
-use pattern_core::provider::{ApiKey, ModelProvider, ProviderConfig};
+use pattern_core::provider::{ApiKey, ModelProvider, ProviderConfig, UnavailableProvider};
+use pattern_db::Agent;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+
+/// The metadata key under which an agent's model is stored.
+pub const MODEL_METADATA_KEY: &str = "model";
+
+/// Who serves an agent's model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ModelSource {
+    /// OpenAI (`OPENAI_API_KEY`).
+    #[serde(rename = "openai")]
+    OpenAi,
+    /// Anthropic (`ANTHROPIC_API_KEY`).
+    #[serde(rename = "anthropic")]
+    Anthropic,
+    /// Google Gemini (`GEMINI_API_KEY`).
+    #[serde(rename = "gemini")]
+    Gemini,
+    /// The local llama.cpp server this process runs (`pattern serve --local-model`).
+    #[serde(rename = "local")]
+    Local,
+    /// Any OpenAI-compatible server at `base_url` (llama.cpp, vLLM, Ollama); no key.
+    #[serde(rename = "openai_compatible")]
+    OpenAiCompatible,
+}
+
+impl ModelSource {
+    /// Its name in `PROVIDER/MODEL` and in the stored JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelSource::OpenAi => "openai",
+            ModelSource::Anthropic => "anthropic",
+            ModelSource::Gemini => "gemini",
+            ModelSource::Local => "local",
+            ModelSource::OpenAiCompatible => "openai_compatible",
+        }
+    }
+
+    fn parse(name: &str) -> Result<Self> {
+        Ok(match name {
+            "openai" => ModelSource::OpenAi,
+            "anthropic" => ModelSource::Anthropic,
+            "gemini" => ModelSource::Gemini,
+            "local" => ModelSource::Local,
+            "openai_compatible" => ModelSource::OpenAiCompatible,
+            other => {
+                return Err(Error::InvalidModel(format!(
+                    "unknown provider `{other}` (one of openai, anthropic, gemini, local,                      openai_compatible)"
+                )));
+            }
+        })
+    }
+
+    /// The environment variable holding this provider's key, if it takes one.
+    pub fn key_variable(self) -> Option<&'static str> {
+        match self {
+            ModelSource::OpenAi => Some("OPENAI_API_KEY"),
+            ModelSource::Anthropic => Some("ANTHROPIC_API_KEY"),
+            ModelSource::Gemini => Some("GEMINI_API_KEY"),
+            ModelSource::Local | ModelSource::OpenAiCompatible => None,
+        }
+    }
+}
+
+/// An agent's own model, stored in its metadata under [`MODEL_METADATA_KEY`] (module doc).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentModel {
+    /// Who serves it.
+    pub provider: ModelSource,
+    /// The model's name at that provider.
+    pub model: String,
+    /// Another base URL than the provider's own (required for `openai_compatible`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+}
+
+impl AgentModel {
+    /// `PROVIDER/MODEL` (the model may itself contain `/`), with an optional base URL; checked.
+    pub fn parse(spec: &str, base_url: Option<String>) -> Result<Self> {
+        let Some((provider, model)) = spec.split_once('/') else {
+            return Err(Error::InvalidModel(format!(
+                "`{spec}` is not PROVIDER/MODEL (e.g. openai/gpt-4.1-mini)"
+            )));
+        };
+        let model = Self {
+            provider: ModelSource::parse(provider)?,
+            model: model.to_owned(),
+            base_url,
+        };
+        model.check()?;
+        Ok(model)
+    }
+
+    /// A JSON value (as stored, or as an API client sent it), checked.
+    pub fn from_json(value: &Value) -> Result<Self> {
+        let model = match value {
+            Value::String(spec) => return Self::parse(spec, None),
+            other => Self::deserialize(other).map_err(|e| {
+                Error::InvalidModel(format!("a model is {{provider, model, base_url?}}: {e}"))
+            })?,
+        };
+        model.check()?;
+        Ok(model)
+    }
+
+    /// The rules: a name of 1 to 200 characters without control characters; a base URL that is
+    /// `http://` or `https://`, required for `openai_compatible` and refused for `local`.
+    pub fn check(&self) -> Result<()> {
+        let name = &self.model;
+        if name.is_empty() || name.chars().count() > 200 || name.chars().any(char::is_control) {
+            return Err(Error::InvalidModel(format!(
+                "model name `{name}`: 1 to 200 characters, no control characters"
+            )));
+        }
+        match (&self.base_url, self.provider) {
+            (Some(url), ModelSource::Local) => Err(Error::InvalidModel(format!(
+                "a local model takes no base URL (got `{url}`)"
+            ))),
+            (Some(url), _) if !(url.starts_with("http://") || url.starts_with("https://")) => Err(
+                Error::InvalidModel(format!("base URL `{url}` is not http:// or https://")),
+            ),
+            (None, ModelSource::OpenAiCompatible) => Err(Error::InvalidModel(
+                "an openai_compatible model needs its server's base URL".to_owned(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// `PROVIDER/MODEL`, for people.
+    pub fn spec(&self) -> String {
+        format!("{}/{}", self.provider.as_str(), self.model)
+    }
+
+    /// The agent's own model, if its metadata names one; a stored value that is not a model is
+    /// [`Error::InvalidModel`].
+    pub fn of(agent: &Agent) -> Result<Option<Self>> {
+        match agent.metadata.get(MODEL_METADATA_KEY) {
+            None | Some(Value::Null) => Ok(None),
+            Some(value) => Self::from_json(value).map(Some),
+        }
+    }
+
+    /// `metadata` with this model stored in it (`None` removes it); other keys are kept.
+    pub fn store(model: Option<&Self>, metadata: &Value) -> Value {
+        let mut map = match metadata {
+            Value::Object(map) => map.clone(),
+            _ => serde_json::Map::new(),
+        };
+        match model {
+            Some(model) => {
+                map.insert(
+                    MODEL_METADATA_KEY.to_owned(),
+                    serde_json::to_value(model).unwrap_or(Value::Null),
+                );
+            }
+            None => {
+                map.remove(MODEL_METADATA_KEY);
+            }
+        }
+        Value::Object(map)
+    }
+
+    /// The window this model is given (the provider's documented one for hosted models; 8192
+    /// tokens for a server we know nothing about).
+    fn window(&self) -> usize {
+        match self.provider {
+            ModelSource::Anthropic => 200_000,
+            ModelSource::OpenAi => 128_000,
+            ModelSource::Gemini => 1_000_000,
+            ModelSource::Local | ModelSource::OpenAiCompatible => 8_192,
+        }
+    }
+
+    fn info(&self) -> ModelInfo {
+        ModelInfo {
+            provider: match self.provider {
+                ModelSource::Anthropic => Provider::Anthropic,
+                ModelSource::Gemini => Provider::Gemini,
+                _ => Provider::OpenAi,
+            },
+            model: self.model.clone(),
+            context_window: self.window(),
+            max_output_tokens: match self.provider {
+                ModelSource::Local | ModelSource::OpenAiCompatible => 512,
+                _ => 4_096,
+            },
+        }
+    }
+}
+
+/// Every agent's provider in one process: the default, the local server's, and those built for
+/// agents' own models (one per model, shared by its agents). Cheap to share behind an `Arc`.
+pub struct Models {
+    default: Option<Arc<dyn ModelProvider>>,
+    local: Option<Arc<dyn ModelProvider>>,
+    built: Mutex<HashMap<AgentModel, Arc<dyn ModelProvider>>>,
+}
+
+impl std::fmt::Debug for Models {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Models")
+            .field(
+                "default",
+                &self.default.as_ref().map(|p| p.model().model.clone()),
+            )
+            .field(
+                "local",
+                &self.local.as_ref().map(|p| p.model().model.clone()),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// What an agent without a model of its own gets when the process has no default.
+const NO_DEFAULT: &str = "no model is configured for this agent or this server: give the agent      one (`pattern agent set-model NAME PROVIDER/MODEL`, or `PUT /v1/agents/{id}/model`), set      ANTHROPIC_API_KEY, OPENAI_API_KEY or GEMINI_API_KEY, configure [model] in config.toml, or      start `pattern serve --local-model`";
+
+impl Models {
+    /// Agents without a model of their own use `default`; `None`: their turns fail with a typed
+    /// error naming what to configure.
+    pub fn new(default: Option<Arc<dyn ModelProvider>>) -> Self {
+        Self {
+            default,
+            local: None,
+            built: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The provider of the local server this process runs: agents whose model is `local/NAME`
+    /// (NAME the served model) use it.
+    pub fn with_local(mut self, local: Arc<dyn ModelProvider>) -> Self {
+        self.local = Some(local);
+        self
+    }
+
+    /// The default provider, or an unavailable one saying what to configure.
+    pub fn default_provider(&self) -> Arc<dyn ModelProvider> {
+        self.default.clone().unwrap_or_else(|| {
+            Arc::new(UnavailableProvider::new(
+                ModelInfo {
+                    provider: Provider::OpenAi,
+                    model: "none".into(),
+                    context_window: 8_192,
+                    max_output_tokens: 512,
+                },
+                NO_DEFAULT,
+            ))
+        })
+    }
+
+    /// The provider `agent` runs on (module doc). Never fails: what cannot be reached is an
+    /// [`UnavailableProvider`] with the reason.
+    pub fn for_agent(&self, agent: &Agent) -> Arc<dyn ModelProvider> {
+        match AgentModel::of(agent) {
+            Ok(None) => self.default_provider(),
+            Ok(Some(model)) => self.provider(&model).unwrap_or_else(|e| {
+                Arc::new(UnavailableProvider::new(model.info(), e.to_string()))
+            }),
+            Err(e) => Arc::new(UnavailableProvider::new(
+                self.default_provider().model().clone(),
+                format!("agent {}: {e}", agent.name),
+            )),
+        }
+    }
+
+    /// The provider of `model`, built on first use and shared afterwards. No key for a hosted
+    /// provider, or `local` without the local server, is [`Error::ModelUnavailable`].
+    pub fn provider(&self, model: &AgentModel) -> Result<Arc<dyn ModelProvider>> {
+        if let Ok(built) = self.built.lock()
+            && let Some(found) = built.get(model)
+        {
+            return Ok(found.clone());
+        }
+        let provider = self.build(model)?;
+        if let Ok(mut built) = self.built.lock() {
+            return Ok(built.entry(model.clone()).or_insert(provider).clone());
+        }
+        Ok(provider)
+    }
+
+    fn build(&self, model: &AgentModel) -> Result<Arc<dyn ModelProvider>> {
+        if model.provider == ModelSource::Local {
+            let Some(local) = &self.local else {
+                return Err(Error::ModelUnavailable(format!(
+                    "{}: no local model server runs in this process (start `pattern serve                      --local-model`)",
+                    model.spec()
+                )));
+            };
+            if local.model().model != model.model {
+                return Err(Error::ModelUnavailable(format!(
+                    "{}: the local server serves `{}`",
+                    model.spec(),
+                    local.model().model
+                )));
+            }
+            return Ok(local.clone());
+        }
+        let mut config = ProviderConfig::new(model.info());
+        if let Some(variable) = model.provider.key_variable() {
+            let key = std::env::var(variable).ok().filter(|v| !v.is_empty());
+            let Some(key) = key else {
+                return Err(Error::ModelUnavailable(format!(
+                    "{}: {variable} is not set in this process's environment",
+                    model.spec()
+                )));
+            };
+            config.api_key = Some(ApiKey::new(key));
+        } else {
+            config.name = Some(model.provider.as_str().to_owned());
+        }
+        config.base_url = model.base_url.clone();
+        Ok(Arc::from(
+            config.build().map_err(pattern_core::Error::from)?,
+        ))
+    }
+}
 
 /// Where the model comes from when no API key is in the environment.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -246,8 +246,7 @@ impl Pattern {
         model: Arc<dyn ModelProvider>,
         config: RuntimeConfig,
     ) -> Result<Arc<DatabaseAgent>> {
-        let counter: Arc<dyn context_v2::TokenCounter> =
-            Arc::new(context_v2::EstimateCounter::default());
+        let counter = counter_for(model.model());
         let runtime = AgentRuntime::builder(
             self.db.clone(),
             agent,
@@ -303,6 +302,17 @@ impl Pattern {
         drop((memory, protocol, queue_signal, search));
         db.close().await;
     }
+}
+
+/// The token counter for a model: tiktoken's encoding for an OpenAI model it knows, else the
+/// calibrated estimate (Anthropic, Gemini and local models publish no offline tokenizer here).
+fn counter_for(model: &context_v2::ModelInfo) -> Arc<dyn context_v2::TokenCounter> {
+    if model.provider == context_v2::Provider::OpenAi
+        && let Ok(counter) = context_v2::tokens::TiktokenCounter::for_model(&model.model)
+    {
+        return Arc::new(counter);
+    }
+    Arc::new(context_v2::EstimateCounter::default())
 }
 
 #[cfg(test)]

@@ -435,10 +435,7 @@ impl Database {
         agent: AgentId,
         metadata: serde_json::Value,
     ) -> Result<Agent> {
-        match self
-            .write(Op::SetAgentMetadata { agent, metadata })
-            .await?
-        {
+        match self.write(Op::SetAgentMetadata { agent, metadata }).await? {
             Done::Agent(agent) => Ok(agent),
             other => Err(unexpected(other)),
         }

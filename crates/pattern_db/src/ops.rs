@@ -764,8 +764,7 @@ async fn set_agent_metadata(
     agent: AgentId,
     metadata: &serde_json::Value,
 ) -> Result<Agent> {
-    let text =
-        serde_json::to_string(metadata).map_err(|e| Error::InvalidContent(e.to_string()))?;
+    let text = serde_json::to_string(metadata).map_err(|e| Error::InvalidContent(e.to_string()))?;
     let updated = sqlx::query("UPDATE agents SET metadata = $1 WHERE id = $2")
         .bind(text)
         .bind(agent.to_string())
