@@ -410,9 +410,40 @@ fn hosted(
     })
 }
 
+impl Model {
+    /// A model over `provider` with no server of its own (`source` says where it came from).
+    pub fn new(provider: Arc<dyn ModelProvider>, source: &'static str) -> Self {
+        Self {
+            provider,
+            source,
+            server: None,
+        }
+    }
+}
+
+/// The local model served under `name`: `qwen2.5-coder-0.5b` (tool calls) or `smollm2-135m`.
+pub fn local_model_named(name: &str) -> Result<LocalModel> {
+    match name {
+        "qwen2.5-coder-0.5b" => Ok(LocalModel::Qwen),
+        "smollm2-135m" => Ok(LocalModel::Smol),
+        other => Err(Error::InvalidModel(format!(
+            "no local model `{other}` (local/qwen2.5-coder-0.5b or local/smollm2-135m)"
+        ))),
+    }
+}
+
 impl ModelChoice {
     /// The model (module doc), starting a local server when nothing else is configured.
     pub async fn resolve(&self) -> Result<Model> {
+        match self.configured()? {
+            Some(model) => Ok(model),
+            None => self.start_local(self.local.clone()).await,
+        }
+    }
+
+    /// The model configured without starting anything: an API key in the environment, else the
+    /// configured OpenAI-compatible server; `None` when there is neither.
+    pub fn configured(&self) -> Result<Option<Model>> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         if let Some(key) = var("ANTHROPIC_API_KEY") {
             return hosted(
@@ -421,10 +452,11 @@ impl ModelChoice {
                 200_000,
                 key,
                 "anthropic",
-            );
+            )
+            .map(Some);
         }
         if let Some(key) = var("OPENAI_API_KEY") {
-            return hosted(Provider::OpenAi, "gpt-4.1-mini", 128_000, key, "openai");
+            return hosted(Provider::OpenAi, "gpt-4.1-mini", 128_000, key, "openai").map(Some);
         }
         if let Some(key) = var("GEMINI_API_KEY") {
             return hosted(
@@ -433,7 +465,8 @@ impl ModelChoice {
                 1_000_000,
                 key,
                 "gemini",
-            );
+            )
+            .map(Some);
         }
         if let Some((base_url, name)) = &self.openai_compatible {
             let mut config = ProviderConfig::new(ModelInfo {
@@ -444,15 +477,21 @@ impl ModelChoice {
             });
             config.name = Some("llama.cpp".into());
             config.base_url = Some(base_url.clone());
-            return Ok(Model {
+            return Ok(Some(Model {
                 provider: Arc::from(config.build().map_err(pattern_core::Error::from)?),
                 source: "configured",
                 server: None,
-            });
+            }));
         }
+        Ok(None)
+    }
+
+    /// Starts `local` on a local llama.cpp server (installed by `pattern setup`), kept for as
+    /// long as the returned [`Model`] lives.
+    pub async fn start_local(&self, local: LocalModel) -> Result<Model> {
         let server = LocalModelServer::start(LocalServerConfig {
             max_output_tokens: self.local_max_output_tokens,
-            ..LocalServerConfig::new(self.local.clone())
+            ..LocalServerConfig::new(local)
         })
         .await
         .map_err(pattern_core::Error::from)?;
@@ -467,6 +506,19 @@ impl ModelChoice {
             source: "local",
             server: Some(server),
         })
+    }
+
+    /// The model `agent` runs on in a one-agent command (`chat`, `send`): its own model (a
+    /// `local/NAME` one started here), else [`ModelChoice::resolve`]. A model that cannot be
+    /// reached is [`Error::ModelUnavailable`]; a malformed stored one [`Error::InvalidModel`].
+    pub async fn for_agent(&self, agent: &Agent) -> Result<Model> {
+        match AgentModel::of(agent)? {
+            None => self.resolve().await,
+            Some(own) if own.provider == ModelSource::Local => {
+                self.start_local(local_model_named(&own.model)?).await
+            }
+            Some(own) => Ok(Model::new(Models::new(None).provider(&own)?, "agent")),
+        }
     }
 }
 

@@ -26,6 +26,7 @@ mod fake_model;
 mod harness;
 mod load;
 mod memory;
+mod models;
 mod observe;
 mod pg;
 mod schedule;
