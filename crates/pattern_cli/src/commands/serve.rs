@@ -11,11 +11,11 @@
 
 use std::time::Duration;
 
-use pattern::model::{ModelChoice, Models, local_model_named};
+use pattern::model::{Models, local_model_named};
 use pattern_server::{AppState, CorsOrigins, MetricsToken, ServerConfig};
 
 use crate::cli::ServeArgs;
-use crate::commands::chat::configured_llamacpp;
+use crate::commands::chat::model_choice;
 use crate::env::Env;
 use crate::error::{CliError, Result};
 
@@ -85,10 +85,7 @@ pub(crate) async fn run(env: &Env, args: ServeArgs) -> Result<()> {
     };
     let cors = CorsOrigins::parse(&cors).map_err(|e| CliError::usage(e.to_string()))?;
     let metrics_token = args.metrics_token.clone().and_then(MetricsToken::new);
-    let choice = ModelChoice {
-        openai_compatible: configured_llamacpp(env)?,
-        ..ModelChoice::default()
-    };
+    let choice = model_choice(env)?;
     let configured = choice.configured()?;
     let local = match &args.local_model {
         Some(name) => {

@@ -33,6 +33,7 @@ mod schedule;
 mod search;
 mod serve;
 mod session;
+mod setup;
 mod transfer;
 
 use std::path::{Path, PathBuf};
