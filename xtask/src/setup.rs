@@ -7,9 +7,10 @@
 //! already present, and never install anything without root (it prints the
 //! command to run instead).
 //!
-//! To add a component (an embedding model, a model server...), write a
-//! function `fn(&Path) -> Result<Outcome>` that checks first and installs only
-//! when missing, and append it to [`STEPS`].
+//! To add a component the binary needs, add it to `pattern setup`
+//! (`crates/pattern_cli/src/commands/setup`); for one only development needs,
+//! write a function `fn(&Path) -> Result<Outcome>` that checks first and
+//! installs only when missing, and append it to [`STEPS`].
 
 use std::fs;
 use std::path::Path;
@@ -48,25 +49,31 @@ const STEPS: &[Step] = &[
         name: "postgresql",
         run: postgresql,
     },
-    Step {
-        name: "pattern setup",
-        run: pattern_setup,
-    },
 ];
 
-/// Run every step, printing one line per component.
+/// Run every step, printing one line per component, then `pattern setup` built in the debug
+/// profile (the one the tests and CI use).
 pub(crate) fn run(root: &Path) -> Result<()> {
+    run_with(root, false)
+}
+
+/// [`run`], with `pattern setup` built in the release profile when `release` (the demo's).
+pub(crate) fn run_with(root: &Path, release: bool) -> Result<()> {
     for step in STEPS {
         let outcome = (step.run)(root).with_context(|| format!("setup step `{}`", step.name))?;
-        match outcome {
-            Outcome::Present(detail) => {
-                eprintln!("setup: {}: already present ({detail})", step.name)
-            }
-            Outcome::Installed(detail) => eprintln!("setup: {}: installed ({detail})", step.name),
-            Outcome::Done(detail) => eprintln!("setup: {}: done ({detail})", step.name),
-        }
+        report(step.name, outcome);
     }
+    let outcome = pattern_setup(root, release).context("setup step `pattern setup`")?;
+    report("pattern setup", outcome);
     Ok(())
+}
+
+fn report(name: &str, outcome: Outcome) {
+    match outcome {
+        Outcome::Present(detail) => eprintln!("setup: {name}: already present ({detail})"),
+        Outcome::Installed(detail) => eprintln!("setup: {name}: installed ({detail})"),
+        Outcome::Done(detail) => eprintln!("setup: {name}: done ({detail})"),
+    }
 }
 
 fn cache_folder(root: &Path) -> Result<Outcome> {
@@ -106,20 +113,15 @@ fn postgresql(_root: &Path) -> Result<Outcome> {
 
 /// `pattern --data-dir .cache setup --wheels .cache/wheels`, through `cargo run` (xtask depends
 /// on no workspace crate; the binary owns the install logic). It prints its own lines.
-fn pattern_setup(root: &Path) -> Result<Outcome> {
+fn pattern_setup(root: &Path, release: bool) -> Result<Outcome> {
     let cache = workspace::cache_dir(root);
+    let profile: &[&str] = if release { &["--release"] } else { &[] };
     cmd::run(
         Command::new(env!("CARGO"))
             .current_dir(root)
-            .args([
-                "run",
-                "--quiet",
-                "-p",
-                "pattern_cli",
-                "--bin",
-                "pattern",
-                "--",
-            ])
+            .args(["run", "--quiet"])
+            .args(profile)
+            .args(["-p", "pattern_cli", "--bin", "pattern", "--"])
             .arg("--data-dir")
             .arg(&cache)
             .arg("setup")
