@@ -534,6 +534,54 @@ impl ModelChoice {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_model_is_parsed_checked_and_stored_beside_other_metadata() {
+        let m = AgentModel::parse(
+            "openai_compatible/org/qwen-7b",
+            Some("http://127.0.0.1:8080/v1".into()),
+        )
+        .unwrap();
+        assert_eq!(m.provider, ModelSource::OpenAiCompatible);
+        assert_eq!(m.model, "org/qwen-7b");
+        let metadata = serde_json::json!({"instructions": "Be brief."});
+        let stored = AgentModel::store(Some(&m), &metadata);
+        assert_eq!(stored["instructions"], "Be brief.");
+        assert_eq!(
+            stored["model"],
+            serde_json::json!({
+                "provider": "openai_compatible",
+                "model": "org/qwen-7b",
+                "base_url": "http://127.0.0.1:8080/v1",
+            })
+        );
+        assert_eq!(AgentModel::from_json(&stored["model"]).unwrap(), m);
+        assert_eq!(AgentModel::store(None, &stored), metadata);
+        for bad in ["gpt-4o", "nope/x", "openai/", "openai_compatible/x"] {
+            assert!(
+                matches!(AgentModel::parse(bad, None), Err(Error::InvalidModel(_))),
+                "{bad}"
+            );
+        }
+        assert!(AgentModel::parse("local/qwen2.5-coder-0.5b", Some("http://x".into())).is_err());
+        assert!(AgentModel::parse("openai/gpt-4o", Some("file:///x".into())).is_err());
+    }
+
+    #[test]
+    fn a_hosted_model_without_its_key_and_local_without_a_server_are_unavailable() {
+        let models = Models::new(None);
+        let local = AgentModel::parse("local/qwen2.5-coder-0.5b", None).unwrap();
+        assert!(matches!(
+            models.provider(&local),
+            Err(Error::ModelUnavailable(_))
+        ));
+        // Built once per model, then shared.
+        let m =
+            AgentModel::parse("openai_compatible/a", Some("http://127.0.0.1:9/v1".into())).unwrap();
+        let (first, second) = (models.provider(&m).unwrap(), models.provider(&m).unwrap());
+        assert!(Arc::ptr_eq(&first, &second));
+        assert_eq!(first.model().model, "a");
+    }
+
     #[tokio::test]
     async fn a_configured_server_is_used_when_no_key_is_in_the_environment() {
         let choice = ModelChoice {
