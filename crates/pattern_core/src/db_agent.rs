@@ -843,7 +843,12 @@ impl DatabaseAgent {
             for block in response.content {
                 match block {
                     ContentBlock::Text { text } if text.is_empty() => {}
-                    ContentBlock::ToolUse { id, name, input } => {
+                    ContentBlock::ToolUse {
+                        id,
+                        name,
+                        input,
+                        signature,
+                    } => {
                         // The id its `ToolCallStarted` announced, so every event of a call names
                         // it the same way; a call the stream did not announce is renamed here.
                         let fresh = match renamed.iter().position(|(given, _)| *given == id) {
@@ -864,6 +869,7 @@ impl DatabaseAgent {
                             id: fresh,
                             name,
                             input,
+                            signature,
                         });
                     }
                     other => content.push(other),

@@ -428,6 +428,19 @@ impl Database {
         }
     }
 
+    /// Replaces an agent's metadata (one transaction under the agent's row lock) and returns the
+    /// agent as stored. An unknown agent is [`Error::AgentNotFound`].
+    pub async fn set_agent_metadata(
+        &self,
+        agent: AgentId,
+        metadata: serde_json::Value,
+    ) -> Result<Agent> {
+        match self.write(Op::SetAgentMetadata { agent, metadata }).await? {
+            Done::Agent(agent) => Ok(agent),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Deletes an agent and everything stored for it.
     pub async fn delete_agent(&self, agent: AgentId) -> Result<()> {
         self.write(Op::DeleteAgent(agent)).await.map(|_| ())

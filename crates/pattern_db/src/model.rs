@@ -204,6 +204,11 @@ pub enum ContentBlock {
         name: String,
         /// Arguments as JSON.
         input: serde_json::Value,
+        /// The provider's opaque signature of this call (Gemini's `thoughtSignature`, which
+        /// Gemini 3 requires back with the call on later requests). Never interpreted; only the
+        /// Gemini format sends it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
     },
     /// The result of a tool call, answering the `tool_use` with the same id in the same batch.
     ToolResult {
@@ -248,6 +253,7 @@ impl ContentBlock {
             id: id.into(),
             name: name.into(),
             input,
+            signature: None,
         }
     }
 

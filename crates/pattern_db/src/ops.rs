@@ -62,6 +62,10 @@ pub(crate) struct Ctx {
 pub(crate) enum Op {
     CreateAgent(NewAgent),
     DeleteAgent(AgentId),
+    SetAgentMetadata {
+        agent: AgentId,
+        metadata: serde_json::Value,
+    },
     BeginBatch {
         agent: AgentId,
         trigger: NewMessage,
@@ -277,6 +281,7 @@ impl Op {
             // One conditional update of one row: no agent lock needed.
             Op::DecideApproval { .. } | Op::ExpireApproval { .. } => None,
             Op::RequestApproval(new) => Some(new.agent),
+            Op::SetAgentMetadata { agent, .. } => Some(*agent),
             // A new agent: nobody else can hold its row yet.
             Op::ImportAgent(_) => None,
             // Protocol writes lock no Pattern agent; see `protocol_key`.
@@ -446,6 +451,9 @@ pub(crate) async fn apply(
     match op {
         Op::CreateAgent(new) => create_agent(conn, new).await.map(Done::Agent),
         Op::DeleteAgent(agent) => delete_agent(conn, ctx, *agent).await.map(|()| Done::Unit),
+        Op::SetAgentMetadata { agent, metadata } => set_agent_metadata(conn, *agent, metadata)
+            .await
+            .map(Done::Agent),
         Op::ImportAgent(planned) => import_agent(conn, ctx, planned)
             .await
             .map(|done| Done::Imported(Box::new(done))),
@@ -789,6 +797,27 @@ async fn create_agent(conn: &mut AnyConnection, new: &NewAgent) -> Result<Agent>
         Err(e) if is_unique_violation(&e) => Err(taken(true)),
         Err(e) => Err(e.into()),
     }
+}
+
+async fn set_agent_metadata(
+    conn: &mut AnyConnection,
+    agent: AgentId,
+    metadata: &serde_json::Value,
+) -> Result<Agent> {
+    let text = serde_json::to_string(metadata).map_err(|e| Error::InvalidContent(e.to_string()))?;
+    let updated = sqlx::query("UPDATE agents SET metadata = $1 WHERE id = $2")
+        .bind(text)
+        .bind(agent.to_string())
+        .execute(&mut *conn)
+        .await?;
+    if updated.rows_affected() == 0 {
+        return Err(Error::AgentNotFound(agent));
+    }
+    let row = sqlx::query("SELECT id, name, metadata, created_at FROM agents WHERE id = $1")
+        .bind(agent.to_string())
+        .fetch_one(&mut *conn)
+        .await?;
+    agent_from_row(&row)
 }
 
 fn is_unique_violation(e: &sqlx::Error) -> bool {

@@ -205,15 +205,26 @@ async fn run_meeting(env: &Env, p: &Pattern, args: MeetingRunArgs) -> Result<()>
         }
         (None, Ok(_)) => Vec::new(),
     };
+    // Each agent on its own model (decision 0016), else this command's default.
+    let mut models = pattern::model::Models::new(Some(model.provider.clone()));
+    if model.source == "local" {
+        models = models.with_local(model.provider.clone());
+    }
     let mut agents = Vec::new();
     for row in agent_rows {
-        let mut config = crate::commands::chat::runtime_config(&row, &*model.provider);
-        if model.source == "local" {
+        let own = pattern::model::AgentModel::of(&row)?;
+        let provider = models.for_agent(&row);
+        let mut config = crate::commands::chat::runtime_config(&row, &*provider);
+        let on_local = match &own {
+            Some(m) => m.provider == pattern::model::ModelSource::Local,
+            None => model.source == "local",
+        };
+        if on_local {
             // The small local model writes tool calls as text when it has tools to choose
             // from; its meeting turns answer in text (it cannot pass or leave by tool).
             config.first_tool_choice = pattern::context::format::ToolChoice::None;
         }
-        let agent = p.agent_with_tools(row, model.provider.clone(), config, Some(tools.clone()))?;
+        let agent = p.agent_with_tools(row, provider, config, Some(tools.clone()))?;
         agent
             .runtime()
             .set_default_endpoint(Arc::new(crate::commands::chat::Terminal { json: env.json }))

@@ -27,12 +27,14 @@ mod harness;
 mod load;
 mod meeting;
 mod memory;
+mod models;
 mod observe;
 mod pg;
 mod schedule;
 mod search;
 mod serve;
 mod session;
+mod setup;
 mod transfer;
 
 use std::path::{Path, PathBuf};

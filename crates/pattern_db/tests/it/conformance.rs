@@ -67,6 +67,15 @@ async fn agents(kind: Kind) {
         Err(Error::AgentNameNotFound(_))
     ));
 
+    // Metadata is replaced whole and read back; an unknown agent is refused.
+    let changed = db
+        .set_agent_metadata(a.id, json!({"model": {"provider": "openai", "model": "x"}}))
+        .await
+        .unwrap();
+    assert_eq!(changed.metadata["model"]["model"], "x");
+    assert_eq!(db.agent(a.id).await.unwrap(), changed);
+    assert_eq!(changed.created_at, a.created_at);
+
     // Deleting an agent removes its history too.
     let store = db.messages(b.id);
     store
@@ -78,6 +87,10 @@ async fn agents(kind: Kind) {
     assert!(store.get_recent(10).await.unwrap().is_empty());
     assert!(matches!(
         db.delete_agent(b.id).await,
+        Err(Error::AgentNotFound(_))
+    ));
+    assert!(matches!(
+        db.set_agent_metadata(b.id, json!({})).await,
         Err(Error::AgentNotFound(_))
     ));
     db.close().await;
