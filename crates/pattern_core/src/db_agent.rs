@@ -302,7 +302,22 @@ impl DatabaseAgent {
     /// Commits `message` and its turn, then runs it here (the agent was free) or leaves it in
     /// the agent's queue for whoever holds the agent (this process drives that delivery while
     /// the returned stream's turn is unfinished). See the module doc.
+    ///
+    /// The commit and the start of the run happen in a task of their own: a caller dropped
+    /// while the commit is in flight (a client gone, a driver stopped) never leaves a batch
+    /// claimed by this live process with no run to finish it. Its run then sees the event
+    /// stream gone: a detached turn goes on, any other is cancelled (its batch abandoned).
     pub async fn submit(
+        self: Arc<Self>,
+        message: IncomingMessage,
+        options: TurnOptions,
+    ) -> Result<Submission> {
+        tokio::spawn(self.submit_here(message, options))
+            .await
+            .map_err(|e| Error::TaskFailed(format!("submitting a turn: {e}")))?
+    }
+
+    async fn submit_here(
         self: Arc<Self>,
         message: IncomingMessage,
         options: TurnOptions,

@@ -52,6 +52,9 @@ pub enum Error {
     /// The agent-to-agent protocol refused or failed.
     #[error(transparent)]
     Protocol(#[from] pattern_protocol::Error),
+    /// A task of the runtime ended without an answer (it panicked or was cancelled).
+    #[error("internal task failed: {0}")]
+    TaskFailed(String),
     /// A meeting that cannot be run as asked (a bad plan, an agent not driven here).
     #[error("meeting: {0}")]
     InvalidMeeting(String),
@@ -80,7 +83,7 @@ impl Error {
             Error::InvalidTool { .. } | Error::InvalidMeeting(_) => C::Invalid,
             Error::Protocol(e) => e.class(),
             Error::InvalidState(_) => C::Conflict,
-            Error::LocalServer(_) | Error::TurnLog(_) => C::Internal,
+            Error::LocalServer(_) | Error::TurnLog(_) | Error::TaskFailed(_) => C::Internal,
         }
     }
 }

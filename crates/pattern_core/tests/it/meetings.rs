@@ -357,3 +357,159 @@ async fn meeting_tools_fit_a_small_local_window() {
     );
     h.cleanup().await;
 }
+
+/// What a scripted speaker does on one of its turns.
+#[derive(Debug, Clone, Copy)]
+enum Act {
+    Speak,
+    Pass,
+    Leave,
+    Overrun,
+}
+
+fn turns_for(acts: &[Act]) -> Vec<Turn> {
+    let mut script = Vec::new();
+    for (i, act) in acts.iter().enumerate() {
+        match act {
+            Act::Speak => script.push(Turn::text(&format!("point {i}"))),
+            Act::Pass => {
+                script.push(Turn::call(&format!("p{i}"), "meeting_pass", json!({})));
+                script.push(Turn::text("passed"));
+            }
+            Act::Leave => {
+                script.push(Turn::call(&format!("l{i}"), "meeting_leave", json!({})));
+                script.push(Turn::text("bye"));
+            }
+            Act::Overrun => script.push(Turn::Slow(
+                Duration::from_secs(5),
+                vec![ContentBlock::text("late")],
+            )),
+        }
+    }
+    script
+}
+
+/// Checks a finished meeting's log: every speech in its speaker's own turn, at most one per
+/// turn; every turn handed to the next present participant in join order; nobody more turns
+/// than the plan; no batch left open.
+async fn check_round_robin(p: &Party, id: pattern_db::MeetingId, rounds: u32) {
+    let events = p.protocol.events_after(id, 0, 10_000).await.unwrap();
+    let order = &p.ids;
+    let mut present: Vec<AgentId> = order.clone();
+    let mut speaker: Option<AgentId> = None;
+    let mut spoke = false;
+    let mut speeches: std::collections::HashMap<AgentId, u32> = Default::default();
+    for e in &events {
+        match e.event_type {
+            MeetingEventType::TurnPassed => {
+                let next = e.agent.unwrap();
+                if let Some(prev) = speaker {
+                    // The next present participant after the previous speaker, wrapping.
+                    let at = order.iter().position(|a| *a == prev).unwrap();
+                    let expected = (1..=order.len())
+                        .map(|k| order[(at + k) % order.len()])
+                        .find(|a| present.contains(a));
+                    assert_eq!(Some(next), expected, "out of order: {events:#?}");
+                }
+                speaker = Some(next);
+                spoke = false;
+            }
+            MeetingEventType::AgentSpoke => {
+                assert_eq!(e.agent, speaker, "spoke out of turn: {events:#?}");
+                assert!(!spoke, "two speeches in one turn: {events:#?}");
+                spoke = true;
+                *speeches.entry(e.agent.unwrap()).or_default() += 1;
+            }
+            MeetingEventType::AgentLeft => present.retain(|a| Some(*a) != e.agent),
+            _ => {}
+        }
+    }
+    assert_eq!(
+        events.last().unwrap().event_type,
+        MeetingEventType::MeetingEnded
+    );
+    for (agent, n) in speeches {
+        assert!(n <= rounds, "{agent} spoke {n} times in {rounds} rounds");
+    }
+    for id in &p.ids {
+        let batches = batches_of(&p.db, *id).await;
+        assert!(
+            batches.iter().all(|b| b.info.state != BatchState::Open),
+            "{:#?}\n{events:#?}",
+            batches
+                .iter()
+                .map(|b| (&b.info, b.messages.len()))
+                .collect::<Vec<_>>()
+        );
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: std::env::var("PATTERN_MEETING_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(12),
+        failure_persistence: None,
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// Over random speeches, passes and leaves by tool, time-outs and drivers stopped at random
+    /// points and resumed, the meeting stays round-robin: speeches only in their own turn, once,
+    /// turns in join order among those present, never more than the rounds.
+    #[test]
+    fn meetings_stay_round_robin_through_passes_leaves_timeouts_and_stops(
+        acts in proptest::collection::vec(
+            proptest::collection::vec(
+                proptest::prop_oneof![
+                    6 => proptest::strategy::Just(Act::Speak),
+                    2 => proptest::strategy::Just(Act::Pass),
+                    1 => proptest::strategy::Just(Act::Leave),
+                    1 => proptest::strategy::Just(Act::Overrun),
+                ],
+                3,
+            ),
+            3,
+        ),
+        stops in proptest::collection::vec(1usize..12, 0..3),
+    ) {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let scripts: Vec<Vec<Turn>> = acts.iter().map(|a| turns_for(a)).collect();
+            let p = party(Backend::Sqlite, &["ada", "bob", "carol"], scripts).await;
+            let rounds = 3;
+            let id = MeetingDriver::new(p.protocol.clone(), p.agents.clone())
+                .create(&plan(&p.ids, rounds), Some(Duration::from_millis(400)))
+                .await
+                .unwrap();
+            // Stop drivers after a random number of progress events each, then finish.
+            for stop_after in &stops {
+                let driver = MeetingDriver::new(p.protocol.clone(), p.agents.clone());
+                let (tx, mut rx) = mpsc::channel(256);
+                let running = tokio::spawn(async move { driver.run(id, tx).await });
+                let mut seen = 0;
+                while rx.recv().await.is_some() {
+                    seen += 1;
+                    if seen >= *stop_after {
+                        break;
+                    }
+                }
+                running.abort();
+                let _ = running.await;
+            }
+            let last = MeetingDriver::new(p.protocol.clone(), p.agents.clone());
+            tokio::time::timeout(Duration::from_secs(120), last.run(id, sink()))
+                .await
+                .expect("the meeting ends")
+                .unwrap();
+            // Runs left going by a stopped driver end (they are detached); wait for them.
+            for agent in &p.agents {
+                pattern_core::db_agent::wait_idle(agent, Duration::from_secs(30)).await;
+            }
+            check_round_robin(&p, id, rounds).await;
+            p.db.close().await;
+            p.tdb.cleanup().await.unwrap();
+        });
+    }
+}
