@@ -30,6 +30,7 @@ mod pg;
 mod setup;
 mod setup_embedding;
 mod setup_llama;
+mod setup_mcp;
 mod tidy;
 mod workspace;
 

@@ -50,6 +50,10 @@ const STEPS: &[Step] = &[
         name: "llama.cpp server",
         run: crate::setup_llama::llama_server,
     },
+    Step {
+        name: "MCP servers",
+        run: crate::setup_mcp::mcp_servers,
+    },
 ];
 
 /// Run every step, printing one line per component.
