@@ -246,9 +246,21 @@ impl Pattern {
         model: Arc<dyn ModelProvider>,
         config: RuntimeConfig,
     ) -> Result<Arc<DatabaseAgent>> {
+        self.agent_with_tools(agent, model, config, None)
+    }
+
+    /// [`Pattern::agent`] with these tools instead of the built-in set (for example the
+    /// built-ins plus the agent's MCP servers' tools, `pattern_core::mcp::client::add_servers`).
+    pub fn agent_with_tools(
+        &self,
+        agent: pattern_db::Agent,
+        model: Arc<dyn ModelProvider>,
+        config: RuntimeConfig,
+        tools: Option<Arc<pattern_core::tool::ToolRegistry>>,
+    ) -> Result<Arc<DatabaseAgent>> {
         let counter: Arc<dyn context_v2::TokenCounter> =
             Arc::new(context_v2::EstimateCounter::default());
-        let runtime = AgentRuntime::builder(
+        let mut builder = AgentRuntime::builder(
             self.db.clone(),
             agent,
             self.memory.clone(),
@@ -258,9 +270,11 @@ impl Pattern {
         .archival(self.memory.clone())
         .counter(counter.clone())
         .summarizer(Arc::new(ModelSummarizer::new(model, counter)))
-        .queue_signal(self.queue_signal.clone())
-        .build()?;
-        Ok(DatabaseAgent::new(runtime))
+        .queue_signal(self.queue_signal.clone());
+        if let Some(tools) = tools {
+            builder = builder.tools(tools);
+        }
+        Ok(DatabaseAgent::new(builder.build()?))
     }
 
     /// A queue processor over this database, woken by the agents this handle built.

@@ -53,6 +53,10 @@ pub struct ServerConfig {
     /// Prometheus scrapers on a private network expect; it shows counts and agent ids of every
     /// organization, never stored content).
     pub metrics_token: Option<MetricsToken>,
+    /// MCP servers from the configuration file, by agent name (stored name: an organization
+    /// agent's `{organization id}/{name}`), used besides those stored for the agent (decision
+    /// 0015).
+    pub mcp_servers: HashMap<String, Vec<pattern::core::mcp::McpServerConfig>>,
 }
 
 /// The bearer token of `/metrics`; never printed (its `Debug` shows `***`).
@@ -90,6 +94,7 @@ impl Default for ServerConfig {
             idle_unload: Duration::from_secs(600),
             cors: CorsOrigins::none(),
             metrics_token: None,
+            mcp_servers: HashMap::new(),
         }
     }
 }
@@ -192,13 +197,21 @@ impl AppState {
             loaded.used = Instant::now();
             return Ok(loaded.agent.clone());
         }
+        // Connecting MCP servers may take a while: not under the lock of every agent.
+        drop(agents);
+        let tools = self.tools_for(&row).await?;
+        let mut agents = self.inner.agents.lock().await;
+        if let Some(loaded) = agents.get_mut(&row.id) {
+            loaded.used = Instant::now();
+            return Ok(loaded.agent.clone());
+        }
         let mut config = RuntimeConfig::for_agent(&row, self.inner.model.model().context_window);
         config.max_iterations = self.inner.config.max_iterations;
         let id = row.id;
-        let agent = self
-            .inner
-            .pattern
-            .agent(row, self.inner.model.clone(), config)?;
+        let agent =
+            self.inner
+                .pattern
+                .agent_with_tools(row, self.inner.model.clone(), config, tools)?;
         // Guarded tool calls wait for an answer stored in the database (`/v1/approvals`), from
         // any instance.
         agent
@@ -216,6 +229,30 @@ impl AppState {
         drop(agents);
         self.inner.queue.register(agent.clone()).await;
         Ok(agent)
+    }
+
+    /// The agent's tools when it uses MCP servers (stored, or in the configuration file): the
+    /// built-ins plus theirs; servers that fail are logged and left out. `None`: the built-ins.
+    async fn tools_for(
+        &self,
+        row: &pattern::Agent,
+    ) -> Result<Option<Arc<pattern::core::tool::ToolRegistry>>, ApiError> {
+        let db = self.inner.pattern.db();
+        let extra = self
+            .inner
+            .config
+            .mcp_servers
+            .get(&row.name)
+            .cloned()
+            .unwrap_or_default();
+        if extra.is_empty() && db.mcp_servers(row.id).await?.is_empty() {
+            return Ok(None);
+        }
+        let (registry, problems) = pattern::core::mcp::agent_tools(db, row.id, &extra).await?;
+        for problem in problems {
+            tracing::warn!(agent = %row.id, "{problem}");
+        }
+        Ok(Some(Arc::new(registry)))
     }
 
     /// Agents loaded in this process now.

@@ -171,6 +171,26 @@ pub async fn stored_servers(db: &Database, agent: AgentId) -> Result<Vec<McpServ
         .collect()
 }
 
+/// The built-in tools plus the tools of `agent`'s servers: those stored for it and `extra`
+/// (from `config.toml`; one of these replaces a stored server of the same name). Servers or
+/// tools left out are returned with the registry; the agent runs without them.
+pub async fn agent_tools(
+    db: &Database,
+    agent: AgentId,
+    extra: &[McpServerConfig],
+) -> Result<(crate::tool::ToolRegistry, Vec<client::McpProblem>)> {
+    let mut servers: Vec<McpServerConfig> = extra.to_vec();
+    for stored in stored_servers(db, agent).await? {
+        if !servers.iter().any(|s| s.name == stored.name) {
+            servers.push(stored);
+        }
+    }
+    let mut registry = crate::tool::builtin::registry()?;
+    let problems =
+        client::add_servers(&mut registry, &servers, client::DEFAULT_START_TIMEOUT).await;
+    Ok((registry, problems))
+}
+
 #[cfg(test)]
 mod tests {
     //! Configurations and names.
