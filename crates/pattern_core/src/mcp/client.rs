@@ -229,10 +229,8 @@ fn result_text(result: &CallToolResult) -> String {
             None => parts.push(serde_json::to_string(block).unwrap_or_default()),
         }
     }
-    if parts.is_empty() {
-        if let Some(structured) = &result.structured_content {
-            parts.push(structured.to_string());
-        }
+    if let (true, Some(structured)) = (parts.is_empty(), &result.structured_content) {
+        parts.push(structured.to_string());
     }
     parts.join("\n")
 }
@@ -350,7 +348,7 @@ pub async fn add_servers(
                 tool: Some(remote.chars().take(100).collect()),
                 reason,
             };
-            if reserved.iter().any(|r| *r == remote) {
+            if reserved.contains(&remote) {
                 problems.push(refuse(format!(
                     "`{remote}` is the name of a built-in tool; a server may not declare it"
                 )));
