@@ -61,6 +61,7 @@ pub(crate) fn mcp_servers(root: &Path) -> Result<Outcome> {
     }
     let npm = dir.join("npm");
     if !everything_ready(&npm) {
+        node_and_npm()?;
         fs::create_dir_all(&npm).with_context(|| format!("creating {}", npm.display()))?;
         let manifest = serde_json::json!({
             "name": "pattern-mcp-test-servers",
@@ -96,6 +97,33 @@ pub(crate) fn mcp_servers(root: &Path) -> Result<Outcome> {
     } else {
         Outcome::Installed(format!("{shown}: {}", installed.join(", ")))
     })
+}
+
+const APT_NODE: &str =
+    "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y nodejs npm";
+
+/// `node` and `npm` on PATH, from Debian's packages when missing (as root).
+fn node_and_npm() -> Result<()> {
+    let present = |program: &str| cmd::succeeds(Command::new(program).arg("--version"));
+    if present("node") && present("npm") {
+        return Ok(());
+    }
+    if !cmd::is_root() {
+        bail!(
+            "node and npm are needed for {}; as root run: {APT_NODE}",
+            EVERYTHING.0
+        );
+    }
+    cmd::run(Command::new("apt-get").arg("update"))?;
+    cmd::run(
+        Command::new("apt-get")
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["install", "-y", "nodejs", "npm"]),
+    )?;
+    if !(present("node") && present("npm")) {
+        bail!("installed nodejs and npm but `node --version` or `npm --version` still fails");
+    }
+    Ok(())
 }
 
 /// Whether the venv's packages are installed at their pinned versions and import.

@@ -176,8 +176,8 @@ fn the_python_mcp_client_uses_an_agents_memory_over_stdio() {
     assert_eq!(
         tools,
         [
-            "archival_insert",
-            "archival_search",
+            "archival_add",
+            "archival_find",
             "block_append",
             "block_read",
             "block_replace",
@@ -208,4 +208,37 @@ fn the_python_mcp_client_uses_an_agents_memory_over_stdio() {
     // What the client wrote is the agent's memory.
     let block = home.json(&["memory", "block", "show", "notes", "--agent", "helper"]);
     assert_eq!(block["value"], "likes tea\nfrom the python client");
+}
+
+#[test]
+fn an_agent_uses_another_agents_memory_server_with_no_tool_refused() {
+    let home = Home::init();
+    home.ok(&["agent", "create", "helper"]);
+    home.ok(&["agent", "create", "reader"]);
+    let data_dir = home.data_dir();
+    home.ok(&[
+        "mcp",
+        "add",
+        "mem",
+        "--agent",
+        "reader",
+        "--",
+        env!("CARGO_BIN_EXE_pattern"),
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+        "mcp",
+        "serve",
+        "--agent",
+        "helper",
+    ]);
+    let listed = home.json(&["mcp", "list", "--agent", "reader", "--tools"]);
+    assert_eq!(listed["problems"], serde_json::json!([]), "{listed}");
+    let wire: Vec<&str> = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["wire_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(wire.len(), 7, "{listed}");
+    assert!(wire.contains(&"mem__archival_find"), "{listed}");
 }

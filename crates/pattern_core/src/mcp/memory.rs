@@ -92,7 +92,7 @@ fn tools() -> Vec<Tool> {
             }),
         ),
         tool(
-            "archival_insert",
+            "archival_add",
             "Store a passage in the agent's archival memory.",
             json!({
                 "type": "object",
@@ -105,7 +105,7 @@ fn tools() -> Vec<Tool> {
             }),
         ),
         tool(
-            "archival_search",
+            "archival_find",
             "Search the agent's archival memory.",
             query.clone(),
         ),
@@ -253,7 +253,7 @@ impl MemoryServer {
                     .map_err(text)?;
                 Ok(json!({"label": label, "version": version}).to_string())
             }
-            "archival_insert" => {
+            "archival_add" => {
                 let content = args.content.clone().ok_or_else(|| missing("content"))?;
                 let entry = self
                     .archival
@@ -268,9 +268,9 @@ impl MemoryServer {
                     .map_err(text)?;
                 Ok(json!({"id": entry.id.to_string()}).to_string())
             }
-            "archival_search" | "history_search" => {
+            "archival_find" | "history_search" => {
                 let query = args.query.clone().ok_or_else(|| missing("query"))?;
-                let only = if tool == "archival_search" {
+                let only = if tool == "archival_find" {
                     ContentType::Archival
                 } else {
                     ContentType::Message

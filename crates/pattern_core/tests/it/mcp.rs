@@ -284,10 +284,11 @@ async fn a_hung_call_times_out_as_an_error_result_and_the_agent_keeps_working() 
     let (h, events) = run_calls(
         registry,
         vec![
-            ("flaky__slow", json!({"seconds": 30})),
+            ("flaky__slow", json!({"seconds": 60})),
             ("flaky__pid", json!({})),
         ],
-        Duration::from_secs(2),
+        // Room for the second call to start the server again on a loaded machine.
+        Duration::from_secs(8),
     )
     .await;
     let results = results(&events);

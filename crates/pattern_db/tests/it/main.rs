@@ -22,6 +22,7 @@ mod conformance;
 mod crash;
 mod ids;
 mod import;
+mod mcp;
 mod props;
 mod queue;
 mod runs;

@@ -208,11 +208,11 @@ async fn the_memory_server_over_http_needs_the_organizations_key_and_refuses_sta
 
     call(
         &client,
-        "archival_insert",
+        "archival_add",
         json!({"content": "the kettle is blue"}),
     )
     .await;
-    let found = call(&client, "archival_search", json!({"query": "kettle"})).await;
+    let found = call(&client, "archival_find", json!({"query": "kettle"})).await;
     assert!(
         text(&found).contains("the kettle is blue"),
         "{}",

@@ -59,8 +59,8 @@ async def main():
                 },
             )
             out["replace"] = json.loads(text(current))
-            await session.call_tool("archival_insert", {"content": "the heron nests by the mill"})
-            found = await session.call_tool("archival_search", {"query": "heron"})
+            await session.call_tool("archival_add", {"content": "the heron nests by the mill"})
+            found = await session.call_tool("archival_find", {"query": "heron"})
             out["search"] = text(found)
             bad = await session.call_tool("block_read", {"label": "no-such-block"})
             out["unknown"] = {"is_error": bad.is_error, "text": text(bad)}
