@@ -18,7 +18,7 @@ const AGENT_FAILED: i32 = 6;
 
 /// Run the demo with `args`.
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
-    setup::run(root)?;
+    setup::run_with(root, true)?;
     let data = workspace::cache_dir(root).join("demo");
     let program = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     judge(

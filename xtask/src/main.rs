@@ -28,8 +28,6 @@ mod demo;
 mod guard;
 mod pg;
 mod setup;
-mod setup_embedding;
-mod setup_llama;
 mod setup_mcp;
 mod tidy;
 mod workspace;

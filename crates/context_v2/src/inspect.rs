@@ -21,7 +21,9 @@ fn block_line(block: &ContentBlock) -> String {
     match block {
         ContentBlock::Text { text } => short(text, 120),
         ContentBlock::Thinking { text, .. } => format!("(thinking) {}", short(text, 100)),
-        ContentBlock::ToolUse { id, name, input } => {
+        ContentBlock::ToolUse {
+            id, name, input, ..
+        } => {
             format!("call {name}({}) [{id}]", short(&input.to_string(), 80))
         }
         ContentBlock::ToolResult {

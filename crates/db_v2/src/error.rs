@@ -13,7 +13,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// A file of the embedding model is missing.
     #[error(
-        "embedding model file {} is missing: run `cargo xtask setup` (or set PATTERN_MODEL_DIR to a folder holding model.onnx, tokenizer.json, config.json, special_tokens_map.json and tokenizer_config.json)",
+        "embedding model file {} is missing: run `pattern setup` (or set PATTERN_MODEL_DIR to a folder holding model.onnx, tokenizer.json, config.json, special_tokens_map.json and tokenizer_config.json)",
         path.display()
     )]
     ModelFilesMissing {
@@ -22,7 +22,7 @@ pub enum Error {
     },
     /// The ONNX Runtime library could not be loaded.
     #[error(
-        "ONNX Runtime library {} could not be loaded ({reason}): run `cargo xtask setup` (or set PATTERN_ORT_LIBRARY)",
+        "ONNX Runtime library {} could not be loaded ({reason}): run `pattern setup` (or set PATTERN_ORT_LIBRARY)",
         path.display()
     )]
     RuntimeLibraryMissing {

@@ -31,6 +31,12 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A model named for an agent is malformed (unknown provider, bad name or base URL).
+    #[error("invalid model: {0}")]
+    InvalidModel(String),
+    /// A model cannot be reached from this process (no key, no local server).
+    #[error("model unavailable: {0}")]
+    ModelUnavailable(String),
     /// A path that cannot be turned into a database URL.
     #[error("path `{0}` is not valid UTF-8 and cannot name a database")]
     NonUtf8Path(PathBuf),
@@ -50,7 +56,8 @@ impl Error {
             Error::Search(e) => e.class(),
             Error::Core(e) => e.class(),
             Error::Protocol(e) => e.class(),
-            Error::NonUtf8Path(_) => pattern_db::ErrorClass::Invalid,
+            Error::NonUtf8Path(_) | Error::InvalidModel(_) => pattern_db::ErrorClass::Invalid,
+            Error::ModelUnavailable(_) => pattern_db::ErrorClass::Unavailable,
             Error::DataDir { .. } => pattern_db::ErrorClass::Internal,
         }
     }

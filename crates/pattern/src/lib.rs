@@ -45,6 +45,7 @@
 //! ```
 
 mod error;
+pub mod install;
 pub mod model;
 mod open;
 

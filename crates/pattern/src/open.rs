@@ -41,8 +41,9 @@ pub enum DatabaseLocation {
 pub enum Embedding {
     /// None: full-text search only (Vector is a typed error, Auto and Hybrid use full text).
     Off,
-    /// The offline model `cargo xtask setup` installs, found through
-    /// [`ModelPaths::from_env`]; full-text only (with a warning) when it is not installed.
+    /// The offline model `pattern setup` installs, found through
+    /// [`crate::install::embedding_paths`]; full-text only (with a warning) when it is not
+    /// installed.
     #[default]
     Auto,
     /// The offline model at these paths; opening fails when it cannot be loaded.
@@ -179,13 +180,15 @@ async fn embedder(choice: &Embedding) -> Result<Option<Arc<dyn Embedder>>> {
         Embedding::Off => None,
         Embedding::Custom(e) => Some(e.clone()),
         Embedding::Model(paths) => Some(Arc::new(FastEmbedder::load(paths, EMBED_TIMEOUT).await?)),
-        Embedding::Auto => match FastEmbedder::load(&ModelPaths::from_env(), EMBED_TIMEOUT).await {
-            Ok(e) => Some(Arc::new(e)),
-            Err(e) => {
-                tracing::warn!(error = %e, "no embedding model: full-text search only");
-                None
+        Embedding::Auto => {
+            match FastEmbedder::load(&crate::install::embedding_paths(None), EMBED_TIMEOUT).await {
+                Ok(e) => Some(Arc::new(e)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no embedding model: full-text search only");
+                    None
+                }
             }
-        },
+        }
     })
 }
 
@@ -249,8 +252,8 @@ impl Pattern {
         self.agent_with_tools(agent, model, config, None)
     }
 
-    /// [`Pattern::agent`] with these tools instead of the built-in set (for example the
-    /// built-ins plus the agent's MCP servers' tools, `pattern_core::mcp::client::add_servers`).
+    /// [`Self::agent`] with these tools instead of the built-in set (e.g.
+    /// `pattern_core::tool::meeting::registry()` for an agent in meetings).
     pub fn agent_with_tools(
         &self,
         agent: pattern_db::Agent,
@@ -258,23 +261,24 @@ impl Pattern {
         config: RuntimeConfig,
         tools: Option<Arc<pattern_core::tool::ToolRegistry>>,
     ) -> Result<Arc<DatabaseAgent>> {
-        let counter: Arc<dyn context_v2::TokenCounter> =
-            Arc::new(context_v2::EstimateCounter::default());
+        let counter = counter_for(model.model());
         let mut builder = AgentRuntime::builder(
             self.db.clone(),
             agent,
             self.memory.clone(),
             model.clone(),
             config,
-        )
-        .archival(self.memory.clone())
-        .counter(counter.clone())
-        .summarizer(Arc::new(ModelSummarizer::new(model, counter)))
-        .queue_signal(self.queue_signal.clone());
+        );
         if let Some(tools) = tools {
             builder = builder.tools(tools);
         }
-        Ok(DatabaseAgent::new(builder.build()?))
+        let runtime = builder
+            .archival(self.memory.clone())
+            .counter(counter.clone())
+            .summarizer(Arc::new(ModelSummarizer::new(model, counter)))
+            .queue_signal(self.queue_signal.clone())
+            .build()?;
+        Ok(DatabaseAgent::new(runtime))
     }
 
     /// A queue processor over this database, woken by the agents this handle built.
@@ -317,6 +321,17 @@ impl Pattern {
         drop((memory, protocol, queue_signal, search));
         db.close().await;
     }
+}
+
+/// The token counter for a model: tiktoken's encoding for an OpenAI model it knows, else the
+/// calibrated estimate (Anthropic, Gemini and local models publish no offline tokenizer here).
+fn counter_for(model: &context_v2::ModelInfo) -> Arc<dyn context_v2::TokenCounter> {
+    if model.provider == context_v2::Provider::OpenAi
+        && let Ok(counter) = context_v2::tokens::TiktokenCounter::for_model(&model.model)
+    {
+        return Arc::new(counter);
+    }
+    Arc::new(context_v2::EstimateCounter::default())
 }
 
 #[cfg(test)]

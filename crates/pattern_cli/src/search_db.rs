@@ -1,8 +1,9 @@
 //! The one place the CLI opens a `db_v2::ConstellationDb` (search, archival memory,
 //! embeddings) for a data directory: reads `[embedding] enabled` from config.toml, loads the
-//! offline model from `db_v2::ModelPaths::from_env()` (`PATTERN_MODEL_DIR`,
-//! `PATTERN_ORT_LIBRARY`, else the project's `.cache`), and decides what happens when the model
-//! is missing: commands that need vectors fail with one line naming `cargo xtask setup`, the
+//! offline model from `pattern::install::embedding_paths` (`PATTERN_MODEL_DIR`,
+//! `PATTERN_ORT_LIBRARY`, else the data directory, the XDG data directory or the repository's
+//! `.cache`, wherever `pattern setup` installed it), and decides what happens when the model
+//! is missing: commands that need vectors fail with one line naming `pattern setup`, the
 //! others go on with full-text search only and say so on stderr.
 //!
 //! This module must never print to stdout, and never open the database without the
@@ -11,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use db_v2::{ConstellationDb, EmbedConfig, Embedder, FastEmbedder, ModelPaths};
+use db_v2::{ConstellationDb, EmbedConfig, Embedder, FastEmbedder};
 use pattern::db::{Agent, Database};
 
 use crate::cli::AgentArg;
@@ -59,7 +60,12 @@ impl SearchDb {
                 }
                 None
             }
-            _ => match FastEmbedder::load(&ModelPaths::from_env(), EMBED_TIMEOUT).await {
+            _ => match FastEmbedder::load(
+                &pattern::install::embedding_paths(Some(&env.data_dir)),
+                EMBED_TIMEOUT,
+            )
+            .await
+            {
                 Ok(e) => Some(Arc::new(e) as Arc<dyn Embedder>),
                 Err(e) if vectors == Vectors::Required => {
                     return Err(CliError::new(Kind::Other, e.to_string()));
@@ -98,7 +104,10 @@ impl SearchDb {
                      config.toml",
                 )
             })?;
-        Ok(self.raw().agent_by_name(&name).await?)
+        Ok(self
+            .raw()
+            .agent_in_scope(Some(crate::env::organization_id(self.raw()).await?), &name)
+            .await?)
     }
 
     /// Lets the worker embed what was written (up to a deadline; the rest stays queued for the
@@ -119,7 +128,7 @@ pub(crate) fn from_db_v2(e: db_v2::Error) -> CliError {
         }
         E::VectorSearchNotConfigured => CliError::usage(
             "vector search needs embeddings: set `enabled = true` under [embedding] in config.toml \
-             and run `cargo xtask setup`",
+             and run `pattern setup`",
         ),
         E::EmbeddingModelMismatch { .. } => CliError::conflict(e.to_string()),
         other => CliError::other(other.to_string()),

@@ -357,11 +357,18 @@ impl DatabaseAgent {
                     events,
                 })
             }
-            Submitted::Replayed(turn) => Ok(Submission {
-                events: self.follow(turn.id),
-                turn,
-                begun: Begun::Replayed,
-            }),
+            Submitted::Replayed(turn) => {
+                // A repeated request for a turn still waiting in the queue drives its delivery
+                // like the first request did (its process may be gone).
+                if turn.state == TurnState::Queued && !suspended {
+                    self.clone().drive(turn.id);
+                }
+                Ok(Submission {
+                    events: self.follow(turn.id),
+                    turn,
+                    begun: Begun::Replayed,
+                })
+            }
         }
     }
 
@@ -836,7 +843,12 @@ impl DatabaseAgent {
             for block in response.content {
                 match block {
                     ContentBlock::Text { text } if text.is_empty() => {}
-                    ContentBlock::ToolUse { id, name, input } => {
+                    ContentBlock::ToolUse {
+                        id,
+                        name,
+                        input,
+                        signature,
+                    } => {
                         // The id its `ToolCallStarted` announced, so every event of a call names
                         // it the same way; a call the stream did not announce is renamed here.
                         let fresh = match renamed.iter().position(|(given, _)| *given == id) {
@@ -857,6 +869,7 @@ impl DatabaseAgent {
                             id: fresh,
                             name,
                             input,
+                            signature,
                         });
                     }
                     other => content.push(other),

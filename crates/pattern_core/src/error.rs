@@ -49,7 +49,13 @@ pub enum Error {
     #[error(transparent)]
     LocalServer(#[from] crate::local_server::LocalServerError),
 
-    /// The runtime was built without archival memory and search.
+    /// The agent-to-agent protocol refused or failed.
+    #[error(transparent)]
+    Protocol(#[from] pattern_protocol::Error),
+    /// A meeting that cannot be run as asked (a bad plan, an agent not driven here).
+    #[error("meeting: {0}")]
+    InvalidMeeting(String),
+    /// No archival memory or search is configured for this agent.
     #[error("this agent has no archival memory or search configured")]
     SearchNotConfigured,
 
@@ -84,8 +90,11 @@ impl Error {
             Error::Memory(e) => e.class(),
             Error::Context(_) | Error::SearchNotConfigured => C::Refused,
             Error::Provider(_) | Error::NoEndpoint(_) | Error::Endpoint(_) => C::Unavailable,
-            Error::InvalidTool { .. } | Error::InvalidMcpConfig(_) => C::Invalid,
+            Error::InvalidTool { .. } | Error::InvalidMcpConfig(_) | Error::InvalidMeeting(_) => {
+                C::Invalid
+            }
             Error::Mcp { .. } => C::Unavailable,
+            Error::Protocol(e) => e.class(),
             Error::InvalidState(_) => C::Conflict,
             Error::LocalServer(_) | Error::TurnLog(_) => C::Internal,
         }

@@ -28,6 +28,7 @@ pub mod endpoint;
 mod error;
 pub mod local_server;
 pub mod mcp;
+pub mod meeting;
 pub mod permission;
 pub mod provider;
 mod queue;

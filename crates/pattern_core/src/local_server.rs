@@ -43,8 +43,8 @@ pub const LLAMA_DIR_ENV: &str = "PATTERN_LLAMA_DIR";
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LocalServerError {
-    /// A file `cargo xtask setup` installs is missing.
-    #[error("{what} not found at {path}: run `cargo xtask setup` (or set {LLAMA_DIR_ENV})")]
+    /// A file `pattern setup` installs is missing.
+    #[error("{what} not found at {path}: run `pattern setup` (or set {LLAMA_DIR_ENV})")]
     NotInstalled {
         /// What is missing.
         what: &'static str,

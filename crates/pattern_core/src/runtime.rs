@@ -486,30 +486,12 @@ impl AgentRuntime {
         endpoint.deliver(&message).await.map_err(Error::Endpoint)
     }
 
-    /// The agent `name` names, looked up only among the agents of this agent's organization (or
-    /// only among local agents, for a local agent). An organization's agents are stored as
-    /// `{organization id}/{name}`: the bare name and that stored form both resolve inside the
-    /// organization; any other name, another organization's agent included, is
-    /// `AgentNameNotFound`, the same answer as for a name that exists nowhere.
+    /// The agent `name` names, looked up only among the agents of this agent's organization:
+    /// any other name, another organization's agent included, is `AgentNameNotFound`, the same
+    /// answer as for a name that exists nowhere.
     async fn agent_in_my_organization(&self, name: &str) -> Result<pattern_db::Agent> {
         let org = self.db.agent_organization(self.agent).await?;
-        let stored = match org {
-            Some(org) => {
-                let prefix = format!("{org}/");
-                if name.starts_with(&prefix) {
-                    name.to_owned()
-                } else {
-                    format!("{prefix}{name}")
-                }
-            }
-            None => name.to_owned(),
-        };
-        match self.db.agent_in_scope(org, &stored).await {
-            Err(pattern_db::Error::AgentNameNotFound(_)) => {
-                Err(pattern_db::Error::AgentNameNotFound(name.to_owned()).into())
-            }
-            other => Ok(other?),
-        }
+        Ok(self.db.agent_in_scope(Some(org), name).await?)
     }
 
     /// Schedules a system trigger for this agent at `at`, once or every `every`.

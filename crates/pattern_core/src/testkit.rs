@@ -144,7 +144,9 @@ fn answer_events(
                     }
                 }
             }
-            ContentBlock::ToolUse { id, name, input } => {
+            ContentBlock::ToolUse {
+                id, name, input, ..
+            } => {
                 events.push(ProviderEvent::ToolCallStarted {
                     index,
                     id: id.clone(),

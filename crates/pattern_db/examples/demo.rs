@@ -329,7 +329,9 @@ fn print_batch(batch: &StoredBatch, new: bool) {
 fn block_summary(block: &ContentBlock) -> String {
     match block {
         ContentBlock::Text { text } => short(text),
-        ContentBlock::ToolUse { id, name, input } => short(&format!("{name}({input}) [{id}]")),
+        ContentBlock::ToolUse {
+            id, name, input, ..
+        } => short(&format!("{name}({input}) [{id}]")),
         ContentBlock::ToolResult {
             tool_use_id,
             content,

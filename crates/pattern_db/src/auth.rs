@@ -209,21 +209,18 @@ impl Database {
         }
     }
 
-    /// Creates an agent owned by `org` (name rules and [`Error::AgentNameTaken`] as
-    /// [`Database::create_agent`]).
+    /// Creates an agent owned by `org` (the name rule, [`Error::AgentNameTaken`] and
+    /// [`Error::ExternalIdTaken`] as [`Database::create_agent`]).
     pub async fn create_org_agent(&self, org: OrganizationId, new: NewAgent) -> Result<Agent> {
-        match self.write(Op::CreateOrgAgent { org, new }).await? {
-            Done::Agent(agent) => Ok(agent),
-            other => Err(unexpected(other)),
-        }
+        self.create_agent(new.in_organization(org)).await
     }
 
     /// The organization's agents, by name.
     pub async fn org_agents(&self, org: OrganizationId) -> Result<Vec<Agent>> {
-        sqlx::query(
-            "SELECT id, name, metadata, created_at FROM agents WHERE organization_id = $1 \
-             ORDER BY name",
-        )
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {} FROM agents WHERE organization_id = $1 ORDER BY name",
+            ops::AGENT_COLUMNS
+        )))
         .bind(org.to_string())
         .fetch_all(self.reader())
         .await?
@@ -235,10 +232,10 @@ impl Database {
     /// The organization's agent `id`; [`Error::AgentNotFound`] when it does not exist or belongs
     /// to anyone else.
     pub async fn org_agent(&self, org: OrganizationId, id: AgentId) -> Result<Agent> {
-        let row = sqlx::query(
-            "SELECT id, name, metadata, created_at FROM agents \
-             WHERE id = $1 AND organization_id = $2",
-        )
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {} FROM agents WHERE id = $1 AND organization_id = $2",
+            ops::AGENT_COLUMNS
+        )))
         .bind(id.to_string())
         .bind(org.to_string())
         .fetch_optional(self.reader())
@@ -257,28 +254,30 @@ impl Database {
             .map(|_| ())
     }
 
-    /// The agent stored under `name` in one scope: `Some(org)` looks only among that
-    /// organization's agents, `None` only among local agents (no organization). An agent of any
-    /// other scope is [`Error::AgentNameNotFound`], exactly like an unknown name, so a scoped
-    /// lookup never reveals what exists elsewhere.
+    /// The agent named `name` in one organization: `Some(org)` that one, `None` the local
+    /// organization ([`crate::LOCAL_ORGANIZATION`]). An agent of any other organization is
+    /// [`Error::AgentNameNotFound`], exactly like an unknown name, so a scoped lookup never
+    /// reveals what exists elsewhere.
     pub async fn agent_in_scope(&self, org: Option<OrganizationId>, name: &str) -> Result<Agent> {
         let row = match org {
             Some(org) => {
-                sqlx::query(
-                    "SELECT id, name, metadata, created_at FROM agents \
-                     WHERE name = $1 AND organization_id = $2",
-                )
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "SELECT {} FROM agents WHERE name = $1 AND organization_id = $2",
+                    ops::AGENT_COLUMNS
+                )))
                 .bind(name)
                 .bind(org.to_string())
                 .fetch_optional(self.reader())
                 .await?
             }
             None => {
-                sqlx::query(
-                    "SELECT id, name, metadata, created_at FROM agents \
-                     WHERE name = $1 AND organization_id IS NULL",
-                )
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "SELECT {} FROM agents a WHERE name = $1 AND organization_id = \
+                     (SELECT o.id FROM protocol_organizations o WHERE o.external_id = $2)",
+                    ops::AGENT_COLUMNS
+                )))
                 .bind(name)
+                .bind(crate::LOCAL_ORGANIZATION)
                 .fetch_optional(self.reader())
                 .await?
             }
@@ -289,15 +288,9 @@ impl Database {
             .ok_or_else(|| Error::AgentNameNotFound(name.to_owned()))
     }
 
-    /// The organization owning agent `id` (`None`: a local agent).
-    pub async fn agent_organization(&self, id: AgentId) -> Result<Option<OrganizationId>> {
-        let row = sqlx::query("SELECT organization_id FROM agents WHERE id = $1")
-            .bind(id.to_string())
-            .fetch_optional(self.reader())
-            .await?
-            .ok_or(Error::AgentNotFound(id))?;
-        let org: Option<String> = row.try_get(0)?;
-        org.map(|o| parse_uuid(&o).map(OrganizationId)).transpose()
+    /// The organization owning agent `id`.
+    pub async fn agent_organization(&self, id: AgentId) -> Result<OrganizationId> {
+        Ok(self.agent(id).await?.organization)
     }
 }
 

@@ -428,6 +428,19 @@ impl Database {
         }
     }
 
+    /// Replaces an agent's metadata (one transaction under the agent's row lock) and returns the
+    /// agent as stored. An unknown agent is [`Error::AgentNotFound`].
+    pub async fn set_agent_metadata(
+        &self,
+        agent: AgentId,
+        metadata: serde_json::Value,
+    ) -> Result<Agent> {
+        match self.write(Op::SetAgentMetadata { agent, metadata }).await? {
+            Done::Agent(agent) => Ok(agent),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Deletes an agent and everything stored for it.
     pub async fn delete_agent(&self, agent: AgentId) -> Result<()> {
         self.write(Op::DeleteAgent(agent)).await.map(|_| ())
@@ -435,36 +448,36 @@ impl Database {
 
     /// The agent with this id.
     pub async fn agent(&self, agent: AgentId) -> Result<Agent> {
-        let row = sqlx::query("SELECT id, name, metadata, created_at FROM agents WHERE id = $1")
-            .bind(agent.to_string())
-            .fetch_optional(&self.inner.read)
-            .await?;
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {} FROM agents WHERE id = $1",
+            ops::AGENT_COLUMNS
+        )))
+        .bind(agent.to_string())
+        .fetch_optional(&self.inner.read)
+        .await?;
         row.as_ref()
             .map(ops::agent_from_row)
             .transpose()?
             .ok_or(Error::AgentNotFound(agent))
     }
 
-    /// The agent with this name.
+    /// The agent with this name in the local organization ([`crate::LOCAL_ORGANIZATION`]); see
+    /// [`Database::agent_in_scope`] for any other.
     pub async fn agent_by_name(&self, name: &str) -> Result<Agent> {
-        let row = sqlx::query("SELECT id, name, metadata, created_at FROM agents WHERE name = $1")
-            .bind(name)
-            .fetch_optional(&self.inner.read)
-            .await?;
-        row.as_ref()
-            .map(ops::agent_from_row)
-            .transpose()?
-            .ok_or_else(|| Error::AgentNameNotFound(name.to_owned()))
+        self.agent_in_scope(None, name).await
     }
 
-    /// Every agent, by name.
+    /// Every agent of every organization, by organization and name.
     pub async fn agents(&self) -> Result<Vec<Agent>> {
-        sqlx::query("SELECT id, name, metadata, created_at FROM agents ORDER BY name")
-            .fetch_all(&self.inner.read)
-            .await?
-            .iter()
-            .map(ops::agent_from_row)
-            .collect()
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {} FROM agents ORDER BY organization_id, name",
+            ops::AGENT_COLUMNS
+        )))
+        .fetch_all(&self.inner.read)
+        .await?
+        .iter()
+        .map(ops::agent_from_row)
+        .collect()
     }
 
     /// Recovery across every agent: open batches in `scope` become `abandoned`; returns them with

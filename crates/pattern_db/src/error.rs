@@ -7,7 +7,7 @@
 use crate::archival::ArchivalId;
 use crate::id::SnowflakeId;
 use crate::model::{AgentId, BatchState};
-use crate::protocol::{MeetingId, ProtocolAgentId, SessionId};
+use crate::protocol::{MeetingId, SessionId};
 use crate::search::{ContentRef, EmbeddingModelInfo};
 
 /// Result alias for this crate.
@@ -61,6 +61,35 @@ pub enum Error {
     MigrationUnknown {
         /// The migration version.
         version: i64,
+    },
+    /// A migration run with foreign keys off left rows whose foreign keys point nowhere; it was
+    /// rolled back whole.
+    #[error(
+        "migration {version} left {rows} rows with dangling foreign keys (first in table `{table}`); rolled back"
+    )]
+    MigrationForeignKeys {
+        /// The migration version.
+        version: i64,
+        /// The first table with a dangling row.
+        table: String,
+        /// How many rows dangle.
+        rows: usize,
+    },
+    /// A name or external id that breaks the naming rule ([`crate::check_name`]).
+    #[error("`{field}` {reason}")]
+    InvalidName {
+        /// The refused field (`name`, `external_id`, ...).
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The agents are in different organizations, and nothing crosses an organization's wall.
+    #[error("agent {other} is not in the organization of agent {agent}")]
+    OtherOrganization {
+        /// The acting agent.
+        agent: AgentId,
+        /// The agent of another organization.
+        other: AgentId,
     },
     /// Any other migration failure.
     #[error("migration failed: {0}")]
@@ -386,14 +415,14 @@ pub enum Error {
     },
     /// A session needs two different agents.
     #[error("protocol agent {0} cannot open a session with itself")]
-    SelfSession(ProtocolAgentId),
+    SelfSession(AgentId),
     /// The agent is not one of the session's two participants.
     #[error("protocol agent {agent} is not a participant of session {session}")]
     NotParticipant {
         /// The session.
         session: SessionId,
         /// The agent.
-        agent: ProtocolAgentId,
+        agent: AgentId,
     },
     /// A sync session's turn belongs to the other agent: nothing was stored.
     #[error("protocol agent {agent} cannot send in session {session}: it is not its turn")]
@@ -401,9 +430,9 @@ pub enum Error {
         /// The session.
         session: SessionId,
         /// The agent that tried to send.
-        agent: ProtocolAgentId,
+        agent: AgentId,
         /// Whose turn it is.
-        turn: Option<ProtocolAgentId>,
+        turn: Option<AgentId>,
     },
     /// The session has ended: nothing more can be sent or ended.
     #[error("session {0} has ended")]
@@ -480,7 +509,7 @@ pub enum Error {
         /// The meeting.
         meeting: MeetingId,
         /// The agent that tried.
-        agent: ProtocolAgentId,
+        agent: AgentId,
     },
     /// The agent has not joined the meeting (or has left it).
     #[error("protocol agent {agent} is not present in meeting {meeting}")]
@@ -488,7 +517,7 @@ pub enum Error {
         /// The meeting.
         meeting: MeetingId,
         /// The agent.
-        agent: ProtocolAgentId,
+        agent: AgentId,
     },
     /// The agent is already invited to or present in the meeting.
     #[error("protocol agent {agent} is already in meeting {meeting}")]
@@ -496,7 +525,7 @@ pub enum Error {
         /// The meeting.
         meeting: MeetingId,
         /// The agent.
-        agent: ProtocolAgentId,
+        agent: AgentId,
     },
     /// Only the current speaker may speak or pass: nothing was stored.
     #[error("protocol agent {agent} cannot speak in meeting {meeting}: it is not the speaker")]
@@ -504,9 +533,9 @@ pub enum Error {
         /// The meeting.
         meeting: MeetingId,
         /// The agent that tried.
-        agent: ProtocolAgentId,
+        agent: AgentId,
         /// Who speaks now.
-        speaker: Option<ProtocolAgentId>,
+        speaker: Option<AgentId>,
     },
     /// The meeting is not in a state that allows this (e.g. starting one that is not ready).
     #[error("meeting {meeting} is {status}; this needs it {needed}")]
@@ -613,6 +642,7 @@ impl Error {
             | Error::AlreadyDecided { .. }
             | Error::IdempotencyKeyReused { .. }
             | Error::MeetingState { .. } => ErrorClass::Conflict,
+            Error::OtherOrganization { .. } => ErrorClass::NotFound,
             Error::BlockOverLimit { .. }
             | Error::InvalidImport(_)
             | Error::ContentTooLarge { .. }
@@ -635,6 +665,7 @@ impl Error {
             | Error::DuplicateToolResult { .. }
             | Error::PendingToolCalls { .. }
             | Error::SelfSession(_)
+            | Error::InvalidName { .. }
             | Error::InvalidCron { .. }
             | Error::UnknownTimeZone(_)
             | Error::ScheduleInPast { .. }

@@ -61,6 +61,7 @@ pub mod legacy;
 pub mod mcp;
 mod migrate;
 mod model;
+mod names;
 mod ops;
 mod process;
 pub mod protocol;
@@ -91,15 +92,16 @@ pub use legacy::{Anomaly, ImportPlan, LegacyMessage, PlannedBatch};
 pub use migrate::MigrationStatus;
 pub use model::{
     Abandoned, ActivityEvent, Agent, AgentId, BatchId, BatchInfo, BatchState, BatchType,
-    BeginBatch, ContentBlock, Message, MessageId, NewAgent, NewMessage, Received, RecoveryScope,
-    Role, StepReceipt, StoredBatch, Summary, pending_calls, tool_result_ids, tool_use_ids,
+    BeginBatch, ContentBlock, LOCAL_ORGANIZATION, Message, MessageId, NewAgent, NewMessage,
+    Received, RecoveryScope, Role, StepReceipt, StoredBatch, Summary, pending_calls,
+    tool_result_ids, tool_use_ids,
 };
+pub use names::{MAX_NAME_CHARS, check_name};
 pub use protocol::{
     ActiveConversation, ActiveMeeting, Meeting, MeetingEvent, MeetingEventType, MeetingId,
-    MeetingStatus, MeetingUpdate, NewProtocolAgent, NewProtocolMessage, Organization,
-    OrganizationId, Participant, ParticipantStatus, ProtocolAgent, ProtocolAgentId,
-    ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, Session, SessionId,
-    SessionStatus, SessionType, UnreadSummary, Wakeup, WakeupListener,
+    MeetingStatus, MeetingUpdate, NewProtocolMessage, Organization, OrganizationId, Participant,
+    ParticipantStatus, ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport,
+    Session, SessionId, SessionStatus, SessionType, UnreadSummary, Wakeup, WakeupListener,
 };
 pub use runs::{
     ClaimInfo, Finished, Idempotency, NewTurn, NewTurnEvent, RunClaim, RunEnding, Started, Submit,

@@ -4,6 +4,14 @@
 //! migrator applies it and records a checksum per version. A changed file is refused with
 //! [`Error::MigrationChecksumMismatch`], never silently re-run. This module must never edit or
 //! skip a migration on its own.
+//!
+//! A SQLite migration whose file starts with [`FOREIGN_KEYS_OFF`] rebuilds tables that others
+//! reference (SQLite cannot change constraints in place, and dropping a parent table with
+//! foreign keys on would cascade). It is applied here, not by sqlx: foreign keys off for the
+//! connection, then one `BEGIN IMMEDIATE` transaction that checks the migration is still
+//! pending, runs it, requires `PRAGMA foreign_key_check` to find nothing, and records it in
+//! `_sqlx_migrations` (as sqlx would) before it commits; so it is applied once, whole, with its
+//! record, even when several processes open the same file at once.
 
 use std::borrow::Cow;
 
@@ -44,15 +52,115 @@ pub(crate) fn migrator(backend: Backend) -> Migrator {
     Migrator::with_migrations(migrations)
 }
 
+/// The first line of a SQLite migration that must run with foreign keys off.
+pub(crate) const FOREIGN_KEYS_OFF: &str = "-- pattern: foreign-keys-off";
+
+/// The SQLite migrations of `kind` that run with foreign keys off, by version.
+fn foreign_keys_off(migrator: &Migrator, kind: MigrationType) -> Vec<&Migration> {
+    migrator
+        .iter()
+        .filter(|m| m.migration_type == kind && m.sql.as_str().starts_with(FOREIGN_KEYS_OFF))
+        .collect()
+}
+
 /// Applies every pending migration.
 pub(crate) async fn up(pool: &AnyPool, backend: Backend) -> Result<()> {
-    migrator(backend).run(pool).await?;
+    let migrator = migrator(backend);
+    if backend == Backend::Sqlite {
+        for m in foreign_keys_off(&migrator, MigrationType::ReversibleUp) {
+            migrator.run_to(m.version - 1, pool).await?;
+            apply_without_foreign_keys(pool, m, true).await?;
+        }
+    }
+    migrator.run(pool).await?;
     Ok(())
 }
 
 /// Reverts applied migrations down to (and keeping) `target`; `0` reverts everything.
 pub(crate) async fn down_to(pool: &AnyPool, backend: Backend, target: i64) -> Result<()> {
-    migrator(backend).undo(pool, target).await?;
+    let migrator = migrator(backend);
+    if backend == Backend::Sqlite {
+        let mut downs = foreign_keys_off(&migrator, MigrationType::ReversibleDown);
+        downs.retain(|m| m.version > target);
+        downs.sort_by_key(|m| std::cmp::Reverse(m.version));
+        for m in downs {
+            migrator.undo(pool, m.version).await?;
+            apply_without_foreign_keys(pool, m, false).await?;
+        }
+    }
+    migrator.undo(pool, target).await?;
+    Ok(())
+}
+
+/// Runs one SQLite migration (`up`: apply and record; otherwise: revert and forget) with
+/// foreign keys off, in one transaction with its bookkeeping; nothing when it is already in the
+/// wanted state. Foreign keys are switched on again whatever happens.
+async fn apply_without_foreign_keys(pool: &AnyPool, m: &Migration, up: bool) -> Result<()> {
+    let mut conn = pool.acquire().await?;
+    sqlx::query("PRAGMA foreign_keys = OFF")
+        .execute(&mut *conn)
+        .await?;
+    let outcome = async {
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+        let inner = async {
+            let applied =
+                sqlx::query("SELECT COUNT(*) AS n FROM _sqlx_migrations WHERE version = $1")
+                    .bind(m.version)
+                    .fetch_one(&mut *conn)
+                    .await?
+                    .try_get::<i64, _>("n")?
+                    > 0;
+            if applied != up {
+                sqlx::raw_sql(m.sql.clone()).execute(&mut *conn).await?;
+                let dangling = sqlx::query("PRAGMA foreign_key_check")
+                    .fetch_all(&mut *conn)
+                    .await?;
+                if let Some(row) = dangling.first() {
+                    let table: String = row.try_get(0).unwrap_or_default();
+                    return Err(crate::Error::MigrationForeignKeys {
+                        version: m.version,
+                        table,
+                        rows: dangling.len(),
+                    });
+                }
+                if up {
+                    sqlx::query(
+                        "INSERT INTO _sqlx_migrations \
+                         (version, description, success, checksum, execution_time) \
+                         VALUES ($1, $2, TRUE, $3, -1)",
+                    )
+                    .bind(m.version)
+                    .bind(m.description.to_string())
+                    .bind(m.checksum.to_vec())
+                    .execute(&mut *conn)
+                    .await?;
+                } else {
+                    sqlx::query("DELETE FROM _sqlx_migrations WHERE version = $1")
+                        .bind(m.version)
+                        .execute(&mut *conn)
+                        .await?;
+                }
+            }
+            Ok(())
+        }
+        .await;
+        match inner {
+            Ok(()) => {
+                sqlx::query("COMMIT").execute(&mut *conn).await?;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+                Err(e)
+            }
+        }
+    }
+    .await;
+    let restored = sqlx::query("PRAGMA foreign_keys = ON")
+        .execute(&mut *conn)
+        .await;
+    outcome?;
+    restored?;
     Ok(())
 }
 

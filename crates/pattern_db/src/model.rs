@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use crate::error::{Error, Result};
 use crate::id::SnowflakeId;
+use crate::protocol::OrganizationId;
 
 /// Identity of an agent. A UUID, rendered in its hyphenated form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -89,36 +90,61 @@ impl FromStr for MessageId {
 /// A batch is identified by the position of its first message.
 pub type BatchId = SnowflakeId;
 
-/// A stored agent.
+/// A stored agent: the one identity of an agent, for the CLI, the HTTP API and the protocol's
+/// sessions and meetings alike.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Agent {
     /// Stable identity.
     pub id: AgentId,
-    /// Unique human-readable name.
+    /// The organization it belongs to (exactly one; the CLI's agents default to the one with
+    /// external id [`LOCAL_ORGANIZATION`]).
+    pub organization: OrganizationId,
+    /// Human-readable name, unique within its organization ([`crate::check_name`]).
     pub name: String,
+    /// The id the outside world knows it by, unique within its organization (its name unless
+    /// given).
+    pub external_id: String,
     /// Free-form JSON metadata (model, persona, ...). Never interpreted by this crate.
     pub metadata: serde_json::Value,
     /// When the agent was created.
     pub created_at: DateTime<Utc>,
 }
 
+/// The external id of the organization that agents made without one belong to (the CLI's
+/// default; created by migration `0012_one_agent_identity`, and again on demand if deleted).
+pub const LOCAL_ORGANIZATION: &str = "local";
+
 /// What the caller gives to create an agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NewAgent {
-    /// Unique name; 1 to 200 characters, no control characters.
+    /// Name unique within the organization, by [`crate::check_name`]'s rule.
     pub name: String,
     /// Free-form JSON metadata.
     #[serde(default)]
     pub metadata: serde_json::Value,
+    /// Its organization; `None`: the [`LOCAL_ORGANIZATION`].
+    #[serde(default)]
+    pub organization: Option<OrganizationId>,
+    /// Its external id; `None`: its name.
+    #[serde(default)]
+    pub external_id: Option<String>,
 }
 
 impl NewAgent {
-    /// An agent with this name and no metadata.
+    /// An agent of the local organization with this name and no metadata.
     pub fn named(name: impl Into<String>) -> Self {
         Self {
             name: name.into(),
             metadata: serde_json::Value::Null,
+            organization: None,
+            external_id: None,
         }
+    }
+
+    /// The same agent in `organization`.
+    pub fn in_organization(mut self, organization: OrganizationId) -> Self {
+        self.organization = Some(organization);
+        self
     }
 }
 
@@ -178,6 +204,11 @@ pub enum ContentBlock {
         name: String,
         /// Arguments as JSON.
         input: serde_json::Value,
+        /// The provider's opaque signature of this call (Gemini's `thoughtSignature`, which
+        /// Gemini 3 requires back with the call on later requests). Never interpreted; only the
+        /// Gemini format sends it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
     },
     /// The result of a tool call, answering the `tool_use` with the same id in the same batch.
     ToolResult {
@@ -222,6 +253,7 @@ impl ContentBlock {
             id: id.into(),
             name: name.into(),
             input,
+            signature: None,
         }
     }
 

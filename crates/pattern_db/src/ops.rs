@@ -24,8 +24,8 @@ use crate::model::{
     Message, MessageId, NewAgent, NewMessage, Received, RecoveryScope, Role, StepReceipt, Summary,
 };
 use crate::protocol::{
-    NewProtocolAgent, NewProtocolMessage, Organization, ProtocolAgent, ProtocolAgentId,
-    ProtocolMessage, ProtocolMessageId, Session, SessionId, SessionType,
+    NewProtocolMessage, Organization, OrganizationId, ProtocolMessage, ProtocolMessageId, Session,
+    SessionId, SessionType,
 };
 use crate::runs::{Finished, NewTurnEvent, RunClaim, Started, Submit, Submitted, TurnId, TurnInfo};
 
@@ -63,6 +63,10 @@ pub(crate) struct Ctx {
 pub(crate) enum Op {
     CreateAgent(NewAgent),
     DeleteAgent(AgentId),
+    SetAgentMetadata {
+        agent: AgentId,
+        metadata: serde_json::Value,
+    },
     BeginBatch {
         agent: AgentId,
         trigger: NewMessage,
@@ -144,23 +148,22 @@ pub(crate) enum Op {
         external_id: String,
         name: String,
     },
-    CreateProtocolAgent(NewProtocolAgent),
     OpenSession {
-        opener: ProtocolAgentId,
-        other: ProtocolAgentId,
+        opener: AgentId,
+        other: AgentId,
         session_type: SessionType,
     },
     EndSession {
         session: SessionId,
-        agent: ProtocolAgentId,
+        agent: AgentId,
     },
     SendSessionMessage {
         session: SessionId,
-        sender: ProtocolAgentId,
+        sender: AgentId,
         message: NewProtocolMessage,
     },
     MarkRead {
-        agent: ProtocolAgentId,
+        agent: AgentId,
         messages: Vec<ProtocolMessageId>,
     },
     AbandonBatch {
@@ -253,10 +256,6 @@ pub(crate) enum Op {
         org: crate::protocol::OrganizationId,
         id: crate::auth::ApiKeyId,
     },
-    CreateOrgAgent {
-        org: crate::protocol::OrganizationId,
-        new: NewAgent,
-    },
     DeleteOrgAgent {
         org: crate::protocol::OrganizationId,
         agent: AgentId,
@@ -289,15 +288,15 @@ impl Op {
     pub(crate) fn agent_key(&self) -> Option<AgentId> {
         match self {
             Op::CreateAgent(_) | Op::Recover { agent: None, .. } => None,
-            Op::CreateApiKey(_) | Op::RevokeApiKey { .. } | Op::CreateOrgAgent { .. } => None,
+            Op::CreateApiKey(_) | Op::RevokeApiKey { .. } => None,
             // One conditional update of one row: no agent lock needed.
             Op::DecideApproval { .. } | Op::ExpireApproval { .. } => None,
             Op::RequestApproval(new) => Some(new.agent),
+            Op::SetAgentMetadata { agent, .. } => Some(*agent),
             // A new agent: nobody else can hold its row yet.
             Op::ImportAgent(_) => None,
             // Protocol writes lock no Pattern agent; see `protocol_key`.
             Op::CreateOrganization { .. }
-            | Op::CreateProtocolAgent(_)
             | Op::OpenSession { .. }
             | Op::EndSession { .. }
             | Op::SendSessionMessage { .. }
@@ -421,7 +420,6 @@ pub(crate) enum Done {
     Block(StoredBlock),
     Version(i64),
     Organization(Organization),
-    ProtocolAgent(ProtocolAgent),
     Session(Session),
     ProtocolMessage(ProtocolMessage),
     Queued(crate::queue::QueuedMessage),
@@ -467,16 +465,14 @@ pub(crate) async fn apply(
     match op {
         Op::CreateAgent(new) => create_agent(conn, new).await.map(Done::Agent),
         Op::DeleteAgent(agent) => delete_agent(conn, ctx, *agent).await.map(|()| Done::Unit),
+        Op::SetAgentMetadata { agent, metadata } => set_agent_metadata(conn, *agent, metadata)
+            .await
+            .map(Done::Agent),
         Op::ImportAgent(planned) => import_agent(conn, ctx, planned)
             .await
             .map(|done| Done::Imported(Box::new(done))),
         Op::CreateApiKey(row) => auth::create_key(conn, row).await.map(Done::ApiKey),
         Op::RevokeApiKey { org, id } => auth::revoke_key(conn, *org, *id).await.map(Done::ApiKey),
-        Op::CreateOrgAgent { org, new } => {
-            let agent = create_agent(conn, new).await?;
-            auth::set_organization(conn, agent.id, *org).await?;
-            Ok(Done::Agent(agent))
-        }
         Op::DeleteOrgAgent { org, agent } => {
             auth::check_owner(conn, *org, *agent).await?;
             delete_agent(conn, ctx, *agent).await.map(|()| Done::Unit)
@@ -669,9 +665,6 @@ pub(crate) async fn apply(
                 .await
                 .map(Done::Organization)
         }
-        Op::CreateProtocolAgent(new) => protocol::create_agent(conn, new)
-            .await
-            .map(Done::ProtocolAgent),
         Op::OpenSession {
             opener,
             other,
@@ -728,51 +721,127 @@ pub(crate) async fn apply(
 // ---------------------------------------------------------------------------------------------
 // agents
 
-fn validate_agent_name(name: &str) -> Result<()> {
-    let len = name.chars().count();
-    if len == 0 || len > 200 {
-        return Err(Error::InvalidContent(format!(
-            "agent name must be 1 to 200 characters, got {len}"
-        )));
+/// The columns [`agent_from_row`] decodes, in its order.
+pub(crate) const AGENT_COLUMNS: &str =
+    "id, name, metadata, created_at, organization_id, external_id";
+
+/// The id of the organization with this external id, created when it is the local one and
+/// missing (an unknown other one is [`Error::ExternalIdNotFound`]).
+pub(crate) async fn organization_by_external_id(
+    conn: &mut AnyConnection,
+    external_id: &str,
+) -> Result<OrganizationId> {
+    let row = sqlx::query("SELECT id FROM protocol_organizations WHERE external_id = $1")
+        .bind(external_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    if let Some(row) = row {
+        let id: String = row.try_get(0)?;
+        return Ok(OrganizationId(parse_uuid(&id)?));
     }
-    if name.chars().any(char::is_control) || name.trim() != name {
-        return Err(Error::InvalidContent(
-            "agent name must not contain control characters or leading/trailing spaces".into(),
-        ));
+    if external_id == crate::LOCAL_ORGANIZATION {
+        return protocol::create_organization(conn, external_id, external_id)
+            .await
+            .map(|org| org.id);
     }
-    Ok(())
+    Err(Error::ExternalIdNotFound {
+        kind: "organization",
+        external_id: external_id.to_owned(),
+    })
 }
 
 async fn create_agent(conn: &mut AnyConnection, new: &NewAgent) -> Result<Agent> {
-    validate_agent_name(&new.name)?;
-    let taken = sqlx::query("SELECT id FROM agents WHERE name = $1")
-        .bind(&new.name)
-        .fetch_optional(&mut *conn)
-        .await?;
-    if taken.is_some() {
-        return Err(Error::AgentNameTaken(new.name.clone()));
+    crate::check_name("name", &new.name)?;
+    let external_id = new.external_id.clone().unwrap_or_else(|| new.name.clone());
+    crate::check_name("external_id", &external_id)?;
+    let organization = match new.organization {
+        Some(org) => {
+            if sqlx::query("SELECT id FROM protocol_organizations WHERE id = $1")
+                .bind(org.to_string())
+                .fetch_optional(&mut *conn)
+                .await?
+                .is_none()
+            {
+                return Err(Error::ProtocolNotFound {
+                    kind: "organization",
+                    id: org.0,
+                });
+            }
+            org
+        }
+        None => organization_by_external_id(conn, crate::LOCAL_ORGANIZATION).await?,
+    };
+    let clash = sqlx::query(
+        "SELECT CASE WHEN name = $2 THEN 1 ELSE 0 END AS by_name FROM agents \
+         WHERE organization_id = $1 AND (name = $2 OR external_id = $3) ORDER BY by_name DESC LIMIT 1",
+    )
+    .bind(organization.to_string())
+    .bind(&new.name)
+    .bind(&external_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let taken = |by_name: bool| {
+        if by_name {
+            Error::AgentNameTaken(new.name.clone())
+        } else {
+            Error::ExternalIdTaken {
+                kind: "agent",
+                external_id: external_id.clone(),
+            }
+        }
+    };
+    if let Some(row) = clash {
+        return Err(taken(row.try_get::<i64, _>(0)? == 1));
     }
     let agent = Agent {
         id: AgentId::new(),
+        organization,
         name: new.name.clone(),
+        external_id: external_id.clone(),
         metadata: new.metadata.clone(),
         created_at: from_ms(now_ms()),
     };
     let metadata =
         serde_json::to_string(&agent.metadata).map_err(|e| Error::InvalidContent(e.to_string()))?;
-    let inserted =
-        sqlx::query("INSERT INTO agents (id, name, metadata, created_at) VALUES ($1, $2, $3, $4)")
-            .bind(agent.id.to_string())
-            .bind(&agent.name)
-            .bind(metadata)
-            .bind(agent.created_at.timestamp_millis())
-            .execute(&mut *conn)
-            .await;
+    let inserted = sqlx::query(
+        "INSERT INTO agents (id, name, metadata, created_at, organization_id, external_id) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(agent.id.to_string())
+    .bind(&agent.name)
+    .bind(metadata)
+    .bind(agent.created_at.timestamp_millis())
+    .bind(organization.to_string())
+    .bind(&external_id)
+    .execute(&mut *conn)
+    .await;
     match inserted {
         Ok(_) => Ok(agent),
-        Err(e) if is_unique_violation(&e) => Err(Error::AgentNameTaken(new.name.clone())),
+        // A concurrent create of the same name or external id won the unique index.
+        Err(e) if is_unique_violation(&e) => Err(taken(true)),
         Err(e) => Err(e.into()),
     }
+}
+
+async fn set_agent_metadata(
+    conn: &mut AnyConnection,
+    agent: AgentId,
+    metadata: &serde_json::Value,
+) -> Result<Agent> {
+    let text = serde_json::to_string(metadata).map_err(|e| Error::InvalidContent(e.to_string()))?;
+    let updated = sqlx::query("UPDATE agents SET metadata = $1 WHERE id = $2")
+        .bind(text)
+        .bind(agent.to_string())
+        .execute(&mut *conn)
+        .await?;
+    if updated.rows_affected() == 0 {
+        return Err(Error::AgentNotFound(agent));
+    }
+    let row = sqlx::query("SELECT id, name, metadata, created_at FROM agents WHERE id = $1")
+        .bind(agent.to_string())
+        .fetch_one(&mut *conn)
+        .await?;
+    agent_from_row(&row)
 }
 
 fn is_unique_violation(e: &sqlx::Error) -> bool {
@@ -2144,9 +2213,12 @@ pub(crate) fn batch_from_row(row: &AnyRow) -> Result<BatchInfo> {
 pub(crate) fn agent_from_row(row: &AnyRow) -> Result<Agent> {
     let id: String = row.try_get(0)?;
     let metadata: String = row.try_get(2)?;
+    let organization: String = row.try_get(4)?;
     Ok(Agent {
         id: AgentId(parse_uuid(&id)?),
+        organization: OrganizationId(parse_uuid(&organization)?),
         name: row.try_get(1)?,
+        external_id: row.try_get(5)?,
         metadata: serde_json::from_str(&metadata)
             .map_err(|e| Error::Corrupt(format!("agent metadata does not decode: {e}")))?,
         created_at: from_ms(row.try_get(3)?),

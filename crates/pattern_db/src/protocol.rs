@@ -1,5 +1,6 @@
-//! The agent-to-agent protocol's storage: organizations, protocol agents, one-to-one sessions and
-//! their messages (migration `0003_protocol`).
+//! The agent-to-agent protocol's storage: organizations, one-to-one sessions and their messages
+//! (migration `0003_protocol`; since `0012_one_agent_identity` the participants are `agents`
+//! rows, and a session or meeting never joins agents of two organizations).
 //!
 //! The types, the reads, and the [`Database`] methods that queue protocol writes to the writer
 //! (their SQL is in `ops::protocol`). Each write is one writer op, so one transaction. Rules:
@@ -31,8 +32,8 @@ use uuid::Uuid;
 use crate::db::{Database, unexpected};
 use crate::error::{Error, Result};
 use crate::id::SnowflakeId;
-use crate::model::AgentId;
-use crate::ops::{Done, Op, from_ms, parse_uuid};
+use crate::model::{Agent, AgentId};
+use crate::ops::{AGENT_COLUMNS, Done, Op, agent_from_row, from_ms, parse_uuid};
 
 macro_rules! protocol_id {
     ($(#[$doc:meta])* $name:ident) => {
@@ -65,10 +66,6 @@ macro_rules! protocol_id {
 protocol_id!(
     /// Id of a protocol organization.
     OrganizationId
-);
-protocol_id!(
-    /// Id of a protocol agent (not a Pattern [`AgentId`]; a protocol agent may link to one).
-    ProtocolAgentId
 );
 protocol_id!(
     /// Id of a one-to-one session.
@@ -106,36 +103,6 @@ pub struct Organization {
     pub external_id: String,
     /// Its display name.
     pub name: String,
-    /// When it was created.
-    pub created_at: DateTime<Utc>,
-}
-
-/// A protocol agent to create.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewProtocolAgent {
-    /// The id the outside world knows it by; unique among protocol agents.
-    pub external_id: String,
-    /// The organization it belongs to.
-    pub organization: OrganizationId,
-    /// Its display name.
-    pub name: String,
-    /// The Pattern agent behind it, if any.
-    pub agent: Option<AgentId>,
-}
-
-/// An agent as the protocol knows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProtocolAgent {
-    /// Its id.
-    pub id: ProtocolAgentId,
-    /// The id the outside world knows it by; unique.
-    pub external_id: String,
-    /// Its organization.
-    pub organization: OrganizationId,
-    /// Its display name.
-    pub name: String,
-    /// The Pattern agent behind it, if any (cleared when that agent is deleted).
-    pub agent: Option<AgentId>,
     /// When it was created.
     pub created_at: DateTime<Utc>,
 }
@@ -208,15 +175,15 @@ pub struct Session {
     /// Its id.
     pub id: SessionId,
     /// The participant with the smaller id.
-    pub agent_a: ProtocolAgentId,
+    pub agent_a: AgentId,
     /// The participant with the larger id.
-    pub agent_b: ProtocolAgentId,
+    pub agent_b: AgentId,
     /// Sync (turns) or async (inbox).
     pub session_type: SessionType,
     /// Live or ended.
     pub status: SessionStatus,
     /// Sync sessions: whose turn it is (`None` once ended). Async sessions: always `None`.
-    pub turn: Option<ProtocolAgentId>,
+    pub turn: Option<AgentId>,
     /// When it was opened.
     pub created_at: DateTime<Utc>,
     /// When it last changed.
@@ -227,12 +194,12 @@ pub struct Session {
 
 impl Session {
     /// Whether `agent` is one of the two participants.
-    pub fn has_participant(&self, agent: ProtocolAgentId) -> bool {
+    pub fn has_participant(&self, agent: AgentId) -> bool {
         self.agent_a == agent || self.agent_b == agent
     }
 
     /// The participant that is not `agent` (`None` when `agent` is not a participant).
-    pub fn other(&self, agent: ProtocolAgentId) -> Option<ProtocolAgentId> {
+    pub fn other(&self, agent: AgentId) -> Option<AgentId> {
         if agent == self.agent_a {
             Some(self.agent_b)
         } else if agent == self.agent_b {
@@ -285,9 +252,9 @@ pub struct ProtocolMessage {
     /// Its id.
     pub id: ProtocolMessageId,
     /// Who sent it.
-    pub sender: ProtocolAgentId,
+    pub sender: AgentId,
     /// Who receives it (always set for session messages).
-    pub recipient: Option<ProtocolAgentId>,
+    pub recipient: Option<AgentId>,
     /// The session it belongs to, if any.
     pub session: Option<SessionId>,
     /// The meeting it was said in (then `recipient` is `None`).
@@ -324,8 +291,6 @@ pub(crate) fn validate_name(what: &str, text: &str) -> Result<()> {
 }
 
 pub(crate) const ORG_COLUMNS: &str = "id, external_id, name, created_at";
-pub(crate) const AGENT_COLUMNS: &str =
-    "id, external_id, organization_id, name, agent_id, created_at";
 pub(crate) const SESSION_COLUMNS: &str = "id, agent_a_id, agent_b_id, session_type, status, \
     locked_agent_id, created_at, updated_at, ended_at";
 pub(crate) const MESSAGE_COLUMNS: &str = "id, sender_id, recipient_id, session_id, message_type, \
@@ -352,19 +317,6 @@ pub(crate) fn org_from_row(row: &AnyRow) -> Result<Organization> {
     })
 }
 
-pub(crate) fn agent_from_row(row: &AnyRow) -> Result<ProtocolAgent> {
-    let id: String = row.try_get(0)?;
-    let org: String = row.try_get(2)?;
-    Ok(ProtocolAgent {
-        id: ProtocolAgentId(parse_uuid(&id)?),
-        external_id: row.try_get(1)?,
-        organization: OrganizationId(parse_uuid(&org)?),
-        name: row.try_get(3)?,
-        agent: opt_uuid(row, 4)?.map(AgentId),
-        created_at: from_ms(row.try_get(5)?),
-    })
-}
-
 pub(crate) fn session_from_row(row: &AnyRow) -> Result<Session> {
     let id: String = row.try_get(0)?;
     let a: String = row.try_get(1)?;
@@ -373,11 +325,11 @@ pub(crate) fn session_from_row(row: &AnyRow) -> Result<Session> {
     let status: String = row.try_get(4)?;
     Ok(Session {
         id: SessionId(parse_uuid(&id)?),
-        agent_a: ProtocolAgentId(parse_uuid(&a)?),
-        agent_b: ProtocolAgentId(parse_uuid(&b)?),
+        agent_a: AgentId(parse_uuid(&a)?),
+        agent_b: AgentId(parse_uuid(&b)?),
         session_type: SessionType::parse(&session_type)?,
         status: SessionStatus::parse(&status)?,
-        turn: opt_uuid(row, 5)?.map(ProtocolAgentId),
+        turn: opt_uuid(row, 5)?.map(AgentId),
         created_at: from_ms(row.try_get(6)?),
         updated_at: from_ms(row.try_get(7)?),
         ended_at: row.try_get::<Option<i64>, _>(8)?.map(from_ms),
@@ -390,8 +342,8 @@ pub(crate) fn message_from_row(row: &AnyRow) -> Result<ProtocolMessage> {
     let content: String = row.try_get(5)?;
     Ok(ProtocolMessage {
         id: ProtocolMessageId(parse_uuid(&id)?),
-        sender: ProtocolAgentId(parse_uuid(&sender)?),
-        recipient: opt_uuid(row, 2)?.map(ProtocolAgentId),
+        sender: AgentId(parse_uuid(&sender)?),
+        recipient: opt_uuid(row, 2)?.map(AgentId),
         session: opt_uuid(row, 3)?.map(SessionId),
         meeting: opt_uuid(row, 10)?.map(MeetingId),
         message_type: row.try_get(4)?,
@@ -409,11 +361,11 @@ pub(crate) fn message_from_row(row: &AnyRow) -> Result<ProtocolMessage> {
 impl Database {
     // -- organizations -------------------------------------------------------------------------
 
-    /// Creates an organization. A taken external id is [`Error::ExternalIdTaken`]; an empty or
-    /// over-long external id or name is [`Error::InvalidProtocolMessage`].
+    /// Creates an organization. A taken external id is [`Error::ExternalIdTaken`]; an external id
+    /// or name that breaks the naming rule is [`Error::InvalidName`].
     pub async fn create_organization(&self, external_id: &str, name: &str) -> Result<Organization> {
-        validate_name("external id", external_id)?;
-        validate_name("name", name)?;
+        crate::check_name("external_id", external_id)?;
+        crate::check_name("name", name)?;
         let op = Op::CreateOrganization {
             external_id: external_id.to_owned(),
             name: name.to_owned(),
@@ -453,68 +405,29 @@ impl Database {
         .collect()
     }
 
-    // -- protocol agents -----------------------------------------------------------------------
+    // -- agents as the protocol knows them -------------------------------------------------------
 
-    /// Creates a protocol agent. A taken external id is [`Error::ExternalIdTaken`]; an unknown
-    /// organization or Pattern agent is [`Error::ProtocolNotFound`] / [`Error::AgentNotFound`].
-    pub async fn create_protocol_agent(&self, new: NewProtocolAgent) -> Result<ProtocolAgent> {
-        validate_name("external id", &new.external_id)?;
-        validate_name("name", &new.name)?;
-        match self.write(Op::CreateProtocolAgent(new)).await? {
-            Done::ProtocolAgent(agent) => Ok(agent),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    /// The protocol agent with this external id ([`Error::ExternalIdNotFound`] otherwise).
-    pub async fn protocol_agent_by_external_id(&self, external_id: &str) -> Result<ProtocolAgent> {
+    /// The agent of `organization` with this external id ([`Error::ExternalIdNotFound`]
+    /// otherwise, also when another organization has one).
+    pub async fn agent_by_external_id(
+        &self,
+        organization: OrganizationId,
+        external_id: &str,
+    ) -> Result<Agent> {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {AGENT_COLUMNS} FROM protocol_agents WHERE external_id = $1"
+            "SELECT {AGENT_COLUMNS} FROM agents WHERE organization_id = $1 AND external_id = $2"
         )))
+        .bind(organization.to_string())
         .bind(external_id)
         .fetch_optional(self.reader())
         .await?;
         match row {
             Some(row) => agent_from_row(&row),
             None => Err(Error::ExternalIdNotFound {
-                kind: "protocol agent",
+                kind: "agent",
                 external_id: external_id.to_owned(),
             }),
         }
-    }
-
-    /// The protocol agent with this id ([`Error::ProtocolNotFound`] otherwise).
-    pub async fn protocol_agent(&self, id: ProtocolAgentId) -> Result<ProtocolAgent> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {AGENT_COLUMNS} FROM protocol_agents WHERE id = $1"
-        )))
-        .bind(id.to_string())
-        .fetch_optional(self.reader())
-        .await?;
-        match row {
-            Some(row) => agent_from_row(&row),
-            None => Err(Error::ProtocolNotFound {
-                kind: "protocol agent",
-                id: id.0,
-            }),
-        }
-    }
-
-    /// The protocol agents of an organization, by external id.
-    pub async fn protocol_agents(
-        &self,
-        organization: OrganizationId,
-    ) -> Result<Vec<ProtocolAgent>> {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {AGENT_COLUMNS} FROM protocol_agents WHERE organization_id = $1 \
-             ORDER BY external_id"
-        )))
-        .bind(organization.to_string())
-        .fetch_all(self.reader())
-        .await?
-        .iter()
-        .map(agent_from_row)
-        .collect()
     }
 
     // -- sessions ------------------------------------------------------------------------------
@@ -525,8 +438,8 @@ impl Database {
     /// [`Error::SelfSession`]; unknown agents are [`Error::ProtocolNotFound`].
     pub async fn open_session(
         &self,
-        opener: ProtocolAgentId,
-        other: ProtocolAgentId,
+        opener: AgentId,
+        other: AgentId,
         session_type: SessionType,
     ) -> Result<Session> {
         if opener == other {
@@ -562,7 +475,7 @@ impl Database {
 
     /// Ends a session; only a participant may ([`Error::NotParticipant`]), and an ended session
     /// is [`Error::SessionEnded`]. Returns the ended session.
-    pub async fn end_session(&self, session: SessionId, agent: ProtocolAgentId) -> Result<Session> {
+    pub async fn end_session(&self, session: SessionId, agent: AgentId) -> Result<Session> {
         match self.write(Op::EndSession { session, agent }).await? {
             Done::Session(session) => Ok(session),
             other => Err(unexpected(other)),
@@ -577,7 +490,7 @@ impl Database {
     pub async fn send_session_message(
         &self,
         session: SessionId,
-        sender: ProtocolAgentId,
+        sender: AgentId,
         message: NewProtocolMessage,
     ) -> Result<ProtocolMessage> {
         validate_name("message type", &message.message_type)?;
@@ -608,7 +521,7 @@ impl Database {
     // -- inbox ---------------------------------------------------------------------------------
 
     /// The unread messages of `agent`, oldest first (arrival order).
-    pub async fn unread(&self, agent: ProtocolAgentId) -> Result<Vec<ProtocolMessage>> {
+    pub async fn unread(&self, agent: AgentId) -> Result<Vec<ProtocolMessage>> {
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {MESSAGE_COLUMNS} FROM protocol_messages \
              WHERE recipient_id = $1 AND read_at IS NULL ORDER BY seq"
@@ -622,7 +535,7 @@ impl Database {
     }
 
     /// The oldest unread message of `agent`, if any.
-    pub async fn oldest_unread(&self, agent: ProtocolAgentId) -> Result<Option<ProtocolMessage>> {
+    pub async fn oldest_unread(&self, agent: AgentId) -> Result<Option<ProtocolMessage>> {
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {MESSAGE_COLUMNS} FROM protocol_messages \
              WHERE recipient_id = $1 AND read_at IS NULL ORDER BY seq LIMIT 1"
@@ -636,7 +549,7 @@ impl Database {
     }
 
     /// How many unread messages `agent` has.
-    pub async fn unread_count(&self, agent: ProtocolAgentId) -> Result<u64> {
+    pub async fn unread_count(&self, agent: AgentId) -> Result<u64> {
         let n: i64 = sqlx::query(
             "SELECT COUNT(*) FROM protocol_messages WHERE recipient_id = $1 AND read_at IS NULL",
         )
@@ -651,11 +564,7 @@ impl Database {
     /// still unread change: ids of other agents' messages, unknown ids and messages read already
     /// are left alone, so marking twice is harmless. Returns how many changed. An unknown agent
     /// is [`Error::ProtocolNotFound`].
-    pub async fn mark_read(
-        &self,
-        agent: ProtocolAgentId,
-        messages: &[ProtocolMessageId],
-    ) -> Result<u64> {
+    pub async fn mark_read(&self, agent: AgentId, messages: &[ProtocolMessageId]) -> Result<u64> {
         let op = Op::MarkRead {
             agent,
             messages: messages.to_vec(),

@@ -632,6 +632,7 @@ mod tests {
                 id: "c".into(),
                 name: "n".into(),
                 input: serde_json::json!({"secret": "x"}),
+                signature: None,
             },
             ContentBlock::ToolResult {
                 tool_use_id: "c".into(),

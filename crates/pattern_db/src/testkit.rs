@@ -120,8 +120,8 @@ impl TestDb {
 /// a message with both (or neither). A refused row is [`Error::Database`].
 pub async fn insert_raw_protocol_message(
     db: &Database,
-    sender: crate::protocol::ProtocolAgentId,
-    recipient: Option<crate::protocol::ProtocolAgentId>,
+    sender: crate::model::AgentId,
+    recipient: Option<crate::model::AgentId>,
     meeting: Option<&str>,
 ) -> Result<()> {
     let mut conn = db.write_pool().acquire().await?;
@@ -180,8 +180,8 @@ pub async fn allow_inserts(db: &Database, table: &str) -> Result<()> {
 pub async fn insert_bulk_protocol_messages(
     db: &Database,
     session: crate::protocol::SessionId,
-    sender: crate::protocol::ProtocolAgentId,
-    recipient: crate::protocol::ProtocolAgentId,
+    sender: crate::model::AgentId,
+    recipient: crate::model::AgentId,
     count: usize,
     unread_every: usize,
 ) -> Result<()> {

@@ -19,9 +19,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use pattern_db::testkit::{TestDb, insert_bulk_protocol_messages};
 use pattern_db::{Backend, Database};
-use pattern_protocol::{
-    MeetingId, NewProtocolAgent, NewProtocolMessage, Protocol, ProtocolAgentId, SessionType,
-};
+use pattern_protocol::{AgentId, MeetingId, NewAgent, NewProtocolMessage, Protocol, SessionType};
 use serde_json::json;
 use tokio::runtime::Runtime;
 
@@ -51,7 +49,7 @@ fn say(n: usize) -> NewProtocolMessage {
     NewProtocolMessage::new("user_defined", json!({ "text": "status update", "n": n }))
 }
 
-async fn agents(p: &Protocol, prefix: &str, n: usize) -> Vec<ProtocolAgentId> {
+async fn agents(p: &Protocol, prefix: &str, n: usize) -> Vec<AgentId> {
     let org = match p.organization("bench").await {
         Ok(org) => org,
         Err(_) => p.create_organization("bench", "Bench").await.unwrap(),
@@ -59,11 +57,9 @@ async fn agents(p: &Protocol, prefix: &str, n: usize) -> Vec<ProtocolAgentId> {
     let mut out = Vec::new();
     for k in 0..n {
         let agent = p
-            .create_agent(NewProtocolAgent {
-                external_id: format!("{prefix}-{k:04}"),
-                organization: org.id,
-                name: format!("{prefix} {k}"),
-                agent: None,
+            .create_agent(NewAgent {
+                external_id: Some(format!("{prefix}-{k:04}")),
+                ..NewAgent::named(format!("{prefix} {k}")).in_organization(org.id)
             })
             .await
             .unwrap();
@@ -114,7 +110,7 @@ fn messages(c: &mut Criterion) {
 }
 
 /// Started two-agent meetings; returns (meeting, first speaker, second speaker).
-async fn meetings(p: &Protocol, n: usize) -> Vec<(MeetingId, ProtocolAgentId, ProtocolAgentId)> {
+async fn meetings(p: &Protocol, n: usize) -> Vec<(MeetingId, AgentId, AgentId)> {
     let ids = agents(p, &format!("meet{n}"), 2 * n).await;
     let mut out = Vec::new();
     for k in 0..n {
@@ -131,7 +127,7 @@ async fn meetings(p: &Protocol, n: usize) -> Vec<(MeetingId, ProtocolAgentId, Pr
 async fn hand_over(
     speaker_side: &Protocol,
     waiter_side: &Protocol,
-    meetings: &[(MeetingId, ProtocolAgentId, ProtocolAgentId)],
+    meetings: &[(MeetingId, AgentId, AgentId)],
 ) -> Duration {
     let mut plan = Vec::new();
     for (m, a, b) in meetings {

@@ -1,7 +1,8 @@
 //! `pattern_protocol`: the agent-to-agent protocol of Pattern.
 //!
-//! Agents belong to organizations and talk in one-to-one sessions, stored by `pattern_db`
-//! (migration `0003_protocol`):
+//! Agents (the one identity of `pattern_db`: the agents the CLI and the HTTP API see) belong to
+//! exactly one organization and talk in one-to-one sessions with agents of the same organization,
+//! stored by `pattern_db` (migration `0003_protocol`, participants as agents since `0012`):
 //!
 //! - a **sync** session alternates strictly: the opener speaks first, only the agent holding the
 //!   turn may send ([`pattern_db::Error::OutOfTurn`], wrapped in [`Error::Db`], otherwise; nothing stored), and the turn passes to the
@@ -33,16 +34,12 @@
 //! ```no_run
 //! # async fn demo() -> pattern_protocol::Result<()> {
 //! use std::time::Duration;
-//! use pattern_protocol::{NewProtocolAgent, NewProtocolMessage, Protocol, SessionType};
+//! use pattern_protocol::{NewAgent, NewProtocolMessage, Protocol, SessionType};
 //! let db = pattern_db::Database::open_url("sqlite:///tmp/pattern-protocol.db").await?;
 //! let protocol = Protocol::new(db).await?;
 //! let org = protocol.create_organization("acme", "Acme").await?;
-//! let ada = protocol.create_agent(NewProtocolAgent {
-//!     external_id: "ada".into(), organization: org.id, name: "Ada".into(), agent: None,
-//! }).await?;
-//! let bob = protocol.create_agent(NewProtocolAgent {
-//!     external_id: "bob".into(), organization: org.id, name: "Bob".into(), agent: None,
-//! }).await?;
+//! let ada = protocol.create_agent(NewAgent::named("Ada").in_organization(org.id)).await?;
+//! let bob = protocol.create_agent(NewAgent::named("Bob").in_organization(org.id)).await?;
 //! let session = protocol.open_session(ada.id, bob.id, SessionType::Sync).await?;
 //! protocol.send(session.id, ada.id, NewProtocolMessage::from_json_str("chat", r#""hi""#)?).await?;
 //! if let Some(message) = protocol.next_message(bob.id, Duration::from_secs(5)).await? {
@@ -61,10 +58,10 @@ mod protocol;
 pub use error::{Error, Result};
 pub use follow::Follower;
 pub use pattern_db::{
-    ActiveConversation, ActiveMeeting, Meeting, MeetingEvent, MeetingEventType, MeetingId,
-    MeetingStatus, MeetingUpdate, NewProtocolAgent, NewProtocolMessage, Organization,
-    OrganizationId, Participant, ParticipantStatus, ProtocolAgent, ProtocolAgentId,
-    ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, Session, SessionId,
-    SessionStatus, SessionType, UnreadSummary,
+    ActiveConversation, ActiveMeeting, Agent, AgentId, Meeting, MeetingEvent, MeetingEventType,
+    MeetingId, MeetingStatus, MeetingUpdate, NewAgent, NewProtocolMessage, Organization,
+    OrganizationId, Participant, ParticipantStatus, ProtocolMessage, ProtocolMessageId,
+    RetentionPolicy, RetentionReport, Session, SessionId, SessionStatus, SessionType,
+    UnreadSummary,
 };
 pub use protocol::Protocol;

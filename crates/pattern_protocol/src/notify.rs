@@ -12,14 +12,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use pattern_db::{MeetingId, ProtocolAgentId, Wakeup, WakeupListener};
+use pattern_db::{AgentId, MeetingId, Wakeup, WakeupListener};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 /// What a waiter waits on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Key {
-    Agent(ProtocolAgentId),
+    Agent(AgentId),
     Meeting(MeetingId),
 }
 
@@ -135,7 +135,7 @@ mod tests {
     #[tokio::test]
     async fn wake_reaches_only_its_key_and_wake_all_reaches_every_key() {
         let n = Notifier::default();
-        let a = Key::Agent(ProtocolAgentId::new());
+        let a = Key::Agent(AgentId::new());
         let m = Key::Meeting(MeetingId::new());
         let (ca, cm) = (n.channel(a), n.channel(m));
         let mut wa = std::pin::pin!(ca.notified());

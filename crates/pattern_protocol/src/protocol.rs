@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pattern_db::{
-    ActiveConversation, ActiveMeeting, Database, Meeting, MeetingEvent, MeetingId, MeetingUpdate,
-    NewProtocolAgent, NewProtocolMessage, Organization, OrganizationId, Participant, ProtocolAgent,
-    ProtocolAgentId, ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, Session,
-    SessionId, SessionType, UnreadSummary,
+    ActiveConversation, ActiveMeeting, Agent, AgentId, Database, Meeting, MeetingEvent, MeetingId,
+    MeetingUpdate, NewAgent, NewProtocolMessage, Organization, OrganizationId, Participant,
+    ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, Session, SessionId,
+    SessionType, UnreadSummary,
 };
 use tokio::time::Instant;
 
@@ -81,19 +81,23 @@ impl Protocol {
         Ok(self.db.organizations().await?)
     }
 
-    /// Creates a protocol agent; a taken external id is `ExternalIdTaken`.
-    pub async fn create_agent(&self, new: NewProtocolAgent) -> Result<ProtocolAgent> {
-        Ok(self.db.create_protocol_agent(new).await?)
+    /// Creates an agent (the one identity of `pattern_db`: the same agent the CLI and the HTTP
+    /// API see); a taken name or external id in its organization is refused.
+    pub async fn create_agent(&self, new: NewAgent) -> Result<Agent> {
+        Ok(self.db.create_agent(new).await?)
     }
 
-    /// The protocol agent with this external id; unknown is `ExternalIdNotFound`.
-    pub async fn agent(&self, external_id: &str) -> Result<ProtocolAgent> {
-        Ok(self.db.protocol_agent_by_external_id(external_id).await?)
+    /// The agent of `organization` with this external id; unknown is `ExternalIdNotFound`.
+    pub async fn agent(&self, organization: OrganizationId, external_id: &str) -> Result<Agent> {
+        Ok(self
+            .db
+            .agent_by_external_id(organization, external_id)
+            .await?)
     }
 
-    /// The protocol agents of an organization, by external id.
-    pub async fn agents(&self, organization: OrganizationId) -> Result<Vec<ProtocolAgent>> {
-        Ok(self.db.protocol_agents(organization).await?)
+    /// The agents of an organization, by name.
+    pub async fn agents(&self, organization: OrganizationId) -> Result<Vec<Agent>> {
+        Ok(self.db.org_agents(organization).await?)
     }
 
     // -- sessions ------------------------------------------------------------------------------
@@ -102,8 +106,8 @@ impl Protocol {
     /// speaks first (sync). See [`Database::open_session`].
     pub async fn open_session(
         &self,
-        opener: ProtocolAgentId,
-        other: ProtocolAgentId,
+        opener: AgentId,
+        other: AgentId,
         session_type: SessionType,
     ) -> Result<Session> {
         Ok(self.db.open_session(opener, other, session_type).await?)
@@ -115,7 +119,7 @@ impl Protocol {
     }
 
     /// Ends a session (a participant only) and wakes both participants.
-    pub async fn end_session(&self, session: SessionId, agent: ProtocolAgentId) -> Result<Session> {
+    pub async fn end_session(&self, session: SessionId, agent: AgentId) -> Result<Session> {
         let ended = self.db.end_session(session, agent).await?;
         self.notifier.wake(Key::Agent(ended.agent_a));
         self.notifier.wake(Key::Agent(ended.agent_b));
@@ -127,7 +131,7 @@ impl Protocol {
     pub async fn send(
         &self,
         session: SessionId,
-        sender: ProtocolAgentId,
+        sender: AgentId,
         message: NewProtocolMessage,
     ) -> Result<ProtocolMessage> {
         let stored = self
@@ -148,21 +152,17 @@ impl Protocol {
     // -- inbox ---------------------------------------------------------------------------------
 
     /// The unread messages of `agent`, oldest first.
-    pub async fn unread(&self, agent: ProtocolAgentId) -> Result<Vec<ProtocolMessage>> {
+    pub async fn unread(&self, agent: AgentId) -> Result<Vec<ProtocolMessage>> {
         Ok(self.db.unread(agent).await?)
     }
 
     /// How many unread messages `agent` has.
-    pub async fn unread_count(&self, agent: ProtocolAgentId) -> Result<u64> {
+    pub async fn unread_count(&self, agent: AgentId) -> Result<u64> {
         Ok(self.db.unread_count(agent).await?)
     }
 
     /// Marks `agent`'s messages read; only its own unread ones change. Returns how many changed.
-    pub async fn mark_read(
-        &self,
-        agent: ProtocolAgentId,
-        messages: &[ProtocolMessageId],
-    ) -> Result<u64> {
+    pub async fn mark_read(&self, agent: AgentId, messages: &[ProtocolMessageId]) -> Result<u64> {
         Ok(self.db.mark_read(agent, messages).await?)
     }
 
@@ -175,7 +175,7 @@ impl Protocol {
     /// `None`: nothing arrived in time.
     pub async fn next_message(
         &self,
-        agent: ProtocolAgentId,
+        agent: AgentId,
         timeout: Duration,
     ) -> Result<Option<ProtocolMessage>> {
         let deadline = Instant::now() + timeout;
@@ -199,7 +199,7 @@ impl Protocol {
     pub async fn wait_for_turn(
         &self,
         session: SessionId,
-        agent: ProtocolAgentId,
+        agent: AgentId,
         timeout: Duration,
     ) -> Result<bool> {
         let deadline = Instant::now() + timeout;
@@ -229,37 +229,60 @@ impl Protocol {
     /// [`Database::create_meeting`].
     pub async fn create_meeting(
         &self,
-        host: ProtocolAgentId,
+        host: AgentId,
         turn_duration: Option<Duration>,
     ) -> Result<MeetingUpdate> {
         Ok(self.woke(self.db.create_meeting(host, turn_duration).await?))
+    }
+
+    /// [`Self::create_meeting`] with a plan stored in the log (see
+    /// [`Database::create_meeting_with_plan`]).
+    pub async fn create_meeting_with_plan(
+        &self,
+        host: AgentId,
+        turn_duration: Option<Duration>,
+        plan: serde_json::Value,
+    ) -> Result<MeetingUpdate> {
+        Ok(self.woke(
+            self.db
+                .create_meeting_with_plan(host, turn_duration, plan)
+                .await?,
+        ))
+    }
+
+    /// Speaks (`Some`) or passes (`None`) only in the turn that began at `turn_started_at`. See
+    /// [`Database::speak_in_turn`].
+    pub async fn speak_in_turn(
+        &self,
+        meeting: MeetingId,
+        agent: AgentId,
+        turn_started_at: chrono::DateTime<chrono::Utc>,
+        message: Option<NewProtocolMessage>,
+    ) -> Result<MeetingUpdate> {
+        Ok(self.woke(
+            self.db
+                .speak_in_turn(meeting, agent, turn_started_at, message)
+                .await?,
+        ))
     }
 
     /// The host invites `agent`. See [`Database::invite_to_meeting`].
     pub async fn invite(
         &self,
         meeting: MeetingId,
-        host: ProtocolAgentId,
-        agent: ProtocolAgentId,
+        host: AgentId,
+        agent: AgentId,
     ) -> Result<MeetingUpdate> {
         Ok(self.woke(self.db.invite_to_meeting(meeting, host, agent).await?))
     }
 
     /// `agent` joins. See [`Database::join_meeting`].
-    pub async fn join_meeting(
-        &self,
-        meeting: MeetingId,
-        agent: ProtocolAgentId,
-    ) -> Result<MeetingUpdate> {
+    pub async fn join_meeting(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
         Ok(self.woke(self.db.join_meeting(meeting, agent).await?))
     }
 
     /// The host starts a ready meeting. See [`Database::start_meeting`].
-    pub async fn start_meeting(
-        &self,
-        meeting: MeetingId,
-        host: ProtocolAgentId,
-    ) -> Result<MeetingUpdate> {
+    pub async fn start_meeting(&self, meeting: MeetingId, host: AgentId) -> Result<MeetingUpdate> {
         Ok(self.woke(self.db.start_meeting(meeting, host).await?))
     }
 
@@ -267,36 +290,24 @@ impl Protocol {
     pub async fn speak(
         &self,
         meeting: MeetingId,
-        agent: ProtocolAgentId,
+        agent: AgentId,
         message: NewProtocolMessage,
     ) -> Result<MeetingUpdate> {
         Ok(self.woke(self.db.speak(meeting, agent, message).await?))
     }
 
     /// The current speaker passes. See [`Database::pass_turn`].
-    pub async fn pass_turn(
-        &self,
-        meeting: MeetingId,
-        agent: ProtocolAgentId,
-    ) -> Result<MeetingUpdate> {
+    pub async fn pass_turn(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
         Ok(self.woke(self.db.pass_turn(meeting, agent).await?))
     }
 
     /// `agent` leaves. See [`Database::leave_meeting`].
-    pub async fn leave_meeting(
-        &self,
-        meeting: MeetingId,
-        agent: ProtocolAgentId,
-    ) -> Result<MeetingUpdate> {
+    pub async fn leave_meeting(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
         Ok(self.woke(self.db.leave_meeting(meeting, agent).await?))
     }
 
     /// The host ends the meeting. See [`Database::end_meeting`].
-    pub async fn end_meeting(
-        &self,
-        meeting: MeetingId,
-        host: ProtocolAgentId,
-    ) -> Result<MeetingUpdate> {
+    pub async fn end_meeting(&self, meeting: MeetingId, host: AgentId) -> Result<MeetingUpdate> {
         Ok(self.woke(self.db.end_meeting(meeting, host).await?))
     }
 
@@ -356,7 +367,7 @@ impl Protocol {
     pub async fn wait_for_meeting_turn(
         &self,
         meeting: MeetingId,
-        agent: ProtocolAgentId,
+        agent: AgentId,
         timeout: Duration,
     ) -> Result<bool> {
         let deadline = Instant::now() + timeout;
@@ -425,7 +436,7 @@ impl Protocol {
         Ok(self.db.protocol_retention(policy).await?)
     }
 
-    async fn has_turn(&self, id: SessionId, agent: ProtocolAgentId) -> Result<bool> {
+    async fn has_turn(&self, id: SessionId, agent: AgentId) -> Result<bool> {
         let session = self.db.session(id).await?;
         if !session.has_participant(agent) {
             return Err(pattern_db::Error::NotParticipant { session: id, agent }.into());

@@ -66,17 +66,6 @@ pub(crate) fn bearer_token(value: &str) -> Option<&str> {
 }
 
 impl Caller {
-    /// The stored name of this organization's agent called `name`.
-    pub(crate) fn qualified(&self, name: &str) -> String {
-        format!("{}/{name}", self.org)
-    }
-
-    /// The name an organization sees for its agent.
-    pub(crate) fn display_name<'a>(&self, agent: &'a Agent) -> &'a str {
-        let prefix = format!("{}/", self.org);
-        agent.name.strip_prefix(&prefix).unwrap_or(&agent.name)
-    }
-
     /// The organization's agent with this id; anything else is 404.
     pub(crate) async fn agent(&self, state: &AppState, id: &str) -> Result<Agent, ApiError> {
         let not_found = || ApiError::not_found(format!("no agent `{id}`"));

@@ -2,8 +2,7 @@
 //! over MCP's streamable HTTP at `/mcp`, behind an organization API key.
 //!
 //! Every request needs `Authorization: Bearer <key>` with a live key (stored hashed by
-//! `pattern_db`): the key of the agent's organization for an organization agent, any
-//! organization's key for a local agent (one made by the CLI; the operator chose to serve it).
+//! `pattern_db`) of the agent's own organization (`pattern key create --org ORG`).
 //! Anything else is 401 with the API's JSON error before the MCP layer sees the request. This
 //! module must never log or echo a presented key, and never serve another agent's memory.
 
@@ -27,7 +26,7 @@ use crate::error::{ApiError, ErrorCode};
 #[derive(Clone)]
 struct Gate {
     db: Database,
-    org: Option<OrganizationId>,
+    org: OrganizationId,
 }
 
 async fn authenticate(State(gate): State<Gate>, request: Request, next: Next) -> Response {
@@ -44,9 +43,7 @@ async fn authenticate(State(gate): State<Gate>, request: Request, next: Next) ->
         .into_response();
     };
     match gate.db.authenticate_api_key(secret).await {
-        Ok(Some(key)) if gate.org.is_none_or(|org| org == key.organization) => {
-            next.run(request).await
-        }
+        Ok(Some(key)) if key.organization == gate.org => next.run(request).await,
         Ok(_) => ApiError::new(
             ErrorCode::InvalidApiKey,
             "the API key is unknown, revoked, or not of this agent's organization",

@@ -26,7 +26,7 @@ use crate::routes::{
         blocks, archival memory, search, batch inspection and approval requests."),
     paths(
         health::health, health::ready, health::openapi_json, crate::metrics::metrics,
-        agents::create, agents::list, agents::show, agents::delete,
+        agents::create, agents::list, agents::show, agents::delete, agents::set_model,
         turns::send, turns::retry, turns::events, turns::status, turns::cancel,
         batches::list, batches::show,
         memory::list_blocks, memory::create_block, memory::show_block, memory::set_block,

@@ -1,10 +1,12 @@
-//! What every request handler shares: the wired [`Pattern`] layers, the model agents run on, the
-//! server's limits, and the agents loaded in this process.
+//! What every request handler shares: the wired [`Pattern`] layers, the models agents run on
+//! ([`Models`]: each agent's own model, built once per model and shared, else the server's
+//! default), the server's limits, and the agents loaded in this process.
 //!
 //! An agent is loaded on first use (one [`DatabaseAgent`] per agent, registered with this
 //! process's queue processor) and unloaded again when it has been idle for
 //! [`ServerConfig::idle_unload`] with no run going on here, so memory follows the agents in use,
-//! not every agent ever served. Whether an agent may run is decided in the database (its claim),
+//! not every agent ever served. An agent whose stored model changed (in any process) is loaded
+//! again with the new one on its next use once no run of it goes on here. Whether an agent may run is decided in the database (its claim),
 //! never by this map: any number of processes serve the same agents. This module must never hand
 //! out an agent without its organization having been checked by the caller (the routes look
 //! agents up through [`crate::auth::Caller`]).
@@ -17,6 +19,7 @@ use async_trait::async_trait;
 use pattern::core::approvals::DbApprover;
 use pattern::core::provider::ModelProvider;
 use pattern::core::{Agent, AgentLoader, DatabaseAgent, QueueProcessor, RuntimeConfig};
+use pattern::model::{AgentModel, Models};
 use pattern::{AgentId, Pattern};
 use tokio::sync::{Mutex, watch};
 
@@ -53,9 +56,9 @@ pub struct ServerConfig {
     /// Prometheus scrapers on a private network expect; it shows counts and agent ids of every
     /// organization, never stored content).
     pub metrics_token: Option<MetricsToken>,
-    /// MCP servers from the configuration file, by agent name (stored name: an organization
-    /// agent's `{organization id}/{name}`), used besides those stored for the agent (decision
-    /// 0015).
+    /// MCP servers from the configuration file, by the name of an agent of the local
+    /// organization (agents of other organizations never get them), used besides those stored
+    /// for the agent (decision 0015).
     pub mcp_servers: HashMap<String, Vec<pattern::core::mcp::McpServerConfig>>,
 }
 
@@ -107,7 +110,7 @@ pub struct AppState {
 
 struct Inner {
     pattern: Pattern,
-    model: Arc<dyn ModelProvider>,
+    models: Arc<Models>,
     config: ServerConfig,
     agents: Mutex<HashMap<AgentId, Loaded>>,
     /// Delivers agents' durable queues (triggers that waited, entries a crash left, wakeups).
@@ -121,13 +124,15 @@ struct Inner {
 
 struct Loaded {
     agent: Arc<DatabaseAgent>,
+    /// The agent's own model when it was loaded (`None`: the default).
+    model: Option<AgentModel>,
     used: Instant,
 }
 
 impl std::fmt::Debug for AppState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AppState")
-            .field("model", &self.inner.model.model().model)
+            .field("models", &self.inner.models)
             .field("config", &self.inner.config)
             .finish_non_exhaustive()
     }
@@ -158,13 +163,19 @@ impl AgentLoader for Loader {
 }
 
 impl AppState {
-    /// State over opened layers, one model for every agent, and limits.
+    /// State over opened layers, `model` for every agent that names none of its own, and limits.
     pub fn new(pattern: Pattern, model: Arc<dyn ModelProvider>, config: ServerConfig) -> Self {
+        Self::with_models(pattern, Models::new(Some(model)), config)
+    }
+
+    /// State over opened layers, the process's models (agents' own models, the default if
+    /// any, the local server if one runs), and limits.
+    pub fn with_models(pattern: Pattern, models: Models, config: ServerConfig) -> Self {
         let state = Self {
             inner: Arc::new(Inner {
                 queue: pattern.queue_processor(config.recovery_interval),
                 pattern,
-                model,
+                models: Arc::new(models),
                 config,
                 agents: Mutex::new(HashMap::new()),
                 closing: watch::Sender::new(false),
@@ -193,9 +204,15 @@ impl AppState {
     /// organization), loaded on first use.
     pub(crate) async fn agent(&self, row: pattern::Agent) -> Result<Arc<DatabaseAgent>, ApiError> {
         let mut agents = self.inner.agents.lock().await;
+        let wanted = AgentModel::of(&row).ok().flatten();
         if let Some(loaded) = agents.get_mut(&row.id) {
-            loaded.used = Instant::now();
-            return Ok(loaded.agent.clone());
+            // A changed model takes effect once no run of the old one goes on here.
+            if loaded.model == wanted || !loaded.agent.is_idle() {
+                loaded.used = Instant::now();
+                return Ok(loaded.agent.clone());
+            }
+            agents.remove(&row.id);
+            self.inner.queue.unregister(row.id).await;
         }
         // Connecting MCP servers may take a while: not under the lock of every agent.
         drop(agents);
@@ -205,13 +222,14 @@ impl AppState {
             loaded.used = Instant::now();
             return Ok(loaded.agent.clone());
         }
-        let mut config = RuntimeConfig::for_agent(&row, self.inner.model.model().context_window);
+        let model = self.inner.models.for_agent(&row);
+        let mut config = RuntimeConfig::for_agent(&row, model.model().context_window);
         config.max_iterations = self.inner.config.max_iterations;
         let id = row.id;
-        let agent =
-            self.inner
-                .pattern
-                .agent_with_tools(row, self.inner.model.clone(), config, tools)?;
+        let agent = self
+            .inner
+            .pattern
+            .agent_with_tools(row, model, config, tools)?;
         // Guarded tool calls wait for an answer stored in the database (`/v1/approvals`), from
         // any instance.
         agent
@@ -223,6 +241,7 @@ impl AppState {
             id,
             Loaded {
                 agent: agent.clone(),
+                model: wanted,
                 used: Instant::now(),
             },
         );
@@ -238,13 +257,12 @@ impl AppState {
         row: &pattern::Agent,
     ) -> Result<Option<Arc<pattern::core::tool::ToolRegistry>>, ApiError> {
         let db = self.inner.pattern.db();
-        let extra = self
-            .inner
-            .config
-            .mcp_servers
-            .get(&row.name)
-            .cloned()
-            .unwrap_or_default();
+        // The configuration file names the local organization's agents only.
+        let local = matches!(db.agent_by_name(&row.name).await, Ok(a) if a.id == row.id);
+        let extra = match self.inner.config.mcp_servers.get(&row.name) {
+            Some(servers) if local => servers.clone(),
+            _ => Vec::new(),
+        };
         if extra.is_empty() && db.mcp_servers(row.id).await?.is_empty() {
             return Ok(None);
         }

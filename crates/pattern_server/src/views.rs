@@ -18,8 +18,10 @@ use utoipa::ToSchema;
 pub struct AgentView {
     /// Its id.
     pub id: String,
-    /// Its name.
+    /// Its name, unique in its organization.
     pub name: String,
+    /// The id the outside world knows it by, unique in its organization.
+    pub external_id: String,
     /// What the agent is told (from its metadata), if set.
     pub instructions: Option<String>,
     /// Free-form JSON metadata.
@@ -34,6 +36,7 @@ impl From<&Agent> for AgentView {
         Self {
             id: a.id.to_string(),
             name: a.name.clone(),
+            external_id: a.external_id.clone(),
             instructions: a
                 .metadata
                 .get("instructions")

@@ -24,8 +24,8 @@
 //!    order: Anthropic requires alternation. In a merged `user` message the `tool_result` blocks
 //!    come first, as Anthropic requires (for validated input they already do: results follow
 //!    their call directly; the stable partition only guards the rule).
-//! 3. The first message must be `user`: a history opening with the assistant gets a user message
-//!    `"(conversation continues)"` first.
+//! 3. A history opening with the assistant is sent as it is: the Messages API accepts a first
+//!    `assistant` message, and no user text is invented before it.
 //! 4. Blocks: text as `text`; tool calls as `tool_use {id, name, input}`; results as
 //!    `tool_result {tool_use_id, content, is_error}`, `is_error` only when true; images per the
 //!    [`super`] rules, a URL as `image` with a `url` source.
@@ -166,7 +166,6 @@ fn messages(history: &[ContextMessage]) -> Vec<Value> {
             .collect();
         turns.push(speaker, blocks);
     }
-    turns.start_with(Speaker::User, text(super::CONVERSATION_CONTINUES));
     turns
         .into_inner()
         .into_iter()
@@ -187,7 +186,9 @@ fn messages(history: &[ContextMessage]) -> Vec<Value> {
 fn block(role: Role, block: &ContentBlock) -> Option<Value> {
     match block {
         ContentBlock::Text { text: t } => super::message_text(role, t).map(text),
-        ContentBlock::ToolUse { id, name, input } => Some(json!({
+        ContentBlock::ToolUse {
+            id, name, input, ..
+        } => Some(json!({
             "type": "tool_use",
             "id": id,
             "name": name,

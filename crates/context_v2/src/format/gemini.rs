@@ -3,7 +3,7 @@
 //! Layout, stable prefix first:
 //!
 //! - `systemInstruction: {parts: [{text}, ...]}`, one part per [`crate::SystemPart`] with text, in
-//!   order; left out when there are none.
+//!   order, then the transcript of rule 3 when there is one; left out when there are none.
 //! - `tools: [{functionDeclarations: [{name, description, parameters}]}]`, left out when there
 //!   are none.
 //! - `contents`: the history, roles `user` and `model` only.
@@ -20,13 +20,21 @@
 //!    `user` turns (system text prefixed `"[system] "`).
 //! 2. Strict alternation: consecutive turns of one role are merged into one turn, parts
 //!    concatenated in order.
-//! 3. The first turn must be `user`: a history opening with the model gets a user turn
-//!    `"(conversation continues)"` first.
+//! 3. The first turn must be `user` (Gemini refuses a `model` turn first). No user text is
+//!    invented for it: the messages before the first user-side message that carries no tool
+//!    result (the model's opening turns and the results of their calls) are sent as one more
+//!    system instruction part, a transcript of what was stored, one line per block, labelled with
+//!    its stored role as system messages are: `[assistant] TEXT`, `[assistant calls NAME] ARGS`,
+//!    `[tool result NAME] CONTENT` (`[tool error NAME]` when it failed), images as their
+//!    placeholder; thinking is left out. `contents` starts with the user turn after them. A
+//!    history with no such user turn has empty `contents` (as an empty history: nothing to
+//!    answer).
 //! 4. Parts: text as `{text}`; calls as `{functionCall: {name, args}}`; results as
 //!    `{functionResponse: {name, response: {content, is_error}}}` (`is_error` only when true) in
 //!    the `user` turn after the call; images per the [`super`] rules, a URL as
-//!    `{fileData: {mimeType, fileUri}}`. Thinking is dropped (Gemini's thought signatures are not
-//!    stored).
+//!    `{fileData: {mimeType, fileUri}}`. Thinking text is dropped. A call's stored signature
+//!    (Gemini's `thoughtSignature`, [`ContentBlock::ToolUse`]'s `signature`) goes back beside its
+//!    call, `{functionCall, thoughtSignature}`, as Gemini 3 requires on function-call turns.
 //! 5. Gemini names a result by its function's name, not by a call id, so a result is paired with
 //!    its call by order: results come in call order right after the calls (which `assemble`
 //!    guarantees and [`crate::validate()`] checks). The name is that of the call with the
@@ -34,7 +42,8 @@
 //!    [`Error::OrphanToolResult`].
 //!
 //! This module must never emit two consecutive turns of one role, a first turn that is not the
-//! user's, or a function response that does not follow its call.
+//! user's, a function response that does not follow its call, or text the history does not hold
+//! (beyond the role labels of rule 3 and the `[system] ` prefix).
 
 use std::collections::HashMap;
 
@@ -51,10 +60,14 @@ pub fn request(ctx: &MemoryContext, model: &ModelInfo, opts: &RequestOptions) ->
     super::preflight(&ctx.messages)?;
     opts.tool_choice.check(ctx)?;
     let mut body = Map::new();
-    let system: Vec<Value> = super::system_parts(ctx)
+    let (opening, history) = split_opening(&ctx.messages);
+    let mut system: Vec<Value> = super::system_parts(ctx)
         .iter()
         .map(|p| json!({ "text": p.text }))
         .collect();
+    if let Some(transcript) = transcript(opening) {
+        system.push(json!({ "text": transcript }));
+    }
     if !system.is_empty() {
         body.insert("systemInstruction".into(), json!({ "parts": system }));
     }
@@ -100,7 +113,7 @@ pub fn request(ctx: &MemoryContext, model: &ModelInfo, opts: &RequestOptions) ->
             );
         }
     }
-    body.insert("contents".into(), Value::Array(contents(&ctx.messages)?));
+    body.insert("contents".into(), Value::Array(contents(history)?));
     let mut config = Map::new();
     config.insert(
         "maxOutputTokens".into(),
@@ -132,7 +145,64 @@ enum Speaker {
     Model,
 }
 
-/// Rules 1 to 5.
+/// Rule 3: the model's opening messages (before the first user-side message that answers no
+/// call) and the rest of the history.
+fn split_opening(history: &[ContextMessage]) -> (&[ContextMessage], &[ContextMessage]) {
+    let first_user = history.iter().position(|m| {
+        m.role != Role::Assistant
+            && !m
+                .content
+                .iter()
+                .any(|b| matches!(b, ContentBlock::ToolResult { .. }))
+    });
+    history.split_at(first_user.unwrap_or(history.len()))
+}
+
+/// Rule 3: the opening messages as labelled lines; `None` when there are none with content.
+fn transcript(opening: &[ContextMessage]) -> Option<String> {
+    let mut names: HashMap<&str, &str> = HashMap::new();
+    let mut lines = Vec::new();
+    for message in opening {
+        let speaker = match message.role {
+            Role::Assistant => "assistant",
+            Role::User => "user",
+            Role::Tool => "tool",
+            Role::System => "system",
+        };
+        for block in &message.content {
+            match block {
+                ContentBlock::Text { text } if !text.is_empty() => {
+                    lines.push(format!("[{speaker}] {text}"));
+                }
+                ContentBlock::Text { .. } | ContentBlock::Thinking { .. } => {}
+                ContentBlock::ToolUse {
+                    id, name, input, ..
+                } => {
+                    names.insert(id, name);
+                    lines.push(format!("[{speaker} calls {name}] {input}"));
+                }
+                ContentBlock::ToolResult {
+                    tool_use_id,
+                    content,
+                    is_error,
+                } => {
+                    let name = names.get(tool_use_id.as_str()).copied().unwrap_or("?");
+                    let kind = if *is_error { "error" } else { "result" };
+                    lines.push(format!("[tool {kind} {name}] {content}"));
+                }
+                ContentBlock::Image { reference, .. } => {
+                    lines.push(format!(
+                        "[{speaker}] {}",
+                        super::image_placeholder(reference)
+                    ));
+                }
+            }
+        }
+    }
+    (!lines.is_empty()).then(|| lines.join("\n"))
+}
+
+/// Rules 1, 2, 4 and 5, for the history after the opening (rule 3).
 fn contents(history: &[ContextMessage]) -> Result<Vec<Value>> {
     let mut names: HashMap<&str, &str> = HashMap::new();
     let mut turns = Turns::new();
@@ -144,9 +214,18 @@ fn contents(history: &[ContextMessage]) -> Result<Vec<Value>> {
                 ContentBlock::Text { text } => {
                     super::message_text(role, text).map(|text| json!({ "text": text }))
                 }
-                ContentBlock::ToolUse { id, name, input } => {
+                ContentBlock::ToolUse {
+                    id,
+                    name,
+                    input,
+                    signature,
+                } => {
                     names.insert(id, name);
-                    Some(json!({ "functionCall": { "name": name, "args": input } }))
+                    let mut part = json!({ "functionCall": { "name": name, "args": input } });
+                    if let (Some(signature), Value::Object(map)) = (signature, &mut part) {
+                        map.insert("thoughtSignature".into(), Value::from(signature.as_str()));
+                    }
+                    Some(part)
                 }
                 ContentBlock::ToolResult {
                     tool_use_id,
@@ -183,10 +262,6 @@ fn contents(history: &[ContextMessage]) -> Result<Vec<Value>> {
         };
         turns.push(speaker, parts);
     }
-    turns.start_with(
-        Speaker::User,
-        json!({ "text": super::CONVERSATION_CONTINUES }),
-    );
     Ok(turns
         .into_inner()
         .into_iter()

@@ -35,11 +35,13 @@
 //!    servers that constrain output by schema instead, [`ForcedCall::ResponseSchema`] asks for
 //!    the call as schema-constrained JSON text ([`forced_call_schema`]).
 //!
-//! Where a provider needs a turn the history does not have (Anthropic and Gemini require the
-//! first turn to be the user's), the format adds the user text `"(conversation continues)"`.
-//! That text is part of the wire format, not of the history: it is never stored. An empty
-//! history stays empty (nothing to continue; providers refuse such a request, so callers send
-//! one only when there is something to answer).
+//! **Nothing is invented.** No format adds a turn or text the history does not hold. Anthropic
+//! and OpenAI accept a history that opens with the assistant, and get it as it is. Gemini
+//! requires the first turn to be the user's: there, the model's turns before the first user turn
+//! (with the results of their calls) go into the system instruction as a transcript of what
+//! was stored, each line labelled with its stored role the way system messages are (see
+//! [`gemini`], rule 3). An empty history stays empty (nothing to answer; providers refuse such a
+//! request, so callers send one only when there is something to answer).
 //!
 //! This module must never change the history it formats beyond what the wire format demands
 //! (no reordering across tool pairs, no synthesised tool results), never send a context that
@@ -163,9 +165,6 @@ pub fn request(ctx: &MemoryContext, model: &ModelInfo, opts: &RequestOptions) ->
 /// Prefix of the text of a system-role history message (rule 2).
 pub(crate) const SYSTEM_PREFIX: &str = "[system] ";
 
-/// The user turn added when a history opens with the model's turn.
-pub(crate) const CONVERSATION_CONTINUES: &str = "(conversation continues)";
-
 /// Rule 1: the checks every format runs before it writes anything.
 pub(crate) fn preflight(messages: &[ContextMessage]) -> Result<()> {
     crate::validate(messages)?;
@@ -265,13 +264,6 @@ impl<R: PartialEq + Copy> Turns<R> {
         }
     }
 
-    /// Puts a `user` turn holding `filler` first if the first turn is not `user`'s.
-    pub(crate) fn start_with(&mut self, user: R, filler: Value) {
-        if self.turns.first().is_some_and(|(role, _)| *role != user) {
-            self.turns.insert(0, (user, vec![filler]));
-        }
-    }
-
     /// The turns, in order.
     pub(crate) fn into_inner(self) -> Vec<(R, Vec<Value>)> {
         self.turns
@@ -318,23 +310,21 @@ mod tests {
     }
 
     #[test]
-    fn turns_merge_and_start_with_user() {
+    fn turns_merge_and_never_hold_an_empty_turn() {
         let mut turns = Turns::new();
         turns.push('a', vec![Value::from(1)]);
         turns.push('a', vec![Value::from(2)]);
         turns.push('u', vec![]);
         turns.push('u', vec![Value::from(3)]);
-        turns.start_with('u', Value::from(0));
         assert_eq!(
             turns.into_inner(),
             vec![
-                ('u', vec![Value::from(0)]),
                 ('a', vec![Value::from(1), Value::from(2)]),
                 ('u', vec![Value::from(3)]),
             ]
         );
         let mut empty: Turns<char> = Turns::new();
-        empty.start_with('u', Value::from(0));
+        empty.push('u', vec![]);
         assert!(empty.into_inner().is_empty());
     }
 }

@@ -135,7 +135,9 @@ fn assistant(message: &ContextMessage) -> Option<Value> {
                     texts.push(text.clone());
                 }
             }
-            ContentBlock::ToolUse { id, name, input } => calls.push(json!({
+            ContentBlock::ToolUse {
+                id, name, input, ..
+            } => calls.push(json!({
                 "id": id,
                 "type": "function",
                 "function": { "name": name, "arguments": input.to_string() },

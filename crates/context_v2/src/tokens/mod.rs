@@ -42,7 +42,9 @@ pub trait TokenCounter: Send + Sync + Debug {
         match block {
             ContentBlock::Text { text } => self.count_text(text),
             ContentBlock::Thinking { text, .. } => self.count_text(text),
-            ContentBlock::ToolUse { id, name, input } => {
+            ContentBlock::ToolUse {
+                id, name, input, ..
+            } => {
                 self.count_text(id)
                     + self.count_text(name)
                     + self.count_text(&input.to_string())

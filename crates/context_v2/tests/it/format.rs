@@ -3,8 +3,9 @@
 //!
 //! Each fixture is formatted for all three providers and compared with a JSON snapshot (under
 //! `snapshots/`, maps sorted so the key order of `serde_json` features does not matter), and
-//! every body goes through the structural checks: Anthropic and Gemini turns alternate and start
-//! with the user, every call is answered in the next turn by its results in call order, OpenAI
+//! every body goes through the structural checks: Anthropic and Gemini turns alternate, Gemini's
+//! start with the user (Anthropic's may start with the assistant), no body holds text the
+//! history does not (no invented user turn), every call is answered in the next turn by its results in call order, OpenAI
 //! tool messages follow their assistant message in call order, no call or result is lost. A
 //! property test runs the same checks on generated histories, and contexts that fail
 //! `validate` (or put a call in the wrong role) are refused. These tests must never update a
@@ -339,6 +340,84 @@ fn assistant_first() -> MemoryContext {
     )
 }
 
+/// (4b) A history that opens with the model calling a tool (its batch's trigger was archived):
+/// Gemini gets the opening as a transcript in its system instruction.
+fn opens_with_a_call() -> MemoryContext {
+    context(
+        vec![instructions()],
+        tools(),
+        vec![
+            msg(
+                10,
+                10,
+                Role::Assistant,
+                vec![ContentBlock::tool_use(
+                    "call_w",
+                    "weather",
+                    json!({ "city": "Oslo" }),
+                )],
+            ),
+            msg(
+                10,
+                11,
+                Role::Tool,
+                vec![ContentBlock::tool_result("call_w", "-3°C, snow", false)],
+            ),
+            say(10, 12, Role::Assistant, "It is snowing in Oslo."),
+            say(20, 20, Role::User, "Should I take the train?"),
+        ],
+        Vec::new(),
+    )
+}
+
+/// (4c) Gemini 3 calls with thought signatures: each goes back beside its call.
+fn signed_calls() -> MemoryContext {
+    let signed = |id: &str, city: &str, signature: Option<&str>| ContentBlock::ToolUse {
+        id: id.into(),
+        name: "weather".into(),
+        input: json!({ "city": city }),
+        signature: signature.map(str::to_owned),
+    };
+    context(
+        vec![instructions()],
+        tools(),
+        vec![
+            say(10, 10, Role::User, "Weather in Paris and Rome?"),
+            msg(
+                10,
+                11,
+                Role::Assistant,
+                vec![
+                    signed("call_p", "Paris", Some("CiQBjz1rX2sigParis")),
+                    signed("call_r", "Rome", None),
+                ],
+            ),
+            msg(
+                10,
+                12,
+                Role::Tool,
+                vec![
+                    ContentBlock::tool_result("call_p", "18°C", false),
+                    ContentBlock::tool_result("call_r", "24°C", false),
+                ],
+            ),
+            msg(
+                10,
+                13,
+                Role::Assistant,
+                vec![signed("call_p2", "Paris", Some("CiQBjz1rX2sigAgain"))],
+            ),
+            msg(
+                10,
+                14,
+                Role::Tool,
+                vec![ContentBlock::tool_result("call_p2", "19°C", false)],
+            ),
+        ],
+        Vec::new(),
+    )
+}
+
 /// (5) Image references: a URL, a content hash, and an image in the assistant's own message.
 fn images() -> MemoryContext {
     context(
@@ -404,6 +483,8 @@ fn fixtures() -> Vec<(&'static str, MemoryContext, RequestOptions)> {
             plain.clone(),
         ),
         ("assistant_first", assistant_first(), plain.clone()),
+        ("opens_with_a_call", opens_with_a_call(), plain.clone()),
+        ("signed_calls", signed_calls(), plain.clone()),
         ("images", images(), plain),
         (
             "forced_call",
@@ -454,19 +535,26 @@ fn counts(ctx: &MemoryContext) -> (usize, usize) {
     (calls, results)
 }
 
-/// Roles alternate, the first is `user`, no turn is empty; each model turn's calls are answered
+/// Roles alternate, the first is `user` (or the model's when `model_first` allows it), no turn
+/// is empty; each model turn's calls are answered
 /// by the leading results of the next turn, in order; results appear nowhere else.
 fn check_turns(
     turns: &[Value],
+    model_first: bool,
     model_role: &str,
     parts_key: &str,
     call: impl Fn(&Value) -> Option<String>,
     result: impl Fn(&Value) -> Option<String>,
 ) -> (usize, usize) {
     let (mut calls_seen, mut results_seen) = (0, 0);
+    let opens_with_model = model_first && turns.first().is_some_and(|t| t["role"] == model_role);
     for (i, turn) in turns.iter().enumerate() {
         let role = s(&turn["role"]);
-        let expected = if i % 2 == 0 { "user" } else { model_role };
+        let expected = if (i % 2 == 0) != opens_with_model {
+            "user"
+        } else {
+            model_role
+        };
         assert_eq!(role, expected, "turn {i} breaks alternation: {turn}");
         let parts = arr(&turn[parts_key]);
         assert!(!parts.is_empty(), "turn {i} is empty");
@@ -510,6 +598,7 @@ fn check_anthropic(ctx: &MemoryContext, body: &Value) {
     };
     let seen = check_turns(
         arr(&body["messages"]),
+        true,
         "assistant",
         "content",
         typed("tool_use", "id"),
@@ -523,12 +612,24 @@ fn check_anthropic(ctx: &MemoryContext, body: &Value) {
 fn check_gemini(ctx: &MemoryContext, body: &Value) {
     let seen = check_turns(
         arr(&body["contents"]),
+        false,
         "model",
         "parts",
         |p| p["functionCall"]["name"].as_str().map(str::to_owned),
         |p| p["functionResponse"]["name"].as_str().map(str::to_owned),
     );
-    assert_eq!(seen, counts(ctx), "calls or results lost");
+    // Calls and results of the model's opening turns are in the system instruction's
+    // transcript, one line each.
+    let system = body["systemInstruction"].to_string();
+    let in_transcript = (
+        system.matches("calls ").count(),
+        system.matches("[tool result ").count() + system.matches("[tool error ").count(),
+    );
+    assert_eq!(
+        (seen.0 + in_transcript.0, seen.1 + in_transcript.1),
+        counts(ctx),
+        "calls or results lost"
+    );
     assert!(!body.to_string().contains("cache_control"));
 }
 
@@ -592,6 +693,10 @@ fn check_openai(ctx: &MemoryContext, body: &Value) {
 fn checked(provider: Provider, ctx: &MemoryContext, opts: &RequestOptions) -> Value {
     let body = format::request(ctx, &model(provider), opts)
         .unwrap_or_else(|e| panic!("{provider:?}: {e}"));
+    assert!(
+        !body.to_string().contains("conversation continues"),
+        "{provider:?} invented a turn: {body}"
+    );
     match provider {
         Provider::Anthropic => check_anthropic(ctx, &body),
         Provider::OpenAi => check_openai(ctx, &body),
@@ -634,6 +739,45 @@ fn snapshot_heartbeat_continuation() {
 #[test]
 fn snapshot_assistant_first() {
     snapshot("assistant_first");
+}
+
+#[test]
+fn snapshot_opens_with_a_call() {
+    snapshot("opens_with_a_call");
+}
+
+#[test]
+fn snapshot_signed_calls() {
+    snapshot("signed_calls");
+}
+
+#[test]
+fn gemini_sends_each_call_signature_beside_its_call_and_no_one_else_does() {
+    let ctx = signed_calls();
+    let g = checked(Provider::Gemini, &ctx, &RequestOptions::default());
+    let calls: Vec<(String, Option<String>)> = arr(&g["contents"])
+        .iter()
+        .flat_map(|t| arr(&t["parts"]).clone())
+        .filter(|p| p.get("functionCall").is_some())
+        .map(|p| {
+            (
+                s(&p["functionCall"]["args"]["city"]).to_owned(),
+                p["thoughtSignature"].as_str().map(str::to_owned),
+            )
+        })
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            ("Paris".to_owned(), Some("CiQBjz1rX2sigParis".to_owned())),
+            ("Rome".to_owned(), None),
+            ("Paris".to_owned(), Some("CiQBjz1rX2sigAgain".to_owned())),
+        ]
+    );
+    for provider in [Provider::Anthropic, Provider::OpenAi] {
+        let body = checked(provider, &ctx, &RequestOptions::default()).to_string();
+        assert!(!body.contains("CiQBjz1rX2sig"), "{provider:?}: {body}");
+    }
 }
 
 #[test]
@@ -823,20 +967,28 @@ fn parallel_results_in_one_message_become_several_tool_messages() {
 }
 
 #[test]
-fn history_opening_with_the_assistant_gets_a_user_turn_first() {
+fn a_history_opening_with_the_assistant_gets_no_invented_user_turn() {
     let ctx = assistant_first();
     let opts = RequestOptions::default();
+    // Anthropic accepts an assistant message first: sent as stored.
     let a = checked(Provider::Anthropic, &ctx, &opts);
+    assert_eq!(arr(&a["messages"])[0]["role"], "assistant");
     assert_eq!(
-        arr(&a["messages"])[0],
-        json!({ "role": "user", "content": [{ "type": "text", "text": "(conversation continues)" }] })
+        arr(&a["messages"])[0]["content"][0]["text"],
+        "Good morning, Sam. You have a meeting at ten."
     );
+    // Gemini needs the user first: the opening goes into the system instruction, labelled with
+    // its stored role, and the contents start with the user's real turn.
     let g = checked(Provider::Gemini, &ctx, &opts);
     assert_eq!(
         arr(&g["contents"])[0],
-        json!({ "role": "user", "parts": [{ "text": "(conversation continues)" }] })
+        json!({ "role": "user", "parts": [{ "text": "Thanks. Anything else?" }] })
     );
-    // OpenAI needs no such turn.
+    let system = arr(&g["systemInstruction"]["parts"]);
+    assert_eq!(
+        system.last(),
+        Some(&json!({ "text": "[assistant] Good morning, Sam. You have a meeting at ten." }))
+    );
     let o = checked(Provider::OpenAi, &ctx, &opts);
     assert_eq!(arr(&o["messages"])[1]["role"], "assistant");
     // Only signed thinking survives, and only for Anthropic.
@@ -855,6 +1007,26 @@ fn history_opening_with_the_assistant_gets_a_user_turn_first() {
         );
         assert!(text.contains("[system] Timer fired: 09:30"), "{provider:?}");
     }
+}
+
+#[test]
+fn gemini_gets_an_opening_call_and_its_result_as_a_transcript() {
+    let g = checked(
+        Provider::Gemini,
+        &opens_with_a_call(),
+        &RequestOptions::default(),
+    );
+    let system = arr(&g["systemInstruction"]["parts"]);
+    assert_eq!(
+        system.last(),
+        Some(
+            &json!({ "text": "[assistant calls weather] {\"city\":\"Oslo\"}\n[tool result weather] -3°C, snow\n[assistant] It is snowing in Oslo." })
+        )
+    );
+    assert_eq!(
+        arr(&g["contents"]),
+        &vec![json!({ "role": "user", "parts": [{ "text": "Should I take the train?" }] })]
+    );
 }
 
 fn cache_marks(body: &Value) -> Vec<String> {

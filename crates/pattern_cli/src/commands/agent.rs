@@ -1,6 +1,8 @@
-//! `pattern agent create|list|show|delete`. Instructions are kept in the agent's metadata under
-//! `instructions`. Deleting needs `--yes`: it must never delete without that confirmation.
+//! `pattern agent create|set-model|list|show|delete`. Instructions are kept in the agent's
+//! metadata under `instructions`, its own model under `model` (`pattern::model::AgentModel`;
+//! keys stay in the environment, never stored). Deleting needs `--yes`: it must never delete without that confirmation.
 
+use pattern::model::AgentModel;
 use pattern::{NewAgent, Pattern};
 use serde::Serialize;
 use serde_json::json;
@@ -30,20 +32,53 @@ struct AgentDetail {
 
 async fn act(env: &Env, pattern: &Pattern, command: AgentCommand) -> Result<()> {
     match command {
-        AgentCommand::Create { name, instructions } => {
+        AgentCommand::Create {
+            name,
+            instructions,
+            model,
+            base_url,
+        } => {
+            let model = model
+                .map(|spec| AgentModel::parse(&spec, base_url))
+                .transpose()?;
             let mut new = NewAgent::named(name);
             if let Some(text) = instructions {
                 new.metadata = json!({ "instructions": text });
             }
-            let agent = pattern.db().create_agent(new).await?;
+            if let Some(model) = &model {
+                new.metadata = AgentModel::store(Some(model), &new.metadata);
+            }
+            let org = crate::env::organization(pattern).await?;
+            let agent = pattern.db().create_agent(new.in_organization(org)).await?;
             if env.json {
                 output::json(&AgentView::from(&agent))
             } else {
                 output::line(&format!("created agent {} ({})", agent.name, agent.id))
             }
         }
+        AgentCommand::SetModel {
+            name,
+            model,
+            base_url,
+            default: _,
+        } => {
+            let model = model
+                .map(|spec| AgentModel::parse(&spec, base_url))
+                .transpose()?;
+            let agent = agent_named(pattern, &name).await?;
+            let metadata = AgentModel::store(model.as_ref(), &agent.metadata);
+            let agent = pattern.db().set_agent_metadata(agent.id, metadata).await?;
+            if env.json {
+                return output::json(&AgentView::from(&agent));
+            }
+            output::line(&match model {
+                Some(model) => format!("agent {} runs on {}", agent.name, model.spec()),
+                None => format!("agent {} runs on the default model", agent.name),
+            })
+        }
         AgentCommand::List => {
-            let agents = pattern.db().agents().await?;
+            let org = crate::env::organization(pattern).await?;
+            let agents = pattern.db().org_agents(org).await?;
             if env.json {
                 let views: Vec<AgentView> = agents.iter().map(AgentView::from).collect();
                 return output::json(&views);

@@ -1,9 +1,10 @@
 //! `pattern chat [AGENT]` and `pattern send AGENT MESSAGE`: turns with an agent, streamed.
 //!
-//! The model comes from the environment first (`ANTHROPIC_API_KEY`, `OPENAI_API_KEY`,
-//! `GEMINI_API_KEY`, in that order), then from `[model]` in config.toml (`provider = "llamacpp"`
-//! with a `base_url`), and otherwise a local llama.cpp server (installed by `cargo xtask setup`)
-//! is started for the command and stopped after it.
+//! The model is the agent's own when it has one (`pattern agent set-model`; a `local/NAME` model
+//! is started for the command), else it comes from the environment (`ANTHROPIC_API_KEY`,
+//! `OPENAI_API_KEY`, `GEMINI_API_KEY`, in that order), then from `[model]` in config.toml
+//! (`provider = "llamacpp"` with a `base_url`), and otherwise a local llama.cpp server (installed
+//! by `pattern setup`) is started for the command and stopped after it.
 //!
 //! Ctrl-C during a turn cancels the turn (its batch is abandoned, the message stays stored): in
 //! `chat` the prompt comes back, `send` exits 130. Ctrl-C at the prompt, or end of input,
@@ -51,9 +52,8 @@ pub(crate) type Model = pattern::model::Model;
 /// Picks the model (module doc), starting a local server when nothing else is configured.
 pub(crate) async fn model(env: &Env, local: LocalModel) -> Result<Model> {
     let choice = ModelChoice {
-        openai_compatible: configured_llamacpp(env)?,
         local,
-        ..ModelChoice::default()
+        ..model_choice(env)?
     };
     let model = choice.resolve().await?;
     if let Some(server) = model.local_server() {
@@ -64,6 +64,29 @@ pub(crate) async fn model(env: &Env, local: LocalModel) -> Result<Model> {
         );
     }
     Ok(model)
+}
+
+/// The model `agent` runs on in this command (module doc).
+pub(crate) async fn model_for(env: &Env, agent: &pattern::Agent) -> Result<Model> {
+    let model = model_choice(env)?.for_agent(agent).await?;
+    if let Some(server) = model.local_server() {
+        eprintln!(
+            "started a local llama.cpp server in {:.1} s at {}",
+            server.started_in().as_secs_f64(),
+            server.base_url()
+        );
+    }
+    Ok(model)
+}
+
+/// How this data directory's commands choose a model: `[model]` in config.toml, and the local
+/// server installed where `pattern setup` put it.
+pub(crate) fn model_choice(env: &Env) -> Result<ModelChoice> {
+    Ok(ModelChoice {
+        openai_compatible: configured_llamacpp(env)?,
+        llama_dir: Some(pattern::install::llama_dir(Some(&env.data_dir))),
+        ..ModelChoice::default()
+    })
 }
 
 /// `[model] provider = "llamacpp"` with `[model.llamacpp] base_url, model`.
@@ -399,7 +422,7 @@ impl Session {
             .or_else(|| config.agent.default.clone())
             .ok_or_else(|| CliError::usage("no agent given: name one or set [agent] default"))?;
         let row = agent_named(pattern, &name).await?;
-        let model = model(env, LocalModel::Qwen).await?;
+        let model = model_for(env, &row).await?;
         let tools = super::mcp::tools(env, pattern, config, &row).await?;
         let agent = pattern.agent_with_tools(
             row.clone(),

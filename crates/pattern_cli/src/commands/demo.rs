@@ -25,7 +25,6 @@ use pattern::db::{ContentType, ListArchival};
 use pattern::memory::{
     ArchivalMemory, BlockType, MemoryEditor, NewMemoryBlock, SearchMode, SearchOptions,
 };
-use pattern::search::ModelPaths;
 use pattern::{Embedding, NewAgent, Pattern, PatternConfig};
 
 use super::chat::{Model, TurnEnd, model, runtime_config, turn};
@@ -78,8 +77,9 @@ struct Observed {
 /// Runs the demo.
 pub(crate) async fn run(env: &Env, args: DemoArgs) -> Result<()> {
     let config = || {
-        PatternConfig::data_dir(&env.data_dir)
-            .with_embedding(Embedding::Model(ModelPaths::from_env()))
+        PatternConfig::data_dir(&env.data_dir).with_embedding(Embedding::Model(
+            pattern::install::embedding_paths(Some(&env.data_dir)),
+        ))
     };
     let pattern = Pattern::open(config()).await?;
     say!("== Pattern demo: data in {}", env.data_dir.display());

@@ -28,7 +28,7 @@ pub(crate) async fn tools(
     config: &Config,
     row: &pattern::Agent,
 ) -> Result<Option<Arc<ToolRegistry>>> {
-    let extra = config.mcp_servers(&row.name, &env.config_path())?;
+    let extra = configured(env, pattern, config, row).await?;
     if extra.is_empty() && pattern.db().mcp_servers(row.id).await?.is_empty() {
         return Ok(None);
     }
@@ -37,6 +37,20 @@ pub(crate) async fn tools(
         eprintln!("warning: {problem}");
     }
     Ok(Some(Arc::new(registry)))
+}
+
+/// The servers config.toml gives `row`: only an agent of the local organization has them.
+async fn configured(
+    env: &Env,
+    pattern: &Pattern,
+    config: &Config,
+    row: &pattern::Agent,
+) -> Result<Vec<McpServerConfig>> {
+    let local = matches!(pattern.db().agent_by_name(&row.name).await, Ok(a) if a.id == row.id);
+    if !local {
+        return Ok(Vec::new());
+    }
+    config.mcp_servers(&row.name, &env.config_path())
 }
 
 #[derive(Serialize)]
@@ -135,7 +149,7 @@ async fn run_open(
         }
         McpCommand::List { agent: arg, tools } => {
             let a = agent(pattern, config, &arg).await?;
-            let extra = config.mcp_servers(&a.name, &env.config_path())?;
+            let extra = configured(env, pattern, config, &a).await?;
             let mut servers: Vec<ServerView> = extra
                 .iter()
                 .map(|s| ServerView {

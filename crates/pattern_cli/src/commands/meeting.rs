@@ -1,8 +1,9 @@
-//! `pattern meeting create|invite|join|start|speak|pass|leave|end|show|events`: meetings of
-//! several Pattern agents over `pattern_protocol` (each agent takes part as its protocol agent
-//! `agent:NAME`, created on first use, as in `session`). This module must never bypass the
-//! protocol's rules (host-only actions, turns, ended meetings): every action goes through
-//! `pattern_protocol::Protocol`.
+//! `pattern meeting run|create|invite|join|start|speak|pass|leave|end|show|events`: meetings of
+//! agents of one organization over `pattern_protocol`. `run` lets the agents hold the meeting
+//! themselves (`pattern_core::meeting::MeetingDriver`); the other commands act for an agent by
+//! hand. This module must never bypass the protocol's rules (host-only actions, turns, ended
+//! meetings), and never speak for an agent in `run`: every action goes through
+//! `pattern_protocol::Protocol` or the driver.
 
 use std::time::Duration;
 
@@ -12,7 +13,15 @@ use pattern::protocol::{Meeting, MeetingEvent, MeetingId, MeetingUpdate, NewProt
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::cli::MeetingCommand;
+use std::sync::Arc;
+
+use pattern::core::Agent as _;
+use pattern::core::db_agent::wait_idle;
+use pattern::core::local_server::LocalModel;
+use pattern::core::meeting::{MeetingDriver, MeetingPlan, MeetingProgress, Policy};
+use tokio::sync::mpsc;
+
+use crate::cli::{MeetingCommand, MeetingRunArgs};
 use crate::commands::session::{Names, participant};
 use crate::env::Env;
 use crate::error::{CliError, Result};
@@ -128,15 +137,254 @@ async fn event_view(names: &mut Names, p: &Pattern, e: &MeetingEvent) -> Result<
 
 pub(crate) async fn run(env: &Env, command: MeetingCommand) -> Result<()> {
     let (pattern, _config) = env.open().await?;
-    let result = act(env, &pattern, command).await;
+    let result = match command {
+        MeetingCommand::Run(args) => run_meeting(env, &pattern, args).await,
+        other => act(env, &pattern, other).await,
+    };
     pattern.close().await;
     result
+}
+
+/// `meeting run`: creates (or resumes) a meeting of agents and drives it to its end, printing
+/// every turn as it happens; the transcript at the end. Ctrl-C stops driving (exit 130): the
+/// meeting stays in the log, and `--resume ID` goes on from where it stood.
+async fn run_meeting(env: &Env, p: &Pattern, args: MeetingRunArgs) -> Result<()> {
+    let tools = Arc::new(pattern::core::tool::meeting::registry()?);
+    let model = crate::commands::chat::model(env, LocalModel::Qwen).await?;
+    let org = crate::env::organization(p).await?;
+    let (rows, plan_and_turn) = match &args.resume {
+        Some(id) => {
+            let id = meeting_id(id)?;
+            (None, Err(id))
+        }
+        None => {
+            let mut rows = Vec::new();
+            for name in &args.agents {
+                rows.push(participant(p, name.trim()).await?);
+            }
+            if args.turn_seconds == Some(0) {
+                return Err(CliError::usage("--turn-seconds must be at least 1"));
+            }
+            if args.policy != "round-robin" {
+                return Err(CliError::usage(format!(
+                    "--policy `{}` is not known (round-robin)",
+                    args.policy
+                )));
+            }
+            let plan = MeetingPlan {
+                topic: args.topic.clone().unwrap_or_default(),
+                rounds: args.rounds,
+                end_phrase: args.end_phrase.clone(),
+                policy: Policy::RoundRobin,
+                agents: rows.iter().map(|r| r.id).collect(),
+            };
+            plan.validate()?;
+            (
+                Some(rows),
+                Ok((plan, args.turn_seconds.map(Duration::from_secs))),
+            )
+        }
+    };
+    // The agents: named ones, or the plan's when resuming (each must be of this organization).
+    let agent_rows = match (rows, &plan_and_turn) {
+        (Some(rows), _) => rows,
+        (None, Err(id)) => {
+            let bare = MeetingDriver::new(p.protocol().clone(), Vec::new());
+            let plan = bare.plan(*id).await?;
+            let mut rows = Vec::new();
+            for agent in plan.agents {
+                let row = p.db().agent(agent).await?;
+                if row.organization != org {
+                    return Err(CliError::not_found(format!(
+                        "no meeting `{id}` in this organization"
+                    )));
+                }
+                rows.push(row);
+            }
+            rows
+        }
+        (None, Ok(_)) => Vec::new(),
+    };
+    // Each agent on its own model (decision 0016), else this command's default.
+    let mut models = pattern::model::Models::new(Some(model.provider.clone()));
+    if model.source == "local" {
+        models = models.with_local(model.provider.clone());
+    }
+    let mut agents = Vec::new();
+    for row in agent_rows {
+        let own = pattern::model::AgentModel::of(&row)?;
+        let provider = models.for_agent(&row);
+        let mut config = crate::commands::chat::runtime_config(&row, &*provider);
+        let on_local = match &own {
+            Some(m) => m.provider == pattern::model::ModelSource::Local,
+            None => model.source == "local",
+        };
+        if on_local {
+            // The small local model writes tool calls as text when it has tools to choose
+            // from; its meeting turns answer in text (it cannot pass or leave by tool).
+            config.first_tool_choice = pattern::context::format::ToolChoice::None;
+        }
+        let agent = p.agent_with_tools(row, provider, config, Some(tools.clone()))?;
+        agent
+            .runtime()
+            .set_default_endpoint(Arc::new(crate::commands::chat::Terminal { json: env.json }))
+            .await;
+        agents.push(agent);
+    }
+    let driver = MeetingDriver::new(p.protocol().clone(), agents.clone());
+    let id = match plan_and_turn {
+        Ok((plan, turn)) => driver.create(&plan, turn).await?,
+        Err(id) => id,
+    };
+    eprintln!("meeting {id} (resume with `pattern meeting run --resume {id}`)");
+    let (tx, mut rx) = mpsc::channel(256);
+    let json = env.json;
+    let printer = tokio::spawn(async move {
+        let mut printer = Printer::new(json);
+        while let Some(progress) = rx.recv().await {
+            printer.print(&progress);
+        }
+    });
+    let mut interrupts = Interrupts::new()?;
+    let outcome = tokio::select! {
+        outcome = driver.run(id, tx) => outcome,
+        () = interrupts.recv() => {
+            for agent in &agents {
+                agent.cancel_running("meeting run stopped by Ctrl-C");
+            }
+            for agent in &agents {
+                let _ = wait_idle(agent, Duration::from_secs(10)).await;
+            }
+            let _ = printer.await;
+            eprintln!("stopped; resume with `pattern meeting run --resume {id}`");
+            return Err(CliError::interrupted("meeting run stopped"));
+        }
+    };
+    let _ = printer.await;
+    let outcome = outcome?;
+    for agent in &agents {
+        let _ = wait_idle(agent, Duration::from_secs(10)).await;
+    }
+    drop(agents);
+    drop(model);
+    if env.json {
+        return output::json(&serde_json::json!({
+            "meeting": id.to_string(),
+            "ended_because": outcome.ended_because,
+            "transcript": outcome
+                .transcript
+                .iter()
+                .map(|(who, text)| serde_json::json!({"speaker": who, "text": text}))
+                .collect::<Vec<_>>(),
+        }));
+    }
+    output::line(&format!(
+        "\ntranscript of meeting {id} (ended: {}):",
+        outcome.ended_because
+    ))?;
+    for (who, text) in &outcome.transcript {
+        output::line(&format!("{who}: {text}"))?;
+    }
+    Ok(())
+}
+
+/// Prints a running meeting: text for people (on stderr, so stdout holds the transcript), or
+/// one JSON object per line on stderr with `--json`.
+struct Printer {
+    json: bool,
+    names: std::collections::HashMap<pattern::db::AgentId, String>,
+    mid_line: bool,
+}
+
+impl Printer {
+    fn new(json: bool) -> Self {
+        Self {
+            json,
+            names: std::collections::HashMap::new(),
+            mid_line: false,
+        }
+    }
+
+    fn name(&self, id: pattern::db::AgentId) -> String {
+        self.names
+            .get(&id)
+            .cloned()
+            .unwrap_or_else(|| id.to_string())
+    }
+
+    fn print(&mut self, progress: &MeetingProgress) {
+        use std::io::Write as _;
+        let mut err = std::io::stderr().lock();
+        if self.json {
+            if let Ok(line) = serde_json::to_string(progress) {
+                let _ = writeln!(err, "{line}");
+            }
+            return;
+        }
+        let newline = |mid: &mut bool, err: &mut std::io::StderrLock<'_>| {
+            if *mid {
+                let _ = writeln!(err);
+                *mid = false;
+            }
+        };
+        match progress {
+            MeetingProgress::TurnStarted {
+                speaker,
+                name,
+                round,
+                deadline,
+            } => {
+                self.names.insert(*speaker, name.clone());
+                newline(&mut self.mid_line, &mut err);
+                let until = deadline
+                    .map(|d| format!(", until {}", d.format("%H:%M:%S")))
+                    .unwrap_or_default();
+                let _ = write!(err, "[turn {round}{until}] {name}: ");
+                self.mid_line = true;
+            }
+            MeetingProgress::Output { event, .. } => match event {
+                pattern::core::ResponseEvent::TextDelta { text } => {
+                    let _ = write!(err, "{text}");
+                    self.mid_line = true;
+                }
+                pattern::core::ResponseEvent::ToolCallFinished { name, input, .. } => {
+                    newline(&mut self.mid_line, &mut err);
+                    let _ = writeln!(err, "  (calls {name} {input})");
+                }
+                pattern::core::ResponseEvent::ToolResult {
+                    content, is_error, ..
+                } => {
+                    let tag = if *is_error { "error" } else { "result" };
+                    let _ = writeln!(err, "  ({tag}: {content})");
+                }
+                pattern::core::ResponseEvent::Error { message, .. } => {
+                    newline(&mut self.mid_line, &mut err);
+                    let _ = writeln!(err, "  (run failed: {message})");
+                }
+                _ => {}
+            },
+            MeetingProgress::Spoke { .. } => newline(&mut self.mid_line, &mut err),
+            MeetingProgress::Passed { speaker, reason } => {
+                newline(&mut self.mid_line, &mut err);
+                let _ = writeln!(err, "  ({} passed: {reason})", self.name(*speaker));
+            }
+            MeetingProgress::Ended { reason } => {
+                newline(&mut self.mid_line, &mut err);
+                let _ = writeln!(err, "meeting ended ({reason})");
+            }
+            _ => {}
+        }
+        let _ = err.flush();
+    }
 }
 
 async fn act(env: &Env, p: &Pattern, command: MeetingCommand) -> Result<()> {
     let protocol = p.protocol();
     let mut names = Names::new();
     let update: MeetingUpdate = match command {
+        MeetingCommand::Run(_) => {
+            return Err(CliError::other("`meeting run` is handled before `act`"));
+        }
         MeetingCommand::Create { host, turn_seconds } => {
             let h = participant(p, &host).await?;
             if turn_seconds == Some(0) {

@@ -20,6 +20,7 @@ mod schedule;
 mod search;
 mod serve;
 mod session;
+mod setup;
 mod transfer;
 
 use crate::cli::Command;
@@ -48,6 +49,7 @@ pub(crate) async fn run(env: &Env, command: Command) -> Result<()> {
         Command::Retention(args) => retention::run(env, args).await,
         Command::Meeting(c) => meeting::run(env, c).await,
         Command::Serve(args) => serve::run(env, args).await,
+        Command::Setup(args) => setup::run(env, args).await,
         Command::Schedule(c) => schedule::run(env, c).await,
         Command::Org(c) => keys::org(env, c).await,
         Command::Key(c) => keys::key(env, c).await,

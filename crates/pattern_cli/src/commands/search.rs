@@ -53,7 +53,8 @@ async fn run_search(env: &Env, db: &SearchDb, args: SearchArgs) -> Result<()> {
     };
     let mut opts = SearchOptions::mode(mode).with_limit(args.limit);
     if let Some(name) = &args.agent {
-        opts = opts.for_agent(db.raw().agent_by_name(name).await?.id);
+        let org = crate::env::organization_id(db.raw()).await?;
+        opts = opts.for_agent(db.raw().agent_in_scope(Some(org), name).await?.id);
     }
     if !args.types.is_empty() {
         let types: Vec<ContentType> = args

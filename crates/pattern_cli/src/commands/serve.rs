@@ -1,6 +1,9 @@
-//! `pattern serve`: the HTTP API (`pattern_server`) over the data directory, with the model
-//! `pattern chat` would use (an API key from the environment, `[model]` in config.toml, or a
-//! local llama.cpp server started for the command and stopped after it).
+//! `pattern serve`: the HTTP API (`pattern_server`) over the data directory. Each agent runs on
+//! its own model when it has one (`pattern::model::Models`: one provider per model, shared);
+//! the others on the default: an API key from the environment, else `[model]` in config.toml,
+//! else the local llama.cpp server `--local-model` starts (and stops with the command). With
+//! none of these, agents without a model of their own are served, and each of their turns fails
+//! with an error naming what to configure; everything else (memory, search, batches) works.
 //!
 //! Runs until Ctrl-C or SIGTERM; then stops taking requests, lets turns in flight finish for up
 //! to the drain (`--drain-secs`), cancels the rest (their messages stay stored, their batches
@@ -8,11 +11,11 @@
 
 use std::time::Duration;
 
-use pattern::core::local_server::LocalModel;
+use pattern::model::{Models, local_model_named};
 use pattern_server::{AppState, CorsOrigins, MetricsToken, ServerConfig};
 
 use crate::cli::ServeArgs;
-use crate::commands::chat::model;
+use crate::commands::chat::model_choice;
 use crate::env::Env;
 use crate::error::{CliError, Result};
 
@@ -89,11 +92,39 @@ pub(crate) async fn run(env: &Env, args: ServeArgs) -> Result<()> {
             mcp_servers.insert(entry.agent.clone(), servers);
         }
     }
-    let model = model(env, LocalModel::Qwen).await?;
+    let choice = model_choice(env)?;
+    let configured = choice.configured()?;
+    let local = match &args.local_model {
+        Some(name) => {
+            let local = choice.start_local(local_model_named(name)?).await?;
+            if let Some(server) = local.local_server() {
+                eprintln!(
+                    "started a local llama.cpp server ({name}) in {:.1} s at {}",
+                    server.started_in().as_secs_f64(),
+                    server.base_url()
+                );
+            }
+            Some(local)
+        }
+        None => None,
+    };
+    let default = configured
+        .as_ref()
+        .or(local.as_ref())
+        .map(|m| m.provider.clone());
+    if default.is_none() {
+        eprintln!(
+            "no default model (no API key, no [model] in config.toml, no --local-model):              agents without a model of their own fail their turns until one is configured"
+        );
+    }
+    let mut models = Models::new(default);
+    if let Some(local) = &local {
+        models = models.with_local(local.provider.clone());
+    }
     let lease = pattern.db().run_lease();
-    let state = AppState::new(
+    let state = AppState::with_models(
         pattern.clone(),
-        model.provider.clone(),
+        models,
         ServerConfig {
             max_body_bytes: args.max_body_bytes,
             request_timeout: Duration::from_secs(args.request_timeout_secs),
@@ -112,7 +143,8 @@ pub(crate) async fn run(env: &Env, args: ServeArgs) -> Result<()> {
         "serving the Pattern API on http://{address} (OpenAPI at /openapi.json, metrics at /metrics)"
     );
     let served = pattern_server::serve(listener, state, stop).await;
-    drop(model);
+    drop(configured);
+    drop(local);
     pattern.close().await;
     served.map_err(|e| CliError::other(e.to_string()))
 }

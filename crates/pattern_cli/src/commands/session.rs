@@ -1,6 +1,6 @@
 //! `pattern session list|create|send|read|show|end`: one-to-one sessions of the agent-to-agent
-//! protocol between Pattern agents. Each Pattern agent takes part as the protocol agent with
-//! external id `agent:NAME`, in the organization `local`; both are created on first use. This
+//! protocol between agents of this process's organization (`--org`, default `local`): the
+//! protocol's participants are the agents themselves. This
 //! module must never bypass the protocol's rules (turns, participants, ended sessions): every
 //! action goes through `pattern_protocol::Protocol`.
 
@@ -10,8 +10,7 @@ use chrono::{DateTime, Utc};
 use pattern::Pattern;
 use pattern::db::Error as DbError;
 use pattern::protocol::{
-    NewProtocolAgent, NewProtocolMessage, Organization, ProtocolAgent, ProtocolAgentId,
-    ProtocolMessage, Session, SessionId, SessionType,
+    AgentId, NewProtocolMessage, ProtocolMessage, Session, SessionId, SessionType,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -20,9 +19,6 @@ use crate::cli::SessionCommand;
 use crate::env::{Env, agent_named};
 use crate::error::{CliError, Result};
 use crate::output;
-
-/// External id of the organization the CLI's protocol agents belong to.
-const ORGANIZATION: &str = "local";
 
 /// `session` shape.
 #[derive(Serialize)]
@@ -53,7 +49,7 @@ struct MessageView {
 
 /// Protocol agent ids to the names shown (the Pattern agent's name, else the external id).
 pub(crate) struct Names {
-    cache: HashMap<ProtocolAgentId, String>,
+    cache: HashMap<AgentId, String>,
 }
 
 impl Names {
@@ -63,16 +59,11 @@ impl Names {
         }
     }
 
-    pub(crate) async fn of(&mut self, pattern: &Pattern, id: ProtocolAgentId) -> Result<String> {
+    pub(crate) async fn of(&mut self, pattern: &Pattern, id: AgentId) -> Result<String> {
         if let Some(name) = self.cache.get(&id) {
             return Ok(name.clone());
         }
-        let agent = pattern.db().protocol_agent(id).await?;
-        let name = agent
-            .external_id
-            .strip_prefix("agent:")
-            .unwrap_or(&agent.external_id)
-            .to_owned();
+        let name = pattern.db().agent(id).await?.name;
         self.cache.insert(id, name.clone());
         Ok(name)
     }
@@ -113,53 +104,10 @@ impl Names {
     }
 }
 
-async fn organization(pattern: &Pattern) -> Result<Organization> {
-    match pattern.protocol().organization(ORGANIZATION).await {
-        Ok(org) => Ok(org),
-        Err(pattern::protocol::Error::Db(DbError::ExternalIdNotFound { .. })) => {
-            match pattern
-                .protocol()
-                .create_organization(ORGANIZATION, "Local agents")
-                .await
-            {
-                Ok(org) => Ok(org),
-                // Another process created it in between.
-                Err(pattern::protocol::Error::Db(DbError::ExternalIdTaken { .. })) => {
-                    Ok(pattern.protocol().organization(ORGANIZATION).await?)
-                }
-                Err(e) => Err(e.into()),
-            }
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// The protocol agent of the Pattern agent `name`, created on first use.
-pub(crate) async fn participant(pattern: &Pattern, name: &str) -> Result<ProtocolAgent> {
-    let agent = agent_named(pattern, name).await?;
-    let external_id = format!("agent:{name}");
-    match pattern.protocol().agent(&external_id).await {
-        Ok(p) => return Ok(p),
-        Err(pattern::protocol::Error::Db(DbError::ExternalIdNotFound { .. })) => {}
-        Err(e) => return Err(e.into()),
-    }
-    let org = organization(pattern).await?;
-    match pattern
-        .protocol()
-        .create_agent(NewProtocolAgent {
-            external_id: external_id.clone(),
-            organization: org.id,
-            name: name.to_owned(),
-            agent: Some(agent.id),
-        })
-        .await
-    {
-        Ok(p) => Ok(p),
-        Err(pattern::protocol::Error::Db(DbError::ExternalIdTaken { .. })) => {
-            Ok(pattern.protocol().agent(&external_id).await?)
-        }
-        Err(e) => Err(e.into()),
-    }
+/// The agent `name` of this process's organization: the protocol's participants are the agents
+/// themselves.
+pub(crate) async fn participant(pattern: &Pattern, name: &str) -> Result<pattern::Agent> {
+    agent_named(pattern, name).await
 }
 
 fn session_id(text: &str) -> Result<SessionId> {

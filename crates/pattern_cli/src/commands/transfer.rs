@@ -335,7 +335,8 @@ async fn import_sections(
     };
     check_consistent(&blocks, &batches, &summaries)?;
     let name = args.rename.clone().unwrap_or(agent_record.name.clone());
-    match pattern.db().agent_by_name(&name).await {
+    let org = crate::env::organization(pattern).await?;
+    match pattern.db().agent_in_scope(Some(org), &name).await {
         Ok(_) => {
             return Err(CliError::conflict(format!(
                 "an agent named `{name}` exists already: import it under another name with \
@@ -350,8 +351,8 @@ async fn import_sections(
     let bar = progress(1, "importing");
     let import = AgentImport {
         agent: NewAgent {
-            name: name.clone(),
             metadata: agent_record.metadata.clone(),
+            ..NewAgent::named(name.clone()).in_organization(org)
         },
         blocks: blocks
             .into_iter()

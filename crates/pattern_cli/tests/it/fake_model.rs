@@ -9,9 +9,12 @@
 //! is in, `after tool: RESULT`; `guarded` gets a call of `memory_append` on the block `family` (which the tests share with
 //! `partner` permission, so it needs approval); a request ending with a tool result gets
 //! `after tool: RESULT`; anything else gets `echo: MESSAGE`, streamed in a few chunks. It must never be used for anything but these
-//! tests: it reads one request per connection and closes it.
+//! tests: it reads one request per connection and closes it. It records the `model` each request
+//! names ([`FakeModel::models_seen`]) and answers a model named `missing...` with 404
+//! `model_not_found`, as OpenAI does.
 
 use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -22,6 +25,8 @@ use tokio::net::{TcpListener, TcpStream};
 pub struct FakeModel {
     /// `http://127.0.0.1:PORT/v1`.
     pub base_url: String,
+    /// The `model` every request named, in order.
+    seen: Arc<Mutex<Vec<String>>>,
     slow: std_mpsc::Receiver<()>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -32,6 +37,8 @@ impl FakeModel {
         let (ready_tx, ready_rx) = std_mpsc::channel();
         let (slow_tx, slow) = std_mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let models = seen.clone();
         let thread = std::thread::spawn(move || {
             crate::block_on(async move {
                 let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -40,9 +47,10 @@ impl FakeModel {
                     loop {
                         let (socket, _) = listener.accept().await.unwrap();
                         let slow_tx = slow_tx.clone();
+                        let models = models.clone();
                         tokio::spawn(async move {
                             // A client that went away mid-answer is what cancelling looks like.
-                            let _ = answer(socket, slow_tx).await;
+                            let _ = answer(socket, slow_tx, models).await;
                         });
                     }
                 };
@@ -55,10 +63,16 @@ impl FakeModel {
         let addr = ready_rx.recv().unwrap();
         Self {
             base_url: format!("http://{addr}/v1"),
+            seen,
             slow,
             stop: Some(stop),
             thread: Some(thread),
         }
+    }
+
+    /// The `model` every request named so far, in order.
+    pub fn models_seen(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
     }
 
     /// Waits until a `slow` answer has sent its first chunk.
@@ -152,8 +166,24 @@ fn delta(content: &str) -> String {
     .to_string()
 }
 
-async fn answer(mut socket: TcpStream, slow: std_mpsc::Sender<()>) -> std::io::Result<()> {
+async fn answer(
+    mut socket: TcpStream,
+    slow: std_mpsc::Sender<()>,
+    seen: Arc<Mutex<Vec<String>>>,
+) -> std::io::Result<()> {
     let request = read_request(&mut socket).await?;
+    let model = request["model"].as_str().unwrap_or("").to_owned();
+    seen.lock().unwrap().push(model.clone());
+    if model.starts_with("missing") {
+        let body = format!(
+            r#"{{"error": {{"message": "The model `{model}` does not exist", "type": "invalid_request_error", "code": "model_not_found"}}}}"#
+        );
+        let response = format!(
+            "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        return socket.write_all(response.as_bytes()).await;
+    }
     let text = last_user_text(&request);
     let after_tool = request["messages"]
         .as_array()

@@ -26,13 +26,16 @@ mod fake_model;
 mod harness;
 mod load;
 mod mcp;
+mod meeting;
 mod memory;
+mod models;
 mod observe;
 mod pg;
 mod schedule;
 mod search;
 mod serve;
 mod session;
+mod setup;
 mod transfer;
 
 use std::path::{Path, PathBuf};

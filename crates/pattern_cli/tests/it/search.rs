@@ -251,10 +251,10 @@ fn without_the_model_vector_fails_and_auto_falls_back_to_full_text() {
     ]);
     for mode in ["vector", "hybrid"] {
         let err = home.fails(&["search", "--mode", mode, "cat"], 1);
-        assert!(err.contains("cargo xtask setup"), "{err}");
+        assert!(err.contains("pattern setup"), "{err}");
     }
     let err = home.fails(&["embed", "--backfill"], 1);
-    assert!(err.contains("cargo xtask setup"), "{err}");
+    assert!(err.contains("pattern setup"), "{err}");
     let out = home.run(&["--json", "search", "cat"]);
     assert!(out.status.success());
     let stderr = String::from_utf8(out.stderr).unwrap();

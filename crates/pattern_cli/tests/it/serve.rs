@@ -17,7 +17,14 @@ fn organizations_and_keys() {
     home.fails(&["org", "create", "acme"], CONFLICT);
     home.ok(&["org", "create", "other"]);
     let listed = home.json(&["org", "list"]);
-    assert_eq!(listed.as_array().unwrap().len(), 2);
+    let external: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["external_id"].as_str().unwrap())
+        .collect();
+    // `local` holds the CLI's own agents.
+    assert_eq!(external, ["acme", "local", "other"]);
 
     let issued = home.json(&["key", "create", "--org", "acme", "--name", "ci"]);
     let secret = issued["secret"].as_str().unwrap();
@@ -133,16 +140,32 @@ fn serve_answers_http_until_sigterm() {
         status.success(),
         "serve exits cleanly on SIGTERM: {status:?}"
     );
-    // The agent the API created is stored, under its organization's prefix.
-    let agents = home.json(&["agent", "list"]);
+    // One identity: the CLI sees the agent the API created by the same name in the same
+    // organization, and not in another one.
+    let agents = home.json(&["--org", "acme", "agent", "list"]);
     let stored = agents
         .as_array()
         .unwrap()
         .iter()
         .find(|a| a["id"] == agent_id.as_str())
-        .expect("the agent is stored");
-    assert!(
-        stored["name"].as_str().unwrap().ends_with("/helper"),
-        "{stored}"
-    );
+        .expect("the agent is stored in acme");
+    assert_eq!(stored["name"], "helper");
+    let shown = home.json(&["--org", "acme", "agent", "show", "helper"]);
+    assert_eq!(shown["id"], agent_id.as_str());
+    home.fails(&["agent", "show", "helper"], NOT_FOUND);
+    home.fails(&["--org", "nobody", "agent", "list"], NOT_FOUND);
+    // ... and an agent the CLI makes in acme is the API's too: a second `helper` is refused.
+    home.ok(&["--org", "acme", "agent", "create", "writer"]);
+    home.fails(&["--org", "acme", "agent", "create", "helper"], CONFLICT);
+    home.ok(&["agent", "create", "helper"]);
+    home.fails(&["agent", "create", "a/b"], USAGE);
+    home.fails(&["agent", "create", "evil\u{202e}name"], USAGE);
+    let listed = home.json(&["--org", "acme", "agent", "list"]);
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["helper", "writer"]);
 }

@@ -28,6 +28,8 @@ enum Piece {
         /// Arguments given whole at the start (Anthropic's `input`), used when no fragments
         /// follow.
         preset: Option<Value>,
+        /// The provider's signature of the call (Gemini's `thoughtSignature`).
+        signature: Option<String>,
     },
 }
 
@@ -121,6 +123,7 @@ impl Answer {
             name: name.to_owned(),
             arguments: String::new(),
             preset,
+            signature: None,
         });
         let event = ProviderEvent::ToolCallStarted {
             index,
@@ -163,6 +166,13 @@ impl Answer {
         }
     }
 
+    /// Sets a tool call's signature (Gemini sends it whole, beside the call).
+    pub(crate) fn sign_call(&mut self, slot: Slot, signature: &str) {
+        if let Some(Piece::Call { signature: s, .. }) = self.pieces.get_mut(slot.0) {
+            *s = Some(signature.to_owned());
+        }
+    }
+
     /// Adds to a thinking block's signature (Anthropic sends it as a delta).
     pub(crate) fn sign(&mut self, slot: Slot, signature: &str) {
         if let Some(Piece::Thinking { signature: s, .. }) = self.pieces.get_mut(slot.0) {
@@ -196,6 +206,7 @@ impl Answer {
                     name,
                     arguments,
                     preset,
+                    signature,
                 } => {
                     let input = match parse_arguments(&arguments, preset) {
                         Ok(input) => input,
@@ -211,7 +222,12 @@ impl Answer {
                             Value::Object(m)
                         }
                     };
-                    content.push(ContentBlock::ToolUse { id, name, input });
+                    content.push(ContentBlock::ToolUse {
+                        id,
+                        name,
+                        input,
+                        signature,
+                    });
                 }
             }
         }

@@ -5,7 +5,10 @@
 //! `candidates[0].content.parts`, `{text}` is text, `{text, thought: true}` is thinking, and
 //! `{functionCall: {name, args, id?}}` is a whole tool call: it is reported as a start and one
 //! argument fragment (the serialised `args`), and gets a generated `call_<uuid>` id when Gemini
-//! gives none (rule 2 of [`super`]). `finishReason` says why it stopped (`STOP` with calls counts
+//! gives none (rule 2 of [`super`]). A `thoughtSignature` beside a call is kept with it
+//! (`ContentBlock::ToolUse::signature`), so it is stored with the step and sent back with the call
+//! (Gemini 3 refuses a function-call turn without its signature); a signature on a text part is
+//! not kept (Gemini documents returning it as recommended, not required). `finishReason` says why it stopped (`STOP` with calls counts
 //! as tool use, `MAX_TOKENS` as the limit, anything else verbatim); `usageMetadata` reports tokens
 //! (`promptTokenCount` includes cached ones; thoughts count as output). A prompt refused by
 //! `promptFeedback.blockReason` ends the answer with that reason. Gemini has no end marker: a
@@ -136,6 +139,9 @@ impl Decoder for GeminiDecoder {
                     other => other.to_string(),
                 };
                 let (slot, index, started) = self.answer.open_call(call["id"].as_str(), name, None);
+                if let Some(signature) = part["thoughtSignature"].as_str() {
+                    self.answer.sign_call(slot, signature);
+                }
                 out.push(started);
                 out.extend(self.answer.append(slot, &raw, Some(index)));
             } else if let Some(text) = part["text"].as_str() {

@@ -27,6 +27,7 @@ pub mod anthropic;
 pub mod gemini;
 mod http;
 pub mod openai;
+pub mod unavailable;
 
 use std::fmt;
 use std::time::Duration;
@@ -43,6 +44,7 @@ pub use context_v2::format::{ForcedCall, ToolChoice};
 pub use gemini::GeminiProvider;
 pub use http::{ApiKey, DEFAULT_TIMEOUT, ProviderConfig, RetryPolicy};
 pub use openai::OpenAiProvider;
+pub use unavailable::UnavailableProvider;
 
 /// Options of one model call that are not part of the context.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -116,7 +118,9 @@ impl ModelResponse {
     /// The tool calls in `content`, in order.
     pub fn tool_calls(&self) -> impl Iterator<Item = (&str, &str, &serde_json::Value)> {
         self.content.iter().filter_map(|b| match b {
-            ContentBlock::ToolUse { id, name, input } => Some((id.as_str(), name.as_str(), input)),
+            ContentBlock::ToolUse {
+                id, name, input, ..
+            } => Some((id.as_str(), name.as_str(), input)),
             _ => None,
         })
     }

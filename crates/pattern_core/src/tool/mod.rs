@@ -10,6 +10,7 @@
 //! rule counters live in each runtime.
 
 pub mod builtin;
+pub mod meeting;
 pub mod recall;
 pub mod schedule;
 

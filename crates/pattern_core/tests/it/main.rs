@@ -17,6 +17,7 @@ mod crash;
 mod fenced;
 mod flow;
 mod mcp;
+mod meetings;
 mod provider_cassettes;
 mod provider_contract;
 mod provider_e2e;

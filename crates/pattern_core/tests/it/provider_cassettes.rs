@@ -560,6 +560,16 @@ async fn gemini_function_calls_get_generated_ids_and_thinking_is_kept() {
     assert_ne!(calls[0].0, calls[1].0);
     assert_eq!(calls[0].2, &json!({"city": "Paris"}));
     assert_eq!(calls[1].2, &json!({"city": "Tokyo"}));
+    // The signature Gemini gave the first call is kept with it; the second had none.
+    let signatures: Vec<Option<&str>> = r
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::ToolUse { signature, .. } => Some(signature.as_deref()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(signatures, [Some("CiwBVKhc7nEc"), None]);
     assert_eq!(
         r.usage,
         Usage {
@@ -575,6 +585,58 @@ async fn gemini_function_calls_get_generated_ids_and_thinking_is_kept() {
         !request.url.as_str().contains("test-key"),
         "the key stays out of the URL"
     );
+}
+
+#[tokio::test]
+async fn a_gemini_call_keeps_its_thought_signature_and_sends_it_back() {
+    let server = replay("gemini_signature_round_trip").await;
+    let mut config = ProviderConfig::new(model(Provider::Gemini, "gemini-3-pro-preview"))
+        .with_base_url(format!("{}/v1beta", server.uri()))
+        .with_api_key("test-key");
+    config.retry = quick_retry(1);
+    let p = config.build().unwrap();
+    let question = weather_question();
+    let (events, error) = collect(
+        p.stream(&question, &GenerateOptions::default())
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(error.is_none(), "{error:?}");
+    let r = done(&events);
+    let signature = "EjQKMgG+Pvb7Xk2sPzu0Q2pVv1uA3gq7mVYcW6yq9vR2cNhTb0aLJm1f8sPq";
+    let [
+        ContentBlock::ToolUse {
+            id,
+            signature: kept,
+            ..
+        },
+    ] = r.content.as_slice()
+    else {
+        panic!("one call expected: {:?}", r.content);
+    };
+    assert_eq!(kept.as_deref(), Some(signature));
+    // The answer as it is stored (the step), then the tool's result: the second request must
+    // carry the signature beside the call (the cassette's matcher), else it gets a 404.
+    let mut messages = question.messages.clone();
+    messages.push(msg(3, Role::Assistant, r.content.clone()));
+    messages.push(msg(
+        4,
+        Role::Tool,
+        vec![ContentBlock::tool_result(id.clone(), "18°C, cloudy", false)],
+    ));
+    let next = context_v2::MemoryContext {
+        messages,
+        ..question
+    };
+    let (events, error) =
+        collect(p.stream(&next, &GenerateOptions::default()).await.unwrap()).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(
+        done(&events).content,
+        vec![ContentBlock::text("It is 18°C and cloudy in Paris.")]
+    );
+    assert_eq!(request_count(&server).await, 2);
 }
 
 #[tokio::test]

@@ -288,7 +288,7 @@ async fn a_missing_install_says_to_run_setup() {
         matches!(err, LocalServerError::NotInstalled { .. }),
         "{err:?}"
     );
-    assert!(err.to_string().contains("cargo xtask setup"), "{err}");
+    assert!(err.to_string().contains("pattern setup"), "{err}");
 }
 
 #[tokio::test]

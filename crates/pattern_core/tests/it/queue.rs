@@ -214,9 +214,10 @@ async fn an_unregistered_agent_keeps_its_entries_queued(kind: Backend) {
 }
 
 /// `send_message` to `agent:NAME` looks only inside the sender's organization (local agents only
-/// among local agents): another organization's agent, addressed by any form of its name, and a
-/// local agent addressed from an organization are refused with the same error result as an
-/// unknown name, and nothing is queued for them.
+/// among local agents): another organization's agent, addressed by any form of its name
+/// (including the old `{organization id}/name`), and a local agent addressed from an
+/// organization are refused with the same error result as an unknown name, and nothing is
+/// queued for them.
 async fn agent_messages_stay_inside_the_organization(kind: Backend) {
     use pattern_core::{AgentRuntime, DatabaseAgent, ResponseEvent};
     use pattern_db::NewAgent;
@@ -226,15 +227,15 @@ async fn agent_messages_stay_inside_the_organization(kind: Backend) {
     let acme = db.create_organization("acme", "Acme").await.unwrap().id;
     let other = db.create_organization("other", "Other").await.unwrap().id;
     let ada = db
-        .create_org_agent(acme, NewAgent::named(format!("{acme}/ada")))
+        .create_org_agent(acme, NewAgent::named("ada"))
         .await
         .unwrap();
     let bob = db
-        .create_org_agent(acme, NewAgent::named(format!("{acme}/bob")))
+        .create_org_agent(acme, NewAgent::named("bob"))
         .await
         .unwrap();
     let their_bob = db
-        .create_org_agent(other, NewAgent::named(format!("{other}/bob")))
+        .create_org_agent(other, NewAgent::named("bob"))
         .await
         .unwrap();
     let local = db.create_agent(NewAgent::named("carol")).await.unwrap();
@@ -243,10 +244,10 @@ async fn agent_messages_stay_inside_the_organization(kind: Backend) {
     let refused = [
         format!("agent:{other}/bob"),
         "agent:carol".to_owned(),
-        format!("agent:{acme}/{other}/bob"),
+        format!("agent:{acme}/bob"),
         "agent:nobody".to_owned(),
     ];
-    let accepted = ["agent:bob".to_owned(), format!("agent:{acme}/bob")];
+    let accepted = ["agent:bob".to_owned(), "agent:bob".to_owned()];
     let mut script = Vec::new();
     for (i, target) in refused.iter().chain(&accepted).enumerate() {
         script.push(Turn::call(

@@ -62,29 +62,6 @@ pub(crate) async fn revoke_key(
     key_from_row(&row)
 }
 
-pub(crate) async fn set_organization(
-    conn: &mut AnyConnection,
-    agent: AgentId,
-    org: OrganizationId,
-) -> Result<()> {
-    let org_row = sqlx::query("SELECT id FROM protocol_organizations WHERE id = $1")
-        .bind(org.to_string())
-        .fetch_optional(&mut *conn)
-        .await?;
-    if org_row.is_none() {
-        return Err(Error::ProtocolNotFound {
-            kind: "organization",
-            id: org.0,
-        });
-    }
-    sqlx::query("UPDATE agents SET organization_id = $1 WHERE id = $2")
-        .bind(org.to_string())
-        .bind(agent.to_string())
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
-}
-
 /// [`Error::AgentNotFound`] unless `agent` belongs to `org`.
 pub(crate) async fn check_owner(
     conn: &mut AnyConnection,

@@ -1,5 +1,5 @@
-//! The SQL of the protocol's writes: organizations, protocol agents, sessions, session messages
-//! and read marks.
+//! The SQL of the protocol's writes: organizations, sessions, session messages and read marks
+//! (the participants are `agents` rows; nothing crosses an organization's wall).
 //!
 //! Each function runs inside the writer's transaction and checks everything before it changes
 //! anything, so a refused write leaves no trace. A session write first locks the session row
@@ -12,14 +12,15 @@ use std::time::Duration;
 
 use sqlx::AnyConnection;
 
+use super::{AGENT_COLUMNS, agent_from_row};
 use super::{Ctx, from_ms, is_unique_violation, now_ms};
 use crate::config::Backend;
 use crate::error::{Error, Result};
+use crate::model::{Agent, AgentId};
 use crate::protocol::{
-    AGENT_COLUMNS, MeetingId, MeetingUpdate, NewProtocolAgent, NewProtocolMessage, Organization,
-    OrganizationId, ProtocolAgent, ProtocolAgentId, ProtocolMessage, ProtocolMessageId,
-    RetentionPolicy, RetentionReport, SESSION_COLUMNS, Session, SessionId, SessionStatus,
-    SessionType, WAKEUP_CHANNEL, Wakeup, agent_from_row, session_from_row,
+    MeetingId, MeetingUpdate, NewProtocolMessage, Organization, OrganizationId, ProtocolMessage,
+    ProtocolMessageId, RetentionPolicy, RetentionReport, SESSION_COLUMNS, Session, SessionId,
+    SessionStatus, SessionType, WAKEUP_CHANNEL, Wakeup, session_from_row,
 };
 
 mod meetings;
@@ -28,35 +29,39 @@ mod meetings;
 #[derive(Debug)]
 pub(crate) enum ProtocolOp {
     CreateMeeting {
-        host: ProtocolAgentId,
+        host: AgentId,
         turn_duration: Option<Duration>,
+        /// Stored as `plan` in the `meeting_created` event's data.
+        plan: Option<serde_json::Value>,
     },
     Invite {
         meeting: MeetingId,
-        host: ProtocolAgentId,
-        agent: ProtocolAgentId,
+        host: AgentId,
+        agent: AgentId,
     },
     Join {
         meeting: MeetingId,
-        agent: ProtocolAgentId,
+        agent: AgentId,
     },
     Start {
         meeting: MeetingId,
-        host: ProtocolAgentId,
+        host: AgentId,
     },
-    /// Speak (`Some`) or pass (`None`).
+    /// Speak (`Some`) or pass (`None`); with `turn`, only in the turn that began then (Unix
+    /// ms of `turn_started_at`).
     Speak {
         meeting: MeetingId,
-        agent: ProtocolAgentId,
+        agent: AgentId,
         message: Option<NewProtocolMessage>,
+        turn: Option<i64>,
     },
     Leave {
         meeting: MeetingId,
-        agent: ProtocolAgentId,
+        agent: AgentId,
     },
     EndMeeting {
         meeting: MeetingId,
-        host: ProtocolAgentId,
+        host: AgentId,
     },
     ApplyTimeouts {
         meeting: MeetingId,
@@ -100,8 +105,9 @@ pub(crate) async fn apply(
         ProtocolOp::CreateMeeting {
             host,
             turn_duration,
+            plan,
         } => Ok(ProtocolDone::Meeting(Box::new(
-            meetings::create_meeting(conn, ctx, *host, *turn_duration).await?,
+            meetings::create_meeting(conn, ctx, *host, *turn_duration, plan.clone()).await?,
         ))),
         ProtocolOp::Retention(policy) => Ok(ProtocolDone::Retention(Box::new(
             meetings::retention(conn, ctx, policy).await?,
@@ -166,83 +172,35 @@ pub(crate) async fn create_organization(
     }
 }
 
-pub(crate) async fn create_agent(
-    conn: &mut AnyConnection,
-    new: &NewProtocolAgent,
-) -> Result<ProtocolAgent> {
-    let taken = || Error::ExternalIdTaken {
-        kind: "protocol agent",
-        external_id: new.external_id.clone(),
-    };
-    if sqlx::query("SELECT id FROM protocol_organizations WHERE id = $1")
-        .bind(new.organization.to_string())
-        .fetch_optional(&mut *conn)
-        .await?
-        .is_none()
-    {
-        return Err(Error::ProtocolNotFound {
-            kind: "organization",
-            id: new.organization.0,
-        });
-    }
-    if let Some(agent) = new.agent
-        && sqlx::query("SELECT id FROM agents WHERE id = $1")
-            .bind(agent.to_string())
-            .fetch_optional(&mut *conn)
-            .await?
-            .is_none()
-    {
-        return Err(Error::AgentNotFound(agent));
-    }
-    if sqlx::query("SELECT id FROM protocol_agents WHERE external_id = $1")
-        .bind(&new.external_id)
-        .fetch_optional(&mut *conn)
-        .await?
-        .is_some()
-    {
-        return Err(taken());
-    }
-    let agent = ProtocolAgent {
-        id: ProtocolAgentId::new(),
-        external_id: new.external_id.clone(),
-        organization: new.organization,
-        name: new.name.clone(),
-        agent: new.agent,
-        created_at: from_ms(now_ms()),
-    };
-    let inserted = sqlx::query(
-        "INSERT INTO protocol_agents (id, external_id, organization_id, name, agent_id, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6)",
-    )
-    .bind(agent.id.to_string())
-    .bind(&agent.external_id)
-    .bind(agent.organization.to_string())
-    .bind(&agent.name)
-    .bind(agent.agent.map(|a| a.to_string()))
-    .bind(agent.created_at.timestamp_millis())
-    .execute(&mut *conn)
-    .await;
-    match inserted {
-        Ok(_) => Ok(agent),
-        Err(e) if is_unique_violation(&e) => Err(taken()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-async fn require_agent(conn: &mut AnyConnection, id: ProtocolAgentId) -> Result<ProtocolAgent> {
+/// The agent `id` ([`Error::AgentNotFound`] otherwise).
+pub(crate) async fn require_agent(conn: &mut AnyConnection, id: AgentId) -> Result<Agent> {
     let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {AGENT_COLUMNS} FROM protocol_agents WHERE id = $1"
+        "SELECT {AGENT_COLUMNS} FROM agents WHERE id = $1"
     )))
     .bind(id.to_string())
     .fetch_optional(&mut *conn)
     .await?;
     match row {
         Some(row) => agent_from_row(&row),
-        None => Err(Error::ProtocolNotFound {
-            kind: "protocol agent",
-            id: id.0,
-        }),
+        None => Err(Error::AgentNotFound(id)),
     }
+}
+
+/// `other`, when it is in the organization of `agent` (the acting one);
+/// [`Error::OtherOrganization`] when it is not, [`Error::AgentNotFound`] when either is unknown.
+pub(crate) async fn require_same_organization(
+    conn: &mut AnyConnection,
+    agent: &Agent,
+    other: AgentId,
+) -> Result<Agent> {
+    let found = require_agent(conn, other).await?;
+    if found.organization != agent.organization {
+        return Err(Error::OtherOrganization {
+            agent: agent.id,
+            other,
+        });
+    }
+    Ok(found)
 }
 
 /// Reads a session and, on PostgreSQL, locks its row until the transaction ends.
@@ -268,8 +226,8 @@ async fn lock_session(conn: &mut AnyConnection, ctx: &Ctx, id: SessionId) -> Res
 
 async fn live_session(
     conn: &mut AnyConnection,
-    a: ProtocolAgentId,
-    b: ProtocolAgentId,
+    a: AgentId,
+    b: AgentId,
     session_type: SessionType,
 ) -> Result<Option<Session>> {
     sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -290,15 +248,15 @@ async fn live_session(
 /// a sync session).
 pub(crate) async fn open_session(
     conn: &mut AnyConnection,
-    opener: ProtocolAgentId,
-    other: ProtocolAgentId,
+    opener: AgentId,
+    other: AgentId,
     session_type: SessionType,
 ) -> Result<Session> {
     if opener == other {
         return Err(Error::SelfSession(opener));
     }
-    require_agent(conn, opener).await?;
-    require_agent(conn, other).await?;
+    let opener_agent = require_agent(conn, opener).await?;
+    require_same_organization(conn, &opener_agent, other).await?;
     let (a, b) = if opener < other {
         (opener, other)
     } else {
@@ -346,7 +304,7 @@ pub(crate) async fn end_session(
     conn: &mut AnyConnection,
     ctx: &Ctx,
     id: SessionId,
-    agent: ProtocolAgentId,
+    agent: AgentId,
 ) -> Result<Session> {
     let mut session = lock_session(conn, ctx, id).await?;
     if !session.has_participant(agent) {
@@ -384,7 +342,7 @@ pub(crate) async fn send_session_message(
     conn: &mut AnyConnection,
     ctx: &Ctx,
     id: SessionId,
-    sender: ProtocolAgentId,
+    sender: AgentId,
     message: &NewProtocolMessage,
 ) -> Result<ProtocolMessage> {
     let session = lock_session(conn, ctx, id).await?;
@@ -458,7 +416,7 @@ pub(crate) async fn send_session_message(
 
 pub(crate) async fn mark_read(
     conn: &mut AnyConnection,
-    agent: ProtocolAgentId,
+    agent: AgentId,
     messages: &[ProtocolMessageId],
 ) -> Result<u64> {
     require_agent(conn, agent).await?;
@@ -484,8 +442,8 @@ pub(crate) async fn mark_read(
 #[cfg(feature = "testkit")]
 pub(crate) async fn insert_raw_message(
     conn: &mut AnyConnection,
-    sender: ProtocolAgentId,
-    recipient: Option<ProtocolAgentId>,
+    sender: AgentId,
+    recipient: Option<AgentId>,
     meeting: Option<&str>,
 ) -> std::result::Result<(), sqlx::Error> {
     sqlx::query(

@@ -26,9 +26,8 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::{
-    MESSAGE_COLUMNS, MeetingId, NewProtocolMessage, ProtocolAgentId, ProtocolMessage,
-    ProtocolMessageId, Session, SessionId, json, message_from_row, opt_uuid, session_from_row,
-    validate_name,
+    AgentId, MESSAGE_COLUMNS, MeetingId, NewProtocolMessage, ProtocolMessage, ProtocolMessageId,
+    Session, SessionId, json, message_from_row, opt_uuid, session_from_row, validate_name,
 };
 use crate::config::Backend;
 use crate::db::{Database, unexpected};
@@ -146,11 +145,11 @@ pub struct Meeting {
     /// Its id.
     pub id: MeetingId,
     /// The agent that created it: only it invites, starts and ends.
-    pub host: ProtocolAgentId,
+    pub host: AgentId,
     /// Where it stands.
     pub status: MeetingStatus,
     /// Who speaks now (active meetings only).
-    pub speaker: Option<ProtocolAgentId>,
+    pub speaker: Option<AgentId>,
     /// How long a turn may last, if limited.
     pub turn_duration: Option<Duration>,
     /// When the current turn began.
@@ -180,7 +179,7 @@ pub struct Participant {
     /// The meeting.
     pub meeting: MeetingId,
     /// The agent.
-    pub agent: ProtocolAgentId,
+    pub agent: AgentId,
     /// Where it stands.
     pub status: ParticipantStatus,
     /// Its place in the round-robin order (set by its latest join).
@@ -273,7 +272,7 @@ pub struct MeetingEvent {
     /// What happened.
     pub event_type: MeetingEventType,
     /// The agent it concerns, if any.
-    pub agent: Option<ProtocolAgentId>,
+    pub agent: Option<AgentId>,
     /// Details.
     pub data: Option<serde_json::Value>,
     /// When.
@@ -328,7 +327,7 @@ pub struct ActiveMeeting {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnreadSummary {
     /// The agent.
-    pub agent: ProtocolAgentId,
+    pub agent: AgentId,
     /// Its external id.
     pub external_id: String,
     /// Its name.
@@ -376,7 +375,7 @@ pub struct RetentionReport {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wakeup {
     /// Something concerns this agent (a message for it, a session of it ended).
-    Agent(ProtocolAgentId),
+    Agent(AgentId),
     /// Something happened in this meeting.
     Meeting(MeetingId),
     /// The connection was lost and re-established: wake-ups may have been missed, so every
@@ -397,7 +396,7 @@ impl Wakeup {
         let (kind, id) = payload.split_once(':')?;
         let id = uuid::Uuid::parse_str(id).ok()?;
         match kind {
-            "a" => Some(Wakeup::Agent(ProtocolAgentId(id))),
+            "a" => Some(Wakeup::Agent(AgentId(id))),
             "m" => Some(Wakeup::Meeting(MeetingId(id))),
             _ => None,
         }
@@ -449,9 +448,9 @@ pub(crate) fn meeting_from_row(row: &AnyRow) -> Result<Meeting> {
     let status: String = row.try_get(2)?;
     Ok(Meeting {
         id: MeetingId(parse_uuid(&id)?),
-        host: ProtocolAgentId(parse_uuid(&host)?),
+        host: AgentId(parse_uuid(&host)?),
         status: MeetingStatus::parse(&status)?,
-        speaker: opt_uuid(row, 3)?.map(ProtocolAgentId),
+        speaker: opt_uuid(row, 3)?.map(AgentId),
         turn_duration: row
             .try_get::<Option<i64>, _>(4)?
             .map(|ms| Duration::from_millis(to_u64(ms))),
@@ -470,7 +469,7 @@ pub(crate) fn participant_from_row(row: &AnyRow) -> Result<Participant> {
     let status: String = row.try_get(2)?;
     Ok(Participant {
         meeting: MeetingId(parse_uuid(&meeting)?),
-        agent: ProtocolAgentId(parse_uuid(&agent)?),
+        agent: AgentId(parse_uuid(&agent)?),
         status: ParticipantStatus::parse(&status)?,
         join_order: row.try_get::<Option<i64>, _>(3)?.map(to_u64),
         invited_at: row.try_get::<Option<i64>, _>(4)?.map(from_ms),
@@ -486,7 +485,7 @@ pub(crate) fn event_from_row(row: &AnyRow) -> Result<MeetingEvent> {
         meeting: MeetingId(parse_uuid(&meeting)?),
         seq: to_u64(row.try_get(1)?),
         event_type: MeetingEventType::parse(&event_type)?,
-        agent: opt_uuid(row, 3)?.map(ProtocolAgentId),
+        agent: opt_uuid(row, 3)?.map(AgentId),
         data: row
             .try_get::<Option<String>, _>(4)?
             .map(|d| json(&d))
@@ -509,7 +508,7 @@ impl Database {
     /// [`Error::InvalidProtocolMessage`]). Unknown host: [`Error::ProtocolNotFound`].
     pub async fn create_meeting(
         &self,
-        host: ProtocolAgentId,
+        host: AgentId,
         turn_duration: Option<Duration>,
     ) -> Result<MeetingUpdate> {
         if let Some(d) = turn_duration
@@ -522,6 +521,60 @@ impl Database {
         self.meeting_write(ProtocolOp::CreateMeeting {
             host,
             turn_duration,
+            plan: None,
+        })
+        .await
+    }
+
+    /// [`Self::create_meeting`] with a plan (how a driver runs the meeting: topic, rounds,
+    /// policy...), stored as `plan` in the `meeting_created` event's data, so whichever process
+    /// resumes the meeting reads it from the log. At most 64 KiB of JSON.
+    pub async fn create_meeting_with_plan(
+        &self,
+        host: AgentId,
+        turn_duration: Option<Duration>,
+        plan: serde_json::Value,
+    ) -> Result<MeetingUpdate> {
+        let size = plan.to_string().len();
+        if size > 64 * 1024 {
+            return Err(Error::InvalidProtocolMessage(format!(
+                "a meeting plan may hold at most 64 KiB of JSON, got {size} bytes"
+            )));
+        }
+        if let Some(d) = turn_duration
+            && (d < Duration::from_millis(1) || d > MAX_TURN_DURATION)
+        {
+            return Err(Error::InvalidProtocolMessage(format!(
+                "a turn duration must be 1 ms to {MAX_TURN_DURATION:?}, got {d:?}"
+            )));
+        }
+        self.meeting_write(ProtocolOp::CreateMeeting {
+            host,
+            turn_duration,
+            plan: Some(plan),
+        })
+        .await
+    }
+
+    /// Speaks (`Some`) or passes (`None`) only in the turn that began at `turn_started_at`
+    /// (the meeting's [`Meeting::turn_started_at`] when the caller read it): a driver that
+    /// acts on a turn it read earlier never speaks into a later turn of the same agent.
+    /// Another turn, or not the speaker: [`Error::NotSpeaker`], nothing stored.
+    pub async fn speak_in_turn(
+        &self,
+        meeting: MeetingId,
+        agent: AgentId,
+        turn_started_at: DateTime<Utc>,
+        message: Option<NewProtocolMessage>,
+    ) -> Result<MeetingUpdate> {
+        if let Some(m) = &message {
+            validate_name("message type", &m.message_type)?;
+        }
+        self.meeting_write(ProtocolOp::Speak {
+            meeting,
+            agent,
+            message,
+            turn: Some(turn_started_at.timestamp_millis()),
         })
         .await
     }
@@ -531,8 +584,8 @@ impl Database {
     pub async fn invite_to_meeting(
         &self,
         meeting: MeetingId,
-        host: ProtocolAgentId,
-        agent: ProtocolAgentId,
+        host: AgentId,
+        agent: AgentId,
     ) -> Result<MeetingUpdate> {
         self.meeting_write(ProtocolOp::Invite {
             meeting,
@@ -544,22 +597,14 @@ impl Database {
 
     /// `agent` joins (again, after leaving: at the end of the order). Present already:
     /// [`Error::AlreadyParticipant`]; ended: [`Error::MeetingEnded`].
-    pub async fn join_meeting(
-        &self,
-        meeting: MeetingId,
-        agent: ProtocolAgentId,
-    ) -> Result<MeetingUpdate> {
+    pub async fn join_meeting(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
         self.meeting_write(ProtocolOp::Join { meeting, agent })
             .await
     }
 
     /// The host starts a ready meeting; the first present participant in join order speaks.
     /// Not ready or started already: [`Error::MeetingState`].
-    pub async fn start_meeting(
-        &self,
-        meeting: MeetingId,
-        host: ProtocolAgentId,
-    ) -> Result<MeetingUpdate> {
+    pub async fn start_meeting(&self, meeting: MeetingId, host: AgentId) -> Result<MeetingUpdate> {
         self.meeting_write(ProtocolOp::Start { meeting, host })
             .await
     }
@@ -570,7 +615,7 @@ impl Database {
     pub async fn speak(
         &self,
         meeting: MeetingId,
-        agent: ProtocolAgentId,
+        agent: AgentId,
         message: NewProtocolMessage,
     ) -> Result<MeetingUpdate> {
         validate_name("message type", &message.message_type)?;
@@ -578,41 +623,31 @@ impl Database {
             meeting,
             agent,
             message: Some(message),
+            turn: None,
         })
         .await
     }
 
     /// The current speaker passes its turn without speaking; same refusals as [`Self::speak`].
-    pub async fn pass_turn(
-        &self,
-        meeting: MeetingId,
-        agent: ProtocolAgentId,
-    ) -> Result<MeetingUpdate> {
+    pub async fn pass_turn(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
         self.meeting_write(ProtocolOp::Speak {
             meeting,
             agent,
             message: None,
+            turn: None,
         })
         .await
     }
 
     /// `agent` leaves; if it was speaking the turn passes on, and an active meeting that
     /// everyone left ends. Not present: [`Error::NotMeetingParticipant`].
-    pub async fn leave_meeting(
-        &self,
-        meeting: MeetingId,
-        agent: ProtocolAgentId,
-    ) -> Result<MeetingUpdate> {
+    pub async fn leave_meeting(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
         self.meeting_write(ProtocolOp::Leave { meeting, agent })
             .await
     }
 
     /// The host ends the meeting. Not the host: [`Error::NotHost`]; ended: [`Error::MeetingEnded`].
-    pub async fn end_meeting(
-        &self,
-        meeting: MeetingId,
-        host: ProtocolAgentId,
-    ) -> Result<MeetingUpdate> {
+    pub async fn end_meeting(&self, meeting: MeetingId, host: AgentId) -> Result<MeetingUpdate> {
         self.meeting_write(ProtocolOp::EndMeeting { meeting, host })
             .await
     }
@@ -729,8 +764,8 @@ impl Database {
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {columns}, a.external_id, a.name, b.external_id, b.name \
              FROM protocol_sessions s \
-             JOIN protocol_agents a ON a.id = s.agent_a_id \
-             JOIN protocol_agents b ON b.id = s.agent_b_id \
+             JOIN agents a ON a.id = s.agent_a_id \
+             JOIN agents b ON b.id = s.agent_b_id \
              WHERE s.status <> 'ended' ORDER BY s.updated_at DESC, s.id"
         )))
         .fetch_all(self.reader())
@@ -761,8 +796,8 @@ impl Database {
              (SELECT COUNT(*) FROM protocol_meeting_participants p WHERE p.meeting_id = m.id \
               AND p.status IN ('attending', 'waiting', 'speaking')) \
              FROM protocol_meetings m \
-             JOIN protocol_agents h ON h.id = m.host_id \
-             LEFT JOIN protocol_agents cs ON cs.id = m.current_speaker_id \
+             JOIN agents h ON h.id = m.host_id \
+             LEFT JOIN agents cs ON cs.id = m.current_speaker_id \
              WHERE m.status <> 'ended' ORDER BY m.created_at, m.id"
         )))
         .fetch_all(self.reader())
@@ -790,7 +825,7 @@ impl Database {
               WHERE m.recipient_id = a.id AND m.read_at IS NULL), \
              (SELECT MAX(m.created_at) FROM protocol_messages m \
               WHERE m.recipient_id = a.id AND m.read_at IS NULL) \
-             FROM protocol_agents a ORDER BY a.external_id",
+             FROM agents a ORDER BY a.external_id",
         )
         .fetch_all(self.reader())
         .await?;
@@ -798,7 +833,7 @@ impl Database {
             .map(|row| {
                 let id: String = row.try_get(0)?;
                 Ok(UnreadSummary {
-                    agent: ProtocolAgentId(parse_uuid(&id)?),
+                    agent: AgentId(parse_uuid(&id)?),
                     external_id: row.try_get(1)?,
                     name: row.try_get(2)?,
                     unread: to_u64(row.try_get(3)?),

@@ -98,16 +98,51 @@ async fn organization_agents_are_walled_off(kind: Kind) {
     let other = db.create_organization("other", "Other").await.unwrap();
     let local = db.create_agent(NewAgent::named("local")).await.unwrap();
     let mine = db
-        .create_org_agent(acme.id, NewAgent::named("acme/helper"))
+        .create_org_agent(acme.id, NewAgent::named("helper"))
         .await
         .unwrap();
-    assert_eq!(db.agent_organization(mine.id).await.unwrap(), Some(acme.id));
-    assert_eq!(db.agent_organization(local.id).await.unwrap(), None);
+    assert_eq!(db.agent_organization(mine.id).await.unwrap(), acme.id);
+    assert_eq!(mine.name, "helper", "no organization prefix in the name");
+    let local_org = db
+        .organization_by_external_id(pattern_db::LOCAL_ORGANIZATION)
+        .await
+        .unwrap();
+    assert_eq!(db.agent_organization(local.id).await.unwrap(), local_org.id);
+    // A name is unique within its organization, not across them.
+    let theirs = db
+        .create_org_agent(other.id, NewAgent::named("helper"))
+        .await
+        .unwrap();
+    assert_ne!(theirs.id, mine.id);
     assert!(matches!(
-        db.create_org_agent(other.id, NewAgent::named("acme/helper"))
+        db.create_org_agent(acme.id, NewAgent::named("helper"))
             .await,
         Err(Error::AgentNameTaken(_))
     ));
+    let mut by_external = NewAgent::named("helper2");
+    by_external.external_id = Some("helper".into());
+    assert!(matches!(
+        db.create_org_agent(acme.id, by_external).await,
+        Err(Error::ExternalIdTaken { .. })
+    ));
+    assert!(matches!(
+        db.create_org_agent(acme.id, NewAgent::named("acme/helper"))
+            .await,
+        Err(Error::InvalidName { field: "name", .. })
+    ));
+    assert_eq!(
+        db.agent_in_scope(Some(other.id), "helper")
+            .await
+            .unwrap()
+            .id,
+        theirs.id
+    );
+    assert_eq!(db.agent_by_name("local").await.unwrap().id, local.id);
+    assert!(matches!(
+        db.agent_in_scope(Some(acme.id), "local").await,
+        Err(Error::AgentNameNotFound(_))
+    ));
+    db.delete_org_agent(other.id, theirs.id).await.unwrap();
     assert_eq!(
         db.org_agents(acme.id).await.unwrap(),
         std::slice::from_ref(&mine)
@@ -135,11 +170,11 @@ async fn organization_agents_are_walled_off(kind: Kind) {
         Err(Error::AgentNotFound(_))
     ));
     // A refused write leaves no agent behind.
-    refuse_inserts(&db, "agents", "name", "other/fails")
+    refuse_inserts(&db, "agents", "name", "fails")
         .await
         .unwrap();
     assert!(
-        db.create_org_agent(other.id, NewAgent::named("other/fails"))
+        db.create_org_agent(other.id, NewAgent::named("fails"))
             .await
             .is_err()
     );

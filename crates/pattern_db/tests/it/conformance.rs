@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use pattern_db::testkit::insert_raw_protocol_message;
 use pattern_db::{
-    Backend, BatchState, BatchType, BeginBatch, ContentBlock, Database, DbConfig, Error,
-    LegacyMessage, MachineId, NewAgent, NewBlock, NewMessage, NewProtocolAgent, NewProtocolMessage,
-    OrganizationId, ProtocolAgent, ProtocolAgentId, ProtocolMessageId, RecoveryScope, Role,
-    SessionId, SessionStatus, SessionType, SnowflakeId, Summary,
+    AgentId, Backend, BatchState, BatchType, BeginBatch, ContentBlock, Database, DbConfig, Error,
+    LegacyMessage, MachineId, NewAgent, NewBlock, NewMessage, NewProtocolMessage, OrganizationId,
+    ProtocolMessageId, RecoveryScope, Role, SessionId, SessionStatus, SessionType, SnowflakeId,
+    Summary,
 };
 use serde_json::json;
 
@@ -38,8 +38,8 @@ async fn agents(kind: Kind) {
     let db = db.unwrap();
     let a = db
         .create_agent(NewAgent {
-            name: "ada".into(),
             metadata: json!({"model": "m"}),
+            ..NewAgent::named("ada")
         })
         .await
         .unwrap();
@@ -60,12 +60,21 @@ async fn agents(kind: Kind) {
     );
     assert!(matches!(
         db.create_agent(NewAgent::named("")).await,
-        Err(Error::InvalidContent(_))
+        Err(Error::InvalidName { field: "name", .. })
     ));
     assert!(matches!(
         db.agent_by_name("nobody").await,
         Err(Error::AgentNameNotFound(_))
     ));
+
+    // Metadata is replaced whole and read back; an unknown agent is refused.
+    let changed = db
+        .set_agent_metadata(a.id, json!({"model": {"provider": "openai", "model": "x"}}))
+        .await
+        .unwrap();
+    assert_eq!(changed.metadata["model"]["model"], "x");
+    assert_eq!(db.agent(a.id).await.unwrap(), changed);
+    assert_eq!(changed.created_at, a.created_at);
 
     // Deleting an agent removes its history too.
     let store = db.messages(b.id);
@@ -78,6 +87,10 @@ async fn agents(kind: Kind) {
     assert!(store.get_recent(10).await.unwrap().is_empty());
     assert!(matches!(
         db.delete_agent(b.id).await,
+        Err(Error::AgentNotFound(_))
+    ));
+    assert!(matches!(
+        db.set_agent_metadata(b.id, json!({})).await,
         Err(Error::AgentNotFound(_))
     ));
     db.close().await;
@@ -1489,16 +1502,14 @@ async fn concurrent_block_writes_lose_nothing(kind: Kind) {
 
 // -- agent-to-agent protocol -----------------------------------------------------------------
 
-async fn protocol_pair(db: &Database) -> (ProtocolAgent, ProtocolAgent) {
+async fn protocol_pair(db: &Database) -> (pattern_db::Agent, pattern_db::Agent) {
     let org = db.create_organization("acme", "Acme").await.unwrap();
-    let new = |ext: &str| NewProtocolAgent {
-        external_id: ext.into(),
-        organization: org.id,
-        name: ext.to_uppercase(),
-        agent: None,
+    let new = |ext: &str| NewAgent {
+        external_id: Some(ext.into()),
+        ..NewAgent::named(ext.to_uppercase()).in_organization(org.id)
     };
-    let a = db.create_protocol_agent(new("ada")).await.unwrap();
-    let b = db.create_protocol_agent(new("bob")).await.unwrap();
+    let a = db.create_agent(new("ada")).await.unwrap();
+    let b = db.create_agent(new("bob")).await.unwrap();
     (a, b)
 }
 
@@ -1509,14 +1520,17 @@ fn say(text: &str) -> NewProtocolMessage {
 async fn protocol_organizations_and_agents(kind: Kind) {
     let tdb = fresh(kind).await;
     let db = tdb.open().await.unwrap();
-    let pattern_agent = db.create_agent(NewAgent::named("ada")).await.unwrap();
     let acme = db.create_organization("acme", "Acme").await.unwrap();
     let beta = db.create_organization("beta", "Beta").await.unwrap();
     assert_eq!(db.organization_by_external_id("acme").await.unwrap(), acme);
-    assert_eq!(
-        db.organizations().await.unwrap(),
-        [acme.clone(), beta.clone()]
-    );
+    let listed: Vec<_> = db
+        .organizations()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|o| o.external_id != pattern_db::LOCAL_ORGANIZATION)
+        .collect();
+    assert_eq!(listed, [acme.clone(), beta.clone()]);
     assert!(matches!(
         db.create_organization("acme", "Again").await,
         Err(Error::ExternalIdTaken { kind: "organization", external_id }) if external_id == "acme"
@@ -1528,63 +1542,62 @@ async fn protocol_organizations_and_agents(kind: Kind) {
             ..
         })
     ));
-    assert!(matches!(
-        db.create_organization("", "Empty").await,
-        Err(Error::InvalidProtocolMessage(_))
-    ));
+    for (external_id, name, field) in [
+        ("", "Empty", "external_id"),
+        ("a/b", "Slash", "external_id"),
+        ("ok", "bad\u{202E}", "name"),
+    ] {
+        let refused = db.create_organization(external_id, name).await;
+        assert!(
+            matches!(&refused, Err(Error::InvalidName { field: f, .. }) if *f == field),
+            "{refused:?}"
+        );
+    }
 
+    // The protocol's participants are agents: one identity, scoped by organization.
     let ada = db
-        .create_protocol_agent(NewProtocolAgent {
-            external_id: "ada@acme".into(),
-            organization: acme.id,
-            name: "Ada".into(),
-            agent: Some(pattern_agent.id),
+        .create_agent(NewAgent {
+            external_id: Some("ada@acme".into()),
+            ..NewAgent::named("Ada").in_organization(acme.id)
         })
         .await
         .unwrap();
-    assert_eq!(ada.agent, Some(pattern_agent.id));
+    assert_eq!(ada.organization, acme.id);
     assert_eq!(
-        db.protocol_agent_by_external_id("ada@acme").await.unwrap(),
+        db.agent_by_external_id(acme.id, "ada@acme").await.unwrap(),
         ada
     );
-    assert_eq!(db.protocol_agent(ada.id).await.unwrap(), ada);
+    assert_eq!(db.agent(ada.id).await.unwrap(), ada);
     assert_eq!(
-        db.protocol_agents(acme.id).await.unwrap().as_slice(),
+        db.org_agents(acme.id).await.unwrap().as_slice(),
         std::slice::from_ref(&ada)
     );
-    assert!(db.protocol_agents(beta.id).await.unwrap().is_empty());
+    assert!(db.org_agents(beta.id).await.unwrap().is_empty());
+    assert!(matches!(
+        db.agent_by_external_id(beta.id, "ada@acme").await,
+        Err(Error::ExternalIdNotFound { kind: "agent", .. })
+    ));
+    // The same external id in another organization is another agent.
+    let other_ada = db
+        .create_agent(NewAgent {
+            external_id: Some("ada@acme".into()),
+            ..NewAgent::named("Other").in_organization(beta.id)
+        })
+        .await
+        .unwrap();
+    assert_ne!(other_ada.id, ada.id);
     let dup = db
-        .create_protocol_agent(NewProtocolAgent {
-            external_id: "ada@acme".into(),
-            organization: beta.id,
-            name: "Other".into(),
-            agent: None,
+        .create_agent(NewAgent {
+            external_id: Some("ada@acme".into()),
+            ..NewAgent::named("Third").in_organization(acme.id)
         })
         .await;
     assert!(
-        matches!(
-            dup,
-            Err(Error::ExternalIdTaken {
-                kind: "protocol agent",
-                ..
-            })
-        ),
+        matches!(dup, Err(Error::ExternalIdTaken { kind: "agent", .. })),
         "{dup:?}"
     );
-    assert!(matches!(
-        db.protocol_agent_by_external_id("nobody").await,
-        Err(Error::ExternalIdNotFound {
-            kind: "protocol agent",
-            ..
-        })
-    ));
     let orphan = db
-        .create_protocol_agent(NewProtocolAgent {
-            external_id: "orphan".into(),
-            organization: OrganizationId::new(),
-            name: "Orphan".into(),
-            agent: None,
-        })
+        .create_agent(NewAgent::named("Orphan").in_organization(OrganizationId::new()))
         .await;
     assert!(matches!(
         orphan,
@@ -1593,11 +1606,29 @@ async fn protocol_organizations_and_agents(kind: Kind) {
             ..
         })
     ));
-    assert!(db.protocol_agent_by_external_id("orphan").await.is_err());
 
-    // Deleting the Pattern agent unlinks, and keeps, the protocol agent.
-    db.delete_agent(pattern_agent.id).await.unwrap();
-    assert_eq!(db.protocol_agent(ada.id).await.unwrap().agent, None);
+    // Nothing crosses an organization's wall: no session, no meeting invitation or join.
+    let wall = db
+        .open_session(ada.id, other_ada.id, SessionType::Async)
+        .await;
+    assert!(
+        matches!(wall, Err(Error::OtherOrganization { .. })),
+        "{wall:?}"
+    );
+    assert!(matches!(
+        wall.unwrap_err().class(),
+        pattern_db::ErrorClass::NotFound
+    ));
+    let meeting = db.create_meeting(ada.id, None).await.unwrap();
+    assert!(matches!(
+        db.invite_to_meeting(meeting.meeting.id, ada.id, other_ada.id)
+            .await,
+        Err(Error::OtherOrganization { .. })
+    ));
+    assert!(matches!(
+        db.join_meeting(meeting.meeting.id, other_ada.id).await,
+        Err(Error::OtherOrganization { .. })
+    ));
     db.close().await;
     tdb.cleanup().await.unwrap();
 }
@@ -1654,12 +1685,9 @@ async fn protocol_sessions_are_normalised_and_one_live(kind: Kind) {
         Err(Error::SelfSession(x)) if x == a.id
     ));
     assert!(matches!(
-        db.open_session(a.id, ProtocolAgentId::new(), SessionType::Async)
+        db.open_session(a.id, AgentId::new(), SessionType::Async)
             .await,
-        Err(Error::ProtocolNotFound {
-            kind: "protocol agent",
-            ..
-        })
+        Err(Error::AgentNotFound(_))
     ));
     assert!(matches!(
         db.session(SessionId::new()).await,
@@ -1717,12 +1745,7 @@ async fn protocol_sync_sessions_alternate_strictly(kind: Kind) {
     // A stranger can neither send nor end.
     let org = db.organization_by_external_id("acme").await.unwrap();
     let eve = db
-        .create_protocol_agent(NewProtocolAgent {
-            external_id: "eve".into(),
-            organization: org.id,
-            name: "Eve".into(),
-            agent: None,
-        })
+        .create_agent(NewAgent::named("Eve").in_organization(org.id))
         .await
         .unwrap();
     assert!(matches!(
@@ -1814,8 +1837,8 @@ async fn protocol_async_inbox(kind: Kind) {
     assert!(read[..3].iter().all(|m| m.read_at.is_some()));
     assert!(read[3..].iter().all(|m| m.read_at.is_none()));
     assert!(matches!(
-        db.mark_read(ProtocolAgentId::new(), &ids).await,
-        Err(Error::ProtocolNotFound { .. })
+        db.mark_read(AgentId::new(), &ids).await,
+        Err(Error::AgentNotFound(_))
     ));
 
     db.end_session(s.id, b.id).await.unwrap();

@@ -20,6 +20,7 @@ mod approvals;
 mod auth;
 mod conformance;
 mod crash;
+mod identity;
 mod ids;
 mod import;
 mod mcp;

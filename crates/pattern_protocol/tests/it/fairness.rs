@@ -5,7 +5,7 @@
 //! join order.
 
 use pattern_db::Error as DbError;
-use pattern_protocol::{Error, MeetingStatus, Protocol, ProtocolAgentId};
+use pattern_protocol::{AgentId, Error, MeetingStatus, Protocol};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
@@ -62,7 +62,7 @@ fn fairness(kind: Kind) {
         .unwrap();
     let tdb = rt.block_on(fresh(kind));
     let p: Protocol = rt.block_on(protocol(&tdb));
-    let ids: Vec<ProtocolAgentId> = rt.block_on(async {
+    let ids: Vec<AgentId> = rt.block_on(async {
         let mut ids = Vec::new();
         for n in 0..AGENTS {
             ids.push(agent(&p, &format!("agent-{n}")).await.id);
@@ -85,8 +85,8 @@ fn fairness(kind: Kind) {
     });
 }
 
-async fn check(p: &Protocol, ids: &[ProtocolAgentId], steps: Vec<Step>) {
-    let index = |id: ProtocolAgentId| ids.iter().position(|x| *x == id).unwrap();
+async fn check(p: &Protocol, ids: &[AgentId], steps: Vec<Step>) {
+    let index = |id: AgentId| ids.iter().position(|x| *x == id).unwrap();
     // Agent 0 hosts and agent 1 joins; the meeting starts with agent 0 speaking.
     let m = p.create_meeting(ids[0], None).await.unwrap().meeting.id;
     p.join_meeting(m, ids[1]).await.unwrap();

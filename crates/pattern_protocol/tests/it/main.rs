@@ -17,7 +17,7 @@ mod races;
 mod waiting;
 
 use pattern_db::testkit::TestDb;
-use pattern_protocol::{NewProtocolAgent, Protocol, ProtocolAgent};
+use pattern_protocol::{Agent, NewAgent, Protocol};
 
 /// Which backend a case runs on.
 pub use pattern_db::Backend as Kind;
@@ -35,15 +35,10 @@ pub async fn protocol(tdb: &TestDb) -> Protocol {
 }
 
 /// A new agent of the `acme` organization.
-pub async fn agent(protocol: &Protocol, external_id: &str) -> ProtocolAgent {
+pub async fn agent(protocol: &Protocol, external_id: &str) -> Agent {
     let org = protocol.organization("acme").await.unwrap();
     protocol
-        .create_agent(NewProtocolAgent {
-            external_id: external_id.into(),
-            organization: org.id,
-            name: external_id.into(),
-            agent: None,
-        })
+        .create_agent(NewAgent::named(external_id).in_organization(org.id))
         .await
         .unwrap()
 }

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use pattern_db::Error as DbError;
 use pattern_protocol::{
-    Error, MeetingEventType as E, MeetingStatus, NewProtocolMessage, ParticipantStatus, Protocol,
-    ProtocolAgentId, RetentionPolicy, SessionType,
+    AgentId, Error, MeetingEventType as E, MeetingStatus, NewProtocolMessage, ParticipantStatus,
+    Protocol, RetentionPolicy, SessionType,
 };
 use serde_json::json;
 
@@ -28,7 +28,7 @@ fn db(e: Error) -> DbError {
     }
 }
 
-async fn speaker(p: &Protocol, m: pattern_protocol::MeetingId) -> Option<ProtocolAgentId> {
+async fn speaker(p: &Protocol, m: pattern_protocol::MeetingId) -> Option<AgentId> {
     p.meeting(m).await.unwrap().speaker
 }
 
@@ -178,10 +178,10 @@ async fn bad_input_is_typed(kind: Kind) {
     let tdb = fresh(kind).await;
     let p = protocol(&tdb).await;
     let a = agent(&p, "ada").await;
-    let ghost = ProtocolAgentId::new();
+    let ghost = AgentId::new();
     assert!(matches!(
         db(p.create_meeting(ghost, None).await.unwrap_err()),
-        DbError::ProtocolNotFound { .. }
+        DbError::AgentNotFound(_)
     ));
     for bad in [Duration::ZERO, Duration::from_secs(8 * 24 * 3600)] {
         assert!(matches!(
@@ -192,7 +192,7 @@ async fn bad_input_is_typed(kind: Kind) {
     let m = p.create_meeting(a.id, None).await.unwrap().meeting.id;
     assert!(matches!(
         db(p.join_meeting(m, ghost).await.unwrap_err()),
-        DbError::ProtocolNotFound { .. }
+        DbError::AgentNotFound(_)
     ));
     let unknown = pattern_protocol::MeetingId::new();
     assert!(matches!(
@@ -227,7 +227,7 @@ pub(crate) async fn started(
     p: &Protocol,
     names: &[&str],
     turn: Option<Duration>,
-) -> (pattern_protocol::MeetingId, Vec<ProtocolAgentId>) {
+) -> (pattern_protocol::MeetingId, Vec<AgentId>) {
     let mut ids = Vec::new();
     for name in names {
         ids.push(agent(p, name).await.id);

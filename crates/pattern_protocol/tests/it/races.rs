@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use pattern_db::Error as DbError;
 use pattern_db::testkit::TestDb;
 use pattern_protocol::{
-    Error, MeetingEventType as E, MeetingId, MeetingStatus, Protocol, ProtocolAgentId,
-    RetentionPolicy, SessionType,
+    AgentId, Error, MeetingEventType as E, MeetingId, MeetingStatus, Protocol, RetentionPolicy,
+    SessionType,
 };
 
 use crate::meetings::{say, started};
@@ -150,7 +150,7 @@ async fn next_speaker_leaves_while_the_turn_passes(kind: Kind) {
     let (m, ids) = started(&p, &["ada", "bob", "cy"], None).await;
     let hs = handles(&tdb, 2).await;
     for _ in 0..ROUNDS {
-        let order: Vec<ProtocolAgentId> = p
+        let order: Vec<AgentId> = p
             .participants(m)
             .await
             .unwrap()
@@ -334,7 +334,7 @@ fn race_child() {
         let p = Protocol::new(db).await.unwrap();
         let parts: Vec<&str> = command.split(' ').collect();
         let meeting = MeetingId(parts[1].parse().unwrap());
-        let agent = ProtocolAgentId(parts[2].parse().unwrap());
+        let agent = AgentId(parts[2].parse().unwrap());
         let mut out = std::io::stdout().lock();
         writeln!(out, "@@READY").unwrap();
         out.flush().unwrap();

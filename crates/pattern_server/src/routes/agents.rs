@@ -1,8 +1,11 @@
-//! `/v1/agents`: create, list, show and delete the caller's organization's agents. This module
-//! must never list or touch an agent outside the caller's organization.
+//! `/v1/agents`: create, list, show and delete the caller's organization's agents, and set the
+//! model an agent runs on (`PUT /v1/agents/{id}/model`, stored in its metadata under `model`;
+//! keys stay in the server's environment). This module must never list or touch an agent outside
+//! the caller's organization, and never store a key.
 
 use axum::extract::State;
 use axum::http::StatusCode;
+use pattern::model::AgentModel;
 use pattern::{Agent, NewAgent};
 use serde::Deserialize;
 use serde_json::Value;
@@ -18,8 +21,13 @@ use crate::views::AgentView;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct CreateAgent {
-    /// 1 to 150 characters, no `/`, unique in the organization.
+    /// Unique in the organization; 1 to 200 characters, no `/`, no control or bidirectional
+    /// override characters, no white space at either end (the rule of `pattern agent create`).
     name: String,
+    /// The id the outside world knows it by, unique in the organization (the name when absent;
+    /// the same rule as the name).
+    #[serde(default)]
+    external_id: Option<String>,
     /// What the agent is told (its system prompt); a default when absent.
     #[serde(default)]
     instructions: Option<String>,
@@ -27,13 +35,48 @@ pub(crate) struct CreateAgent {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     metadata: Option<Value>,
+    /// The model this agent runs on; the server's default when absent.
+    #[serde(default)]
+    model: Option<ModelBody>,
 }
 
-/// The agent as this organization sees it (its name without the organization prefix).
-pub(crate) fn view(caller: &Caller, agent: &Agent) -> AgentView {
-    let mut view = AgentView::from(agent);
-    view.name = caller.display_name(agent).to_owned();
-    view
+/// An agent's model: `{"provider": "openai|anthropic|gemini|local|openai_compatible", "model":
+/// "...", "base_url"?}` (`base_url` required for `openai_compatible`). Keys are never sent: the
+/// server reads them from its environment.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ModelBody {
+    /// `openai`, `anthropic`, `gemini`, `local` or `openai_compatible`.
+    provider: String,
+    /// The model's name at that provider.
+    model: String,
+    /// Another base URL than the provider's own.
+    #[serde(default)]
+    base_url: Option<String>,
+}
+
+impl ModelBody {
+    fn checked(self) -> Result<AgentModel, ApiError> {
+        let model = AgentModel::from_json(&serde_json::json!({
+            "provider": self.provider,
+            "model": self.model,
+            "base_url": self.base_url,
+        }))?;
+        Ok(model)
+    }
+}
+
+/// Body of `PUT /v1/agents/{agent_id}/model`: the model, or `null` for the server's default.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SetModel {
+    /// The model; `null` returns the agent to the server's default.
+    model: Option<ModelBody>,
+}
+
+/// The agent as its organization sees it.
+pub(crate) fn view(_caller: &Caller, agent: &Agent) -> AgentView {
+    AgentView::from(agent)
 }
 
 /// Creates an agent in the caller's organization.
@@ -46,12 +89,7 @@ pub(crate) async fn create(
     caller: Caller,
     ApiJson(body): ApiJson<CreateAgent>,
 ) -> Result<(StatusCode, ApiJson<AgentView>), ApiError> {
-    let name = body.name.trim();
-    if name.is_empty() || name.chars().count() > 150 || name.contains('/') {
-        return Err(ApiError::invalid(
-            "`name` must be 1 to 150 characters without `/`",
-        ));
-    }
+    let name = body.name.as_str();
     let mut metadata = match body.metadata {
         None | Some(Value::Null) => Value::Object(serde_json::Map::new()),
         Some(Value::Object(map)) => Value::Object(map),
@@ -60,9 +98,13 @@ pub(crate) async fn create(
     if let (Some(text), Value::Object(map)) = (body.instructions, &mut metadata) {
         map.insert("instructions".into(), Value::String(text));
     }
+    if let Some(model) = body.model {
+        metadata = AgentModel::store(Some(&model.checked()?), &metadata);
+    }
     let new = NewAgent {
-        name: caller.qualified(name),
         metadata,
+        external_id: body.external_id,
+        ..NewAgent::named(name).in_organization(caller.org)
     };
     let agent = state
         .pattern()
@@ -113,4 +155,29 @@ pub(crate) async fn delete(
         .await?;
     state.forget(agent.id).await;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Sets the model an agent runs on (its next turn uses it; a turn going on finishes on the old
+/// one). A model the provider does not know is not checked here: the agent's turns fail with the
+/// provider's error and the model can be set again.
+#[utoipa::path(put, path = "/v1/agents/{agent_id}/model", tag = "agents", request_body = SetModel,
+    security(("api_key" = [])),
+    params(("agent_id" = String, Path, description = "agent id (UUID)")),
+    responses((status = 200, body = AgentView), (status = 400, body = crate::error::ErrorBody),
+        (status = 404, body = crate::error::ErrorBody)))]
+pub(crate) async fn set_model(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(agent_id): ApiPath<String>,
+    ApiJson(body): ApiJson<SetModel>,
+) -> Result<ApiJson<AgentView>, ApiError> {
+    let agent = caller.agent(&state, &agent_id).await?;
+    let model = body.model.map(ModelBody::checked).transpose()?;
+    let metadata = AgentModel::store(model.as_ref(), &agent.metadata);
+    let agent = state
+        .pattern()
+        .db()
+        .set_agent_metadata(agent.id, metadata)
+        .await?;
+    Ok(ApiJson(view(&caller, &agent)))
 }

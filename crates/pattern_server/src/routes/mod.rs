@@ -139,6 +139,7 @@ fn table() -> Vec<Route> {
         route("/v1/agents/{agent_id}", Timed)
             .get(agents::show)
             .delete(agents::delete),
+        route("/v1/agents/{agent_id}/model", Timed).put(agents::set_model),
         route("/v1/agents/{agent_id}/messages", Streaming).post(turns::send),
         route("/v1/agents/{agent_id}/turns/{turn_id}", Timed)
             .get(turns::status)

