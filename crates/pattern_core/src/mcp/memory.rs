@@ -17,8 +17,8 @@ use memory_v2::{ArchivalMemory, MemoryEditor, WriteAuth};
 use pattern_db::search::ContentType;
 use pattern_db::{AgentId, NewArchival};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
@@ -314,13 +314,16 @@ fn db_v2_options(agent: AgentId, limit: usize, only: ContentType) -> memory_v2::
 
 impl ServerHandler for MemoryServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(
-            format!(
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(
+                "pattern-memory",
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions(format!(
                 "The memory of Pattern agent `{}`: blocks (read before you change one and pass \
                  its version), archival passages and history search.",
                 self.name
-            ),
-        )
+            ))
     }
 
     async fn list_tools(
