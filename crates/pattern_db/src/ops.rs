@@ -837,10 +837,12 @@ async fn set_agent_metadata(
     if updated.rows_affected() == 0 {
         return Err(Error::AgentNotFound(agent));
     }
-    let row = sqlx::query("SELECT id, name, metadata, created_at FROM agents WHERE id = $1")
-        .bind(agent.to_string())
-        .fetch_one(&mut *conn)
-        .await?;
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {AGENT_COLUMNS} FROM agents WHERE id = $1"
+    )))
+    .bind(agent.to_string())
+    .fetch_one(&mut *conn)
+    .await?;
     agent_from_row(&row)
 }
 
