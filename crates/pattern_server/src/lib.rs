@@ -139,6 +139,11 @@ async fn sweep(state: AppState) {
         if let Err(e) = state.load_agents_with_due_entries().await {
             tracing::warn!(error = %e.message, "loading agents with queued work failed");
         }
+        match state.resume_meetings().await {
+            Ok(n) if n > 0 => tracing::info!(meetings = n, "resumed driving meetings"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e.message, "resuming meetings failed"),
+        }
         let unloaded = state.unload_idle().await;
         if unloaded > 0 {
             tracing::debug!(agents = unloaded, "unloaded idle agents");

@@ -17,8 +17,10 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use pattern::core::approvals::DbApprover;
+use pattern::core::meeting::{MeetingDriver, MeetingPlan};
 use pattern::core::provider::ModelProvider;
 use pattern::core::{Agent, AgentLoader, DatabaseAgent, QueueProcessor, RuntimeConfig};
+use pattern::db::MeetingId;
 use pattern::model::{AgentModel, Models};
 use pattern::{AgentId, Pattern};
 use tokio::sync::{Mutex, watch};
@@ -113,6 +115,8 @@ struct Inner {
     models: Arc<Models>,
     config: ServerConfig,
     agents: Mutex<HashMap<AgentId, Loaded>>,
+    /// Meetings this process drives (`meeting run`), with the agents it built for them.
+    meetings: Mutex<HashMap<MeetingId, Driving>>,
     /// Delivers agents' durable queues (triggers that waited, entries a crash left, wakeups).
     queue: Arc<QueueProcessor>,
     /// Set when the server starts shutting down: no new turn starts, meeting streams end.
@@ -120,6 +124,13 @@ struct Inner {
     /// Set when the drain is over: turn streams and waits still open end (their turns go on
     /// in other processes; clients resume them there).
     stopped: watch::Sender<bool>,
+}
+
+/// A meeting driven here: the driving task and the meeting's agents (built for it, with the
+/// meeting tools; their runs are fenced in the database like any other).
+struct Driving {
+    task: tokio::task::JoinHandle<()>,
+    agents: Vec<Arc<DatabaseAgent>>,
 }
 
 struct Loaded {
@@ -178,6 +189,7 @@ impl AppState {
                 models: Arc::new(models),
                 config,
                 agents: Mutex::new(HashMap::new()),
+                meetings: Mutex::new(HashMap::new()),
                 closing: watch::Sender::new(false),
                 stopped: watch::Sender::new(false),
             }),
@@ -320,7 +332,7 @@ impl AppState {
     /// Cancels every run going on in this process (their batches are abandoned, their messages
     /// stay stored and can be retried at once); returns how many.
     pub async fn cancel_running(&self, reason: &str) -> usize {
-        let agents: Vec<Arc<DatabaseAgent>> = self
+        let mut agents: Vec<Arc<DatabaseAgent>> = self
             .inner
             .agents
             .lock()
@@ -328,6 +340,10 @@ impl AppState {
             .values()
             .map(|l| l.agent.clone())
             .collect();
+        for driving in self.inner.meetings.lock().await.values() {
+            driving.task.abort();
+            agents.extend(driving.agents.iter().cloned());
+        }
         agents.iter().filter(|a| a.cancel_running(reason)).count()
     }
 
@@ -341,7 +357,14 @@ impl AppState {
                 .lock()
                 .await
                 .values()
-                .any(|l| l.agent.is_running());
+                .any(|l| l.agent.is_running())
+                || self
+                    .inner
+                    .meetings
+                    .lock()
+                    .await
+                    .values()
+                    .any(|d| d.agents.iter().any(|a| a.is_running()));
             if !busy {
                 return true;
             }
@@ -380,6 +403,100 @@ impl AppState {
             loaded += 1;
         }
         Ok(loaded)
+    }
+
+    /// A meeting driver over agents `ids` (each on its own model, with the meeting tools),
+    /// with the agents it drives.
+    async fn meeting_driver(
+        &self,
+        ids: &[AgentId],
+    ) -> Result<(MeetingDriver, Vec<Arc<DatabaseAgent>>), ApiError> {
+        let tools = Arc::new(pattern::core::tool::meeting::registry()?);
+        let mut agents = Vec::new();
+        for id in ids {
+            let row = self.inner.pattern.db().agent(*id).await?;
+            let model = self.inner.models.for_agent(&row);
+            let mut config = RuntimeConfig::for_agent(&row, model.model().context_window);
+            config.max_iterations = self.inner.config.max_iterations;
+            let agent =
+                self.inner
+                    .pattern
+                    .agent_with_tools(row, model, config, Some(tools.clone()))?;
+            agent
+                .runtime()
+                .permissions()
+                .set_approver(Arc::new(DbApprover::new(self.inner.pattern.db().clone())))
+                .await;
+            agents.push(agent);
+        }
+        let driver = MeetingDriver::new(self.inner.pattern.protocol().clone(), agents.clone());
+        Ok((driver, agents))
+    }
+
+    /// Creates the meeting of `plan` (its agents already checked against the caller's
+    /// organization) and drives it here in the background; returns its id at once.
+    pub(crate) async fn run_meeting(
+        &self,
+        plan: &MeetingPlan,
+        turn: Option<Duration>,
+    ) -> Result<MeetingId, ApiError> {
+        let (driver, agents) = self.meeting_driver(&plan.agents).await?;
+        let id = driver.create(plan, turn).await?;
+        self.drive(id, driver, agents).await;
+        Ok(id)
+    }
+
+    async fn drive(&self, id: MeetingId, driver: MeetingDriver, agents: Vec<Arc<DatabaseAgent>>) {
+        let mut meetings = self.inner.meetings.lock().await;
+        if meetings.get(&id).is_some_and(|d| !d.task.is_finished()) {
+            return;
+        }
+        let weak = Arc::downgrade(&self.inner);
+        let task = tokio::spawn(async move {
+            let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+            tokio::spawn(async move { while rx.recv().await.is_some() {} });
+            match driver.run(id, tx).await {
+                Ok(outcome) => {
+                    tracing::info!(meeting = %id, ended = %outcome.ended_because, "meeting ended");
+                }
+                Err(e) => tracing::warn!(meeting = %id, error = %e, "driving a meeting failed"),
+            }
+            if let Some(inner) = weak.upgrade() {
+                inner.meetings.lock().await.remove(&id);
+            }
+        });
+        meetings.insert(id, Driving { task, agents });
+    }
+
+    /// Drives every live meeting that was created with a plan and is not driven here: a
+    /// meeting whose driving process died goes on here (from its log). Several processes may
+    /// drive one meeting: each turn is still run once and spoken once (the driver's keys).
+    pub(crate) async fn resume_meetings(&self) -> Result<usize, ApiError> {
+        if self.is_closing() {
+            return Ok(0);
+        }
+        let live = self.inner.pattern.protocol().active_meetings().await?;
+        let mut resumed = 0;
+        for m in live {
+            let id = m.meeting.id;
+            if self.inner.meetings.lock().await.contains_key(&id) {
+                continue;
+            }
+            let bare = MeetingDriver::new(self.inner.pattern.protocol().clone(), Vec::new());
+            let Ok(plan) = bare.plan(id).await else {
+                continue; // not a driven meeting: people act in it by hand
+            };
+            let (driver, agents) = match self.meeting_driver(&plan.agents).await {
+                Ok(built) => built,
+                Err(e) => {
+                    tracing::warn!(meeting = %id, error = %e.message, "cannot resume a meeting");
+                    continue;
+                }
+            };
+            self.drive(id, driver, agents).await;
+            resumed += 1;
+        }
+        Ok(resumed)
     }
 
     /// Ends the drain: turn streams and waits still open end.

@@ -180,6 +180,7 @@ fn table() -> Vec<Route> {
             .post(protocol::send_session_message),
         route("/v1/sessions/{session_id}/end", Timed).post(protocol::end_session),
         route("/v1/meetings", Timed).post(protocol::create_meeting),
+        route("/v1/meetings/run", Timed).post(protocol::run_meeting),
         route("/v1/meetings/{meeting_id}", Timed).get(protocol::show_meeting),
         route("/v1/meetings/{meeting_id}/messages", Timed).get(protocol::meeting_messages),
         route("/v1/meetings/{meeting_id}/events", Streaming).get(protocol::meeting_events),

@@ -186,6 +186,30 @@ pub(crate) struct CreateMeeting {
     turn_duration_ms: Option<u64>,
 }
 
+/// Body of `POST /v1/meetings/run`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RunMeeting {
+    /// What the meeting is about.
+    topic: String,
+    /// The agents (agent ids) in speaking order; the first hosts. At least two, all of the
+    /// caller's organization.
+    agents: Vec<String>,
+    /// Turns each agent gets (1 to 100; default 1).
+    #[serde(default)]
+    rounds: Option<u32>,
+    /// Longest a speaker's run may take, in milliseconds, before it is cancelled and the turn
+    /// passes on.
+    #[serde(default)]
+    turn_duration_ms: Option<u64>,
+    /// A phrase that ends the meeting when a speech contains it.
+    #[serde(default)]
+    end_phrase: Option<String>,
+    /// `round-robin` (the default and, for now, the only policy).
+    #[serde(default)]
+    policy: Option<String>,
+}
+
 /// Body of `POST /v1/meetings/{meeting_id}/{action}`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -579,6 +603,56 @@ pub(crate) async fn create_meeting(
         StatusCode::CREATED,
         ApiJson(ids.meeting(&update.meeting).await?),
     ))
+}
+
+/// Creates a meeting of the organization's agents and lets them hold it: this server drives
+/// it (each speaker's turn is a run of that agent; its answer is its speech) and any server
+/// sharing the database resumes it if this one stops. Follow it with
+/// `GET /v1/meetings/{id}/events`.
+#[utoipa::path(post, path = "/v1/meetings/run", tag = "protocol", security(("api_key" = [])),
+    request_body = RunMeeting,
+    responses((status = 201, body = MeetingView), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub(crate) async fn run_meeting(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<RunMeeting>,
+) -> Result<(StatusCode, ApiJson<MeetingView>), ApiError> {
+    if state.is_closing() {
+        return Err(ApiError::new(
+            crate::error::ErrorCode::Unavailable,
+            "the server is shutting down",
+        ));
+    }
+    match body.policy.as_deref() {
+        None | Some("round-robin") => {}
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "`policy` `{other}` is not known (round-robin)"
+            )));
+        }
+    }
+    if body.turn_duration_ms == Some(0) {
+        return Err(ApiError::invalid("`turn_duration_ms` must be at least 1"));
+    }
+    let mut ids = Ids::new(&state, caller);
+    let mut agents = Vec::new();
+    for agent in &body.agents {
+        agents.push(ids.participant(agent).await?.id);
+    }
+    let plan = pattern::core::meeting::MeetingPlan {
+        topic: body.topic,
+        rounds: body.rounds.unwrap_or(1),
+        end_phrase: body.end_phrase,
+        policy: pattern::core::meeting::Policy::RoundRobin,
+        agents,
+    };
+    plan.validate()?;
+    let id = state
+        .run_meeting(&plan, body.turn_duration_ms.map(Duration::from_millis))
+        .await?;
+    let meeting = state.pattern().protocol().meeting(id).await?;
+    Ok((StatusCode::CREATED, ApiJson(ids.meeting(&meeting).await?)))
 }
 
 /// One meeting with its participants.

@@ -325,7 +325,106 @@ async fn meeting_events_stream_and_resume_by_cursor(backend: Backend) {
     s.stop().await;
 }
 
+/// `POST /v1/meetings/run`: the server drives a meeting of the organization's agents to its
+/// end (each turn a run of the speaker; the scripted model answers `done`), the event stream
+/// shows it turn by turn, and bad requests store nothing.
+async fn meetings_run_by_agents_over_http(backend: Backend) {
+    let s = Server::start(backend, vec![]).await;
+    let ada = s.agent(&s.key_a, "ada").await;
+    let bob = s.agent(&s.key_a, "bob").await;
+    let carol = s.agent(&s.key_b, "carol").await;
+    let bad = [
+        (
+            json!({"topic": "t", "agents": [ada]}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            json!({"topic": "t", "agents": [ada, ada]}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            json!({"topic": " ", "agents": [ada, bob]}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            json!({"topic": "t", "agents": [ada, bob], "rounds": 0}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            json!({"topic": "t", "agents": [ada, bob], "turn_duration_ms": 0}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            json!({"topic": "t", "agents": [ada, bob], "policy": "chaos"}),
+            StatusCode::BAD_REQUEST,
+        ),
+        // Another organization's agent is unknown here.
+        (
+            json!({"topic": "t", "agents": [ada, carol]}),
+            StatusCode::NOT_FOUND,
+        ),
+    ];
+    for (body, expected) in bad {
+        let (status, answer) = s.post(&s.key_a, "/v1/meetings/run", body.clone()).await;
+        assert_eq!(status, expected, "{body}: {answer}");
+    }
+    let (status, _) = s
+        .post(
+            &s.key_b,
+            "/v1/meetings/run",
+            json!({"topic": "t", "agents": [ada, bob]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(
+        s.db.active_meetings().await.unwrap().is_empty(),
+        "nothing stored"
+    );
+
+    let (status, meeting) = s
+        .post(
+            &s.key_a,
+            "/v1/meetings/run",
+            json!({"topic": "Name the cat", "agents": [ada, bob], "rounds": 2}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{meeting}");
+    let id = meeting["id"].as_str().unwrap().to_owned();
+    let follow = s
+        .http
+        .get(s.url(&format!("/v1/meetings/{id}/events")))
+        .bearer_auth(&s.key_a);
+    let (_, mut events) = s.stream(follow).await;
+    let mut spoke = Vec::new();
+    let done = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        while let Some(e) = events.next().await {
+            if e.event == "agent_spoke" {
+                let data: Value = serde_json::from_str(&e.data).unwrap();
+                spoke.push(data["agent"].as_str().unwrap().to_owned());
+            }
+            if e.event == "meeting_ended" {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(done.is_ok(), "the meeting ended by itself");
+    assert_eq!(spoke, [ada.clone(), bob.clone(), ada.clone(), bob.clone()]);
+    let (_, said) = s
+        .get(&s.key_a, &format!("/v1/meetings/{id}/messages"))
+        .await;
+    assert_eq!(said.as_array().unwrap().len(), 4);
+    assert_eq!(said[0]["content"]["text"], "done");
+    // Each turn is a whole batch of the speaker's history.
+    let (_, batches) = s.get(&s.key_a, &format!("/v1/agents/{ada}/batches")).await;
+    let batches = batches.as_array().unwrap();
+    assert_eq!(batches.len(), 2, "{batches:?}");
+    assert!(batches.iter().all(|b| b["state"] == "complete"));
+    s.stop().await;
+}
+
 conformance!(
+    meetings_run_by_agents_over_http,
     sessions_keep_turns_and_inboxes,
     another_organization_cannot_act_in_sessions_inboxes_or_meetings,
     meeting_events_stream_and_resume_by_cursor,
