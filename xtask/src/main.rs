@@ -28,6 +28,7 @@ mod demo;
 mod guard;
 mod pg;
 mod setup;
+mod setup_mcp;
 mod tidy;
 mod workspace;
 

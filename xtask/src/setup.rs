@@ -49,6 +49,10 @@ const STEPS: &[Step] = &[
         name: "postgresql",
         run: postgresql,
     },
+    Step {
+        name: "MCP servers",
+        run: crate::setup_mcp::mcp_servers,
+    },
 ];
 
 /// Run every step, printing one line per component, then `pattern setup` built in the debug

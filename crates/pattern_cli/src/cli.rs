@@ -106,6 +106,58 @@ pub(crate) enum Command {
     /// Approval requests of guarded tool calls: list them, answer one.
     #[command(subcommand)]
     Approvals(ApprovalsCommand),
+    /// MCP: servers whose tools an agent uses, and an agent's memory served over MCP.
+    #[command(subcommand)]
+    Mcp(McpCommand),
+}
+
+/// `pattern mcp ...`
+#[derive(Debug, Subcommand)]
+pub(crate) enum McpCommand {
+    /// Store an MCP server for an agent: `pattern mcp add NAME --agent A -- COMMAND ARGS...`
+    /// (a child process over stdio) or `pattern mcp add NAME --agent A --url URL`. The model
+    /// sees its tool `t` as `NAME__t`; a server of that name is replaced.
+    Add {
+        /// The server's name: 1 to 32 characters of [a-z0-9-], starting with a letter.
+        name: String,
+        #[command(flatten)]
+        agent: AgentArg,
+        /// A streamable HTTP endpoint instead of a command.
+        #[arg(long, conflicts_with = "command")]
+        url: Option<String>,
+        /// An environment variable for the command (repeatable).
+        #[arg(long = "env", value_name = "KEY=VALUE", conflicts_with = "url")]
+        env: Vec<String>,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// An agent's MCP servers (stored, and from config.toml); with `--tools`, start each and
+    /// list its tools as the model sees them, or why it is left out.
+    List {
+        #[command(flatten)]
+        agent: AgentArg,
+        /// Start the servers and list their tools.
+        #[arg(long)]
+        tools: bool,
+    },
+    /// Remove a stored MCP server of an agent.
+    Remove {
+        /// The server's name.
+        name: String,
+        #[command(flatten)]
+        agent: AgentArg,
+    },
+    /// Serve an agent's memory (blocks, archival memory, history search) over MCP: on stdin and
+    /// stdout, or over streamable HTTP at `http://ADDR/mcp` with `--http ADDR` (an organization
+    /// API key required: `Authorization: Bearer <key>`).
+    Serve {
+        #[command(flatten)]
+        agent: AgentArg,
+        /// Listen on this address (e.g. 127.0.0.1:8765) instead of stdio.
+        #[arg(long, value_name = "ADDR")]
+        http: Option<String>,
+    },
 }
 
 /// `pattern approvals ...`

@@ -32,6 +32,68 @@ pub(crate) struct Config {
     pub(crate) runs: RunsSection,
     #[serde(default)]
     pub(crate) server: ServerSection,
+    #[serde(default)]
+    pub(crate) mcp: McpSection,
+}
+
+/// `[mcp]`: MCP servers of agents, besides those stored with `pattern mcp add` (decision 0015).
+/// One `[[mcp.servers]]` table per server: `agent`, `name`, and `command` (with `args`, `env`)
+/// or `url`. One of these replaces a stored server of the same agent and name.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct McpSection {
+    #[serde(default)]
+    pub(crate) servers: Vec<McpServerEntry>,
+}
+
+/// One `[[mcp.servers]]` table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct McpServerEntry {
+    /// The agent (its name as `pattern agent list` shows it).
+    pub(crate) agent: String,
+    /// The server's name.
+    pub(crate) name: String,
+    pub(crate) command: Option<String>,
+    #[serde(default)]
+    pub(crate) args: Vec<String>,
+    #[serde(default)]
+    pub(crate) env: std::collections::BTreeMap<String, String>,
+    pub(crate) url: Option<String>,
+}
+
+impl Config {
+    /// The MCP servers config.toml gives `agent` (checked; a bad one is a usage error naming
+    /// the file).
+    pub(crate) fn mcp_servers(
+        &self,
+        agent: &str,
+        path: &Path,
+    ) -> Result<Vec<pattern::core::mcp::McpServerConfig>> {
+        self.mcp
+            .servers
+            .iter()
+            .filter(|s| s.agent == agent)
+            .map(|s| {
+                let mut json = serde_json::Map::new();
+                if let Some(command) = &s.command {
+                    json.insert("command".into(), command.clone().into());
+                }
+                if !s.args.is_empty() {
+                    json.insert("args".into(), serde_json::json!(s.args));
+                }
+                if !s.env.is_empty() {
+                    json.insert("env".into(), serde_json::json!(s.env));
+                }
+                if let Some(url) = &s.url {
+                    json.insert("url".into(), url.clone().into());
+                }
+                pattern::core::mcp::McpServerConfig::from_json(&s.name, &json.into()).map_err(|e| {
+                    CliError::usage(format!("{}: [[mcp.servers]]: {e}", path.display()))
+                })
+            })
+            .collect()
+    }
 }
 
 /// `[runs]`

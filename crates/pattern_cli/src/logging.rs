@@ -41,9 +41,11 @@ impl Diagnostics {
 
 /// Installs the log output and, when configured, the trace exporter.
 pub(crate) fn init(verbose: u8) -> Diagnostics {
+    // The MCP SDK logs a server's failures itself; Pattern reports them once, with what they
+    // mean for the agent (a warning naming the server), so its own lines start at -v.
     let default = match verbose {
-        0 => "warn",
-        1 => "info",
+        0 => "warn,rmcp=off",
+        1 => "info,rmcp=warn",
         2 => "debug",
         _ => "trace",
     };

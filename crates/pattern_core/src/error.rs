@@ -62,6 +62,19 @@ pub enum Error {
     #[error("this agent has no archival memory or search configured")]
     SearchNotConfigured,
 
+    /// An MCP server's configuration is not usable (decision 0015).
+    #[error("invalid MCP server configuration: {0}")]
+    InvalidMcpConfig(String),
+
+    /// An MCP server could not be started, reached or understood.
+    #[error("MCP server `{server}`: {reason}")]
+    Mcp {
+        /// The server's name.
+        server: String,
+        /// What went wrong.
+        reason: String,
+    },
+
     /// The agent cannot take this state change now.
     #[error("invalid agent state change: {0}")]
     InvalidState(String),
@@ -80,7 +93,10 @@ impl Error {
             Error::Memory(e) => e.class(),
             Error::Context(_) | Error::SearchNotConfigured => C::Refused,
             Error::Provider(_) | Error::NoEndpoint(_) | Error::Endpoint(_) => C::Unavailable,
-            Error::InvalidTool { .. } | Error::InvalidMeeting(_) => C::Invalid,
+            Error::InvalidTool { .. } | Error::InvalidMcpConfig(_) | Error::InvalidMeeting(_) => {
+                C::Invalid
+            }
+            Error::Mcp { .. } => C::Unavailable,
             Error::Protocol(e) => e.class(),
             Error::InvalidState(_) => C::Conflict,
             Error::LocalServer(_) | Error::TurnLog(_) | Error::TaskFailed(_) => C::Internal,

@@ -27,6 +27,7 @@ pub mod db_agent;
 pub mod endpoint;
 mod error;
 pub mod local_server;
+pub mod mcp;
 pub mod meeting;
 pub mod permission;
 pub mod provider;

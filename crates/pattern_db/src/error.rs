@@ -228,6 +228,14 @@ pub enum Error {
         /// The cap ([`crate::schedule::MAX_SCHEDULES_PER_AGENT`]).
         limit: usize,
     },
+    /// The agent has no MCP server of this name.
+    #[error("agent {agent} has no MCP server `{name}`")]
+    McpServerNotFound {
+        /// The agent.
+        agent: AgentId,
+        /// The name asked for.
+        name: String,
+    },
     /// No live schedule with this id (of this agent, when an agent was given).
     #[error("unknown schedule {0}")]
     ScheduleNotFound(SnowflakeId),
@@ -610,7 +618,8 @@ impl Error {
             | Error::TurnNotFound { .. }
             | Error::ApprovalNotFound(_)
             | Error::ContentNotFound(_)
-            | Error::ScheduleNotFound(_) => ErrorClass::NotFound,
+            | Error::ScheduleNotFound(_)
+            | Error::McpServerNotFound { .. } => ErrorClass::NotFound,
             Error::AgentNameTaken(_)
             | Error::VersionConflict { .. }
             | Error::BlockLabelTaken { .. }

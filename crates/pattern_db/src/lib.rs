@@ -58,6 +58,7 @@ mod fts;
 pub mod id;
 pub mod import;
 pub mod legacy;
+pub mod mcp;
 mod migrate;
 mod model;
 mod names;

@@ -32,6 +32,7 @@ use crate::runs::{Finished, NewTurnEvent, RunClaim, Started, Submit, Submitted, 
 pub(crate) mod approvals;
 mod auth;
 mod blocks;
+pub(crate) mod mcp;
 pub(crate) mod protocol;
 mod queue;
 pub(crate) mod runs;
@@ -270,6 +271,16 @@ pub(crate) enum Op {
     ExpireApproval {
         id: SnowflakeId,
     },
+    /// MCP servers of an agent (`ops::mcp`): upsert these (checked JSON text), or replace all.
+    PutMcpServers {
+        agent: AgentId,
+        servers: Vec<(String, String)>,
+        replace_all: bool,
+    },
+    RemoveMcpServer {
+        agent: AgentId,
+        name: String,
+    },
 }
 
 impl Op {
@@ -327,7 +338,9 @@ impl Op {
             | Op::BeginQueued { agent, .. }
             | Op::CancelQueued { agent, .. }
             | Op::AddSchedule { agent, .. }
-            | Op::RemoveSchedule { agent, .. } => Some(*agent),
+            | Op::RemoveSchedule { agent, .. }
+            | Op::PutMcpServers { agent, .. }
+            | Op::RemoveMcpServer { agent, .. } => Some(*agent),
             // Block writes lock the block's owner.
             Op::CreateBlock { owner, .. }
             | Op::WriteBlock { owner, .. }
@@ -416,6 +429,7 @@ pub(crate) enum Done {
     Jobs(Vec<crate::search::EmbeddingJob>),
     Stored(crate::search::StoreReport),
     Protocol(protocol::ProtocolDone),
+    McpServers(Vec<crate::mcp::McpServerRow>),
     ApiKey(crate::auth::ApiKey),
     Imported(Box<crate::import::ImportedAgent>),
     Submitted(Box<Submitted>),
@@ -477,6 +491,16 @@ pub(crate) async fn apply(
         Op::ExpireApproval { id } => approvals::expire(conn, ctx, *id)
             .await
             .map(|a| Done::Approval(Box::new(a))),
+        Op::PutMcpServers {
+            agent,
+            servers,
+            replace_all,
+        } => mcp::put(conn, *agent, servers, *replace_all)
+            .await
+            .map(Done::McpServers),
+        Op::RemoveMcpServer { agent, name } => {
+            mcp::remove(conn, *agent, name).await.map(|()| Done::Unit)
+        }
         Op::BeginBatch {
             agent,
             trigger,

@@ -59,7 +59,7 @@ impl FromRequestParts<AppState> for Caller {
 
 /// The token of an `Authorization` value `Bearer <token>`. The scheme is matched without regard
 /// to case (RFC 9110, section 11.1); spaces or tabs separate it from a token that is not empty.
-fn bearer_token(value: &str) -> Option<&str> {
+pub(crate) fn bearer_token(value: &str) -> Option<&str> {
     let (scheme, token) = value.trim().split_once([' ', '\t'])?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)

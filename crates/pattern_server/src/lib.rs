@@ -33,6 +33,7 @@
 mod auth;
 mod error;
 mod layers;
+pub mod mcp;
 mod metrics;
 mod openapi;
 mod routes;

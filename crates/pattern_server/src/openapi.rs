@@ -16,7 +16,7 @@ use utoipa::openapi::{Ref, RefOr, Required};
 use utoipa::{Modify, OpenApi};
 
 use crate::routes::{
-    Class, agents, approvals, batches, health, memory, protocol, schedules, turns,
+    Class, agents, approvals, batches, health, mcp, memory, protocol, schedules, turns,
 };
 
 #[derive(OpenApi)]
@@ -34,6 +34,7 @@ use crate::routes::{
         memory::insert_archival, memory::list_archival, memory::show_archival,
         memory::delete_archival, memory::search,
         schedules::create, schedules::list, schedules::delete,
+        mcp::get, mcp::put,
         protocol::open_session, protocol::show_session, protocol::send_session_message,
         protocol::session_messages, protocol::end_session, protocol::inbox, protocol::mark_read,
         protocol::create_meeting, protocol::run_meeting, protocol::show_meeting,

@@ -58,6 +58,10 @@ pub struct ServerConfig {
     /// Prometheus scrapers on a private network expect; it shows counts and agent ids of every
     /// organization, never stored content).
     pub metrics_token: Option<MetricsToken>,
+    /// MCP servers from the configuration file, by the name of an agent of the local
+    /// organization (agents of other organizations never get them), used besides those stored
+    /// for the agent (decision 0015).
+    pub mcp_servers: HashMap<String, Vec<pattern::core::mcp::McpServerConfig>>,
 }
 
 /// The bearer token of `/metrics`; never printed (its `Debug` shows `***`).
@@ -95,6 +99,7 @@ impl Default for ServerConfig {
             idle_unload: Duration::from_secs(600),
             cors: CorsOrigins::none(),
             metrics_token: None,
+            mcp_servers: HashMap::new(),
         }
     }
 }
@@ -221,11 +226,22 @@ impl AppState {
             agents.remove(&row.id);
             self.inner.queue.unregister(row.id).await;
         }
+        // Connecting MCP servers may take a while: not under the lock of every agent.
+        drop(agents);
+        let tools = self.tools_for(&row).await?;
+        let mut agents = self.inner.agents.lock().await;
+        if let Some(loaded) = agents.get_mut(&row.id) {
+            loaded.used = Instant::now();
+            return Ok(loaded.agent.clone());
+        }
         let model = self.inner.models.for_agent(&row);
         let mut config = RuntimeConfig::for_agent(&row, model.model().context_window);
         config.max_iterations = self.inner.config.max_iterations;
         let id = row.id;
-        let agent = self.inner.pattern.agent(row, model, config)?;
+        let agent = self
+            .inner
+            .pattern
+            .agent_with_tools(row, model, config, tools)?;
         // Guarded tool calls wait for an answer stored in the database (`/v1/approvals`), from
         // any instance.
         agent
@@ -244,6 +260,29 @@ impl AppState {
         drop(agents);
         self.inner.queue.register(agent.clone()).await;
         Ok(agent)
+    }
+
+    /// The agent's tools when it uses MCP servers (stored, or in the configuration file): the
+    /// built-ins plus theirs; servers that fail are logged and left out. `None`: the built-ins.
+    async fn tools_for(
+        &self,
+        row: &pattern::Agent,
+    ) -> Result<Option<Arc<pattern::core::tool::ToolRegistry>>, ApiError> {
+        let db = self.inner.pattern.db();
+        // The configuration file names the local organization's agents only.
+        let local = matches!(db.agent_by_name(&row.name).await, Ok(a) if a.id == row.id);
+        let extra = match self.inner.config.mcp_servers.get(&row.name) {
+            Some(servers) if local => servers.clone(),
+            _ => Vec::new(),
+        };
+        if extra.is_empty() && db.mcp_servers(row.id).await?.is_empty() {
+            return Ok(None);
+        }
+        let (registry, problems) = pattern::core::mcp::agent_tools(db, row.id, &extra).await?;
+        for problem in problems {
+            tracing::warn!(agent = %row.id, "{problem}");
+        }
+        Ok(Some(Arc::new(registry)))
     }
 
     /// Agents loaded in this process now.

@@ -16,6 +16,11 @@ pub(crate) const RESTRICTED: &[(&str, &[&str], &str)] = &[
     ("fastembed", &["db_v2"], "embeddings stay in db_v2"),
     ("ort", &["db_v2"], "the ONNX runtime stays in db_v2"),
     (
+        "rmcp",
+        &["pattern_core", "pattern_server"],
+        "MCP stays in pattern_core::mcp and the server's HTTP mount (decision 0015)",
+    ),
+    (
         "anyhow",
         &["pattern_cli", "pattern_server", "xtask"],
         "libraries return typed errors; only binaries use anyhow",

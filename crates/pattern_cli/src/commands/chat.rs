@@ -423,10 +423,12 @@ impl Session {
             .ok_or_else(|| CliError::usage("no agent given: name one or set [agent] default"))?;
         let row = agent_named(pattern, &name).await?;
         let model = model_for(env, &row).await?;
-        let agent = pattern.agent(
+        let tools = super::mcp::tools(env, pattern, config, &row).await?;
+        let agent = pattern.agent_with_tools(
             row.clone(),
             model.provider.clone(),
             runtime_config(&row, &*model.provider),
+            tools,
         )?;
         // `send_message` to the user reaches this terminal.
         agent

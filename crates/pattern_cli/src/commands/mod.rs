@@ -11,6 +11,7 @@ mod chat;
 mod demo;
 mod init;
 mod keys;
+pub(crate) mod mcp;
 mod meeting;
 mod memory;
 mod ops;
@@ -53,6 +54,7 @@ pub(crate) async fn run(env: &Env, command: Command) -> Result<()> {
         Command::Org(c) => keys::org(env, c).await,
         Command::Key(c) => keys::key(env, c).await,
         Command::Approvals(c) => approvals::run(env, c).await,
+        Command::Mcp(c) => mcp::run(env, c).await,
     }
 }
 

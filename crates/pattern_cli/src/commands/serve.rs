@@ -22,7 +22,7 @@ use crate::error::{CliError, Result};
 /// Completes on Ctrl-C or SIGTERM. The handlers are installed when this is called, not when
 /// the future is first polled, so a signal sent right after the address is announced drains
 /// the server instead of killing it.
-fn stop_signal() -> impl std::future::Future<Output = ()> {
+pub(crate) fn stop_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -85,6 +85,13 @@ pub(crate) async fn run(env: &Env, args: ServeArgs) -> Result<()> {
     };
     let cors = CorsOrigins::parse(&cors).map_err(|e| CliError::usage(e.to_string()))?;
     let metrics_token = args.metrics_token.clone().and_then(MetricsToken::new);
+    let mut mcp_servers = std::collections::HashMap::new();
+    for entry in &config.mcp.servers {
+        if !mcp_servers.contains_key(&entry.agent) {
+            let servers = config.mcp_servers(&entry.agent, &env.config_path())?;
+            mcp_servers.insert(entry.agent.clone(), servers);
+        }
+    }
     let choice = model_choice(env)?;
     let configured = choice.configured()?;
     let local = match &args.local_model {
@@ -124,6 +131,7 @@ pub(crate) async fn run(env: &Env, args: ServeArgs) -> Result<()> {
             drain,
             cors,
             metrics_token,
+            mcp_servers,
             // A dead run's batches are abandoned within the lease plus one sweep.
             recovery_interval: (lease / 4)
                 .clamp(Duration::from_millis(200), Duration::from_secs(5)),

@@ -25,6 +25,7 @@ mod deploy;
 mod fake_model;
 mod harness;
 mod load;
+mod mcp;
 mod meeting;
 mod memory;
 mod models;

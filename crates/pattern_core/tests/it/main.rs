@@ -16,6 +16,7 @@ mod approvals;
 mod crash;
 mod fenced;
 mod flow;
+mod mcp;
 mod meetings;
 mod provider_cassettes;
 mod provider_contract;

@@ -23,6 +23,7 @@ mod crash;
 mod identity;
 mod ids;
 mod import;
+mod mcp;
 mod props;
 mod queue;
 mod runs;

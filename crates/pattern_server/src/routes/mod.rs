@@ -12,6 +12,7 @@ pub(crate) mod agents;
 pub(crate) mod approvals;
 pub(crate) mod batches;
 pub(crate) mod health;
+pub(crate) mod mcp;
 pub(crate) mod memory;
 pub(crate) mod protocol;
 pub(crate) mod schedules;
@@ -167,6 +168,9 @@ fn table() -> Vec<Route> {
             .get(schedules::list)
             .post(schedules::create),
         route("/v1/agents/{agent_id}/schedules/{schedule_id}", Timed).delete(schedules::delete),
+        route("/v1/agents/{agent_id}/mcp-servers", Timed)
+            .get(mcp::get)
+            .put(mcp::put),
         route("/v1/agents/{agent_id}/inbox", Timed).get(protocol::inbox),
         route("/v1/agents/{agent_id}/inbox/read", Timed).post(protocol::mark_read),
         route("/v1/sessions", Timed).post(protocol::open_session),

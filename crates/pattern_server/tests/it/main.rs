@@ -16,6 +16,7 @@ extern crate pattern_db;
 mod api;
 mod approvals;
 mod crash;
+mod mcp;
 mod models;
 mod observe;
 mod protocol;
