@@ -38,6 +38,43 @@ fn refused(e: pattern_db::Error) -> ToolError {
     ToolError::Failed(e.to_string())
 }
 
+/// What a meeting tool does to the meeting whose turn the caller holds.
+#[derive(Debug, Clone, Copy)]
+enum Action {
+    Pass,
+    Leave,
+    End,
+}
+
+/// Runs `action` for the caller in the meeting whose turn it holds, through the protocol's
+/// checks; returns what the model is told.
+async fn act(ctx: &ToolContext, action: Action) -> Result<ToolOutput, ToolError> {
+    let meeting = my_turn(ctx).await?;
+    let me = ctx.runtime.agent_id();
+    let db = ctx.runtime.database();
+    let said = match action {
+        Action::Pass => db
+            .pass_turn(meeting.id, me)
+            .await
+            .map(|_| "you passed; the turn moved on"),
+        Action::Leave => db
+            .leave_meeting(meeting.id, me)
+            .await
+            .map(|_| "you left the meeting"),
+        Action::End => {
+            if meeting.host != me {
+                return Err(ToolError::Failed(
+                    "only the meeting's host can end it".into(),
+                ));
+            }
+            db.end_meeting(meeting.id, me)
+                .await
+                .map(|_| "you ended the meeting")
+        }
+    };
+    said.map(ToolOutput::text).map_err(refused)
+}
+
 /// `meeting_pass`: ends the caller's turn without speaking.
 #[derive(Debug)]
 pub struct MeetingPass;
@@ -54,13 +91,7 @@ impl Tool for MeetingPass {
         no_input()
     }
     async fn execute(&self, ctx: ToolContext, _input: Value) -> Result<ToolOutput, ToolError> {
-        let meeting = my_turn(&ctx).await?;
-        ctx.runtime
-            .database()
-            .pass_turn(meeting.id, ctx.runtime.agent_id())
-            .await
-            .map_err(refused)?;
-        Ok(ToolOutput::text("you passed; the turn moved on"))
+        act(&ctx, Action::Pass).await
     }
 }
 
@@ -80,13 +111,7 @@ impl Tool for MeetingLeave {
         no_input()
     }
     async fn execute(&self, ctx: ToolContext, _input: Value) -> Result<ToolOutput, ToolError> {
-        let meeting = my_turn(&ctx).await?;
-        ctx.runtime
-            .database()
-            .leave_meeting(meeting.id, ctx.runtime.agent_id())
-            .await
-            .map_err(refused)?;
-        Ok(ToolOutput::text("you left the meeting"))
+        act(&ctx, Action::Leave).await
     }
 }
 
@@ -106,18 +131,7 @@ impl Tool for MeetingEnd {
         no_input()
     }
     async fn execute(&self, ctx: ToolContext, _input: Value) -> Result<ToolOutput, ToolError> {
-        let meeting = my_turn(&ctx).await?;
-        if meeting.host != ctx.runtime.agent_id() {
-            return Err(ToolError::Failed(
-                "only the meeting's host can end it".into(),
-            ));
-        }
-        ctx.runtime
-            .database()
-            .end_meeting(meeting.id, ctx.runtime.agent_id())
-            .await
-            .map_err(refused)?;
-        Ok(ToolOutput::text("you ended the meeting"))
+        act(&ctx, Action::End).await
     }
 }
 

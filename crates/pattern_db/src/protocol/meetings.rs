@@ -494,6 +494,18 @@ pub(crate) fn event_from_row(row: &AnyRow) -> Result<MeetingEvent> {
     })
 }
 
+/// A turn duration must be 1 ms to [`MAX_TURN_DURATION`] ([`Error::InvalidProtocolMessage`]).
+fn check_turn_duration(turn_duration: Option<Duration>) -> Result<()> {
+    match turn_duration {
+        Some(d) if d < Duration::from_millis(1) || d > MAX_TURN_DURATION => {
+            Err(Error::InvalidProtocolMessage(format!(
+                "a turn duration must be 1 ms to {MAX_TURN_DURATION:?}, got {d:?}"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 impl Database {
     async fn meeting_write(&self, op: ProtocolOp) -> Result<MeetingUpdate> {
         match self.write(Op::Protocol(op)).await? {
@@ -511,13 +523,7 @@ impl Database {
         host: AgentId,
         turn_duration: Option<Duration>,
     ) -> Result<MeetingUpdate> {
-        if let Some(d) = turn_duration
-            && (d < Duration::from_millis(1) || d > MAX_TURN_DURATION)
-        {
-            return Err(Error::InvalidProtocolMessage(format!(
-                "a turn duration must be 1 ms to {MAX_TURN_DURATION:?}, got {d:?}"
-            )));
-        }
+        check_turn_duration(turn_duration)?;
         self.meeting_write(ProtocolOp::CreateMeeting {
             host,
             turn_duration,
@@ -541,13 +547,7 @@ impl Database {
                 "a meeting plan may hold at most 64 KiB of JSON, got {size} bytes"
             )));
         }
-        if let Some(d) = turn_duration
-            && (d < Duration::from_millis(1) || d > MAX_TURN_DURATION)
-        {
-            return Err(Error::InvalidProtocolMessage(format!(
-                "a turn duration must be 1 ms to {MAX_TURN_DURATION:?}, got {d:?}"
-            )));
-        }
+        check_turn_duration(turn_duration)?;
         self.meeting_write(ProtocolOp::CreateMeeting {
             host,
             turn_duration,
