@@ -319,15 +319,16 @@ impl MeetingDriver {
             .map_err(|e| Error::InvalidMeeting(format!("meeting {id}'s plan does not decode: {e}")))
     }
 
-    async fn events(&self, id: MeetingId) -> Result<Vec<MeetingEvent>> {
-        let mut all = Vec::new();
+    /// Appends to `log` the meeting's events after its last one (the log is append-only with
+    /// dense sequence numbers, so each step reads only what is new).
+    async fn read_new(&self, id: MeetingId, log: &mut Vec<MeetingEvent>) -> Result<()> {
         loop {
-            let after = all.last().map_or(0, |e: &MeetingEvent| e.seq);
+            let after = log.last().map_or(0, |e| e.seq);
             let page = self.protocol.events_after(id, after, EVENT_PAGE).await?;
             let done = page.len() < EVENT_PAGE as usize;
-            all.extend(page);
+            log.extend(page);
             if done {
-                return Ok(all);
+                return Ok(());
             }
         }
     }
@@ -350,9 +351,11 @@ impl MeetingDriver {
             self.agent(*agent)?.recover().await?;
         }
         let host = plan.agents[0];
+        let mut log: Vec<MeetingEvent> = Vec::new();
         loop {
             let meeting = self.protocol.meeting(id).await?;
-            let events = self.events(id).await?;
+            self.read_new(id, &mut log).await?;
+            let events = &log;
             if meeting.status == MeetingStatus::Ended {
                 let reason = events
                     .iter()
@@ -413,7 +416,7 @@ impl MeetingDriver {
                     deadline: turn.deadline,
                 })
                 .await;
-            let trigger = self.trigger(id, &plan, &events, &turn).await?;
+            let trigger = self.trigger(id, &plan, events, &turn).await?;
             let end = self.run_turn(id, &turn, trigger, &progress).await?;
             self.finish_turn(id, &plan, &turn, end, &progress).await?;
         }
