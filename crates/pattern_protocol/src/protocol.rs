@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use pattern_db::{
     ActiveConversation, ActiveMeeting, Agent, AgentId, Database, Meeting, MeetingEvent, MeetingId,
-    MeetingUpdate, NewAgent, NewProtocolMessage, Organization, OrganizationId, Participant,
-    ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, Session, SessionId,
-    SessionType, UnreadSummary,
+    MeetingPolicy, MeetingUpdate, NewAgent, NewProtocolMessage, Organization, OrganizationId,
+    Participant, ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, Session,
+    SessionId, SessionType, UnreadSummary,
 };
 use tokio::time::Instant;
 
@@ -241,13 +241,25 @@ impl Protocol {
         &self,
         host: AgentId,
         turn_duration: Option<Duration>,
+        policy: MeetingPolicy,
         plan: serde_json::Value,
     ) -> Result<MeetingUpdate> {
         Ok(self.woke(
             self.db
-                .create_meeting_with_plan(host, turn_duration, plan)
+                .create_meeting_with_plan(host, turn_duration, policy, plan)
                 .await?,
         ))
+    }
+
+    /// The host of a selector meeting names who speaks after its turn. See
+    /// [`Database::choose_speaker`].
+    pub async fn choose_speaker(
+        &self,
+        meeting: MeetingId,
+        host: AgentId,
+        next: AgentId,
+    ) -> Result<MeetingUpdate> {
+        Ok(self.woke(self.db.choose_speaker(meeting, host, next).await?))
     }
 
     /// Speaks (`Some`) or passes (`None`) only in the turn that began at `turn_started_at`. See
