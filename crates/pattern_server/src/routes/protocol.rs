@@ -205,7 +205,8 @@ pub(crate) struct RunMeeting {
     /// A phrase that ends the meeting when a speech contains it.
     #[serde(default)]
     end_phrase: Option<String>,
-    /// `round-robin` (the default and, for now, the only policy).
+    /// `round-robin` (the default), `selector` (the first agent moderates and chooses each next
+    /// speaker) or `broadcast` (everyone answers the first agent's prompt; it decides).
     #[serde(default)]
     policy: Option<String>,
 }
@@ -624,14 +625,11 @@ pub(crate) async fn run_meeting(
             "the server is shutting down",
         ));
     }
-    match body.policy.as_deref() {
-        None | Some("round-robin") => {}
-        Some(other) => {
-            return Err(ApiError::invalid(format!(
-                "`policy` `{other}` is not known (round-robin)"
-            )));
-        }
-    }
+    let policy = match body.policy.as_deref() {
+        None => pattern::core::meeting::Policy::RoundRobin,
+        Some(text) => pattern::core::meeting::Policy::parse(text)
+            .map_err(|e| ApiError::invalid(format!("`policy`: {e}")))?,
+    };
     if body.turn_duration_ms == Some(0) {
         return Err(ApiError::invalid("`turn_duration_ms` must be at least 1"));
     }
@@ -644,7 +642,7 @@ pub(crate) async fn run_meeting(
         topic: body.topic,
         rounds: body.rounds.unwrap_or(1),
         end_phrase: body.end_phrase,
-        policy: pattern::core::meeting::Policy::RoundRobin,
+        policy,
         agents,
     };
     plan.validate()?;
