@@ -1,4 +1,4 @@
--- Purpose: agents that converse through the protocol (decision 0018).
+-- Purpose: agents that converse through the protocol (decision 0020).
 -- Sessions: `delivery` says who reads a participant's messages: `inbox` (an outside client reads
 -- the inbox, as before) or `agents` (each message becomes the recipient's trigger in its durable
 -- queue, and a sync session's reply is the recipient's final answer). `message_limit` ends the

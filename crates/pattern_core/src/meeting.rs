@@ -613,7 +613,7 @@ impl MeetingDriver {
         let agent = self.agent(turn.speaker)?.clone();
         let mut last = RunEnd::Failed("not run".into());
         for attempt in 1..=2u32 {
-            let key = format!("meeting:{id}:turn:{}:{attempt}", turn.seq);
+            let key = crate::meeting_stream::turn_key(id, turn.seq, attempt);
             let message = IncomingMessage {
                 batch_type: BatchType::AgentToAgent,
                 role: Role::User,

@@ -461,7 +461,7 @@ impl AgentRuntime {
                 .cloned()
                 .ok_or_else(|| Error::NoEndpoint(name.clone()))?,
             MessageTarget::Agent(name) => {
-                // One channel between agents (decision 0018): the protocol's async session of
+                // One channel between agents (decision 0020): the protocol's async session of
                 // the pair, which the agents answer themselves; the message becomes the other
                 // agent's trigger in the transaction that stores it.
                 self.open_session(name, SessionType::Async, None, Some(content))
@@ -473,7 +473,7 @@ impl AgentRuntime {
     }
 
     /// Opens (or finds live) a session of this agent with the agent `name` of its organization,
-    /// answered by the agents themselves (decision 0018), and sends `first` into it if given:
+    /// answered by the agents themselves (decision 0020), and sends `first` into it if given:
     /// one transaction. A session with itself, an unknown name or another organization's agent
     /// are errors; nothing is stored then.
     pub async fn open_session(

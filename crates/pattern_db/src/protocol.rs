@@ -524,7 +524,7 @@ impl Database {
     /// [`Self::open_session`] with `options` (who reads the messages, a message limit) and,
     /// with `first`, `opener`'s first message sent in the same transaction (refused whole, the
     /// session unopened, if the message is: out of turn in a live sync session the other agent
-    /// holds, say). A live inbox session opened for agents becomes one (decision 0018). A limit
+    /// holds, say). A live inbox session opened for agents becomes one (decision 0020). A limit
     /// outside 1..=[`MAX_SESSION_MESSAGES`] is [`Error::InvalidProtocolMessage`].
     pub async fn open_session_with(
         &self,

@@ -541,7 +541,7 @@ impl Database {
                     None => self.hub().wake(WakeKey::Agent(claim.agent)),
                 }
                 // Free agent or not, the completion may have queued another agent's trigger
-                // (a sync session's reply, decision 0018).
+                // (a sync session's reply, decision 0020).
                 self.hub().wake(WakeKey::Queue);
                 Ok(*f)
             }

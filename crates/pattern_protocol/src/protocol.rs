@@ -15,7 +15,7 @@ use pattern_db::{
     ActiveConversation, ActiveMeeting, Agent, AgentId, Database, Meeting, MeetingEvent, MeetingId,
     MeetingPolicy, MeetingUpdate, NewAgent, NewProtocolMessage, Organization, OrganizationId,
     Participant, ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, Session,
-    SessionId, SessionType, UnreadSummary,
+    SessionId, SessionOptions, SessionType, UnreadSummary,
 };
 use tokio::time::Instant;
 
@@ -111,6 +111,26 @@ impl Protocol {
         session_type: SessionType,
     ) -> Result<Session> {
         Ok(self.db.open_session(opener, other, session_type).await?)
+    }
+
+    /// [`Self::open_session`] with `options` (who reads the messages, a limit) and `opener`'s
+    /// first message, in one write. See [`Database::open_session_with`].
+    pub async fn open_session_with(
+        &self,
+        opener: AgentId,
+        other: AgentId,
+        session_type: SessionType,
+        options: SessionOptions,
+        first: Option<NewProtocolMessage>,
+    ) -> Result<(Session, Option<ProtocolMessage>)> {
+        let opened = self
+            .db
+            .open_session_with(opener, other, session_type, options, first)
+            .await?;
+        if let Some(recipient) = opened.1.as_ref().and_then(|m| m.recipient) {
+            self.notifier.wake(Key::Agent(recipient));
+        }
+        Ok(opened)
     }
 
     /// The session with this id.

@@ -47,7 +47,8 @@ pub use error::{ApiError, Error, ErrorBody, ErrorCode, ErrorDetail, Result, one_
 pub use layers::{BadOrigin, CorsOrigins};
 pub use openapi::openapi;
 pub use routes::protocol::{
-    MeetingEventView, MeetingView, ParticipantView, ProtocolMessageView, SessionView,
+    MeetingEventView, MeetingOutputView, MeetingView, ParticipantView, ProtocolMessageView,
+    SessionView,
 };
 pub use routes::turns::{
     IDEMPOTENCY_KEY_HEADER, REPLAYED_HEADER, TURN_ID_HEADER, ToolCallView, ToolResultView,

@@ -298,7 +298,7 @@ async fn act(env: &Env, pattern: &Pattern, command: SessionCommand) -> Result<()
     }
 }
 
-/// `session start`: a conversation the agents hold themselves (decision 0018).
+/// `session start`: a conversation the agents hold themselves (decision 0020).
 struct Start {
     from: String,
     to: String,

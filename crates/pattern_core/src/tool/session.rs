@@ -1,4 +1,4 @@
-//! The session tool (decision 0018): `session_send` opens a session with another agent of the
+//! The session tool (decision 0020): `session_send` opens a session with another agent of the
 //! caller's organization (`agent`, sync or async) and sends its first message, or sends into a
 //! session the caller takes part in (`session`), and with `end` ends it. One tool, so the
 //! built-in definitions stay inside a small local model's tool budget.

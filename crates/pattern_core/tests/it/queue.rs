@@ -66,7 +66,7 @@ async fn agents_message_each_other_through_the_queue(kind: Backend) {
     let batches = batches_of(&h.db, bob.id()).await;
     assert_eq!(batches.len(), 1);
     assert_eq!(batches[0].info.batch_type, BatchType::AgentToAgent);
-    // One channel (decision 0018): the message went through the protocol's async session of
+    // One channel (decision 0020): the message went through the protocol's async session of
     // the pair, became bob's trigger, and was marked read when bob's batch completed.
     let trigger = batches[0].messages[0].text();
     assert!(

@@ -1,4 +1,4 @@
-//! Agents in sessions by tool (decision 0018), on both backends with scripted models and a real
+//! Agents in sessions by tool (decision 0020), on both backends with scripted models and a real
 //! queue processor: a sync session opened by `session_send` runs itself (each message the other
 //! agent's trigger, each final answer the reply) until its message limit; every batch whole;
 //! every message read once answered. Refusals (another organization's agent, oneself, a bad

@@ -258,7 +258,7 @@ async fn live_session(
 
 /// Returns the live session of the pair and type, or opens one (`opener` holds the first turn of
 /// a sync session) with `options`; a live inbox session opened again for agents becomes one
-/// (decision 0018). With `first`, `opener` sends it into the session in the same transaction.
+/// (decision 0020). With `first`, `opener` sends it into the session in the same transaction.
 pub(crate) async fn open_session(
     conn: &mut AnyConnection,
     ctx: &Ctx,

@@ -42,7 +42,7 @@ pub(crate) async fn enqueue(
     insert_entry(conn, ctx, agent, entry, content, delivers, now).await
 }
 
-/// Queues the trigger that delivers session message `message` to `agent` (decision 0018).
+/// Queues the trigger that delivers session message `message` to `agent` (decision 0020).
 /// Takes no agent lock (the session row is this write's lock; an agent lock after it would break
 /// the writer's lock order), so it only inserts: whoever claims `agent` next sees the entry.
 pub(crate) async fn enqueue_session_message(
@@ -339,7 +339,7 @@ pub(crate) async fn remove_schedule(
 
 /// Whether a delivered entry's crashed run earns one retry: a scheduled wakeup (a schedule, a
 /// recurring entry, or a wakeup of the runtime's scheduler) or a session message (decision
-/// 0018: a conversation between agents must not stall on one dead process).
+/// 0020: a conversation between agents must not stall on one dead process).
 fn earns_retry(entry: &QueuedMessage) -> bool {
     entry.protocol_message.is_some()
         || (entry.batch_type == BatchType::SystemTrigger

@@ -1,4 +1,4 @@
-//! Agents that converse through the protocol (migration `0015_agents_converse`, decision 0018),
+//! Agents that converse through the protocol (migration `0015_agents_converse`, decision 0020),
 //! on both backends: a session message the agents answer becomes the recipient's trigger in the
 //! transaction that stores it, is marked read only when the batch that consumed it completes
 //! (a crashed run's retry delivers the same message), a sync session's reply is the recipient's
