@@ -3,8 +3,10 @@
 //! (the driver storing the speech, the protocol handing the turn on, the next trigger built and
 //! committed). Meetings of 2, 5 and 20 agents, two rounds each, on SQLite and PostgreSQL (a
 //! private server from the testkit). Criterion times a whole meeting; the hand-over p50/p95 of
-//! each shape are printed from the driver's progress events. Timings are reported, never
-//! asserted; figures go to docs/performance.md.
+//! each shape are printed from the driver's progress events. Also a sync session two agents
+//! hold by themselves (decision 0020): twenty messages, each stored with the recipient's trigger,
+//! answered by the recipient's run, whose completion sends the reply; the per-message time is
+//! printed. Timings are reported, never asserted; figures go to docs/performance.md.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
@@ -142,5 +144,79 @@ fn handover(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, handover);
+/// One sync session of `messages` messages between agents 0 and 1 of `p`, served by a queue
+/// processor; returns when the session ended and its last trigger was answered.
+async fn session(p: &Party, messages: u64) {
+    let (session, _) = p.agents[0]
+        .runtime_arc()
+        .open_session(
+            "agent-1",
+            pattern_db::SessionType::Sync,
+            Some(messages),
+            Some("let us plan"),
+        )
+        .await
+        .unwrap();
+    let db = p.protocol.db();
+    loop {
+        let s = db.session(session.id).await.unwrap();
+        let idle = !s.is_live()
+            && db.pending_queue(p.ids[0]).await.unwrap().is_empty()
+            && db.pending_queue(p.ids[1]).await.unwrap().is_empty()
+            && !p.agents[0].is_running()
+            && !p.agents[1].is_running();
+        if idle {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+fn session_exchange(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let backends: &[Backend] = if quick() {
+        &[Backend::Sqlite]
+    } else {
+        &[Backend::Sqlite, Backend::Postgres]
+    };
+    const MESSAGES: u64 = 20;
+    let mut group = c.benchmark_group("session_sync_20_messages");
+    group.sample_size(10);
+    for backend in backends {
+        let p = rt.block_on(party(*backend, 2));
+        let processor = pattern_core::QueueProcessor::new(
+            p.protocol.db().clone(),
+            Arc::new(tokio::sync::Notify::new()),
+            Duration::from_millis(5),
+        );
+        rt.block_on(async {
+            for agent in &p.agents {
+                processor.register(agent.clone()).await;
+            }
+        });
+        let task = rt.block_on(async { processor.clone().spawn() });
+        let start = Instant::now();
+        let runs = if quick() { 2 } else { 5 };
+        for _ in 0..runs {
+            rt.block_on(session(&p, MESSAGES));
+        }
+        eprintln!(
+            "sync session, {backend:?}: {:.1} ms per message (stored, delivered, answered, replied; {} sessions of {MESSAGES})",
+            start.elapsed().as_secs_f64() * 1e3 / (runs as f64 * MESSAGES as f64),
+            runs
+        );
+        group.bench_function(format!("{backend:?}"), |b| {
+            b.iter(|| rt.block_on(session(&p, MESSAGES)));
+        });
+        processor.stop();
+        rt.block_on(task).unwrap();
+    }
+    group.finish();
+}
+
+criterion_group!(benches, handover, session_exchange);
 criterion_main!(benches);
