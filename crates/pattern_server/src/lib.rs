@@ -31,6 +31,7 @@
 //! never answer a request of one organization with another's data.
 
 mod auth;
+mod console;
 mod error;
 mod layers;
 pub mod mcp;
@@ -43,6 +44,7 @@ pub mod views;
 use std::future::Future;
 
 pub use auth::Caller;
+pub use console::CONTENT_SECURITY_POLICY;
 pub use error::{ApiError, Error, ErrorBody, ErrorCode, ErrorDetail, Result, one_line};
 pub use layers::{BadOrigin, CorsOrigins};
 pub use openapi::openapi;

@@ -216,6 +216,7 @@ pub(crate) fn router(state: AppState) -> Router {
     let routes = crate::layers::timed(timed, state.config().request_timeout)
         .merge(streaming)
         .merge(open)
+        .merge(crate::console::router())
         .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed);
     crate::layers::around(routes, &state).with_state(state)

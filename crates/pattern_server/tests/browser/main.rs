@@ -1,0 +1,553 @@
+//! Browser tests of the web console: a real `pattern_server` (SQLite, scripted model) on a
+//! loopback port, driven in headless Debian Chromium over WebDriver (ChromeDriver started per
+//! test). Each test logs in through the page, saves a screenshot of what it checked (copied into
+//! `PATTERN_CONSOLE_SCREENSHOTS`, e.g. `docs/console`, when set) and fails on any console error
+//! in the page. Missing Chromium fails (see `webdriver.rs`).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs,
+    unreachable_pub,
+    dead_code
+)]
+
+#[path = "../it/support.rs"]
+mod support;
+mod webdriver;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use pattern::ContentBlock;
+use pattern::core::testkit::Turn;
+use pattern::{Database, DbConfig};
+use pattern_db::Backend;
+use pattern_db::testkit::TestDb;
+use pattern_server::ServerConfig;
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::support::Server;
+use crate::webdriver::{Browser, Driver};
+
+/// A server and a browser logged in to it with `key`.
+async fn open(s: &Server, key: &str) -> (Driver, Browser) {
+    let driver = Driver::start().await;
+    let b = driver.session().await;
+    b.goto(&s.url("/")).await;
+    login(&b, key).await;
+    (driver, b)
+}
+
+async fn login(b: &Browser, key: &str) {
+    b.fill("#login input[name=key]", key).await;
+    b.click("#login button[type=submit]").await;
+    b.wait_text("h1", "Agents", 10).await;
+}
+
+macro_rules! browser_test {
+    ($name:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            if webdriver::skipped() {
+                eprintln!("skipped: PATTERN_SKIP_BROWSER_TESTS=1");
+                return;
+            }
+            cases::$name().await;
+        }
+    };
+}
+
+browser_test!(log_in_create_an_agent_and_chat_with_a_tool_call);
+browser_test!(a_reload_mid_turn_resumes_the_stream);
+browser_test!(a_stale_block_edit_shows_the_conflict_and_undo_restores);
+browser_test!(an_abandoned_batch_after_a_crash_is_retried_once);
+browser_test!(archival_search_shows_scores_and_refusals);
+browser_test!(a_meeting_arrives_turn_by_turn);
+browser_test!(a_wrong_key_or_another_organization_sees_nothing);
+
+/// Entry point of the crashing child of `an_abandoned_batch_after_a_crash_is_retried_once`; a
+/// no-op in a normal run.
+#[test]
+fn crash_child() {
+    let Ok(url) = std::env::var("PATTERN_CONSOLE_CRASH_CHILD") else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let mut config = DbConfig::new(url);
+        config.batch_lease = Duration::from_secs(1);
+        let db = Database::open(config).await.unwrap();
+        let s = Server::over(
+            db,
+            vec![Turn::Slow(
+                Duration::from_secs(120),
+                vec![ContentBlock::text("never")],
+            )],
+            ServerConfig::default(),
+        )
+        .await;
+        let agent = s.agent(&s.key_a, "doomed").await;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "@@SERVER {} {} {agent}", s.base, s.key_a).unwrap();
+        out.flush().unwrap();
+        drop(out);
+        tokio::time::sleep(Duration::from_secs(300)).await;
+    });
+}
+
+mod cases {
+    use super::*;
+
+    const HOSTILE_NAME: &str = "<img src=x onerror=alert(1)>Ada";
+
+    pub async fn log_in_create_an_agent_and_chat_with_a_tool_call() {
+        let s = Server::start(
+            Backend::Sqlite,
+            vec![
+                Turn::call("c1", "archival_insert", json!({"content": "Ada likes tea"})),
+                Turn::text("Noted: <b>tea</b> & <script>alert(2)</script>"),
+            ],
+        )
+        .await;
+        let driver = Driver::start().await;
+        let b = driver.session().await;
+        b.goto(&s.url("/")).await;
+        // A wrong key is refused in the page, and not kept.
+        b.fill("#login input[name=key]", "pat_wrong").await;
+        b.click("#login button[type=submit]").await;
+        let shown = b.wait_text("#login-result", "Login failed", 10).await;
+        assert!(shown.contains("unknown or revoked"), "{shown}");
+        let kept = b
+            .execute("return sessionStorage.getItem('pattern.key');", vec![])
+            .await;
+        assert!(kept.is_null(), "a refused key is not stored: {kept}");
+        b.screenshot("login-refused").await;
+        login(&b, &s.key_a).await;
+
+        // Create an agent whose name is markup: it shows as text.
+        b.fill("#create-agent input[name=name]", HOSTILE_NAME).await;
+        b.fill("#create-agent textarea[name=instructions]", "Be brief.")
+            .await;
+        b.click("#create-agent button[type=submit]").await;
+        b.wait_text("h1", HOSTILE_NAME, 10).await;
+        assert_eq!(b.count("main img").await, 0, "no markup from the name");
+        b.click("#nav a[href='#/agents']").await;
+        b.wait_text("#agents", HOSTILE_NAME, 10).await;
+        b.screenshot("agents").await;
+        b.click("#agents a.agent-name").await;
+        b.find("#chat textarea").await;
+
+        // Send a message: the answer streams with its tool call and result.
+        b.fill("#chat textarea", "Remember that Ada likes <i>tea</i>")
+            .await;
+        b.click("#chat button[type=submit]").await;
+        b.wait_text("#turn-status", "Turn finished", 20).await;
+        let turn = b.text("#turn").await;
+        assert!(
+            turn.contains("Remember that Ada likes <i>tea</i>"),
+            "{turn}"
+        );
+        assert!(turn.contains("call archival_insert"), "{turn}");
+        assert!(turn.contains("result of archival_insert"), "{turn}");
+        assert!(
+            turn.contains("Noted: <b>tea</b> & <script>alert(2)</script>"),
+            "{turn}"
+        );
+        assert_eq!(b.count("main b, main i, main script").await, 0);
+        b.screenshot("chat").await;
+        // After a reload the history holds the turn, once.
+        b.refresh().await;
+        let history = b.wait_text("#history", "Noted:", 10).await;
+        assert_eq!(history.matches("call archival_insert").count(), 1);
+        b.assert_no_console_errors(&[401]).await;
+        b.quit().await;
+        s.stop().await;
+    }
+
+    pub async fn a_reload_mid_turn_resumes_the_stream() {
+        let s = Server::start(
+            Backend::Sqlite,
+            vec![
+                Turn::call("c1", "archival_insert", json!({"content": "fact"})),
+                Turn::Slow(
+                    Duration::from_millis(2500),
+                    vec![ContentBlock::text("finished after the reload")],
+                ),
+            ],
+        )
+        .await;
+        let agent = s.agent(&s.key_a, "resumer").await;
+        let (_driver, b) = open(&s, &s.key_a).await;
+        b.goto(&s.url(&format!("/#/agents/{agent}"))).await;
+        b.fill("#chat textarea", "Store a fact, then think").await;
+        b.click("#chat button[type=submit]").await;
+        b.wait_text("#turn", "result of archival_insert", 10).await;
+        let stored = b
+            .execute(
+                "return JSON.parse(sessionStorage.getItem('pattern.turn.' + arguments[0]));",
+                vec![json!(agent)],
+            )
+            .await;
+        assert!(stored["turn"].is_string(), "{stored}");
+        assert!(stored["cursor"].as_u64().unwrap() >= 3, "{stored}");
+        b.refresh().await;
+        b.wait_text("#turn-status", "Resuming", 5).await;
+        b.screenshot("chat-resuming").await;
+        b.wait_text("#turn", "finished after the reload", 15).await;
+        b.wait_text("#turn-status", "Turn finished", 5).await;
+        let turn = b.text("#turn").await;
+        assert_eq!(turn.matches("call archival_insert").count(), 1, "{turn}");
+        assert_eq!(
+            turn.matches("result of archival_insert").count(),
+            1,
+            "{turn}"
+        );
+        assert_eq!(turn.matches("Store a fact").count(), 1, "{turn}");
+        // The history above does not repeat the turn in flight.
+        assert!(!b.text("#history").await.contains("Store a fact"));
+        b.assert_no_console_errors(&[]).await;
+        b.quit().await;
+        s.stop().await;
+    }
+
+    pub async fn a_stale_block_edit_shows_the_conflict_and_undo_restores() {
+        let s = Server::start(Backend::Sqlite, vec![]).await;
+        let agent = s.agent(&s.key_a, "rememberer").await;
+        let blocks = format!("/v1/agents/{agent}/blocks");
+        let (status, body) = s
+            .post(
+                &s.key_a,
+                &blocks,
+                json!({"label": "human", "value": "likes <script>alert(3)</script> tea",
+                    "char_limit": 60}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let (_driver, b) = open(&s, &s.key_a).await;
+        b.goto(&s.url(&format!("/#/agents/{agent}/memory"))).await;
+        let card = "[data-label=human]";
+        b.wait_text(card, "35 / 60 characters", 10).await;
+        let value = b
+            .execute(
+                "return document.querySelector(arguments[0]).value;",
+                vec![json!(format!("{card} textarea"))],
+            )
+            .await;
+        assert_eq!(value, "likes <script>alert(3)</script> tea");
+        // Someone else changes the block while the page shows version 1.
+        let (status, body) = s
+            .send(
+                reqwest::Method::PUT,
+                Some(&s.key_a),
+                &format!("{blocks}/human"),
+                Some(json!({"value": "likes coffee", "expected_version": 1})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        b.fill(&format!("{card} textarea"), "likes green tea").await;
+        b.click(&format!("{card} button[type=submit]")).await;
+        let shown = b.wait_text(".conflict", "Version conflict", 10).await;
+        assert!(shown.contains("not saved"), "{shown}");
+        b.screenshot("memory-conflict").await;
+        let (_, now) = s.get(&s.key_a, &format!("{blocks}/human")).await;
+        assert_eq!(now["value"], "likes coffee");
+        b.click(".conflict button").await;
+        b.wait_text(card, "version 2", 10).await;
+        // Over the limit: refused with the API's reason, nothing stored.
+        b.fill(&format!("{card} textarea"), &"x".repeat(61)).await;
+        b.click(&format!("{card} button[type=submit]")).await;
+        let refused = b.wait_text(".block-result", "Refused", 10).await;
+        assert!(refused.contains("nothing saved"), "{refused}");
+        let (_, now) = s.get(&s.key_a, &format!("{blocks}/human")).await;
+        assert_eq!(now["version"], 2);
+        // A good edit, then undo it.
+        b.fill(&format!("{card} textarea"), "likes coffee\nand jazz")
+            .await;
+        b.click(&format!("{card} button[type=submit]")).await;
+        b.wait_text(".block-result", "Saved as version 3", 10).await;
+        b.click(&format!("{card} button.secondary")).await;
+        b.wait_text(".block-result", "Undone: now version 4", 10)
+            .await;
+        let (_, now) = s.get(&s.key_a, &format!("{blocks}/human")).await;
+        assert_eq!(now["value"], "likes coffee");
+        // History with diffs.
+        b.click(&format!("{card} details.history summary")).await;
+        b.wait_text(&format!("{card} details.history"), "version 3", 10)
+            .await;
+        assert!(b.count(&format!("{card} .diff ins")).await >= 1);
+        assert!(b.count(&format!("{card} .diff del")).await >= 1);
+        assert_eq!(b.count("main script").await, 0);
+        b.screenshot("memory-history").await;
+        b.assert_no_console_errors(&[409, 422]).await;
+        b.quit().await;
+        s.stop().await;
+    }
+
+    pub async fn an_abandoned_batch_after_a_crash_is_retried_once() {
+        // A child server takes the message, then is killed (SIGKILL) mid-turn.
+        let tdb = TestDb::fresh(Backend::Sqlite).await.unwrap();
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
+            .env("PATTERN_CONSOLE_CRASH_CHILD", &tdb.url)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut started = None;
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            if let Some((_, rest)) = line.split_once("@@SERVER ") {
+                let parts: Vec<String> = rest.split_whitespace().map(str::to_owned).collect();
+                started = Some((parts[0].clone(), parts[1].clone(), parts[2].clone()));
+                break;
+            }
+        }
+        let (base, key, agent) = started.expect("the child server started");
+        let response = reqwest::Client::new()
+            .post(format!("{base}/v1/agents/{agent}/messages"))
+            .bearer_auth(&key)
+            .json(&json!({"content": "two coffees, please", "stream": false}))
+            .timeout(Duration::from_millis(800))
+            .send()
+            .await;
+        assert!(
+            response.is_err(),
+            "the slow turn answers only after the kill"
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+
+        // The restarted server (same database) abandons the dead run's batch at once.
+        let db = Database::open(support::config_for(&tdb)).await.unwrap();
+        let s = Server::over(
+            db,
+            vec![Turn::text("Two coffees, noted.")],
+            ServerConfig {
+                recovery_interval: Duration::from_millis(200),
+                ..ServerConfig::default()
+            },
+        )
+        .await;
+        let (_driver, b) = open(&s, &key).await;
+        b.goto(&s.url(&format!("/#/agents/{agent}/batches"))).await;
+        for _ in 0..50 {
+            if b.count("tr[data-state=abandoned] button").await == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            b.refresh().await;
+            b.find("#batches").await;
+        }
+        b.screenshot("batches-abandoned").await;
+        b.click("tr[data-state=abandoned] button").await;
+        let shown = b
+            .wait_text("#batch-result", "Two coffees, noted.", 20)
+            .await;
+        assert!(shown.contains("Retried batch"), "{shown}");
+        b.wait_text("tr[data-state=abandoned]", "retried", 10).await;
+        assert_eq!(b.count("tr[data-state=abandoned] button").await, 0);
+        assert_eq!(b.count("tr[data-state=complete]").await, 1);
+        b.screenshot("batches-retried").await;
+        // A second retry (another tab, the API) is refused: retried once.
+        let batch = b
+            .execute(
+                "return document.querySelector('tr[data-state=abandoned]').dataset.batch;",
+                vec![],
+            )
+            .await;
+        let (status, _) = s
+            .post(
+                &key,
+                &format!(
+                    "/v1/agents/{agent}/batches/{}/retry",
+                    batch.as_str().unwrap()
+                ),
+                json!({}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CONFLICT);
+        b.assert_no_console_errors(&[]).await;
+        b.quit().await;
+        s.stop().await;
+        tdb.cleanup().await.unwrap();
+    }
+
+    pub async fn archival_search_shows_scores_and_refusals() {
+        let s = Server::start(Backend::Sqlite, vec![]).await;
+        let agent = s.agent(&s.key_a, "librarian").await;
+        for text in [
+            "Ada drinks green tea every morning",
+            "Grace prefers coffee",
+            "<b>bold</b> tea notes",
+        ] {
+            let (status, body) = s
+                .post(
+                    &s.key_a,
+                    &format!("/v1/agents/{agent}/archival"),
+                    json!({ "text": text }),
+                )
+                .await;
+            assert_eq!(status, StatusCode::CREATED, "{body}");
+        }
+        let (_driver, b) = open(&s, &s.key_a).await;
+        b.goto(&s.url(&format!("/#/agents/{agent}/archival"))).await;
+        b.wait_text("#passages", "Grace prefers coffee", 10).await;
+        // Store one through the page.
+        b.fill("#insert-archival textarea", "Tea with Ada on Fridays")
+            .await;
+        b.click("#insert-archival button").await;
+        b.wait_text("#passages", "Tea with Ada on Fridays", 10)
+            .await;
+        for mode in ["fts", "auto"] {
+            b.fill("#search input[name=query]", "tea").await;
+            b.execute(
+                "document.querySelector('#search select').value = arguments[0];",
+                vec![json!(mode)],
+            )
+            .await;
+            b.click("#search button").await;
+            b.wait_text("#search-results", "Score", 10).await;
+            let results = b.text("#search-results").await;
+            assert!(results.contains("green tea"), "{mode}: {results}");
+            assert!(!results.contains("coffee"), "{mode}: {results}");
+            assert!(b.count("#search-results td.score").await >= 3);
+            b.execute(
+                "document.querySelector('#search-results').replaceChildren();",
+                vec![],
+            )
+            .await;
+        }
+        b.click("#search button").await;
+        b.wait_text("#search-results", "Score", 10).await;
+        assert_eq!(b.count("main b").await, 0);
+        b.screenshot("search").await;
+        // Vector search needs embeddings this server does not have: the API's reason shows.
+        b.execute(
+            "document.querySelector('#search select').value = 'vector';",
+            vec![],
+        )
+        .await;
+        b.click("#search button").await;
+        let refused = b.wait_text("#search-results", "Search failed", 10).await;
+        assert!(
+            refused.contains("refused") || refused.contains("invalid"),
+            "{refused}"
+        );
+        b.assert_no_console_errors(&[400, 422]).await;
+        b.quit().await;
+        s.stop().await;
+    }
+
+    pub async fn a_meeting_arrives_turn_by_turn() {
+        let s = Server::start(
+            Backend::Sqlite,
+            vec![
+                Turn::Slow(
+                    Duration::from_millis(400),
+                    vec![ContentBlock::text("I open: tea or coffee?")],
+                ),
+                Turn::Slow(
+                    Duration::from_millis(400),
+                    vec![ContentBlock::text("Tea, <em>always</em>.")],
+                ),
+            ],
+        )
+        .await;
+        s.agent(&s.key_a, "host").await;
+        s.agent(&s.key_a, "guest").await;
+        let (_driver, b) = open(&s, &s.key_a).await;
+        b.click("#nav a[href='#/meetings']").await;
+        b.find("#run-meeting input[type=checkbox]").await;
+        b.fill("#run-meeting input[name=topic]", "Morning drinks")
+            .await;
+        b.execute(
+            "for (const box of document.querySelectorAll('#run-meeting input[type=checkbox]')) box.click();",
+            vec![],
+        )
+        .await;
+        b.click("#run-meeting button[type=submit]").await;
+        b.wait_text("#meeting-status", "live", 10).await;
+        b.wait_text("#transcript", "tea or coffee?", 20).await;
+        b.wait_text("#transcript", "Tea, <em>always</em>.", 20)
+            .await;
+        b.wait_text("#meeting-state", "ended", 20).await;
+        b.wait_text("#meeting-status", "over", 10).await;
+        assert!(b.count("#events li").await >= 4);
+        assert_eq!(b.count("main em").await, 0);
+        b.screenshot("meeting").await;
+        b.assert_no_console_errors(&[]).await;
+        b.quit().await;
+        s.stop().await;
+    }
+
+    pub async fn a_wrong_key_or_another_organization_sees_nothing() {
+        let s = Server::start(Backend::Sqlite, vec![]).await;
+        let agent = s.agent(&s.key_a, "private").await;
+        let guest = s.agent(&s.key_a, "guest").await;
+        let (status, meeting) = s
+            .post(&s.key_a, "/v1/meetings", json!({"host": agent}))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{meeting}");
+        let _ = guest;
+        let (_driver, b) = open(&s, &s.key_b).await;
+        b.wait_text("main", "No agents yet.", 10).await;
+        for page in ["", "/batches", "/memory", "/archival", "/context"] {
+            b.goto(&s.url(&format!("/#/agents/{agent}{page}"))).await;
+            let shown = b.wait_text("main", "Not found", 10).await;
+            assert!(!shown.contains("private"), "{page}: {shown}");
+        }
+        b.goto(&s.url(&format!("/#/meetings/{}", meeting["id"].as_str().unwrap())))
+            .await;
+        b.wait_text("main", "Not found", 10).await;
+        b.screenshot("other-organization").await;
+        // A key revoked (here: forgotten) mid-session sends the page back to the login.
+        b.execute(
+            "sessionStorage.setItem('pattern.key', 'pat_revoked'); location.hash = '#/agents';",
+            vec![],
+        )
+        .await;
+        b.wait_text("main", "The server refused the key", 10).await;
+        b.assert_no_console_errors(&[401, 404]).await;
+        b.quit().await;
+        s.stop().await;
+    }
+
+    pub async fn the_context_page_counts_sections_against_the_window() {
+        let s = Server::start(Backend::Sqlite, vec![Turn::text("Hello <u>there</u>.")]).await;
+        let agent = s.agent(&s.key_a, "inspected").await;
+        s.post(
+            &s.key_a,
+            &format!("/v1/agents/{agent}/blocks"),
+            json!({"label": "persona", "value": "I am <u>helpful</u>."}),
+        )
+        .await;
+        s.post(
+            &s.key_a,
+            &format!("/v1/agents/{agent}/messages"),
+            json!({"content": "hi"}),
+        )
+        .await;
+        let (_driver, b) = open(&s, &s.key_a).await;
+        b.goto(&s.url(&format!("/#/agents/{agent}/context"))).await;
+        let shown = b.wait_text("#context", "tokens", 10).await;
+        assert!(shown.contains("200000"), "{shown}");
+        let sections = b.text("#sections").await;
+        for name in ["system", "tools", "summaries", "history"] {
+            assert!(sections.contains(name), "{sections}");
+        }
+        assert!(b.text("#context").await.contains("persona"));
+        assert_eq!(b.count("main u").await, 0);
+        b.screenshot("context").await;
+        b.assert_no_console_errors(&[]).await;
+        b.quit().await;
+        s.stop().await;
+    }
+}
