@@ -48,6 +48,7 @@ pub use console::CONTENT_SECURITY_POLICY;
 pub use error::{ApiError, Error, ErrorBody, ErrorCode, ErrorDetail, Result, one_line};
 pub use layers::{BadOrigin, CorsOrigins};
 pub use openapi::openapi;
+pub use routes::context::{ContextExclusion, ContextPart, ContextSection, ContextView};
 pub use routes::protocol::{
     MeetingEventView, MeetingView, ParticipantView, ProtocolMessageView, SessionView,
 };

@@ -67,6 +67,7 @@ browser_test!(an_abandoned_batch_after_a_crash_is_retried_once);
 browser_test!(archival_search_shows_scores_and_refusals);
 browser_test!(a_meeting_arrives_turn_by_turn);
 browser_test!(a_wrong_key_or_another_organization_sees_nothing);
+browser_test!(the_context_page_counts_sections_against_the_window);
 
 /// Entry point of the crashing child of `an_abandoned_batch_after_a_crash_is_retried_once`; a
 /// no-op in a normal run.
