@@ -770,10 +770,18 @@
           h('td', { text: s.name }), h('td', { class: 'mono', text: s.tokens }),
           h('td', {}, h('meter', { min: 0, max: c.window, value: s.tokens, 'aria-label': s.name + ' share of the window' }), ' ' +
             (100 * s.tokens / Math.max(1, c.window)).toFixed(2) + '%'))))));
+      out.append(h('p', { text: 'History budget: ' + c.history_budget + ' tokens.' }));
+      out.append(h('h2', { text: 'System prompt, in order' }));
       for (const part of c.system) {
-        out.append(h('details', {}, h('summary', { text: part.kind + ' (' + part.tokens + ' tokens)' }), h('pre', { text: part.text })));
+        out.append(h('details', { class: 'part' }, h('summary', {
+          text: part.kind.replace('_', ' ') + (part.label ? ' ' + part.label : '') + ' (' + part.tokens + ' tokens)',
+        }), h('pre', { text: part.text })));
       }
-      out.append(h('p', { text: 'History: ' + c.messages + ' messages from ' + c.batches.length + ' batches; ' + c.excluded.length + ' batches left out.' }));
+      out.append(h('h2', { text: 'Tools' }), h('p', { class: 'mono', text: c.tools.join(', ') || 'none' }));
+      out.append(h('h2', { text: 'History' }), h('p', {
+        text: c.messages + ' messages from ' + c.batches.length + ' batches; ' + c.excluded.length + ' batches left out' +
+          (c.excluded.length ? ': ' + c.excluded.map((e) => e.batch + ' (' + e.reason + ')').join(', ') : '') + '.',
+      }));
     } catch (err) {
       out.append(errorBox(err));
     }
@@ -813,6 +821,13 @@
     });
   }
 
+  // What a protocol message says: its text, else its content as JSON.
+  function speech(content) {
+    if (typeof content === 'string') return content;
+    if (content && typeof content.text === 'string') return content.text;
+    return JSON.stringify(content);
+  }
+
   async function renderMeeting(id) {
     let meeting;
     try {
@@ -837,7 +852,7 @@
       showSummary(m);
       transcript.replaceChildren(...said.map((msg) => h('li', {},
         h('span', { class: 'who', text: nameOf(msg.from) + ':' }),
-        typeof msg.content === 'string' ? msg.content : JSON.stringify(msg.content))));
+        speech(msg.content))));
       if (!said.length) transcript.append(h('li', { class: 'muted', text: 'Nothing said yet.' }));
     };
     showSummary(meeting);

@@ -167,6 +167,17 @@ mod cases {
         b.refresh().await;
         let history = b.wait_text("#history", "Noted:", 10).await;
         assert_eq!(history.matches("call archival_insert").count(), 1);
+        // The batch timeline shows the turn's batch with its matched tool pair.
+        b.click(".subnav a[href$='/batches']").await;
+        b.click("tr[data-state=complete] details summary").await;
+        let detail = b
+            .wait_text("tr[data-state=complete] details", "Tool pairs: 1", 10)
+            .await;
+        assert!(
+            detail.contains("archival_insert [c1]: call #1 → result #2"),
+            "{detail}"
+        );
+        b.screenshot("batches").await;
         b.assert_no_console_errors(&[401]).await;
         b.quit().await;
         s.stop().await;
@@ -498,7 +509,16 @@ mod cases {
             .await;
         assert_eq!(status, StatusCode::CREATED, "{meeting}");
         let _ = guest;
-        let (_driver, b) = open(&s, &s.key_b).await;
+        // Organization B logs in with a key of its own, revoked later in the session.
+        let org_b = s
+            .state
+            .pattern()
+            .protocol()
+            .organization("org-b")
+            .await
+            .unwrap();
+        let issued = s.db.create_api_key(org_b.id, "console").await.unwrap();
+        let (_driver, b) = open(&s, &issued.secret).await;
         b.wait_text("main", "No agents yet.", 10).await;
         for page in ["", "/batches", "/memory", "/archival", "/context"] {
             b.goto(&s.url(&format!("/#/agents/{agent}{page}"))).await;
@@ -509,13 +529,17 @@ mod cases {
             .await;
         b.wait_text("main", "Not found", 10).await;
         b.screenshot("other-organization").await;
-        // A key revoked (here: forgotten) mid-session sends the page back to the login.
-        b.execute(
-            "sessionStorage.setItem('pattern.key', 'pat_revoked'); location.hash = '#/agents';",
-            vec![],
-        )
-        .await;
-        b.wait_text("main", "The server refused the key", 10).await;
+        // A key revoked mid-session: the next call sends the page back to the login, and the
+        // key is forgotten.
+        s.db.revoke_api_key(org_b.id, issued.key.id).await.unwrap();
+        b.click("#nav a[href='#/agents']").await;
+        let shown = b.wait_text("main", "The server refused the key", 10).await;
+        assert!(shown.contains("unknown or revoked"), "{shown}");
+        let kept = b
+            .execute("return sessionStorage.getItem('pattern.key');", vec![])
+            .await;
+        assert!(kept.is_null(), "{kept}");
+        b.screenshot("login-revoked").await;
         b.assert_no_console_errors(&[401, 404]).await;
         b.quit().await;
         s.stop().await;
