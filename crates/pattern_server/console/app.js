@@ -259,28 +259,64 @@
         .flatMap(([t, p], i) => [i ? ' · ' : '', link(base + p, t)]));
   }
 
-  function createAgentForm() {
-    const name = h('input', { name: 'name', required: true, maxlength: 200 });
-    const instructions = h('textarea', { name: 'instructions', rows: 3 });
+  // Provider, model and base URL fields; `value()` is the API's model object, or null for the
+  // server's default.
+  function modelFields(current) {
     const provider = h('select', { name: 'provider' },
       [['', 'Server default'], ['openai', 'OpenAI'], ['anthropic', 'Anthropic'], ['gemini', 'Gemini'],
         ['local', 'Local (llama.cpp)'], ['openai_compatible', 'OpenAI-compatible']]
         .map(([v, t]) => h('option', { value: v, text: t })));
     const model = h('input', { name: 'model', placeholder: 'model name' });
     const baseUrl = h('input', { name: 'base_url', placeholder: 'base URL (OpenAI-compatible only)' });
+    if (current) {
+      provider.value = current.provider || '';
+      model.value = current.model || '';
+      baseUrl.value = current.base_url || '';
+    }
+    return {
+      nodes: [field('Provider', provider), field('Model', model), field('Base URL', baseUrl)],
+      value() {
+        if (!provider.value) return null;
+        const m = { provider: provider.value, model: model.value };
+        if (baseUrl.value.trim()) m.base_url = baseUrl.value.trim();
+        return m;
+      },
+    };
+  }
+
+  function setModelForm(agent, shown) {
+    const fields = modelFields(agent.metadata && agent.metadata.model);
+    const out = h('div', {});
+    const form = h('form', { id: 'set-model' }, fields.nodes, h('button', { type: 'submit', text: 'Set model' }), out);
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      out.replaceChildren();
+      try {
+        const next = await api('PUT', '/v1/agents/' + enc(agent.id) + '/model', { model: fields.value() });
+        shown.textContent = modelText(next);
+        out.replaceChildren(h('p', { role: 'status', class: 'ok', text: 'The next turn runs on ' + modelText(next) + '.' }));
+      } catch (err) {
+        out.replaceChildren(errorBox(err, 'Not changed'));
+      }
+    });
+    return h('details', { class: 'model' }, h('summary', { text: 'Change model' }), form);
+  }
+
+  function createAgentForm() {
+    const name = h('input', { name: 'name', required: true, maxlength: 200 });
+    const instructions = h('textarea', { name: 'instructions', rows: 3 });
+    const fields = modelFields(null);
     const out = h('div', {});
     const form = h('form', { id: 'create-agent' },
-      field('Name', name), field('Instructions', instructions), field('Provider', provider),
-      field('Model', model), field('Base URL', baseUrl), h('button', { type: 'submit', text: 'Create agent' }), out);
+      field('Name', name), field('Instructions', instructions), fields.nodes,
+      h('button', { type: 'submit', text: 'Create agent' }), out);
     form.addEventListener('submit', async (ev) => {
       ev.preventDefault();
       out.replaceChildren();
       const body = { name: name.value };
       if (instructions.value.trim()) body.instructions = instructions.value;
-      if (provider.value) {
-        body.model = { provider: provider.value, model: model.value };
-        if (baseUrl.value.trim()) body.model.base_url = baseUrl.value.trim();
-      }
+      const model = fields.value();
+      if (model) body.model = model;
       try {
         const agent = await api('POST', '/v1/agents', body);
         location.hash = '#/agents/' + enc(agent.id);
@@ -299,8 +335,10 @@
     const sub = h('nav', { class: 'subnav', 'aria-label': 'Agent' },
       [['Chat', ''], ['Batches', '/batches'], ['Memory', '/memory'], ['Archival & search', '/archival'], ['Context', '/context']]
         .map(([t, p]) => link(base + p, t, p === current ? { 'aria-current': 'page' } : {})));
+    const shown = h('span', { id: 'agent-model', text: modelText(agent) });
     const section = page(what + ': ' + agent.name, sub,
-      h('p', { class: 'muted' }, 'Model: ', modelText(agent), ' · id ', h('span', { class: 'mono', text: agent.id })));
+      h('p', { class: 'muted' }, 'Model: ', shown, ' · id ', h('span', { class: 'mono', text: agent.id })),
+      setModelForm(agent, shown));
     return { agent, section };
   }
 
@@ -471,7 +509,7 @@
           break;
         }
         case 'approval_requested':
-          this.list.append(h('li', { class: 'tool' }, 'waiting for approval of ' + d.tool + ': ' + d.reason + ' (until ' + when(d.deadline) + ')'));
+          this.list.append(approvalItem(d));
           break;
         case 'error': {
           const e = d.error || {};
@@ -488,6 +526,29 @@
           break;
       }
     }
+  }
+
+  // A tool call waiting for a human: approve or deny it (`POST /v1/approvals/{id}`); whoever
+  // answers first wins, and the answer shows what the server decided.
+  function approvalItem(d) {
+    const out = h('span', { class: 'approval-result' });
+    const approve = h('button', { type: 'button', text: 'Approve' });
+    const deny = h('button', { type: 'button', class: 'secondary', text: 'Deny' });
+    const decide = async (decision) => {
+      approve.disabled = true;
+      deny.disabled = true;
+      try {
+        const a = await api('POST', '/v1/approvals/' + enc(d.approval_id), { decision });
+        out.textContent = ' ' + a.state + '.';
+      } catch (err) {
+        out.replaceChildren(' ', errorBox(err));
+      }
+    };
+    approve.addEventListener('click', () => decide('approve'));
+    deny.addEventListener('click', () => decide('deny'));
+    return h('li', { class: 'tool approval', 'data-approval': d.approval_id },
+      'waiting for approval of ' + d.tool + ': ' + d.reason + ' (until ' + when(d.deadline) + ') ',
+      approve, ' ', deny, out);
   }
 
   // ---- batches ----------------------------------------------------------------------------

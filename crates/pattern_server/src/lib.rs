@@ -63,8 +63,9 @@ pub fn router(state: AppState) -> axum::Router {
     routes::router(state)
 }
 
-/// Every `(method, path)` the router serves, paths in the OpenAPI document's syntax
-/// (`/v1/agents/{agent_id}`); the document describes exactly these.
+/// Every `(method, path)` of the API the router serves, paths in the OpenAPI document's syntax
+/// (`/v1/agents/{agent_id}`); the document describes exactly these. The console's static files
+/// (`/`, `/console/*`) are not part of the API and not listed.
 pub fn routes() -> Vec<(axum::http::Method, &'static str)> {
     routes::served()
         .into_iter()

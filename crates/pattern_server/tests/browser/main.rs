@@ -68,6 +68,7 @@ browser_test!(archival_search_shows_scores_and_refusals);
 browser_test!(a_meeting_arrives_turn_by_turn);
 browser_test!(a_wrong_key_or_another_organization_sees_nothing);
 browser_test!(the_context_page_counts_sections_against_the_window);
+browser_test!(a_tool_call_waiting_for_approval_is_approved_from_the_chat);
 
 /// Entry point of the crashing child of `an_abandoned_batch_after_a_crash_is_retried_once`; a
 /// no-op in a normal run.
@@ -541,6 +542,85 @@ mod cases {
         assert!(kept.is_null(), "{kept}");
         b.screenshot("login-revoked").await;
         b.assert_no_console_errors(&[401, 404]).await;
+        b.quit().await;
+        s.stop().await;
+    }
+
+    pub async fn a_tool_call_waiting_for_approval_is_approved_from_the_chat() {
+        use pattern::memory::{BlockType, MemoryEditor, MemoryStore, NewMemoryBlock, Permission};
+        let s = Server::start(
+            Backend::Sqlite,
+            vec![
+                Turn::call(
+                    "c1",
+                    "memory_append",
+                    json!({"label": "family", "content": "likes jazz"}),
+                ),
+                Turn::text("noted"),
+            ],
+        )
+        .await;
+        let writer = s.agent(&s.key_a, "writer").await;
+        let owner: pattern::AgentId = s.agent(&s.key_a, "owner").await.parse().unwrap();
+        let memory = s.state.pattern().memory();
+        memory
+            .create_block(
+                owner,
+                NewMemoryBlock {
+                    label: "family".into(),
+                    description: "About the family.".into(),
+                    value: "Ada".into(),
+                    char_limit: 500,
+                    block_type: BlockType::Core,
+                },
+            )
+            .await
+            .unwrap();
+        memory
+            .share(
+                owner,
+                "family",
+                writer.parse().unwrap(),
+                Permission::Partner,
+            )
+            .await
+            .unwrap();
+        let (_driver, b) = open(&s, &s.key_a).await;
+        b.goto(&s.url(&format!("/#/agents/{writer}"))).await;
+        // Per-agent model: set one, then back to the server's default (this server's scripted
+        // model) before the turn.
+        b.click("details.model summary").await;
+        b.execute(
+            "document.querySelector('#set-model select').value = 'anthropic';",
+            vec![],
+        )
+        .await;
+        b.fill("#set-model input[name=model]", "claude-test").await;
+        b.click("#set-model button").await;
+        b.wait_text("#agent-model", "anthropic / claude-test", 10)
+            .await;
+        let (_, agent) = s.get(&s.key_a, &format!("/v1/agents/{writer}")).await;
+        assert_eq!(agent["metadata"]["model"]["model"], "claude-test");
+        b.execute(
+            "document.querySelector('#set-model select').value = '';",
+            vec![],
+        )
+        .await;
+        b.click("#set-model button").await;
+        b.wait_text("#agent-model", "server default", 10).await;
+        b.fill("#chat textarea", "Ada likes jazz, remember it")
+            .await;
+        b.click("#chat button[type=submit]").await;
+        b.wait_text("#turn", "waiting for approval of memory_append", 15)
+            .await;
+        b.screenshot("chat-approval").await;
+        b.click("li.approval button").await;
+        b.wait_text("li.approval", "approved.", 10).await;
+        b.wait_text("#turn-status", "Turn finished", 15).await;
+        b.wait_text("#turn", "noted", 5).await;
+        let family = memory.block(owner, "family").await.unwrap();
+        assert!(family.value.contains("likes jazz"), "{}", family.value);
+        b.assert_no_console_errors(&[]).await;
         b.quit().await;
         s.stop().await;
     }

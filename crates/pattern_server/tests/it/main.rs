@@ -15,6 +15,7 @@ extern crate pattern_db;
 
 mod api;
 mod approvals;
+mod console;
 mod context;
 mod crash;
 mod mcp;
