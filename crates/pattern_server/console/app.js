@@ -444,12 +444,24 @@
     async follow(open) {
       try {
         await open();
-        if (this.record) this.finish('The stream ended.');
+        if (this.record) this.interrupted('The connection ended before the turn did.');
       } catch (err) {
         if (err && err.name === 'AbortError') return; // left the page; the turn goes on
-        this.list.append(h('li', { class: 'failed' }, describe(err)));
-        this.finish('The turn failed.');
+        if (err instanceof ApiError || !this.record || !this.record.turn) {
+          this.list.append(h('li', { class: 'failed' }, describe(err)));
+          this.finish('The turn failed.');
+        } else {
+          this.interrupted(describe(err));
+        }
       }
+    }
+
+    // The stream broke but the turn goes on at the server: keep it and offer to resume.
+    interrupted(why) {
+      const record = this.record;
+      const again = h('button', { type: 'button', class: 'secondary', text: 'Resume' });
+      again.addEventListener('click', () => this.resume(record));
+      this.status.replaceChildren(why + ' The turn goes on at the server. ', again);
     }
 
     onEvent(ev) {
@@ -468,7 +480,7 @@
       sessionStorage.removeItem(TURN + this.agent);
       this.record = null;
       this.button.disabled = false;
-      this.status.textContent = message;
+      this.status.replaceChildren(message);
     }
 
     show(ev) {
@@ -971,6 +983,12 @@
     }
     main.focus({ preventScroll: true });
   }
+
+  // The skip link focuses the content; as a plain `#main` link it would change the route.
+  document.querySelector('.skip').addEventListener('click', (ev) => {
+    ev.preventDefault();
+    main.focus();
+  });
 
   window.addEventListener('hashchange', route);
   route();

@@ -41,9 +41,10 @@ async fn open(s: &Server, key: &str) -> (Driver, Browser) {
     (driver, b)
 }
 
+/// Logs in from the keyboard: the key, then Enter.
 async fn login(b: &Browser, key: &str) {
-    b.fill("#login input[name=key]", key).await;
-    b.click("#login button[type=submit]").await;
+    b.fill("#login input[name=key]", &format!("{key}\u{E007}"))
+        .await;
     b.wait_text("h1", "Agents", 10).await;
 }
 
@@ -147,9 +148,12 @@ mod cases {
         b.find("#chat textarea").await;
 
         // Send a message: the answer streams with its tool call and result.
-        b.fill("#chat textarea", "Remember that Ada likes <i>tea</i>")
-            .await;
-        b.click("#chat button[type=submit]").await;
+        // From the keyboard: type, Tab to Send, Enter.
+        b.fill(
+            "#chat textarea",
+            "Remember that Ada likes <i>tea</i>\u{E004}\u{E007}",
+        )
+        .await;
         b.wait_text("#turn-status", "Turn finished", 20).await;
         let turn = b.text("#turn").await;
         assert!(
