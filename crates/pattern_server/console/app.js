@@ -954,6 +954,79 @@
     }
   }
 
+  // ---- sessions ---------------------------------------------------------------------------
+
+  async function renderSessions() {
+    const idInput = h('input', { name: 'session', required: true });
+    const open = h('form', { id: 'open-session', class: 'inline' }, field('Session id', idInput), h('button', { type: 'submit', text: 'Open' }));
+    open.addEventListener('submit', (ev) => { ev.preventDefault(); location.hash = '#/sessions/' + enc(idInput.value.trim()); });
+    const from = h('select', { name: 'from' });
+    const to = h('select', { name: 'to' });
+    const kind = h('select', { name: 'session_type' }, [['sync', 'sync (strict turns)'], ['async', 'async (inboxes)']]
+      .map(([v, t]) => h('option', { value: v, text: t })));
+    const out = h('div', {});
+    const start = h('form', { id: 'start-session' }, field('From', from), field('To', to), field('Type', kind),
+      h('button', { type: 'submit', text: 'Open the session' }), out);
+    page('Sessions', open, h('h2', { text: 'Open (or find the live) session between two agents' }), start);
+    try {
+      const agents = await loadAgentNames();
+      for (const select of [from, to]) {
+        select.append(...agents.map((a) => h('option', { value: a.id, text: a.name })));
+      }
+      if (agents.length > 1) to.value = agents[1].id;
+    } catch (err) {
+      out.append(errorBox(err));
+    }
+    start.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      try {
+        const session = await api('POST', '/v1/sessions', { from: from.value, to: to.value, session_type: kind.value });
+        location.hash = '#/sessions/' + enc(session.id);
+      } catch (err) {
+        out.replaceChildren(errorBox(err, 'Not opened'));
+      }
+    });
+  }
+
+  // A session's state and transcript, read again every second until it ends (sessions have no
+  // event stream).
+  async function renderSession(id) {
+    let session;
+    try {
+      await loadAgentNames();
+      session = await api('GET', '/v1/sessions/' + enc(id));
+    } catch (err) { return notFound(err); }
+    const summary = h('div', { id: 'session-summary' });
+    const transcript = h('ol', { class: 'transcript', id: 'session-transcript', 'aria-label': 'Transcript' });
+    const status = h('p', { role: 'status', class: 'muted', id: 'session-status' });
+    page('Session ' + id, summary, h('h2', { text: 'Transcript' }), transcript, status);
+    const signal = live.signal;
+    for (;;) {
+      try {
+        const said = await api('GET', '/v1/sessions/' + enc(id) + '/messages');
+        summary.replaceChildren(h('p', {}, 'Status: ', h('strong', { id: 'session-state', text: session.status }),
+          ' · ' + session.session_type + ' · ' + nameOf(session.agent_a) + ' and ' + nameOf(session.agent_b) +
+          (session.turn ? ' · turn: ' + nameOf(session.turn) : '') + ' · opened ' + when(session.created_at) +
+          (session.ended_at ? ' · ended ' + when(session.ended_at) : '')));
+        transcript.replaceChildren(...said.map((msg) => h('li', {},
+          h('span', { class: 'who', text: nameOf(msg.from) + ':' }), speech(msg.content),
+          h('span', { class: 'muted', text: ' · ' + when(msg.created_at) }))));
+        if (!said.length) transcript.append(h('li', { class: 'muted', text: 'Nothing said yet.' }));
+        if (session.status === 'ended') {
+          status.textContent = 'The session is over.';
+          return;
+        }
+        status.textContent = 'Following the session (read again every second)…';
+        await new Promise((resolve) => setTimeout(resolve, 1000));
+        if (signal.aborted) return;
+        session = await api('GET', '/v1/sessions/' + enc(id));
+      } catch (err) {
+        if (!(err && err.name === 'AbortError')) status.replaceChildren(errorBox(err));
+        return;
+      }
+    }
+  }
+
   // ---- routing ----------------------------------------------------------------------------
 
   async function route() {
@@ -974,7 +1047,9 @@
         const which = { undefined: renderChat, batches: renderBatches, memory: renderMemory, archival: renderArchival, context: renderContext }[parts[2]];
         if (which) await which(parts[1]);
         else page('Not found', h('p', { text: 'No such page.' }));
-      } else if (parts[0] === 'meetings' && parts[1]) await renderMeeting(parts[1]);
+      } else if (parts[0] === 'sessions' && parts[1]) await renderSession(parts[1]);
+      else if (parts[0] === 'sessions') await renderSessions();
+      else if (parts[0] === 'meetings' && parts[1]) await renderMeeting(parts[1]);
       else if (parts[0] === 'meetings') await renderMeetings();
       else if (!parts.length || parts[0] === 'agents') await renderAgents();
       else page('Not found', h('p', { text: 'No such page.' }));

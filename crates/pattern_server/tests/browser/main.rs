@@ -42,6 +42,14 @@ async fn open(s: &Server, key: &str) -> (Driver, Browser) {
 }
 
 /// Logs in from the keyboard: the key, then Enter.
+/// Goes to `url` after emptying the page's content, so that what is awaited next is the new
+/// page's (a change of the address's fragment alone does not reload the page).
+async fn visit(b: &Browser, url: &str) {
+    b.execute("document.getElementById('main').replaceChildren();", vec![])
+        .await;
+    b.goto(url).await;
+}
+
 async fn login(b: &Browser, key: &str) {
     b.fill("#login input[name=key]", &format!("{key}\u{E007}"))
         .await;
@@ -67,6 +75,7 @@ browser_test!(a_stale_block_edit_shows_the_conflict_and_undo_restores);
 browser_test!(an_abandoned_batch_after_a_crash_is_retried_once);
 browser_test!(archival_search_shows_scores_and_refusals);
 browser_test!(a_meeting_arrives_turn_by_turn);
+browser_test!(a_session_is_followed_until_it_ends);
 browser_test!(a_wrong_key_or_another_organization_sees_nothing);
 browser_test!(the_context_page_counts_sections_against_the_window);
 browser_test!(a_tool_call_waiting_for_approval_is_approved_from_the_chat);
@@ -524,6 +533,54 @@ mod cases {
         s.stop().await;
     }
 
+    pub async fn a_session_is_followed_until_it_ends() {
+        let s = Server::start(Backend::Sqlite, vec![]).await;
+        let ada = s.agent(&s.key_a, "ada").await;
+        let bob = s.agent(&s.key_a, "bob").await;
+        let (_driver, b) = open(&s, &s.key_a).await;
+        b.click("#nav a[href='#/sessions']").await;
+        b.find("#start-session select[name=to] option").await;
+        b.click("#start-session button[type=submit]").await;
+        b.wait_text("#session-summary", "turn: ada", 10).await;
+        let id = b
+            .execute("return location.hash.split('/')[2];", vec![])
+            .await;
+        let messages = format!("/v1/sessions/{}/messages", id.as_str().unwrap());
+        let (status, body) = s
+            .post(
+                &s.key_a,
+                &messages,
+                json!({"from": ada, "content": "hello <b>bob</b>"}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        b.wait_text("#session-transcript", "hello <b>bob</b>", 10)
+            .await;
+        b.wait_text("#session-summary", "turn: bob", 10).await;
+        s.post(
+            &s.key_a,
+            &messages,
+            json!({"from": bob, "content": "hi ada"}),
+        )
+        .await;
+        b.wait_text("#session-transcript", "hi ada", 10).await;
+        b.screenshot("session").await;
+        let (status, body) = s
+            .post(
+                &s.key_a,
+                &format!("/v1/sessions/{}/end", id.as_str().unwrap()),
+                json!({"agent": ada}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        b.wait_text("#session-status", "over", 10).await;
+        b.wait_text("#session-state", "ended", 5).await;
+        assert_eq!(b.count("main b").await, 0);
+        b.assert_no_console_errors(&[]).await;
+        b.quit().await;
+        s.stop().await;
+    }
+
     pub async fn a_wrong_key_or_another_organization_sees_nothing() {
         let s = Server::start(Backend::Sqlite, vec![]).await;
         let agent = s.agent(&s.key_a, "private").await;
@@ -532,7 +589,13 @@ mod cases {
             .post(&s.key_a, "/v1/meetings", json!({"host": agent}))
             .await;
         assert_eq!(status, StatusCode::CREATED, "{meeting}");
-        let _ = guest;
+        let (_, session) = s
+            .post(
+                &s.key_a,
+                "/v1/sessions",
+                json!({"from": agent, "to": guest, "session_type": "sync"}),
+            )
+            .await;
         // Organization B logs in with a key of its own, revoked later in the session.
         let org_b = s
             .state
@@ -545,12 +608,21 @@ mod cases {
         let (_driver, b) = open(&s, &issued.secret).await;
         b.wait_text("main", "No agents yet.", 10).await;
         for page in ["", "/batches", "/memory", "/archival", "/context"] {
-            b.goto(&s.url(&format!("/#/agents/{agent}{page}"))).await;
+            visit(&b, &s.url(&format!("/#/agents/{agent}{page}"))).await;
             let shown = b.wait_text("main", "Not found", 10).await;
             assert!(!shown.contains("private"), "{page}: {shown}");
         }
-        b.goto(&s.url(&format!("/#/meetings/{}", meeting["id"].as_str().unwrap())))
-            .await;
+        visit(
+            &b,
+            &s.url(&format!("/#/meetings/{}", meeting["id"].as_str().unwrap())),
+        )
+        .await;
+        b.wait_text("main", "Not found", 10).await;
+        visit(
+            &b,
+            &s.url(&format!("/#/sessions/{}", session["id"].as_str().unwrap())),
+        )
+        .await;
         b.wait_text("main", "Not found", 10).await;
         b.screenshot("other-organization").await;
         // A key revoked mid-session: the next call sends the page back to the login, and the
@@ -609,7 +681,7 @@ mod cases {
             .await
             .unwrap();
         let (_driver, b) = open(&s, &s.key_a).await;
-        b.goto(&s.url(&format!("/#/agents/{writer}"))).await;
+        visit(&b, &s.url(&format!("/#/agents/{writer}"))).await;
         // Per-agent model: set one, then back to the server's default (this server's scripted
         // model) before the turn.
         b.click("details.model summary").await;
