@@ -1003,7 +1003,10 @@
     const signal = live.signal;
     for (;;) {
       try {
-        const said = await api('GET', '/v1/sessions/' + enc(id) + '/messages');
+        // The state and the transcript read together, so the page never shows one older.
+        const [now, said] = await Promise.all([
+          api('GET', '/v1/sessions/' + enc(id)), api('GET', '/v1/sessions/' + enc(id) + '/messages')]);
+        session = now;
         summary.replaceChildren(h('p', {}, 'Status: ', h('strong', { id: 'session-state', text: session.status }),
           ' · ' + session.session_type + ' · ' + nameOf(session.agent_a) + ' and ' + nameOf(session.agent_b) +
           (session.turn ? ' · turn: ' + nameOf(session.turn) : '') + ' · opened ' + when(session.created_at) +
@@ -1019,7 +1022,6 @@
         status.textContent = 'Following the session (read again every second)…';
         await new Promise((resolve) => setTimeout(resolve, 1000));
         if (signal.aborted) return;
-        session = await api('GET', '/v1/sessions/' + enc(id));
       } catch (err) {
         if (!(err && err.name === 'AbortError')) status.replaceChildren(errorBox(err));
         return;

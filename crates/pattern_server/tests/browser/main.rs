@@ -564,6 +564,9 @@ mod cases {
         )
         .await;
         b.wait_text("#session-transcript", "hi ada", 10).await;
+        // State and transcript are read together: the turn is back with ada.
+        let summary = b.text("#session-summary").await;
+        assert!(summary.contains("turn: ada"), "{summary}");
         b.screenshot("session").await;
         let (status, body) = s
             .post(
