@@ -851,6 +851,8 @@
         }), h('pre', { text: part.text })));
       }
       out.append(h('h2', { text: 'Tools' }), h('p', { class: 'mono', text: c.tools.join(', ') || 'none' }));
+      out.append(h('details', { id: 'request' }, h('summary', { text: 'The request body, in the provider\'s format' }),
+        h('pre', { text: JSON.stringify(c.request, null, 2) })));
       out.append(h('h2', { text: 'History' }), h('p', {
         text: c.messages + ' messages from ' + c.batches.length + ' batches; ' + c.excluded.length + ' batches left out' +
           (c.excluded.length ? ': ' + c.excluded.map((e) => e.batch + ' (' + e.reason + ')').join(', ') : '') + '.',

@@ -1,12 +1,14 @@
 //! `GET /v1/agents/{agent_id}/context`: the request context_v2 would build for the agent's next
 //! turn, now: its sections with their token counts against the model's window, the system
-//! prompt's parts, the tools and which batches the history holds or leaves out.
+//! prompt's parts, the tools, which batches the history holds or leaves out, and the request
+//! body in the model's provider format.
 //!
 //! Read-only: it uses the builder's preview, which never compresses; when history is over its
 //! budget it says so (the next turn compresses first). This module must never write anything,
 //! nor show an agent outside the caller's organization.
 
 use axum::extract::State;
+use pattern::context::format::RequestOptions;
 use pattern::context::{SystemPartKind, TokenCounter};
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -72,6 +74,11 @@ pub struct ContextView {
     pub batches: Vec<String>,
     /// Batches left out.
     pub excluded: Vec<ContextExclusion>,
+    /// The request body in the model's provider format (Anthropic, OpenAI or Gemini), as a turn
+    /// would send it with the default options (streamed, the provider's temperature, the model
+    /// choosing whether to call a tool).
+    #[schema(value_type = Object)]
+    pub request: serde_json::Value,
 }
 
 /// The request context_v2 would build for the agent's next turn, without changing anything.
@@ -91,6 +98,13 @@ pub(crate) async fn show(
     let runtime = agent.runtime_arc();
     let preview = runtime.preview_context().await?;
     let counter: &dyn TokenCounter = &**runtime.counter();
+    let options = RequestOptions {
+        stream: true,
+        ..RequestOptions::default()
+    };
+    let request =
+        pattern::context::format::request(&preview.context, runtime.model().model(), &options)
+            .map_err(pattern::core::Error::from)?;
     let context = &preview.context;
     let tokens = &context.tokens;
     let sections = [
@@ -153,5 +167,6 @@ pub(crate) async fn show(
             .map(ToString::to_string)
             .collect(),
         excluded,
+        request,
     }))
 }

@@ -747,6 +747,8 @@ mod cases {
             assert!(sections.contains(name), "{sections}");
         }
         assert!(b.text("#context").await.contains("persona"));
+        b.click("#request summary").await;
+        b.wait_text("#request", "\"stream\": true", 5).await;
         assert_eq!(b.count("main u").await, 0);
         b.screenshot("context").await;
         b.assert_no_console_errors(&[]).await;

@@ -58,6 +58,11 @@ async fn the_context_shows_sections_against_the_window_and_changes_nothing(backe
             .iter()
             .any(|t| t == "archival_insert")
     );
+    // The body as the scripted model's provider format (Anthropic) would send it.
+    assert_eq!(context["request"]["model"], "scripted");
+    assert_eq!(context["request"]["stream"], true);
+    let sent = context["request"]["messages"].as_array().unwrap();
+    assert_eq!(sent.len(), 2, "{sent:?}");
     // Read-only: asking again answers the same.
     let (_, again) = s.get(&s.key_a, &path).await;
     assert_eq!(again, context);
