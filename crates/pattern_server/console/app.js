@@ -329,7 +329,9 @@
 
   // The agent's page header and sub-navigation; throws (404 shown) when the agent is not ours.
   async function agentPage(id, what, current) {
+    const signal = live.signal;
     const agent = await api('GET', '/v1/agents/' + enc(id));
+    stillHere(signal);
     agentNames.set(agent.id, agent.name);
     const base = '#/agents/' + enc(id);
     const sub = h('nav', { class: 'subnav', 'aria-label': 'Agent' },
@@ -342,7 +344,14 @@
     return { agent, section };
   }
 
+  // Throws an AbortError when the user went to another page meanwhile, so that a late answer
+  // never replaces the page they are on.
+  function stillHere(signal) {
+    if (signal.aborted) throw new DOMException('left the page', 'AbortError');
+  }
+
   function notFound(err) {
+    if (err && err.name === 'AbortError') return;
     page(err instanceof ApiError && err.status === 404 ? 'Not found' : 'Error', errorBox(err));
   }
 
@@ -583,10 +592,12 @@
           else {
             const retry = h('button', { type: 'button', class: 'secondary', text: 'Retry', 'aria-label': 'Retry batch ' + b.id });
             retry.addEventListener('click', async () => {
+              const signal = live.signal;
               retry.disabled = true;
               out.replaceChildren(h('p', { role: 'status', text: 'Retrying batch ' + b.id + '…' }));
               try {
                 const result = await api('POST', '/v1/agents/' + enc(id) + '/batches/' + enc(b.id) + '/retry');
+                if (signal.aborted) return;
                 await renderBatches(id, h('p', { role: 'status', class: 'ok' },
                   'Retried batch ' + b.id + ' as batch ' + result.batch_id + ': ' + result.text));
               } catch (err) {
@@ -756,11 +767,12 @@
       field('Value', value), field('Character limit', limit), h('button', { type: 'submit', text: 'Create block' }), out);
     form.addEventListener('submit', async (ev) => {
       ev.preventDefault();
+      const signal = live.signal;
       try {
         await api('POST', '/v1/agents/' + enc(agent) + '/blocks', {
           label: label.value, description: description.value, value: value.value, char_limit: Number(limit.value),
         });
-        renderMemory(agent);
+        if (!signal.aborted) renderMemory(agent);
       } catch (err) {
         out.replaceChildren(errorBox(err, 'Not created'));
       }
@@ -801,11 +813,12 @@
       h('button', { type: 'submit', text: 'Store passage' }), out);
     insert.addEventListener('submit', async (ev) => {
       ev.preventDefault();
+      const signal = live.signal;
       try {
         await api('POST', '/v1/agents/' + enc(id) + '/archival', {
           text: text.value, tags: tags.value.split(',').map((t) => t.trim()).filter(Boolean),
         });
-        renderArchival(id);
+        if (!signal.aborted) renderArchival(id);
       } catch (err) {
         out.replaceChildren(errorBox(err, 'Not stored'));
       }
@@ -905,9 +918,11 @@
 
   async function renderMeeting(id) {
     let meeting;
+    const signal = live.signal;
     try {
       await loadAgentNames();
       meeting = await api('GET', '/v1/meetings/' + enc(id));
+      stillHere(signal);
     } catch (err) { return notFound(err); }
     const summary = h('div', { id: 'meeting-summary' });
     const transcript = h('ol', { class: 'transcript', id: 'transcript', 'aria-label': 'Transcript' });
@@ -994,15 +1009,16 @@
   // event stream).
   async function renderSession(id) {
     let session;
+    const signal = live.signal;
     try {
       await loadAgentNames();
       session = await api('GET', '/v1/sessions/' + enc(id));
+      stillHere(signal);
     } catch (err) { return notFound(err); }
     const summary = h('div', { id: 'session-summary' });
     const transcript = h('ol', { class: 'transcript', id: 'session-transcript', 'aria-label': 'Transcript' });
     const status = h('p', { role: 'status', class: 'muted', id: 'session-status' });
     page('Session ' + id, summary, h('h2', { text: 'Transcript' }), transcript, status);
-    const signal = live.signal;
     for (;;) {
       try {
         // The state and the transcript read together, so the page never shows one older.
