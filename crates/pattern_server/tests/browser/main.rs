@@ -2,7 +2,8 @@
 //! loopback port, driven in headless Debian Chromium over WebDriver (ChromeDriver started per
 //! test). Each test logs in through the page, saves a screenshot of what it checked (copied into
 //! `PATTERN_CONSOLE_SCREENSHOTS`, e.g. `docs/console`, when set) and fails on any console error
-//! in the page. Missing Chromium fails (see `webdriver.rs`).
+//! in the page. Missing Chromium fails (see `webdriver.rs`): these tests must never pass by
+//! skipping silently.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

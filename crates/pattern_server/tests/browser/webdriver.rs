@@ -3,7 +3,8 @@
 //! when dropped, driving Debian's headless Chromium with a fresh profile.
 //!
 //! Missing Chromium or ChromeDriver fails the test with what to install, unless
-//! `PATTERN_SKIP_BROWSER_TESTS=1` opts out.
+//! `PATTERN_SKIP_BROWSER_TESTS=1` opts out. This module must never leave a ChromeDriver running
+//! (dropping the [`Driver`] kills it) nor point the browser anywhere but loopback.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
