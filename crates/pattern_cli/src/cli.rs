@@ -500,6 +500,29 @@ pub(crate) enum SessionCommand {
         #[arg(long)]
         sync: bool,
     },
+    /// Start a conversation the agents hold themselves: FROM sends MESSAGE to TO, each message
+    /// becomes the recipient's turn (its own model and tools), and in a sync session each
+    /// final answer goes back as the reply. Prints every message as it arrives, until the
+    /// session ends (its message limit, or an agent ends it) or goes quiet (async), then the
+    /// transcript. Ctrl-C stops waiting; the session and its queued turns stay.
+    Start {
+        /// The agent that speaks first.
+        from: String,
+        /// The agent it talks to.
+        to: String,
+        /// The first message.
+        #[arg(long, short = 'm')]
+        message: String,
+        /// Strict turns: each reply comes back to the other agent.
+        #[arg(long)]
+        sync: bool,
+        /// End the session after this many messages (sync default 4).
+        #[arg(long, value_name = "N")]
+        max_messages: Option<u64>,
+        /// Stop waiting after this many seconds (the session stays).
+        #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+        wait_seconds: u64,
+    },
     /// Send a message in a session.
     Send {
         /// The session id.
@@ -761,7 +784,9 @@ pub(crate) struct MeetingRunArgs {
     #[arg(long, value_name = "SECONDS")]
     pub(crate) turn_seconds: Option<u64>,
     /// How the next speaker is chosen: `round-robin` (everyone present, in the order of
-    /// `--agents`).
+    /// `--agents`), `selector` (the first agent moderates and chooses each next speaker with
+    /// `meeting_choose`) or `broadcast` (every other agent answers the first agent's question;
+    /// the first decides).
     #[arg(long, default_value = "round-robin")]
     pub(crate) policy: String,
     /// A phrase that ends the meeting when a speech contains it.

@@ -29,6 +29,7 @@ mod error;
 pub mod local_server;
 pub mod mcp;
 pub mod meeting;
+pub mod meeting_stream;
 pub mod permission;
 pub mod provider;
 mod queue;

@@ -22,8 +22,11 @@
 //!   speech contains the end phrase (case-insensitive), when the host calls `meeting_end`, or
 //!   when everyone left. The driver ends it as the host.
 //!
-//! Policies: round-robin in join order (the protocol's own order). An agent passes or leaves by
-//! its tools (`crate::tool::meeting`). This module must never store a speech for an agent, or
+//! Policies ([`Policy`]): round-robin in join order (the protocol's own order); selector (the
+//! protocol hands the turn back to the host after every other speaker and on to whom the host
+//! chose with `meeting_choose`); broadcast (round-robin hand-over where each answerer is told
+//! only the host's prompt, and the host's next turn decides). An agent passes or leaves by its
+//! tools (`crate::tool::meeting`). This module must never store a speech for an agent, or
 //! outside the turn it belongs to; it only relays what the agent's own run answered.
 
 use std::collections::HashMap;
@@ -53,14 +56,56 @@ const CANCEL_GRACE: Duration = Duration::from_secs(30);
 /// Events read per page of a meeting's log.
 const EVENT_PAGE: u32 = 1000;
 
-/// How the next speaker is chosen.
+/// How the next speaker is chosen (`docs/multi-agent.md` has each policy's rules).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
 pub enum Policy {
-    /// Everyone present, in join order, wrapping around.
+    /// Everyone present, in join order, wrapping around; `rounds` turns each.
     #[default]
     RoundRobin,
+    /// The host moderates: it speaks `rounds` times and after each of its turns the participant
+    /// it chose with `meeting_choose` speaks (in join order when it chose nobody present); the
+    /// turn then comes back to the host.
+    Selector,
+    /// Every round the host poses a prompt, each other participant answers it without seeing
+    /// the others' answers of the round, and the host's next turn decides; after `rounds`
+    /// rounds the host's last turn gives the final decision.
+    Broadcast,
+}
+
+impl Policy {
+    /// The protocol's hand-over for this policy.
+    pub fn protocol(self) -> pattern_db::MeetingPolicy {
+        match self {
+            Policy::RoundRobin => pattern_db::MeetingPolicy::RoundRobin,
+            Policy::Selector => pattern_db::MeetingPolicy::Selector,
+            Policy::Broadcast => pattern_db::MeetingPolicy::Broadcast,
+        }
+    }
+
+    /// Parses `round-robin`, `selector` or `broadcast`.
+    pub fn parse(text: &str) -> Result<Self> {
+        match text {
+            "round-robin" | "round_robin" => Ok(Policy::RoundRobin),
+            "selector" => Ok(Policy::Selector),
+            "broadcast" => Ok(Policy::Broadcast),
+            other => Err(Error::InvalidMeeting(format!(
+                "unknown policy `{other}` (round-robin, selector, broadcast)"
+            ))),
+        }
+    }
+
+    /// Whether the turn that would begin now is past the plan: `own` is how many turns the
+    /// speaker has had counting this one, `host` whether it hosts.
+    fn past_the_end(self, rounds: u32, own: u32, host: bool) -> bool {
+        match self {
+            Policy::RoundRobin | Policy::Selector => own > rounds,
+            // The host's extra turn is the final decision.
+            Policy::Broadcast if host => own > rounds + 1,
+            Policy::Broadcast => own > rounds,
+        }
+    }
 }
 
 /// How a meeting is run; stored in its log.
@@ -261,7 +306,7 @@ impl MeetingDriver {
             .map_err(|e| Error::InvalidMeeting(format!("the plan does not encode: {e}")))?;
         let created = self
             .protocol
-            .create_meeting_with_plan(plan.agents[0], turn_duration, value)
+            .create_meeting_with_plan(plan.agents[0], turn_duration, plan.policy.protocol(), value)
             .await?;
         let id = created.meeting.id;
         self.prepare(id, plan).await?;
@@ -397,7 +442,10 @@ impl MeetingDriver {
                     e.event_type == MeetingEventType::TurnPassed && e.agent == Some(speaker)
                 })
                 .count() as u32;
-            if round > plan.rounds {
+            if plan
+                .policy
+                .past_the_end(plan.rounds, round, speaker == host)
+            {
                 self.end(id, host).await?;
                 continue;
             }
@@ -455,8 +503,16 @@ impl MeetingDriver {
             .into_iter()
             .map(|m| (m.id.to_string(), speech_text(&m.content)))
             .collect();
+        let host = plan.agents[0];
+        let hosting = turn.speaker == host;
+        // In a broadcast round an answerer hears the host's prompt, never the other answers.
+        let hears =
+            |e: &MeetingEvent| plan.policy != Policy::Broadcast || hosting || e.agent == Some(host);
         let mut lines = Vec::new();
-        for e in events.iter().filter(|e| e.seq > since && e.seq < turn.seq) {
+        for e in events
+            .iter()
+            .filter(|e| e.seq > since && e.seq < turn.seq && hears(e))
+        {
             let who = e.agent.map(|a| self.name(a)).unwrap_or_default();
             match e.event_type {
                 MeetingEventType::AgentSpoke => {
@@ -512,15 +568,37 @@ impl MeetingDriver {
             text.push('\n');
         }
         let mut tools = "meeting_pass passes, meeting_leave leaves".to_owned();
-        if turn.speaker == plan.agents[0] {
+        if hosting {
             tools.push_str(", meeting_end ends the meeting");
+            if plan.policy == Policy::Selector {
+                tools.push_str(", meeting_choose names who speaks after you");
+            }
         }
         if let Some(phrase) = &plan.end_phrase {
             tools.push_str(&format!("; saying \"{phrase}\" ends it"));
         }
-        text.push_str(&format!(
-            "({tools}.)\nIt is your turn, {me}: reply with your own short contribution to the topic."
-        ));
+        let ask = match (plan.policy, hosting) {
+            (Policy::Broadcast, true) if turn.round == 1 => {
+                "pose the question every participant will answer".to_owned()
+            }
+            (Policy::Broadcast, true) if turn.round > plan.rounds => {
+                "weigh the answers and give the meeting's final decision".to_owned()
+            }
+            (Policy::Broadcast, true) => {
+                "weigh the answers, say what you decide, and pose the next question".to_owned()
+            }
+            (Policy::Broadcast, false) => {
+                "answer the host's question in your own words (you do not see the others' \
+                 answers)"
+                    .to_owned()
+            }
+            (Policy::Selector, true) => {
+                "moderate: respond briefly and choose who speaks next with meeting_choose"
+                    .to_owned()
+            }
+            _ => "reply with your own short contribution to the topic".to_owned(),
+        };
+        text.push_str(&format!("({tools}.)\nIt is your turn, {me}: {ask}."));
         Ok(text)
     }
 
@@ -535,7 +613,7 @@ impl MeetingDriver {
         let agent = self.agent(turn.speaker)?.clone();
         let mut last = RunEnd::Failed("not run".into());
         for attempt in 1..=2u32 {
-            let key = format!("meeting:{id}:turn:{}:{attempt}", turn.seq);
+            let key = crate::meeting_stream::turn_key(id, turn.seq, attempt);
             let message = IncomingMessage {
                 batch_type: BatchType::AgentToAgent,
                 role: Role::User,

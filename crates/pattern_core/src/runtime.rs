@@ -21,7 +21,7 @@ use memory_v2::{ArchivalMemory, MemoryEditor, MemoryStore, SearchHit, SearchOpti
 use pattern_db::queue::{NewQueued, QueuedMessage};
 use pattern_db::{
     AgentId, BatchId, BatchType, ContentBlock, Database, MessageStore, NewMessage, Role,
-    StepReceipt,
+    SessionType, StepReceipt,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -461,29 +461,65 @@ impl AgentRuntime {
                 .cloned()
                 .ok_or_else(|| Error::NoEndpoint(name.clone()))?,
             MessageTarget::Agent(name) => {
-                let to = self.agent_in_my_organization(name).await?;
-                if to.id == self.agent {
-                    return Err(Error::NoEndpoint(
-                        "an agent cannot send a message to itself".into(),
-                    ));
-                }
-                let entry = NewQueued {
-                    source: self.name.clone(),
-                    ..NewQueued::now(
-                        BatchType::AgentToAgent,
-                        Role::User,
-                        vec![ContentBlock::text(format!(
-                            "[message from agent {}] {content}",
-                            self.name
-                        ))],
-                    )
-                };
-                self.db.enqueue(to.id, entry).await?;
-                self.queue_signal.notify_one();
+                // One channel between agents (decision 0020): the protocol's async session of
+                // the pair, which the agents answer themselves; the message becomes the other
+                // agent's trigger in the transaction that stores it.
+                self.open_session(name, SessionType::Async, None, Some(content))
+                    .await?;
                 return Ok(());
             }
         };
         endpoint.deliver(&message).await.map_err(Error::Endpoint)
+    }
+
+    /// Opens (or finds live) a session of this agent with the agent `name` of its organization,
+    /// answered by the agents themselves (decision 0020), and sends `first` into it if given:
+    /// one transaction. A session with itself, an unknown name or another organization's agent
+    /// are errors; nothing is stored then.
+    pub async fn open_session(
+        &self,
+        name: &str,
+        session_type: SessionType,
+        message_limit: Option<u64>,
+        first: Option<&str>,
+    ) -> Result<(pattern_db::Session, Option<pattern_db::ProtocolMessage>)> {
+        let to = self.agent_in_my_organization(name).await?;
+        let first = first.map(|text| {
+            pattern_db::NewProtocolMessage::new("text", serde_json::json!({ "text": text }))
+        });
+        let opened = self
+            .db
+            .open_session_with(
+                self.agent,
+                to.id,
+                session_type,
+                pattern_db::SessionOptions::agents(message_limit),
+                first,
+            )
+            .await?;
+        self.queue_signal.notify_one();
+        Ok(opened)
+    }
+
+    /// Sends `text` into session `session` as this agent (its turn, in a sync session).
+    pub async fn send_into_session(
+        &self,
+        session: pattern_db::SessionId,
+        text: &str,
+    ) -> Result<pattern_db::ProtocolMessage> {
+        let message =
+            pattern_db::NewProtocolMessage::new("text", serde_json::json!({ "text": text }));
+        let sent = self
+            .db
+            .send_session_message(session, self.agent, message)
+            .await?;
+        self.queue_signal.notify_one();
+        Ok(sent)
+    }
+
+    /// Ends session `session` (this agent must take part in it).
+    pub async fn end_session(&self, session: pattern_db::SessionId) -> Result<pattern_db::Session> {
+        Ok(self.db.end_session(session, self.agent).await?)
     }
 
     /// The agent `name` names, looked up only among the agents of this agent's organization:

@@ -98,10 +98,11 @@ pub use model::{
 };
 pub use names::{MAX_NAME_CHARS, check_name};
 pub use protocol::{
-    ActiveConversation, ActiveMeeting, Meeting, MeetingEvent, MeetingEventType, MeetingId,
-    MeetingStatus, MeetingUpdate, NewProtocolMessage, Organization, OrganizationId, Participant,
-    ParticipantStatus, ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport,
-    Session, SessionId, SessionStatus, SessionType, UnreadSummary, Wakeup, WakeupListener,
+    ActiveConversation, ActiveMeeting, Delivery, MAX_SESSION_MESSAGES, Meeting, MeetingEvent,
+    MeetingEventType, MeetingId, MeetingPolicy, MeetingStatus, MeetingUpdate, NewProtocolMessage,
+    Organization, OrganizationId, Participant, ParticipantStatus, ProtocolMessage,
+    ProtocolMessageId, RetentionPolicy, RetentionReport, Session, SessionId, SessionOptions,
+    SessionStatus, SessionType, UnreadSummary, Wakeup, WakeupListener,
 };
 pub use runs::{
     ClaimInfo, Finished, Idempotency, NewTurn, NewTurnEvent, RunClaim, RunEnding, Started, Submit,

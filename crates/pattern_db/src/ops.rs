@@ -152,6 +152,8 @@ pub(crate) enum Op {
         opener: AgentId,
         other: AgentId,
         session_type: SessionType,
+        options: crate::protocol::SessionOptions,
+        first: Option<NewProtocolMessage>,
     },
     EndSession {
         session: SessionId,
@@ -421,6 +423,8 @@ pub(crate) enum Done {
     Version(i64),
     Organization(Organization),
     Session(Session),
+    /// A session opened (or found live) and the first message sent into it, if any.
+    Opened(Box<(Session, Option<ProtocolMessage>)>),
     ProtocolMessage(ProtocolMessage),
     Queued(crate::queue::QueuedMessage),
     Delivered(Option<crate::queue::Delivered>),
@@ -669,9 +673,19 @@ pub(crate) async fn apply(
             opener,
             other,
             session_type,
-        } => protocol::open_session(conn, *opener, *other, *session_type)
-            .await
-            .map(Done::Session),
+            options,
+            first,
+        } => protocol::open_session(
+            conn,
+            ctx,
+            *opener,
+            *other,
+            *session_type,
+            *options,
+            first.as_ref(),
+        )
+        .await
+        .map(|(session, sent)| Done::Opened(Box::new((session, sent)))),
         Op::EndSession { session, agent } => protocol::end_session(conn, ctx, *session, *agent)
             .await
             .map(Done::Session),
@@ -1620,6 +1634,7 @@ pub(crate) async fn complete_batch(
     .bind(batch.get())
     .execute(&mut *conn)
     .await?;
+    protocol::complete_delivery(conn, ctx, agent, batch).await?;
     approvals::end_batch(
         conn,
         ctx,

@@ -84,8 +84,8 @@ mod meetings;
 
 pub use meetings::{
     ActiveConversation, ActiveMeeting, MAX_TURN_DURATION, Meeting, MeetingEvent, MeetingEventType,
-    MeetingStatus, MeetingUpdate, Participant, ParticipantStatus, RetentionPolicy, RetentionReport,
-    UnreadSummary, WAKEUP_CHANNEL, Wakeup, WakeupListener,
+    MeetingPolicy, MeetingStatus, MeetingUpdate, Participant, ParticipantStatus, RetentionPolicy,
+    RetentionReport, UnreadSummary, WAKEUP_CHANNEL, Wakeup, WakeupListener,
 };
 pub(crate) use meetings::{
     MEETING_COLUMNS, PARTICIPANT_COLUMNS, meeting_from_row, participant_from_row,
@@ -136,6 +136,64 @@ impl SessionType {
         }
     }
 }
+
+/// Who reads what a session's participants receive (migration `0015_agents_converse`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    /// An outside client reads the recipient's inbox and marks messages read.
+    #[default]
+    Inbox,
+    /// Each message becomes the recipient's trigger (an `agent_to_agent` batch through its
+    /// durable queue) and is marked read when that batch completes; in a sync session the
+    /// recipient's final answer goes back into the session as its reply.
+    Agents,
+}
+
+impl Delivery {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Delivery::Inbox => "inbox",
+            Delivery::Agents => "agents",
+        }
+    }
+
+    fn parse(text: &str) -> Result<Self> {
+        match text {
+            "inbox" => Ok(Delivery::Inbox),
+            "agents" => Ok(Delivery::Agents),
+            other => Err(Error::Corrupt(format!(
+                "unknown stored session delivery `{other}`"
+            ))),
+        }
+    }
+}
+
+/// How a session is opened: who reads its messages, and after how many it ends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionOptions {
+    /// Inbox (outside clients) or agents (each message is the recipient's trigger).
+    #[serde(default)]
+    pub delivery: Delivery,
+    /// The session ends once this many messages were sent in it (1 to
+    /// [`MAX_SESSION_MESSAGES`]); `None`: no limit.
+    #[serde(default)]
+    pub message_limit: Option<u64>,
+}
+
+impl SessionOptions {
+    /// A session the agents answer themselves, ending after `limit` messages (if given).
+    pub fn agents(limit: Option<u64>) -> Self {
+        Self {
+            delivery: Delivery::Agents,
+            message_limit: limit,
+        }
+    }
+}
+
+/// The most messages a session may be limited to.
+pub const MAX_SESSION_MESSAGES: u64 = 10_000;
 
 impl fmt::Display for SessionType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -190,6 +248,15 @@ pub struct Session {
     pub updated_at: DateTime<Utc>,
     /// When it ended.
     pub ended_at: Option<DateTime<Utc>>,
+    /// Who reads what its participants receive.
+    #[serde(default)]
+    pub delivery: Delivery,
+    /// It ends once this many messages were sent (`None`: no limit).
+    #[serde(default)]
+    pub message_limit: Option<u64>,
+    /// How many messages were sent in it.
+    #[serde(default)]
+    pub messages_sent: u64,
 }
 
 impl Session {
@@ -292,7 +359,7 @@ pub(crate) fn validate_name(what: &str, text: &str) -> Result<()> {
 
 pub(crate) const ORG_COLUMNS: &str = "id, external_id, name, created_at";
 pub(crate) const SESSION_COLUMNS: &str = "id, agent_a_id, agent_b_id, session_type, status, \
-    locked_agent_id, created_at, updated_at, ended_at";
+    locked_agent_id, created_at, updated_at, ended_at, delivery, message_limit, messages_sent";
 pub(crate) const MESSAGE_COLUMNS: &str = "id, sender_id, recipient_id, session_id, message_type, \
     content, metadata, read_at, seq, created_at, meeting_id";
 
@@ -333,6 +400,11 @@ pub(crate) fn session_from_row(row: &AnyRow) -> Result<Session> {
         created_at: from_ms(row.try_get(6)?),
         updated_at: from_ms(row.try_get(7)?),
         ended_at: row.try_get::<Option<i64>, _>(8)?.map(from_ms),
+        delivery: Delivery::parse(&row.try_get::<String, _>(9)?)?,
+        message_limit: row
+            .try_get::<Option<i64>, _>(10)?
+            .map(|n| u64::try_from(n).unwrap_or(0)),
+        messages_sent: u64::try_from(row.try_get::<i64, _>(11)?).unwrap_or(0),
     })
 }
 
@@ -435,23 +507,61 @@ impl Database {
     /// The live session of `opener` and `other` of this type, or a new one. The pair is unordered
     /// (A-B is B-A). A new sync session gives the first turn to `opener`; an existing session is
     /// returned as it is (whoever holds its turn). A session with oneself is
-    /// [`Error::SelfSession`]; unknown agents are [`Error::ProtocolNotFound`].
+    /// [`Error::SelfSession`]; unknown agents are [`Error::ProtocolNotFound`]. Messages wait in
+    /// the inbox ([`Delivery::Inbox`]); see [`Self::open_session_with`] for sessions the agents
+    /// answer themselves.
     pub async fn open_session(
         &self,
         opener: AgentId,
         other: AgentId,
         session_type: SessionType,
     ) -> Result<Session> {
+        self.open_session_with(opener, other, session_type, SessionOptions::default(), None)
+            .await
+            .map(|(session, _)| session)
+    }
+
+    /// [`Self::open_session`] with `options` (who reads the messages, a message limit) and,
+    /// with `first`, `opener`'s first message sent in the same transaction (refused whole, the
+    /// session unopened, if the message is: out of turn in a live sync session the other agent
+    /// holds, say). A live inbox session opened for agents becomes one (decision 0020). A limit
+    /// outside 1..=[`MAX_SESSION_MESSAGES`] is [`Error::InvalidProtocolMessage`].
+    pub async fn open_session_with(
+        &self,
+        opener: AgentId,
+        other: AgentId,
+        session_type: SessionType,
+        options: SessionOptions,
+        first: Option<NewProtocolMessage>,
+    ) -> Result<(Session, Option<ProtocolMessage>)> {
         if opener == other {
             return Err(Error::SelfSession(opener));
+        }
+        if let Some(limit) = options.message_limit
+            && !(1..=MAX_SESSION_MESSAGES).contains(&limit)
+        {
+            return Err(Error::InvalidProtocolMessage(format!(
+                "a session's message limit is 1 to {MAX_SESSION_MESSAGES}, got {limit}"
+            )));
+        }
+        if let Some(m) = &first {
+            validate_name("message type", &m.message_type)?;
         }
         let op = Op::OpenSession {
             opener,
             other,
             session_type,
+            options,
+            first,
         };
         match self.write(op).await? {
-            Done::Session(session) => Ok(session),
+            Done::Opened(opened) => {
+                let (session, sent) = *opened;
+                if let Some(recipient) = sent.as_ref().and_then(|m| m.recipient) {
+                    self.wake_delivery(recipient);
+                }
+                Ok((session, sent))
+            }
             other => Err(unexpected(other)),
         }
     }
@@ -500,9 +610,21 @@ impl Database {
             message,
         };
         match self.write(op).await? {
-            Done::ProtocolMessage(message) => Ok(message),
+            Done::ProtocolMessage(message) => {
+                if let Some(recipient) = message.recipient {
+                    self.wake_delivery(recipient);
+                }
+                Ok(message)
+            }
             other => Err(unexpected(other)),
         }
+    }
+
+    /// Wakes this process's queue deliverers for `recipient` (a session message may have queued
+    /// its trigger; other processes hear of it from the transaction's own notification).
+    pub(crate) fn wake_delivery(&self, recipient: AgentId) {
+        self.hub().wake(crate::wake::WakeKey::Agent(recipient));
+        self.hub().wake(crate::wake::WakeKey::Queue);
     }
 
     /// Every message of a session, in arrival order.

@@ -91,6 +91,9 @@ pub struct QueuedMessage {
     /// The abandoned batch this entry runs again.
     #[serde(default)]
     pub retry_of: Option<BatchId>,
+    /// The session message this entry delivers (marked read when the entry's batch completes).
+    #[serde(default)]
+    pub protocol_message: Option<crate::protocol::ProtocolMessageId>,
 }
 
 /// What makes a queue entry a schedule.
@@ -117,7 +120,7 @@ pub struct Delivered {
 
 pub(crate) const QUEUE_COLUMNS: &str = "id, agent_id, batch_type, role, content, source, \
      deliver_at, every_ms, delivered_at, delivered_batch, deliveries, created_at, schedule, cron, \
-     time_zone, name, retry_of";
+     time_zone, name, retry_of, protocol_message_id";
 
 pub(crate) fn queued_from_row(row: &AnyRow) -> Result<QueuedMessage> {
     let agent: String = row.try_get(1)?;
@@ -158,6 +161,10 @@ pub(crate) fn queued_from_row(row: &AnyRow) -> Result<QueuedMessage> {
             })),
         },
         retry_of: row.try_get::<Option<i64>, _>(16)?.map(SnowflakeId),
+        protocol_message: row
+            .try_get::<Option<String>, _>(17)?
+            .map(|m| crate::ops::parse_uuid(&m).map(crate::protocol::ProtocolMessageId))
+            .transpose()?,
     })
 }
 

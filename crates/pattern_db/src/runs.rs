@@ -538,11 +538,11 @@ impl Database {
                 self.hub().wake(WakeKey::Turn(turn));
                 match &f.next {
                     Some(next) => self.hub().wake(WakeKey::Turn(next.turn.id)),
-                    None => {
-                        self.hub().wake(WakeKey::Agent(claim.agent));
-                        self.hub().wake(WakeKey::Queue);
-                    }
+                    None => self.hub().wake(WakeKey::Agent(claim.agent)),
                 }
+                // Free agent or not, the completion may have queued another agent's trigger
+                // (a sync session's reply, decision 0020).
+                self.hub().wake(WakeKey::Queue);
                 Ok(*f)
             }
             other => Err(unexpected(other)),

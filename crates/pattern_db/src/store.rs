@@ -95,11 +95,15 @@ impl MessageStore {
     /// Marks the batch complete. Refused while a tool call waits for its result. Completing a
     /// complete batch is a no-op.
     pub async fn complete_batch(&self, batch: BatchId) -> Result<BatchInfo> {
-        self.batch_op(Op::CompleteBatch {
-            agent: self.agent,
-            batch,
-        })
-        .await
+        let done = self
+            .batch_op(Op::CompleteBatch {
+                agent: self.agent,
+                batch,
+            })
+            .await?;
+        // The completion may have queued another agent's trigger (a sync session's reply).
+        self.db.hub().wake(crate::wake::WakeKey::Queue);
+        Ok(done)
     }
 
     /// Heartbeat continuation: reopens (or keeps open) the batch under this process's lease, so

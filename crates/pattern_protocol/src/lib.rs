@@ -58,10 +58,10 @@ mod protocol;
 pub use error::{Error, Result};
 pub use follow::Follower;
 pub use pattern_db::{
-    ActiveConversation, ActiveMeeting, Agent, AgentId, Meeting, MeetingEvent, MeetingEventType,
-    MeetingId, MeetingStatus, MeetingUpdate, NewAgent, NewProtocolMessage, Organization,
-    OrganizationId, Participant, ParticipantStatus, ProtocolMessage, ProtocolMessageId,
-    RetentionPolicy, RetentionReport, Session, SessionId, SessionStatus, SessionType,
-    UnreadSummary,
+    ActiveConversation, ActiveMeeting, Agent, AgentId, Delivery, Meeting, MeetingEvent,
+    MeetingEventType, MeetingId, MeetingPolicy, MeetingStatus, MeetingUpdate, NewAgent,
+    NewProtocolMessage, Organization, OrganizationId, Participant, ParticipantStatus,
+    ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, Session, SessionId,
+    SessionOptions, SessionStatus, SessionType, UnreadSummary,
 };
 pub use protocol::Protocol;

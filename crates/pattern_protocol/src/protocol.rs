@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use pattern_db::{
     ActiveConversation, ActiveMeeting, Agent, AgentId, Database, Meeting, MeetingEvent, MeetingId,
-    MeetingUpdate, NewAgent, NewProtocolMessage, Organization, OrganizationId, Participant,
-    ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, Session, SessionId,
-    SessionType, UnreadSummary,
+    MeetingPolicy, MeetingUpdate, NewAgent, NewProtocolMessage, Organization, OrganizationId,
+    Participant, ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, Session,
+    SessionId, SessionOptions, SessionType, UnreadSummary,
 };
 use tokio::time::Instant;
 
@@ -111,6 +111,26 @@ impl Protocol {
         session_type: SessionType,
     ) -> Result<Session> {
         Ok(self.db.open_session(opener, other, session_type).await?)
+    }
+
+    /// [`Self::open_session`] with `options` (who reads the messages, a limit) and `opener`'s
+    /// first message, in one write. See [`Database::open_session_with`].
+    pub async fn open_session_with(
+        &self,
+        opener: AgentId,
+        other: AgentId,
+        session_type: SessionType,
+        options: SessionOptions,
+        first: Option<NewProtocolMessage>,
+    ) -> Result<(Session, Option<ProtocolMessage>)> {
+        let opened = self
+            .db
+            .open_session_with(opener, other, session_type, options, first)
+            .await?;
+        if let Some(recipient) = opened.1.as_ref().and_then(|m| m.recipient) {
+            self.notifier.wake(Key::Agent(recipient));
+        }
+        Ok(opened)
     }
 
     /// The session with this id.
@@ -241,13 +261,25 @@ impl Protocol {
         &self,
         host: AgentId,
         turn_duration: Option<Duration>,
+        policy: MeetingPolicy,
         plan: serde_json::Value,
     ) -> Result<MeetingUpdate> {
         Ok(self.woke(
             self.db
-                .create_meeting_with_plan(host, turn_duration, plan)
+                .create_meeting_with_plan(host, turn_duration, policy, plan)
                 .await?,
         ))
+    }
+
+    /// The host of a selector meeting names who speaks after its turn. See
+    /// [`Database::choose_speaker`].
+    pub async fn choose_speaker(
+        &self,
+        meeting: MeetingId,
+        host: AgentId,
+        next: AgentId,
+    ) -> Result<MeetingUpdate> {
+        Ok(self.woke(self.db.choose_speaker(meeting, host, next).await?))
     }
 
     /// Speaks (`Some`) or passes (`None`) only in the turn that began at `turn_started_at`. See

@@ -50,7 +50,8 @@ pub use layers::{BadOrigin, CorsOrigins};
 pub use openapi::openapi;
 pub use routes::context::{ContextExclusion, ContextPart, ContextSection, ContextView};
 pub use routes::protocol::{
-    MeetingEventView, MeetingView, ParticipantView, ProtocolMessageView, SessionView,
+    MeetingEventView, MeetingOutputView, MeetingView, ParticipantView, ProtocolMessageView,
+    SessionView,
 };
 pub use routes::turns::{
     IDEMPOTENCY_KEY_HEADER, REPLAYED_HEADER, TURN_ID_HEADER, ToolCallView, ToolResultView,

@@ -165,17 +165,13 @@ async fn run_meeting(env: &Env, p: &Pattern, args: MeetingRunArgs) -> Result<()>
             if args.turn_seconds == Some(0) {
                 return Err(CliError::usage("--turn-seconds must be at least 1"));
             }
-            if args.policy != "round-robin" {
-                return Err(CliError::usage(format!(
-                    "--policy `{}` is not known (round-robin)",
-                    args.policy
-                )));
-            }
+            let policy = Policy::parse(&args.policy)
+                .map_err(|e| CliError::usage(format!("--policy: {e}")))?;
             let plan = MeetingPlan {
                 topic: args.topic.clone().unwrap_or_default(),
                 rounds: args.rounds,
                 end_phrase: args.end_phrase.clone(),
-                policy: Policy::RoundRobin,
+                policy,
                 agents: rows.iter().map(|r| r.id).collect(),
             };
             plan.validate()?;
@@ -205,32 +201,7 @@ async fn run_meeting(env: &Env, p: &Pattern, args: MeetingRunArgs) -> Result<()>
         }
         (None, Ok(_)) => Vec::new(),
     };
-    // Each agent on its own model (decision 0016), else this command's default.
-    let mut models = pattern::model::Models::new(Some(model.provider.clone()));
-    if model.source == "local" {
-        models = models.with_local(model.provider.clone());
-    }
-    let mut agents = Vec::new();
-    for row in agent_rows {
-        let own = pattern::model::AgentModel::of(&row)?;
-        let provider = models.for_agent(&row);
-        let mut config = crate::commands::chat::runtime_config(&row, &*provider);
-        let on_local = match &own {
-            Some(m) => m.provider == pattern::model::ModelSource::Local,
-            None => model.source == "local",
-        };
-        if on_local {
-            // The small local model writes tool calls as text when it has tools to choose
-            // from; its meeting turns answer in text (it cannot pass or leave by tool).
-            config.first_tool_choice = pattern::context::format::ToolChoice::None;
-        }
-        let agent = p.agent_with_tools(row, provider, config, Some(tools.clone()))?;
-        agent
-            .runtime()
-            .set_default_endpoint(Arc::new(crate::commands::chat::Terminal { json: env.json }))
-            .await;
-        agents.push(agent);
-    }
+    let agents = conversing_agents(env, p, &model, agent_rows, tools).await?;
     let driver = MeetingDriver::new(p.protocol().clone(), agents.clone());
     let id = match plan_and_turn {
         Ok((plan, turn)) => driver.create(&plan, turn).await?,
@@ -286,6 +257,43 @@ async fn run_meeting(env: &Env, p: &Pattern, args: MeetingRunArgs) -> Result<()>
         output::line(&format!("{who}: {text}"))?;
     }
     Ok(())
+}
+
+/// The agents of a conversation between agents (a meeting, a session), each on its own model
+/// (decision 0016) or else `model`, with `tools`, printing what they send users to the terminal.
+/// The small local model gets no tools on the first call of its turns: given tools it writes
+/// calls as text, which would then be said as its words.
+pub(crate) async fn conversing_agents(
+    env: &Env,
+    p: &Pattern,
+    model: &crate::commands::chat::Model,
+    rows: Vec<pattern::Agent>,
+    tools: Arc<pattern::core::tool::ToolRegistry>,
+) -> Result<Vec<Arc<pattern::core::DatabaseAgent>>> {
+    let mut models = pattern::model::Models::new(Some(model.provider.clone()));
+    if model.source == "local" {
+        models = models.with_local(model.provider.clone());
+    }
+    let mut agents = Vec::new();
+    for row in rows {
+        let own = pattern::model::AgentModel::of(&row)?;
+        let provider = models.for_agent(&row);
+        let mut config = crate::commands::chat::runtime_config(&row, &*provider);
+        let on_local = match &own {
+            Some(m) => m.provider == pattern::model::ModelSource::Local,
+            None => model.source == "local",
+        };
+        if on_local {
+            config.first_tool_choice = pattern::context::format::ToolChoice::None;
+        }
+        let agent = p.agent_with_tools(row, provider, config, Some(tools.clone()))?;
+        agent
+            .runtime()
+            .set_default_endpoint(Arc::new(crate::commands::chat::Terminal { json: env.json }))
+            .await;
+        agents.push(agent);
+    }
+    Ok(agents)
 }
 
 /// Prints a running meeting: text for people (on stderr, so stdout holds the transcript), or

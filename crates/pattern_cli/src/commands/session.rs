@@ -5,6 +5,8 @@
 //! action goes through `pattern_protocol::Protocol`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use pattern::Pattern;
@@ -29,6 +31,10 @@ struct SessionView {
     session_type: String,
     status: String,
     turn: Option<String>,
+    /// `inbox` or `agents` (the agents answer themselves).
+    delivery: String,
+    message_limit: Option<u64>,
+    messages_sent: u64,
     created_at: DateTime<Utc>,
     ended_at: Option<DateTime<Utc>>,
 }
@@ -80,6 +86,9 @@ impl Names {
             session_type: s.session_type.as_str().to_owned(),
             status: format!("{:?}", s.status).to_lowercase(),
             turn,
+            delivery: s.delivery.as_str().to_owned(),
+            message_limit: s.message_limit,
+            messages_sent: s.messages_sent,
             created_at: s.created_at,
             ended_at: s.ended_at,
         })
@@ -176,6 +185,24 @@ async fn act(env: &Env, pattern: &Pattern, command: SessionCommand) -> Result<()
             let view = names.session(pattern, &s).await?;
             print_session(env, &view)
         }
+        SessionCommand::Start {
+            from,
+            to,
+            message,
+            sync,
+            max_messages,
+            wait_seconds,
+        } => {
+            let start = Start {
+                from,
+                to,
+                message,
+                sync,
+                max_messages,
+                wait: Duration::from_secs(wait_seconds),
+            };
+            start.run(env, pattern, &mut names).await
+        }
         SessionCommand::Send {
             session,
             from,
@@ -268,6 +295,182 @@ async fn act(env: &Env, pattern: &Pattern, command: SessionCommand) -> Result<()
             }
             Ok(())
         }
+    }
+}
+
+/// `session start`: a conversation the agents hold themselves (decision 0020).
+struct Start {
+    from: String,
+    to: String,
+    message: String,
+    sync: bool,
+    max_messages: Option<u64>,
+    wait: Duration,
+}
+
+/// Messages of a sync session `session start` opens when `--max-messages` is not given.
+const DEFAULT_SYNC_MESSAGES: u64 = 4;
+/// How long an async session must stay quiet (nothing queued or running) before `session
+/// start` stops waiting.
+const QUIET: Duration = Duration::from_secs(2);
+
+impl Start {
+    async fn run(self, env: &Env, p: &Pattern, names: &mut Names) -> Result<()> {
+        if self.max_messages == Some(0) {
+            return Err(CliError::usage("--max-messages must be at least 1"));
+        }
+        let a = participant(p, &self.from).await?;
+        let b = participant(p, &self.to).await?;
+        if a.id == b.id {
+            return Err(CliError::usage(
+                "an agent cannot hold a session with itself",
+            ));
+        }
+        let model =
+            crate::commands::chat::model(env, pattern::core::local_server::LocalModel::Qwen)
+                .await?;
+        let tools = Arc::new(pattern::core::tool::builtin::registry()?);
+        let agents =
+            crate::commands::meeting::conversing_agents(env, p, &model, vec![a, b.clone()], tools)
+                .await?;
+        let processor = p.queue_processor(Duration::from_millis(250));
+        for agent in &agents {
+            agent.recover().await?;
+            processor.register(agent.clone()).await;
+        }
+        let delivering = processor.clone().spawn();
+        let (kind, limit) = if self.sync {
+            (
+                SessionType::Sync,
+                Some(self.max_messages.unwrap_or(DEFAULT_SYNC_MESSAGES)),
+            )
+        } else {
+            (SessionType::Async, self.max_messages)
+        };
+        let opened = agents[0]
+            .runtime_arc()
+            .open_session(&b.name, kind, limit, Some(&self.message))
+            .await;
+        let followed = match opened {
+            Ok((session, _)) => self.follow(env, p, names, &agents, session.id).await,
+            Err(e) => Err(e.into()),
+        };
+        processor.stop();
+        let _ = delivering.await;
+        for agent in &agents {
+            let _ = pattern::core::db_agent::wait_idle(agent, Duration::from_secs(10)).await;
+        }
+        drop(agents);
+        drop(model);
+        let (id, ended) = followed?;
+        let messages = p.protocol().session_messages(id).await?;
+        let mut views = Vec::with_capacity(messages.len());
+        for m in &messages {
+            views.push(names.message(p, m).await?);
+        }
+        if env.json {
+            return output::json(&serde_json::json!({
+                "session": id.to_string(),
+                "ended": ended,
+                "messages": views,
+            }));
+        }
+        output::line(&format!(
+            "\ntranscript of session {id} ({}):",
+            if ended { "ended" } else { "still live" }
+        ))?;
+        for v in &views {
+            output::line(&format!(
+                "{} -> {}: {}",
+                v.from,
+                v.to.as_deref().unwrap_or("-"),
+                text_of(&v.content)
+            ))?;
+        }
+        Ok(())
+    }
+
+    /// Prints each message as it arrives (stderr) until the session ended and nothing is queued
+    /// or running, an async session stayed quiet for [`QUIET`], the wait ran out, or Ctrl-C.
+    /// Returns the session and whether it ended.
+    async fn follow(
+        &self,
+        env: &Env,
+        p: &Pattern,
+        names: &mut Names,
+        agents: &[Arc<pattern::core::DatabaseAgent>],
+        id: SessionId,
+    ) -> Result<(SessionId, bool)> {
+        let deadline = tokio::time::Instant::now() + self.wait;
+        let mut interrupts = crate::interrupt::Interrupts::new()?;
+        let mut shown = 0;
+        let mut quiet_since: Option<tokio::time::Instant> = None;
+        eprintln!("session {id}: {} -> {}", self.from, self.to);
+        loop {
+            let messages = p.protocol().session_messages(id).await?;
+            for m in messages.iter().skip(shown) {
+                let v = names.message(p, m).await?;
+                if env.json {
+                    eprintln!("{}", serde_json::to_string(&v).unwrap_or_default());
+                } else {
+                    eprintln!(
+                        "{} -> {}: {}",
+                        v.from,
+                        v.to.as_deref().unwrap_or("-"),
+                        text_of(&v.content)
+                    );
+                }
+            }
+            shown = messages.len();
+            let session = p.protocol().session(id).await?;
+            let mut busy = false;
+            for agent in agents {
+                busy |= agent.is_running()
+                    || !p
+                        .db()
+                        .pending_queue(agent.runtime_arc().agent_id())
+                        .await?
+                        .is_empty();
+            }
+            let now = tokio::time::Instant::now();
+            if busy {
+                quiet_since = None;
+            } else if !session.is_live() {
+                return Ok((id, true));
+            } else if quiet_since.is_some_and(|q| now.duration_since(q) >= QUIET) {
+                eprintln!("the session is quiet: nothing is queued or running");
+                return Ok((id, false));
+            } else if quiet_since.is_none() {
+                quiet_since = Some(now);
+            }
+            if now >= deadline {
+                eprintln!(
+                    "stopped waiting after {} s; the session and its queued turns stay",
+                    self.wait.as_secs()
+                );
+                return Ok((id, !session.is_live()));
+            }
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(200)) => {}
+                () = interrupts.recv() => {
+                    for agent in agents {
+                        agent.cancel_running("session start stopped by Ctrl-C");
+                    }
+                    return Err(CliError::interrupted("session start stopped"));
+                }
+            }
+        }
+    }
+}
+
+/// The text of a message's content (`{"text": ...}`, a string, or the JSON).
+fn text_of(content: &Value) -> String {
+    match content.get("text").and_then(Value::as_str) {
+        Some(text) => text.to_owned(),
+        None => match content {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        },
     }
 }
 

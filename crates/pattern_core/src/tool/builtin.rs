@@ -1,7 +1,7 @@
 //! The built-in tools: memory block edits (`memory_append`, `memory_replace`, `memory_insert`,
 //! `memory_undo`), `send_message`, (from [`super::recall`]) `archival_insert`,
-//! `archival_search` and `search`, and (from [`super::schedule`]) `schedule_wakeup`,
-//! `list_schedules` and `cancel_schedule`.
+//! `archival_search` and `search`, (from [`super::schedule`]) `schedule_wakeup`,
+//! `list_schedules` and `cancel_schedule`, and (from [`super::session`]) `session_send`.
 //!
 //! Memory tools read the block's current version and write against it (optimistic
 //! concurrency): a concurrent change makes them re-read and retry a few times, never overwrite.
@@ -36,6 +36,7 @@ pub fn registry() -> Result<ToolRegistry> {
     r.register(Arc::new(super::schedule::ScheduleWakeup))?;
     r.register(Arc::new(super::schedule::ListSchedules))?;
     r.register(Arc::new(super::schedule::CancelSchedule))?;
+    r.register(Arc::new(super::session::SessionSend))?;
     Ok(r)
 }
 

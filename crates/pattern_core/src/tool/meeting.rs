@@ -1,6 +1,6 @@
 //! The meeting tools an agent gets while a [`crate::meeting::MeetingDriver`] runs its turns:
 //! `meeting_pass` (end its turn without speaking), `meeting_leave` (leave the meeting) and, for
-//! the host, `meeting_end`.
+//! the host, `meeting_end` and (selector meetings) `meeting_choose` (who speaks after it).
 //!
 //! Each acts on the meeting in which the calling agent holds the turn now (read from the
 //! database, never from the model's words), through the protocol's own checks: another agent's
@@ -135,6 +135,48 @@ impl Tool for MeetingEnd {
     }
 }
 
+/// `meeting_choose`: the host of a selector meeting names who speaks after its turn.
+#[derive(Debug)]
+pub struct MeetingChoose;
+
+#[async_trait]
+impl Tool for MeetingChoose {
+    fn name(&self) -> &str {
+        "meeting_choose"
+    }
+    fn description(&self) -> &str {
+        "Host of a selector meeting: name the participant who speaks after you."
+    }
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"agent": {"type": "string", "minLength": 1}},
+            "required": ["agent"],
+            "additionalProperties": false
+        })
+    }
+    async fn execute(&self, ctx: ToolContext, input: Value) -> Result<ToolOutput, ToolError> {
+        let name =
+            input
+                .get("agent")
+                .and_then(Value::as_str)
+                .ok_or_else(|| ToolError::InvalidInput {
+                    tool: self.name().to_owned(),
+                    reason: "`agent` (a name) is required".into(),
+                })?;
+        let meeting = my_turn(&ctx).await?;
+        let me = ctx.runtime.agent_id();
+        let db = ctx.runtime.database();
+        let org = db.agent_organization(me).await.map_err(refused)?;
+        // Names resolve only inside the caller's organization: another one's agent is unknown.
+        let next = db.agent_in_scope(Some(org), name).await.map_err(refused)?;
+        db.choose_speaker(meeting.id, me, next.id)
+            .await
+            .map_err(refused)?;
+        Ok(ToolOutput::text(format!("{name} speaks after you")))
+    }
+}
+
 /// The registry of an agent taking part in meetings: the meeting tools, memory and recall, and
 /// `send_message`; not the schedule tools or `memory_undo`, so the definitions stay inside the
 /// small tool budget of a local model's window.
@@ -144,10 +186,11 @@ pub fn registry() -> crate::Result<super::ToolRegistry> {
     use super::builtin::{MemoryAppend, MemoryInsert, MemoryReplace, SendMessage};
     use super::recall::{ArchivalInsert, ArchivalSearch, Search};
     let mut tools = super::ToolRegistry::new();
-    let all: [Arc<dyn Tool>; 10] = [
+    let all: [Arc<dyn Tool>; 11] = [
         Arc::new(MeetingPass),
         Arc::new(MeetingLeave),
         Arc::new(MeetingEnd),
+        Arc::new(MeetingChoose),
         Arc::new(MemoryAppend),
         Arc::new(MemoryReplace),
         Arc::new(MemoryInsert),

@@ -13,6 +13,7 @@ pub mod builtin;
 pub mod meeting;
 pub mod recall;
 pub mod schedule;
+pub mod session;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -25,6 +25,7 @@ mod provider_record;
 mod provider_support;
 mod queue;
 mod schedules;
+mod sessions;
 mod summarizer;
 mod support;
 mod tools;

@@ -326,7 +326,117 @@ async fn bad_meetings_are_refused_with_nothing_stored(kind: Backend) {
     p.tdb.cleanup().await.unwrap();
 }
 
+fn policy_plan(ids: &[AgentId], rounds: u32, policy: Policy) -> MeetingPlan {
+    MeetingPlan {
+        policy,
+        ..plan(ids, rounds)
+    }
+}
+
+/// Selector: the host speaks, the participant it chose by `meeting_choose` speaks, the turn
+/// comes back to the host; a chosen speaker who leaves hands the turn back to the host, and the
+/// host's turn past the planned rounds ends the meeting.
+async fn the_selector_host_chooses_each_next_speaker(kind: Backend) {
+    let host = vec![
+        Turn::call("c1", "meeting_choose", json!({"agent": "ben"})),
+        Turn::text("ben, your view?"),
+        // Choosing an absent agent is an error result the host sees; it then chooses ann.
+        Turn::call("c2", "meeting_choose", json!({"agent": "nobody"})),
+        Turn::call("c3", "meeting_choose", json!({"agent": "ann"})),
+        Turn::text("ann, then"),
+    ];
+    let ben = vec![
+        Turn::call("l1", "meeting_leave", json!({})),
+        Turn::text("I must go"),
+    ];
+    let p = party(kind, &["host", "ann", "ben"], vec![host, vec![], ben]).await;
+    let driver = MeetingDriver::new(p.protocol.clone(), p.agents.clone());
+    let id = driver
+        .create(&policy_plan(&p.ids, 2, Policy::Selector), None)
+        .await
+        .unwrap();
+    let outcome = driver.run(id, sink()).await.unwrap();
+    assert_eq!(texts(&outcome.transcript), ["host", "host", "ann"]);
+    assert_eq!(outcome.transcript[1].1, "ann, then");
+    let events = p.protocol.events_after(id, 0, 1000).await.unwrap();
+    let turns: Vec<(AgentId, String)> = events
+        .iter()
+        .filter(|e| e.event_type == MeetingEventType::TurnPassed)
+        .map(|e| {
+            (
+                e.agent.unwrap(),
+                e.data.as_ref().unwrap()["reason"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+            )
+        })
+        .collect();
+    let expected = [
+        (p.ids[0], "start"),
+        (p.ids[2], "chosen"),
+        (p.ids[0], "left"),
+        (p.ids[1], "chosen"),
+        (p.ids[0], "spoke"),
+    ];
+    assert_eq!(
+        turns,
+        expected
+            .iter()
+            .map(|(a, r)| (*a, (*r).to_owned()))
+            .collect::<Vec<_>>()
+    );
+    // The host's refused choice was an error result inside its own whole batch.
+    let host_batches = batches_of(&p.db, p.ids[0]).await;
+    assert!(
+        host_batches
+            .iter()
+            .all(|b| b.info.state == BatchState::Complete)
+    );
+    let second = trigger_text(&host_batches[1]);
+    assert!(
+        second.contains("meeting_choose names who speaks after you"),
+        "{second}"
+    );
+    assert!(second.contains("(ben left)"), "{second}");
+    p.db.close().await;
+    p.tdb.cleanup().await.unwrap();
+}
+
+/// Broadcast: the host poses the question, each other participant answers it without seeing
+/// the others' answers, and the host's last turn decides.
+async fn broadcast_answers_are_independent_and_the_host_decides(kind: Backend) {
+    let p = party(kind, &["host", "ann", "ben"], vec![]).await;
+    let driver = MeetingDriver::new(p.protocol.clone(), p.agents.clone());
+    let id = driver
+        .create(&policy_plan(&p.ids, 1, Policy::Broadcast), None)
+        .await
+        .unwrap();
+    let outcome = driver.run(id, sink()).await.unwrap();
+    assert_eq!(texts(&outcome.transcript), ["host", "ann", "ben", "host"]);
+    let ben = trigger_text(&batches_of(&p.db, p.ids[2]).await[0]);
+    assert!(ben.contains("- host: I am host"), "{ben}");
+    assert!(
+        !ben.contains("I am ann"),
+        "ben must not hear ann's answer: {ben}"
+    );
+    let host = batches_of(&p.db, p.ids[0]).await;
+    assert_eq!(host.len(), 2);
+    let decision = trigger_text(&host[1]);
+    assert!(
+        decision.contains("- ann: I am ann")
+            && decision.contains("- ben: I am ben")
+            && decision.contains("final decision"),
+        "{decision}"
+    );
+    assert!(trigger_text(&host[0]).contains("pose the question"));
+    p.db.close().await;
+    p.tdb.cleanup().await.unwrap();
+}
+
 conformance!(
+    the_selector_host_chooses_each_next_speaker,
+    broadcast_answers_are_independent_and_the_host_decides,
     three_agents_hold_two_rounds_in_join_order,
     a_slow_speaker_times_out_and_the_next_speaks,
     a_speaker_leaves_by_its_tool,

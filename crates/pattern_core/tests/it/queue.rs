@@ -66,12 +66,20 @@ async fn agents_message_each_other_through_the_queue(kind: Backend) {
     let batches = batches_of(&h.db, bob.id()).await;
     assert_eq!(batches.len(), 1);
     assert_eq!(batches[0].info.batch_type, BatchType::AgentToAgent);
-    assert_eq!(
-        batches[0].messages[0].content,
-        vec![ContentBlock::text(
-            "[message from agent ada] meeting at noon"
-        )]
+    // One channel (decision 0020): the message went through the protocol's async session of
+    // the pair, became bob's trigger, and was marked read when bob's batch completed.
+    let trigger = batches[0].messages[0].text();
+    assert!(
+        trigger.starts_with("[message from agent ada in async session")
+            && trigger.ends_with("\nmeeting at noon"),
+        "{trigger}"
     );
+    let sessions = h.db.active_conversations().await.unwrap();
+    assert_eq!(sessions.len(), 1);
+    let said = h.db.session_messages(sessions[0].session.id).await.unwrap();
+    assert_eq!(said.len(), 1);
+    assert_eq!(said[0].sender, h.agent.id());
+    assert!(said[0].read_at.is_some());
     assert!(h.db.pending_queue(bob.id()).await.unwrap().is_empty());
     processor.stop();
     task.await.unwrap();

@@ -10,18 +10,20 @@
 
 use std::time::Duration;
 
-use sqlx::AnyConnection;
+use sqlx::{AnyConnection, Row};
 
 use super::{AGENT_COLUMNS, agent_from_row};
 use super::{Ctx, from_ms, is_unique_violation, now_ms};
 use crate::config::Backend;
 use crate::error::{Error, Result};
-use crate::model::{Agent, AgentId};
+use crate::model::{Agent, AgentId, BatchType, ContentBlock, Role};
 use crate::protocol::{
-    MeetingId, MeetingUpdate, NewProtocolMessage, Organization, OrganizationId, ProtocolMessage,
-    ProtocolMessageId, RetentionPolicy, RetentionReport, SESSION_COLUMNS, Session, SessionId,
-    SessionStatus, SessionType, WAKEUP_CHANNEL, Wakeup, session_from_row,
+    Delivery, MeetingId, MeetingPolicy, MeetingUpdate, NewProtocolMessage, Organization,
+    OrganizationId, ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport,
+    SESSION_COLUMNS, Session, SessionId, SessionOptions, SessionStatus, SessionType,
+    WAKEUP_CHANNEL, Wakeup, session_from_row,
 };
+use crate::queue::NewQueued;
 
 mod meetings;
 
@@ -31,6 +33,7 @@ pub(crate) enum ProtocolOp {
     CreateMeeting {
         host: AgentId,
         turn_duration: Option<Duration>,
+        policy: MeetingPolicy,
         /// Stored as `plan` in the `meeting_created` event's data.
         plan: Option<serde_json::Value>,
     },
@@ -63,6 +66,12 @@ pub(crate) enum ProtocolOp {
         meeting: MeetingId,
         host: AgentId,
     },
+    /// The host of a selector meeting names who speaks after its current turn.
+    Choose {
+        meeting: MeetingId,
+        host: AgentId,
+        next: AgentId,
+    },
     ApplyTimeouts {
         meeting: MeetingId,
     },
@@ -90,6 +99,7 @@ impl ProtocolOp {
             | ProtocolOp::Speak { meeting, .. }
             | ProtocolOp::Leave { meeting, .. }
             | ProtocolOp::EndMeeting { meeting, .. }
+            | ProtocolOp::Choose { meeting, .. }
             | ProtocolOp::ApplyTimeouts { meeting } => Some(meeting.0),
         }
     }
@@ -105,9 +115,11 @@ pub(crate) async fn apply(
         ProtocolOp::CreateMeeting {
             host,
             turn_duration,
+            policy,
             plan,
         } => Ok(ProtocolDone::Meeting(Box::new(
-            meetings::create_meeting(conn, ctx, *host, *turn_duration, plan.clone()).await?,
+            meetings::create_meeting(conn, ctx, *host, *turn_duration, *policy, plan.clone())
+                .await?,
         ))),
         ProtocolOp::Retention(policy) => Ok(ProtocolDone::Retention(Box::new(
             meetings::retention(conn, ctx, policy).await?,
@@ -245,13 +257,17 @@ async fn live_session(
 }
 
 /// Returns the live session of the pair and type, or opens one (`opener` holds the first turn of
-/// a sync session).
+/// a sync session) with `options`; a live inbox session opened again for agents becomes one
+/// (decision 0020). With `first`, `opener` sends it into the session in the same transaction.
 pub(crate) async fn open_session(
     conn: &mut AnyConnection,
+    ctx: &Ctx,
     opener: AgentId,
     other: AgentId,
     session_type: SessionType,
-) -> Result<Session> {
+    options: SessionOptions,
+    first: Option<&NewProtocolMessage>,
+) -> Result<(Session, Option<ProtocolMessage>)> {
     if opener == other {
         return Err(Error::SelfSession(opener));
     }
@@ -262,9 +278,46 @@ pub(crate) async fn open_session(
     } else {
         (other, opener)
     };
-    if let Some(live) = live_session(conn, a, b, session_type).await? {
-        return Ok(live);
+    let mut session = match live_session(conn, a, b, session_type).await? {
+        Some(live) => live,
+        None => insert_session(conn, opener, a, b, session_type, options).await?,
+    };
+    if options.delivery == Delivery::Agents && session.delivery == Delivery::Inbox {
+        session = lock_session(conn, ctx, session.id).await?;
+        let limit = options
+            .message_limit
+            .map(|l| l.saturating_add(session.messages_sent));
+        sqlx::query(
+            "UPDATE protocol_sessions SET delivery = 'agents', \
+             message_limit = COALESCE(message_limit, $1) WHERE id = $2",
+        )
+        .bind(limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX)))
+        .bind(session.id.to_string())
+        .execute(&mut *conn)
+        .await?;
+        session.delivery = Delivery::Agents;
+        session.message_limit = session.message_limit.or(limit);
     }
+    let sent = match first {
+        Some(message) => {
+            let mut locked = lock_session(conn, ctx, session.id).await?;
+            let sent = store_message(conn, ctx, &mut locked, opener, message).await?;
+            session = locked;
+            Some(sent)
+        }
+        None => None,
+    };
+    Ok((session, sent))
+}
+
+async fn insert_session(
+    conn: &mut AnyConnection,
+    opener: AgentId,
+    a: AgentId,
+    b: AgentId,
+    session_type: SessionType,
+    options: SessionOptions,
+) -> Result<Session> {
     let now = now_ms();
     let session = Session {
         id: SessionId::new(),
@@ -276,13 +329,16 @@ pub(crate) async fn open_session(
         created_at: from_ms(now),
         updated_at: from_ms(now),
         ended_at: None,
+        delivery: options.delivery,
+        message_limit: options.message_limit,
+        messages_sent: 0,
     };
     // A concurrent open in another process may win the race for the partial unique index: the
     // insert then does nothing (no failed statement), and the winner's session is read back.
     let inserted = sqlx::query(
         "INSERT INTO protocol_sessions (id, agent_a_id, agent_b_id, session_type, status, \
-         locked_agent_id, created_at, updated_at, ended_at) \
-         VALUES ($1, $2, $3, $4, 'active', $5, $6, $6, NULL) ON CONFLICT DO NOTHING",
+         locked_agent_id, created_at, updated_at, ended_at, delivery, message_limit, messages_sent) \
+         VALUES ($1, $2, $3, $4, 'active', $5, $6, $6, NULL, $7, $8, 0) ON CONFLICT DO NOTHING",
     )
     .bind(session.id.to_string())
     .bind(a.to_string())
@@ -290,6 +346,12 @@ pub(crate) async fn open_session(
     .bind(session_type.as_str())
     .bind(session.turn.map(|t| t.to_string()))
     .bind(now)
+    .bind(options.delivery.as_str())
+    .bind(
+        options
+            .message_limit
+            .map(|l| i64::try_from(l).unwrap_or(i64::MAX)),
+    )
     .execute(&mut *conn)
     .await?;
     if inserted.rows_affected() == 1 {
@@ -313,13 +375,19 @@ pub(crate) async fn end_session(
     if !session.is_live() {
         return Err(Error::SessionEnded(id));
     }
+    close_session(conn, ctx, &mut session).await?;
+    Ok(session)
+}
+
+/// Ends a locked, live session and wakes both participants.
+async fn close_session(conn: &mut AnyConnection, ctx: &Ctx, session: &mut Session) -> Result<()> {
     let now = now_ms();
     sqlx::query(
         "UPDATE protocol_sessions SET status = 'ended', locked_agent_id = NULL, updated_at = $1, \
          ended_at = $1 WHERE id = $2",
     )
     .bind(now)
-    .bind(id.to_string())
+    .bind(session.id.to_string())
     .execute(&mut *conn)
     .await?;
     notify(
@@ -335,7 +403,7 @@ pub(crate) async fn end_session(
     session.turn = None;
     session.updated_at = from_ms(now);
     session.ended_at = Some(from_ms(now));
-    Ok(session)
+    Ok(())
 }
 
 pub(crate) async fn send_session_message(
@@ -345,14 +413,32 @@ pub(crate) async fn send_session_message(
     sender: AgentId,
     message: &NewProtocolMessage,
 ) -> Result<ProtocolMessage> {
-    let session = lock_session(conn, ctx, id).await?;
+    let mut session = lock_session(conn, ctx, id).await?;
+    store_message(conn, ctx, &mut session, sender, message).await
+}
+
+/// Stores `message` from `sender` into the locked `session` (checks first: participant, live,
+/// turn, limit), passes a sync session's turn, counts it (ending the session at its limit) and,
+/// when the agents answer, queues the recipient's trigger: all in the caller's transaction.
+async fn store_message(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    session: &mut Session,
+    sender: AgentId,
+    message: &NewProtocolMessage,
+) -> Result<ProtocolMessage> {
+    let id = session.id;
     let Some(recipient) = session.other(sender) else {
         return Err(Error::NotParticipant {
             session: id,
             agent: sender,
         });
     };
-    if !session.is_live() {
+    if !session.is_live()
+        || session
+            .message_limit
+            .is_some_and(|l| session.messages_sent >= l)
+    {
         return Err(Error::SessionEnded(id));
     }
     if session.session_type == SessionType::Sync && session.turn != Some(sender) {
@@ -370,6 +456,10 @@ pub(crate) async fn send_session_message(
         .map(serde_json::to_string)
         .transpose()
         .map_err(|e| Error::InvalidProtocolMessage(format!("metadata does not encode: {e}")))?;
+    let sender_name = match session.delivery {
+        Delivery::Agents => Some(require_agent(conn, sender).await?.name),
+        Delivery::Inbox => None,
+    };
     let now = now_ms();
     let stored = ProtocolMessage {
         id: ProtocolMessageId::new(),
@@ -400,18 +490,151 @@ pub(crate) async fn send_session_message(
     .bind(now)
     .execute(&mut *conn)
     .await?;
-    let turn = match session.session_type {
-        SessionType::Sync => Some(recipient.to_string()),
+    session.messages_sent += 1;
+    session.turn = match session.session_type {
+        SessionType::Sync => Some(recipient),
         SessionType::Async => None,
     };
-    sqlx::query("UPDATE protocol_sessions SET locked_agent_id = $1, updated_at = $2 WHERE id = $3")
-        .bind(turn)
-        .bind(now)
-        .bind(id.to_string())
-        .execute(&mut *conn)
-        .await?;
-    notify(conn, ctx, &[Wakeup::Agent(recipient)]).await?;
+    session.updated_at = from_ms(now);
+    sqlx::query(
+        "UPDATE protocol_sessions SET locked_agent_id = $1, updated_at = $2, \
+         messages_sent = messages_sent + 1 WHERE id = $3",
+    )
+    .bind(session.turn.map(|t| t.to_string()))
+    .bind(now)
+    .bind(id.to_string())
+    .execute(&mut *conn)
+    .await?;
+    if let Some(name) = sender_name {
+        let entry = trigger_for(session, &name, &stored);
+        super::queue::enqueue_session_message(conn, ctx, recipient, &entry, stored.id).await?;
+    }
+    if session
+        .message_limit
+        .is_some_and(|l| session.messages_sent >= l)
+    {
+        close_session(conn, ctx, session).await?;
+    } else {
+        notify(conn, ctx, &[Wakeup::Agent(recipient)]).await?;
+    }
     Ok(stored)
+}
+
+/// The text of a message's JSON content: its `text` field, or the JSON itself.
+pub(crate) fn message_text(content: &serde_json::Value) -> String {
+    match content.get("text").and_then(|t| t.as_str()) {
+        Some(text) => text.to_owned(),
+        None => match content.as_str() {
+            Some(text) => text.to_owned(),
+            None => content.to_string(),
+        },
+    }
+}
+
+/// The trigger that delivers `message` (of `session`, from agent `sender`) to its recipient: an
+/// `agent_to_agent` user message naming the sender, the session and what the recipient's answer
+/// does.
+fn trigger_for(session: &Session, sender: &str, message: &ProtocolMessage) -> NewQueued {
+    let what = match session.session_type {
+        SessionType::Sync => "sync session; your final answer is your reply",
+        SessionType::Async => "async session; reply with session_send if you want to",
+    };
+    let limit = match session.message_limit {
+        Some(limit) => format!(", message {} of {limit}", session.messages_sent),
+        None => String::new(),
+    };
+    let text = format!(
+        "[message from agent {sender} in {what}; session {}{limit}]\n{}",
+        session.id,
+        message_text(&message.content)
+    );
+    let mut source = format!("session:{}", session.id);
+    source.truncate(200);
+    NewQueued {
+        source,
+        ..NewQueued::now(
+            BatchType::AgentToAgent,
+            Role::User,
+            vec![ContentBlock::text(text)],
+        )
+    }
+}
+
+/// Runs in the transaction that completes `batch` of `agent`: the session message its queue
+/// entry delivered is marked read now, never before, and in a sync session the agents answer
+/// whose turn `agent` holds, its final answer (`reply`) goes back into the session as its
+/// reply (an empty answer ends the session: nothing would ever move it on).
+pub(crate) async fn complete_delivery(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+    batch: crate::model::BatchId,
+) -> Result<()> {
+    let row = sqlx::query(
+        "SELECT q.protocol_message_id, m.session_id FROM agent_queue q \
+         JOIN protocol_messages m ON m.id = q.protocol_message_id \
+         WHERE q.delivered_batch = $1 AND q.agent_id = $2",
+    )
+    .bind(batch.get())
+    .bind(agent.to_string())
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(row) = row else {
+        return Ok(());
+    };
+    let message: String = row.try_get(0)?;
+    let session: Option<String> = row.try_get(1)?;
+    sqlx::query(
+        "UPDATE protocol_messages SET read_at = $1 \
+         WHERE id = $2 AND recipient_id = $3 AND read_at IS NULL",
+    )
+    .bind(now_ms())
+    .bind(&message)
+    .bind(agent.to_string())
+    .execute(&mut *conn)
+    .await?;
+    let Some(session) = session else {
+        return Ok(());
+    };
+    let mut session = lock_session(conn, ctx, SessionId(super::parse_uuid(&session)?)).await?;
+    if session.session_type != SessionType::Sync
+        || session.delivery != Delivery::Agents
+        || !session.is_live()
+        || session.turn != Some(agent)
+    {
+        return Ok(());
+    }
+    let reply = final_answer(conn, batch).await?;
+    if reply.trim().is_empty() {
+        return close_session(conn, ctx, &mut session).await;
+    }
+    let reply = NewProtocolMessage::new("text", serde_json::json!({ "text": reply }));
+    store_message(conn, ctx, &mut session, agent, &reply)
+        .await
+        .map(|_| ())
+}
+
+/// The text of the last assistant message of `batch` (its final answer).
+async fn final_answer(conn: &mut AnyConnection, batch: crate::model::BatchId) -> Result<String> {
+    let row = sqlx::query(
+        "SELECT content FROM messages WHERE batch_id = $1 AND role = 'assistant' \
+         ORDER BY sequence_num DESC LIMIT 1",
+    )
+    .bind(batch.get())
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(row) = row else {
+        return Ok(String::new());
+    };
+    let content: String = row.try_get(0)?;
+    Ok(super::decode_content(&content)?
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n"))
 }
 
 pub(crate) async fn mark_read(

@@ -21,6 +21,52 @@ pub(crate) async fn enqueue(
     agent: AgentId,
     entry: &NewQueued,
 ) -> Result<QueuedMessage> {
+    let content = check_entry(ctx, entry)?;
+    lock_agent(conn, agent).await?;
+    let now = now_ms();
+    let mut delivers = None;
+    if let Some(abandoned) = entry.retry_of {
+        claim_retry(conn, agent, abandoned, now).await?;
+        // A retry delivers the same session message as the entry whose batch it runs again.
+        delivers = sqlx::query(
+            "SELECT protocol_message_id FROM agent_queue WHERE delivered_batch = $1 AND agent_id = $2",
+        )
+        .bind(abandoned.get())
+        .bind(agent.to_string())
+        .fetch_optional(&mut *conn)
+        .await?
+        .map(|row| row.try_get::<Option<String>, _>(0))
+        .transpose()?
+        .flatten();
+    }
+    insert_entry(conn, ctx, agent, entry, content, delivers, now).await
+}
+
+/// Queues the trigger that delivers session message `message` to `agent` (decision 0020).
+/// Takes no agent lock (the session row is this write's lock; an agent lock after it would break
+/// the writer's lock order), so it only inserts: whoever claims `agent` next sees the entry.
+pub(crate) async fn enqueue_session_message(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+    entry: &NewQueued,
+    message: crate::protocol::ProtocolMessageId,
+) -> Result<QueuedMessage> {
+    let content = check_entry(ctx, entry)?;
+    insert_entry(
+        conn,
+        ctx,
+        agent,
+        entry,
+        content,
+        Some(message.to_string()),
+        now_ms(),
+    )
+    .await
+}
+
+/// Checks an entry before anything is written; returns its encoded content.
+fn check_entry(ctx: &Ctx, entry: &NewQueued) -> Result<String> {
     let message = NewMessage::new(entry.role, entry.content.clone());
     let content = encode_content(ctx.max_content_bytes, &message)?;
     if message.tool_result_ids().next().is_some() || message.tool_use_ids().next().is_some() {
@@ -38,20 +84,27 @@ pub(crate) async fn enqueue(
             "a retry is delivered once: it cannot be a recurring entry".into(),
         ));
     }
-    lock_agent(conn, agent).await?;
+    Ok(content)
+}
+
+async fn insert_entry(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    agent: AgentId,
+    entry: &NewQueued,
+    content: String,
+    delivers: Option<String>,
+    now: i64,
+) -> Result<QueuedMessage> {
     let id = ctx.ids.next_id()?;
-    let now = now_ms();
-    if let Some(abandoned) = entry.retry_of {
-        claim_retry(conn, agent, abandoned, now).await?;
-    }
     let deliver_at = entry.deliver_at.map_or(now, |t| t.timestamp_millis());
     let every = entry
         .every
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
     let row = sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO agent_queue (id, agent_id, batch_type, role, content, source, deliver_at, \
-         every_ms, deliveries, created_at, retry_of) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, $9, $10) \
+         every_ms, deliveries, created_at, retry_of, protocol_message_id) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, $9, $10, $11) \
          RETURNING {QUEUE_COLUMNS}"
     )))
     .bind(id.get())
@@ -64,6 +117,7 @@ pub(crate) async fn enqueue(
     .bind(every)
     .bind(now)
     .bind(entry.retry_of.map(|b| b.get()))
+    .bind(delivers)
     .fetch_one(&mut *conn)
     .await?;
     wake_queue(conn, ctx, agent).await?;
@@ -283,11 +337,13 @@ pub(crate) async fn remove_schedule(
     }
 }
 
-/// Whether a delivered entry is a scheduled wakeup (a schedule, a recurring entry, or a wakeup
-/// of the runtime's scheduler) whose crashed run earns one retry.
-fn is_wakeup(entry: &QueuedMessage) -> bool {
-    entry.batch_type == BatchType::SystemTrigger
-        && (entry.schedule.is_some() || entry.every.is_some() || entry.source == "scheduler")
+/// Whether a delivered entry's crashed run earns one retry: a scheduled wakeup (a schedule, a
+/// recurring entry, or a wakeup of the runtime's scheduler) or a session message (decision
+/// 0020: a conversation between agents must not stall on one dead process).
+fn earns_retry(entry: &QueuedMessage) -> bool {
+    entry.protocol_message.is_some()
+        || (entry.batch_type == BatchType::SystemTrigger
+            && (entry.schedule.is_some() || entry.every.is_some() || entry.source == "scheduler"))
 }
 
 /// Recovery found `batch` of `agent` dead (its run's process died): when its trigger was a
@@ -312,7 +368,7 @@ pub(crate) async fn retry_crashed_wakeup(
         return Ok(None);
     };
     let entry = queued_from_row(&row)?;
-    if !is_wakeup(&entry) || entry.retry_of.is_some() {
+    if !earns_retry(&entry) || entry.retry_of.is_some() {
         return Ok(None);
     }
     let retried: Option<i64> = sqlx::query("SELECT retried_at FROM batches WHERE id = $1")

@@ -41,6 +41,46 @@ pub const WAKEUP_CHANNEL: &str = "pattern_protocol";
 /// Longest turn duration a meeting accepts (one week).
 pub const MAX_TURN_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// How a meeting's turn moves (migration `0015_agents_converse`, `docs/multi-agent.md`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MeetingPolicy {
+    /// The next present participant in join order, wrapping around.
+    #[default]
+    RoundRobin,
+    /// The host moderates: after any other speaker the turn goes back to the host, and after
+    /// the host's turn it goes to the participant the host chose (by
+    /// [`crate::Database::choose_speaker`]), or in join order when it chose nobody present.
+    Selector,
+    /// Round-robin where every participant answers the same prompt and the host decides; the
+    /// hand-over is round-robin's, the difference is what a driver tells each speaker.
+    Broadcast,
+}
+
+impl MeetingPolicy {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MeetingPolicy::RoundRobin => "round_robin",
+            MeetingPolicy::Selector => "selector",
+            MeetingPolicy::Broadcast => "broadcast",
+        }
+    }
+
+    /// Parses a stored or user-given name (`round_robin` or `round-robin`, `selector`,
+    /// `broadcast`).
+    pub fn parse(text: &str) -> Result<Self> {
+        match text {
+            "round_robin" | "round-robin" => Ok(MeetingPolicy::RoundRobin),
+            "selector" => Ok(MeetingPolicy::Selector),
+            "broadcast" => Ok(MeetingPolicy::Broadcast),
+            other => Err(Error::InvalidProtocolMessage(format!(
+                "unknown meeting policy `{other}` (round-robin, selector, broadcast)"
+            ))),
+        }
+    }
+}
+
 /// Where a meeting stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -164,6 +204,12 @@ pub struct Meeting {
     pub started_at: Option<DateTime<Utc>>,
     /// When it ended.
     pub ended_at: Option<DateTime<Utc>>,
+    /// How its turn moves.
+    #[serde(default)]
+    pub policy: MeetingPolicy,
+    /// Selector meetings: whom the host chose to speak after its current turn.
+    #[serde(default)]
+    pub chosen: Option<AgentId>,
 }
 
 impl Meeting {
@@ -433,7 +479,7 @@ impl WakeupListener {
 
 pub(crate) const MEETING_COLUMNS: &str = "id, host_id, status, current_speaker_id, \
     turn_duration_ms, turn_started_at, turn_deadline, last_event_seq, created_at, started_at, \
-    ended_at";
+    ended_at, policy, chosen_speaker_id";
 pub(crate) const PARTICIPANT_COLUMNS: &str =
     "meeting_id, agent_id, status, join_order, invited_at, joined_at, left_at";
 pub(crate) const EVENT_COLUMNS: &str = "meeting_id, seq, event_type, agent_id, data, created_at";
@@ -460,6 +506,9 @@ pub(crate) fn meeting_from_row(row: &AnyRow) -> Result<Meeting> {
         created_at: from_ms(row.try_get(8)?),
         started_at: row.try_get::<Option<i64>, _>(9)?.map(from_ms),
         ended_at: row.try_get::<Option<i64>, _>(10)?.map(from_ms),
+        policy: MeetingPolicy::parse(&row.try_get::<String, _>(11)?)
+            .map_err(|_| Error::Corrupt("unknown stored meeting policy".into()))?,
+        chosen: opt_uuid(row, 12)?.map(AgentId),
     })
 }
 
@@ -527,6 +576,7 @@ impl Database {
         self.meeting_write(ProtocolOp::CreateMeeting {
             host,
             turn_duration,
+            policy: MeetingPolicy::RoundRobin,
             plan: None,
         })
         .await
@@ -534,11 +584,13 @@ impl Database {
 
     /// [`Self::create_meeting`] with a plan (how a driver runs the meeting: topic, rounds,
     /// policy...), stored as `plan` in the `meeting_created` event's data, so whichever process
-    /// resumes the meeting reads it from the log. At most 64 KiB of JSON.
+    /// resumes the meeting reads it from the log. At most 64 KiB of JSON. `policy` is how the
+    /// protocol hands the turn on ([`MeetingPolicy`]).
     pub async fn create_meeting_with_plan(
         &self,
         host: AgentId,
         turn_duration: Option<Duration>,
+        policy: MeetingPolicy,
         plan: serde_json::Value,
     ) -> Result<MeetingUpdate> {
         let size = plan.to_string().len();
@@ -551,7 +603,27 @@ impl Database {
         self.meeting_write(ProtocolOp::CreateMeeting {
             host,
             turn_duration,
+            policy,
             plan: Some(plan),
+        })
+        .await
+    }
+
+    /// The host of a selector meeting, holding the turn, names `next` (a present participant,
+    /// not itself) to speak after its turn; the choice takes effect when the host's turn ends
+    /// (it speaks, passes, times out or leaves). Not the host: [`Error::NotHost`]; not its turn:
+    /// [`Error::NotSpeaker`]; another policy: [`Error::MeetingState`]; `next` absent:
+    /// [`Error::NotMeetingParticipant`]; nothing stored on any refusal.
+    pub async fn choose_speaker(
+        &self,
+        meeting: MeetingId,
+        host: AgentId,
+        next: AgentId,
+    ) -> Result<MeetingUpdate> {
+        self.meeting_write(ProtocolOp::Choose {
+            meeting,
+            host,
+            next,
         })
         .await
     }
@@ -772,12 +844,14 @@ impl Database {
         .await?;
         rows.iter()
             .map(|row| {
+                // The extra columns follow the session's own.
+                let at = super::SESSION_COLUMNS.split(", ").count();
                 Ok(ActiveConversation {
                     session: session_from_row(row)?,
-                    agent_a_external_id: row.try_get(9)?,
-                    agent_a_name: row.try_get(10)?,
-                    agent_b_external_id: row.try_get(11)?,
-                    agent_b_name: row.try_get(12)?,
+                    agent_a_external_id: row.try_get(at)?,
+                    agent_a_name: row.try_get(at + 1)?,
+                    agent_b_external_id: row.try_get(at + 2)?,
+                    agent_b_name: row.try_get(at + 3)?,
                 })
             })
             .collect()
@@ -804,13 +878,15 @@ impl Database {
         .await?;
         rows.iter()
             .map(|row| {
+                // The extra columns follow the meeting's own.
+                let at = MEETING_COLUMNS.split(", ").count();
                 Ok(ActiveMeeting {
                     meeting: meeting_from_row(row)?,
-                    host_external_id: row.try_get(11)?,
-                    host_name: row.try_get(12)?,
-                    speaker_external_id: row.try_get(13)?,
-                    speaker_name: row.try_get(14)?,
-                    participant_count: to_u64(row.try_get(15)?),
+                    host_external_id: row.try_get(at)?,
+                    host_name: row.try_get(at + 1)?,
+                    speaker_external_id: row.try_get(at + 2)?,
+                    speaker_name: row.try_get(at + 3)?,
+                    participant_count: to_u64(row.try_get(at + 4)?),
                 })
             })
             .collect()

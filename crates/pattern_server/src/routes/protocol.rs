@@ -18,6 +18,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
+use pattern::core::meeting_stream::{MeetingCursor, MeetingItem};
 use pattern::db::Error as DbError;
 use pattern::db::protocol::{
     Meeting, MeetingEvent, MeetingId, NewProtocolMessage, ProtocolMessage, ProtocolMessageId,
@@ -51,6 +52,12 @@ pub struct SessionView {
     pub status: String,
     /// Who holds the turn (sync sessions).
     pub turn: Option<String>,
+    /// `inbox` or `agents` (the agents answer themselves).
+    pub delivery: String,
+    /// It ends after this many messages.
+    pub message_limit: Option<u64>,
+    /// Messages sent so far.
+    pub messages_sent: u64,
     /// When it was opened.
     pub created_at: DateTime<Utc>,
     /// When it ended.
@@ -143,6 +150,17 @@ pub(crate) struct OpenSession {
     to: String,
     /// `sync` (strict turns) or `async` (inboxes).
     session_type: String,
+    /// `inbox` (the default: clients read the inbox) or `agents` (each message becomes the
+    /// recipient agent's turn; in a sync session its final answer is the reply; decision 0020).
+    #[serde(default)]
+    delivery: Option<String>,
+    /// End the session after this many messages (1 to 10000).
+    #[serde(default)]
+    message_limit: Option<u64>,
+    /// The opener's first message (any JSON; a string for plain text), sent in the same write.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    message: Option<serde_json::Value>,
 }
 
 /// Body of `POST /v1/sessions/{session_id}/messages` and meeting `speak`.
@@ -205,7 +223,8 @@ pub(crate) struct RunMeeting {
     /// A phrase that ends the meeting when a speech contains it.
     #[serde(default)]
     end_phrase: Option<String>,
-    /// `round-robin` (the default and, for now, the only policy).
+    /// `round-robin` (the default), `selector` (the first agent moderates and chooses each next
+    /// speaker) or `broadcast` (everyone answers the first agent's prompt; it decides).
     #[serde(default)]
     policy: Option<String>,
 }
@@ -295,6 +314,9 @@ impl Ids {
             session_type: s.session_type.as_str().to_owned(),
             status: enum_text(&s.status),
             turn,
+            delivery: s.delivery.as_str().to_owned(),
+            message_limit: s.message_limit,
+            messages_sent: s.messages_sent,
             created_at: s.created_at,
             ended_at: s.ended_at,
         })
@@ -447,13 +469,27 @@ pub(crate) async fn open_session(
             )));
         }
     };
+    let delivery = match body.delivery.as_deref() {
+        None | Some("inbox") => pattern::protocol::Delivery::Inbox,
+        Some("agents") => pattern::protocol::Delivery::Agents,
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "`delivery` must be inbox or agents, not `{other}`"
+            )));
+        }
+    };
     let mut ids = Ids::new(&state, caller);
     let from = ids.participant(&body.from).await?;
     let to = ids.participant(&body.to).await?;
-    let session = state
+    let first = body.message.map(|content| message_body(content, None));
+    let options = pattern::protocol::SessionOptions {
+        delivery,
+        message_limit: body.message_limit,
+    };
+    let (session, _) = state
         .pattern()
         .protocol()
-        .open_session(from.id, to.id, session_type)
+        .open_session_with(from.id, to.id, session_type, options, first)
         .await?;
     Ok(ApiJson(ids.session(&session).await?))
 }
@@ -624,14 +660,11 @@ pub(crate) async fn run_meeting(
             "the server is shutting down",
         ));
     }
-    match body.policy.as_deref() {
-        None | Some("round-robin") => {}
-        Some(other) => {
-            return Err(ApiError::invalid(format!(
-                "`policy` `{other}` is not known (round-robin)"
-            )));
-        }
-    }
+    let policy = match body.policy.as_deref() {
+        None => pattern::core::meeting::Policy::RoundRobin,
+        Some(text) => pattern::core::meeting::Policy::parse(text)
+            .map_err(|e| ApiError::invalid(format!("`policy`: {e}")))?,
+    };
     if body.turn_duration_ms == Some(0) {
         return Err(ApiError::invalid("`turn_duration_ms` must be at least 1"));
     }
@@ -644,7 +677,7 @@ pub(crate) async fn run_meeting(
         topic: body.topic,
         rounds: body.rounds.unwrap_or(1),
         end_phrase: body.end_phrase,
-        policy: pattern::core::meeting::Policy::RoundRobin,
+        policy,
         agents,
     };
     plan.validate()?;
@@ -760,13 +793,64 @@ fn stream_error(code: ErrorCode, cause: &str) -> Event {
         .unwrap_or_else(|_| Event::default().event("error").data("{}"))
 }
 
-/// A meeting's event log as server-sent events (id = cursor), from `Last-Event-ID` (or
-/// `?after=`), live until the meeting ends.
+/// One item of a meeting's stream as an SSE event: a log event under its type, or a speaker's
+/// run output as `output`; the id is the cursor that resumes after it.
+async fn sse_item(
+    ids: &mut Ids,
+    cursor: MeetingCursor,
+    item: MeetingItem,
+) -> Result<Event, ApiError> {
+    let event = match item {
+        MeetingItem::Event { event } => {
+            let view = ids.event(&event).await?;
+            Event::default()
+                .event(view.event_type.clone())
+                .json_data(&view)
+        }
+        MeetingItem::Output {
+            speaker,
+            turn,
+            attempt,
+            event,
+        } => {
+            let view = MeetingOutputView {
+                speaker: ids.visible(speaker).await?,
+                turn,
+                attempt,
+                event,
+            };
+            Event::default().event("output").json_data(&view)
+        }
+    };
+    Ok(event
+        .map(|e| e.id(cursor.to_string()))
+        .unwrap_or_else(|_| Event::default().comment("unserialisable event")))
+}
+
+/// `output` event of a meeting's stream: what a speaker's run produced during its turn.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MeetingOutputView {
+    /// The speaker (agent id).
+    pub speaker: String,
+    /// The sequence number of the `turn_passed` event that began the turn.
+    pub turn: u64,
+    /// The run's attempt (1, or 2 after a failed first run).
+    pub attempt: u32,
+    /// The run's event (a text delta, a tool call or result, an error, the end).
+    #[schema(value_type = Object)]
+    pub event: pattern::core::ResponseEvent,
+}
+
+/// A meeting as server-sent events, live until it ends: each log event under its type
+/// (`MeetingEventView`), and between a `turn_passed` and the next event the speaker's run output
+/// as `output` events (`MeetingOutputView`: text deltas, tool calls and results). Each id is a
+/// cursor (`SEQ`, or `SEQ:ATTEMPT:N` inside a turn's output); resume from `Last-Event-ID` (or
+/// `?after=SEQ`).
 #[utoipa::path(get, path = "/v1/meetings/{meeting_id}/events", tag = "protocol",
     security(("api_key" = [])),
     params(("meeting_id" = String, Path),
         ("Last-Event-ID" = Option<String>, Header, description = "the last cursor seen"), Cursor),
-    responses((status = 200, description = "`text/event-stream` of MeetingEventView"),
+    responses((status = 200, description = "`text/event-stream` of MeetingEventView and MeetingOutputView"),
         (status = 404, body = ErrorBody)))]
 pub(crate) async fn meeting_events(
     State(state): State<AppState>,
@@ -781,32 +865,34 @@ pub(crate) async fn meeting_events(
         Some(value) => value
             .to_str()
             .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .ok_or_else(|| ApiError::invalid("`Last-Event-ID` must be a cursor (a number)"))?,
-        None => cursor.after.unwrap_or(0),
+            .and_then(|v| v.parse::<MeetingCursor>().ok())
+            .ok_or_else(|| {
+                ApiError::invalid("`Last-Event-ID` must be a cursor (`SEQ` or `SEQ:ATTEMPT:N`)")
+            })?,
+        None => MeetingCursor {
+            seq: cursor.after.unwrap_or(0),
+            output: None,
+        },
     };
-    let follower = state.pattern().protocol().follow(meeting.id, after);
+    let items = pattern::core::meeting_stream::follow(
+        state.pattern().protocol().clone(),
+        meeting.id,
+        after,
+    );
     let keep_alive = state.config().keep_alive;
     let closing = state.closing();
     // One resolver for the whole stream: each agent id is looked up once. The stream ends after
-    // `meeting_ended`, or after reporting the first error (the client resumes from the last id
-    // it saw).
-    let events = futures::stream::unfold(Some((follower, ids)), |next| async move {
-        let (mut follower, mut ids) = next?;
-        let (event, more) = match follower.next().await {
-            Ok(Some(e)) => match ids.event(&e).await {
-                Ok(view) => (
-                    Event::default()
-                        .id(e.seq.to_string())
-                        .event(view.event_type.clone())
-                        .json_data(&view)
-                        .unwrap_or_else(|_| Event::default().comment("unserialisable event")),
-                    true,
-                ),
+    // `meeting_ended` and the last turn's output, or after reporting the first error (the client
+    // resumes from the last id it saw).
+    let events = futures::stream::unfold(Some((Box::pin(items), ids)), |next| async move {
+        let (mut items, mut ids) = next?;
+        let (event, more) = match items.next().await {
+            Some(Ok((cursor, item))) => match sse_item(&mut ids, cursor, item).await {
+                Ok(event) => (event, true),
                 Err(err) => (stream_error(err.code, &err.message), false),
             },
-            Ok(None) => return None,
-            Err(err) => (
+            None => return None,
+            Some(Err(err)) => (
                 stream_error(
                     ErrorCode::from_class(err.class()),
                     &crate::error::one_line(&err),
@@ -814,7 +900,7 @@ pub(crate) async fn meeting_events(
                 false,
             ),
         };
-        Some((Ok::<_, Infallible>(event), more.then_some((follower, ids))))
+        Some((Ok::<_, Infallible>(event), more.then_some((items, ids))))
     })
     .take_until(closing);
     Ok(Sse::new(events)

@@ -149,7 +149,12 @@ async fn another_organization_cannot_act_in_sessions_inboxes_or_meetings(backend
     let (_, inbox) = s.get(&s.key_a, &format!("/v1/agents/{bob}/inbox")).await;
     assert_eq!(inbox[0]["content"], "for bob only", "{inbox}");
     let (_, still) = s.get(&s.key_a, &format!("/v1/sessions/{sid}")).await;
-    assert_eq!(still, session, "the session is unchanged");
+    let mut expected = session.clone();
+    expected["messages_sent"] = json!(1);
+    assert_eq!(
+        still, expected,
+        "the session holds A's one message, nothing of B"
+    );
 
     // B cannot host a meeting with A's agent.
     let (status, body) = s.post(&s.key_b, "/v1/meetings", json!({"host": ada})).await;
@@ -396,20 +401,64 @@ async fn meetings_run_by_agents_over_http(backend: Backend) {
         .bearer_auth(&s.key_a);
     let (_, mut events) = s.stream(follow).await;
     let mut spoke = Vec::new();
+    let mut seen = Vec::new();
     let done = tokio::time::timeout(std::time::Duration::from_secs(60), async {
         while let Some(e) = events.next().await {
             if e.event == "agent_spoke" {
                 let data: Value = serde_json::from_str(&e.data).unwrap();
                 spoke.push(data["agent"].as_str().unwrap().to_owned());
             }
-            if e.event == "meeting_ended" {
-                break;
-            }
+            seen.push(e);
         }
     })
     .await;
-    assert!(done.is_ok(), "the meeting ended by itself");
+    assert!(
+        done.is_ok(),
+        "the meeting ended by itself and the stream closed"
+    );
+    assert_eq!(seen.last().unwrap().event, "meeting_ended");
     assert_eq!(spoke, [ada.clone(), bob.clone(), ada.clone(), bob.clone()]);
+    // The speakers' output arrives between each turn_passed and the speech: the run's text,
+    // ending with its `done`, each event with a resumable cursor.
+    let mut speaker: Option<String> = None;
+    let mut text = String::new();
+    let mut outputs = 0;
+    for e in &seen {
+        let data: Value = serde_json::from_str(&e.data).unwrap();
+        match e.event.as_str() {
+            "turn_passed" => {
+                speaker = data["agent"].as_str().map(str::to_owned);
+                text.clear();
+            }
+            "output" => {
+                outputs += 1;
+                assert_eq!(data["speaker"].as_str(), speaker.as_deref(), "{}", e.data);
+                assert_eq!(e.id.split(':').count(), 3, "{}", e.id);
+                if data["event"]["type"] == "text_delta" {
+                    text.push_str(data["event"]["text"].as_str().unwrap());
+                }
+            }
+            "agent_spoke" => assert_eq!(text, "done", "the speech is the run's answer"),
+            _ => {}
+        }
+    }
+    assert!(outputs >= 8, "{seen:?}");
+    // Resuming from inside a turn's output gives exactly what followed it.
+    let at = seen.iter().position(|e| e.event == "output").unwrap();
+    let resume = s
+        .http
+        .get(s.url(&format!("/v1/meetings/{id}/events")))
+        .bearer_auth(&s.key_a)
+        .header("Last-Event-ID", seen[at].id.clone());
+    let (_, rest) = s.stream(resume).await;
+    let rest: Vec<String> = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        rest.map(|e| e.id).collect::<Vec<_>>(),
+    )
+    .await
+    .unwrap();
+    let expected: Vec<String> = seen[at + 1..].iter().map(|e| e.id.clone()).collect();
+    assert_eq!(rest, expected);
     let (_, said) = s
         .get(&s.key_a, &format!("/v1/meetings/{id}/messages"))
         .await;
@@ -423,7 +472,86 @@ async fn meetings_run_by_agents_over_http(backend: Backend) {
     s.stop().await;
 }
 
+/// A session the served agents answer themselves, opened over HTTP with its first message: bob's
+/// answer comes back as his reply, the limit ends the session, and both messages are read.
+async fn agents_answer_a_session_opened_over_http(backend: Backend) {
+    let s = Server::start(backend, vec![]).await;
+    let ada = s.agent(&s.key_a, "ada").await;
+    let bob = s.agent(&s.key_a, "bob").await;
+    let carol = s.agent(&s.key_b, "carol").await;
+    let (status, body) = s
+        .post(
+            &s.key_a,
+            "/v1/sessions",
+            json!({"from": ada, "to": bob, "session_type": "sync", "delivery": "bots"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, body) = s
+        .post(
+            &s.key_b,
+            "/v1/sessions",
+            json!({"from": carol, "to": bob, "session_type": "sync", "delivery": "agents",
+                   "message": "hi from another org"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert!(
+        s.db.pending_queue(bob.parse().map(pattern::db::AgentId).unwrap())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let (status, session) = s
+        .post(
+            &s.key_a,
+            "/v1/sessions",
+            json!({"from": ada, "to": bob, "session_type": "sync", "delivery": "agents",
+                   "message_limit": 2, "message": "what is the plan?"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{session}");
+    assert_eq!(session["delivery"], "agents");
+    assert_eq!(session["turn"], bob.as_str());
+    let sid = session["id"].as_str().unwrap().to_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (_, now) = s.get(&s.key_a, &format!("/v1/sessions/{sid}")).await;
+        if now["status"] == "ended" {
+            assert_eq!(now["messages_sent"], 2);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agents never answered: {now}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (_, said) = s
+        .get(&s.key_a, &format!("/v1/sessions/{sid}/messages"))
+        .await;
+    let said = said.as_array().unwrap();
+    assert_eq!(said.len(), 2, "{said:?}");
+    assert_eq!(said[1]["from"], bob.as_str());
+    assert_eq!(
+        said[1]["content"]["text"], "done",
+        "bob's final answer is his reply"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while s.get(&s.key_a, &format!("/v1/agents/{ada}/inbox")).await.1 != json!([]) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ada's message stays unread"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (_, inbox) = s.get(&s.key_a, &format!("/v1/agents/{bob}/inbox")).await;
+    assert_eq!(inbox, json!([]), "read once answered");
+    s.stop().await;
+}
+
 conformance!(
+    agents_answer_a_session_opened_over_http,
     meetings_run_by_agents_over_http,
     sessions_keep_turns_and_inboxes,
     another_organization_cannot_act_in_sessions_inboxes_or_meetings,

@@ -16,10 +16,10 @@ use crate::error::{Error, Result};
 use crate::model::AgentId;
 use crate::ops::{Ctx, from_ms, now_ms, parse_uuid};
 use crate::protocol::{
-    MEETING_COLUMNS, Meeting, MeetingEvent, MeetingEventType, MeetingId, MeetingStatus,
-    MeetingUpdate, NewProtocolMessage, PARTICIPANT_COLUMNS, Participant, ParticipantStatus,
-    ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, SessionId, Wakeup,
-    meeting_from_row, participant_from_row,
+    MEETING_COLUMNS, Meeting, MeetingEvent, MeetingEventType, MeetingId, MeetingPolicy,
+    MeetingStatus, MeetingUpdate, NewProtocolMessage, PARTICIPANT_COLUMNS, Participant,
+    ParticipantStatus, ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport,
+    SessionId, Wakeup, meeting_from_row, participant_from_row,
 };
 
 use super::{ProtocolDone, ProtocolOp, notify, require_agent, require_same_organization};
@@ -83,7 +83,7 @@ impl Change {
         sqlx::query(
             "UPDATE protocol_meetings SET status = $1, current_speaker_id = $2, \
              turn_started_at = $3, turn_deadline = $4, last_event_seq = $5, started_at = $6, \
-             ended_at = $7 WHERE id = $8",
+             ended_at = $7, chosen_speaker_id = $8 WHERE id = $9",
         )
         .bind(m.status.as_str())
         .bind(m.speaker.map(|s| s.to_string()))
@@ -92,6 +92,7 @@ impl Change {
         .bind(i64::try_from(m.last_event_seq).unwrap_or(i64::MAX))
         .bind(m.started_at.map(|t| t.timestamp_millis()))
         .bind(m.ended_at.map(|t| t.timestamp_millis()))
+        .bind(m.chosen.map(|c| c.to_string()))
         .bind(m.id.to_string())
         .execute(&mut *conn)
         .await?;
@@ -126,6 +127,7 @@ impl Change {
         .await?;
         self.meeting.status = MeetingStatus::Ended;
         self.meeting.ended_at = Some(from_ms(self.now));
+        self.meeting.chosen = None;
         self.start_turn(None);
         self.event(
             conn,
@@ -158,7 +160,24 @@ impl Change {
             .into_iter()
             .filter(|p| p.status.is_present())
             .collect();
-        let Some(next) = next_speaker(&present, after) else {
+        let chosen = self.meeting.chosen.take();
+        let host = self.meeting.host;
+        let host_present = present.iter().any(|p| p.agent == host);
+        let (next, reason) = match self.meeting.policy {
+            // Selector: after another speaker the turn goes back to the host; after the host, to
+            // whom it chose if that one is still present, else on in join order.
+            MeetingPolicy::Selector if from.is_some_and(|f| f != host) && host_present => {
+                (Some(host), reason)
+            }
+            MeetingPolicy::Selector if from == Some(host) => {
+                match chosen.filter(|c| present.iter().any(|p| p.agent == *c)) {
+                    Some(c) => (Some(c), "chosen"),
+                    None => (next_speaker(&present, after), reason),
+                }
+            }
+            _ => (next_speaker(&present, after), reason),
+        };
+        let Some(next) = next else {
             return self.end(conn, "everyone_left").await;
         };
         set_participant_status(conn, self.meeting.id, next, ParticipantStatus::Speaking).await?;
@@ -350,6 +369,7 @@ pub(crate) async fn create_meeting(
     ctx: &Ctx,
     host: AgentId,
     turn_duration: Option<Duration>,
+    policy: MeetingPolicy,
     plan: Option<serde_json::Value>,
 ) -> Result<MeetingUpdate> {
     require_agent(conn, host).await?;
@@ -366,17 +386,20 @@ pub(crate) async fn create_meeting(
         created_at: from_ms(now),
         started_at: None,
         ended_at: None,
+        policy,
+        chosen: None,
     };
     sqlx::query(
         "INSERT INTO protocol_meetings (id, host_id, status, current_speaker_id, \
          turn_duration_ms, turn_started_at, turn_deadline, last_event_seq, last_join_order, \
-         created_at, started_at, ended_at) \
-         VALUES ($1, $2, 'created', NULL, $3, NULL, NULL, 0, 1, $4, NULL, NULL)",
+         created_at, started_at, ended_at, policy) \
+         VALUES ($1, $2, 'created', NULL, $3, NULL, NULL, 0, 1, $4, NULL, NULL, $5)",
     )
     .bind(meeting.id.to_string())
     .bind(host.to_string())
     .bind(turn_duration.map(ms))
     .bind(now)
+    .bind(policy.as_str())
     .execute(&mut *conn)
     .await?;
     sqlx::query(
@@ -400,10 +423,15 @@ pub(crate) async fn create_meeting(
             MeetingEventType::MeetingCreated,
             Some(host),
             Some(match plan {
-                Some(plan) => {
-                    serde_json::json!({ "turn_duration_ms": turn_duration.map(ms), "plan": plan })
-                }
-                None => serde_json::json!({ "turn_duration_ms": turn_duration.map(ms) }),
+                Some(plan) => serde_json::json!({
+                    "turn_duration_ms": turn_duration.map(ms),
+                    "policy": policy.as_str(),
+                    "plan": plan,
+                }),
+                None => serde_json::json!({
+                    "turn_duration_ms": turn_duration.map(ms),
+                    "policy": policy.as_str(),
+                }),
             }),
         )
         .await?;
@@ -699,6 +727,48 @@ async fn leave(
     Ok(None)
 }
 
+/// The host of a selector meeting, holding the turn, names a present participant (not itself)
+/// to speak after its turn. Stored on the meeting row; the hand-over that ends the host's turn
+/// consumes it.
+async fn choose(
+    conn: &mut AnyConnection,
+    change: &mut Change,
+    host: AgentId,
+    next: AgentId,
+) -> Result<Option<ProtocolMessage>> {
+    let meeting = change.meeting.id;
+    refuse_ended(change)?;
+    require_host(change, host)?;
+    if change.meeting.policy != MeetingPolicy::Selector {
+        return Err(Error::MeetingState {
+            meeting,
+            status: change.meeting.policy.as_str(),
+            needed: "a selector meeting",
+        });
+    }
+    if change.meeting.speaker != Some(host) {
+        return Err(Error::NotSpeaker {
+            meeting,
+            agent: host,
+            speaker: change.meeting.speaker,
+        });
+    }
+    if next == host {
+        return Err(Error::InvalidProtocolMessage(
+            "the host chooses another participant, not itself".into(),
+        ));
+    }
+    participant(conn, meeting, next)
+        .await?
+        .filter(|p| p.status.is_present())
+        .ok_or(Error::NotMeetingParticipant {
+            meeting,
+            agent: next,
+        })?;
+    change.meeting.chosen = Some(next);
+    Ok(None)
+}
+
 async fn end_meeting(
     conn: &mut AnyConnection,
     change: &mut Change,
@@ -751,6 +821,7 @@ pub(crate) async fn run(
         } => speak(conn, ctx, &mut change, *agent, message.as_ref(), *turn).await,
         ProtocolOp::Leave { agent, .. } => leave(conn, &mut change, *agent).await,
         ProtocolOp::EndMeeting { host, .. } => end_meeting(conn, &mut change, *host).await,
+        ProtocolOp::Choose { host, next, .. } => choose(conn, &mut change, *host, *next).await,
         ProtocolOp::ApplyTimeouts { .. } => Ok(None),
         ProtocolOp::CreateMeeting { .. } | ProtocolOp::Retention(_) => {
             return Err(Error::Corrupt(format!("{op:?} is not a meeting write")));

@@ -1,0 +1,349 @@
+//! Agents that converse through the protocol (migration `0015_agents_converse`, decision 0020),
+//! on both backends: a session message the agents answer becomes the recipient's trigger in the
+//! transaction that stores it, is marked read only when the batch that consumed it completes
+//! (a crashed run's retry delivers the same message), a sync session's reply is the recipient's
+//! final answer, limits end sessions; and the selector meeting's chosen hand-over.
+
+use pattern_db::{
+    AgentId, BatchType, Database, Delivery, Error, MeetingEventType, MeetingPolicy, NewAgent,
+    NewMessage, NewProtocolMessage, OrganizationId, RunEnding, SessionOptions, SessionStatus,
+    SessionType,
+};
+use serde_json::json;
+
+use crate::{Kind, fresh};
+
+fn text(t: &str) -> NewProtocolMessage {
+    NewProtocolMessage::new("text", json!({ "text": t }))
+}
+
+async fn agents(db: &Database, names: &[&str]) -> (OrganizationId, Vec<AgentId>) {
+    let org = db.create_organization("acme", "Acme").await.unwrap();
+    let mut ids = Vec::new();
+    for name in names {
+        let a = db
+            .create_agent(NewAgent::named(*name).in_organization(org.id))
+            .await
+            .unwrap();
+        ids.push(a.id);
+    }
+    (org.id, ids)
+}
+
+/// Claims `agent`'s next queue entry and completes its batch with `answer` as the final answer
+/// (the way a run ends), returning the trigger's text.
+async fn answer(db: &Database, agent: AgentId, answer: &str) -> String {
+    let started = db
+        .claim_next(agent)
+        .await
+        .unwrap()
+        .expect("a queued trigger");
+    assert_eq!(started.batch_type, BatchType::AgentToAgent);
+    let trigger = db
+        .messages(agent)
+        .get_batch(started.received.batch_id)
+        .await
+        .unwrap()
+        .messages[0]
+        .text();
+    db.run_step(
+        started.claim,
+        started.received.batch_id,
+        started.turn.id,
+        vec![NewMessage::assistant(answer)],
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    db.finish_run(
+        started.claim,
+        started.received.batch_id,
+        started.turn.id,
+        RunEnding::Complete,
+        Vec::new(),
+        false,
+    )
+    .await
+    .unwrap();
+    trigger
+}
+
+async fn a_sync_session_is_held_by_the_agents(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let (_, ids) = agents(&db, &["ada", "bob"]).await;
+    let (ada, bob) = (ids[0], ids[1]);
+    let (session, first) = db
+        .open_session_with(
+            ada,
+            bob,
+            SessionType::Sync,
+            SessionOptions::agents(Some(4)),
+            Some(text("ping 1")),
+        )
+        .await
+        .unwrap();
+    let first = first.unwrap();
+    assert_eq!(session.delivery, Delivery::Agents);
+    assert_eq!(session.turn, Some(bob));
+    // The message is bob's trigger, queued in the same write, and unread until bob's batch ends.
+    let queued = db.pending_queue(bob).await.unwrap();
+    assert_eq!(queued.len(), 1);
+    assert_eq!(queued[0].protocol_message, Some(first.id));
+    assert_eq!(queued[0].source, format!("session:{}", session.id));
+    assert_eq!(db.unread(bob).await.unwrap().len(), 1);
+
+    let trigger = answer(&db, bob, "pong 1").await;
+    assert!(
+        trigger.starts_with("[message from agent ada in sync session")
+            && trigger.ends_with("ping 1"),
+        "{trigger}"
+    );
+    assert!(
+        db.unread(bob).await.unwrap().is_empty(),
+        "read on completion"
+    );
+    // Bob's final answer went back into the session as his reply: ada's turn, ada's trigger.
+    let now = db.session(session.id).await.unwrap();
+    assert_eq!((now.turn, now.messages_sent), (Some(ada), 2));
+    answer(&db, ada, "ping 2").await;
+    answer(&db, bob, "pong 2").await;
+    // The fourth message reached the limit: the session ended in that write.
+    let ended = db.session(session.id).await.unwrap();
+    assert_eq!(ended.status, SessionStatus::Ended);
+    assert_eq!(ended.messages_sent, 4);
+    // Ada still gets the last message; her answer goes nowhere (the session ended).
+    answer(&db, ada, "bye").await;
+    let said: Vec<(AgentId, String)> = db
+        .session_messages(session.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.sender, m.content["text"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(
+        said,
+        [
+            (ada, "ping 1".to_owned()),
+            (bob, "pong 1".to_owned()),
+            (ada, "ping 2".to_owned()),
+            (bob, "pong 2".to_owned()),
+        ]
+    );
+    assert!(db.unread(ada).await.unwrap().is_empty());
+    assert!(db.unread(bob).await.unwrap().is_empty());
+    assert!(db.claim_next(ada).await.unwrap().is_none());
+    assert!(db.claim_next(bob).await.unwrap().is_none());
+    // Past the limit nothing more is stored.
+    let err = db
+        .send_session_message(session.id, ada, text("more"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::SessionEnded(_)), "{err}");
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+async fn a_crashed_delivery_is_retried_and_read_only_when_answered(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let first = tdb.open().await.unwrap();
+    let (_, ids) = agents(&first, &["ada", "bob"]).await;
+    let (ada, bob) = (ids[0], ids[1]);
+    let (session, _) = first
+        .open_session_with(
+            ada,
+            bob,
+            SessionType::Async,
+            SessionOptions::agents(None),
+            Some(text("are you there?")),
+        )
+        .await
+        .unwrap();
+    let started = first.claim_next(bob).await.unwrap().unwrap();
+    first.crash().await;
+
+    // The next process abandons the dead run and queues the same message once more.
+    let second = tdb.open().await.unwrap();
+    second.messages(bob).recover().await.unwrap();
+    assert_eq!(second.unread(bob).await.unwrap().len(), 1, "not read yet");
+    let retry = second.pending_queue(bob).await.unwrap();
+    assert_eq!(retry.len(), 1);
+    assert_eq!(retry[0].retry_of, Some(started.received.batch_id));
+    assert!(retry[0].protocol_message.is_some());
+    let trigger = answer(&second, bob, "yes").await;
+    assert!(trigger.ends_with("are you there?"), "{trigger}");
+    assert!(second.unread(bob).await.unwrap().is_empty());
+    // An async session takes no automatic reply.
+    assert_eq!(second.session_messages(session.id).await.unwrap().len(), 1);
+    assert!(second.pending_queue(ada).await.unwrap().is_empty());
+    second.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+async fn sessions_refuse_bad_opens_with_nothing_stored(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let (_, ids) = agents(&db, &["ada", "bob"]).await;
+    let other = db.create_organization("globex", "Globex").await.unwrap();
+    let stranger = db
+        .create_agent(NewAgent::named("eve").in_organization(other.id))
+        .await
+        .unwrap()
+        .id;
+    let refusals = [
+        db.open_session_with(
+            ids[0],
+            stranger,
+            SessionType::Sync,
+            SessionOptions::agents(Some(4)),
+            Some(text("hi")),
+        )
+        .await
+        .unwrap_err(),
+        db.open_session_with(
+            ids[0],
+            ids[0],
+            SessionType::Sync,
+            SessionOptions::agents(Some(4)),
+            Some(text("hi")),
+        )
+        .await
+        .unwrap_err(),
+        db.open_session_with(
+            ids[0],
+            ids[1],
+            SessionType::Sync,
+            SessionOptions::agents(Some(0)),
+            Some(text("hi")),
+        )
+        .await
+        .unwrap_err(),
+    ];
+    assert!(
+        matches!(refusals[0], Error::OtherOrganization { .. }),
+        "{}",
+        refusals[0]
+    );
+    assert!(
+        matches!(refusals[1], Error::SelfSession(_)),
+        "{}",
+        refusals[1]
+    );
+    assert!(
+        matches!(refusals[2], Error::InvalidProtocolMessage(_)),
+        "{}",
+        refusals[2]
+    );
+    for id in [ids[0], ids[1], stranger] {
+        assert!(db.pending_queue(id).await.unwrap().is_empty());
+        assert!(db.unread(id).await.unwrap().is_empty());
+    }
+    assert!(db.active_conversations().await.unwrap().is_empty());
+    // An inbox session (outside clients) queues nothing; opened again for agents, it becomes one.
+    let inbox = db
+        .open_session(ids[0], ids[1], SessionType::Async)
+        .await
+        .unwrap();
+    db.send_session_message(inbox.id, ids[0], text("for the inbox"))
+        .await
+        .unwrap();
+    assert!(db.pending_queue(ids[1]).await.unwrap().is_empty());
+    let (upgraded, _) = db
+        .open_session_with(
+            ids[0],
+            ids[1],
+            SessionType::Async,
+            SessionOptions::agents(Some(3)),
+            Some(text("now for bob himself")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(upgraded.id, inbox.id);
+    assert_eq!(upgraded.delivery, Delivery::Agents);
+    assert_eq!(
+        upgraded.message_limit,
+        Some(4),
+        "counted from the messages already sent"
+    );
+    assert_eq!(db.pending_queue(ids[1]).await.unwrap().len(), 1);
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+async fn the_selector_hands_the_turn_as_the_host_chose(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let (_, ids) = agents(&db, &["host", "ann", "ben", "cat"]).await;
+    let (host, ann, ben, cat) = (ids[0], ids[1], ids[2], ids[3]);
+    let m = db
+        .create_meeting_with_plan(host, None, MeetingPolicy::Selector, json!({}))
+        .await
+        .unwrap()
+        .meeting
+        .id;
+    for a in [ann, ben, cat] {
+        db.join_meeting(m, a).await.unwrap();
+    }
+    db.start_meeting(m, host).await.unwrap();
+    assert_eq!(db.meeting(m).await.unwrap().speaker, Some(host));
+    // Refusals: not the host, the host choosing itself or an absent agent; nothing changes.
+    let errs = [
+        db.choose_speaker(m, ann, ben).await.unwrap_err(),
+        db.choose_speaker(m, host, host).await.unwrap_err(),
+        db.choose_speaker(m, host, AgentId::new())
+            .await
+            .unwrap_err(),
+    ];
+    assert!(matches!(errs[0], Error::NotHost { .. }), "{}", errs[0]);
+    assert!(
+        matches!(errs[1], Error::InvalidProtocolMessage(_)),
+        "{}",
+        errs[1]
+    );
+    assert!(
+        matches!(errs[2], Error::NotMeetingParticipant { .. }),
+        "{}",
+        errs[2]
+    );
+    assert_eq!(db.meeting(m).await.unwrap().chosen, None);
+    // The host chooses cat: after the host speaks, cat; after cat, the host again.
+    db.choose_speaker(m, host, cat).await.unwrap();
+    db.speak(m, host, text("cat, your view?")).await.unwrap();
+    assert_eq!(db.meeting(m).await.unwrap().speaker, Some(cat));
+    let err = db.choose_speaker(m, host, ann).await.unwrap_err();
+    assert!(matches!(err, Error::NotSpeaker { .. }), "{err}");
+    db.speak(m, cat, text("meow")).await.unwrap();
+    assert_eq!(db.meeting(m).await.unwrap().speaker, Some(host));
+    // The chosen speaker leaves before its turn: the host's turn goes on in join order.
+    db.choose_speaker(m, host, ben).await.unwrap();
+    db.leave_meeting(m, ben).await.unwrap();
+    db.pass_turn(m, host).await.unwrap();
+    assert_eq!(db.meeting(m).await.unwrap().speaker, Some(ann));
+    let events = db.meeting_events_after(m, 0, 1000).await.unwrap();
+    let reasons: Vec<String> = events
+        .iter()
+        .filter(|e| e.event_type == MeetingEventType::TurnPassed)
+        .map(|e| {
+            e.data.as_ref().unwrap()["reason"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(reasons, ["start", "chosen", "spoke", "passed"]);
+    // A round-robin meeting has no choosing.
+    let rr = db.create_meeting(host, None).await.unwrap().meeting.id;
+    db.join_meeting(rr, ann).await.unwrap();
+    db.start_meeting(rr, host).await.unwrap();
+    let err = db.choose_speaker(rr, host, ann).await.unwrap_err();
+    assert!(matches!(err, Error::MeetingState { .. }), "{err}");
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+conformance!(
+    a_sync_session_is_held_by_the_agents,
+    a_crashed_delivery_is_retried_and_read_only_when_answered,
+    sessions_refuse_bad_opens_with_nothing_stored,
+    the_selector_hands_the_turn_as_the_host_chose,
+);
