@@ -927,8 +927,29 @@
     const summary = h('div', { id: 'meeting-summary' });
     const transcript = h('ol', { class: 'transcript', id: 'transcript', 'aria-label': 'Transcript' });
     const log = h('ol', { id: 'events', class: 'mono', 'aria-label': 'Event log' });
+    const runs = h('ol', { class: 'transcript', id: 'runs', 'aria-label': 'Speakers\' runs' });
     const status = h('p', { role: 'status', class: 'muted', id: 'meeting-status' });
-    page('Meeting ' + id, summary, h('h2', { text: 'Transcript' }), transcript, h('h2', { text: 'Event log' }), status, log);
+    page('Meeting ' + id, summary, h('h2', { text: 'Transcript' }), transcript,
+      h('h2', { text: 'Speakers\' runs, live' }), runs, h('h2', { text: 'Event log' }), status, log);
+    // One entry per turn and attempt: the speaker's run output (text as it streams, tool calls,
+    // results, errors) before its speech reaches the transcript.
+    const turns = new Map();
+    const showOutput = (d) => {
+      const key = d.turn + ':' + d.attempt;
+      let entry = turns.get(key);
+      if (!entry) {
+        entry = { text: h('span', { class: 'answer' }), lines: h('ul', {}) };
+        runs.append(h('li', { 'data-turn': key },
+          h('span', { class: 'who', text: nameOf(d.speaker) + (d.attempt > 1 ? ' (attempt ' + d.attempt + ')' : '') + ':' }),
+          entry.text, entry.lines));
+        turns.set(key, entry);
+      }
+      const e = d.event || {};
+      if (e.type === 'text_delta') entry.text.append(e.text || '');
+      else if (e.type === 'tool_call_finished') entry.lines.append(h('li', { class: 'mono', text: 'call ' + e.name + '(' + JSON.stringify(e.input) + ')' }));
+      else if (e.type === 'tool_result') entry.lines.append(h('li', { class: 'mono' + (e.is_error ? ' error' : ''), text: (e.is_error ? 'error: ' : 'result: ') + e.content }));
+      else if (e.type === 'error') entry.lines.append(h('li', { class: 'error', text: 'failed: ' + (e.message || (e.error && e.error.message) || '') }));
+    };
     const showSummary = (m) => {
       summary.replaceChildren(
         h('p', {}, 'Status: ', h('strong', { id: 'meeting-state', text: m.status }), ' · host ' + nameOf(m.host) +
@@ -958,6 +979,10 @@
         const d = ev.data || {};
         if (ev.event === 'error') {
           log.append(h('li', { class: 'error' }, 'stream error: ' + ((d.error && d.error.message) || '')));
+          return;
+        }
+        if (ev.event === 'output') {
+          showOutput(d);
           return;
         }
         log.append(h('li', {}, '#' + (d.seq || ev.id) + ' ' + (d.event_type || ev.event) +

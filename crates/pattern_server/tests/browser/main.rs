@@ -521,12 +521,17 @@ mod cases {
         .await;
         b.click("#run-meeting button[type=submit]").await;
         b.wait_text("#meeting-status", "live", 10).await;
+        // The speaker's run streams before its speech is in the transcript.
+        b.wait_text("#runs", "tea or coffee?", 20).await;
         b.wait_text("#transcript", "tea or coffee?", 20).await;
         b.wait_text("#transcript", "Tea, <em>always</em>.", 20)
             .await;
         b.wait_text("#meeting-state", "ended", 20).await;
         b.wait_text("#meeting-status", "over", 10).await;
         assert!(b.count("#events li").await >= 4);
+        let runs = b.text("#runs").await;
+        assert!(runs.contains("Tea, <em>always</em>."), "{runs}");
+        assert_eq!(b.count("#runs > li").await, 2, "{runs}");
         assert_eq!(b.count("main em").await, 0);
         b.screenshot("meeting").await;
         b.assert_no_console_errors(&[]).await;
