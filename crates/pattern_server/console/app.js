@@ -952,7 +952,7 @@
     };
     const showSummary = (m) => {
       summary.replaceChildren(
-        h('p', {}, 'Status: ', h('strong', { id: 'meeting-state', text: m.status }), ' · host ' + nameOf(m.host) +
+        h('p', {}, 'Status: ', h('strong', { id: 'meeting-state', text: m.status }), ' · hosted by ' + nameOf(m.host) +
           (m.speaker ? ' · speaking: ' + nameOf(m.speaker) : '') +
           (m.turn_deadline ? ' · turn ends ' + when(m.turn_deadline) : '')),
         h('ul', {}, m.participants.map((p) => h('li', { text: nameOf(p.agent) + ' — ' + p.status }))));
