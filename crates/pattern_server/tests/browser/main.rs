@@ -144,6 +144,13 @@ mod cases {
         b.screenshot("login-refused").await;
         login(&b, &s.key_a).await;
 
+        // A name the naming rule refuses: the API's reason shows, nothing is stored.
+        b.fill("#create-agent input[name=name]", "no/slashes").await;
+        b.click("#create-agent button[type=submit]").await;
+        let refused = b.wait_text("#create-agent", "Not created", 10).await;
+        assert!(refused.contains("name"), "{refused}");
+        let (_, agents) = s.get(&s.key_a, "/v1/agents").await;
+        assert_eq!(agents.as_array().unwrap().len(), 0, "{agents}");
         // Create an agent whose name is markup: it shows as text.
         b.fill("#create-agent input[name=name]", HOSTILE_NAME).await;
         b.fill("#create-agent textarea[name=instructions]", "Be brief.")
@@ -193,7 +200,7 @@ mod cases {
             "{detail}"
         );
         b.screenshot("batches").await;
-        b.assert_no_console_errors(&[401]).await;
+        b.assert_no_console_errors(&[400, 401]).await;
         b.quit().await;
         s.stop().await;
     }
