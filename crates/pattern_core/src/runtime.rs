@@ -604,6 +604,18 @@ impl AgentRuntime {
         Ok(builder.build_for_model(self.model.model()).await?)
     }
 
+    /// The request [`Self::build_context`] would build now for a new turn (no batch active, so
+    /// no passages recalled), without compressing anything: read-only, for inspection.
+    pub async fn preview_context(&self) -> Result<context_v2::ContextPreview> {
+        let definitions = self.tools.definitions();
+        let memory: &dyn MemoryStore = &*self.memory;
+        let builder =
+            ContextBuilder::new(memory, &self.store, &self.config.context, &*self.counter)
+                .tools(&definitions)
+                .tool_rules(&self.rule_texts);
+        Ok(builder.preview_for_model(self.model.model()).await?)
+    }
+
     /// The passages recalled for `active` ([`RuntimeConfig::recall`]): searched once per batch
     /// with its trigger's text. A failed search recalls nothing (and is logged): recall never
     /// fails a run.

@@ -31,6 +31,7 @@
 //! never answer a request of one organization with another's data.
 
 mod auth;
+mod console;
 mod error;
 mod layers;
 pub mod mcp;
@@ -43,9 +44,11 @@ pub mod views;
 use std::future::Future;
 
 pub use auth::Caller;
+pub use console::CONTENT_SECURITY_POLICY;
 pub use error::{ApiError, Error, ErrorBody, ErrorCode, ErrorDetail, Result, one_line};
 pub use layers::{BadOrigin, CorsOrigins};
 pub use openapi::openapi;
+pub use routes::context::{ContextExclusion, ContextPart, ContextSection, ContextView};
 pub use routes::protocol::{
     MeetingEventView, MeetingOutputView, MeetingView, ParticipantView, ProtocolMessageView,
     SessionView,
@@ -61,8 +64,9 @@ pub fn router(state: AppState) -> axum::Router {
     routes::router(state)
 }
 
-/// Every `(method, path)` the router serves, paths in the OpenAPI document's syntax
-/// (`/v1/agents/{agent_id}`); the document describes exactly these.
+/// Every `(method, path)` of the API the router serves, paths in the OpenAPI document's syntax
+/// (`/v1/agents/{agent_id}`); the document describes exactly these. The console's static files
+/// (`/`, `/console/*`) are not part of the API and not listed.
 pub fn routes() -> Vec<(axum::http::Method, &'static str)> {
     routes::served()
         .into_iter()

@@ -16,7 +16,7 @@ use utoipa::openapi::{Ref, RefOr, Required};
 use utoipa::{Modify, OpenApi};
 
 use crate::routes::{
-    Class, agents, approvals, batches, health, mcp, memory, protocol, schedules, turns,
+    Class, agents, approvals, batches, context, health, mcp, memory, protocol, schedules, turns,
 };
 
 #[derive(OpenApi)]
@@ -27,6 +27,7 @@ use crate::routes::{
     paths(
         health::health, health::ready, health::openapi_json, crate::metrics::metrics,
         agents::create, agents::list, agents::show, agents::delete, agents::set_model,
+        context::show,
         turns::send, turns::retry, turns::events, turns::status, turns::cancel,
         batches::list, batches::show,
         memory::list_blocks, memory::create_block, memory::show_block, memory::set_block,

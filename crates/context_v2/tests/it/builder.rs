@@ -496,6 +496,59 @@ async fn model_limits_narrow_the_window() {
     f.db.close().await;
 }
 
+#[tokio::test]
+async fn a_preview_reports_history_over_budget_and_compresses_nothing() {
+    let f = fixture(40, 3).await;
+    let counter = EstimateCounter::default();
+    let config = config(1_000_000, CompressionStrategy::Truncate);
+    let model = ModelInfo {
+        provider: Provider::Anthropic,
+        model: "small".into(),
+        context_window: 1_500,
+        max_output_tokens: 300,
+    };
+    let before: Vec<_> = f
+        .store
+        .get_recent(1000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|b| b.info.id)
+        .collect();
+    let preview = ContextBuilder::new(&f.memory, &f.store, &config, &counter)
+        .preview_for_model(&model)
+        .await
+        .unwrap();
+    assert!(preview.history_over_budget);
+    assert_eq!((preview.window, preview.reserve), (1_500, 300));
+    assert!(preview.context.tokens.history > preview.history_budget);
+    assert!(preview.context.compression.is_none());
+    assert_eq!(preview.context.assembly.included_batches, before);
+    // Nothing was archived: the live history is what it was.
+    let after: Vec<_> = f
+        .store
+        .get_recent(1000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|b| b.info.id)
+        .collect();
+    assert_eq!(after, before);
+    // A real build then compresses, and a preview after it fits.
+    let built = ContextBuilder::new(&f.memory, &f.store, &config, &counter)
+        .build_for_model(&model)
+        .await
+        .unwrap();
+    assert!(built.compression.is_some());
+    let preview = ContextBuilder::new(&f.memory, &f.store, &config, &counter)
+        .preview_for_model(&model)
+        .await
+        .unwrap();
+    assert!(!preview.history_over_budget);
+    assert_eq!(preview.context.messages, built.messages);
+    f.db.close().await;
+}
+
 /// Compression at any budget: the build either fits the window, validated, with every batch
 /// whole, or fails with a typed over-budget error; never anything else.
 #[test]

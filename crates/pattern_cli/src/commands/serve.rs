@@ -140,7 +140,7 @@ pub(crate) async fn run(env: &Env, args: ServeArgs) -> Result<()> {
     );
     let stop = stop_signal();
     eprintln!(
-        "serving the Pattern API on http://{address} (OpenAPI at /openapi.json, metrics at /metrics)"
+        "serving the Pattern API on http://{address} (web console at /, OpenAPI at /openapi.json, metrics at /metrics)"
     );
     let served = pattern_server::serve(listener, state, stop).await;
     drop(configured);

@@ -11,6 +11,7 @@
 pub(crate) mod agents;
 pub(crate) mod approvals;
 pub(crate) mod batches;
+pub(crate) mod context;
 pub(crate) mod health;
 pub(crate) mod mcp;
 pub(crate) mod memory;
@@ -140,6 +141,7 @@ fn table() -> Vec<Route> {
             .get(agents::show)
             .delete(agents::delete),
         route("/v1/agents/{agent_id}/model", Timed).put(agents::set_model),
+        route("/v1/agents/{agent_id}/context", Timed).get(context::show),
         route("/v1/agents/{agent_id}/messages", Streaming).post(turns::send),
         route("/v1/agents/{agent_id}/turns/{turn_id}", Timed)
             .get(turns::status)
@@ -216,6 +218,7 @@ pub(crate) fn router(state: AppState) -> Router {
     let routes = crate::layers::timed(timed, state.config().request_timeout)
         .merge(streaming)
         .merge(open)
+        .merge(crate::console::router())
         .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed);
     crate::layers::around(routes, &state).with_state(state)

@@ -15,6 +15,8 @@ extern crate pattern_db;
 
 mod api;
 mod approvals;
+mod console;
+mod context;
 mod crash;
 mod mcp;
 mod models;
