@@ -139,18 +139,58 @@ pub struct Element(String);
 
 impl Browser {
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        match self.try_call(method, path, body).await {
+            Ok(value) => value,
+            Err((error, message)) => panic!("webdriver {path}: {error}: {message}"),
+        }
+    }
+
+    /// A WebDriver command; its error (`error`, `message`) instead of a panic.
+    async fn try_call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, (String, String)> {
         let mut request = self.http.request(method, format!("{}{path}", self.url));
         if let Some(body) = body {
             request = request.json(&body);
         }
         let response: Value = request.send().await.unwrap().json().await.unwrap();
         if let Some(error) = response["value"].get("error") {
-            panic!(
-                "webdriver {path}: {error}: {}",
-                response["value"]["message"]
-            );
+            return Err((
+                error.as_str().unwrap_or_default().to_owned(),
+                response["value"]["message"].to_string(),
+            ));
         }
-        response["value"].clone()
+        Ok(response["value"].clone())
+    }
+
+    /// Runs `commands` on the element `css` finds; when the page re-rendered it in between
+    /// (a stale reference), finds it again and starts over, a few times.
+    async fn on_element(&self, css: &str, commands: &[(&str, Value)]) {
+        for attempt in 0..5 {
+            let e = self.find(css).await;
+            let mut stale = false;
+            for (command, body) in commands {
+                let path = format!("/element/{}/{command}", e.0);
+                match self
+                    .try_call(reqwest::Method::POST, &path, Some(body.clone()))
+                    .await
+                {
+                    Ok(_) => {}
+                    Err((error, _)) if error == "stale element reference" && attempt < 4 => {
+                        stale = true;
+                        break;
+                    }
+                    Err((error, message)) => panic!("webdriver {path}: {error}: {message}"),
+                }
+            }
+            if !stale {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     async fn post(&self, path: &str, body: Value) -> Value {
@@ -202,18 +242,16 @@ impl Browser {
     }
 
     pub async fn click(&self, css: &str) {
-        let e = self.find(css).await;
-        self.post(&format!("/element/{}/click", e.0), json!({}))
-            .await;
+        self.on_element(css, &[("click", json!({}))]).await;
     }
 
     /// Clears a field and types `text` into it (real key events).
     pub async fn fill(&self, css: &str, text: &str) {
-        let e = self.find(css).await;
-        self.post(&format!("/element/{}/clear", e.0), json!({}))
-            .await;
-        self.post(&format!("/element/{}/value", e.0), json!({ "text": text }))
-            .await;
+        self.on_element(
+            css,
+            &[("clear", json!({})), ("value", json!({ "text": text }))],
+        )
+        .await;
     }
 
     /// The text content of the first element matching `css` ("" when there is none).
