@@ -117,6 +117,9 @@ struct Inner {
     agents: Mutex<HashMap<AgentId, Loaded>>,
     /// Meetings this process drives (`meeting run`), with the agents it built for them.
     meetings: Mutex<HashMap<MeetingId, Driving>>,
+    /// Live meetings found to have no plan (people act in them by hand). A plan is written with
+    /// the meeting and never later, so the sweep need not read their logs again.
+    unplanned: Mutex<std::collections::HashSet<MeetingId>>,
     /// Delivers agents' durable queues (triggers that waited, entries a crash left, wakeups).
     queue: Arc<QueueProcessor>,
     /// Set when the server starts shutting down: no new turn starts, meeting streams end.
@@ -190,6 +193,7 @@ impl AppState {
                 config,
                 agents: Mutex::new(HashMap::new()),
                 meetings: Mutex::new(HashMap::new()),
+                unplanned: Mutex::new(std::collections::HashSet::new()),
                 closing: watch::Sender::new(false),
                 stopped: watch::Sender::new(false),
             }),
@@ -477,14 +481,30 @@ impl AppState {
         }
         let live = self.inner.pattern.protocol().active_meetings().await?;
         let mut resumed = 0;
+        {
+            // Forget ended meetings, so the set stays as small as the live ones.
+            let mut unplanned = self.inner.unplanned.lock().await;
+            unplanned.retain(|id| live.iter().any(|m| m.meeting.id == *id));
+        }
         for m in live {
             let id = m.meeting.id;
-            if self.inner.meetings.lock().await.contains_key(&id) {
+            if self.inner.meetings.lock().await.contains_key(&id)
+                || self.inner.unplanned.lock().await.contains(&id)
+            {
                 continue;
             }
             let bare = MeetingDriver::new(self.inner.pattern.protocol().clone(), Vec::new());
-            let Ok(plan) = bare.plan(id).await else {
-                continue; // not a driven meeting: people act in it by hand
+            let plan = match bare.plan(id).await {
+                Ok(plan) => plan,
+                Err(pattern::core::Error::InvalidMeeting(_)) => {
+                    // Not a driven meeting: people act in it by hand.
+                    self.inner.unplanned.lock().await.insert(id);
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(meeting = %id, error = %e, "cannot read a meeting's plan");
+                    continue;
+                }
             };
             let (driver, agents) = match self.meeting_driver(&plan.agents).await {
                 Ok(built) => built,
