@@ -198,7 +198,10 @@ fn session_exchange(c: &mut Criterion) {
                 processor.register(agent.clone()).await;
             }
         });
-        let task = rt.block_on(async { processor.clone().spawn() });
+        let task = {
+            let _inside = rt.enter();
+            processor.clone().spawn()
+        };
         let start = Instant::now();
         let runs = if quick() { 2 } else { 5 };
         for _ in 0..runs {
