@@ -204,6 +204,10 @@ pub(crate) enum Op {
     ResetEmbeddings(crate::search::EmbeddingModelInfo),
     EnqueueEmbedding(crate::search::ContentRef),
     BackfillEmbeddingJobs,
+    /// Free the claims of holders that are not alive.
+    ReclaimEmbeddingJobs,
+    /// Free this process's own claims (it is closing).
+    ReleaseEmbeddingClaims,
     ClaimEmbeddingJobs {
         limit: usize,
         lease: Duration,
@@ -306,6 +310,8 @@ impl Op {
             | Op::ResetEmbeddings(_)
             | Op::EnqueueEmbedding(_)
             | Op::BackfillEmbeddingJobs
+            | Op::ReclaimEmbeddingJobs
+            | Op::ReleaseEmbeddingClaims
             | Op::ClaimEmbeddingJobs { .. }
             | Op::StoreEmbeddings(_)
             | Op::FailEmbeddingJobs { .. }
@@ -701,6 +707,12 @@ pub(crate) async fn apply(
             .map(Done::Count),
         Op::EnqueueEmbedding(content) => search::enqueue(conn, content).await.map(|()| Done::Unit),
         Op::BackfillEmbeddingJobs => search::backfill(conn).await.map(Done::Count),
+        Op::ReclaimEmbeddingJobs => search::reclaim_from_dead(conn, ctx, now_ms())
+            .await
+            .map(Done::Count),
+        Op::ReleaseEmbeddingClaims => search::release_claims_of(conn, &ctx.judge.me)
+            .await
+            .map(Done::Count),
         Op::ClaimEmbeddingJobs { limit, lease } => search::claim(conn, ctx, *limit, *lease)
             .await
             .map(Done::Jobs),
