@@ -405,7 +405,11 @@ fn html_blocks(text: &str) -> (Option<String>, Vec<Block>) {
     let html = scraper::Html::parse_document(text);
     let title = scraper::Selector::parse("title")
         .ok()
-        .and_then(|s| html.select(&s).next().map(|t| squeeze(&t.text().collect::<String>())))
+        .and_then(|s| {
+            html.select(&s)
+                .next()
+                .map(|t| squeeze(&t.text().collect::<String>()))
+        })
         .filter(|t| !t.is_empty());
     let mut walk = HtmlWalk {
         stack: Vec::new(),

@@ -661,11 +661,23 @@ pub(crate) enum ArchivalCommand {
         #[command(flatten)]
         agent: AgentArg,
     },
-    /// Import passages from a JSON Lines file (idempotent).
+    /// Import documents (Markdown, text, HTML, PDF) or JSON Lines passages (idempotent), then
+    /// wait for their embeddings.
+    #[command(group(clap::ArgGroup::new("import_input").required(true).multiple(true).args(["paths", "jsonl"])))]
     Import {
+        /// Documents: `.md`, `.markdown`, `.txt`, `.text`, `.html`, `.htm`, `.xhtml`, `.pdf`
+        /// (each at most 32 MiB, stored whole or not at all), or `.jsonl` files.
+        #[arg(value_name = "PATH")]
+        paths: Vec<PathBuf>,
         /// One JSON object per line: `text`, optional `metadata`, `tags`, `key`.
         #[arg(long, value_name = "FILE")]
-        jsonl: PathBuf,
+        jsonl: Option<PathBuf>,
+        /// A tag for every passage of the documents (repeatable; JSON Lines carry their own).
+        #[arg(long = "tag", value_name = "TAG")]
+        tags: Vec<String>,
+        /// Do not wait for embeddings: say how many are pending and how to finish.
+        #[arg(long)]
+        no_wait: bool,
         #[command(flatten)]
         agent: AgentArg,
     },

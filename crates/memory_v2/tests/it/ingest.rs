@@ -221,7 +221,11 @@ fn bad_documents_are_typed_errors() {
     let dir = tempfile::tempdir().unwrap();
     let c = config();
     // A binary file named as text.
-    let bin = write(dir.path(), "image.txt", &[0x89, b'P', b'N', b'G', 0, 1, 2, 0xff]);
+    let bin = write(
+        dir.path(),
+        "image.txt",
+        &[0x89, b'P', b'N', b'G', 0, 1, 2, 0xff],
+    );
     assert!(matches!(
         read_document(&bin, &c),
         Err(Error::NotText { offset: 0, .. })

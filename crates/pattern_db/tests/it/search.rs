@@ -1068,7 +1068,10 @@ async fn claims_of_dead_processes_are_reclaimed_at_once(kind: Kind) {
     // Closing releases this process's own claims.
     assert_eq!(two.release_embedding_claims().await.unwrap(), 6);
     let three = tdb.open().await.unwrap();
-    assert_eq!(three.claim_embedding_jobs(10, lease).await.unwrap().len(), 6);
+    assert_eq!(
+        three.claim_embedding_jobs(10, lease).await.unwrap().len(),
+        6
+    );
     assert_eq!(two.claim_embedding_jobs(10, lease).await.unwrap().len(), 0);
     two.close().await;
     three.close().await;
