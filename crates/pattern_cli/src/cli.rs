@@ -755,6 +755,19 @@ pub(crate) struct RetentionArgs {
     /// deleted.
     #[arg(long, default_value_t = 30, value_name = "N")]
     pub(crate) older_than_days: u32,
+    /// Only this agent's data (default: every agent of the organization).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) agent: Option<String>,
+    /// Delete batches older than N days that were abandoned, or complete and archived under a
+    /// summary (never an open one, never one still in the context); N >= 1.
+    #[arg(long, value_name = "N")]
+    pub(crate) batches_older_than_days: Option<u32>,
+    /// Keep each block's last N versions and, beyond them, the last version of each day; N >= 1.
+    #[arg(long, value_name = "N")]
+    pub(crate) keep_block_versions: Option<u32>,
+    /// Delete activity events older than N days; N >= 1.
+    #[arg(long, value_name = "N")]
+    pub(crate) activity_older_than_days: Option<u32>,
 }
 
 /// `pattern meeting run`

@@ -510,6 +510,76 @@ fn retention_dry_run_and_apply() {
     assert_eq!(kept["deleted_sessions"], serde_json::json!([]));
 }
 
+/// Per-agent retention through the binary: block versions beyond the kept ones go on `--apply`
+/// only (the dry run reports the same count), the other agent is untouched, the current value
+/// stays, and a zero age or zero versions is a usage error that changes nothing.
+#[test]
+fn retention_of_agents_data() {
+    let home = with_agent();
+    home.ok(&["agent", "create", "bob"]);
+    for agent in ["ada", "bob"] {
+        home.ok(&[
+            "memory", "block", "create", "--agent", agent, "notes", "--limit", "100", "--value",
+            "v1",
+        ]);
+        for i in 2..=6 {
+            home.ok(&[
+                "memory",
+                "block",
+                "set",
+                "--agent",
+                agent,
+                "notes",
+                &format!("v{i}"),
+            ]);
+        }
+    }
+    let args = |mode: &str| {
+        vec![
+            "retention".to_owned(),
+            mode.to_owned(),
+            "--agent".to_owned(),
+            "ada".to_owned(),
+            "--keep-block-versions".to_owned(),
+            "2".to_owned(),
+            "--batches-older-than-days".to_owned(),
+            "30".to_owned(),
+        ]
+    };
+    let run = |mode: &str| {
+        let a = args(mode);
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        home.json(&refs)
+    };
+    // All six versions were written today: beyond the last two, today's last is among them.
+    let dry = run("--dry-run");
+    assert_eq!(dry["agents"][0]["name"], "ada");
+    assert_eq!(dry["agents"][0]["deleted_block_versions"], 4, "{dry}");
+    assert_eq!(dry["agents"][0]["dry_run"], true);
+    let applied = run("--apply");
+    assert_eq!(applied["agents"][0]["deleted_block_versions"], 4);
+    assert_eq!(applied["agents"].as_array().unwrap().len(), 1);
+    let again = run("--apply");
+    assert_eq!(again["agents"][0]["deleted_block_versions"], 0);
+    let history = |agent: &str| {
+        home.json(&["memory", "block", "history", "--agent", agent, "notes"])
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(history("ada"), 2);
+    assert_eq!(history("bob"), 6);
+    for flag in [
+        "--keep-block-versions",
+        "--batches-older-than-days",
+        "--activity-older-than-days",
+    ] {
+        let err = home.fails(&["retention", "--apply", flag, "0"], USAGE);
+        assert!(err.contains("invalid retention policy"), "{err}");
+    }
+    assert_eq!(history("bob"), 6);
+}
+
 /// `meeting events --follow` prints each event as another process causes it (one JSON object
 /// a line), from its cursor, and exits 0 once the meeting ends; Ctrl-C also leaves with 0.
 #[test]
