@@ -474,11 +474,19 @@ pub(crate) struct ExportArgs {
 /// `pattern import`
 #[derive(Debug, Args)]
 pub(crate) struct ImportArgs {
-    /// A file written by `pattern export`.
+    /// A file written by `pattern export` (or, with `--legacy`, a batch-less history).
     pub(crate) file: PathBuf,
     /// Import under this name instead of the exported one.
-    #[arg(long, value_name = "NEW")]
+    #[arg(long, value_name = "NEW", conflicts_with = "legacy")]
     pub(crate) rename: Option<String>,
+    /// FILE is a batch-less message history, one JSON message a line (`{"role", "content":
+    /// [blocks], "created_at"?, "origin"?}`), split into batches by the rules of
+    /// docs/batching.md and appended to `--agent`'s history in one transaction.
+    #[arg(long, requires = "agent")]
+    pub(crate) legacy: bool,
+    /// The agent a legacy history goes to.
+    #[arg(long, value_name = "NAME", requires = "legacy")]
+    pub(crate) agent: Option<String>,
 }
 
 /// `pattern session ...`
