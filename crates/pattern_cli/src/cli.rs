@@ -482,8 +482,13 @@ pub(crate) struct ImportArgs {
     /// FILE is a batch-less message history, one JSON message a line (`{"role", "content":
     /// [blocks], "created_at"?, "origin"?}`), split into batches by the rules of
     /// docs/batching.md and appended to `--agent`'s history in one transaction.
-    #[arg(long, requires = "agent")]
+    #[arg(long, requires = "agent", conflicts_with = "letta")]
     pub(crate) legacy: bool,
+    /// FILE is a Letta agent file (`.af`, the multi-agent schema of Letta 0.9 and later): its
+    /// agent, blocks, messages (split into batches, tool calls paired or reported) and files
+    /// (as archival passages) become a new agent, named as in the file unless `--rename`.
+    #[arg(long)]
+    pub(crate) letta: bool,
     /// The agent a legacy history goes to.
     #[arg(long, value_name = "NAME", requires = "legacy")]
     pub(crate) agent: Option<String>,
