@@ -17,5 +17,6 @@ extern crate pattern_db;
 
 mod common;
 mod pipeline;
+mod eval;
 mod quality;
 mod search;
