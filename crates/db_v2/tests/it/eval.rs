@@ -39,47 +39,154 @@ impl Lcg {
 const NAMES: &[&str] = &[
     "Ana", "Ben", "Chloe", "Dmitri", "Elena", "Farid", "Greta", "Hugo", "Ines", "Jonas", "Kira",
     "Leon", "Maya", "Nico", "Olga", "Pablo", "Quinn", "Rosa", "Sami", "Tara", "Umar", "Vera",
-    "Wade", "Xenia", "Yusuf", "Zoe", "Aldo", "Bianca", "Cyrus", "Delia", "Emil", "Fiona",
-    "Gideon", "Hana", "Ivo", "Jade", "Kofi", "Lena", "Marco", "Nadia", "Oscar", "Priya",
-    "Rafael", "Selma", "Tomas", "Uma", "Viktor", "Wanda", "Yara", "Zane", "Amir", "Bruna",
-    "Carlos", "Dora", "Edgar", "Frida", "Gus", "Helga", "Igor", "Juno",
+    "Wade", "Xenia", "Yusuf", "Zoe", "Aldo", "Bianca", "Cyrus", "Delia", "Emil", "Fiona", "Gideon",
+    "Hana", "Ivo", "Jade", "Kofi", "Lena", "Marco", "Nadia", "Oscar", "Priya", "Rafael", "Selma",
+    "Tomas", "Uma", "Viktor", "Wanda", "Yara", "Zane", "Amir", "Bruna", "Carlos", "Dora", "Edgar",
+    "Frida", "Gus", "Helga", "Igor", "Juno",
 ];
-const ANIMALS: &[&str] = &["cat", "dog", "rabbit", "parrot", "tortoise", "hamster", "ferret", "goldfish"];
+const ANIMALS: &[&str] = &[
+    "cat", "dog", "rabbit", "parrot", "tortoise", "hamster", "ferret", "goldfish",
+];
 const PET_NAMES: &[&str] = &[
-    "Miso", "Biscuit", "Pepper", "Noodle", "Clementine", "Waffles", "Juniper", "Pickle", "Mango",
-    "Sprout", "Tofu", "Pretzel", "Olive", "Maple", "Basil", "Cricket", "Dumpling", "Fig", "Ginger",
-    "Hazel", "Kiwi", "Lentil", "Nutmeg", "Peanut", "Quince", "Radish", "Saffron", "Truffle",
+    "Miso",
+    "Biscuit",
+    "Pepper",
+    "Noodle",
+    "Clementine",
+    "Waffles",
+    "Juniper",
+    "Pickle",
+    "Mango",
+    "Sprout",
+    "Tofu",
+    "Pretzel",
+    "Olive",
+    "Maple",
+    "Basil",
+    "Cricket",
+    "Dumpling",
+    "Fig",
+    "Ginger",
+    "Hazel",
+    "Kiwi",
+    "Lentil",
+    "Nutmeg",
+    "Peanut",
+    "Quince",
+    "Radish",
+    "Saffron",
+    "Truffle",
 ];
 const JOBS: &[&str] = &[
-    "nurse", "data analyst", "carpenter", "librarian", "pilot", "pharmacist", "architect",
-    "translator", "baker", "electrician", "paramedic", "teacher", "civil engineer", "chef",
-    "accountant", "journalist", "veterinarian", "dentist", "gardener", "lab technician",
+    "nurse",
+    "data analyst",
+    "carpenter",
+    "librarian",
+    "pilot",
+    "pharmacist",
+    "architect",
+    "translator",
+    "baker",
+    "electrician",
+    "paramedic",
+    "teacher",
+    "civil engineer",
+    "chef",
+    "accountant",
+    "journalist",
+    "veterinarian",
+    "dentist",
+    "gardener",
+    "lab technician",
 ];
 const COMPANIES: &[&str] = &[
-    "Northwind", "Bluefin Logistics", "Cedar Health", "Orbital Foods", "Harbor Bank",
-    "Quarry Labs", "Larkspur Press", "Meridian Air", "Tidewater Energy", "Pinecrest School",
-    "Kestrel Studios", "Ironwood Clinic", "Saltmarsh Bakery", "Copperline Rail", "Vantage Media",
+    "Northwind",
+    "Bluefin Logistics",
+    "Cedar Health",
+    "Orbital Foods",
+    "Harbor Bank",
+    "Quarry Labs",
+    "Larkspur Press",
+    "Meridian Air",
+    "Tidewater Energy",
+    "Pinecrest School",
+    "Kestrel Studios",
+    "Ironwood Clinic",
+    "Saltmarsh Bakery",
+    "Copperline Rail",
+    "Vantage Media",
 ];
 const INSTRUMENTS: &[&str] = &[
-    "cello", "ukulele", "trumpet", "piano", "banjo", "violin", "saxophone", "drums", "harp",
-    "accordion", "flute", "mandolin",
+    "cello",
+    "ukulele",
+    "trumpet",
+    "piano",
+    "banjo",
+    "violin",
+    "saxophone",
+    "drums",
+    "harp",
+    "accordion",
+    "flute",
+    "mandolin",
 ];
 const CITIES: &[&str] = &[
-    "Lisbon", "Kyoto", "Reykjavik", "Montreal", "Valparaiso", "Tbilisi", "Hanoi", "Edinburgh",
-    "Marrakesh", "Oaxaca", "Tallinn", "Cape Town", "Seville", "Krakow", "Bergen", "Naples",
+    "Lisbon",
+    "Kyoto",
+    "Reykjavik",
+    "Montreal",
+    "Valparaiso",
+    "Tbilisi",
+    "Hanoi",
+    "Edinburgh",
+    "Marrakesh",
+    "Oaxaca",
+    "Tallinn",
+    "Cape Town",
+    "Seville",
+    "Krakow",
+    "Bergen",
+    "Naples",
 ];
 const PLACES: &[&str] = &[
-    "Riverside", "Old Town", "the harbour district", "Hillcrest", "Maple Grove", "the east end",
-    "Brookfield", "Stonegate", "the university quarter", "Willow Park",
+    "Riverside",
+    "Old Town",
+    "the harbour district",
+    "Hillcrest",
+    "Maple Grove",
+    "the east end",
+    "Brookfield",
+    "Stonegate",
+    "the university quarter",
+    "Willow Park",
 ];
 const DRINKS: &[&str] = &[
-    "black coffee", "green tea", "espresso", "chai", "hot chocolate", "yerba mate", "rooibos",
+    "black coffee",
+    "green tea",
+    "espresso",
+    "chai",
+    "hot chocolate",
+    "yerba mate",
+    "rooibos",
     "oat latte",
 ];
-const RELATIVES: &[&str] = &["sister", "brother", "aunt", "cousin", "grandmother", "uncle"];
+const RELATIVES: &[&str] = &[
+    "sister",
+    "brother",
+    "aunt",
+    "cousin",
+    "grandmother",
+    "uncle",
+];
 const GIFTS: &[&str] = &[
-    "a sourdough starter", "her old record player", "a box of family photos", "a hand-knitted scarf",
-    "a crate of lemons", "his fishing rods", "a vintage typewriter", "homemade plum jam",
+    "a sourdough starter",
+    "her old record player",
+    "a box of family photos",
+    "a hand-knitted scarf",
+    "a crate of lemons",
+    "his fishing rods",
+    "a vintage typewriter",
+    "homemade plum jam",
 ];
 const FILLER: &[&str] = &[
     "How was your weekend?",
@@ -174,7 +281,10 @@ fn generate(conversations: usize) -> EvalSet {
             let pet = rng.pick(PET_NAMES);
             plan.insert(
                 (i, 3 + i),
-                (p, format!("By the way, I adopted a {animal} last week and named it {pet}.")),
+                (
+                    p,
+                    format!("By the way, I adopted a {animal} last week and named it {pet}."),
+                ),
             );
             pending.push((
                 "single",
@@ -186,7 +296,10 @@ fn generate(conversations: usize) -> EvalSet {
             let company = rng.pick(COMPANIES);
             plan.insert(
                 (1 + i, 6),
-                (p, format!("Big news: I start as a {job} at {company} on Monday.")),
+                (
+                    p,
+                    format!("Big news: I start as a {job} at {company} on Monday."),
+                ),
             );
             pending.push((
                 "single",
@@ -197,7 +310,10 @@ fn generate(conversations: usize) -> EvalSet {
             let instrument = if i == 0 { instrument_a } else { instrument_b };
             plan.insert(
                 (2, 9 + 2 * i),
-                (p, format!("I've been taking {instrument} lessons on Saturday mornings.")),
+                (
+                    p,
+                    format!("I've been taking {instrument} lessons on Saturday mornings."),
+                ),
             );
             pending.push((
                 "adversarial",
@@ -210,11 +326,17 @@ fn generate(conversations: usize) -> EvalSet {
             let city = rng.pick(CITIES);
             plan.insert(
                 (3, 2 + 7 * i),
-                (p, format!("My {relative} is coming to stay with me for a week.")),
+                (
+                    p,
+                    format!("My {relative} is coming to stay with me for a week."),
+                ),
             );
             plan.insert(
                 (3, 5 + 7 * i),
-                (p, format!("They're coming from {city} and bringing {gift} for me.")),
+                (
+                    p,
+                    format!("They're coming from {city} and bringing {gift} for me."),
+                ),
             );
             pending.push((
                 "multi",
@@ -226,7 +348,10 @@ fn generate(conversations: usize) -> EvalSet {
             let move_session = if i == 0 { 4 } else { 0 };
             plan.insert(
                 (move_session, 14 + i),
-                (p, format!("We finally moved into the new flat in {place} today!")),
+                (
+                    p,
+                    format!("We finally moved into the new flat in {place} today!"),
+                ),
             );
             pending.push((
                 "temporal",
@@ -246,11 +371,17 @@ fn generate(conversations: usize) -> EvalSet {
             }
             plan.insert(
                 (0, 18 + i),
-                (p, format!("I drink {old} every morning, I can't start the day without it.")),
+                (
+                    p,
+                    format!("I drink {old} every morning, I can't start the day without it."),
+                ),
             );
             plan.insert(
                 (4, 18 + i),
-                (p, format!("I gave up {old} completely; these days my morning drink is {new}.")),
+                (
+                    p,
+                    format!("I gave up {old} completely; these days my morning drink is {new}."),
+                ),
             );
             pending.push((
                 "preference",
@@ -340,8 +471,12 @@ async fn evaluate(backend: Backend, set: &EvalSet) -> BTreeMap<String, ModeResul
         refs.extend(entries.iter().map(|e| ContentRef::archival(e.id)));
     }
     assert!(db.wait_idle(Duration::from_secs(1800)).await.unwrap());
-    let turn_of: std::collections::HashMap<ContentRef, usize> =
-        refs.iter().cloned().enumerate().map(|(i, r)| (r, i)).collect();
+    let turn_of: std::collections::HashMap<ContentRef, usize> = refs
+        .iter()
+        .cloned()
+        .enumerate()
+        .map(|(i, r)| (r, i))
+        .collect();
     let mut out = BTreeMap::new();
     for mode in [SearchMode::Fts, SearchMode::Vector, SearchMode::Hybrid] {
         let mut result = ModeResult {
@@ -352,7 +487,10 @@ async fn evaluate(backend: Backend, set: &EvalSet) -> BTreeMap<String, ModeResul
         for q in &set.questions {
             let started = Instant::now();
             let hits = db
-                .search(&q.text, &SearchOptions::mode(mode).with_limit(10).for_agent(me))
+                .search(
+                    &q.text,
+                    &SearchOptions::mode(mode).with_limit(10).for_agent(me),
+                )
                 .await
                 .unwrap();
             result.latencies.push(started.elapsed());
@@ -361,7 +499,11 @@ async fn evaluate(backend: Backend, set: &EvalSet) -> BTreeMap<String, ModeResul
                 .filter_map(|h| turn_of.get(&h.content).copied())
                 .collect();
             result.all.add(&ranked, &q.evidence);
-            result.by_kind.entry(q.kind).or_default().add(&ranked, &q.evidence);
+            result
+                .by_kind
+                .entry(q.kind)
+                .or_default()
+                .add(&ranked, &q.evidence);
         }
         out.insert(format!("{mode:?}"), result);
     }
@@ -394,7 +536,10 @@ fn print(backend: Backend, set: &EvalSet, results: &BTreeMap<String, ModeResult>
         );
         for (kind, s) in &r.by_kind {
             let (a5, a10, mrr) = s.mean();
-            println!("{mode:<7} {kind:<11} {:>4}  {a5:.3}  {a10:.3}  {mrr:.3}", s.n);
+            println!(
+                "{mode:<7} {kind:<11} {:>4}  {a5:.3}  {a10:.3}  {mrr:.3}",
+                s.n
+            );
         }
     }
 }
@@ -403,7 +548,11 @@ fn print(backend: Backend, set: &EvalSet, results: &BTreeMap<String, ModeResult>
 fn the_generated_set_is_as_large_as_promised_and_consistent() {
     let set = generate(30);
     assert!(set.turns.len() >= 3000, "{} turns", set.turns.len());
-    assert!(set.questions.len() >= 400, "{} questions", set.questions.len());
+    assert!(
+        set.questions.len() >= 400,
+        "{} questions",
+        set.questions.len()
+    );
     for kind in ["single", "multi", "temporal", "preference", "adversarial"] {
         assert!(
             set.questions.iter().filter(|q| q.kind == kind).count() >= 50,
@@ -430,9 +579,16 @@ async fn eval_recall_quick() {
     let set = generate(6);
     let results = evaluate(Backend::Sqlite, &set).await;
     print(Backend::Sqlite, &set, &results);
-    for (mode, floor10) in [("Fts", FLOOR_FTS), ("Vector", FLOOR_VECTOR), ("Hybrid", FLOOR_HYBRID)] {
+    for (mode, floor10) in [
+        ("Fts", FLOOR_FTS),
+        ("Vector", FLOOR_VECTOR),
+        ("Hybrid", FLOOR_HYBRID),
+    ] {
         let (_, at10, _) = results[mode].all.mean();
-        assert!(at10 >= floor10, "{mode} recall@10 {at10:.3} below {floor10}");
+        assert!(
+            at10 >= floor10,
+            "{mode} recall@10 {at10:.3} below {floor10}"
+        );
     }
     // Fusion never ranks below the best single mode at depth 5.
     let at5 = |mode: &str| results[mode].all.mean().0;

@@ -16,7 +16,7 @@
 extern crate pattern_db;
 
 mod common;
-mod pipeline;
 mod eval;
+mod pipeline;
 mod quality;
 mod search;

@@ -90,7 +90,7 @@ struct EmbeddingsView {
     enabled: bool,
     /// Whether the import waited for them.
     waited: bool,
-    /// Vectors stored while waiting.
+    /// Vectors this command stored (while importing and while waiting).
     embedded: u64,
     /// Embedding jobs still waiting in the database (all agents) when the import ended.
     pending: u64,
@@ -403,6 +403,7 @@ async fn embeddings(db: &SearchDb, no_wait: bool) -> Result<EmbeddingsView> {
     };
     if no_wait {
         view.pending = db.raw().pending_embedding_jobs().await?;
+        view.embedded = db.db.status().await.map_or(0, |s| s.embedded);
         return Ok(view);
     }
     let bar = crate::commands::progress(0, "embedding");
@@ -415,7 +416,13 @@ async fn embeddings(db: &SearchDb, no_wait: bool) -> Result<EmbeddingsView> {
     match run {
         Ok(run) => {
             view.waited = true;
-            view.embedded = run.embedded;
+            // Everything this command's process embedded (its worker starts while the import
+            // writes), not only what was left when the wait began.
+            view.embedded = db
+                .db
+                .status()
+                .await
+                .map_or(run.embedded, |s| s.embedded.max(run.embedded));
             view.pending = run.pending;
             Ok(view)
         }
