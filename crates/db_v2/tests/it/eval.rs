@@ -276,7 +276,6 @@ fn generate(conversations: usize) -> EvalSet {
         let animal = rng.pick(ANIMALS);
         for (i, &p) in people.iter().enumerate() {
             let name = NAMES[p];
-            let other = NAMES[people[1 - i]];
             // Single: pet (the same animal for both: the other's is a near miss).
             let pet = rng.pick(PET_NAMES);
             plan.insert(
@@ -286,9 +285,18 @@ fn generate(conversations: usize) -> EvalSet {
                     format!("By the way, I adopted a {animal} last week and named it {pet}."),
                 ),
             );
+            // Near miss: the other speaker's relative has the same animal.
+            let decoy_pet = rng.pick(PET_NAMES);
+            plan.insert(
+                (2 + i, 3 + i),
+                (
+                    people[1 - i],
+                    format!("My cousin has a {animal} too, it's called {decoy_pet}."),
+                ),
+            );
             pending.push((
                 "single",
-                format!("What is the name of {name}'s {animal}?"),
+                format!("What did {name} call the {animal} they took in?"),
                 vec![(i, 3 + i)],
             ));
             // Single: job.
@@ -301,9 +309,15 @@ fn generate(conversations: usize) -> EvalSet {
                     format!("Big news: I start as a {job} at {company} on Monday."),
                 ),
             );
+            // Near miss: the same person's old job.
+            let old_job = rng.pick(JOBS);
+            plan.insert(
+                (0, 6 + i),
+                (p, format!("I'm so tired of my job as a {old_job}, I want out.")),
+            );
             pending.push((
                 "single",
-                format!("What job did {name} start, and at which company?"),
+                format!("Where is {name} employed now, and doing what?"),
                 vec![(1 + i, 6)],
             ));
             // Adversarial: both learn an instrument.
@@ -315,9 +329,21 @@ fn generate(conversations: usize) -> EvalSet {
                     format!("I've been taking {instrument} lessons on Saturday mornings."),
                 ),
             );
+            // Near miss: the same person's childhood instrument.
+            let mut old_instrument = rng.pick(INSTRUMENTS);
+            while old_instrument == instrument {
+                old_instrument = rng.pick(INSTRUMENTS);
+            }
+            plan.insert(
+                (1 + 2 * i, 10),
+                (
+                    p,
+                    format!("I had {old_instrument} lessons as a kid and hated every one of them."),
+                ),
+            );
             pending.push((
                 "adversarial",
-                format!("Which instrument is {name} learning, not {other}?"),
+                format!("Which instrument lessons did {name} sign up for?"),
                 vec![(2, 9 + 2 * i)],
             ));
             // Multi: a visit announced in one turn, its detail in a later one.
@@ -338,6 +364,19 @@ fn generate(conversations: usize) -> EvalSet {
                     format!("They're coming from {city} and bringing {gift} for me."),
                 ),
             );
+            // Near miss: another relative who never comes.
+            let other_relative = rng.pick(RELATIVES);
+            let other_city = rng.pick(CITIES);
+            plan.insert(
+                (4, 2 + 7 * i),
+                (
+                    p,
+                    format!(
+                        "My {other_relative} in {other_city} keeps promising to visit and \
+                         bring presents, but never does."
+                    ),
+                ),
+            );
             pending.push((
                 "multi",
                 format!("What is {name}'s {relative} bringing on the visit, and from where?"),
@@ -355,7 +394,7 @@ fn generate(conversations: usize) -> EvalSet {
             );
             pending.push((
                 "temporal",
-                format!("When did {name} move into the flat in {place}?"),
+                format!("On which date did {name} get the keys to the new place in {place}?"),
                 vec![(move_session, 14 + i)],
             ));
             pending.push((
@@ -385,7 +424,7 @@ fn generate(conversations: usize) -> EvalSet {
             );
             pending.push((
                 "preference",
-                format!("What does {name} drink in the morning these days?"),
+                format!("What is {name}'s morning drink nowadays?"),
                 vec![(4, 18 + i)],
             ));
         }
@@ -601,11 +640,11 @@ async fn eval_recall_quick() {
     );
 }
 
-/// Floors of the quick form (recall@10). Measured on 2026-11-25: fts 0.857, vector 0.839,
-/// hybrid 1.000 (recall@5: 0.821, 0.750, 0.935).
-const FLOOR_FTS: f64 = 0.83;
+/// Floors of the quick form (recall@10). Measured on 2026-11-25: fts 0.708, vector 0.833,
+/// hybrid 0.869 (recall@5: 0.637, 0.815, 0.833).
+const FLOOR_FTS: f64 = 0.68;
 const FLOOR_VECTOR: f64 = 0.80;
-const FLOOR_HYBRID: f64 = 0.97;
+const FLOOR_HYBRID: f64 = 0.84;
 
 /// The whole set (3,150 turns, 420 questions): `cargo xtask eval recall`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
