@@ -244,6 +244,9 @@ struct EvalSet {
     questions: Vec<Question>,
 }
 
+/// A question before its turns have ids: kind, text, (session, slot) of each evidence turn.
+type Pending = (&'static str, String, Vec<(usize, usize)>);
+
 /// Sessions per conversation and turns per session.
 const SESSIONS: usize = 5;
 const TURNS_PER_SESSION: usize = 21;
@@ -267,7 +270,7 @@ fn generate(conversations: usize) -> EvalSet {
         // Planned fact turns: (session, slot in session) -> (speaker, text).
         let mut plan: BTreeMap<(usize, usize), (usize, String)> = BTreeMap::new();
         // Which planned key answers what: filled after turns get their ids.
-        let mut pending: Vec<(&'static str, String, Vec<(usize, usize)>)> = Vec::new();
+        let mut pending: Vec<Pending> = Vec::new();
         let instrument_a = rng.pick(INSTRUMENTS);
         let mut instrument_b = rng.pick(INSTRUMENTS);
         while instrument_b == instrument_a {
@@ -313,7 +316,10 @@ fn generate(conversations: usize) -> EvalSet {
             let old_job = rng.pick(JOBS);
             plan.insert(
                 (0, 6 + i),
-                (p, format!("I'm so tired of my job as a {old_job}, I want out.")),
+                (
+                    p,
+                    format!("I'm so tired of my job as a {old_job}, I want out."),
+                ),
             );
             pending.push((
                 "single",
