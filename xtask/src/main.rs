@@ -20,11 +20,14 @@
 //! - `bench [CRATE] [-- ARGS]` — benches with `PATTERN_TEST_PG_URL` set.
 //! - `db up|down|reset|status [--url URL]`, `db new NAME` — migrations.
 //! - `demo [-- ARGS]` — the main job: setup, then `pattern demo` (a real agent conversation).
+//! - `eval recall [--postgres]` — the whole generated recall evaluation with the real model:
+//!   recall@5/10 and MRR per mode and kind, and latency.
 
 mod ci;
 mod cmd;
 mod db;
 mod demo;
+mod eval;
 mod guard;
 mod pg;
 mod setup;
@@ -84,6 +87,12 @@ enum Command {
         #[command(subcommand)]
         action: db::Action,
     },
+    /// Run an evaluation.
+    Eval {
+        /// Which one.
+        #[command(subcommand)]
+        which: eval::Which,
+    },
     /// Run the demo (extra arguments are passed through).
     Demo {
         /// Extra arguments passed to the demo after `--`.
@@ -104,6 +113,7 @@ fn main() -> ExitCode {
         Command::Bench { krate, args } => ci::bench(&root, krate.as_deref(), &args),
         Command::Db { action } => db::run(&root, action),
         Command::Demo { args } => demo::run(&root, &args),
+        Command::Eval { which } => eval::run(&root, which),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -95,6 +95,34 @@ pub struct Progress {
     pub total: u64,
 }
 
+/// What [`ConstellationDb::backfill`] did, every number counted, none guessed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BackfillReport {
+    /// Jobs freed from claims of processes that are not alive (they would otherwise wait for
+    /// their lease).
+    pub reclaimed: u64,
+    /// Jobs waiting before this call queued any (from imports, writes, other runs).
+    pub already_pending: u64,
+    /// New jobs queued for live content without a vector of its current text.
+    pub queued: u64,
+    /// Vectors stored by this process during the call (its worker included).
+    pub embedded: u64,
+    /// Jobs still waiting when the call returned (claimed by another live process, or written
+    /// meanwhile); 0 on a quiet database.
+    pub pending: u64,
+}
+
+/// What [`ConstellationDb::embed_pending`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct EmbedRun {
+    /// Jobs waiting at the start.
+    pub total: u64,
+    /// Vectors stored by this process during the call (its worker included).
+    pub embedded: u64,
+    /// Jobs still waiting when the call returned.
+    pub pending: u64,
+}
+
 /// Bit of a content kind in [`IndexFilter::kinds`].
 fn kind_bit(t: ContentType) -> u8 {
     match t {
@@ -480,15 +508,26 @@ impl ConstellationDb {
         })
     }
 
-    /// Queue jobs for all live content lacking a vector of its current text, then embed until
-    /// none is left, reporting progress. Returns how many jobs were queued.
-    pub async fn backfill(&self, progress: &mut (dyn FnMut(Progress) + Send)) -> Result<u64> {
+    /// Free the claims of dead processes, queue jobs for all live content lacking a vector of
+    /// its current text, then embed until none is left, reporting progress.
+    pub async fn backfill(
+        &self,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<BackfillReport> {
         if self.inner.embedder.is_none() {
             return Err(Error::VectorSearchNotConfigured);
         }
+        let reclaimed = self.inner.db.reclaim_embedding_jobs().await?;
+        let already_pending = self.inner.db.pending_embedding_jobs().await?;
         let queued = self.inner.db.backfill_embedding_jobs().await?;
-        self.run_to_completion(progress).await?;
-        Ok(queued)
+        let run = self.embed_pending(progress).await?;
+        Ok(BackfillReport {
+            reclaimed,
+            already_pending,
+            queued,
+            embedded: run.embedded,
+            pending: run.pending,
+        })
     }
 
     /// Re-embed everything with this process's embedder (after a model change): in one
@@ -506,15 +545,36 @@ impl ConstellationDb {
             .reset_embeddings(model_info(embedder.as_ref())?)
             .await?;
         self.catch_up().await?;
-        self.run_to_completion(progress).await?;
+        let total = self.inner.db.pending_embedding_jobs().await?;
+        self.run_to_completion(total, progress).await?;
         Ok(queued)
     }
 
     /// Embed in the foreground until no job is left (the worker helps; claims keep them apart).
     /// Progress is measured on the database (jobs left), so work done by the worker or another
-    /// process counts too.
-    async fn run_to_completion(&self, progress: &mut (dyn FnMut(Progress) + Send)) -> Result<()> {
+    /// process counts too. Without an embedder it is `VectorSearchNotConfigured`.
+    pub async fn embed_pending(
+        &self,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<EmbedRun> {
+        if self.inner.embedder.is_none() {
+            return Err(Error::VectorSearchNotConfigured);
+        }
+        let before = self.inner.embedded.load(Ordering::Relaxed);
         let total = self.inner.db.pending_embedding_jobs().await?;
+        self.run_to_completion(total, progress).await?;
+        Ok(EmbedRun {
+            total,
+            embedded: self.inner.embedded.load(Ordering::Relaxed) - before,
+            pending: self.inner.db.pending_embedding_jobs().await?,
+        })
+    }
+
+    async fn run_to_completion(
+        &self,
+        total: u64,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<()> {
         progress(Progress { done: 0, total });
         loop {
             let round = run_round(&self.inner).await?;
@@ -560,7 +620,8 @@ impl ConstellationDb {
     }
 
     /// Stop the worker: it embeds what it can until `deadline` passes, then stops; jobs not
-    /// done stay in the database for the next start (claimed ones after their lease).
+    /// done stay in the database for the next start, and this process's claims are released so
+    /// they are due at once (a process killed before this is seen dead by the next claimer).
     pub async fn shutdown(&self, deadline: Duration) {
         let until = Instant::now() + deadline;
         let _ = self.inner.stop.send(Some(until));
@@ -572,6 +633,11 @@ impl ConstellationDb {
             if tokio::time::timeout(grace, &mut handle).await.is_err() {
                 handle.abort();
             }
+        }
+        if self.inner.embedder.is_some()
+            && let Err(e) = self.inner.db.release_embedding_claims().await
+        {
+            tracing::warn!(error = %e, "embedding claims not released; the next claimer frees them");
         }
     }
 }

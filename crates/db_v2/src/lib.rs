@@ -18,7 +18,9 @@ mod fusion;
 pub mod index;
 mod options;
 
-pub use constellation::{ConstellationDb, EmbedConfig, EmbedStatus, Progress};
+pub use constellation::{
+    BackfillReport, ConstellationDb, EmbedConfig, EmbedRun, EmbedStatus, Progress,
+};
 pub use embedder::Embedder;
 pub use error::{Error, Result};
 #[cfg(feature = "fastembed")]

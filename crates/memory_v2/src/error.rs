@@ -102,6 +102,65 @@ pub enum Error {
         /// The passage id asked for.
         id: pattern_db::ArchivalId,
     },
+    /// A document larger than the ingestion limit; nothing of it was read past the limit.
+    #[error("{path} is {bytes} bytes; documents over {max} bytes are refused (split it first)")]
+    DocumentTooLarge {
+        /// The document.
+        path: String,
+        /// Its size (at least this many bytes).
+        bytes: u64,
+        /// The limit ([`crate::ingest::MAX_DOCUMENT_BYTES`]).
+        max: u64,
+    },
+    /// A document that cannot be opened or read.
+    #[error("cannot read {path}: {reason}")]
+    DocumentUnreadable {
+        /// The document.
+        path: String,
+        /// What the system said.
+        kind: std::io::ErrorKind,
+        /// The message.
+        reason: String,
+    },
+    /// A file of a kind ingestion does not take (by extension), or not a regular file.
+    #[error("{path}: {reason}")]
+    UnsupportedDocument {
+        /// The document.
+        path: String,
+        /// Why, naming the kinds that are taken.
+        reason: String,
+    },
+    /// A text, Markdown or HTML document that is not UTF-8 text (a binary file, another
+    /// encoding).
+    #[error("{path} is not UTF-8 text (byte {offset} is not): a binary file or another encoding")]
+    NotText {
+        /// The document.
+        path: String,
+        /// Offset of the first byte that is not text.
+        offset: usize,
+    },
+    /// A PDF that cannot be parsed.
+    #[error("{path} is not a readable PDF: {reason}")]
+    CorruptDocument {
+        /// The document.
+        path: String,
+        /// What the parser said.
+        reason: String,
+    },
+    /// A PDF whose pages carry no text (scanned images): it would need OCR first.
+    #[error("{path} has {pages} page(s) but no text layer (scanned?): run OCR on it first")]
+    NoTextLayer {
+        /// The document.
+        path: String,
+        /// Pages in it.
+        pages: usize,
+    },
+    /// A document with no text at all.
+    #[error("{path} holds no text")]
+    EmptyDocument {
+        /// The document.
+        path: String,
+    },
     /// Search or embedding failed (empty query, vector search without an embedder, ...).
     #[error(transparent)]
     Search(db_v2::Error),
@@ -180,6 +239,17 @@ impl Error {
             Error::TextNotFound { .. } | Error::LineOutOfRange { .. } | Error::Invalid(_) => {
                 C::Invalid
             }
+            Error::DocumentTooLarge { .. } => C::Refused,
+            Error::DocumentUnreadable { kind, .. } => match kind {
+                std::io::ErrorKind::NotFound => C::NotFound,
+                std::io::ErrorKind::PermissionDenied => C::Refused,
+                _ => C::Unavailable,
+            },
+            Error::UnsupportedDocument { .. }
+            | Error::NotText { .. }
+            | Error::CorruptDocument { .. }
+            | Error::NoTextLayer { .. }
+            | Error::EmptyDocument { .. } => C::Invalid,
             Error::Search(e) => e.class(),
             Error::Db(e) => e.class(),
         }

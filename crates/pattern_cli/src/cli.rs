@@ -474,11 +474,24 @@ pub(crate) struct ExportArgs {
 /// `pattern import`
 #[derive(Debug, Args)]
 pub(crate) struct ImportArgs {
-    /// A file written by `pattern export`.
+    /// A file written by `pattern export` (or, with `--legacy`, a batch-less history).
     pub(crate) file: PathBuf,
     /// Import under this name instead of the exported one.
-    #[arg(long, value_name = "NEW")]
+    #[arg(long, value_name = "NEW", conflicts_with = "legacy")]
     pub(crate) rename: Option<String>,
+    /// FILE is a batch-less message history, one JSON message a line (`{"role", "content":
+    /// [blocks], "created_at"?, "origin"?}`), split into batches by the rules of
+    /// docs/batching.md and appended to `--agent`'s history in one transaction.
+    #[arg(long, requires = "agent", conflicts_with = "letta")]
+    pub(crate) legacy: bool,
+    /// FILE is a Letta agent file (`.af`, the multi-agent schema of Letta 0.9 and later): its
+    /// agent, blocks, messages (split into batches, tool calls paired or reported) and files
+    /// (as archival passages) become a new agent, named as in the file unless `--rename`.
+    #[arg(long)]
+    pub(crate) letta: bool,
+    /// The agent a legacy history goes to.
+    #[arg(long, value_name = "NAME", requires = "legacy")]
+    pub(crate) agent: Option<String>,
 }
 
 /// `pattern session ...`
@@ -684,11 +697,23 @@ pub(crate) enum ArchivalCommand {
         #[command(flatten)]
         agent: AgentArg,
     },
-    /// Import passages from a JSON Lines file (idempotent).
+    /// Import documents (Markdown, text, HTML, PDF) or JSON Lines passages (idempotent), then
+    /// wait for their embeddings.
+    #[command(group(clap::ArgGroup::new("import_input").required(true).multiple(true).args(["paths", "jsonl"])))]
     Import {
+        /// Documents: `.md`, `.markdown`, `.txt`, `.text`, `.html`, `.htm`, `.xhtml`, `.pdf`
+        /// (each at most 32 MiB, stored whole or not at all), or `.jsonl` files.
+        #[arg(value_name = "PATH")]
+        paths: Vec<PathBuf>,
         /// One JSON object per line: `text`, optional `metadata`, `tags`, `key`.
         #[arg(long, value_name = "FILE")]
-        jsonl: PathBuf,
+        jsonl: Option<PathBuf>,
+        /// A tag for every passage of the documents (repeatable; JSON Lines carry their own).
+        #[arg(long = "tag", value_name = "TAG")]
+        tags: Vec<String>,
+        /// Do not wait for embeddings: say how many are pending and how to finish.
+        #[arg(long)]
+        no_wait: bool,
         #[command(flatten)]
         agent: AgentArg,
     },
@@ -766,6 +791,19 @@ pub(crate) struct RetentionArgs {
     /// deleted.
     #[arg(long, default_value_t = 30, value_name = "N")]
     pub(crate) older_than_days: u32,
+    /// Only this agent's data (default: every agent of the organization).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) agent: Option<String>,
+    /// Delete batches older than N days that were abandoned, or complete and archived under a
+    /// summary (never an open one, never one still in the context); N >= 1.
+    #[arg(long, value_name = "N")]
+    pub(crate) batches_older_than_days: Option<u32>,
+    /// Keep each block's last N versions and, beyond them, the last version of each day; N >= 1.
+    #[arg(long, value_name = "N")]
+    pub(crate) keep_block_versions: Option<u32>,
+    /// Delete activity events older than N days; N >= 1.
+    #[arg(long, value_name = "N")]
+    pub(crate) activity_older_than_days: Option<u32>,
 }
 
 /// `pattern meeting run`

@@ -113,7 +113,13 @@ impl SearchDb {
     /// Lets the worker embed what was written (up to a deadline; the rest stays queued for the
     /// next run or `pattern embed --backfill`), then closes the database.
     pub(crate) async fn close(self) {
-        self.db.shutdown(CLOSE_DEADLINE).await;
+        self.close_within(CLOSE_DEADLINE).await;
+    }
+
+    /// Closes after letting the worker embed for at most `deadline`; its unfinished claims are
+    /// released, so the next process takes them at once.
+    pub(crate) async fn close_within(self, deadline: Duration) {
+        self.db.shutdown(deadline).await;
         self.db.db().clone().close().await;
     }
 }

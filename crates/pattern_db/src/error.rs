@@ -547,6 +547,10 @@ pub enum Error {
         /// What the operation needs.
         needed: &'static str,
     },
+    /// A retention policy that would delete what it must keep (a zero age, keeping zero
+    /// versions).
+    #[error("invalid retention policy: {0}")]
+    InvalidRetention(String),
     /// An agent import that cannot be written as given (see `Database::import_agent`).
     #[error("import refused: {0}")]
     InvalidImport(String),
@@ -656,6 +660,7 @@ impl Error {
             | Error::InvalidContent(_)
             | Error::InvalidProtocolMessage(_)
             | Error::InvalidArchival(_)
+            | Error::InvalidRetention(_)
             | Error::InvalidSearch(_)
             | Error::EmptyQuery
             | Error::QueryTooLong { .. }

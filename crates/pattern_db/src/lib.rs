@@ -66,6 +66,7 @@ mod ops;
 mod process;
 pub mod protocol;
 pub mod queue;
+pub mod retention;
 pub mod runs;
 pub mod schedule;
 pub mod search;

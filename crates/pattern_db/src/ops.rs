@@ -35,6 +35,7 @@ mod blocks;
 pub(crate) mod mcp;
 pub(crate) mod protocol;
 mod queue;
+mod retention;
 pub(crate) mod runs;
 pub(crate) mod search;
 
@@ -206,6 +207,15 @@ pub(crate) enum Op {
     ResetEmbeddings(crate::search::EmbeddingModelInfo),
     EnqueueEmbedding(crate::search::ContentRef),
     BackfillEmbeddingJobs,
+    /// Per-agent retention (`crate::retention`).
+    RetainAgent {
+        agent: AgentId,
+        policy: crate::retention::AgentRetention,
+    },
+    /// Free the claims of holders that are not alive.
+    ReclaimEmbeddingJobs,
+    /// Free this process's own claims (it is closing).
+    ReleaseEmbeddingClaims,
     ClaimEmbeddingJobs {
         limit: usize,
         lease: Duration,
@@ -308,12 +318,15 @@ impl Op {
             | Op::ResetEmbeddings(_)
             | Op::EnqueueEmbedding(_)
             | Op::BackfillEmbeddingJobs
+            | Op::ReclaimEmbeddingJobs
+            | Op::ReleaseEmbeddingClaims
             | Op::ClaimEmbeddingJobs { .. }
             | Op::StoreEmbeddings(_)
             | Op::FailEmbeddingJobs { .. }
             | Op::PruneSearchChanges { .. }
             | Op::SetSearchCursor { .. } => None,
             Op::InsertArchival { agent, .. } | Op::DeleteArchival { agent, .. } => Some(*agent),
+            Op::RetainAgent { agent, .. } => Some(*agent),
             Op::Protocol(_) => None,
             // Takes its agent's lock itself, without waiting (SKIP LOCKED on PostgreSQL).
             Op::ClaimNext { .. } | Op::PruneTurns { .. } | Op::Heartbeat { .. } => None,
@@ -390,6 +403,7 @@ impl Op {
                 | Op::DeleteArchival { .. }
                 | Op::ResetEmbeddings(_)
                 | Op::StoreEmbeddings(_)
+                | Op::RetainAgent { .. }
         )
     }
 
@@ -444,6 +458,7 @@ pub(crate) enum Done {
     Turn(Box<TurnInfo>),
     Heartbeat(crate::process::HeartbeatReport),
     Approval(Box<crate::approvals::Approval>),
+    Retention(Box<crate::retention::AgentRetentionReport>),
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -715,6 +730,15 @@ pub(crate) async fn apply(
             .map(Done::Count),
         Op::EnqueueEmbedding(content) => search::enqueue(conn, content).await.map(|()| Done::Unit),
         Op::BackfillEmbeddingJobs => search::backfill(conn).await.map(Done::Count),
+        Op::RetainAgent { agent, policy } => retention::retain(conn, ctx, *agent, policy)
+            .await
+            .map(|r| Done::Retention(Box::new(r))),
+        Op::ReclaimEmbeddingJobs => search::reclaim_from_dead(conn, ctx, now_ms())
+            .await
+            .map(Done::Count),
+        Op::ReleaseEmbeddingClaims => search::release_claims_of(conn, &ctx.judge.me)
+            .await
+            .map(Done::Count),
         Op::ClaimEmbeddingJobs { limit, lease } => search::claim(conn, ctx, *limit, *lease)
             .await
             .map(Done::Jobs),

@@ -437,6 +437,25 @@ impl Database {
         }
     }
 
+    /// Frees the claims of processes that are not alive (gone, or stalled past their lease), so
+    /// their jobs are due at once. Claiming does this too; `embed --backfill` calls it first to
+    /// report it. Returns how many jobs were freed.
+    pub async fn reclaim_embedding_jobs(&self) -> Result<u64> {
+        match self.write(Op::ReclaimEmbeddingJobs).await? {
+            Done::Count(n) => Ok(n),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Frees every claim this process holds (before it closes), so the jobs it did not finish
+    /// are due at once for the next worker. Returns how many jobs were freed.
+    pub async fn release_embedding_claims(&self) -> Result<u64> {
+        match self.write(Op::ReleaseEmbeddingClaims).await? {
+            Done::Count(n) => Ok(n),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// How many embedding jobs are waiting (claimed or not).
     pub async fn pending_embedding_jobs(&self) -> Result<u64> {
         let n: i64 = sqlx::query("SELECT COUNT(*) FROM embedding_jobs")

@@ -16,6 +16,7 @@
 extern crate pattern_db;
 
 mod common;
+mod eval;
 mod pipeline;
 mod quality;
 mod search;

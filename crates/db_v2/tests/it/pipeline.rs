@@ -162,8 +162,12 @@ async fn backfill_embeds_content_written_without_jobs(backend: Backend) {
     let hasher = Arc::new(HashEmbedder::new(16));
     let db = open(&tdb, Some(hasher.clone() as Arc<dyn Embedder>)).await;
     let mut last = None;
-    let queued = db.backfill(&mut |p| last = Some(p)).await.unwrap();
-    assert_eq!(queued, 40);
+    let report = db.backfill(&mut |p| last = Some(p)).await.unwrap();
+    assert_eq!(report.queued, 40);
+    assert_eq!(report.already_pending, 0);
+    assert_eq!(report.reclaimed, 0);
+    assert_eq!(report.embedded, 40);
+    assert_eq!(report.pending, 0);
     let last = last.unwrap();
     assert_eq!((last.done, last.total), (40, 40));
     let refs: Vec<ContentRef> = entries.iter().map(|e| ContentRef::archival(e.id)).collect();
@@ -214,8 +218,11 @@ async fn crash_child() {
         delay: Duration::from_millis(300),
         ..HashEmbedder::new(16)
     });
+    // An hour-long lease: the parent finishing in seconds shows the dead child's claims were
+    // taken at once, not after their lease.
     let config = EmbedConfig {
         batch_size: 8,
+        lease: Duration::from_secs(3600),
         ..quick()
     };
     let db = ConstellationDb::connect(pattern_db::DbConfig::new(url), Some(slow), config)
@@ -295,7 +302,8 @@ async fn crash_leaves_nothing_behind(backend: Backend) {
     let db = open(&tdb, Some(hasher.clone() as Arc<dyn Embedder>)).await;
     let pending = db.db().pending_embedding_jobs().await.unwrap();
     assert!(pending > 0, "the child finished everything: kill it sooner");
-    // Claims of the dead child expire after their lease (2 s), then everything completes.
+    // The dead child's claims are taken at once (its liveness lock is free), not after their
+    // hour-long lease.
     assert!(db.wait_idle(Duration::from_secs(60)).await.unwrap());
     let agents = db.db().agents().await.unwrap();
     let ada = agents[0].id;

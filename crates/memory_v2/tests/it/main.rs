@@ -9,6 +9,7 @@ extern crate pattern_db;
 
 mod archival;
 mod db_store;
+mod ingest;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,15 +1,20 @@
 //! `pattern archival insert|list|delete|search|import`: an agent's archival memory through
-//! `db_v2::ConstellationDb` (passages are embedded when embeddings are available). Import reads
-//! JSON Lines, reports each bad line with its number on stderr, imports the good ones and is
-//! idempotent (every passage gets a dedupe key: the given `key`, else the sha256 of its text).
-//! This module must never drop a good line because of a bad one, nor report a line imported
-//! that was not stored.
+//! `db_v2::ConstellationDb` (passages are embedded when embeddings are available). Import takes
+//! documents (Markdown, text, HTML, PDF: `memory_v2::ingest`, each stored whole in one
+//! transaction or reported not imported) and JSON Lines (each bad line reported with its number
+//! on stderr, the good ones imported). It is idempotent (every passage gets a dedupe key: a
+//! document's sha256 and the passage's position; a line's given `key`, else the sha256 of its
+//! text and, for a repeated text, its occurrence), reports what it skipped and what repeated, and
+//! waits for the embeddings with a progress bar (or, with `--no-wait`, says how many are pending
+//! and how to finish). This module must never drop a good line because of a bad one, never store
+//! part of a document, and never report a passage imported that was not stored.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
 use db_v2::{SearchMode, SearchOptions};
 use pattern::db::{ArchivalId, ContentType, ListArchival, NewArchival};
+use pattern::memory::ingest::IngestConfig;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -35,17 +40,60 @@ struct HitView {
 }
 
 /// `archival_import` shape.
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct ImportReport {
+    /// Passages stored by this run.
     imported: usize,
+    /// Passages already stored (same dedupe key): a re-run skips everything it stored before.
     skipped: usize,
+    /// JSON Lines whose text an earlier line of the same file had: stored as passages of their
+    /// own (keyed by text and occurrence), counted here so nothing repeated goes unsaid.
+    repeated: usize,
+    /// JSON Lines refused, with their numbers.
     bad: Vec<BadLine>,
+    /// Documents imported (each stored whole in one transaction).
+    documents: Vec<DocumentReport>,
+    /// Files not imported at all, with why.
+    failed: Vec<FailedFile>,
+    /// What happened to the embeddings of what was stored.
+    embeddings: EmbeddingsView,
 }
 
 #[derive(Serialize)]
 struct BadLine {
+    file: String,
     line: usize,
     error: String,
+}
+
+#[derive(Serialize)]
+struct DocumentReport {
+    path: String,
+    format: &'static str,
+    title: String,
+    passages: usize,
+    imported: usize,
+    skipped: usize,
+}
+
+#[derive(Serialize)]
+struct FailedFile {
+    path: String,
+    error: String,
+    #[serde(skip)]
+    kind: Kind,
+}
+
+#[derive(Serialize, Default)]
+struct EmbeddingsView {
+    /// Whether embeddings are on in this run.
+    enabled: bool,
+    /// Whether the import waited for them.
+    waited: bool,
+    /// Vectors this command stored (while importing and while waiting).
+    embedded: u64,
+    /// Embedding jobs still waiting in the database (all agents) when the import ended.
+    pending: u64,
 }
 
 /// One line of an import file.
@@ -66,9 +114,15 @@ pub(crate) async fn run(env: &Env, command: ArchivalCommand) -> Result<()> {
         ArchivalCommand::List { .. } | ArchivalCommand::Delete { .. } => Vectors::Off,
         _ => Vectors::IfAvailable,
     };
+    let wait = !matches!(command, ArchivalCommand::Import { no_wait: true, .. });
     let db = SearchDb::open(env, vectors).await?;
     let result = act(env, &db, command).await;
-    db.close().await;
+    if wait {
+        db.close().await;
+    } else {
+        // Said how many are pending and how to finish: do not embed on the way out.
+        db.close_within(std::time::Duration::ZERO).await;
+    }
     result
 }
 
@@ -188,26 +242,50 @@ async fn act(env: &Env, db: &SearchDb, command: ArchivalCommand) -> Result<()> {
             }
             Ok(())
         }
-        ArchivalCommand::Import { jsonl, .. } => import(env, db, agent.id, &jsonl).await,
+        ArchivalCommand::Import {
+            paths,
+            jsonl,
+            tags,
+            no_wait,
+            ..
+        } => {
+            let mut inputs = paths;
+            inputs.extend(jsonl);
+            import(env, db, agent.id, &inputs, &tags, no_wait).await
+        }
     }
 }
 
-/// Parses one line into a passage with its dedupe key.
-fn parse_line(text: &str) -> std::result::Result<NewArchival, String> {
+/// Parses one line into a passage with its dedupe key: the given `key`, else the text's sha256
+/// and, from its second occurrence in the file on, the occurrence (`sha256:HEX#2`), so repeated
+/// identical lines are all stored and a re-run of the same file stores nothing new. The second
+/// value says whether the text repeats an earlier line's.
+fn parse_line(
+    text: &str,
+    seen: &mut std::collections::HashMap<String, usize>,
+) -> std::result::Result<(NewArchival, bool), String> {
     let line: ImportLine = serde_json::from_str(text).map_err(|e| e.to_string())?;
     if line.text.is_empty() {
         return Err("`text` is empty".to_owned());
     }
+    let digest = format!("sha256:{:x}", Sha256::digest(line.text.as_bytes()));
+    let count = seen.entry(digest.clone()).or_insert(0);
+    *count += 1;
+    let repeated = *count > 1;
     let key = match line.key {
         Some(k) => k,
-        None => format!("sha256:{:x}", Sha256::digest(line.text.as_bytes())),
+        None if repeated => format!("{digest}#{count}"),
+        None => digest,
     };
-    Ok(NewArchival {
-        content: line.text,
-        metadata: line.metadata,
-        tags: line.tags,
-        dedupe_key: Some(key),
-    })
+    Ok((
+        NewArchival {
+            content: line.text,
+            metadata: line.metadata,
+            tags: line.tags,
+            dedupe_key: Some(key),
+        },
+        repeated,
+    ))
 }
 
 /// The non-blank lines of `bytes`, numbered from 1, each as text or, when it is not UTF-8, the
@@ -227,54 +305,219 @@ fn numbered_lines(bytes: &[u8]) -> Vec<(usize, std::result::Result<&str, String>
         .collect()
 }
 
-async fn import(env: &Env, db: &SearchDb, agent: pattern::db::AgentId, file: &Path) -> Result<()> {
+async fn import(
+    env: &Env,
+    db: &SearchDb,
+    agent: pattern::db::AgentId,
+    inputs: &[PathBuf],
+    tags: &[String],
+    no_wait: bool,
+) -> Result<()> {
+    let mut report = ImportReport::default();
+    for input in inputs {
+        let is_jsonl = input
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("jsonl"));
+        if is_jsonl {
+            import_jsonl(db, agent, input, &mut report).await?;
+        } else {
+            import_document(db, agent, input, tags, &mut report).await?;
+        }
+    }
+    if let [only] = report.failed.as_slice()
+        && report.documents.is_empty()
+        && report.bad.is_empty()
+        && report.imported + report.skipped == 0
+    {
+        // Nothing but one file that failed: its error (with its class) is the whole answer.
+        return Err(CliError::new(only.kind, only.error.clone()));
+    }
+    report.embeddings = embeddings(db, no_wait).await?;
+    for b in &report.bad {
+        eprintln!("{}:{}: {}", b.file, b.line, b.error);
+    }
+    for f in &report.failed {
+        eprintln!("not imported: {}", f.error);
+    }
+    if env.json {
+        output::json(&report)?;
+    } else {
+        for d in &report.documents {
+            output::line(&format!(
+                "{}: {} passage(s) ({} new, {} already stored) \"{}\"",
+                d.path, d.passages, d.imported, d.skipped, d.title
+            ))?;
+        }
+        let repeated = if report.repeated > 0 {
+            format!(
+                ", {} repeated line(s) stored as their own passages",
+                report.repeated
+            )
+        } else {
+            String::new()
+        };
+        output::line(&format!(
+            "imported {}, skipped {} (already stored){repeated}, bad {}, failed files {}",
+            report.imported,
+            report.skipped,
+            report.bad.len(),
+            report.failed.len()
+        ))?;
+    }
+    let e = &report.embeddings;
+    if e.enabled && e.pending > 0 {
+        eprintln!(
+            "{} embedding job(s) still pending: run `pattern embed --backfill` to finish them \
+             (search finds the passages by full text meanwhile)",
+            e.pending
+        );
+    }
+    if let [only] = report.failed.as_slice()
+        && report.bad.is_empty()
+    {
+        return Err(CliError::new(only.kind, only.error.clone()));
+    }
+    if report.bad.is_empty() && report.failed.is_empty() {
+        Ok(())
+    } else {
+        // The report is printed; the exit code says some input was refused.
+        Err(CliError::new(
+            Kind::Refused,
+            format!(
+                "{} bad line(s), {} file(s) not imported",
+                report.bad.len(),
+                report.failed.len()
+            ),
+        ))
+    }
+}
+
+/// Waits for the embeddings of everything pending (with a progress bar), unless `no_wait`.
+async fn embeddings(db: &SearchDb, no_wait: bool) -> Result<EmbeddingsView> {
+    if !db.has_vectors() {
+        return Ok(EmbeddingsView::default());
+    }
+    let mut view = EmbeddingsView {
+        enabled: true,
+        ..EmbeddingsView::default()
+    };
+    if no_wait {
+        view.pending = db.raw().pending_embedding_jobs().await?;
+        view.embedded = db.db.status().await.map_or(0, |s| s.embedded);
+        return Ok(view);
+    }
+    let bar = crate::commands::progress(0, "embedding");
+    let mut progress = |p: db_v2::Progress| {
+        bar.set_length(p.total);
+        bar.set_position(p.done);
+    };
+    let run = db.db.embed_pending(&mut progress).await;
+    bar.finish_and_clear();
+    match run {
+        Ok(run) => {
+            view.waited = true;
+            // Everything this command's process embedded (its worker starts while the import
+            // writes), not only what was left when the wait began.
+            view.embedded = db
+                .db
+                .status()
+                .await
+                .map_or(run.embedded, |s| s.embedded.max(run.embedded));
+            view.pending = run.pending;
+            Ok(view)
+        }
+        Err(e) => {
+            let pending = db.raw().pending_embedding_jobs().await.unwrap_or(0);
+            Err(CliError::other(format!(
+                "the passages are stored, but embedding failed ({e}); {pending} job(s) pending: \
+                 run `pattern embed --backfill` to finish"
+            )))
+        }
+    }
+}
+
+/// Imports one document whole (one transaction) or records why not.
+async fn import_document(
+    db: &SearchDb,
+    agent: pattern::db::AgentId,
+    path: &Path,
+    tags: &[String],
+    report: &mut ImportReport,
+) -> Result<()> {
+    let owned = path.to_owned();
+    let parsed = tokio::task::spawn_blocking(move || {
+        pattern::memory::ingest::read_document(&owned, &IngestConfig::default())
+    })
+    .await
+    .map_err(|e| CliError::other(format!("reading {}: {e}", path.display())))?;
+    let doc = match parsed {
+        Ok(doc) => doc,
+        Err(e) => {
+            report.failed.push(FailedFile {
+                path: path.display().to_string(),
+                kind: crate::error::class_kind(e.class()),
+                error: e.to_string(),
+            });
+            return Ok(());
+        }
+    };
+    let entries = doc.to_archival(tags);
+    let before = db.db.count_archival(agent).await.map_err(from_db_v2)?;
+    db.db
+        .insert_archival_many(agent, entries)
+        .await
+        .map_err(from_db_v2)?;
+    let after = db.db.count_archival(agent).await.map_err(from_db_v2)?;
+    let imported = usize::try_from(after.saturating_sub(before)).unwrap_or(usize::MAX);
+    let skipped = doc.passages.len().saturating_sub(imported);
+    report.imported += imported;
+    report.skipped += skipped;
+    report.documents.push(DocumentReport {
+        path: doc.path.clone(),
+        format: doc.format.as_str(),
+        title: doc.title.clone(),
+        passages: doc.passages.len(),
+        imported,
+        skipped,
+    });
+    Ok(())
+}
+
+async fn import_jsonl(
+    db: &SearchDb,
+    agent: pattern::db::AgentId,
+    file: &Path,
+    report: &mut ImportReport,
+) -> Result<()> {
     let bytes = std::fs::read(file).map_err(|e| io(file, &e))?;
     let lines = numbered_lines(&bytes);
     let bar = crate::commands::progress(lines.len() as u64, "archival");
-    let mut report = ImportReport {
-        imported: 0,
-        skipped: 0,
-        bad: Vec::new(),
-    };
+    let shown = file.display().to_string();
+    let mut seen = std::collections::HashMap::new();
     let mut chunk: Vec<(usize, NewArchival)> = Vec::with_capacity(IMPORT_CHUNK);
     for (number, line) in &lines {
-        match line.clone().and_then(parse_line) {
-            Ok(new) => chunk.push((*number, new)),
+        match line.clone().and_then(|l| parse_line(l, &mut seen)) {
+            Ok((new, repeated)) => {
+                report.repeated += usize::from(repeated);
+                chunk.push((*number, new));
+            }
             Err(error) => report.bad.push(BadLine {
+                file: shown.clone(),
                 line: *number,
                 error,
             }),
         }
         if chunk.len() == IMPORT_CHUNK {
-            store(db, agent, &mut chunk, &mut report).await?;
+            store(db, agent, &shown, &mut chunk, report).await?;
         }
         bar.inc(1);
     }
-    store(db, agent, &mut chunk, &mut report).await?;
+    store(db, agent, &shown, &mut chunk, report).await?;
     bar.finish_and_clear();
-    report.bad.sort_by_key(|b| b.line);
-    for b in &report.bad {
-        eprintln!("{}:{}: {}", file.display(), b.line, b.error);
-    }
-    if env.json {
-        output::json(&report)?;
-    } else {
-        output::line(&format!(
-            "imported {}, skipped {} (already stored), bad {}",
-            report.imported,
-            report.skipped,
-            report.bad.len()
-        ))?;
-    }
-    if report.bad.is_empty() {
-        Ok(())
-    } else {
-        // The report is printed; the exit code says some lines were refused.
-        Err(CliError::new(
-            Kind::Refused,
-            format!("{} bad line(s) in {}", report.bad.len(), file.display()),
-        ))
-    }
+    report
+        .bad
+        .sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
+    Ok(())
 }
 
 /// Stores a chunk in one transaction; a chunk the database refuses is stored line by line so
@@ -282,6 +525,7 @@ async fn import(env: &Env, db: &SearchDb, agent: pattern::db::AgentId, file: &Pa
 async fn store(
     db: &SearchDb,
     agent: pattern::db::AgentId,
+    file: &str,
     chunk: &mut Vec<(usize, NewArchival)>,
     report: &mut ImportReport,
 ) -> Result<()> {
@@ -312,6 +556,7 @@ async fn store(
                         }
                     }
                     Err(db_v2::Error::Db(e)) if is_refusal(&e) => report.bad.push(BadLine {
+                        file: file.to_owned(),
                         line: number,
                         error: e.to_string(),
                     }),

@@ -11,6 +11,8 @@ mod chat;
 mod demo;
 mod init;
 mod keys;
+mod legacy;
+mod letta;
 pub(crate) mod mcp;
 mod meeting;
 mod memory;
@@ -37,6 +39,8 @@ pub(crate) async fn run(env: &Env, command: Command) -> Result<()> {
         Command::Recover(args) => ops::recover(env, args).await,
         Command::Migrate(c) => ops::migrate(env, c).await,
         Command::Export(args) => transfer::export(env, args).await,
+        Command::Import(args) if args.legacy => legacy::import(env, args).await,
+        Command::Import(args) if args.letta => letta::import(env, args).await,
         Command::Import(args) => transfer::import(env, args).await,
         Command::Session(c) => session::run(env, c).await,
         Command::Chat(args) => chat::chat(env, args).await,

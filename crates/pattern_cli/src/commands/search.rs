@@ -146,16 +146,33 @@ async fn run_embed(env: &Env, db: &SearchDb, args: &EmbedArgs) -> Result<()> {
         bar.set_length(p.total);
         bar.set_position(p.done);
     };
-    let queued = if args.reembed {
-        db.db.reembed(&mut report).await
-    } else {
-        db.db.backfill(&mut report).await
-    };
+    if args.reembed {
+        let queued = db.db.reembed(&mut report).await;
+        bar.finish_and_clear();
+        let queued = queued.map_err(from_db_v2)?;
+        return if env.json {
+            output::json(&serde_json::json!({ "queued": queued }))
+        } else {
+            output::line(&format!("re-embedded {queued} item(s)"))
+        };
+    }
+    let done = db.db.backfill(&mut report).await;
     bar.finish_and_clear();
-    let queued = queued.map_err(from_db_v2)?;
+    let done = done.map_err(from_db_v2)?;
     if env.json {
-        output::json(&serde_json::json!({ "queued": queued }))
+        output::json(&done)
     } else {
-        output::line(&format!("embedded {queued} item(s)"))
+        let reclaimed = if done.reclaimed > 0 {
+            format!(
+                "{} job(s) freed from processes that are gone; ",
+                done.reclaimed
+            )
+        } else {
+            String::new()
+        };
+        output::line(&format!(
+            "{reclaimed}{} job(s) were pending, {} queued now; embedded {}; {} still pending",
+            done.already_pending, done.queued, done.embedded, done.pending
+        ))
     }
 }

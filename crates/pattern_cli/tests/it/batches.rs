@@ -93,3 +93,83 @@ fn recover_reports_what_it_abandoned() {
             .contains("nothing to recover")
     );
 }
+
+/// `import --legacy`: a batch-less history goes into batches by the library's planner; what could
+/// not be paired is reported (and stored abandoned, never sent); a bad line refuses the whole
+/// file, nothing stored.
+#[test]
+fn legacy_history_is_split_into_batches_with_a_report() {
+    let home = Home::init();
+    home.ok(&["agent", "create", "ada"]);
+    let file = home.path("history.jsonl");
+    std::fs::write(
+        &file,
+        concat!(
+            r#"{"role": "user", "content": [{"type": "text", "text": "weather?"}], "created_at": "2024-05-01T10:00:00Z"}"#, "\n",
+            r#"{"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "weather", "input": {}}]}"#, "\n",
+            r#"{"role": "tool", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "sunny"}]}"#, "\n",
+            r#"{"role": "assistant", "content": [{"type": "text", "text": "Sunny."}]}"#, "\n",
+            "\n",
+            r#"{"role": "user", "content": [{"type": "text", "text": "and tomorrow?"}]}"#, "\n",
+            r#"{"role": "assistant", "content": [{"type": "tool_use", "id": "c2", "name": "weather", "input": {}}]}"#, "\n",
+            r#"{"role": "user", "content": [{"type": "text", "text": "never mind"}]}"#, "\n",
+            r#"{"role": "tool", "content": [{"type": "tool_result", "tool_use_id": "ghost", "content": "?"}]}"#, "\n",
+        ),
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let out = home.run(&["--json", "import", "--legacy", file, "--agent", "ada"]);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["messages"], 8);
+    assert_eq!(report["batches"], 3, "{report}");
+    assert_eq!(report["complete"], 1);
+    assert_eq!(report["abandoned"], 2);
+    let kinds: Vec<&str> = report["anomalies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"orphan_tool_result"), "{kinds:?}");
+    assert!(kinds.contains(&"unfinished"), "{kinds:?}");
+    assert!(stderr.contains("not paired"), "{stderr}");
+    let list = home.json(&["batches", "list", "--agent", "ada"]);
+    assert_eq!(list.as_array().unwrap().len(), 3);
+
+    // One bad line: nothing of the file is stored.
+    let bad = home.path("bad.jsonl");
+    std::fs::write(
+        &bad,
+        concat!(
+            r#"{"role": "user", "content": [{"type": "text", "text": "hi"}]}"#,
+            "\n",
+            r#"{"role": "robot", "content": []}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+    let err = home.fails(
+        &[
+            "import",
+            "--legacy",
+            bad.to_str().unwrap(),
+            "--agent",
+            "ada",
+        ],
+        5,
+    );
+    assert!(err.contains("bad.jsonl:2:"), "{err}");
+    assert_eq!(
+        home.json(&["batches", "list", "--agent", "ada"])
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    // --legacy needs --agent (clap's usage error).
+    let out = home.run(&["import", "--legacy", file]);
+    assert_eq!(out.status.code(), Some(USAGE));
+    assert!(String::from_utf8(out.stderr).unwrap().contains("--agent"));
+}

@@ -196,6 +196,193 @@ fn import_reports_bad_lines_keeps_good_ones_and_is_idempotent() {
     );
 }
 
+/// Documents of each text kind, a bad one among them: the good ones are stored whole with their
+/// sections, the import waits for their embeddings (vector search finds them at once), the bad
+/// one is reported with its reason and stores nothing, and a re-run stores nothing new.
+#[test]
+fn archival_import_takes_documents_waits_for_embeddings_and_is_idempotent() {
+    let home = with_agent();
+    let md = home.path("garden.md");
+    std::fs::write(
+        &md,
+        "# Garden\n\n## Tomatoes\n\nTomatoes want full sun and deep watering twice a week.\n\n\
+         ## Beans\n\nRunner beans climb any pole you give them.\n",
+    )
+    .unwrap();
+    let html = home.path("trip.html");
+    std::fs::write(
+        &html,
+        "<html><head><title>Lake trip</title><script>nope()</script></head><body>\
+         <h1>Day one</h1><p>The ferry to the island leaves at nine.</p></body></html>",
+    )
+    .unwrap();
+    let txt = home.path("notes.txt");
+    std::fs::write(
+        &txt,
+        "The boiler was serviced in March.\n\nCall the plumber in May.\n",
+    )
+    .unwrap();
+    let binary = home.path("photo.txt");
+    std::fs::write(&binary, [0x89u8, b'P', b'N', b'G', 0, 0, 1, 2]).unwrap();
+    let args = |paths: &[&std::path::Path]| {
+        let mut a: Vec<String> = [
+            "--json", "archival", "import", "--agent", "ada", "--tag", "docs",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        a.extend(paths.iter().map(|p| p.to_str().unwrap().to_owned()));
+        a
+    };
+    let run = |paths: &[&std::path::Path]| {
+        let a = args(paths);
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        home.run(&refs)
+    };
+    let out = run(&[&md, &html, &txt, &binary]);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(USAGE), "{stderr}");
+    assert!(stderr.contains("photo.txt is not UTF-8 text"), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Two sections of the Markdown, one of the HTML; the text's two short paragraphs share one.
+    assert_eq!(report["imported"], 4, "{report}");
+    assert_eq!(report["skipped"], 0);
+    assert_eq!(report["documents"].as_array().unwrap().len(), 3);
+    assert_eq!(report["documents"][1]["title"], "Lake trip");
+    assert_eq!(report["failed"].as_array().unwrap().len(), 1);
+    assert_eq!(report["embeddings"]["enabled"], true);
+    assert_eq!(report["embeddings"]["waited"], true);
+    assert_eq!(report["embeddings"]["pending"], 0);
+    assert_eq!(report["embeddings"]["embedded"], 4);
+    // Embedded before the import returned: a vector search finds a document passage.
+    let hits = home.json(&[
+        "search",
+        "--mode",
+        "vector",
+        "--agent",
+        "ada",
+        "when does the boat depart",
+    ]);
+    assert_eq!(hits[0]["text"], "The ferry to the island leaves at nine.");
+    let list = home.json(&["archival", "list", "--agent", "ada", "--tag", "docs"]);
+    let beans = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["content"].as_str().unwrap().contains("Runner beans"))
+        .unwrap();
+    assert_eq!(beans["metadata"]["section"], "Garden > Beans");
+    assert_eq!(beans["metadata"]["title"], "Garden");
+    assert_eq!(beans["metadata"]["position"], 1);
+    // Re-run of the good ones: nothing new, everything reported skipped, exit 0.
+    let out = run(&[&md, &html, &txt]);
+    assert!(out.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (report["imported"].as_i64(), report["skipped"].as_i64()),
+        (Some(0), Some(4))
+    );
+    assert_eq!(list.as_array().unwrap().len(), 4);
+    // One missing document: its own class (not found).
+    let err = home.fails(
+        &[
+            "archival",
+            "import",
+            "--agent",
+            "ada",
+            home.path("gone.md").to_str().unwrap(),
+        ],
+        NOT_FOUND,
+    );
+    assert!(err.contains("gone.md"), "{err}");
+}
+
+/// Repeated identical lines are all stored (keyed by text and occurrence) and reported as
+/// repeated; a re-run stores nothing; `--no-wait` says how many embeddings are pending and how to
+/// finish, and `embed --backfill` then reports truthfully what it did.
+#[test]
+fn repeated_lines_are_kept_and_no_wait_says_how_to_finish() {
+    let home = with_agent();
+    let file = home.path("turns.jsonl");
+    std::fs::write(
+        &file,
+        concat!(
+            "{\"text\": \"ok\"}\n",
+            "{\"text\": \"sounds good\"}\n",
+            "{\"text\": \"ok\"}\n",
+            "{\"text\": \"ok\"}\n",
+        ),
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let out = home.run(&[
+        "--json",
+        "archival",
+        "import",
+        "--agent",
+        "ada",
+        "--no-wait",
+        file,
+    ]);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["imported"], 4);
+    assert_eq!(report["repeated"], 2);
+    assert_eq!(report["embeddings"]["waited"], false);
+    // The worker may embed some while the import runs; whatever is left is said, with the way
+    // to finish.
+    let pending = report["embeddings"]["pending"].as_u64().unwrap();
+    assert!(pending <= 4);
+    if pending > 0 {
+        assert!(
+            stderr.contains(&format!(
+                "{pending} embedding job(s) still pending: run `pattern embed --backfill`"
+            )),
+            "{stderr}"
+        );
+    }
+    let out = home.run(&[
+        "--json",
+        "archival",
+        "import",
+        "--agent",
+        "ada",
+        "--no-wait",
+        file,
+    ]);
+    assert!(out.status.success());
+    let again: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (
+            again["imported"].as_i64(),
+            again["skipped"].as_i64(),
+            again["repeated"].as_i64()
+        ),
+        (Some(0), Some(4), Some(2))
+    );
+    let left = again["embeddings"]["pending"].as_u64().unwrap();
+    let text = home.ok(&["archival", "import", "--agent", "ada", "--no-wait", file]);
+    assert!(
+        text.contains("imported 0, skipped 4 (already stored), 2 repeated line(s)"),
+        "{text}"
+    );
+    assert_eq!(
+        home.json(&["archival", "list", "--agent", "ada"])
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
+    // Nothing runs in between: the backfill finds exactly what was left, and embeds it.
+    let done = home.json(&["embed", "--backfill"]);
+    assert!(done["already_pending"].as_u64().unwrap() <= left, "{done}");
+    assert_eq!(done["queued"], 0);
+    assert_eq!(done["embedded"], done["already_pending"]);
+    assert_eq!(done["pending"], 0);
+    assert_eq!(home.json(&["embed", "--status"])["pending_jobs"], 0);
+}
+
 #[test]
 fn import_reports_a_line_that_is_not_utf8_and_imports_the_others() {
     let home = with_agent();
@@ -321,6 +508,76 @@ fn retention_dry_run_and_apply() {
     );
     let kept = home.json(&["retention", "--dry-run"]);
     assert_eq!(kept["deleted_sessions"], serde_json::json!([]));
+}
+
+/// Per-agent retention through the binary: block versions beyond the kept ones go on `--apply`
+/// only (the dry run reports the same count), the other agent is untouched, the current value
+/// stays, and a zero age or zero versions is a usage error that changes nothing.
+#[test]
+fn retention_of_agents_data() {
+    let home = with_agent();
+    home.ok(&["agent", "create", "bob"]);
+    for agent in ["ada", "bob"] {
+        home.ok(&[
+            "memory", "block", "create", "--agent", agent, "notes", "--limit", "100", "--value",
+            "v1",
+        ]);
+        for i in 2..=6 {
+            home.ok(&[
+                "memory",
+                "block",
+                "set",
+                "--agent",
+                agent,
+                "notes",
+                &format!("v{i}"),
+            ]);
+        }
+    }
+    let args = |mode: &str| {
+        vec![
+            "retention".to_owned(),
+            mode.to_owned(),
+            "--agent".to_owned(),
+            "ada".to_owned(),
+            "--keep-block-versions".to_owned(),
+            "2".to_owned(),
+            "--batches-older-than-days".to_owned(),
+            "30".to_owned(),
+        ]
+    };
+    let run = |mode: &str| {
+        let a = args(mode);
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        home.json(&refs)
+    };
+    // All six versions were written today: beyond the last two, today's last is among them.
+    let dry = run("--dry-run");
+    assert_eq!(dry["agents"][0]["name"], "ada");
+    assert_eq!(dry["agents"][0]["deleted_block_versions"], 4, "{dry}");
+    assert_eq!(dry["agents"][0]["dry_run"], true);
+    let applied = run("--apply");
+    assert_eq!(applied["agents"][0]["deleted_block_versions"], 4);
+    assert_eq!(applied["agents"].as_array().unwrap().len(), 1);
+    let again = run("--apply");
+    assert_eq!(again["agents"][0]["deleted_block_versions"], 0);
+    let history = |agent: &str| {
+        home.json(&["memory", "block", "history", "--agent", agent, "notes"])
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(history("ada"), 2);
+    assert_eq!(history("bob"), 6);
+    for flag in [
+        "--keep-block-versions",
+        "--batches-older-than-days",
+        "--activity-older-than-days",
+    ] {
+        let err = home.fails(&["retention", "--apply", flag, "0"], USAGE);
+        assert!(err.contains("invalid retention policy"), "{err}");
+    }
+    assert_eq!(history("bob"), 6);
 }
 
 /// `meeting events --follow` prints each event as another process causes it (one JSON object

@@ -313,3 +313,148 @@ fn an_agent_with_an_open_batch_is_not_exported() {
     assert!(!file.exists());
     home.fails(&["export", "nobody", file.to_str().unwrap()], NOT_FOUND);
 }
+
+/// A Letta agent file written from Letta's published schema (`AgentFileSchema`: `agents`,
+/// `blocks`, `files`, `sources`, `tools`, `groups`, `mcp_servers`, `metadata`).
+fn letta_file() -> Value {
+    serde_json::json!({
+        "agents": [{
+            "id": "agent-0",
+            "name": "Sam",
+            "agent_type": "memgpt_v2_agent",
+            "system": "You are Sam, a helpful assistant.",
+            "block_ids": ["block-0", "block-1"],
+            "tool_ids": ["tool-0"],
+            "tool_rules": [{"tool_name": "send_message", "type": "exit_loop"}],
+            "llm_config": {"model": "gpt-4o-mini", "context_window": 32000},
+            "in_context_message_ids": ["message-0", "message-1"],
+            "messages": [
+                {"id": "message-0", "role": "system", "content": [{"type": "text", "text": "You are Sam."}],
+                 "created_at": "2025-03-01T10:00:00Z"},
+                {"id": "message-1", "role": "user", "content": [{"type": "text", "text": "What's the weather in Oslo?"}],
+                 "created_at": "2025-03-01T10:00:01Z"},
+                {"id": "message-2", "role": "assistant",
+                 "content": [{"type": "reasoning", "reasoning": "look it up"}],
+                 "tool_calls": [{"id": "call-1", "type": "function",
+                                 "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}],
+                 "created_at": "2025-03-01T10:00:02Z"},
+                {"id": "message-3", "role": "tool", "tool_call_id": "call-1",
+                 "content": [{"type": "text", "text": "{\"status\": \"OK\", \"message\": \"4 C, rain\"}"}],
+                 "created_at": "2025-03-01T10:00:03Z"},
+                {"id": "message-4", "role": "assistant", "content": [{"type": "text", "text": "Rainy, 4 C."}],
+                 "created_at": "2025-03-01T10:00:04Z"},
+                {"id": "message-5", "role": "user", "content": "And Bergen?",
+                 "created_at": "2025-03-01T11:00:00Z"},
+                {"id": "message-6", "role": "assistant", "content": [],
+                 "tool_calls": [{"id": "call-2", "type": "function",
+                                 "function": {"name": "get_weather", "arguments": "{\"city\": \"Bergen\"}"}}],
+                 "created_at": "2025-03-01T11:00:01Z"}
+            ],
+            "files_agents": [],
+            "group_ids": []
+        }],
+        "groups": [],
+        "blocks": [
+            {"id": "block-0", "label": "persona", "value": "I am Sam.", "limit": 5000,
+             "description": "Who I am", "metadata": {}},
+            {"id": "block-1", "label": "Human Notes", "value": "Lives in Oslo.", "limit": 5000,
+             "metadata": {}}
+        ],
+        "files": [{"id": "file-0", "source_id": "source-0", "file_name": "trip.txt",
+                   "content": "The ferry leaves at nine.\n\nBring a raincoat."}],
+        "sources": [{"id": "source-0", "name": "notes"}],
+        "tools": [{"id": "tool-0", "name": "get_weather"}],
+        "mcp_servers": [],
+        "metadata": {"revision_id": "5b804970e6a0"},
+        "created_at": "2025-03-02T00:00:00Z"
+    })
+}
+
+/// `import --letta`: the agent, its system prompt, blocks, messages (in batches, the pair of
+/// call and return kept together, the unanswered call reported) and files arrive; what Pattern
+/// does not take is listed; an older single-agent file is a clear refusal, nothing stored.
+#[test]
+fn letta_agent_file_round_trip_of_what_it_claims() {
+    let home = Home::init();
+    let file = home.path("sam.af");
+    std::fs::write(&file, serde_json::to_vec(&letta_file()).unwrap()).unwrap();
+    let out = home.run(&["--json", "import", "--letta", file.to_str().unwrap()]);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["agent"], "Sam");
+    assert_eq!(report["blocks"], 2);
+    // The system message is the instructions; the rest is 6 messages in 2 batches.
+    assert_eq!(report["messages"], 6, "{report}");
+    assert_eq!(report["batches"], 2);
+    assert_eq!(report["complete"], 1);
+    assert_eq!(report["abandoned"], 1);
+    assert_eq!(report["anomalies"][0]["kind"], "unfinished");
+    assert_eq!(report["anomalies"][0]["pending"][0], "call-2");
+    assert_eq!(report["archival"], 1);
+    let not: Vec<&str> = report["not_carried"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    for expected in ["1 tool(s)", "1 tool rule(s)", "1 reasoning content part(s)"] {
+        assert!(
+            not.iter().any(|n| n == &expected),
+            "{expected} missing from {not:?}"
+        );
+    }
+    assert!(
+        not.iter().any(|n| n.starts_with("the model settings")),
+        "{not:?}"
+    );
+    assert!(stderr.contains("not paired"), "{stderr}");
+
+    let agent = home.json(&["agent", "show", "Sam"]);
+    assert_eq!(
+        agent["agent"]["instructions"]
+            .as_str()
+            .or(agent["instructions"].as_str()),
+        Some("You are Sam, a helpful assistant."),
+        "{agent}"
+    );
+    let persona = home.json(&["memory", "block", "show", "persona", "--agent", "Sam"]);
+    assert_eq!(persona["value"], "I am Sam.");
+    assert_eq!(persona["description"], "Who I am");
+    let notes = home.json(&["memory", "block", "show", "human_notes", "--agent", "Sam"]);
+    assert_eq!(notes["value"], "Lives in Oslo.");
+    let batches = home.json(&["batches", "list", "--agent", "Sam"]);
+    let rows = batches.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    // Oldest: the weather question with its paired call and return, complete.
+    assert_eq!(rows[1]["state"], "complete");
+    assert_eq!(rows[1]["message_count"], 4);
+    assert_eq!(rows[0]["state"], "abandoned");
+    let passages = home.json(&["archival", "list", "--agent", "Sam"]);
+    assert_eq!(
+        passages[0]["content"],
+        "The ferry leaves at nine.\n\nBring a raincoat."
+    );
+    assert_eq!(passages[0]["metadata"]["source"], "trip.txt");
+
+    // The single-agent format of older Letta versions: refused by name, nothing stored.
+    let old = home.path("old.af");
+    std::fs::write(
+        &old,
+        r#"{"agent_type": "memgpt_agent", "core_memory": [], "messages": [], "name": "Old", "version": "0.6.4"}"#,
+    )
+    .unwrap();
+    let err = home.fails(&["import", "--letta", old.to_str().unwrap()], REFUSED);
+    assert!(err.contains("unknown Letta agent file version"), "{err}");
+    assert!(err.contains("0.6.4"), "{err}");
+    home.fails(&["agent", "show", "Old"], NOT_FOUND);
+    // The same file again: the name is taken (exit 4), and the first import is intact.
+    home.fails(&["import", "--letta", file.to_str().unwrap()], CONFLICT);
+    assert_eq!(
+        home.json(&["batches", "list", "--agent", "Sam"])
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}

@@ -90,7 +90,7 @@ async fn upsert_jobs(
     let mut written = 0;
     let conflict = if refresh {
         "DO UPDATE SET text_hash = excluded.text_hash, agent_id = excluded.agent_id, attempts = 0, \
-         next_attempt_at = excluded.next_attempt_at, claimed_until = NULL, last_error = NULL"
+         next_attempt_at = excluded.next_attempt_at, claimed_until = NULL, claimed_by = NULL, last_error = NULL"
     } else {
         "DO NOTHING"
     };
@@ -747,6 +747,7 @@ pub(crate) async fn claim(
     lease: Duration,
 ) -> Result<Vec<EmbeddingJob>> {
     let now = now_ms();
+    reclaim_from_dead(conn, ctx, now).await?;
     let lock = match ctx.backend {
         Backend::Sqlite => "",
         Backend::Postgres => " FOR UPDATE SKIP LOCKED",
@@ -816,7 +817,80 @@ pub(crate) async fn claim(
         &claimed,
     )
     .await?;
+    // The holder is written apart from the lease so `for_each_type` keeps integer leading
+    // parameters; both run in this one transaction.
+    for_each_claimed(conn, &ctx.judge.me, &claimed).await?;
     Ok(out)
+}
+
+/// Marks `refs` claimed by `holder`, a few at a time.
+async fn for_each_claimed(
+    conn: &mut AnyConnection,
+    holder: &str,
+    refs: &[&ContentRef],
+) -> Result<()> {
+    for t in ContentType::ALL {
+        let ids: Vec<&str> = refs
+            .iter()
+            .filter(|r| r.content_type == t)
+            .map(|r| r.id.as_str())
+            .collect();
+        for chunk in fixed_chunks(&ids) {
+            let sql = format!(
+                "UPDATE embedding_jobs SET claimed_by = $1 WHERE content_type = $2 AND content_id IN {}",
+                placeholders(1, chunk.len(), 3)
+            );
+            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(holder.to_owned())
+                .bind(t.as_str());
+            for id in chunk {
+                q = q.bind((*id).to_owned());
+            }
+            q.execute(&mut *conn).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Frees the unexpired claims of holders that are not alive (gone: their liveness lock is free
+/// or their row missing; expired: no heartbeat for a whole lease), so their jobs are due at once
+/// rather than when the dead holder's lease would have passed. Claims recorded before migration
+/// 0014 (no holder) keep their lease. Returns how many jobs were freed.
+pub(crate) async fn reclaim_from_dead(
+    conn: &mut AnyConnection,
+    ctx: &Ctx,
+    now: i64,
+) -> Result<u64> {
+    let holders: Vec<String> = sqlx::query(
+        "SELECT DISTINCT claimed_by FROM embedding_jobs \
+         WHERE claimed_by IS NOT NULL AND claimed_until > $1 AND claimed_by <> $2",
+    )
+    .bind(now)
+    .bind(ctx.judge.me.clone())
+    .fetch_all(&mut *conn)
+    .await?
+    .iter()
+    .map(|r| r.try_get::<String, _>(0))
+    .collect::<std::result::Result<_, _>>()?;
+    let mut freed = 0;
+    for holder in holders {
+        if ctx.judge.status(conn, &holder).await? == crate::process::HolderStatus::Alive {
+            continue;
+        }
+        freed += release_claims_of(conn, &holder).await?;
+    }
+    Ok(freed)
+}
+
+/// Frees every claim `holder` holds. Returns how many jobs were freed.
+pub(crate) async fn release_claims_of(conn: &mut AnyConnection, holder: &str) -> Result<u64> {
+    Ok(sqlx::query(
+        "UPDATE embedding_jobs SET claimed_until = NULL, claimed_by = NULL WHERE claimed_by = $1",
+    )
+    .bind(holder.to_owned())
+    .execute(&mut *conn)
+    .await?
+    .rows_affected())
 }
 
 pub(crate) async fn store(
@@ -874,7 +948,7 @@ pub(crate) async fn store(
     let stale: Vec<&ContentRef> = report.stale.iter().collect();
     for_each_type(
         conn,
-        "UPDATE embedding_jobs SET claimed_until = NULL WHERE content_type = $1 AND content_id IN",
+        "UPDATE embedding_jobs SET claimed_until = NULL, claimed_by = NULL WHERE content_type = $1 AND content_id IN",
         &[],
         &stale,
     )
@@ -941,7 +1015,7 @@ pub(crate) async fn fail(
     for (content, error) in failures {
         n += sqlx::query(
             "UPDATE embedding_jobs SET attempts = attempts + 1, last_error = $1, next_attempt_at = $2, \
-             claimed_until = NULL WHERE content_type = $3 AND content_id = $4",
+             claimed_until = NULL, claimed_by = NULL WHERE content_type = $3 AND content_id = $4",
         )
         .bind(error.clone())
         .bind(retry_at.timestamp_millis())

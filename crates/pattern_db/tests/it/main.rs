@@ -27,6 +27,7 @@ mod import;
 mod mcp;
 mod props;
 mod queue;
+mod retention;
 mod runs;
 mod schedules;
 mod search;

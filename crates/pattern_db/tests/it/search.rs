@@ -1031,6 +1031,53 @@ async fn claims_are_disjoint_across_handles(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
+/// A claim is a lease held by a process: a closed process's claims are free at once (it releases
+/// them, and a holder that is gone is judged dead), a claim of a holder that never existed or
+/// died without closing is taken at once, and a live holder's claim is respected.
+async fn claims_of_dead_processes_are_reclaimed_at_once(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let one = open_with(&tdb, |c| c.record_embedding_jobs = true).await;
+    let two = tdb.open().await.unwrap();
+    let a = one.create_agent(NewAgent::named("ada")).await.unwrap();
+    let entries = (0..6)
+        .map(|i| NewArchival::text(format!("passage {i}")))
+        .collect();
+    one.insert_archival_many(a.id, entries).await.unwrap();
+    let lease = Duration::from_secs(3600);
+    let held = one.claim_embedding_jobs(4, lease).await.unwrap();
+    assert_eq!(held.len(), 4);
+    // A live holder keeps its claims: only the two unclaimed jobs are handed out.
+    let rest = two.claim_embedding_jobs(10, lease).await.unwrap();
+    assert_eq!(rest.len(), 2);
+    assert_eq!(two.reclaim_embedding_jobs().await.unwrap(), 0);
+    // The holder goes away without finishing: its jobs are due at once, not in an hour.
+    one.close().await;
+    let taken = two.claim_embedding_jobs(10, lease).await.unwrap();
+    let taken: HashSet<ContentRef> = taken.into_iter().map(|j| j.content).collect();
+    let held: HashSet<ContentRef> = held.into_iter().map(|j| j.content).collect();
+    assert_eq!(taken, held);
+    // A process that died without closing (here: a holder with no registration at all).
+    pattern_db::testkit::execute_raw(
+        &two,
+        "UPDATE embedding_jobs SET claimed_by = 'ghost-process'",
+    )
+    .await
+    .unwrap();
+    assert_eq!(two.reclaim_embedding_jobs().await.unwrap(), 6);
+    assert_eq!(two.claim_embedding_jobs(10, lease).await.unwrap().len(), 6);
+    // Closing releases this process's own claims.
+    assert_eq!(two.release_embedding_claims().await.unwrap(), 6);
+    let three = tdb.open().await.unwrap();
+    assert_eq!(
+        three.claim_embedding_jobs(10, lease).await.unwrap().len(),
+        6
+    );
+    assert_eq!(two.claim_embedding_jobs(10, lease).await.unwrap().len(), 0);
+    two.close().await;
+    three.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
 macro_rules! search_conformance {
     ($($case:ident),* $(,)?) => {
         mod sqlite {
@@ -1057,6 +1104,7 @@ search_conformance!(
     jobs_are_recorded_with_their_content,
     claim_store_fail,
     claims_are_disjoint_across_handles,
+    claims_of_dead_processes_are_reclaimed_at_once,
     model_mismatch_and_reembed,
     change_log_never_misses_under_concurrent_writers,
     resolve_content_only_live_and_visible,

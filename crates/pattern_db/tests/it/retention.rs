@@ -1,0 +1,349 @@
+//! Per-agent retention (`Database::retain_agent`) on both backends, as properties over random
+//! histories (several seeds): no open batch is deleted, no batch a summary still needs (complete
+//! and not archived under a summary), nothing recent, nothing of another agent; every old
+//! abandoned or summarised batch goes with its messages; block versions keep the last `keep` and
+//! the last of each day, the current one always; old activity goes; a dry run reports exactly what
+//! the apply then does and changes nothing; a zero age or zero `keep` is a typed error.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use chrono::Utc;
+use pattern_db::retention::AgentRetention;
+use pattern_db::testkit::{execute_raw, fetch_texts};
+use pattern_db::{
+    AgentId, BatchId, BeginBatch, Database, Error, NewAgent, NewBlock, NewMessage, Summary,
+};
+
+use crate::{Kind, fresh};
+
+const DAY_MS: i64 = 24 * 60 * 60 * 1000;
+
+/// A tiny deterministic generator (no dependency, same sequence on every run).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// Writes a random history for `agent`: batches complete, abandoned or left open, a summary over
+/// a prefix, a block with ten versions, five activity events.
+async fn history(db: &Database, agent: AgentId, rng: &mut Lcg) {
+    let store = db.messages(agent);
+    let mut complete = Vec::new();
+    for i in 0..12 {
+        let r = store
+            .begin_batch(NewMessage::user(format!("q{i}")), BeginBatch::default())
+            .await
+            .unwrap();
+        store
+            .append_step(r.batch_id, vec![NewMessage::assistant(format!("a{i}"))])
+            .await
+            .unwrap();
+        match rng.next(5) {
+            0 => {
+                store.abandon_batch(r.batch_id, "test").await.unwrap();
+            }
+            1 => {}
+            _ => {
+                store.complete_batch(r.batch_id).await.unwrap();
+                complete.push(r.batch_id);
+            }
+        }
+    }
+    if complete.len() >= 2 {
+        let through = complete[usize::try_from(rng.next(complete.len() as u64)).unwrap()];
+        let summary = Summary {
+            id: store.new_summary_id().unwrap(),
+            agent_id: agent,
+            content: "what happened".into(),
+            from_batch: complete[0],
+            through_batch: through,
+            message_count: 2,
+            depth: 0,
+            created_at: Utc::now(),
+        };
+        store.summarize_and_archive(summary).await.unwrap();
+    }
+    let block = db
+        .create_block(
+            agent,
+            NewBlock {
+                label: "notes".into(),
+                description: "notes".into(),
+                value: "v1".into(),
+                char_limit: 1000,
+                block_type: "working".into(),
+            },
+        )
+        .await
+        .unwrap();
+    let mut version = block.version;
+    for i in 2..=10 {
+        version = db
+            .write_block(
+                agent,
+                "notes",
+                version,
+                format!("v{i}"),
+                "replace",
+                &["admin"],
+            )
+            .await
+            .unwrap();
+    }
+    for i in 0..5 {
+        store
+            .log_activity("test", serde_json::json!({ "i": i }))
+            .await
+            .unwrap();
+    }
+}
+
+/// Moves everything of `agent` ten days back; block version `v` goes `12 - v/2` days back, so
+/// pairs of versions share a day.
+async fn age(db: &Database, agent: AgentId) {
+    let a = agent.to_string();
+    let ten = 10 * DAY_MS;
+    for sql in [
+        format!(
+            "UPDATE batches SET started_at = started_at - {ten}, completed_at = completed_at - {ten} \
+             WHERE agent_id = '{a}'"
+        ),
+        format!(
+            "UPDATE activity_events SET created_at = created_at - {ten} WHERE agent_id = '{a}'"
+        ),
+        format!(
+            "UPDATE memory_block_versions SET created_at = created_at - (12 - version / 2) * {DAY_MS} \
+             WHERE block_id IN (SELECT id FROM memory_blocks WHERE owner_agent_id = '{a}')"
+        ),
+    ] {
+        execute_raw(db, &sql).await.unwrap();
+    }
+}
+
+/// `id -> (state, archived, covered by a summary)` of the agent's batches.
+async fn batches(db: &Database, agent: AgentId) -> BTreeMap<i64, (String, bool, bool)> {
+    let rows = fetch_texts(
+        db,
+        &format!(
+            "SELECT CAST(b.id AS TEXT) || ':' || b.state || ':' || \
+             CASE WHEN b.archived THEN 'a' ELSE 'l' END || ':' || \
+             CASE WHEN EXISTS (SELECT 1 FROM summaries s WHERE s.agent_id = b.agent_id \
+                  AND s.from_batch <= b.id AND b.id <= s.through_batch) THEN 's' ELSE 'n' END \
+             FROM batches b WHERE b.agent_id = '{agent}'"
+        ),
+    )
+    .await
+    .unwrap();
+    rows.iter()
+        .map(|r| {
+            let parts: Vec<&str> = r.split(':').collect();
+            (
+                parts[0].parse().unwrap(),
+                (parts[1].to_owned(), parts[2] == "a", parts[3] == "s"),
+            )
+        })
+        .collect()
+}
+
+/// Rows of `agent` in every table retention may touch.
+async fn counts(db: &Database, agent: AgentId) -> Vec<String> {
+    let a = agent.to_string();
+    let mut out = Vec::new();
+    for sql in [
+        format!("SELECT CAST(COUNT(*) AS TEXT) FROM batches WHERE agent_id = '{a}'"),
+        format!("SELECT CAST(COUNT(*) AS TEXT) FROM messages WHERE agent_id = '{a}'"),
+        format!("SELECT CAST(COUNT(*) AS TEXT) FROM activity_events WHERE agent_id = '{a}'"),
+        format!("SELECT CAST(COUNT(*) AS TEXT) FROM summaries WHERE agent_id = '{a}'"),
+        format!(
+            "SELECT CAST(COUNT(*) AS TEXT) FROM memory_block_versions WHERE block_id IN \
+             (SELECT id FROM memory_blocks WHERE owner_agent_id = '{a}')"
+        ),
+    ] {
+        out.extend(fetch_texts(db, &sql).await.unwrap());
+    }
+    out
+}
+
+async fn versions(db: &Database, agent: AgentId) -> BTreeSet<i64> {
+    fetch_texts(
+        db,
+        &format!(
+            "SELECT CAST(version AS TEXT) FROM memory_block_versions WHERE block_id IN \
+             (SELECT id FROM memory_blocks WHERE owner_agent_id = '{agent}')"
+        ),
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|v| v.parse().unwrap())
+    .collect()
+}
+
+async fn retention_keeps_what_is_needed(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    for seed in 1..=4u64 {
+        let mut rng = Lcg(seed);
+        let a = db
+            .create_agent(NewAgent::named(format!("a{seed}")))
+            .await
+            .unwrap()
+            .id;
+        let b = db
+            .create_agent(NewAgent::named(format!("b{seed}")))
+            .await
+            .unwrap()
+            .id;
+        history(&db, a, &mut rng).await;
+        history(&db, b, &mut rng).await;
+        age(&db, a).await;
+        age(&db, b).await;
+        // One recent batch, abandoned: too young to go.
+        let store = db.messages(a);
+        let recent: BatchId = store
+            .begin_batch(NewMessage::user("new"), BeginBatch::default())
+            .await
+            .unwrap()
+            .batch_id;
+        store.abandon_batch(recent, "test").await.unwrap();
+
+        let before = batches(&db, a).await;
+        let b_before = counts(&db, b).await;
+        let policy = AgentRetention {
+            batches_older_than: Some(Duration::from_secs(86_400)),
+            keep_block_versions: Some(3),
+            activity_older_than: Some(Duration::from_secs(86_400)),
+            dry_run: true,
+        };
+        let a_before = counts(&db, a).await;
+        let dry = db.retain_agent(a, policy.clone()).await.unwrap();
+        assert_eq!(counts(&db, a).await, a_before, "a dry run changes nothing");
+        let applied = db
+            .retain_agent(
+                a,
+                AgentRetention {
+                    dry_run: false,
+                    ..policy
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            (
+                &dry.deleted_batches,
+                dry.deleted_messages,
+                dry.deleted_block_versions,
+                dry.deleted_activity_events
+            ),
+            (
+                &applied.deleted_batches,
+                applied.deleted_messages,
+                applied.deleted_block_versions,
+                applied.deleted_activity_events
+            ),
+            "seed {seed}: the dry run reports what the apply does"
+        );
+
+        // Exactly the old abandoned batches and the old summarised ones went.
+        let after = batches(&db, a).await;
+        let expected: Vec<i64> = before
+            .iter()
+            .filter(|(id, (state, archived, covered))| {
+                **id != recent.0
+                    && (state == "abandoned" || (state == "complete" && *archived && *covered))
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        assert!(
+            !expected.is_empty(),
+            "seed {seed} deletes nothing: a weak case"
+        );
+        assert_eq!(applied.deleted_batches, expected, "seed {seed}");
+        for (id, (state, archived, covered)) in &before {
+            let kept = after.contains_key(id);
+            if state == "open"
+                || *id == recent.0
+                || (state == "complete" && !(*archived && *covered))
+            {
+                assert!(kept, "seed {seed}: batch {id} ({state}) must stay");
+            }
+        }
+        assert_eq!(after.len(), before.len() - expected.len());
+        let left: Vec<String> = fetch_texts(
+            &db,
+            &format!(
+                "SELECT CAST(batch_id AS TEXT) FROM messages WHERE agent_id = '{a}' AND batch_id IN ({})",
+                expected
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+        .await
+        .unwrap();
+        assert!(left.is_empty(), "messages of deleted batches remain");
+        assert!(applied.deleted_messages >= 2 * expected.len() as u64);
+
+        // Versions 8..=10 (the last three) stay; of older days only each day's last: 7, 5, 3, 1.
+        assert_eq!(
+            versions(&db, a).await,
+            BTreeSet::from([1, 3, 5, 7, 8, 9, 10])
+        );
+        assert_eq!(applied.deleted_block_versions, 3);
+        assert_eq!(db.block(a, "notes").await.unwrap().value, "v10");
+        // The five logged and any the store logged itself (abandonments), as old as they.
+        assert!(applied.deleted_activity_events >= 5);
+        let old_left = fetch_texts(
+            &db,
+            &format!(
+                "SELECT CAST(COUNT(*) AS TEXT) FROM activity_events WHERE agent_id = '{a}' \
+                 AND created_at < {}",
+                Utc::now().timestamp_millis() - DAY_MS
+            ),
+        )
+        .await
+        .unwrap();
+        assert_eq!(old_left, ["0"]);
+
+        // The other agent is untouched.
+        assert_eq!(
+            counts(&db, b).await,
+            b_before,
+            "seed {seed}: agent b changed"
+        );
+    }
+
+    // Zero ages and zero versions are refused, nothing changed.
+    let a = db.create_agent(NewAgent::named("z")).await.unwrap().id;
+    for policy in [
+        AgentRetention {
+            batches_older_than: Some(Duration::ZERO),
+            ..AgentRetention::default()
+        },
+        AgentRetention {
+            activity_older_than: Some(Duration::ZERO),
+            ..AgentRetention::default()
+        },
+        AgentRetention {
+            keep_block_versions: Some(0),
+            ..AgentRetention::default()
+        },
+    ] {
+        let e = db.retain_agent(a, policy).await.unwrap_err();
+        assert!(matches!(e, Error::InvalidRetention(_)), "{e:?}");
+        assert_eq!(e.class(), pattern_db::ErrorClass::Invalid);
+    }
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+conformance!(retention_keeps_what_is_needed);
