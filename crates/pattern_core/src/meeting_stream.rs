@@ -1,5 +1,5 @@
 //! A meeting as it happens, agents' output included: [`follow`] merges the meeting's event log
-//! (`pattern_protocol`'s [`Follower`](pattern_protocol::Follower)) with the turn log of each
+//! (`pattern_protocol`'s [`Follower`]) with the turn log of each
 //! speaker's run (the run a [`MeetingDriver`](crate::meeting::MeetingDriver) submits for the
 //! turn, keyed `meeting:{id}:turn:{seq}:{attempt}`), from a [`MeetingCursor`] that resumes
 //! exactly where a reader stopped.
