@@ -501,7 +501,7 @@ impl MeetingDriver {
             .meeting_messages(id)
             .await?
             .into_iter()
-            .map(|m| (m.id.to_string(), speech_text(&m.content)))
+            .map(|m| (m.id.to_string(), pattern_db::content_text(&m.content)))
             .collect();
         let host = plan.agents[0];
         let hosting = turn.speaker == host;
@@ -770,18 +770,7 @@ impl MeetingDriver {
             .meeting_messages(id)
             .await?
             .into_iter()
-            .map(|m| (self.name(m.sender), speech_text(&m.content)))
+            .map(|m| (self.name(m.sender), pattern_db::content_text(&m.content)))
             .collect())
-    }
-}
-
-/// The text of a stored speech (`{"text": ...}`, or any other JSON as it is).
-fn speech_text(content: &serde_json::Value) -> String {
-    match content.get("text").and_then(|t| t.as_str()) {
-        Some(text) => text.to_owned(),
-        None => match content {
-            serde_json::Value::String(s) => s.clone(),
-            other => other.to_string(),
-        },
     }
 }

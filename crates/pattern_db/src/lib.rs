@@ -103,7 +103,7 @@ pub use protocol::{
     MeetingEventType, MeetingId, MeetingPolicy, MeetingStatus, MeetingUpdate, NewProtocolMessage,
     Organization, OrganizationId, Participant, ParticipantStatus, ProtocolMessage,
     ProtocolMessageId, RetentionPolicy, RetentionReport, Session, SessionId, SessionOptions,
-    SessionStatus, SessionType, UnreadSummary, Wakeup, WakeupListener,
+    SessionStatus, SessionType, UnreadSummary, Wakeup, WakeupListener, content_text,
 };
 pub use runs::{
     ClaimInfo, Finished, Idempotency, NewTurn, NewTurnEvent, RunClaim, RunEnding, Started, Submit,

@@ -340,6 +340,18 @@ pub struct ProtocolMessage {
     pub created_at: DateTime<Utc>,
 }
 
+/// The text of a protocol message's JSON content: its `text` field (`{"text": ...}`, what agents
+/// send), a JSON string as it is, or any other JSON as JSON text.
+pub fn content_text(content: &serde_json::Value) -> String {
+    match content.get("text").and_then(|t| t.as_str()) {
+        Some(text) => text.to_owned(),
+        None => match content.as_str() {
+            Some(text) => text.to_owned(),
+            None => content.to_string(),
+        },
+    }
+}
+
 /// Checks an external id, a name or a message type: 1 to [`MAX_PROTOCOL_NAME_CHARS`]
 /// characters, no control characters.
 pub(crate) fn validate_name(what: &str, text: &str) -> Result<()> {

@@ -384,7 +384,7 @@ impl Start {
                 "{} -> {}: {}",
                 v.from,
                 v.to.as_deref().unwrap_or("-"),
-                text_of(&v.content)
+                pattern::db::content_text(&v.content)
             ))?;
         }
         Ok(())
@@ -417,7 +417,7 @@ impl Start {
                         "{} -> {}: {}",
                         v.from,
                         v.to.as_deref().unwrap_or("-"),
-                        text_of(&v.content)
+                        pattern::db::content_text(&v.content)
                     );
                 }
             }
@@ -460,17 +460,6 @@ impl Start {
                 }
             }
         }
-    }
-}
-
-/// The text of a message's content (`{"text": ...}`, a string, or the JSON).
-fn text_of(content: &Value) -> String {
-    match content.get("text").and_then(Value::as_str) {
-        Some(text) => text.to_owned(),
-        None => match content {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        },
     }
 }
 

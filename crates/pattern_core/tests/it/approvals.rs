@@ -22,7 +22,7 @@ use pattern_db::{
 };
 use serde_json::json;
 
-use crate::support::{batches_of, config, last};
+use crate::support::{batches_of, config, last, tool_results};
 use crate::tools::registry;
 
 struct Setup {
@@ -120,18 +120,6 @@ async fn turn_answering(
         .await
         .expect("turn finished");
     (events, asked)
-}
-
-fn tool_results(events: &[ResponseEvent]) -> Vec<(String, bool)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            ResponseEvent::ToolResult {
-                content, is_error, ..
-            } => Some((content.clone(), *is_error)),
-            _ => None,
-        })
-        .collect()
 }
 
 /// The stored log of the agent's only turn has the request before the tool's result.

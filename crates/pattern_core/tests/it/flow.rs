@@ -14,7 +14,7 @@ use pattern_core::{
 use pattern_db::{BatchState, BatchType, ContentBlock, Role};
 use serde_json::json;
 
-use crate::support::{Harness, config, last, run};
+use crate::support::{Harness, config, last, run, tool_results};
 use crate::tools::registry;
 
 fn kinds(events: &[ResponseEvent]) -> Vec<&'static str> {
@@ -34,18 +34,6 @@ fn kinds(events: &[ResponseEvent]) -> Vec<&'static str> {
             ResponseEvent::BatchCompleted { .. } => "completed",
             ResponseEvent::Error { .. } => "error",
             ResponseEvent::Done { .. } => "done",
-        })
-        .collect()
-}
-
-fn results(events: &[ResponseEvent]) -> Vec<(String, bool)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            ResponseEvent::ToolResult {
-                content, is_error, ..
-            } => Some((content.clone(), *is_error)),
-            _ => None,
         })
         .collect()
 }
@@ -169,7 +157,7 @@ async fn bad_calls_become_error_results(kind: pattern_db::Backend) {
         "{:?}",
         last(&events)
     );
-    let r = results(&events);
+    let r = tool_results(&events);
     assert_eq!(r.len(), 7);
     assert!(r.iter().all(|(_, is_error)| *is_error), "{r:?}");
     assert!(r[0].0.contains("unknown tool `no_such_tool`"), "{}", r[0].0);
@@ -249,7 +237,7 @@ async fn parallel_results_are_stored_in_call_order(kind: pattern_db::Backend) {
         .collect();
     let want: Vec<_> = (0..6).map(|i| (format!("c{i}"), format!("t{i}"))).collect();
     assert_eq!(ids, want);
-    assert_eq!(results(&events).len(), 6);
+    assert_eq!(tool_results(&events).len(), 6);
     h.cleanup().await;
 }
 
@@ -374,7 +362,7 @@ async fn rules_are_enforced(kind: pattern_db::Backend) {
     )
     .await;
     let events = h.turn("go").await;
-    let r = results(&events);
+    let r = tool_results(&events);
     assert!(
         r[0].1 && r[0].0.contains("first call of a turn must be `sleepy`"),
         "{r:?}"
@@ -461,9 +449,9 @@ async fn approval_is_asked_and_recorded(kind: pattern_db::Backend) {
     });
     let first = h.turn("one").await;
     assert!(
-        results(&first)[0].0.contains("no approver"),
+        tool_results(&first)[0].0.contains("no approver"),
         "{:?}",
-        results(&first)
+        tool_results(&first)
     );
     runtime.permissions().set_approver(Arc::new(approver)).await;
     h.provider
@@ -471,9 +459,11 @@ async fn approval_is_asked_and_recorded(kind: pattern_db::Backend) {
     h.provider.push(Turn::text("done"));
     let second = h.turn("two").await;
     assert!(
-        results(&second).iter().any(|(c, e)| c == "three" && !e),
+        tool_results(&second)
+            .iter()
+            .any(|(c, e)| c == "three" && !e),
         "{:?}",
-        results(&second)
+        tool_results(&second)
     );
     runtime.permissions().clear_approver().await;
     let decisions: Vec<_> = runtime
@@ -671,7 +661,7 @@ async fn archival_tools_store_and_find(kind: pattern_db::Backend) {
     )
     .await;
     let events = h.turn("remember where the key is, then tell me").await;
-    let r = results(&events);
+    let r = tool_results(&events);
     assert!(r[0].0.starts_with("stored passage"), "{r:?}");
     assert!(
         r[1].0.contains("[archival,") && r[1].0.contains("blue flowerpot"),

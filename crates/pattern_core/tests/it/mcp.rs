@@ -16,7 +16,7 @@ use pattern_core::{DoneReason, ResponseEvent};
 use pattern_db::{Backend, ContentBlock};
 use serde_json::{Value, json};
 
-use crate::support::{Harness, config};
+use crate::support::{Harness, config, tool_results};
 
 fn cache() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache/mcp")
@@ -96,18 +96,6 @@ async fn registry_with(servers: &[McpServerConfig]) -> (ToolRegistry, Vec<McpPro
     (registry, problems)
 }
 
-fn results(events: &[ResponseEvent]) -> Vec<(String, bool)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            ResponseEvent::ToolResult {
-                content, is_error, ..
-            } => Some((content.clone(), *is_error)),
-            _ => None,
-        })
-        .collect()
-}
-
 /// Runs one scripted turn that calls `calls` in order (one step each), then answers.
 async fn run_calls(
     registry: ToolRegistry,
@@ -156,7 +144,7 @@ async fn the_time_servers_tools_are_listed_and_called_over_stdio() {
         Duration::from_secs(20),
     )
     .await;
-    let results = results(&events);
+    let results = tool_results(&events);
     assert_eq!(results.len(), 1);
     assert!(!results[0].1, "{results:?}");
     assert!(results[0].0.contains("Europe/Paris"), "{results:?}");
@@ -176,7 +164,7 @@ async fn server_everything_echoes_and_adds_over_stdio() {
         Duration::from_secs(20),
     )
     .await;
-    let results = results(&events);
+    let results = tool_results(&events);
     assert_eq!(results.len(), 2, "{events:?}");
     assert!(
         results[0].0.contains("hello mcp") && !results[0].1,
@@ -236,7 +224,7 @@ async fn server_everything_is_reached_over_streamable_http() {
         Duration::from_secs(20),
     )
     .await;
-    let results = results(&events);
+    let results = tool_results(&events);
     assert!(
         results[0].0.contains("over http") && !results[0].1,
         "{results:?}"
@@ -291,7 +279,7 @@ async fn a_hung_call_times_out_as_an_error_result_and_the_agent_keeps_working() 
         Duration::from_secs(8),
     )
     .await;
-    let results = results(&events);
+    let results = tool_results(&events);
     assert_eq!(results.len(), 2, "{events:?}");
     assert!(
         results[0].1 && results[0].0.contains("did not finish"),

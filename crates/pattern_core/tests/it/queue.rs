@@ -3,7 +3,7 @@
 //! processes) watching one database.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use memory_v2::DbMemoryStore;
 use pattern_core::testkit::{ScriptedProvider, Turn};
@@ -12,18 +12,7 @@ use pattern_db::{Backend, BatchState, BatchType, ContentBlock};
 use serde_json::json;
 use tokio::sync::Notify;
 
-use crate::support::{Harness, batches_of, config};
-
-async fn wait_for(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
+use crate::support::{Harness, batches_of, config, wait_for};
 
 async fn agents_message_each_other_through_the_queue(kind: Backend) {
     let h = Harness::new(

@@ -11,19 +11,7 @@ use pattern_db::{Backend, BatchState, BatchType};
 use serde_json::json;
 use tokio::sync::Notify;
 
-use crate::support::{Harness, batches_of};
-
-fn results(events: &[ResponseEvent]) -> Vec<(String, bool)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            ResponseEvent::ToolResult {
-                content, is_error, ..
-            } => Some((content.clone(), *is_error)),
-            _ => None,
-        })
-        .collect()
-}
+use crate::support::{Harness, batches_of, tool_results};
 
 async fn the_agent_schedules_its_own_wakeup(kind: Backend) {
     let soon = (chrono::Utc::now() + chrono::Duration::seconds(2)).to_rfc3339();
@@ -62,7 +50,7 @@ async fn the_agent_schedules_its_own_wakeup(kind: Backend) {
     )
     .await;
     let events = h.turn("remind yourself about the oven").await;
-    let results = results(&events);
+    let results = tool_results(&events);
     assert_eq!(results.len(), 7, "{events:?}");
     assert!(!results[0].1, "{:?}", results[0]);
     assert!(
@@ -180,7 +168,7 @@ async fn the_agent_cancels_a_schedule(kind: Backend) {
     }
     h.provider.push(Turn::text("done"));
     let events = h.turn("cancel it").await;
-    let r = results(&events);
+    let r = tool_results(&events);
     assert_eq!(r.len(), 3, "{events:?}");
     assert!(!r[0].1 && r[0].0.starts_with("cancelled"), "{r:?}");
     assert!(r[1].1 && r[1].0.contains("unknown schedule"), "{r:?}");

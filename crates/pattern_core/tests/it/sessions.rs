@@ -5,38 +5,15 @@
 //! session id, out of turn) are error results the model sees, with nothing stored.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pattern_core::testkit::{ScriptedProvider, Turn};
-use pattern_core::{Agent, QueueProcessor, ResponseEvent};
+use pattern_core::{Agent, QueueProcessor};
 use pattern_db::{Backend, BatchState, BatchType, NewAgent, SessionStatus};
 use serde_json::json;
 use tokio::sync::Notify;
 
-use crate::support::{Harness, batches_of, config};
-
-async fn wait_for(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
-
-fn tool_results(events: &[ResponseEvent]) -> Vec<(String, bool)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            ResponseEvent::ToolResult {
-                content, is_error, ..
-            } => Some((content.clone(), *is_error)),
-            _ => None,
-        })
-        .collect()
-}
+use crate::support::{Harness, batches_of, config, tool_results, wait_for};
 
 async fn two_agents_hold_a_sync_session_opened_by_tool(kind: Backend) {
     let h = Harness::new(

@@ -136,3 +136,28 @@ pub async fn batches_of(db: &Database, agent: pattern_db::AgentId) -> Vec<Stored
 pub fn last(events: &[ResponseEvent]) -> &ResponseEvent {
     events.last().expect("events")
 }
+
+/// The tool results of a turn's events, in order: (content, is_error).
+pub fn tool_results(events: &[ResponseEvent]) -> Vec<(String, bool)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ResponseEvent::ToolResult {
+                content, is_error, ..
+            } => Some((content.clone(), *is_error)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Waits until `check` holds, at most `limit`; panics naming `what` otherwise.
+pub async fn wait_for(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {what}");
+}

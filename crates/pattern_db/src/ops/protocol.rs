@@ -520,17 +520,6 @@ async fn store_message(
     Ok(stored)
 }
 
-/// The text of a message's JSON content: its `text` field, or the JSON itself.
-pub(crate) fn message_text(content: &serde_json::Value) -> String {
-    match content.get("text").and_then(|t| t.as_str()) {
-        Some(text) => text.to_owned(),
-        None => match content.as_str() {
-            Some(text) => text.to_owned(),
-            None => content.to_string(),
-        },
-    }
-}
-
 /// The trigger that delivers `message` (of `session`, from agent `sender`) to its recipient: an
 /// `agent_to_agent` user message naming the sender, the session and what the recipient's answer
 /// does.
@@ -546,7 +535,7 @@ fn trigger_for(session: &Session, sender: &str, message: &ProtocolMessage) -> Ne
     let text = format!(
         "[message from agent {sender} in {what}; session {}{limit}]\n{}",
         session.id,
-        message_text(&message.content)
+        crate::protocol::content_text(&message.content)
     );
     let mut source = format!("session:{}", session.id);
     source.truncate(200);
