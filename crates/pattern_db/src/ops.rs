@@ -1658,7 +1658,10 @@ pub(crate) async fn complete_batch(
     .bind(batch.get())
     .execute(&mut *conn)
     .await?;
-    protocol::complete_delivery(conn, ctx, agent, batch).await?;
+    // Only a queue entry's agent_to_agent batch can have delivered a session message.
+    if info.batch_type == BatchType::AgentToAgent {
+        protocol::complete_delivery(conn, ctx, agent, batch).await?;
+    }
     approvals::end_batch(
         conn,
         ctx,

@@ -710,12 +710,19 @@ fn lease_ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
 }
 
+/// A leading parameter of a [`for_each_type`] statement.
+#[derive(Debug, Clone, Copy)]
+enum Lead<'a> {
+    Int(i64),
+    Text(&'a str),
+}
+
 /// Runs `head` (a statement ending in `content_type = $k AND content_id IN`, whose first
 /// parameters are `leading`) for the ids of each content type in `refs`, a few ids at a time.
 async fn for_each_type(
     conn: &mut AnyConnection,
     head: &str,
-    leading: &[i64],
+    leading: &[Lead<'_>],
     refs: &[&ContentRef],
 ) -> Result<()> {
     for t in ContentType::ALL {
@@ -728,7 +735,10 @@ async fn for_each_type(
             let sql = format!("{head} {}", placeholders(1, chunk.len(), leading.len() + 2));
             let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
             for value in leading {
-                q = q.bind(*value);
+                q = match *value {
+                    Lead::Int(n) => q.bind(n),
+                    Lead::Text(text) => q.bind(text.to_owned()),
+                };
             }
             q = q.bind(t.as_str());
             for id in chunk {
@@ -812,44 +822,13 @@ pub(crate) async fn claim(
     let claimed: Vec<&ContentRef> = out.iter().map(|j| &j.content).collect();
     for_each_type(
         conn,
-        "UPDATE embedding_jobs SET claimed_until = $1 WHERE content_type = $2 AND content_id IN",
-        &[until],
+        "UPDATE embedding_jobs SET claimed_until = $1, claimed_by = $2 \
+         WHERE content_type = $3 AND content_id IN",
+        &[Lead::Int(until), Lead::Text(&ctx.judge.me)],
         &claimed,
     )
     .await?;
-    // The holder is written apart from the lease so `for_each_type` keeps integer leading
-    // parameters; both run in this one transaction.
-    for_each_claimed(conn, &ctx.judge.me, &claimed).await?;
     Ok(out)
-}
-
-/// Marks `refs` claimed by `holder`, a few at a time.
-async fn for_each_claimed(
-    conn: &mut AnyConnection,
-    holder: &str,
-    refs: &[&ContentRef],
-) -> Result<()> {
-    for t in ContentType::ALL {
-        let ids: Vec<&str> = refs
-            .iter()
-            .filter(|r| r.content_type == t)
-            .map(|r| r.id.as_str())
-            .collect();
-        for chunk in fixed_chunks(&ids) {
-            let sql = format!(
-                "UPDATE embedding_jobs SET claimed_by = $1 WHERE content_type = $2 AND content_id IN {}",
-                placeholders(1, chunk.len(), 3)
-            );
-            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(holder.to_owned())
-                .bind(t.as_str());
-            for id in chunk {
-                q = q.bind((*id).to_owned());
-            }
-            q.execute(&mut *conn).await?;
-        }
-    }
-    Ok(())
 }
 
 /// Frees the unexpired claims of holders that are not alive (gone: their liveness lock is free
