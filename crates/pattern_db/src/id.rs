@@ -3,11 +3,13 @@
 //! Layout (most significant first): 1 zero bit, 41 bits of milliseconds since
 //! [`EPOCH_MS`] (good until 2094), 10 bits of machine id, 12 bits of sequence.
 //!
-//! A generator never hands out the same id twice and its ids strictly increase. It never sleeps,
-//! except when the 4,096 ids of one millisecond are used up, and then only until the next
-//! millisecond. When the wall clock steps back, the generator keeps counting from the last
-//! millisecond it used (a logical clock) instead of going back with it, so ordering holds; ids then
-//! carry a timestamp slightly ahead of the wall clock until the clock catches up.
+//! A generator never hands out the same id twice and its ids strictly increase. It never sleeps
+//! or blocks (it is called on async workers): when the 4,096 ids of one millisecond are used up,
+//! or when the wall clock steps back, it keeps counting on a logical clock (the next millisecond
+//! after the last one it used) instead of waiting for, or going back with, the wall clock. Ids
+//! then carry a timestamp slightly ahead of the wall clock until the clock catches up: one
+//! millisecond per 4,096 ids handed out faster than 4,096 per millisecond, which a database
+//! writer never sustains.
 //!
 //! This module must never hand out a machine id itself: uniqueness across processes depends on the
 //! caller giving each live generator its own machine id (from configuration or a database lease,
@@ -16,7 +18,7 @@
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use chrono::{DateTime, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
@@ -191,41 +193,34 @@ impl<C: Clock> SnowflakeGenerator<C> {
 
     /// The next id: greater than every id this generator returned or [`observe`](Self::observe)d.
     pub fn next_id(&self) -> Result<SnowflakeId> {
-        loop {
-            let now = self.clock.now_millis() - EPOCH_MS;
-            let mut state = self
-                .state
-                .lock()
-                .map_err(|_| Error::Poisoned("snowflake generator"))?;
-            if now > state.last_ms {
-                state.last_ms = now;
-                state.seq = 0;
-            } else if state.seq < MAX_SEQUENCE {
-                // Same millisecond, or the clock stepped back: keep counting on the logical clock.
-                state.seq += 1;
-            } else if now < state.last_ms {
-                // Clock is behind and this millisecond is used up: move the logical clock on rather
-                // than wait for a clock that may be far behind.
-                state.last_ms += 1;
-                state.seq = 0;
-            } else {
-                // 4,096 ids in this very millisecond: wait for the next one.
-                drop(state);
-                std::thread::sleep(Duration::from_micros(100));
-                continue;
-            }
-            if state.last_ms > MAX_TIMESTAMP || state.last_ms < 0 {
-                return Err(Error::Clock(format!(
-                    "clock reads {} ms since the snowflake epoch, outside the 41-bit range",
-                    state.last_ms
-                )));
-            }
-            return Ok(SnowflakeId::compose(
-                state.last_ms,
-                state.machine_id,
-                state.seq,
-            ));
+        let now = self.clock.now_millis() - EPOCH_MS;
+        let mut state = self
+            .state
+            .lock()
+            .map_err(|_| Error::Poisoned("snowflake generator"))?;
+        if now > state.last_ms {
+            state.last_ms = now;
+            state.seq = 0;
+        } else if state.seq < MAX_SEQUENCE {
+            // Same millisecond, or the clock stepped back: keep counting on the logical clock.
+            state.seq += 1;
+        } else {
+            // This millisecond is used up (4,096 ids in it, or the clock is behind): move the
+            // logical clock on rather than block the caller until the wall clock moves.
+            state.last_ms += 1;
+            state.seq = 0;
         }
+        if state.last_ms > MAX_TIMESTAMP || state.last_ms < 0 {
+            return Err(Error::Clock(format!(
+                "clock reads {} ms since the snowflake epoch, outside the 41-bit range",
+                state.last_ms
+            )));
+        }
+        Ok(SnowflakeId::compose(
+            state.last_ms,
+            state.machine_id,
+            state.seq,
+        ))
     }
 
     /// Makes every later id greater than `seen` (used after reading the highest stored position, so
@@ -295,23 +290,21 @@ mod tests {
     }
 
     #[test]
-    fn sequence_exhaustion_waits_for_next_millisecond_without_duplicates() {
+    fn sequence_exhaustion_borrows_the_next_millisecond_without_waiting() {
+        // The clock never moves: a generator that waited for it would hang here.
         let t = Arc::new(AtomicI64::new(EPOCH_MS + 1));
         let g = SnowflakeGenerator::with_clock(2, ManualClock(t.clone())).unwrap();
-        let mut ids = Vec::new();
-        for _ in 0..4096 {
-            ids.push(g.next_id().unwrap());
-        }
-        let t2 = t.clone();
-        let h = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(20));
-            t2.store(EPOCH_MS + 2, Ordering::SeqCst);
-        });
-        let next = g.next_id().unwrap(); // blocks until the clock moves
-        h.join().unwrap();
-        assert_eq!(next.unix_millis(), EPOCH_MS + 2);
+        let ids: Vec<_> = (0..3 * 4096 + 5).map(|_| g.next_id().unwrap()).collect();
         assert!(ids.windows(2).all(|w| w[0] < w[1]));
-        assert!(next > ids[4095]);
+        assert_eq!(ids[4095].unix_millis(), EPOCH_MS + 1);
+        assert_eq!(ids[4096].unix_millis(), EPOCH_MS + 2);
+        // One millisecond of lead per 4,096 ids beyond the clock, no more.
+        assert_eq!(ids.last().unwrap().unix_millis(), EPOCH_MS + 4);
+        // When the clock catches up, ids follow it again.
+        t.store(EPOCH_MS + 10, Ordering::SeqCst);
+        let next = g.next_id().unwrap();
+        assert_eq!(next.unix_millis(), EPOCH_MS + 10);
+        assert_eq!(next.sequence(), 0);
     }
 
     #[test]
