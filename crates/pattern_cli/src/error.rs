@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use pattern::ErrorClass;
 use pattern::db::Error as DbError;
 use pattern::memory::Error as MemoryError;
-use pattern_server::one_line as chain;
+use pattern_api::one_line as chain;
 
 /// What kind of failure, which decides the exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! What commands print: the stable JSON shapes (documented in `docs/cli.md`; defined in
-//! `pattern_server::views`, shared with the HTTP API), and the helpers that print them as JSON
+//! `pattern_api::views`, shared with the HTTP API), and the helpers that print them as JSON
 //! or as text.
 //!
 //! The shapes here are a public contract: a field may be added, never renamed or removed
@@ -24,7 +24,7 @@ pub(crate) fn line(text: &str) -> Result<()> {
 }
 
 /// The JSON shapes, shared with the HTTP API (one definition for both front doors).
-pub(crate) use pattern_server::views::{
+pub(crate) use pattern_api::views::{
     AgentView, ApprovalView, BatchDetail, BatchView, BlockView, MessageView, VersionView,
 };
 

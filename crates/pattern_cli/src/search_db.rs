@@ -1,4 +1,4 @@
-//! The one place the CLI opens a `db_v2::ConstellationDb` (search, archival memory,
+//! The one place the CLI opens a `pattern::search::ConstellationDb` (search, archival memory,
 //! embeddings) for a data directory: reads `[embedding] enabled` from config.toml, loads the
 //! offline model from `pattern::install::embedding_paths` (`PATTERN_MODEL_DIR`,
 //! `PATTERN_ORT_LIBRARY`, else the data directory, the XDG data directory or the repository's
@@ -12,8 +12,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use db_v2::{ConstellationDb, EmbedConfig, Embedder, FastEmbedder};
 use pattern::db::{Agent, Database};
+use pattern::search::{ConstellationDb, EmbedConfig, Embedder, FastEmbedder};
 
 use crate::cli::AgentArg;
 use crate::env::{Config, Env};
@@ -125,8 +125,8 @@ impl SearchDb {
 }
 
 /// A `db_v2` error as a CLI error (storage errors keep their kinds).
-pub(crate) fn from_db_v2(e: db_v2::Error) -> CliError {
-    use db_v2::Error as E;
+pub(crate) fn from_db_v2(e: pattern::search::Error) -> CliError {
+    use pattern::search::Error as E;
     match e {
         E::Db(db) => db.into(),
         E::EmptyQuery | E::QueryTooLong { .. } | E::InvalidLimit { .. } => {

@@ -195,20 +195,7 @@ impl ApiError {
     }
 }
 
-/// An error and its sources on one line (what the server answers and the CLI prints).
-pub fn one_line(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let part = s.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        source = s.source();
-    }
-    text.replace('\n', " ")
-}
+pub use pattern_api::one_line;
 
 impl From<pattern::Error> for ApiError {
     fn from(e: pattern::Error) -> Self {

@@ -39,7 +39,8 @@ mod metrics;
 mod openapi;
 mod routes;
 mod state;
-pub mod views;
+/// The JSON shapes the API answers (defined in `pattern_api`, shared with the CLI).
+pub use pattern_api::views;
 
 use std::future::Future;
 

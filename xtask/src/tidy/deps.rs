@@ -27,6 +27,41 @@ pub(crate) const RESTRICTED: &[(&str, &[&str], &str)] = &[
     ),
 ];
 
+/// The front ends: they reach the layers through the facade only (issue 17).
+pub(crate) const FRONT_ENDS: &[&str] = &["pattern_server", "pattern_cli"];
+
+/// The workspace crates a front end may depend on (tests may use any, as dev-dependencies):
+/// the facade, the shared JSON shapes, and the server (the CLI runs it).
+pub(crate) const FRONT_END_DEPS: &[&str] = &["pattern", "pattern_api", "pattern_server"];
+
+/// Violations of [`FRONT_END_DEPS`] by front end `krate`: a normal or build dependency on a
+/// workspace crate (one of `members`) other than those.
+pub(crate) fn check_front_end(
+    krate: &str,
+    manifest: &str,
+    deps: &[Dep],
+    members: &[&str],
+) -> Vec<Violation> {
+    if !FRONT_ENDS.contains(&krate) {
+        return Vec::new();
+    }
+    deps.iter()
+        .filter(|dep| members.contains(&dep.name.as_str()) && !dep.section.contains("dev"))
+        .filter(|dep| dep.name != krate && !FRONT_END_DEPS.contains(&dep.name.as_str()))
+        .map(|dep| {
+            Violation::new(
+                manifest,
+                dep.line,
+                format!(
+                    "front end `{krate}` depends on `{}`: front ends go through the facade \
+                     (`pattern`) and share JSON shapes through `pattern_api` [{}]",
+                    dep.name, dep.section
+                ),
+            )
+        })
+        .collect()
+}
+
 /// Violations of [`RESTRICTED`] by crate `krate` whose manifest is `manifest`.
 pub(crate) fn check_restricted(krate: &str, manifest: &str, deps: &[Dep]) -> Vec<Violation> {
     let mut out = Vec::new();
@@ -69,6 +104,33 @@ mod tests {
         assert!(check_restricted("pattern_db", "m", &deps).is_empty());
         assert!(check_restricted("xtask", "m", &[dep("anyhow", 1)]).is_empty());
         assert!(check_restricted("pattern_cli", "m", &[dep("anyhow", 1)]).is_empty());
+    }
+
+    #[test]
+    fn front_ends_reach_the_layers_through_the_facade() {
+        let local = |name: &str, section: &str, line| Dep {
+            name: name.to_owned(),
+            section: section.to_owned(),
+            local: true,
+            line,
+        };
+        let deps = [
+            local("pattern", "dependencies", 1),
+            local("pattern_api", "dependencies", 2),
+            local("db_v2", "dependencies", 3),
+            local("pattern_db", "dev-dependencies", 4),
+            dep("tokio", 5),
+        ];
+        let members = [
+            "pattern",
+            "pattern_api",
+            "db_v2",
+            "pattern_db",
+            "pattern_cli",
+        ];
+        let got = check_front_end("pattern_cli", "m", &deps, &members);
+        assert_eq!(got.iter().map(|v| v.line).collect::<Vec<_>>(), vec![3]);
+        assert!(check_front_end("pattern", "m", &deps, &members).is_empty());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! is any. It must never modify a file: it only reports.
 //!
 //! Rules: `//!` docs on every Rust file ([`files`]), dependencies owned by one
-//! crate ([`deps`]), layer order from `ARCHITECTURE.md` ([`layers`]), and no
+//! crate and front ends through the facade ([`deps`]), layer order from `ARCHITECTURE.md` ([`layers`]), and no
 //! placeholder macros ([`files`]).
 
 mod deps;
@@ -95,12 +95,14 @@ pub(crate) fn check_all(root: &Path) -> Result<Vec<Violation>> {
     // b. restricted dependencies, c. layers.
     let renames = manifest::workspace_renames(&read(&root.join("Cargo.toml"))?);
     let mut crates = Vec::new();
+    let names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
     for member in &members {
         let path = member.dir.join("Cargo.toml");
         let rel = workspace::rel(root, &path);
         match manifest::dependencies(&read(&path)?, &renames) {
             Ok(deps) => {
                 out.extend(deps::check_restricted(&member.name, &rel, &deps));
+                out.extend(deps::check_front_end(&member.name, &rel, &deps, &names));
                 crates.push(layers::CrateDeps {
                     name: member.name.clone(),
                     manifest: rel,

@@ -1,5 +1,5 @@
 //! `pattern archival insert|list|delete|search|import`: an agent's archival memory through
-//! `db_v2::ConstellationDb` (passages are embedded when embeddings are available). Import takes
+//! `pattern::search::ConstellationDb` (passages are embedded when embeddings are available). Import takes
 //! documents (Markdown, text, HTML, PDF: `memory_v2::ingest`, each stored whole in one
 //! transaction or reported not imported) and JSON Lines (each bad line reported with its number
 //! on stderr, the good ones imported). It is idempotent (every passage gets a dedupe key: a
@@ -12,9 +12,9 @@
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
-use db_v2::{SearchMode, SearchOptions};
 use pattern::db::{ArchivalId, ContentType, ListArchival, NewArchival};
 use pattern::memory::ingest::IngestConfig;
+use pattern::search::{SearchMode, SearchOptions};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -28,7 +28,7 @@ use crate::search_db::{SearchDb, Vectors, from_db_v2};
 /// Passages stored per transaction while importing.
 const IMPORT_CHUNK: usize = 256;
 
-use pattern_server::views::ArchivalView;
+use pattern_api::views::ArchivalView;
 
 /// `archival_hit` shape.
 #[derive(Serialize)]
@@ -407,7 +407,7 @@ async fn embeddings(db: &SearchDb, no_wait: bool) -> Result<EmbeddingsView> {
         return Ok(view);
     }
     let bar = crate::commands::progress(0, "embedding");
-    let mut progress = |p: db_v2::Progress| {
+    let mut progress = |p: pattern::search::Progress| {
         bar.set_length(p.total);
         bar.set_position(p.done);
     };
@@ -543,7 +543,7 @@ async fn store(
             report.skipped += items.len().saturating_sub(added);
             Ok(())
         }
-        Err(db_v2::Error::Db(e)) if is_refusal(&e) => {
+        Err(pattern::search::Error::Db(e)) if is_refusal(&e) => {
             for (number, new) in items {
                 let before = db.db.count_archival(agent).await.map_err(from_db_v2)?;
                 match db.db.insert_archival(agent, new).await {
@@ -555,11 +555,13 @@ async fn store(
                             report.skipped += 1;
                         }
                     }
-                    Err(db_v2::Error::Db(e)) if is_refusal(&e) => report.bad.push(BadLine {
-                        file: file.to_owned(),
-                        line: number,
-                        error: e.to_string(),
-                    }),
+                    Err(pattern::search::Error::Db(e)) if is_refusal(&e) => {
+                        report.bad.push(BadLine {
+                            file: file.to_owned(),
+                            line: number,
+                            error: e.to_string(),
+                        })
+                    }
                     Err(e) => return Err(from_db_v2(e)),
                 }
             }

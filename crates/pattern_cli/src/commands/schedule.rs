@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use pattern::SnowflakeId;
 use pattern::db::schedule::{NewSchedule, Schedule, When};
-use pattern_server::views::ScheduleView;
+use pattern_api::views::ScheduleView;
 
 use crate::cli::ScheduleCommand;
 use crate::env::{Env, agent};

@@ -1,11 +1,11 @@
 //! `pattern search`, `pattern reindex` and `pattern embed --status|--backfill|--reembed`: search
 //! across messages, blocks and archival passages, and the upkeep of the full-text index and the
-//! embeddings, through `db_v2::ConstellationDb` (opened by `crate::search_db`). This module
+//! embeddings, through `pattern::search::ConstellationDb` (opened by `crate::search_db`). This module
 //! must never pretend a vector search happened: `auto` without embeddings says on stderr that it
 //! fell back to full-text.
 
-use db_v2::{Progress, SearchMode, SearchOptions};
 use pattern::db::ContentType;
+use pattern::search::{Progress, SearchMode, SearchOptions};
 use serde::Serialize;
 
 use crate::cli::{EmbedArgs, ModeArg, SearchArgs, TypeArg};
@@ -14,7 +14,7 @@ use crate::error::Result;
 use crate::output;
 use crate::search_db::{SearchDb, Vectors, from_db_v2};
 
-use pattern_server::views::SearchHitView as HitView;
+use pattern_api::views::SearchHitView as HitView;
 
 /// `embed_status` shape.
 #[derive(Serialize)]

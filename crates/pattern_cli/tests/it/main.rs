@@ -60,11 +60,15 @@ pub struct Home {
 
 /// The embedding model `cargo xtask setup` installs in the workspace's `.cache`.
 pub fn model_env() -> Vec<(String, PathBuf)> {
-    let paths =
-        db_v2::ModelPaths::in_cache(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache"));
+    let paths = pattern::search::ModelPaths::in_cache(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache"),
+    );
     vec![
-        (db_v2::MODEL_DIR_ENV.to_owned(), paths.model_dir),
-        (db_v2::ORT_LIBRARY_ENV.to_owned(), paths.runtime_library),
+        (pattern::search::MODEL_DIR_ENV.to_owned(), paths.model_dir),
+        (
+            pattern::search::ORT_LIBRARY_ENV.to_owned(),
+            paths.runtime_library,
+        ),
     ]
 }
 

@@ -1,6 +1,6 @@
-//! The JSON shapes of Pattern's front doors, shared by the HTTP API and the CLI's `--json`
-//! output (documented in `docs/cli.md` and in the OpenAPI document), built from the layers'
-//! types.
+//! The JSON shapes of agents, memory, batches, archival, search hits, approvals and schedules,
+//! shared by the HTTP API and the CLI's `--json` output (documented in `docs/cli.md` and in the
+//! OpenAPI document), built from the layers' types.
 //!
 //! The shapes are a public contract: a field may be added, never renamed or removed without a
 //! documented change. This module must never read or write the database.
