@@ -34,6 +34,7 @@ mod auth;
 mod console;
 mod error;
 mod layers;
+pub mod limits;
 pub mod mcp;
 mod metrics;
 mod openapi;

@@ -28,7 +28,14 @@ fn agent_and_batch_shapes_keep_their_fields() {
         let view = serde_json::to_value(AgentView::from(&agent)).unwrap();
         assert_eq!(
             keys(&view),
-            ["created_at", "external_id", "id", "instructions", "metadata", "name"]
+            [
+                "created_at",
+                "external_id",
+                "id",
+                "instructions",
+                "metadata",
+                "name"
+            ]
         );
         assert_eq!(view["instructions"], "be brief");
         assert_eq!(view["id"], agent.id.to_string());

@@ -17,9 +17,6 @@ use crate::routes::{ApiJson, ApiPath, ApiQuery};
 use crate::state::AppState;
 use crate::views::ApprovalView;
 
-/// Most requests one listing holds.
-const MAX_PAGE: usize = 100;
-
 /// Filters of `GET /v1/approvals`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -27,6 +24,7 @@ pub(crate) struct Listing {
     /// `pending` (default), `approved`, `denied`, `timed_out`, `abandoned`, or `all`.
     state: Option<String>,
     /// Most requests, 1 to 100 (default 50), newest first.
+    #[param(minimum = 1, maximum = 100)]
     limit: Option<usize>,
 }
 
@@ -56,12 +54,7 @@ pub(crate) async fn list(
     caller: Caller,
     ApiQuery(listing): ApiQuery<Listing>,
 ) -> Result<ApiJson<Vec<ApprovalView>>, ApiError> {
-    let limit = listing.limit.unwrap_or(50);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(ApiError::invalid(format!(
-            "`limit` must be 1 to {MAX_PAGE}"
-        )));
-    }
+    let limit = crate::limits::APPROVALS_PAGE.check(listing.limit, 50)?;
     let state_filter = match listing.state.as_deref().unwrap_or("pending") {
         "all" => None,
         other => Some(

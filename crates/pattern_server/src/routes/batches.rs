@@ -13,9 +13,6 @@ use crate::routes::{ApiJson, ApiPath, ApiQuery};
 use crate::state::AppState;
 use crate::views::{BatchDetail, BatchView};
 
-/// Most batches one page holds.
-const MAX_PAGE: usize = 500;
-
 /// Paging of `GET /v1/agents/{agent_id}/batches`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -23,6 +20,7 @@ pub(crate) struct Page {
     /// Only batches older than this batch id (the last id of the previous page).
     before: Option<String>,
     /// Most batches, 1 to 500 (default 50).
+    #[param(minimum = 1, maximum = 500)]
     limit: Option<usize>,
 }
 
@@ -43,12 +41,7 @@ pub(crate) async fn list(
     ApiQuery(page): ApiQuery<Page>,
 ) -> Result<ApiJson<Vec<BatchView>>, ApiError> {
     let agent = caller.agent(&state, &agent_id).await?;
-    let limit = page.limit.unwrap_or(50);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(ApiError::invalid(format!(
-            "`limit` must be 1 to {MAX_PAGE}"
-        )));
-    }
+    let limit = crate::limits::BATCHES_PAGE.check(page.limit, 50)?;
     let before = page.before.as_deref().map(batch_id).transpose()?;
     let batches = state
         .pattern()

@@ -36,8 +36,9 @@ pub(crate) struct CreateBlock {
     /// The first value.
     #[serde(default)]
     value: String,
-    /// Most characters the value may hold (default 5000).
+    /// Most characters the value may hold (1 to 1000000; default 5000).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 1000000)]
     char_limit: Option<usize>,
     /// `core` (default), `working`, `archival` or `log`.
     #[serde(default)]
@@ -95,6 +96,7 @@ pub(crate) struct InsertArchival {
 #[serde(deny_unknown_fields)]
 pub(crate) struct ArchivalPage {
     /// Most passages, 1 to 1000 (default 50).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<usize>,
     /// Only passages older than this one (the last id of the previous page).
     before: Option<String>,
@@ -113,6 +115,7 @@ pub(crate) struct SearchRequest {
     mode: Option<String>,
     /// Most hits, 1 to 100 (default 10).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 100)]
     limit: Option<usize>,
 }
 
@@ -167,7 +170,7 @@ pub(crate) async fn create_block(
                 label: body.label,
                 description: body.description,
                 value: body.value,
-                char_limit: body.char_limit.unwrap_or(5000),
+                char_limit: crate::limits::BLOCK_CHARS.check(body.char_limit, 5000)?,
                 block_type,
             },
         )
@@ -340,7 +343,7 @@ pub(crate) async fn list_archival(
         .list_archival(
             agent.id,
             ListArchival {
-                limit: page.limit.unwrap_or(50),
+                limit: crate::limits::ARCHIVAL_PAGE.check(page.limit, 50)?,
                 before,
                 tag: page.tag,
             },
@@ -420,7 +423,7 @@ pub(crate) async fn search(
     };
     let options = SearchOptions {
         mode,
-        limit: body.limit.unwrap_or(10),
+        limit: crate::limits::SEARCH_HITS.check(body.limit, 10)?,
         agent: Some(agent.id),
         ..SearchOptions::default()
     };

@@ -156,6 +156,7 @@ pub(crate) struct OpenSession {
     delivery: Option<String>,
     /// End the session after this many messages (1 to 10000).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 10000)]
     message_limit: Option<u64>,
     /// The opener's first message (any JSON; a string for plain text), sent in the same write.
     #[serde(default)]
@@ -199,8 +200,9 @@ pub(crate) struct MarkRead {
 pub(crate) struct CreateMeeting {
     /// The host (agent id).
     host: String,
-    /// Longest a turn lasts before it passes on, in milliseconds.
+    /// Longest a turn lasts before it passes on, in milliseconds (1 to 604800000: a week).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 604800000)]
     turn_duration_ms: Option<u64>,
 }
 
@@ -215,10 +217,12 @@ pub(crate) struct RunMeeting {
     agents: Vec<String>,
     /// Turns each agent gets (1 to 100; default 1).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 100)]
     rounds: Option<u32>,
     /// Longest a speaker's run may take, in milliseconds, before it is cancelled and the turn
-    /// passes on.
+    /// passes on (1 to 604800000: a week).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 604800000)]
     turn_duration_ms: Option<u64>,
     /// A phrase that ends the meeting when a speech contains it.
     #[serde(default)]
@@ -253,6 +257,14 @@ pub(crate) struct MeetingAction {
 pub(crate) struct Cursor {
     /// Events after this cursor (`Last-Event-ID` takes precedence); 0 from the start.
     after: Option<u64>,
+}
+
+/// A turn duration in milliseconds, checked against [`crate::limits::TURN_DURATION_MS`].
+fn turn_duration(ms: Option<u64>) -> Result<Option<Duration>, ApiError> {
+    Ok(ms
+        .map(|ms| crate::limits::TURN_DURATION_MS.check(Some(ms), ms))
+        .transpose()?
+        .map(Duration::from_millis))
 }
 
 /// Protocol identities of one request, resolved to and from agent ids, scoped to the caller.
@@ -484,7 +496,10 @@ pub(crate) async fn open_session(
     let first = body.message.map(|content| message_body(content, None));
     let options = pattern::protocol::SessionOptions {
         delivery,
-        message_limit: body.message_limit,
+        message_limit: body
+            .message_limit
+            .map(|n| crate::limits::SESSION_MESSAGES.check(Some(n), n))
+            .transpose()?,
     };
     let (session, _) = state
         .pattern()
@@ -633,7 +648,7 @@ pub(crate) async fn create_meeting(
     let update = state
         .pattern()
         .protocol()
-        .create_meeting(host.id, body.turn_duration_ms.map(Duration::from_millis))
+        .create_meeting(host.id, turn_duration(body.turn_duration_ms)?)
         .await?;
     Ok((
         StatusCode::CREATED,
@@ -665,9 +680,8 @@ pub(crate) async fn run_meeting(
         Some(text) => pattern::core::meeting::Policy::parse(text)
             .map_err(|e| ApiError::invalid(format!("`policy`: {e}")))?,
     };
-    if body.turn_duration_ms == Some(0) {
-        return Err(ApiError::invalid("`turn_duration_ms` must be at least 1"));
-    }
+    let turn_duration = turn_duration(body.turn_duration_ms)?;
+    let rounds = crate::limits::MEETING_ROUNDS.check(body.rounds, 1)?;
     let mut ids = Ids::new(&state, caller);
     let mut agents = Vec::new();
     for agent in &body.agents {
@@ -675,15 +689,13 @@ pub(crate) async fn run_meeting(
     }
     let plan = pattern::core::meeting::MeetingPlan {
         topic: body.topic,
-        rounds: body.rounds.unwrap_or(1),
+        rounds,
         end_phrase: body.end_phrase,
         policy,
         agents,
     };
     plan.validate()?;
-    let id = state
-        .run_meeting(&plan, body.turn_duration_ms.map(Duration::from_millis))
-        .await?;
+    let id = state.run_meeting(&plan, turn_duration).await?;
     let meeting = state.pattern().protocol().meeting(id).await?;
     Ok((StatusCode::CREATED, ApiJson(ids.meeting(&meeting).await?)))
 }

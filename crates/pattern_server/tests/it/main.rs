@@ -18,6 +18,7 @@ mod approvals;
 mod console;
 mod context;
 mod crash;
+mod limits;
 mod mcp;
 mod models;
 mod observe;
