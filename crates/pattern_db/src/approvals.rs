@@ -24,11 +24,12 @@ use serde::{Deserialize, Serialize};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::db::{Database, unexpected};
+use crate::db::Database;
 use crate::error::{Error, Result};
 use crate::id::SnowflakeId;
 use crate::model::{AgentId, BatchId};
-use crate::ops::{Done, Op, from_ms, parse_uuid};
+use crate::ops::approvals::{Decide, Expire, Request};
+use crate::ops::{from_ms, parse_uuid};
 use crate::protocol::OrganizationId;
 use crate::runs::TurnId;
 use crate::wake::WakeKey;
@@ -241,15 +242,11 @@ impl Database {
         if let Some(call) = &new.call_id {
             check_text("call id", call)?;
         }
-        match self.write(Op::RequestApproval(Box::new(new))).await? {
-            Done::Approval(a) => {
-                if let Some(turn) = a.turn_id {
-                    self.hub().wake(WakeKey::Turn(turn));
-                }
-                Ok(*a)
-            }
-            other => Err(unexpected(other)),
+        let approval = self.write(Request(new)).await?;
+        if let Some(turn) = approval.turn_id {
+            self.hub().wake(WakeKey::Turn(turn));
         }
+        Ok(approval)
     }
 
     /// Decides pending request `id` (only within `organization` when it is given): exactly one
@@ -266,31 +263,24 @@ impl Database {
         if let ApprovalDecision::Deny { reason } = &decision {
             check_text("denial reason", reason)?;
         }
-        let op = Op::DecideApproval {
-            organization,
-            id,
-            decision,
-            by: by.to_owned(),
-        };
-        match self.write(op).await? {
-            Done::Approval(a) => {
-                self.hub().wake(WakeKey::Approval(id));
-                Ok(*a)
-            }
-            other => Err(unexpected(other)),
-        }
+        let approval = self
+            .write(Decide {
+                organization,
+                id,
+                decision,
+                by: by.to_owned(),
+            })
+            .await?;
+        self.hub().wake(WakeKey::Approval(id));
+        Ok(approval)
     }
 
     /// Marks request `id` `timed_out` if it is still pending; returns it as it is after (a
     /// decision that won the race stays). A write of the run, like the request.
     pub async fn expire_approval(&self, id: SnowflakeId) -> Result<Approval> {
-        match self.write(Op::ExpireApproval { id }).await? {
-            Done::Approval(a) => {
-                self.hub().wake(WakeKey::Approval(id));
-                Ok(*a)
-            }
-            other => Err(unexpected(other)),
-        }
+        let approval = self.write(Expire { id }).await?;
+        self.hub().wake(WakeKey::Approval(id));
+        Ok(approval)
     }
 
     /// Request `id` (only within `organization` when it is given).

@@ -18,10 +18,11 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 use uuid::Uuid;
 
-use crate::db::{Database, unexpected};
+use crate::db::Database;
 use crate::error::{Error, Result};
 use crate::model::{Agent, AgentId, NewAgent};
-use crate::ops::{self, Done, Op, from_ms, parse_uuid};
+use crate::ops::auth::{CreateKey, DeleteOrgAgent, RevokeKey};
+use crate::ops::{self, from_ms, parse_uuid};
 use crate::protocol::OrganizationId;
 
 /// What every secret starts with.
@@ -164,10 +165,8 @@ impl Database {
             },
             hash: hash(&secret),
         };
-        match self.write(Op::CreateApiKey(row)).await? {
-            Done::ApiKey(key) => Ok(IssuedKey { key, secret }),
-            other => Err(unexpected(other)),
-        }
+        let key = self.write(CreateKey(row)).await?;
+        Ok(IssuedKey { key, secret })
     }
 
     /// The live key with this secret; `None` for an unknown, malformed or revoked one.
@@ -203,10 +202,7 @@ impl Database {
     /// Revokes a key of `org` (again: no change). Another organization's key is
     /// [`Error::ApiKeyNotFound`], like an unknown one.
     pub async fn revoke_api_key(&self, org: OrganizationId, id: ApiKeyId) -> Result<ApiKey> {
-        match self.write(Op::RevokeApiKey { org, id }).await? {
-            Done::ApiKey(key) => Ok(key),
-            other => Err(unexpected(other)),
-        }
+        self.write(RevokeKey { org, id }).await
     }
 
     /// Creates an agent owned by `org` (the name rule, [`Error::AgentNameTaken`] and
@@ -249,9 +245,7 @@ impl Database {
     /// Deletes the organization's agent `id` and everything stored for it, checked and deleted
     /// in one transaction; [`Error::AgentNotFound`] (nothing deleted) otherwise.
     pub async fn delete_org_agent(&self, org: OrganizationId, id: AgentId) -> Result<()> {
-        self.write(Op::DeleteOrgAgent { org, agent: id })
-            .await
-            .map(|_| ())
+        self.write(DeleteOrgAgent { org, agent: id }).await
     }
 
     /// The agent named `name` in one organization: `Some(org)` that one, `None` the local

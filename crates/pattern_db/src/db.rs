@@ -24,7 +24,7 @@ use crate::ops::{self, Ctx, Done, Op};
 use crate::process::{Judge, Liveness};
 use crate::store::MessageStore;
 use crate::wake::Hub;
-use crate::writer::Writer;
+use crate::writer::{Write, Writer};
 
 /// The oldest SQLite this crate runs on: 3.51.3 fixed a WAL-reset bug that could lose committed
 /// transactions when two connections checkpoint and commit at the same moment.
@@ -389,18 +389,22 @@ impl Database {
 
     /// Queues a write. Inside [`crate::runs::fenced`] it carries the run's claim (unless the op
     /// carries its own).
-    pub(crate) async fn write(&self, op: Op) -> Result<Done> {
-        let fence = if op.carries_claim() {
+    pub(crate) async fn write<W: Write>(&self, write: W) -> Result<W::Output> {
+        let fence = if write.locks().carries_claim {
             None
         } else {
             crate::runs::current_fence()
         };
-        self.inner.writer.submit(op, fence).await
+        self.inner.writer.submit(write, fence).await
     }
 
     /// Queues a write of the run holding `claim`.
-    pub(crate) async fn write_fenced(&self, op: Op, claim: crate::runs::RunClaim) -> Result<Done> {
-        self.inner.writer.submit(op, Some(claim)).await
+    pub(crate) async fn write_fenced<W: Write>(
+        &self,
+        write: W,
+        claim: crate::runs::RunClaim,
+    ) -> Result<W::Output> {
+        self.inner.writer.submit(write, Some(claim)).await
     }
 
     /// Wake-ups of runs and turns in this process (and, on PostgreSQL, from every process).

@@ -9,10 +9,10 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::db::{Database, unexpected};
+use crate::db::Database;
 use crate::error::{Error, Result};
 use crate::model::AgentId;
-use crate::ops::{Done, Op};
+use crate::ops::mcp::{PutServers, RemoveServer};
 
 /// The most MCP servers one agent may have.
 pub const MAX_SERVERS_PER_AGENT: usize = 32;
@@ -73,17 +73,15 @@ impl Database {
         config: &serde_json::Value,
     ) -> Result<McpServerRow> {
         let text = check(name, config)?;
-        let op = Op::PutMcpServers {
+        let write = PutServers {
             agent,
             servers: vec![(name.to_owned(), text)],
             replace_all: false,
         };
-        match self.write(op).await? {
-            Done::McpServers(mut rows) => rows
-                .pop()
-                .ok_or_else(|| Error::Corrupt("storing an MCP server returned no row".into())),
-            other => Err(unexpected(other)),
-        }
+        self.write(write)
+            .await?
+            .pop()
+            .ok_or_else(|| Error::Corrupt("storing an MCP server returned no row".into()))
     }
 
     /// Replaces all of `agent`'s servers with `servers` in one transaction.
@@ -106,27 +104,21 @@ impl Database {
             }
             checked.push((name.clone(), check(name, config)?));
         }
-        let op = Op::PutMcpServers {
+        self.write(PutServers {
             agent,
             servers: checked,
             replace_all: true,
-        };
-        match self.write(op).await? {
-            Done::McpServers(rows) => Ok(rows),
-            other => Err(unexpected(other)),
-        }
+        })
+        .await
     }
 
     /// Removes server `name` of `agent`; an unknown one is [`Error::McpServerNotFound`].
     pub async fn remove_mcp_server(&self, agent: AgentId, name: &str) -> Result<()> {
-        let op = Op::RemoveMcpServer {
+        self.write(RemoveServer {
             agent,
             name: name.to_owned(),
-        };
-        match self.write(op).await? {
-            Done::Unit => Ok(()),
-            other => Err(unexpected(other)),
-        }
+        })
+        .await
     }
 
     /// `agent`'s servers, by name.

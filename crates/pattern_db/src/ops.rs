@@ -30,7 +30,7 @@ use crate::protocol::{
 use crate::runs::{Finished, NewTurnEvent, RunClaim, Started, Submit, Submitted, TurnId, TurnInfo};
 
 pub(crate) mod approvals;
-mod auth;
+pub(crate) mod auth;
 mod blocks;
 pub(crate) mod mcp;
 pub(crate) mod protocol;
@@ -262,37 +262,6 @@ pub(crate) enum Op {
     Heartbeat {
         machine_id: Option<u16>,
     },
-    /// Organization API keys and agents (`ops::auth`).
-    CreateApiKey(crate::auth::NewKeyRow),
-    RevokeApiKey {
-        org: crate::protocol::OrganizationId,
-        id: crate::auth::ApiKeyId,
-    },
-    DeleteOrgAgent {
-        org: crate::protocol::OrganizationId,
-        agent: AgentId,
-    },
-    /// Approval requests (`ops::approvals`).
-    RequestApproval(Box<crate::approvals::NewApproval>),
-    DecideApproval {
-        organization: Option<crate::protocol::OrganizationId>,
-        id: SnowflakeId,
-        decision: crate::approvals::ApprovalDecision,
-        by: String,
-    },
-    ExpireApproval {
-        id: SnowflakeId,
-    },
-    /// MCP servers of an agent (`ops::mcp`): upsert these (checked JSON text), or replace all.
-    PutMcpServers {
-        agent: AgentId,
-        servers: Vec<(String, String)>,
-        replace_all: bool,
-    },
-    RemoveMcpServer {
-        agent: AgentId,
-        name: String,
-    },
 }
 
 impl Op {
@@ -300,10 +269,6 @@ impl Op {
     pub(crate) fn agent_key(&self) -> Option<AgentId> {
         match self {
             Op::CreateAgent(_) | Op::Recover { agent: None, .. } => None,
-            Op::CreateApiKey(_) | Op::RevokeApiKey { .. } => None,
-            // One conditional update of one row: no agent lock needed.
-            Op::DecideApproval { .. } | Op::ExpireApproval { .. } => None,
-            Op::RequestApproval(new) => Some(new.agent),
             Op::SetAgentMetadata { agent, .. } => Some(*agent),
             // A new agent: nobody else can hold its row yet.
             Op::ImportAgent(_) => None,
@@ -335,7 +300,6 @@ impl Op {
             Op::ReleaseClaim { claim, .. } => Some(claim.agent),
             Op::AppendTurnEvents { agent, .. } | Op::CancelTurn { agent, .. } => Some(*agent),
             Op::DeleteAgent(agent)
-            | Op::DeleteOrgAgent { agent, .. }
             | Op::BeginBatch { agent, .. }
             | Op::AppendStep { agent, .. }
             | Op::CompleteBatch { agent, .. }
@@ -353,9 +317,7 @@ impl Op {
             | Op::BeginQueued { agent, .. }
             | Op::CancelQueued { agent, .. }
             | Op::AddSchedule { agent, .. }
-            | Op::RemoveSchedule { agent, .. }
-            | Op::PutMcpServers { agent, .. }
-            | Op::RemoveMcpServer { agent, .. } => Some(*agent),
+            | Op::RemoveSchedule { agent, .. } => Some(*agent),
             // Block writes lock the block's owner.
             Op::CreateBlock { owner, .. }
             | Op::WriteBlock { owner, .. }
@@ -381,10 +343,7 @@ impl Op {
     pub(crate) fn carries_claim(&self) -> bool {
         matches!(
             self,
-            Op::ReleaseClaim { .. }
-                | Op::Heartbeat { .. }
-                | Op::PruneTurns { .. }
-                | Op::DecideApproval { .. }
+            Op::ReleaseClaim { .. } | Op::Heartbeat { .. } | Op::PruneTurns { .. }
         )
     }
 
@@ -395,7 +354,6 @@ impl Op {
         matches!(
             self,
             Op::DeleteAgent(_)
-                | Op::DeleteOrgAgent { .. }
                 | Op::ArchiveBefore { .. }
                 | Op::ArchiveBatches { .. }
                 | Op::SummarizeAndArchive { .. }
@@ -418,6 +376,44 @@ impl Op {
             Op::Protocol(op) => op.key(),
             _ => None,
         }
+    }
+}
+
+impl crate::writer::Write for Op {
+    type Output = Done;
+
+    fn locks(&self) -> crate::writer::Locks {
+        crate::writer::Locks {
+            agent: self.agent_key(),
+            protocol: self.protocol_key(),
+            exclusive: self.exclusive(),
+            carries_claim: self.carries_claim(),
+            logs_changes: self.logs_changes(),
+        }
+    }
+
+    fn apply<'a>(
+        &'a self,
+        conn: &'a mut AnyConnection,
+        ctx: &'a Ctx,
+        fence: Option<&'a RunClaim>,
+    ) -> futures::future::BoxFuture<'a, Result<Done>> {
+        Box::pin(apply(conn, ctx, self, fence))
+    }
+
+    fn bulk_begin(&self) -> Option<(AgentId, &NewMessage, &BeginBatch)> {
+        match self {
+            Op::BeginBatch {
+                agent,
+                trigger,
+                opts,
+            } => Some((*agent, trigger, opts)),
+            _ => None,
+        }
+    }
+
+    fn from_received(received: Received) -> Option<Done> {
+        Some(Done::Received(received))
     }
 }
 
@@ -447,8 +443,6 @@ pub(crate) enum Done {
     Jobs(Vec<crate::search::EmbeddingJob>),
     Stored(crate::search::StoreReport),
     Protocol(protocol::ProtocolDone),
-    McpServers(Vec<crate::mcp::McpServerRow>),
-    ApiKey(crate::auth::ApiKey),
     Imported(Box<crate::import::ImportedAgent>),
     Submitted(Box<Submitted>),
     Started(Option<Box<Started>>),
@@ -457,7 +451,6 @@ pub(crate) enum Done {
     Released(bool),
     Turn(Box<TurnInfo>),
     Heartbeat(crate::process::HeartbeatReport),
-    Approval(Box<crate::approvals::Approval>),
     Retention(Box<crate::retention::AgentRetentionReport>),
 }
 
@@ -490,36 +483,6 @@ pub(crate) async fn apply(
         Op::ImportAgent(planned) => import_agent(conn, ctx, planned)
             .await
             .map(|done| Done::Imported(Box::new(done))),
-        Op::CreateApiKey(row) => auth::create_key(conn, row).await.map(Done::ApiKey),
-        Op::RevokeApiKey { org, id } => auth::revoke_key(conn, *org, *id).await.map(Done::ApiKey),
-        Op::DeleteOrgAgent { org, agent } => {
-            auth::check_owner(conn, *org, *agent).await?;
-            delete_agent(conn, ctx, *agent).await.map(|()| Done::Unit)
-        }
-        Op::RequestApproval(new) => approvals::request(conn, ctx, new)
-            .await
-            .map(|a| Done::Approval(Box::new(a))),
-        Op::DecideApproval {
-            organization,
-            id,
-            decision,
-            by,
-        } => approvals::decide(conn, ctx, *organization, *id, decision, by)
-            .await
-            .map(|a| Done::Approval(Box::new(a))),
-        Op::ExpireApproval { id } => approvals::expire(conn, ctx, *id)
-            .await
-            .map(|a| Done::Approval(Box::new(a))),
-        Op::PutMcpServers {
-            agent,
-            servers,
-            replace_all,
-        } => mcp::put(conn, *agent, servers, *replace_all)
-            .await
-            .map(Done::McpServers),
-        Op::RemoveMcpServer { agent, name } => {
-            mcp::remove(conn, *agent, name).await.map(|()| Done::Unit)
-        }
         Op::BeginBatch {
             agent,
             trigger,

@@ -1,6 +1,9 @@
 //! The group-commit writer: every write of the store goes through here.
 //!
-//! Callers queue an [`Op`] and wait for its reply. A writer task takes the first waiting op plus
+//! Callers queue a [`Write`] and wait for its reply: each domain defines its own writes (a type
+//! per write, with its arguments, its output and the locks it needs) beside its SQL; the writer
+//! knows none of them (the remaining variants of the transitional [`Op`] enum are one such
+//! write; decision 0023). A writer task takes the first waiting op plus
 //! every op already queued behind it (up to `max_group`), runs them in one transaction, each inside
 //! its own savepoint, and commits once: one fsync serves the whole group. An op that fails is
 //! rolled back to its savepoint alone and its caller gets the error; the others commit. No reply is
@@ -24,24 +27,145 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::{Any, AnyPool, Transaction};
+use futures::future::BoxFuture;
+use sqlx::{Any, AnyConnection, AnyPool, Transaction};
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tracing::{debug, warn};
 
 use crate::config::Backend;
 use crate::error::{Error, Result};
-use crate::model::AgentId;
-use crate::ops::{self, Ctx, Done, Op};
+use crate::model::{AgentId, BeginBatch, NewMessage, Received};
+use crate::ops::{self, Ctx};
 use crate::runs::RunClaim;
+
+/// What a write locks, for the writer's global lock order (see the module doc).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Locks {
+    /// The agent whose row it locks (taken up front, in agent order, on PostgreSQL).
+    pub(crate) agent: Option<AgentId>,
+    /// The protocol row it locks or updates first (a session, or a recipient), for ordering
+    /// within a group after the agent.
+    pub(crate) protocol: Option<uuid::Uuid>,
+    /// It locks agents it discovers as it runs: it runs alone in its transaction.
+    pub(crate) exclusive: bool,
+    /// It carries its run's claim itself (or is no write of a run): no fence is added to it.
+    pub(crate) carries_claim: bool,
+    /// It may append `vector` or `delete` changes to `search_changes` (the change-log lock is
+    /// taken first for its group).
+    pub(crate) logs_changes: bool,
+}
+
+/// A write: its arguments, and the SQL that runs it inside the writer's transaction. The
+/// implementation must never commit, roll back or open a transaction of its own.
+pub(crate) trait Write: Send + Sync + 'static {
+    /// What the caller gets once the write is committed.
+    type Output: Send + 'static;
+
+    /// What it locks.
+    fn locks(&self) -> Locks;
+
+    /// Runs it inside the open transaction `conn`; `fence` is the claim of the run that writes
+    /// (already checked), for writes that belong to runs.
+    fn apply<'a>(
+        &'a self,
+        conn: &'a mut AnyConnection,
+        ctx: &'a Ctx,
+        fence: Option<&'a RunClaim>,
+    ) -> BoxFuture<'a, Result<Self::Output>>;
+
+    /// A `begin_batch` the writer may run with others of its group in one bulk statement.
+    fn bulk_begin(&self) -> Option<(AgentId, &NewMessage, &BeginBatch)> {
+        None
+    }
+
+    /// The output of a bulk `begin_batch` (see [`Write::bulk_begin`]).
+    fn from_received(_received: Received) -> Option<Self::Output> {
+        None
+    }
+}
+
+/// A queued write with its reply, its type erased for the queue.
+trait Pending: Send + Sync {
+    fn locks(&self) -> Locks;
+    fn bulk_begin(&self) -> Option<(AgentId, &NewMessage, &BeginBatch)>;
+    /// Runs the write and keeps its output until the reply (a later attempt replaces it).
+    fn run<'a>(
+        &'a self,
+        conn: &'a mut AnyConnection,
+        ctx: &'a Ctx,
+        fence: Option<&'a RunClaim>,
+    ) -> BoxFuture<'a, Result<()>>;
+    /// Keeps the output of a bulk `begin_batch`.
+    fn set_received(&self, received: Received) -> Result<()>;
+    /// Answers the caller: the kept output when `outcome` is `Ok` (committed), else the error.
+    fn reply(self: Box<Self>, outcome: Result<()>);
+}
+
+struct Typed<W: Write> {
+    write: W,
+    output: std::sync::Mutex<Option<W::Output>>,
+    reply: oneshot::Sender<Result<W::Output>>,
+}
+
+impl<W: Write> Typed<W> {
+    fn keep(&self, output: W::Output) -> Result<()> {
+        let mut slot = self
+            .output
+            .lock()
+            .map_err(|_| Error::Poisoned("write output"))?;
+        *slot = Some(output);
+        Ok(())
+    }
+}
+
+impl<W: Write> Pending for Typed<W> {
+    fn locks(&self) -> Locks {
+        self.write.locks()
+    }
+
+    fn bulk_begin(&self) -> Option<(AgentId, &NewMessage, &BeginBatch)> {
+        self.write.bulk_begin()
+    }
+
+    fn run<'a>(
+        &'a self,
+        conn: &'a mut AnyConnection,
+        ctx: &'a Ctx,
+        fence: Option<&'a RunClaim>,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let output = self.write.apply(conn, ctx, fence).await?;
+            self.keep(output)
+        })
+    }
+
+    fn set_received(&self, received: Received) -> Result<()> {
+        match W::from_received(received) {
+            Some(output) => self.keep(output),
+            None => Err(Error::Poisoned("a bulk begin_batch of another write")),
+        }
+    }
+
+    fn reply(self: Box<Self>, outcome: Result<()>) {
+        let Typed { output, reply, .. } = *self;
+        let result = outcome.and_then(|()| {
+            output
+                .into_inner()
+                .ok()
+                .flatten()
+                .ok_or(Error::Poisoned("write output"))
+        });
+        let _ = reply.send(result);
+    }
+}
 
 /// How often a group that hit a deadlock or serialization failure runs again before its
 /// callers get the error.
 const CONFLICT_ATTEMPTS: u32 = 6;
 
-pub(crate) struct Job {
-    pub(crate) op: Op,
-    pub(crate) fence: Option<RunClaim>,
-    pub(crate) reply: oneshot::Sender<Result<Done>>,
+struct Job {
+    write: Box<dyn Pending>,
+    fence: Option<RunClaim>,
 }
 
 /// Handle to the writer tasks; cloning shares them.
@@ -78,12 +202,21 @@ impl Writer {
         Self { tx }
     }
 
-    /// Queues an op (fenced by `fence` when a run writes it) and waits until it is committed
+    /// Queues a write (fenced by `fence` when a run writes it) and waits until it is committed
     /// (or failed).
-    pub(crate) async fn submit(&self, op: Op, fence: Option<RunClaim>) -> Result<Done> {
+    pub(crate) async fn submit<W: Write>(
+        &self,
+        write: W,
+        fence: Option<RunClaim>,
+    ) -> Result<W::Output> {
         let (reply, rx) = oneshot::channel();
+        let write = Box::new(Typed {
+            write,
+            output: std::sync::Mutex::new(None),
+            reply,
+        });
         self.tx
-            .send(Job { op, fence, reply })
+            .send(Job { write, fence })
             .await
             .map_err(|_| Error::Closed)?;
         rx.await.map_err(|_| Error::Closed)?
@@ -93,8 +226,16 @@ impl Writer {
 impl Job {
     /// The agents whose row locks this job needs before it runs.
     fn agents(&self, out: &mut Vec<AgentId>) {
-        out.extend(self.op.agent_key());
+        out.extend(self.write.locks().agent);
         out.extend(self.fence.map(|f| f.agent));
+    }
+
+    fn exclusive(&self) -> bool {
+        self.write.locks().exclusive
+    }
+
+    fn reply(self, outcome: Result<()>) {
+        self.write.reply(outcome);
     }
 }
 
@@ -117,10 +258,10 @@ async fn run(
                     Some(job) => group.push(job),
                     None => break,
                 }
-                if !group[0].op.exclusive() {
+                if !group[0].exclusive() {
                     while group.len() < max_group {
                         match rx.try_recv() {
-                            Ok(job) if job.op.exclusive() => {
+                            Ok(job) if job.exclusive() => {
                                 carried = Some(job);
                                 break;
                             }
@@ -133,13 +274,16 @@ async fn run(
         }
         if ctx.backend == Backend::Postgres {
             // Protocol rows in one global order (agents are locked up front).
-            group.sort_by_key(|job| (job.op.agent_key(), job.op.protocol_key()));
+            group.sort_by_key(|job| {
+                let locks = job.write.locks();
+                (locks.agent, locks.protocol)
+            });
         }
         debug!(writer = n, size = group.len(), "committing write group");
         commit_group(&pool, &ctx, group).await;
     }
     if let Some(job) = carried {
-        let _ = job.reply.send(Err(Error::Closed));
+        job.reply(Err(Error::Closed));
     }
     debug!(writer = n, "writer stopped: every handle dropped");
 }
@@ -175,7 +319,7 @@ async fn commit_group(pool: &AnyPool, ctx: &Ctx, group: Vec<Job>) {
             );
         }
         for (job, outcome) in group.into_iter().zip(outcomes) {
-            let _ = job.reply.send(outcome);
+            job.reply(outcome);
         }
         return;
     }
@@ -189,7 +333,7 @@ fn jitter() -> u8 {
 
 /// One attempt: the outcome of every job. When a lock conflict aborted the attempt, nothing of
 /// it is committed and every outcome is an error (the conflict for at least one).
-async fn attempt_group(pool: &AnyPool, ctx: &Ctx, group: &[Job]) -> Vec<Result<Done>> {
+async fn attempt_group(pool: &AnyPool, ctx: &Ctx, group: &[Job]) -> Vec<Result<()>> {
     let mut tx = match begin(pool, ctx.backend).await {
         Ok(tx) => tx,
         Err(e) => return fail_all(group, &e),
@@ -208,7 +352,7 @@ async fn attempt_group(pool: &AnyPool, ctx: &Ctx, group: &[Job]) -> Vec<Result<D
         let job = &group[0];
         let result = run_job(&mut tx, ctx, job).await;
         return vec![match result {
-            Ok(done) => tx.commit().await.map(|()| done).map_err(Error::from),
+            Ok(()) => tx.commit().await.map_err(Error::from),
             Err(e) => {
                 if let Err(rb) = tx.rollback().await {
                     warn!(error = %rb, "rollback after a failed write failed");
@@ -218,7 +362,7 @@ async fn attempt_group(pool: &AnyPool, ctx: &Ctx, group: &[Job]) -> Vec<Result<D
         }];
     }
 
-    let mut outcomes: Vec<Option<Result<Done>>> = group.iter().map(|_| None).collect();
+    let mut outcomes: Vec<Option<Result<()>>> = group.iter().map(|_| None).collect();
     match run_group(&mut tx, ctx, group, &mut outcomes).await {
         Ok(())
             if !outcomes
@@ -280,9 +424,9 @@ fn same_error(e: &Error) -> Error {
 /// PostgreSQL: the change-log advisory lock (when needed), then the row locks of every agent
 /// the group writes, in agent order, in one statement.
 async fn lock_up_front(tx: &mut Transaction<'static, Any>, ctx: &Ctx, group: &[Job]) -> Result<()> {
-    if group.iter().any(|job| job.op.logs_changes()) {
+    if group.iter().any(|job| job.write.locks().logs_changes) {
         // PostgreSQL: the search change-log lock before any agent row lock (see
-        // `Op::logs_changes`).
+        // `Locks::logs_changes`).
         ops::search::change_lock(tx, ctx.backend).await?;
     }
     if ctx.backend != Backend::Postgres {
@@ -314,12 +458,12 @@ async fn lock_up_front(tx: &mut Transaction<'static, Any>, ctx: &Ctx, group: &[J
     Ok(())
 }
 
-/// One job: its fence (when a run writes it), then the op.
-async fn run_job(tx: &mut Transaction<'static, Any>, ctx: &Ctx, job: &Job) -> Result<Done> {
+/// One job: its fence (when a run writes it), then the write.
+async fn run_job(tx: &mut Transaction<'static, Any>, ctx: &Ctx, job: &Job) -> Result<()> {
     if let Some(fence) = &job.fence {
         ops::runs::check_fence(tx, ctx, fence).await?;
     }
-    ops::apply(tx, ctx, &job.op, job.fence.as_ref()).await
+    job.write.run(tx, ctx, job.fence.as_ref()).await
 }
 
 /// Runs every op of a group inside `tx`, each isolated by a savepoint so that one failing op
@@ -330,22 +474,18 @@ async fn run_group(
     tx: &mut Transaction<'static, Any>,
     ctx: &Ctx,
     group: &[Job],
-    outcomes: &mut [Option<Result<Done>>],
+    outcomes: &mut [Option<Result<()>>],
 ) -> std::result::Result<(), sqlx::Error> {
     let mut begins = Vec::new();
     let mut calls = Vec::new();
     for (i, job) in group.iter().enumerate() {
-        if let Op::BeginBatch {
-            agent,
-            trigger,
-            opts,
-        } = &job.op
+        if let Some((agent, trigger, opts)) = job.write.bulk_begin()
             && opts.parent_batch.is_none()
             && opts.retry_of.is_none()
             && job.fence.is_none()
         {
             begins.push(i);
-            calls.push((*agent, trigger, opts));
+            calls.push((agent, trigger, opts));
         }
     }
     if begins.len() >= 2 {
@@ -358,7 +498,7 @@ async fn run_group(
                     .execute(&mut **tx)
                     .await?;
                 for (i, result) in begins.into_iter().zip(results) {
-                    outcomes[i] = Some(result.map(Done::Received));
+                    outcomes[i] = Some(result.and_then(|r| group[i].write.set_received(r)));
                 }
             }
             Err(e) => {
@@ -401,7 +541,7 @@ async fn run_group(
     Ok(())
 }
 
-fn fail_all(group: &[Job], e: &Error) -> Vec<Result<Done>> {
+fn fail_all(group: &[Job], e: &Error) -> Vec<Result<()>> {
     let shared = Arc::new(sqlx::Error::Protocol(format!(
         "cannot begin a transaction: {e}"
     )));

@@ -1,9 +1,11 @@
-//! The SQL of approval requests: store one (with its turn's event), decide or expire one with a
-//! conditional update, end the pending ones of a batch that ends, and the reads.
+//! The SQL of approval requests: the domain's writes ([`Request`] one, with its turn's event;
+//! [`Decide`] or [`Expire`] one with a conditional update), ending the pending ones of a batch
+//! that ends, and the reads.
 //!
-//! Runs inside the writer's transaction like every op (reads on the reader pool); it must never
+//! Writes run inside the writer's transaction (reads on the reader pool); they must never
 //! commit, and never change a request that is not pending.
 
+use futures::future::BoxFuture;
 use sqlx::{AnyConnection, AnyPool, Row};
 
 use super::{Ctx, now_ms, runs};
@@ -15,14 +17,98 @@ use crate::error::{Error, Result};
 use crate::id::SnowflakeId;
 use crate::model::BatchId;
 use crate::protocol::OrganizationId;
+use crate::runs::RunClaim;
 use crate::runs::TurnId;
 use crate::wake::{self, WakeKey};
+use crate::writer::{Locks, Write};
 
-pub(crate) async fn request(
-    conn: &mut AnyConnection,
-    ctx: &Ctx,
-    new: &NewApproval,
-) -> Result<Approval> {
+/// Stores a request (and its turn's `approval_requested` event): a write of the run.
+#[derive(Debug)]
+pub(crate) struct Request(pub(crate) NewApproval);
+
+impl Write for Request {
+    type Output = Approval;
+
+    fn locks(&self) -> Locks {
+        Locks {
+            agent: Some(self.0.agent),
+            ..Locks::default()
+        }
+    }
+
+    fn apply<'a>(
+        &'a self,
+        conn: &'a mut AnyConnection,
+        ctx: &'a Ctx,
+        _fence: Option<&'a RunClaim>,
+    ) -> BoxFuture<'a, Result<Approval>> {
+        Box::pin(request(conn, ctx, &self.0))
+    }
+}
+
+/// Decides a pending request (only within `organization` when given): whoever answers, not a
+/// run, so it carries no claim.
+#[derive(Debug)]
+pub(crate) struct Decide {
+    pub(crate) organization: Option<OrganizationId>,
+    pub(crate) id: SnowflakeId,
+    pub(crate) decision: ApprovalDecision,
+    pub(crate) by: String,
+}
+
+impl Write for Decide {
+    type Output = Approval;
+
+    fn locks(&self) -> Locks {
+        // One conditional update of one row: no agent lock.
+        Locks {
+            carries_claim: true,
+            ..Locks::default()
+        }
+    }
+
+    fn apply<'a>(
+        &'a self,
+        conn: &'a mut AnyConnection,
+        ctx: &'a Ctx,
+        _fence: Option<&'a RunClaim>,
+    ) -> BoxFuture<'a, Result<Approval>> {
+        Box::pin(decide(
+            conn,
+            ctx,
+            self.organization,
+            self.id,
+            &self.decision,
+            &self.by,
+        ))
+    }
+}
+
+/// Marks a request `timed_out` if it is still pending: a write of the run, like the request.
+#[derive(Debug)]
+pub(crate) struct Expire {
+    pub(crate) id: SnowflakeId,
+}
+
+impl Write for Expire {
+    type Output = Approval;
+
+    fn locks(&self) -> Locks {
+        // One conditional update of one row: no agent lock.
+        Locks::default()
+    }
+
+    fn apply<'a>(
+        &'a self,
+        conn: &'a mut AnyConnection,
+        ctx: &'a Ctx,
+        _fence: Option<&'a RunClaim>,
+    ) -> BoxFuture<'a, Result<Approval>> {
+        Box::pin(expire(conn, ctx, self.id))
+    }
+}
+
+async fn request(conn: &mut AnyConnection, ctx: &Ctx, new: &NewApproval) -> Result<Approval> {
     let org = sqlx::query("SELECT organization_id FROM agents WHERE id = $1")
         .bind(new.agent.to_string())
         .fetch_optional(&mut *conn)
@@ -87,7 +173,7 @@ pub(crate) async fn request(
     Ok(approval)
 }
 
-pub(crate) async fn decide(
+async fn decide(
     conn: &mut AnyConnection,
     ctx: &Ctx,
     organization: Option<OrganizationId>,
@@ -129,11 +215,7 @@ pub(crate) async fn decide(
     Ok(approval)
 }
 
-pub(crate) async fn expire(
-    conn: &mut AnyConnection,
-    ctx: &Ctx,
-    id: SnowflakeId,
-) -> Result<Approval> {
+async fn expire(conn: &mut AnyConnection, ctx: &Ctx, id: SnowflakeId) -> Result<Approval> {
     let changed = sqlx::query(
         "UPDATE approvals SET state = 'timed_out', decided_at = $1, decided_by = 'timeout', \
          denial_reason = 'no answer before the deadline' WHERE id = $2 AND state = 'pending'",

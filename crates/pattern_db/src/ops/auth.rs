@@ -1,18 +1,100 @@
-//! The SQL of API key and organization-agent writes: create and revoke keys, give a new agent its
-//! organization, check an agent's organization before deleting it.
+//! The SQL of API key and organization-agent writes: the domain's writes ([`CreateKey`],
+//! [`RevokeKey`], [`DeleteOrgAgent`]) and the owner check they share.
 //!
-//! Runs inside the writer's transaction like every op; it must never commit, and never write a
+//! Writes run inside the writer's transaction; they must never commit, and never write a
 //! secret (only its hash arrives here).
 
+use futures::future::BoxFuture;
 use sqlx::{AnyConnection, Row};
 
-use super::now_ms;
+use super::{Ctx, now_ms};
 use crate::auth::{ApiKey, ApiKeyId, KEY_COLUMNS, NewKeyRow, key_from_row};
 use crate::error::{Error, Result};
 use crate::model::AgentId;
 use crate::protocol::OrganizationId;
+use crate::runs::RunClaim;
+use crate::writer::{Locks, Write};
 
-pub(crate) async fn create_key(conn: &mut AnyConnection, row: &NewKeyRow) -> Result<ApiKey> {
+/// Stores a new key (its hash, never the secret).
+#[derive(Debug)]
+pub(crate) struct CreateKey(pub(crate) NewKeyRow);
+
+impl Write for CreateKey {
+    type Output = ApiKey;
+
+    fn locks(&self) -> Locks {
+        // One insert of a row nobody else knows yet: no agent lock.
+        Locks::default()
+    }
+
+    fn apply<'a>(
+        &'a self,
+        conn: &'a mut AnyConnection,
+        _ctx: &'a Ctx,
+        _fence: Option<&'a RunClaim>,
+    ) -> BoxFuture<'a, Result<ApiKey>> {
+        Box::pin(create_key(conn, &self.0))
+    }
+}
+
+/// Revokes a key of an organization (again: no change).
+#[derive(Debug)]
+pub(crate) struct RevokeKey {
+    pub(crate) org: OrganizationId,
+    pub(crate) id: ApiKeyId,
+}
+
+impl Write for RevokeKey {
+    type Output = ApiKey;
+
+    fn locks(&self) -> Locks {
+        // One conditional update of one row: no agent lock.
+        Locks::default()
+    }
+
+    fn apply<'a>(
+        &'a self,
+        conn: &'a mut AnyConnection,
+        _ctx: &'a Ctx,
+        _fence: Option<&'a RunClaim>,
+    ) -> BoxFuture<'a, Result<ApiKey>> {
+        Box::pin(revoke_key(conn, self.org, self.id))
+    }
+}
+
+/// Deletes an organization's agent and everything stored for it, after checking the owner.
+#[derive(Debug)]
+pub(crate) struct DeleteOrgAgent {
+    pub(crate) org: OrganizationId,
+    pub(crate) agent: AgentId,
+}
+
+impl Write for DeleteOrgAgent {
+    type Output = ();
+
+    fn locks(&self) -> Locks {
+        Locks {
+            agent: Some(self.agent),
+            // Its content leaves the search indexes.
+            logs_changes: true,
+            ..Locks::default()
+        }
+    }
+
+    fn apply<'a>(
+        &'a self,
+        conn: &'a mut AnyConnection,
+        ctx: &'a Ctx,
+        _fence: Option<&'a RunClaim>,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            check_owner(conn, self.org, self.agent).await?;
+            super::delete_agent(conn, ctx, self.agent).await
+        })
+    }
+}
+
+async fn create_key(conn: &mut AnyConnection, row: &NewKeyRow) -> Result<ApiKey> {
     let org = sqlx::query("SELECT id FROM protocol_organizations WHERE id = $1")
         .bind(row.key.organization.to_string())
         .fetch_optional(&mut *conn)
@@ -38,11 +120,7 @@ pub(crate) async fn create_key(conn: &mut AnyConnection, row: &NewKeyRow) -> Res
     Ok(row.key.clone())
 }
 
-pub(crate) async fn revoke_key(
-    conn: &mut AnyConnection,
-    org: OrganizationId,
-    id: ApiKeyId,
-) -> Result<ApiKey> {
+async fn revoke_key(conn: &mut AnyConnection, org: OrganizationId, id: ApiKeyId) -> Result<ApiKey> {
     sqlx::query(
         "UPDATE api_keys SET revoked_at = $1 \
          WHERE id = $2 AND organization_id = $3 AND revoked_at IS NULL",
@@ -63,11 +141,7 @@ pub(crate) async fn revoke_key(
 }
 
 /// [`Error::AgentNotFound`] unless `agent` belongs to `org`.
-pub(crate) async fn check_owner(
-    conn: &mut AnyConnection,
-    org: OrganizationId,
-    agent: AgentId,
-) -> Result<()> {
+async fn check_owner(conn: &mut AnyConnection, org: OrganizationId, agent: AgentId) -> Result<()> {
     let row = sqlx::query("SELECT organization_id FROM agents WHERE id = $1")
         .bind(agent.to_string())
         .fetch_optional(&mut *conn)

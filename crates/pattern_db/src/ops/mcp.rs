@@ -1,15 +1,75 @@
-//! The SQL of per-agent MCP servers (`crate::mcp`): upsert, replace all, remove, list.
+//! The SQL of per-agent MCP servers (`crate::mcp`): the domain's writes ([`PutServers`],
+//! [`RemoveServer`]) and its list.
 //!
-//! Runs inside the writer's transaction like every op (reads on the reader pool); it must never
-//! commit, and never write a server of an agent it did not lock first.
+//! Writes run inside the writer's transaction (reads on the reader pool); they must never
+//! commit, and never write a server of an agent they did not lock first.
 
+use futures::future::BoxFuture;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, AnyPool, Row};
 
-use super::{from_ms, lock_agent, now_ms, parse_uuid};
+use super::{Ctx, from_ms, lock_agent, now_ms, parse_uuid};
 use crate::error::{Error, Result};
 use crate::mcp::{MAX_SERVERS_PER_AGENT, McpServerRow};
 use crate::model::AgentId;
+use crate::runs::RunClaim;
+use crate::writer::{Locks, Write};
+
+/// Stores servers of an agent (name, checked JSON text), replacing those of the same names, or
+/// all of the agent's servers when `replace_all`.
+#[derive(Debug)]
+pub(crate) struct PutServers {
+    pub(crate) agent: AgentId,
+    pub(crate) servers: Vec<(String, String)>,
+    pub(crate) replace_all: bool,
+}
+
+impl Write for PutServers {
+    type Output = Vec<McpServerRow>;
+
+    fn locks(&self) -> Locks {
+        Locks {
+            agent: Some(self.agent),
+            ..Locks::default()
+        }
+    }
+
+    fn apply<'a>(
+        &'a self,
+        conn: &'a mut AnyConnection,
+        _ctx: &'a Ctx,
+        _fence: Option<&'a RunClaim>,
+    ) -> BoxFuture<'a, Result<Self::Output>> {
+        Box::pin(put(conn, self.agent, &self.servers, self.replace_all))
+    }
+}
+
+/// Removes one server of an agent.
+#[derive(Debug)]
+pub(crate) struct RemoveServer {
+    pub(crate) agent: AgentId,
+    pub(crate) name: String,
+}
+
+impl Write for RemoveServer {
+    type Output = ();
+
+    fn locks(&self) -> Locks {
+        Locks {
+            agent: Some(self.agent),
+            ..Locks::default()
+        }
+    }
+
+    fn apply<'a>(
+        &'a self,
+        conn: &'a mut AnyConnection,
+        _ctx: &'a Ctx,
+        _fence: Option<&'a RunClaim>,
+    ) -> BoxFuture<'a, Result<Self::Output>> {
+        Box::pin(remove(conn, self.agent, &self.name))
+    }
+}
 
 const COLUMNS: &str = "agent_id, name, config, updated_at";
 
@@ -25,7 +85,7 @@ fn from_row(row: &AnyRow) -> Result<McpServerRow> {
     })
 }
 
-pub(crate) async fn put(
+async fn put(
     conn: &mut AnyConnection,
     agent: AgentId,
     servers: &[(String, String)],
@@ -76,7 +136,7 @@ pub(crate) async fn put(
     Ok(out)
 }
 
-pub(crate) async fn remove(conn: &mut AnyConnection, agent: AgentId, name: &str) -> Result<()> {
+async fn remove(conn: &mut AnyConnection, agent: AgentId, name: &str) -> Result<()> {
     lock_agent(conn, agent).await?;
     let done = sqlx::query("DELETE FROM mcp_servers WHERE agent_id = $1 AND name = $2")
         .bind(agent.to_string())
