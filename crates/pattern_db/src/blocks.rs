@@ -20,10 +20,11 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 use uuid::Uuid;
 
-use crate::db::{Database, unexpected};
+use crate::db::Database;
 use crate::error::{Error, Result};
 use crate::model::AgentId;
-use crate::ops::{Done, Op, from_ms, parse_uuid};
+use crate::ops::blocks::{CreateBlock, DeleteBlock, SetValue, Share};
+use crate::ops::{from_ms, parse_uuid};
 
 /// Block types a block may have.
 pub const BLOCK_TYPES: &[&str] = &["core", "working", "archival", "log"];
@@ -202,10 +203,7 @@ impl Database {
     /// [`Error::BlockOverLimit`]; a label the owner already sees is [`Error::BlockLabelTaken`].
     pub async fn create_block(&self, owner: AgentId, new: NewBlock) -> Result<StoredBlock> {
         validate_new(&new)?;
-        match self.write(Op::CreateBlock { owner, new }).await? {
-            Done::Block(block) => Ok(block),
-            other => Err(unexpected(other)),
-        }
+        self.write(CreateBlock { owner, new }).await
     }
 
     /// The block `agent` sees under `label`, with `agent`'s permission.
@@ -257,7 +255,7 @@ impl Database {
     ) -> Result<i64> {
         validate_one_of("change", change, CHANGES)?;
         let owner = self.block_owner(agent, label).await?;
-        let op = Op::WriteBlock {
+        self.write(SetValue {
             agent,
             owner,
             label: label.to_owned(),
@@ -268,11 +266,8 @@ impl Database {
                 .iter()
                 .map(|p| (*p).to_owned())
                 .collect(),
-        };
-        match self.write(op).await? {
-            Done::Version(v) => Ok(v),
-            other => Err(unexpected(other)),
-        }
+        })
+        .await
     }
 
     /// Restores the value the block had before its latest change, as a new version with change
@@ -286,7 +281,7 @@ impl Database {
         allowed_permissions: &[&str],
     ) -> Result<i64> {
         let owner = self.block_owner(agent, label).await?;
-        let op = Op::WriteBlock {
+        self.write(SetValue {
             agent,
             owner,
             label: label.to_owned(),
@@ -297,11 +292,8 @@ impl Database {
                 .iter()
                 .map(|p| (*p).to_owned())
                 .collect(),
-        };
-        match self.write(op).await? {
-            Done::Version(v) => Ok(v),
-            other => Err(unexpected(other)),
-        }
+        })
+        .await
     }
 
     /// Every version of the block `agent` sees as `label`, newest first.
@@ -332,14 +324,14 @@ impl Database {
     ) -> Result<()> {
         validate_one_of("permission", permission, PERMISSIONS)?;
         let owner = self.block_owner(agent, label).await?;
-        let op = Op::ShareBlock {
+        self.write(Share {
             agent,
             owner,
             label: label.to_owned(),
             with,
             permission: Some(permission.to_owned()),
-        };
-        self.write(op).await.map(|_| ())
+        })
+        .await
     }
 
     /// Takes away the access `with` has to the block `agent` (an `admin`) sees as `label`. The
@@ -347,26 +339,26 @@ impl Database {
     /// instead. `with` without access is [`Error::BlockNotFound`] for `with`.
     pub async fn unshare_block(&self, agent: AgentId, label: &str, with: AgentId) -> Result<()> {
         let owner = self.block_owner(agent, label).await?;
-        let op = Op::ShareBlock {
+        self.write(Share {
             agent,
             owner,
             label: label.to_owned(),
             with,
             permission: None,
-        };
-        self.write(op).await.map(|_| ())
+        })
+        .await
     }
 
     /// Deletes the block `agent` (an `admin`) sees as `label`, with every access row and its
     /// history.
     pub async fn delete_block(&self, agent: AgentId, label: &str) -> Result<()> {
         let owner = self.block_owner(agent, label).await?;
-        let op = Op::DeleteBlock {
+        self.write(DeleteBlock {
             agent,
             owner,
             label: label.to_owned(),
-        };
-        self.write(op).await.map(|_| ())
+        })
+        .await
     }
 
     /// The owner of the block `agent` sees as `label`: the write locks the owner's agent row

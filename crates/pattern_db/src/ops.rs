@@ -14,7 +14,6 @@ use chrono::{DateTime, TimeZone, Utc};
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
-use crate::blocks::{NewBlock, StoredBlock};
 use crate::config::Backend;
 use crate::error::{Error, Result};
 use crate::id::{SnowflakeGenerator, SnowflakeId};
@@ -28,13 +27,14 @@ use crate::protocol::{
     SessionId, SessionType,
 };
 use crate::runs::{Finished, NewTurnEvent, RunClaim, Started, Submit, Submitted, TurnId, TurnInfo};
+use crate::writer::Write as _;
 
 pub(crate) mod approvals;
 pub(crate) mod auth;
-mod blocks;
+pub(crate) mod blocks;
 pub(crate) mod mcp;
 pub(crate) mod protocol;
-mod queue;
+pub(crate) mod queue;
 mod retention;
 pub(crate) mod runs;
 pub(crate) mod search;
@@ -118,33 +118,6 @@ pub(crate) enum Op {
         messages: Vec<LegacyMessage>,
         plan: ImportPlan,
     },
-    CreateBlock {
-        owner: AgentId,
-        new: NewBlock,
-    },
-    /// A new version of a block; `value: None` is an undo.
-    WriteBlock {
-        agent: AgentId,
-        owner: AgentId,
-        label: String,
-        expected: i64,
-        value: Option<String>,
-        change: String,
-        allowed: Vec<String>,
-    },
-    /// Share with `permission`, or unshare (`None`).
-    ShareBlock {
-        agent: AgentId,
-        owner: AgentId,
-        label: String,
-        with: AgentId,
-        permission: Option<String>,
-    },
-    DeleteBlock {
-        agent: AgentId,
-        owner: AgentId,
-        label: String,
-    },
     CreateOrganization {
         external_id: String,
         name: String,
@@ -173,27 +146,6 @@ pub(crate) enum Op {
         agent: AgentId,
         batch: BatchId,
         reason: String,
-    },
-    Enqueue {
-        agent: AgentId,
-        entry: crate::queue::NewQueued,
-    },
-    BeginQueued {
-        agent: AgentId,
-        id: SnowflakeId,
-    },
-    CancelQueued {
-        agent: AgentId,
-        id: SnowflakeId,
-    },
-    /// Schedules (`ops::queue`, decision 0012).
-    AddSchedule {
-        agent: AgentId,
-        valid: crate::schedule::ValidSchedule,
-    },
-    RemoveSchedule {
-        agent: AgentId,
-        id: SnowflakeId,
     },
     InsertArchival {
         agent: AgentId,
@@ -312,17 +264,7 @@ impl Op {
             | Op::ArchiveBatches { agent, .. }
             | Op::LogActivity { agent, .. }
             | Op::ImportLegacy { agent, .. }
-            | Op::AbandonBatch { agent, .. }
-            | Op::Enqueue { agent, .. }
-            | Op::BeginQueued { agent, .. }
-            | Op::CancelQueued { agent, .. }
-            | Op::AddSchedule { agent, .. }
-            | Op::RemoveSchedule { agent, .. } => Some(*agent),
-            // Block writes lock the block's owner.
-            Op::CreateBlock { owner, .. }
-            | Op::WriteBlock { owner, .. }
-            | Op::ShareBlock { owner, .. }
-            | Op::DeleteBlock { owner, .. } => Some(*owner),
+            | Op::AbandonBatch { agent, .. } => Some(*agent),
             Op::SummarizeAndArchive { summary } | Op::UpsertSummary(summary) => {
                 Some(summary.agent_id)
             }
@@ -357,7 +299,6 @@ impl Op {
                 | Op::ArchiveBefore { .. }
                 | Op::ArchiveBatches { .. }
                 | Op::SummarizeAndArchive { .. }
-                | Op::DeleteBlock { .. }
                 | Op::DeleteArchival { .. }
                 | Op::ResetEmbeddings(_)
                 | Op::StoreEmbeddings(_)
@@ -392,13 +333,13 @@ impl crate::writer::Write for Op {
         }
     }
 
-    fn apply<'a>(
-        &'a self,
-        conn: &'a mut AnyConnection,
-        ctx: &'a Ctx,
-        fence: Option<&'a RunClaim>,
-    ) -> futures::future::BoxFuture<'a, Result<Done>> {
-        Box::pin(apply(conn, ctx, self, fence))
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        fence: Option<&RunClaim>,
+    ) -> Result<Done> {
+        apply(conn, ctx, self, fence).await
     }
 
     fn bulk_begin(&self) -> Option<(AgentId, &NewMessage, &BeginBatch)> {
@@ -429,15 +370,11 @@ pub(crate) enum Done {
     Count(u64),
     Id(SnowflakeId),
     Batches(Vec<BatchId>),
-    Block(StoredBlock),
-    Version(i64),
     Organization(Organization),
     Session(Session),
     /// A session opened (or found live) and the first message sent into it, if any.
     Opened(Box<(Session, Option<ProtocolMessage>)>),
     ProtocolMessage(ProtocolMessage),
-    Queued(crate::queue::QueuedMessage),
-    Delivered(Option<crate::queue::Delivered>),
     OneAbandoned(Abandoned),
     Archival(Vec<crate::archival::ArchivalEntry>),
     Jobs(Vec<crate::search::EmbeddingJob>),
@@ -578,70 +515,6 @@ pub(crate) async fn apply(
         } => abandon_batch(conn, ctx, *agent, *batch, reason, fence)
             .await
             .map(Done::OneAbandoned),
-        Op::Enqueue { agent, entry } => queue::enqueue(conn, ctx, *agent, entry)
-            .await
-            .map(Done::Queued),
-        Op::BeginQueued { agent, id } => queue::begin_queued(conn, ctx, *agent, *id)
-            .await
-            .map(Done::Delivered),
-        Op::CancelQueued { agent, id } => queue::cancel_queued(conn, *agent, *id)
-            .await
-            .map(Done::Count),
-        Op::AddSchedule { agent, valid } => queue::add_schedule(conn, ctx, *agent, valid)
-            .await
-            .map(Done::Queued),
-        Op::RemoveSchedule { agent, id } => queue::remove_schedule(conn, *agent, *id)
-            .await
-            .map(Done::Queued),
-        Op::CreateBlock { owner, new } => blocks::create_block(conn, ctx, *owner, new)
-            .await
-            .map(Done::Block),
-        Op::WriteBlock {
-            agent,
-            owner,
-            label,
-            expected,
-            value,
-            change,
-            allowed,
-        } => {
-            let write = blocks::Write {
-                agent: *agent,
-                owner: *owner,
-                label,
-                expected: *expected,
-                value: value.as_deref(),
-                change,
-                allowed,
-            };
-            blocks::write_block(conn, ctx, write)
-                .await
-                .map(Done::Version)
-        }
-        Op::ShareBlock {
-            agent,
-            owner,
-            label,
-            with,
-            permission,
-        } => blocks::share_block(
-            conn,
-            ctx,
-            *agent,
-            *owner,
-            label,
-            *with,
-            permission.as_deref(),
-        )
-        .await
-        .map(|()| Done::Unit),
-        Op::DeleteBlock {
-            agent,
-            owner,
-            label,
-        } => blocks::delete_block(conn, ctx, *agent, *owner, label)
-            .await
-            .map(|()| Done::Unit),
         Op::CreateOrganization { external_id, name } => {
             protocol::create_organization(conn, external_id, name)
                 .await
@@ -1952,34 +1825,30 @@ async fn import_agent(
         let Some((first, rest)) = b.versions.split_first() else {
             continue;
         };
-        blocks::create_block(
-            conn,
-            ctx,
-            agent.id,
-            &crate::blocks::NewBlock {
+        // The same writes as single ones, composed inside this transaction.
+        blocks::CreateBlock {
+            owner: agent.id,
+            new: crate::blocks::NewBlock {
                 label: b.label.clone(),
                 description: first.description.clone(),
                 value: first.value.clone(),
                 char_limit: b.char_limit,
                 block_type: b.block_type.clone(),
             },
-        )
+        }
+        .apply(conn, ctx, None)
         .await?;
-        let allowed = ["admin".to_owned()];
         for (i, v) in rest.iter().enumerate() {
-            blocks::write_block(
-                conn,
-                ctx,
-                blocks::Write {
-                    agent: agent.id,
-                    owner: agent.id,
-                    label: &b.label,
-                    expected: i64::try_from(i).unwrap_or(i64::MAX - 1) + 1,
-                    value: Some(&v.value),
-                    change: &v.change,
-                    allowed: &allowed,
-                },
-            )
+            blocks::SetValue {
+                agent: agent.id,
+                owner: agent.id,
+                label: b.label.clone(),
+                expected: i64::try_from(i).unwrap_or(i64::MAX - 1) + 1,
+                value: Some(v.value.clone()),
+                change: v.change.clone(),
+                allowed: vec!["admin".to_owned()],
+            }
+            .apply(conn, ctx, None)
             .await?;
         }
     }

@@ -16,11 +16,12 @@ use serde::{Deserialize, Serialize};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::db::{Database, unexpected};
+use crate::db::Database;
 use crate::error::{Error, Result};
 use crate::id::SnowflakeId;
 use crate::model::{AgentId, BatchId, BatchType, ContentBlock, Received, Role};
-use crate::ops::{Done, Op, decode_content, from_ms};
+use crate::ops::queue::{BeginQueued, CancelQueued, Enqueue};
+use crate::ops::{decode_content, from_ms};
 
 /// What to queue.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -189,32 +190,22 @@ impl Database {
                 "a recurring wakeup comes back at most once a second".into(),
             ));
         }
-        match self.write(Op::Enqueue { agent, entry }).await? {
-            Done::Queued(q) => {
-                self.hub().wake(crate::wake::WakeKey::Agent(agent));
-                self.hub().wake(crate::wake::WakeKey::Queue);
-                Ok(q)
-            }
-            other => Err(unexpected(other)),
-        }
+        let queued = self.write(Enqueue { agent, entry }).await?;
+        self.hub().wake(crate::wake::WakeKey::Agent(agent));
+        self.hub().wake(crate::wake::WakeKey::Queue);
+        Ok(queued)
     }
 
     /// Delivers entry `id` of `agent`'s queue if it is pending and due: begins its batch and
     /// marks it delivered (or moves a recurring entry on) in one transaction. `None` when it is
     /// not pending (delivered already, cancelled) or not due yet.
     pub async fn begin_queued(&self, agent: AgentId, id: SnowflakeId) -> Result<Option<Delivered>> {
-        match self.write(Op::BeginQueued { agent, id }).await? {
-            Done::Delivered(d) => Ok(d),
-            other => Err(unexpected(other)),
-        }
+        self.write(BeginQueued { agent, id }).await
     }
 
     /// Removes a pending entry; `false` when there was none.
     pub async fn cancel_queued(&self, agent: AgentId, id: SnowflakeId) -> Result<bool> {
-        match self.write(Op::CancelQueued { agent, id }).await? {
-            Done::Count(n) => Ok(n > 0),
-            other => Err(unexpected(other)),
-        }
+        Ok(self.write(CancelQueued { agent, id }).await? > 0)
     }
 
     /// `agent`'s pending entries (due or not) in arrival order.

@@ -17,11 +17,11 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::any::AnyRow;
 
-use crate::db::{Database, unexpected};
+use crate::db::Database;
 use crate::error::{Error, Result};
 use crate::id::SnowflakeId;
 use crate::model::{AgentId, BatchId, ContentBlock};
-use crate::ops::{Done, Op};
+use crate::ops::queue::{AddSchedule, RemoveSchedule};
 use crate::queue::{QUEUE_COLUMNS, QueuedMessage, queued_from_row};
 
 /// The most live schedules one agent may have; one more is [`Error::TooManySchedules`].
@@ -293,23 +293,17 @@ impl Database {
     /// one transaction that also checks the agent's cap. Returns it with its first fire time.
     pub async fn add_schedule(&self, agent: AgentId, new: NewSchedule) -> Result<Schedule> {
         let valid = new.validate(Utc::now())?;
-        match self.write(Op::AddSchedule { agent, valid }).await? {
-            Done::Queued(q) => {
-                self.hub().wake(crate::wake::WakeKey::Agent(agent));
-                self.hub().wake(crate::wake::WakeKey::Queue);
-                Schedule::from_entry(&q).ok_or(Error::ScheduleNotFound(q.id))
-            }
-            other => Err(unexpected(other)),
-        }
+        let q = self.write(AddSchedule { agent, valid }).await?;
+        self.hub().wake(crate::wake::WakeKey::Agent(agent));
+        self.hub().wake(crate::wake::WakeKey::Queue);
+        Schedule::from_entry(&q).ok_or(Error::ScheduleNotFound(q.id))
     }
 
     /// Removes `agent`'s live schedule `id`; [`Error::ScheduleNotFound`] when it has none such
     /// (another agent's, fired already, removed already).
     pub async fn remove_schedule(&self, agent: AgentId, id: SnowflakeId) -> Result<Schedule> {
-        match self.write(Op::RemoveSchedule { agent, id }).await? {
-            Done::Queued(q) => Schedule::from_entry(&q).ok_or(Error::ScheduleNotFound(id)),
-            other => Err(unexpected(other)),
-        }
+        let q = self.write(RemoveSchedule { agent, id }).await?;
+        Schedule::from_entry(&q).ok_or(Error::ScheduleNotFound(id))
     }
 
     /// `agent`'s live schedules, in the order they were added.

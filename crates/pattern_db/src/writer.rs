@@ -66,12 +66,12 @@ pub(crate) trait Write: Send + Sync + 'static {
 
     /// Runs it inside the open transaction `conn`; `fence` is the claim of the run that writes
     /// (already checked), for writes that belong to runs.
-    fn apply<'a>(
-        &'a self,
-        conn: &'a mut AnyConnection,
-        ctx: &'a Ctx,
-        fence: Option<&'a RunClaim>,
-    ) -> BoxFuture<'a, Result<Self::Output>>;
+    fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        fence: Option<&RunClaim>,
+    ) -> impl Future<Output = Result<Self::Output>> + Send;
 
     /// A `begin_batch` the writer may run with others of its group in one bulk statement.
     fn bulk_begin(&self) -> Option<(AgentId, &NewMessage, &BeginBatch)> {

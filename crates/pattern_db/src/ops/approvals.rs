@@ -5,7 +5,6 @@
 //! Writes run inside the writer's transaction (reads on the reader pool); they must never
 //! commit, and never change a request that is not pending.
 
-use futures::future::BoxFuture;
 use sqlx::{AnyConnection, AnyPool, Row};
 
 use super::{Ctx, now_ms, runs};
@@ -36,13 +35,13 @@ impl Write for Request {
         }
     }
 
-    fn apply<'a>(
-        &'a self,
-        conn: &'a mut AnyConnection,
-        ctx: &'a Ctx,
-        _fence: Option<&'a RunClaim>,
-    ) -> BoxFuture<'a, Result<Approval>> {
-        Box::pin(request(conn, ctx, &self.0))
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<Approval> {
+        request(conn, ctx, &self.0).await
     }
 }
 
@@ -67,20 +66,21 @@ impl Write for Decide {
         }
     }
 
-    fn apply<'a>(
-        &'a self,
-        conn: &'a mut AnyConnection,
-        ctx: &'a Ctx,
-        _fence: Option<&'a RunClaim>,
-    ) -> BoxFuture<'a, Result<Approval>> {
-        Box::pin(decide(
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<Approval> {
+        decide(
             conn,
             ctx,
             self.organization,
             self.id,
             &self.decision,
             &self.by,
-        ))
+        )
+        .await
     }
 }
 
@@ -98,13 +98,13 @@ impl Write for Expire {
         Locks::default()
     }
 
-    fn apply<'a>(
-        &'a self,
-        conn: &'a mut AnyConnection,
-        ctx: &'a Ctx,
-        _fence: Option<&'a RunClaim>,
-    ) -> BoxFuture<'a, Result<Approval>> {
-        Box::pin(expire(conn, ctx, self.id))
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<Approval> {
+        expire(conn, ctx, self.id).await
     }
 }
 

@@ -4,7 +4,6 @@
 //! Writes run inside the writer's transaction; they must never commit, and never write a
 //! secret (only its hash arrives here).
 
-use futures::future::BoxFuture;
 use sqlx::{AnyConnection, Row};
 
 use super::{Ctx, now_ms};
@@ -27,13 +26,13 @@ impl Write for CreateKey {
         Locks::default()
     }
 
-    fn apply<'a>(
-        &'a self,
-        conn: &'a mut AnyConnection,
-        _ctx: &'a Ctx,
-        _fence: Option<&'a RunClaim>,
-    ) -> BoxFuture<'a, Result<ApiKey>> {
-        Box::pin(create_key(conn, &self.0))
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        _ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<ApiKey> {
+        create_key(conn, &self.0).await
     }
 }
 
@@ -52,13 +51,13 @@ impl Write for RevokeKey {
         Locks::default()
     }
 
-    fn apply<'a>(
-        &'a self,
-        conn: &'a mut AnyConnection,
-        _ctx: &'a Ctx,
-        _fence: Option<&'a RunClaim>,
-    ) -> BoxFuture<'a, Result<ApiKey>> {
-        Box::pin(revoke_key(conn, self.org, self.id))
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        _ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<ApiKey> {
+        revoke_key(conn, self.org, self.id).await
     }
 }
 
@@ -81,16 +80,14 @@ impl Write for DeleteOrgAgent {
         }
     }
 
-    fn apply<'a>(
-        &'a self,
-        conn: &'a mut AnyConnection,
-        ctx: &'a Ctx,
-        _fence: Option<&'a RunClaim>,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            check_owner(conn, self.org, self.agent).await?;
-            super::delete_agent(conn, ctx, self.agent).await
-        })
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<()> {
+        check_owner(conn, self.org, self.agent).await?;
+        super::delete_agent(conn, ctx, self.agent).await
     }
 }
 

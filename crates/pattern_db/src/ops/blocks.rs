@@ -1,6 +1,7 @@
-//! The SQL of every memory-block write, run by the writer inside a transaction.
+//! The memory-block domain's writes ([`CreateBlock`], [`SetValue`], [`Share`], [`DeleteBlock`])
+//! and their SQL, run by the writer inside a transaction.
 //!
-//! Each function first locks the block owner's agent row (on PostgreSQL; on SQLite the single
+//! Each write locks the block owner's agent ([`Locks::agent`]); each function first locks the block owner's agent row (on PostgreSQL; on SQLite the single
 //! writer serialises anyway), then checks access, permission, limit and version, and only then
 //! changes anything, so a refused write leaves no trace. Like the rest of `ops`, these functions
 //! must never commit, roll back or open a transaction of their own.
@@ -14,7 +15,143 @@ use crate::blocks::{BLOCK_COLUMNS, NewBlock, StoredBlock, block_from_row, check_
 use crate::error::{Error, Result};
 use crate::model::AgentId;
 use crate::ops::from_ms;
+use crate::runs::RunClaim;
 use crate::search::ContentType;
+use crate::writer::{Locks, Write};
+
+fn owner_lock(owner: AgentId) -> Locks {
+    Locks {
+        agent: Some(owner),
+        ..Locks::default()
+    }
+}
+
+/// Creates a block owned by `owner`.
+#[derive(Debug)]
+pub(crate) struct CreateBlock {
+    pub(crate) owner: AgentId,
+    pub(crate) new: NewBlock,
+}
+
+impl Write for CreateBlock {
+    type Output = StoredBlock;
+
+    fn locks(&self) -> Locks {
+        owner_lock(self.owner)
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<StoredBlock> {
+        create_block(conn, ctx, self.owner, &self.new).await
+    }
+}
+
+/// A new version of a block `agent` sees as `label`; `value: None` is an undo.
+#[derive(Debug)]
+pub(crate) struct SetValue {
+    pub(crate) agent: AgentId,
+    pub(crate) owner: AgentId,
+    pub(crate) label: String,
+    pub(crate) expected: i64,
+    pub(crate) value: Option<String>,
+    pub(crate) change: String,
+    pub(crate) allowed: Vec<String>,
+}
+
+impl Write for SetValue {
+    type Output = i64;
+
+    fn locks(&self) -> Locks {
+        owner_lock(self.owner)
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<i64> {
+        let change = ValueChange {
+            agent: self.agent,
+            owner: self.owner,
+            label: &self.label,
+            expected: self.expected,
+            value: self.value.as_deref(),
+            change: &self.change,
+            allowed: &self.allowed,
+        };
+        write_block(conn, ctx, change).await
+    }
+}
+
+/// Shares the block `agent` sees as `label` with `with` (`permission`), or unshares (`None`).
+#[derive(Debug)]
+pub(crate) struct Share {
+    pub(crate) agent: AgentId,
+    pub(crate) owner: AgentId,
+    pub(crate) label: String,
+    pub(crate) with: AgentId,
+    pub(crate) permission: Option<String>,
+}
+
+impl Write for Share {
+    type Output = ();
+
+    fn locks(&self) -> Locks {
+        owner_lock(self.owner)
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<()> {
+        share_block(
+            conn,
+            ctx,
+            self.agent,
+            self.owner,
+            &self.label,
+            self.with,
+            self.permission.as_deref(),
+        )
+        .await
+    }
+}
+
+/// Deletes the block `agent` (an `admin`) sees as `label`.
+#[derive(Debug)]
+pub(crate) struct DeleteBlock {
+    pub(crate) agent: AgentId,
+    pub(crate) owner: AgentId,
+    pub(crate) label: String,
+}
+
+impl Write for DeleteBlock {
+    type Output = ();
+
+    fn locks(&self) -> Locks {
+        Locks {
+            // Its content leaves the search indexes.
+            logs_changes: true,
+            ..owner_lock(self.owner)
+        }
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<()> {
+        delete_block(conn, ctx, self.agent, self.owner, &self.label).await
+    }
+}
 
 /// Locks `owner` (the block's owner as read before the write was queued). An owner that is gone
 /// took its blocks with it: the block is not found.
@@ -119,7 +256,7 @@ async fn insert_version(
 }
 
 /// Creates a block, the owner's `admin` access row and version 1.
-pub(crate) async fn create_block(
+async fn create_block(
     conn: &mut AnyConnection,
     ctx: &Ctx,
     owner: AgentId,
@@ -200,19 +337,19 @@ pub(crate) async fn create_block(
 }
 
 /// What a block write carries.
-pub(crate) struct Write<'a> {
-    pub(crate) agent: AgentId,
-    pub(crate) owner: AgentId,
-    pub(crate) label: &'a str,
-    pub(crate) expected: i64,
+struct ValueChange<'a> {
+    agent: AgentId,
+    owner: AgentId,
+    label: &'a str,
+    expected: i64,
     /// The new value; `None` restores the previous version's value (undo).
-    pub(crate) value: Option<&'a str>,
-    pub(crate) change: &'a str,
-    pub(crate) allowed: &'a [String],
+    value: Option<&'a str>,
+    change: &'a str,
+    allowed: &'a [String],
 }
 
 /// Writes a new version of a block; returns its number.
-pub(crate) async fn write_block(conn: &mut AnyConnection, ctx: &Ctx, w: Write<'_>) -> Result<i64> {
+async fn write_block(conn: &mut AnyConnection, ctx: &Ctx, w: ValueChange<'_>) -> Result<i64> {
     let block = locked_access(conn, w.agent, w.owner, w.label).await?;
     if !w.allowed.contains(&block.permission) {
         return Err(Error::PermissionDenied {
@@ -295,7 +432,7 @@ async fn previous_value(conn: &mut AnyConnection, block: &StoredBlock) -> Result
 }
 
 /// Gives `with` access with `permission`, or takes it away (`None`).
-pub(crate) async fn share_block(
+async fn share_block(
     conn: &mut AnyConnection,
     ctx: &Ctx,
     agent: AgentId,
@@ -388,7 +525,7 @@ pub(crate) async fn share_block(
 }
 
 /// Deletes a block with its access rows and history.
-pub(crate) async fn delete_block(
+async fn delete_block(
     conn: &mut AnyConnection,
     ctx: &Ctx,
     agent: AgentId,

@@ -4,7 +4,6 @@
 //! Writes run inside the writer's transaction (reads on the reader pool); they must never
 //! commit, and never write a server of an agent they did not lock first.
 
-use futures::future::BoxFuture;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, AnyPool, Row};
 
@@ -34,13 +33,13 @@ impl Write for PutServers {
         }
     }
 
-    fn apply<'a>(
-        &'a self,
-        conn: &'a mut AnyConnection,
-        _ctx: &'a Ctx,
-        _fence: Option<&'a RunClaim>,
-    ) -> BoxFuture<'a, Result<Self::Output>> {
-        Box::pin(put(conn, self.agent, &self.servers, self.replace_all))
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        _ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<Self::Output> {
+        put(conn, self.agent, &self.servers, self.replace_all).await
     }
 }
 
@@ -61,13 +60,13 @@ impl Write for RemoveServer {
         }
     }
 
-    fn apply<'a>(
-        &'a self,
-        conn: &'a mut AnyConnection,
-        _ctx: &'a Ctx,
-        _fence: Option<&'a RunClaim>,
-    ) -> BoxFuture<'a, Result<Self::Output>> {
-        Box::pin(remove(conn, self.agent, &self.name))
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        _ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<Self::Output> {
+        remove(conn, self.agent, &self.name).await
     }
 }
 

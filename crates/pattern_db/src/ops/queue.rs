@@ -1,8 +1,9 @@
-//! The SQL of queue writes: enqueue, deliver (claim + begin the batch), cancel; schedules (add,
-//! remove, the next time of a cron schedule) and the one retry of a crashed wakeup.
+//! The queue domain's writes ([`Enqueue`], [`BeginQueued`] (claim + begin the batch),
+//! [`CancelQueued`]; schedules: [`AddSchedule`], [`RemoveSchedule`]) and their SQL, with the
+//! next time of a cron schedule and the one retry of a crashed wakeup.
 //!
-//! Runs inside the writer's transaction like every op; it must never commit, and never claim an
-//! entry without beginning its batch in the same transaction.
+//! Each write locks its agent. Runs inside the writer's transaction; it must never commit, and
+//! never claim an entry without beginning its batch in the same transaction.
 
 use sqlx::AnyConnection;
 
@@ -13,7 +14,136 @@ use crate::error::{Error, Result};
 use crate::id::SnowflakeId;
 use crate::model::{AgentId, BatchId, BatchType, BeginBatch, ContentBlock, NewMessage, Role};
 use crate::queue::{Delivered, NewQueued, QUEUE_COLUMNS, QueuedMessage, queued_from_row};
+use crate::runs::RunClaim;
 use crate::schedule::{MAX_SCHEDULES_PER_AGENT, SCHEDULE_SOURCE, ValidSchedule};
+use crate::writer::{Locks, Write};
+
+fn agent_lock(agent: AgentId) -> Locks {
+    Locks {
+        agent: Some(agent),
+        ..Locks::default()
+    }
+}
+
+/// Adds an entry to `agent`'s queue.
+#[derive(Debug)]
+pub(crate) struct Enqueue {
+    pub(crate) agent: AgentId,
+    pub(crate) entry: NewQueued,
+}
+
+impl Write for Enqueue {
+    type Output = QueuedMessage;
+
+    fn locks(&self) -> Locks {
+        agent_lock(self.agent)
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<QueuedMessage> {
+        enqueue(conn, ctx, self.agent, &self.entry).await
+    }
+}
+
+/// Delivers entry `id` if it is pending and due (begins its batch in the same transaction).
+#[derive(Debug)]
+pub(crate) struct BeginQueued {
+    pub(crate) agent: AgentId,
+    pub(crate) id: SnowflakeId,
+}
+
+impl Write for BeginQueued {
+    type Output = Option<Delivered>;
+
+    fn locks(&self) -> Locks {
+        agent_lock(self.agent)
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<Option<Delivered>> {
+        begin_queued(conn, ctx, self.agent, self.id).await
+    }
+}
+
+/// Removes a pending entry; outputs how many were removed (0 or 1).
+#[derive(Debug)]
+pub(crate) struct CancelQueued {
+    pub(crate) agent: AgentId,
+    pub(crate) id: SnowflakeId,
+}
+
+impl Write for CancelQueued {
+    type Output = u64;
+
+    fn locks(&self) -> Locks {
+        agent_lock(self.agent)
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        _ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<u64> {
+        cancel_queued(conn, self.agent, self.id).await
+    }
+}
+
+/// Stores a checked schedule (a queue entry), within the agent's cap.
+#[derive(Debug)]
+pub(crate) struct AddSchedule {
+    pub(crate) agent: AgentId,
+    pub(crate) valid: ValidSchedule,
+}
+
+impl Write for AddSchedule {
+    type Output = QueuedMessage;
+
+    fn locks(&self) -> Locks {
+        agent_lock(self.agent)
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<QueuedMessage> {
+        add_schedule(conn, ctx, self.agent, &self.valid).await
+    }
+}
+
+/// Removes `agent`'s live schedule `id`.
+#[derive(Debug)]
+pub(crate) struct RemoveSchedule {
+    pub(crate) agent: AgentId,
+    pub(crate) id: SnowflakeId,
+}
+
+impl Write for RemoveSchedule {
+    type Output = QueuedMessage;
+
+    fn locks(&self) -> Locks {
+        agent_lock(self.agent)
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        _ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<QueuedMessage> {
+        remove_schedule(conn, self.agent, self.id).await
+    }
+}
 
 pub(crate) async fn enqueue(
     conn: &mut AnyConnection,
@@ -138,7 +268,7 @@ async fn wake_queue(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId) -> Resu
     .await
 }
 
-pub(crate) async fn begin_queued(
+async fn begin_queued(
     conn: &mut AnyConnection,
     ctx: &Ctx,
     agent: AgentId,
@@ -170,11 +300,7 @@ pub(crate) async fn begin_queued(
     Ok(Some(Delivered { entry, received }))
 }
 
-pub(crate) async fn cancel_queued(
-    conn: &mut AnyConnection,
-    agent: AgentId,
-    id: SnowflakeId,
-) -> Result<u64> {
+async fn cancel_queued(conn: &mut AnyConnection, agent: AgentId, id: SnowflakeId) -> Result<u64> {
     lock_agent(conn, agent).await?;
     let done = sqlx::query(
         "DELETE FROM agent_queue WHERE id = $1 AND agent_id = $2 AND delivered_at IS NULL",
@@ -266,7 +392,7 @@ pub(crate) async fn claim_entry(
 }
 
 /// Stores a checked schedule as a queue entry, under the agent's lock, after checking its cap.
-pub(crate) async fn add_schedule(
+async fn add_schedule(
     conn: &mut AnyConnection,
     ctx: &Ctx,
     agent: AgentId,
@@ -316,7 +442,7 @@ pub(crate) async fn add_schedule(
 }
 
 /// Deletes `agent`'s live schedule `id`; returns it.
-pub(crate) async fn remove_schedule(
+async fn remove_schedule(
     conn: &mut AnyConnection,
     agent: AgentId,
     id: SnowflakeId,
