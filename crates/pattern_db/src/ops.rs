@@ -22,10 +22,7 @@ use crate::model::{
     Abandoned, Agent, AgentId, BatchId, BatchInfo, BatchState, BatchType, BeginBatch, ContentBlock,
     Message, MessageId, NewAgent, NewMessage, Received, RecoveryScope, Role, StepReceipt, Summary,
 };
-use crate::protocol::{
-    NewProtocolMessage, Organization, OrganizationId, ProtocolMessage, ProtocolMessageId, Session,
-    SessionId, SessionType,
-};
+use crate::protocol::OrganizationId;
 use crate::runs::{Finished, NewTurnEvent, RunClaim, Started, Submit, Submitted, TurnId, TurnInfo};
 use crate::writer::Write as _;
 
@@ -118,30 +115,6 @@ pub(crate) enum Op {
         messages: Vec<LegacyMessage>,
         plan: ImportPlan,
     },
-    CreateOrganization {
-        external_id: String,
-        name: String,
-    },
-    OpenSession {
-        opener: AgentId,
-        other: AgentId,
-        session_type: SessionType,
-        options: crate::protocol::SessionOptions,
-        first: Option<NewProtocolMessage>,
-    },
-    EndSession {
-        session: SessionId,
-        agent: AgentId,
-    },
-    SendSessionMessage {
-        session: SessionId,
-        sender: AgentId,
-        message: NewProtocolMessage,
-    },
-    MarkRead {
-        agent: AgentId,
-        messages: Vec<ProtocolMessageId>,
-    },
     AbandonBatch {
         agent: AgentId,
         batch: BatchId,
@@ -184,8 +157,6 @@ pub(crate) enum Op {
         name: String,
         seq: i64,
     },
-    /// Meetings and retention (`ops::protocol`).
-    Protocol(protocol::ProtocolOp),
     /// A whole agent in one transaction (`crate::import`).
     ImportAgent(Box<crate::import::PlannedImport>),
     /// Claims, turns and recovery (`ops::runs`).
@@ -224,12 +195,6 @@ impl Op {
             Op::SetAgentMetadata { agent, .. } => Some(*agent),
             // A new agent: nobody else can hold its row yet.
             Op::ImportAgent(_) => None,
-            // Protocol writes lock no Pattern agent; see `protocol_key`.
-            Op::CreateOrganization { .. }
-            | Op::OpenSession { .. }
-            | Op::EndSession { .. }
-            | Op::SendSessionMessage { .. }
-            | Op::MarkRead { .. } => None,
             // Search bookkeeping locks no agent row.
             Op::RegisterModel(_)
             | Op::ResetEmbeddings(_)
@@ -244,7 +209,6 @@ impl Op {
             | Op::SetSearchCursor { .. } => None,
             Op::InsertArchival { agent, .. } | Op::DeleteArchival { agent, .. } => Some(*agent),
             Op::RetainAgent { agent, .. } => Some(*agent),
-            Op::Protocol(_) => None,
             // Takes its agent's lock itself, without waiting (SKIP LOCKED on PostgreSQL).
             Op::ClaimNext { .. } | Op::PruneTurns { .. } | Op::Heartbeat { .. } => None,
             Op::Submit(s) => Some(s.agent),
@@ -305,19 +269,6 @@ impl Op {
                 | Op::RetainAgent { .. }
         )
     }
-
-    /// The protocol row this op locks or updates first (a session, or the recipient whose
-    /// messages are marked read), for ordering within a write group next to [`Op::agent_key`].
-    pub(crate) fn protocol_key(&self) -> Option<uuid::Uuid> {
-        match self {
-            Op::EndSession { session, .. } | Op::SendSessionMessage { session, .. } => {
-                Some(session.0)
-            }
-            Op::MarkRead { agent, .. } => Some(agent.0),
-            Op::Protocol(op) => op.key(),
-            _ => None,
-        }
-    }
 }
 
 impl crate::writer::Write for Op {
@@ -326,7 +277,7 @@ impl crate::writer::Write for Op {
     fn locks(&self) -> crate::writer::Locks {
         crate::writer::Locks {
             agent: self.agent_key(),
-            protocol: self.protocol_key(),
+            protocol: None,
             exclusive: self.exclusive(),
             carries_claim: self.carries_claim(),
             logs_changes: self.logs_changes(),
@@ -370,16 +321,10 @@ pub(crate) enum Done {
     Count(u64),
     Id(SnowflakeId),
     Batches(Vec<BatchId>),
-    Organization(Organization),
-    Session(Session),
-    /// A session opened (or found live) and the first message sent into it, if any.
-    Opened(Box<(Session, Option<ProtocolMessage>)>),
-    ProtocolMessage(ProtocolMessage),
     OneAbandoned(Abandoned),
     Archival(Vec<crate::archival::ArchivalEntry>),
     Jobs(Vec<crate::search::EmbeddingJob>),
     Stored(crate::search::StoreReport),
-    Protocol(protocol::ProtocolDone),
     Imported(Box<crate::import::ImportedAgent>),
     Submitted(Box<Submitted>),
     Started(Option<Box<Started>>),
@@ -515,41 +460,6 @@ pub(crate) async fn apply(
         } => abandon_batch(conn, ctx, *agent, *batch, reason, fence)
             .await
             .map(Done::OneAbandoned),
-        Op::CreateOrganization { external_id, name } => {
-            protocol::create_organization(conn, external_id, name)
-                .await
-                .map(Done::Organization)
-        }
-        Op::OpenSession {
-            opener,
-            other,
-            session_type,
-            options,
-            first,
-        } => protocol::open_session(
-            conn,
-            ctx,
-            *opener,
-            *other,
-            *session_type,
-            *options,
-            first.as_ref(),
-        )
-        .await
-        .map(|(session, sent)| Done::Opened(Box::new((session, sent)))),
-        Op::EndSession { session, agent } => protocol::end_session(conn, ctx, *session, *agent)
-            .await
-            .map(Done::Session),
-        Op::SendSessionMessage {
-            session,
-            sender,
-            message,
-        } => protocol::send_session_message(conn, ctx, *session, *sender, message)
-            .await
-            .map(Done::ProtocolMessage),
-        Op::MarkRead { agent, messages } => protocol::mark_read(conn, *agent, messages)
-            .await
-            .map(Done::Count),
         Op::InsertArchival { agent, entries } => {
             search::insert_archival(conn, ctx, *agent, entries)
                 .await
@@ -588,7 +498,6 @@ pub(crate) async fn apply(
         Op::SetSearchCursor { name, seq } => search::set_cursor(conn, name, *seq)
             .await
             .map(|()| Done::Unit),
-        Op::Protocol(op) => protocol::apply(conn, ctx, op).await.map(Done::Protocol),
     }
 }
 

@@ -29,11 +29,14 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 use uuid::Uuid;
 
-use crate::db::{Database, unexpected};
+use crate::db::Database;
 use crate::error::{Error, Result};
 use crate::id::SnowflakeId;
 use crate::model::{Agent, AgentId};
-use crate::ops::{AGENT_COLUMNS, Done, Op, agent_from_row, from_ms, parse_uuid};
+use crate::ops::protocol::{
+    CreateOrganization, EndSession, MarkRead, OpenSession, SendSessionMessage,
+};
+use crate::ops::{AGENT_COLUMNS, agent_from_row, from_ms, parse_uuid};
 
 macro_rules! protocol_id {
     ($(#[$doc:meta])* $name:ident) => {
@@ -450,14 +453,11 @@ impl Database {
     pub async fn create_organization(&self, external_id: &str, name: &str) -> Result<Organization> {
         crate::check_name("external_id", external_id)?;
         crate::check_name("name", name)?;
-        let op = Op::CreateOrganization {
+        self.write(CreateOrganization {
             external_id: external_id.to_owned(),
             name: name.to_owned(),
-        };
-        match self.write(op).await? {
-            Done::Organization(org) => Ok(org),
-            other => Err(unexpected(other)),
-        }
+        })
+        .await
     }
 
     /// The organization with this external id ([`Error::ExternalIdNotFound`] otherwise).
@@ -559,23 +559,19 @@ impl Database {
         if let Some(m) = &first {
             validate_name("message type", &m.message_type)?;
         }
-        let op = Op::OpenSession {
-            opener,
-            other,
-            session_type,
-            options,
-            first,
-        };
-        match self.write(op).await? {
-            Done::Opened(opened) => {
-                let (session, sent) = *opened;
-                if let Some(recipient) = sent.as_ref().and_then(|m| m.recipient) {
-                    self.wake_delivery(recipient);
-                }
-                Ok((session, sent))
-            }
-            other => Err(unexpected(other)),
+        let (session, sent) = self
+            .write(OpenSession {
+                opener,
+                other,
+                session_type,
+                options,
+                first,
+            })
+            .await?;
+        if let Some(recipient) = sent.as_ref().and_then(|m| m.recipient) {
+            self.wake_delivery(recipient);
         }
+        Ok((session, sent))
     }
 
     /// The session with this id ([`Error::ProtocolNotFound`] otherwise).
@@ -598,10 +594,7 @@ impl Database {
     /// Ends a session; only a participant may ([`Error::NotParticipant`]), and an ended session
     /// is [`Error::SessionEnded`]. Returns the ended session.
     pub async fn end_session(&self, session: SessionId, agent: AgentId) -> Result<Session> {
-        match self.write(Op::EndSession { session, agent }).await? {
-            Done::Session(session) => Ok(session),
-            other => Err(unexpected(other)),
-        }
+        self.write(EndSession { session, agent }).await
     }
 
     /// Stores a message from `sender` to the other participant of `session`. In a sync session
@@ -616,20 +609,17 @@ impl Database {
         message: NewProtocolMessage,
     ) -> Result<ProtocolMessage> {
         validate_name("message type", &message.message_type)?;
-        let op = Op::SendSessionMessage {
-            session,
-            sender,
-            message,
-        };
-        match self.write(op).await? {
-            Done::ProtocolMessage(message) => {
-                if let Some(recipient) = message.recipient {
-                    self.wake_delivery(recipient);
-                }
-                Ok(message)
-            }
-            other => Err(unexpected(other)),
+        let message = self
+            .write(SendSessionMessage {
+                session,
+                sender,
+                message,
+            })
+            .await?;
+        if let Some(recipient) = message.recipient {
+            self.wake_delivery(recipient);
         }
+        Ok(message)
     }
 
     /// Wakes this process's queue deliverers for `recipient` (a session message may have queued
@@ -699,13 +689,10 @@ impl Database {
     /// are left alone, so marking twice is harmless. Returns how many changed. An unknown agent
     /// is [`Error::ProtocolNotFound`].
     pub async fn mark_read(&self, agent: AgentId, messages: &[ProtocolMessageId]) -> Result<u64> {
-        let op = Op::MarkRead {
+        self.write(MarkRead {
             agent,
             messages: messages.to_vec(),
-        };
-        match self.write(op).await? {
-            Done::Count(n) => Ok(n),
-            other => Err(unexpected(other)),
-        }
+        })
+        .await
     }
 }

@@ -1,5 +1,7 @@
-//! The SQL of the protocol's writes: organizations, sessions, session messages and read marks
-//! (the participants are `agents` rows; nothing crosses an organization's wall).
+//! The protocol's writes and their SQL: organizations ([`CreateOrganization`]), sessions
+//! ([`OpenSession`], [`EndSession`]), session messages ([`SendSessionMessage`]), read marks
+//! ([`MarkRead`]), and meetings and retention ([`ProtocolOp`]) (the participants are `agents`
+//! rows; nothing crosses an organization's wall).
 //!
 //! Each function runs inside the writer's transaction and checks everything before it changes
 //! anything, so a refused write leaves no trace. A session write first locks the session row
@@ -24,10 +26,175 @@ use crate::protocol::{
     WAKEUP_CHANNEL, Wakeup, session_from_row,
 };
 use crate::queue::NewQueued;
+use crate::runs::RunClaim;
+use crate::writer::{Locks, Write};
 
 mod meetings;
 
-/// The protocol writes added with meetings (one [`super::Op`] variant holds them all).
+/// A new organization.
+#[derive(Debug)]
+pub(crate) struct CreateOrganization {
+    pub(crate) external_id: String,
+    pub(crate) name: String,
+}
+
+impl Write for CreateOrganization {
+    type Output = Organization;
+
+    fn locks(&self) -> Locks {
+        Locks::default()
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        _ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<Organization> {
+        create_organization(conn, &self.external_id, &self.name).await
+    }
+}
+
+/// Opens (or finds live) the session of two agents, with an optional first message.
+#[derive(Debug)]
+pub(crate) struct OpenSession {
+    pub(crate) opener: AgentId,
+    pub(crate) other: AgentId,
+    pub(crate) session_type: SessionType,
+    pub(crate) options: SessionOptions,
+    pub(crate) first: Option<NewProtocolMessage>,
+}
+
+impl Write for OpenSession {
+    type Output = (Session, Option<ProtocolMessage>);
+
+    fn locks(&self) -> Locks {
+        // Protocol writes lock no Pattern agent row; the session row is their lock.
+        Locks::default()
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<Self::Output> {
+        open_session(
+            conn,
+            ctx,
+            self.opener,
+            self.other,
+            self.session_type,
+            self.options,
+            self.first.as_ref(),
+        )
+        .await
+    }
+}
+
+/// Ends a session (a participant only).
+#[derive(Debug)]
+pub(crate) struct EndSession {
+    pub(crate) session: SessionId,
+    pub(crate) agent: AgentId,
+}
+
+impl Write for EndSession {
+    type Output = Session;
+
+    fn locks(&self) -> Locks {
+        Locks {
+            protocol: Some(self.session.0),
+            ..Locks::default()
+        }
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<Session> {
+        end_session(conn, ctx, self.session, self.agent).await
+    }
+}
+
+/// Stores a message of `sender` into a session (and, for agents, the recipient's trigger).
+#[derive(Debug)]
+pub(crate) struct SendSessionMessage {
+    pub(crate) session: SessionId,
+    pub(crate) sender: AgentId,
+    pub(crate) message: NewProtocolMessage,
+}
+
+impl Write for SendSessionMessage {
+    type Output = ProtocolMessage;
+
+    fn locks(&self) -> Locks {
+        Locks {
+            protocol: Some(self.session.0),
+            ..Locks::default()
+        }
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<ProtocolMessage> {
+        send_session_message(conn, ctx, self.session, self.sender, &self.message).await
+    }
+}
+
+/// Marks a recipient's messages read; outputs how many changed.
+#[derive(Debug)]
+pub(crate) struct MarkRead {
+    pub(crate) agent: AgentId,
+    pub(crate) messages: Vec<ProtocolMessageId>,
+}
+
+impl Write for MarkRead {
+    type Output = u64;
+
+    fn locks(&self) -> Locks {
+        Locks {
+            protocol: Some(self.agent.0),
+            ..Locks::default()
+        }
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        _ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<u64> {
+        mark_read(conn, self.agent, &self.messages).await
+    }
+}
+
+impl Write for ProtocolOp {
+    type Output = ProtocolDone;
+
+    fn locks(&self) -> Locks {
+        Locks {
+            protocol: self.key(),
+            ..Locks::default()
+        }
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<ProtocolDone> {
+        apply(conn, ctx, self).await
+    }
+}
+
+/// The meeting and retention writes: the protocol's rules on one meeting row and its log.
 #[derive(Debug)]
 pub(crate) enum ProtocolOp {
     CreateMeeting {
@@ -106,11 +273,7 @@ impl ProtocolOp {
 }
 
 /// Runs one [`ProtocolOp`] inside the writer's transaction.
-pub(crate) async fn apply(
-    conn: &mut AnyConnection,
-    ctx: &Ctx,
-    op: &ProtocolOp,
-) -> Result<ProtocolDone> {
+async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &ProtocolOp) -> Result<ProtocolDone> {
     match op {
         ProtocolOp::CreateMeeting {
             host,
@@ -259,7 +422,7 @@ async fn live_session(
 /// Returns the live session of the pair and type, or opens one (`opener` holds the first turn of
 /// a sync session) with `options`; a live inbox session opened again for agents becomes one
 /// (decision 0020). With `first`, `opener` sends it into the session in the same transaction.
-pub(crate) async fn open_session(
+async fn open_session(
     conn: &mut AnyConnection,
     ctx: &Ctx,
     opener: AgentId,
@@ -362,7 +525,7 @@ async fn insert_session(
         .ok_or_else(|| Error::Corrupt("a live session conflicts but cannot be read".into()))
 }
 
-pub(crate) async fn end_session(
+async fn end_session(
     conn: &mut AnyConnection,
     ctx: &Ctx,
     id: SessionId,
@@ -406,7 +569,7 @@ async fn close_session(conn: &mut AnyConnection, ctx: &Ctx, session: &mut Sessio
     Ok(())
 }
 
-pub(crate) async fn send_session_message(
+async fn send_session_message(
     conn: &mut AnyConnection,
     ctx: &Ctx,
     id: SessionId,
@@ -626,7 +789,7 @@ async fn final_answer(conn: &mut AnyConnection, batch: crate::model::BatchId) ->
         .join("\n"))
 }
 
-pub(crate) async fn mark_read(
+async fn mark_read(
     conn: &mut AnyConnection,
     agent: AgentId,
     messages: &[ProtocolMessageId],

@@ -30,10 +30,10 @@ use super::{
     Session, SessionId, json, message_from_row, opt_uuid, session_from_row, validate_name,
 };
 use crate::config::Backend;
-use crate::db::{Database, unexpected};
+use crate::db::Database;
 use crate::error::{Error, Result};
 use crate::ops::protocol::{ProtocolDone, ProtocolOp};
-use crate::ops::{Done, Op, from_ms, parse_uuid};
+use crate::ops::{from_ms, parse_uuid};
 
 /// The PostgreSQL `NOTIFY` channel of protocol wake-ups.
 pub const WAKEUP_CHANNEL: &str = "pattern_protocol";
@@ -557,10 +557,12 @@ fn check_turn_duration(turn_duration: Option<Duration>) -> Result<()> {
 
 impl Database {
     async fn meeting_write(&self, op: ProtocolOp) -> Result<MeetingUpdate> {
-        match self.write(Op::Protocol(op)).await? {
-            Done::Protocol(ProtocolDone::Meeting(update)) => Ok(*update),
-            Done::Protocol(ProtocolDone::Refused(refused)) => Err(refused.1),
-            other => Err(unexpected(other)),
+        match self.write(op).await? {
+            ProtocolDone::Meeting(update) => Ok(*update),
+            ProtocolDone::Refused(refused) => Err(refused.1),
+            ProtocolDone::Retention(_) => Err(Error::Corrupt(
+                "a meeting write answered with a retention report".into(),
+            )),
         }
     }
 
@@ -734,12 +736,11 @@ impl Database {
     /// Runs retention (see [`RetentionPolicy`]) as one transaction and reports what it did. On
     /// PostgreSQL rows another transaction holds are skipped (never waited for) and counted.
     pub async fn protocol_retention(&self, policy: RetentionPolicy) -> Result<RetentionReport> {
-        match self
-            .write(Op::Protocol(ProtocolOp::Retention(policy)))
-            .await?
-        {
-            Done::Protocol(ProtocolDone::Retention(report)) => Ok(*report),
-            other => Err(unexpected(other)),
+        match self.write(ProtocolOp::Retention(policy)).await? {
+            ProtocolDone::Retention(report) => Ok(*report),
+            ProtocolDone::Meeting(_) | ProtocolDone::Refused(_) => Err(Error::Corrupt(
+                "protocol retention answered with a meeting update".into(),
+            )),
         }
     }
 
