@@ -17,10 +17,10 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 use uuid::Uuid;
 
-use crate::db::{Database, unexpected};
+use crate::db::Database;
 use crate::error::{Error, Result};
 use crate::model::AgentId;
-use crate::ops::{Done, Op, from_ms, parse_uuid};
+use crate::ops::{from_ms, parse_uuid};
 
 /// Most tags one passage may carry.
 pub const MAX_TAGS: usize = 32;
@@ -212,10 +212,8 @@ impl Database {
         for entry in &entries {
             entry.validate(self.max_content_bytes())?;
         }
-        match self.write(Op::InsertArchival { agent, entries }).await? {
-            Done::Archival(list) => Ok(list),
-            other => Err(unexpected(other)),
-        }
+        self.write(crate::ops::search::writes::InsertArchival { agent, entries })
+            .await
     }
 
     /// The passage `id` of `agent`.
@@ -288,10 +286,10 @@ impl Database {
     /// Deletes a passage (its vector and job too, logging a `delete` change). Returns whether it
     /// existed.
     pub async fn delete_archival(&self, agent: AgentId, id: ArchivalId) -> Result<bool> {
-        match self.write(Op::DeleteArchival { agent, id }).await? {
-            Done::Count(n) => Ok(n > 0),
-            other => Err(unexpected(other)),
-        }
+        Ok(self
+            .write(crate::ops::search::writes::DeleteArchival { agent, id })
+            .await?
+            > 0)
     }
 }
 

@@ -426,10 +426,7 @@ impl Database {
 
     /// Creates an agent. A taken name is [`Error::AgentNameTaken`].
     pub async fn create_agent(&self, new: NewAgent) -> Result<Agent> {
-        match self.write(Op::CreateAgent(new)).await? {
-            Done::Agent(agent) => Ok(agent),
-            other => Err(unexpected(other)),
-        }
+        self.write(ops::agents::CreateAgent(new)).await
     }
 
     /// Replaces an agent's metadata (one transaction under the agent's row lock) and returns the
@@ -439,15 +436,13 @@ impl Database {
         agent: AgentId,
         metadata: serde_json::Value,
     ) -> Result<Agent> {
-        match self.write(Op::SetAgentMetadata { agent, metadata }).await? {
-            Done::Agent(agent) => Ok(agent),
-            other => Err(unexpected(other)),
-        }
+        self.write(ops::agents::SetMetadata { agent, metadata })
+            .await
     }
 
     /// Deletes an agent and everything stored for it.
     pub async fn delete_agent(&self, agent: AgentId) -> Result<()> {
-        self.write(Op::DeleteAgent(agent)).await.map(|_| ())
+        self.write(ops::agents::DeleteAgent(agent)).await
     }
 
     /// The agent with this id.

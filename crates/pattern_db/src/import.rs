@@ -12,11 +12,10 @@
 use chrono::{DateTime, Utc};
 
 use crate::archival::NewArchival;
-use crate::db::{Database, unexpected};
+use crate::db::Database;
 use crate::error::{Error, Result};
 use crate::legacy::{self, LegacyMessage};
 use crate::model::{Agent, BatchState, BatchType, ContentBlock, NewAgent, Role};
-use crate::ops::{Done, Op};
 
 /// A whole agent to import.
 #[derive(Debug, Clone, PartialEq)]
@@ -212,9 +211,6 @@ impl Database {
             plan,
             summary_ids,
         };
-        match self.write(Op::ImportAgent(Box::new(planned))).await? {
-            Done::Imported(done) => Ok(*done),
-            other => Err(unexpected(other)),
-        }
+        self.write(crate::ops::agents::ImportAgent(planned)).await
     }
 }

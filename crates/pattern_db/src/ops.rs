@@ -26,13 +26,14 @@ use crate::protocol::OrganizationId;
 use crate::runs::{Finished, NewTurnEvent, RunClaim, Started, Submit, Submitted, TurnId, TurnInfo};
 use crate::writer::Write as _;
 
+pub(crate) mod agents;
 pub(crate) mod approvals;
 pub(crate) mod auth;
 pub(crate) mod blocks;
 pub(crate) mod mcp;
 pub(crate) mod protocol;
 pub(crate) mod queue;
-mod retention;
+pub(crate) mod retention;
 pub(crate) mod runs;
 pub(crate) mod search;
 
@@ -59,12 +60,6 @@ pub(crate) struct Ctx {
 /// A write, as queued to the writer.
 #[derive(Debug)]
 pub(crate) enum Op {
-    CreateAgent(NewAgent),
-    DeleteAgent(AgentId),
-    SetAgentMetadata {
-        agent: AgentId,
-        metadata: serde_json::Value,
-    },
     BeginBatch {
         agent: AgentId,
         trigger: NewMessage,
@@ -105,11 +100,6 @@ pub(crate) enum Op {
         summary: Summary,
     },
     UpsertSummary(Summary),
-    LogActivity {
-        agent: AgentId,
-        kind: String,
-        payload: serde_json::Value,
-    },
     ImportLegacy {
         agent: AgentId,
         messages: Vec<LegacyMessage>,
@@ -120,45 +110,6 @@ pub(crate) enum Op {
         batch: BatchId,
         reason: String,
     },
-    InsertArchival {
-        agent: AgentId,
-        entries: Vec<crate::archival::NewArchival>,
-    },
-    DeleteArchival {
-        agent: AgentId,
-        id: crate::archival::ArchivalId,
-    },
-    RegisterModel(crate::search::EmbeddingModelInfo),
-    ResetEmbeddings(crate::search::EmbeddingModelInfo),
-    EnqueueEmbedding(crate::search::ContentRef),
-    BackfillEmbeddingJobs,
-    /// Per-agent retention (`crate::retention`).
-    RetainAgent {
-        agent: AgentId,
-        policy: crate::retention::AgentRetention,
-    },
-    /// Free the claims of holders that are not alive.
-    ReclaimEmbeddingJobs,
-    /// Free this process's own claims (it is closing).
-    ReleaseEmbeddingClaims,
-    ClaimEmbeddingJobs {
-        limit: usize,
-        lease: Duration,
-    },
-    StoreEmbeddings(Vec<crate::search::NewVector>),
-    FailEmbeddingJobs {
-        failures: Vec<(crate::search::ContentRef, String)>,
-        retry_at: DateTime<Utc>,
-    },
-    PruneSearchChanges {
-        upto: i64,
-    },
-    SetSearchCursor {
-        name: String,
-        seq: i64,
-    },
-    /// A whole agent in one transaction (`crate::import`).
-    ImportAgent(Box<crate::import::PlannedImport>),
     /// Claims, turns and recovery (`ops::runs`).
     Submit(Box<Submit>),
     ClaimNext {
@@ -191,32 +142,14 @@ impl Op {
     /// The agent whose row this op locks, for lock ordering across concurrent groups.
     pub(crate) fn agent_key(&self) -> Option<AgentId> {
         match self {
-            Op::CreateAgent(_) | Op::Recover { agent: None, .. } => None,
-            Op::SetAgentMetadata { agent, .. } => Some(*agent),
-            // A new agent: nobody else can hold its row yet.
-            Op::ImportAgent(_) => None,
-            // Search bookkeeping locks no agent row.
-            Op::RegisterModel(_)
-            | Op::ResetEmbeddings(_)
-            | Op::EnqueueEmbedding(_)
-            | Op::BackfillEmbeddingJobs
-            | Op::ReclaimEmbeddingJobs
-            | Op::ReleaseEmbeddingClaims
-            | Op::ClaimEmbeddingJobs { .. }
-            | Op::StoreEmbeddings(_)
-            | Op::FailEmbeddingJobs { .. }
-            | Op::PruneSearchChanges { .. }
-            | Op::SetSearchCursor { .. } => None,
-            Op::InsertArchival { agent, .. } | Op::DeleteArchival { agent, .. } => Some(*agent),
-            Op::RetainAgent { agent, .. } => Some(*agent),
+            Op::Recover { agent: None, .. } => None,
             // Takes its agent's lock itself, without waiting (SKIP LOCKED on PostgreSQL).
             Op::ClaimNext { .. } | Op::PruneTurns { .. } | Op::Heartbeat { .. } => None,
             Op::Submit(s) => Some(s.agent),
             Op::FinishRun(f) => Some(f.claim.agent),
             Op::ReleaseClaim { claim, .. } => Some(claim.agent),
             Op::AppendTurnEvents { agent, .. } | Op::CancelTurn { agent, .. } => Some(*agent),
-            Op::DeleteAgent(agent)
-            | Op::BeginBatch { agent, .. }
+            Op::BeginBatch { agent, .. }
             | Op::AppendStep { agent, .. }
             | Op::CompleteBatch { agent, .. }
             | Op::ContinueBatch { agent, .. }
@@ -226,7 +159,6 @@ impl Op {
             }
             | Op::ArchiveBefore { agent, .. }
             | Op::ArchiveBatches { agent, .. }
-            | Op::LogActivity { agent, .. }
             | Op::ImportLegacy { agent, .. }
             | Op::AbandonBatch { agent, .. } => Some(*agent),
             Op::SummarizeAndArchive { summary } | Op::UpsertSummary(summary) => {
@@ -259,14 +191,7 @@ impl Op {
     pub(crate) fn logs_changes(&self) -> bool {
         matches!(
             self,
-            Op::DeleteAgent(_)
-                | Op::ArchiveBefore { .. }
-                | Op::ArchiveBatches { .. }
-                | Op::SummarizeAndArchive { .. }
-                | Op::DeleteArchival { .. }
-                | Op::ResetEmbeddings(_)
-                | Op::StoreEmbeddings(_)
-                | Op::RetainAgent { .. }
+            Op::ArchiveBefore { .. } | Op::ArchiveBatches { .. } | Op::SummarizeAndArchive { .. }
         )
     }
 }
@@ -312,20 +237,14 @@ impl crate::writer::Write for Op {
 /// A write's outcome.
 #[derive(Debug)]
 pub(crate) enum Done {
-    Agent(Agent),
     Unit,
     Received(Received),
     Step(StepReceipt),
     Batch(BatchInfo),
     Abandoned(Vec<Abandoned>),
     Count(u64),
-    Id(SnowflakeId),
     Batches(Vec<BatchId>),
     OneAbandoned(Abandoned),
-    Archival(Vec<crate::archival::ArchivalEntry>),
-    Jobs(Vec<crate::search::EmbeddingJob>),
-    Stored(crate::search::StoreReport),
-    Imported(Box<crate::import::ImportedAgent>),
     Submitted(Box<Submitted>),
     Started(Option<Box<Started>>),
     Finished(Box<Finished>),
@@ -333,7 +252,6 @@ pub(crate) enum Done {
     Released(bool),
     Turn(Box<TurnInfo>),
     Heartbeat(crate::process::HeartbeatReport),
-    Retention(Box<crate::retention::AgentRetentionReport>),
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -357,14 +275,6 @@ pub(crate) async fn apply(
     fence: Option<&RunClaim>,
 ) -> Result<Done> {
     match op {
-        Op::CreateAgent(new) => create_agent(conn, new).await.map(Done::Agent),
-        Op::DeleteAgent(agent) => delete_agent(conn, ctx, *agent).await.map(|()| Done::Unit),
-        Op::SetAgentMetadata { agent, metadata } => set_agent_metadata(conn, *agent, metadata)
-            .await
-            .map(Done::Agent),
-        Op::ImportAgent(planned) => import_agent(conn, ctx, planned)
-            .await
-            .map(|done| Done::Imported(Box::new(done))),
         Op::BeginBatch {
             agent,
             trigger,
@@ -439,13 +349,6 @@ pub(crate) async fn apply(
         Op::UpsertSummary(summary) => upsert_summary(conn, ctx, summary)
             .await
             .map(|()| Done::Unit),
-        Op::LogActivity {
-            agent,
-            kind,
-            payload,
-        } => log_activity(conn, ctx, *agent, kind, payload)
-            .await
-            .map(Done::Id),
         Op::ImportLegacy {
             agent,
             messages,
@@ -460,44 +363,6 @@ pub(crate) async fn apply(
         } => abandon_batch(conn, ctx, *agent, *batch, reason, fence)
             .await
             .map(Done::OneAbandoned),
-        Op::InsertArchival { agent, entries } => {
-            search::insert_archival(conn, ctx, *agent, entries)
-                .await
-                .map(Done::Archival)
-        }
-        Op::DeleteArchival { agent, id } => search::delete_archival(conn, ctx, *agent, *id)
-            .await
-            .map(Done::Count),
-        Op::RegisterModel(info) => search::register_model(conn, info)
-            .await
-            .map(|()| Done::Unit),
-        Op::ResetEmbeddings(info) => search::reset_embeddings(conn, ctx, info)
-            .await
-            .map(Done::Count),
-        Op::EnqueueEmbedding(content) => search::enqueue(conn, content).await.map(|()| Done::Unit),
-        Op::BackfillEmbeddingJobs => search::backfill(conn).await.map(Done::Count),
-        Op::RetainAgent { agent, policy } => retention::retain(conn, ctx, *agent, policy)
-            .await
-            .map(|r| Done::Retention(Box::new(r))),
-        Op::ReclaimEmbeddingJobs => search::reclaim_from_dead(conn, ctx, now_ms())
-            .await
-            .map(Done::Count),
-        Op::ReleaseEmbeddingClaims => search::release_claims_of(conn, &ctx.judge.me)
-            .await
-            .map(Done::Count),
-        Op::ClaimEmbeddingJobs { limit, lease } => search::claim(conn, ctx, *limit, *lease)
-            .await
-            .map(Done::Jobs),
-        Op::StoreEmbeddings(vectors) => search::store(conn, ctx, vectors).await.map(Done::Stored),
-        Op::FailEmbeddingJobs { failures, retry_at } => search::fail(conn, failures, *retry_at)
-            .await
-            .map(Done::Count),
-        Op::PruneSearchChanges { upto } => {
-            search::prune_changes(conn, *upto).await.map(Done::Count)
-        }
-        Op::SetSearchCursor { name, seq } => search::set_cursor(conn, name, *seq)
-            .await
-            .map(|()| Done::Unit),
     }
 }
 

@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::db::{Database, unexpected};
+use crate::db::Database;
 use crate::error::{Error, Result};
 use crate::model::AgentId;
-use crate::ops::{Done, Op};
+use crate::ops::retention::RetainAgent;
 
 /// What to delete for one agent. `None` keeps that kind of data.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -81,9 +81,6 @@ impl Database {
         policy: AgentRetention,
     ) -> Result<AgentRetentionReport> {
         policy.check()?;
-        match self.write(Op::RetainAgent { agent, policy }).await? {
-            Done::Retention(report) => Ok(*report),
-            other => Err(unexpected(other)),
-        }
+        self.write(RetainAgent { agent, policy }).await
     }
 }

@@ -31,11 +31,10 @@ use sha2::{Digest, Sha256};
 use sqlx::Row;
 
 use crate::config::Backend;
-use crate::db::{Database, unexpected};
+use crate::db::Database;
 use crate::error::{Error, Result};
 use crate::model::{AgentId, ContentBlock};
 use crate::ops::search as sql;
-use crate::ops::{Done, Op};
 
 /// Longest query [`Database::search_text`] accepts, in bytes; a longer one is
 /// [`Error::QueryTooLong`], never cut.
@@ -407,17 +406,16 @@ impl Database {
     /// different one is [`Error::EmbeddingModelMismatch`] (re-embed with
     /// [`reset_embeddings`](Self::reset_embeddings) to change models).
     pub async fn register_embedding_model(&self, info: EmbeddingModelInfo) -> Result<()> {
-        self.write(Op::RegisterModel(info)).await.map(|_| ())
+        self.write(crate::ops::search::writes::RegisterModel(info))
+            .await
     }
 
     /// Re-embeds everything under a new model, in one transaction: deletes every vector (logging
     /// a `delete` change for each), stores `info` as the model, and queues a job for all live
     /// content. Returns the number of jobs queued.
     pub async fn reset_embeddings(&self, info: EmbeddingModelInfo) -> Result<u64> {
-        match self.write(Op::ResetEmbeddings(info)).await? {
-            Done::Count(n) => Ok(n),
-            other => Err(unexpected(other)),
-        }
+        self.write(crate::ops::search::writes::ResetEmbeddings(info))
+            .await
     }
 
     // -- embedding jobs -------------------------------------------------------------------------
@@ -425,35 +423,29 @@ impl Database {
     /// Records (or refreshes) the embedding job of existing, live content.
     /// Unknown or gone content is [`Error::ContentNotFound`].
     pub async fn enqueue_embedding(&self, content: ContentRef) -> Result<()> {
-        self.write(Op::EnqueueEmbedding(content)).await.map(|_| ())
+        self.write(crate::ops::search::writes::EnqueueEmbedding(content))
+            .await
     }
 
     /// Queues a job for every live content without a vector of its current text (and without a
     /// job). Returns the number of jobs queued.
     pub async fn backfill_embedding_jobs(&self) -> Result<u64> {
-        match self.write(Op::BackfillEmbeddingJobs).await? {
-            Done::Count(n) => Ok(n),
-            other => Err(unexpected(other)),
-        }
+        self.write(crate::ops::search::writes::Backfill).await
     }
 
     /// Frees the claims of processes that are not alive (gone, or stalled past their lease), so
     /// their jobs are due at once. Claiming does this too; `embed --backfill` calls it first to
     /// report it. Returns how many jobs were freed.
     pub async fn reclaim_embedding_jobs(&self) -> Result<u64> {
-        match self.write(Op::ReclaimEmbeddingJobs).await? {
-            Done::Count(n) => Ok(n),
-            other => Err(unexpected(other)),
-        }
+        self.write(crate::ops::search::writes::ReclaimFromDead)
+            .await
     }
 
     /// Frees every claim this process holds (before it closes), so the jobs it did not finish
     /// are due at once for the next worker. Returns how many jobs were freed.
     pub async fn release_embedding_claims(&self) -> Result<u64> {
-        match self.write(Op::ReleaseEmbeddingClaims).await? {
-            Done::Count(n) => Ok(n),
-            other => Err(unexpected(other)),
-        }
+        self.write(crate::ops::search::writes::ReleaseOwnClaims)
+            .await
     }
 
     /// How many embedding jobs are waiting (claimed or not).
@@ -476,10 +468,8 @@ impl Database {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        match self.write(Op::ClaimEmbeddingJobs { limit, lease }).await? {
-            Done::Jobs(jobs) => Ok(jobs),
-            other => Err(unexpected(other)),
-        }
+        self.write(crate::ops::search::writes::ClaimJobs { limit, lease })
+            .await
     }
 
     /// Stores vectors in one transaction. A vector is stored only if its `text_hash` is still the
@@ -491,10 +481,8 @@ impl Database {
         if vectors.is_empty() {
             return Ok(StoreReport::default());
         }
-        match self.write(Op::StoreEmbeddings(vectors)).await? {
-            Done::Stored(report) => Ok(report),
-            other => Err(unexpected(other)),
-        }
+        self.write(crate::ops::search::writes::StoreVectors(vectors))
+            .await
     }
 
     /// Marks claimed jobs failed: one more attempt, the error kept, due again at `retry_at`,
@@ -507,13 +495,8 @@ impl Database {
         if failures.is_empty() {
             return Ok(0);
         }
-        match self
-            .write(Op::FailEmbeddingJobs { failures, retry_at })
-            .await?
-        {
-            Done::Count(n) => Ok(n),
-            other => Err(unexpected(other)),
-        }
+        self.write(crate::ops::search::writes::FailJobs { failures, retry_at })
+            .await
     }
 
     // -- change log and vectors -----------------------------------------------------------------
@@ -537,21 +520,18 @@ impl Database {
     /// Deletes log entries up to `upto`, but never one a registered follower (such as the
     /// tantivy index of this database) has not applied yet. Returns how many were deleted.
     pub async fn prune_search_changes(&self, upto: i64) -> Result<u64> {
-        match self.write(Op::PruneSearchChanges { upto }).await? {
-            Done::Count(n) => Ok(n),
-            other => Err(unexpected(other)),
-        }
+        self.write(crate::ops::search::writes::PruneChanges { upto })
+            .await
     }
 
     /// Records that the durable follower `name` has applied every change up to `seq`
     /// (pruning keeps what it still needs).
     pub async fn set_search_cursor(&self, name: &str, seq: i64) -> Result<()> {
-        self.write(Op::SetSearchCursor {
+        self.write(crate::ops::search::writes::SetCursor {
             name: name.to_owned(),
             seq,
         })
         .await
-        .map(|_| ())
     }
 
     /// Stored vectors in content order after `after` (`None`: from the start), at most `limit`:

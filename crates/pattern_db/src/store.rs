@@ -48,8 +48,8 @@ impl MessageStore {
         &self.db
     }
 
-    async fn write(&self, op: Op) -> Result<Done> {
-        self.db.write(op).await
+    async fn write<W: crate::writer::Write>(&self, write: W) -> Result<W::Output> {
+        self.db.write(write).await
     }
 
     // -- batch life cycle ----------------------------------------------------------------------
@@ -425,17 +425,12 @@ impl MessageStore {
         kind: &str,
         payload: serde_json::Value,
     ) -> Result<SnowflakeId> {
-        match self
-            .write(Op::LogActivity {
-                agent: self.agent,
-                kind: kind.to_owned(),
-                payload,
-            })
-            .await?
-        {
-            Done::Id(id) => Ok(id),
-            other => Err(unexpected(other)),
-        }
+        self.write(crate::ops::agents::LogActivity {
+            agent: self.agent,
+            kind: kind.to_owned(),
+            payload,
+        })
+        .await
     }
 
     /// The latest `limit` events, newest first.

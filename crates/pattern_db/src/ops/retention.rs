@@ -1,5 +1,6 @@
-//! The SQL of per-agent retention (`crate::retention`): candidates chosen by one statement per
-//! kind, counted on a dry run, deleted otherwise, all inside the caller's transaction. It must
+//! Per-agent retention (`crate::retention`) as one write ([`RetainAgent`]): candidates chosen by
+//! one statement per kind, counted on a dry run, deleted otherwise, all inside the writer's
+//! transaction. It must
 //! never delete a row of another agent, an open batch, or a batch no summary covers unless it
 //! was abandoned.
 
@@ -10,6 +11,37 @@ use crate::error::Result;
 use crate::model::AgentId;
 use crate::ops::{Ctx, now_ms, placeholders, search};
 use crate::retention::{AgentRetention, AgentRetentionReport};
+use crate::runs::RunClaim;
+use crate::writer::{Locks, Write};
+
+/// Applies (or, on a dry run, counts) an agent's retention policy.
+#[derive(Debug)]
+pub(crate) struct RetainAgent {
+    pub(crate) agent: AgentId,
+    pub(crate) policy: AgentRetention,
+}
+
+impl Write for RetainAgent {
+    type Output = AgentRetentionReport;
+
+    fn locks(&self) -> Locks {
+        Locks {
+            agent: Some(self.agent),
+            // Deleted content leaves the search indexes.
+            logs_changes: true,
+            ..Locks::default()
+        }
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<AgentRetentionReport> {
+        retain(conn, ctx, self.agent, &self.policy).await
+    }
+}
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 
@@ -17,7 +49,7 @@ fn age_ms(d: std::time::Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 2)
 }
 
-pub(crate) async fn retain(
+async fn retain(
     conn: &mut AnyConnection,
     ctx: &Ctx,
     agent: AgentId,

@@ -7,6 +7,8 @@
 //! advisory lock [`CHANGE_LOCK`], so log `seq` order is commit order; SQLite's single writer gives
 //! that for free. Text changes are logged on SQLite only (PostgreSQL full-text is transactional).
 
+pub(crate) mod writes;
+
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
