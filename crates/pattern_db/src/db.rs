@@ -20,7 +20,7 @@ use crate::error::{Error, Result, redact_url};
 use crate::id::SnowflakeGenerator;
 use crate::migrate::{self, MigrationStatus};
 use crate::model::{Abandoned, Agent, AgentId, NewAgent, RecoveryScope, StoredBatch};
-use crate::ops::{self, Ctx, Done, Op};
+use crate::ops::{self, Ctx};
 use crate::process::{Judge, Liveness};
 use crate::store::MessageStore;
 use crate::wake::Hub;
@@ -482,10 +482,8 @@ impl Database {
     /// Recovery across every agent: open batches in `scope` become `abandoned`; returns them with
     /// their triggers, for retry.
     pub async fn recover_all(&self, scope: RecoveryScope) -> Result<Vec<Abandoned>> {
-        match self.write(Op::Recover { agent: None, scope }).await? {
-            Done::Abandoned(list) => Ok(list),
-            other => Err(unexpected(other)),
-        }
+        self.write(crate::ops::batches::Recover { agent: None, scope })
+            .await
     }
 
     /// Stops this handle as a killed process would: the heartbeat stops and the liveness lock
@@ -560,12 +558,6 @@ async fn take_liveness(inner: &Inner) -> Option<Liveness> {
     None
 }
 
-pub(crate) fn unexpected(done: Done) -> Error {
-    Error::Corrupt(format!(
-        "writer answered with an unexpected outcome: {done:?}"
-    ))
-}
-
 /// What the heartbeat task needs.
 struct Heartbeat {
     writer: Writer,
@@ -586,8 +578,12 @@ async fn heartbeat(h: Heartbeat) {
         tokio::time::sleep(period).await;
         crate::process::keep_alive(&h.liveness, &h.url).await;
         let machine_id = h.leased.then(|| h.ctx.ids.machine_id());
-        match h.writer.submit(Op::Heartbeat { machine_id }, None).await {
-            Ok(Done::Heartbeat(report)) => {
+        match h
+            .writer
+            .submit(crate::ops::runs::writes::Heartbeat { machine_id }, None)
+            .await
+        {
+            Ok(report) => {
                 if !report.renewed {
                     warn!(
                         "this process was judged dead by another and registered again; its runs' claims may be gone"
@@ -612,7 +608,6 @@ async fn heartbeat(h: Heartbeat) {
                     }
                 }
             }
-            Ok(other) => warn!(?other, "heartbeat answered with an unexpected outcome"),
             Err(Error::Closed) => return,
             Err(e) => warn!(error = %e, "cannot renew this process's registration"),
         }

@@ -33,14 +33,13 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::db::{Database, unexpected};
+use crate::db::Database;
 use crate::error::{Error, Result};
 use crate::id::SnowflakeId;
 use crate::model::{
     Abandoned, AgentId, BatchId, BatchInfo, BatchType, NewMessage, Received, RecoveryScope,
     StepReceipt,
 };
-use crate::ops::{Done, Op};
 use crate::queue::QueuedMessage;
 use crate::wake::WakeKey;
 
@@ -424,17 +423,13 @@ impl Database {
     /// [`Submitted::Replayed`] (nothing stored), another is [`Error::IdempotencyKeyReused`].
     pub async fn submit(&self, submit: Submit) -> Result<Submitted> {
         let agent = submit.agent;
-        match self.write(Op::Submit(Box::new(submit))).await? {
-            Done::Submitted(s) => {
-                self.hub().wake(WakeKey::Turn(s.turn().id));
-                if matches!(*s, Submitted::Queued { .. }) {
-                    self.hub().wake(WakeKey::Agent(agent));
-                    self.hub().wake(WakeKey::Queue);
-                }
-                Ok(*s)
-            }
-            other => Err(unexpected(other)),
+        let s = self.write(submit).await?;
+        self.hub().wake(WakeKey::Turn(s.turn().id));
+        if matches!(s, Submitted::Queued { .. }) {
+            self.hub().wake(WakeKey::Agent(agent));
+            self.hub().wake(WakeKey::Queue);
         }
+        Ok(s)
     }
 
     /// Claims `agent` if it is free and delivers its oldest due queue entry (marking it
@@ -442,15 +437,13 @@ impl Database {
     /// `None`: the agent is busy (a live claim, an open batch, or another process claiming it
     /// right now) or has nothing due.
     pub async fn claim_next(&self, agent: AgentId) -> Result<Option<Started>> {
-        match self.write(Op::ClaimNext { agent }).await? {
-            Done::Started(s) => {
-                if let Some(s) = &s {
-                    self.hub().wake(WakeKey::Turn(s.turn.id));
-                }
-                Ok(s.map(|s| *s))
-            }
-            other => Err(unexpected(other)),
+        let started = self
+            .write(crate::ops::runs::writes::ClaimNext { agent })
+            .await?;
+        if let Some(s) = &started {
+            self.hub().wake(WakeKey::Turn(s.turn.id));
         }
+        Ok(started.map(|s| *s))
     }
 
     /// Stores one step of a run (as [`crate::MessageStore::append_step`]) and appends `events`
@@ -463,19 +456,15 @@ impl Database {
         messages: Vec<NewMessage>,
         events: Vec<NewTurnEvent>,
     ) -> Result<StepReceipt> {
-        let op = Op::AppendStep {
+        let step = crate::ops::batches::AppendStep {
             agent: claim.agent,
             batch,
             messages,
             turn: Some((turn, events)),
         };
-        match self.write_fenced(op, claim).await? {
-            Done::Step(s) => {
-                self.hub().wake(WakeKey::Turn(turn));
-                Ok(s)
-            }
-            other => Err(unexpected(other)),
-        }
+        let receipt = self.write_fenced(step, claim).await?;
+        self.hub().wake(WakeKey::Turn(turn));
+        Ok(receipt)
     }
 
     /// Appends `events` to a running turn of `claim`'s agent, fenced by `claim`. Returns the
@@ -486,30 +475,24 @@ impl Database {
         turn: TurnId,
         events: Vec<NewTurnEvent>,
     ) -> Result<u64> {
-        let op = Op::AppendTurnEvents {
+        let append = crate::ops::runs::writes::AppendTurnEvents {
             agent: claim.agent,
             turn,
             events,
         };
-        match self.write_fenced(op, claim).await? {
-            Done::Seq(seq) => {
-                self.hub().wake(WakeKey::Turn(turn));
-                Ok(seq)
-            }
-            other => Err(unexpected(other)),
-        }
+        let seq = self.write_fenced(append, claim).await?;
+        self.hub().wake(WakeKey::Turn(turn));
+        Ok(seq)
     }
 
     /// Heartbeat continuation of a run's batch, fenced by `claim`.
     pub async fn continue_run(&self, claim: RunClaim, batch: BatchId) -> Result<BatchInfo> {
-        let op = Op::ContinueBatch {
+        let change = crate::ops::batches::BatchChange {
             agent: claim.agent,
             batch,
+            change: crate::ops::batches::Change::Continue,
         };
-        match self.write_fenced(op, claim).await? {
-            Done::Batch(b) => Ok(b),
-            other => Err(unexpected(other)),
-        }
+        self.write_fenced(change, claim).await
     }
 
     /// Ends a run's batch (`ending`), appends `events` to its turn and finishes the turn, then
@@ -525,46 +508,39 @@ impl Database {
         events: Vec<NewTurnEvent>,
         next: bool,
     ) -> Result<Finished> {
-        let op = Op::FinishRun(Box::new(crate::ops::runs::FinishRun {
+        let finish = crate::ops::runs::FinishRun {
             claim,
             batch,
             turn,
             ending,
             events,
             next,
-        }));
-        match self.write_fenced(op, claim).await? {
-            Done::Finished(f) => {
-                self.hub().wake(WakeKey::Turn(turn));
-                match &f.next {
-                    Some(next) => self.hub().wake(WakeKey::Turn(next.turn.id)),
-                    None => self.hub().wake(WakeKey::Agent(claim.agent)),
-                }
-                // Free agent or not, the completion may have queued another agent's trigger
-                // (a sync session's reply, decision 0020).
-                self.hub().wake(WakeKey::Queue);
-                Ok(*f)
-            }
-            other => Err(unexpected(other)),
+        };
+        let f = self.write_fenced(finish, claim).await?;
+        self.hub().wake(WakeKey::Turn(turn));
+        match &f.next {
+            Some(next) => self.hub().wake(WakeKey::Turn(next.turn.id)),
+            None => self.hub().wake(WakeKey::Agent(claim.agent)),
         }
+        // Free agent or not, the completion may have queued another agent's trigger (a sync
+        // session's reply, decision 0020).
+        self.hub().wake(WakeKey::Queue);
+        Ok(*f)
     }
 
     /// Gives up a claim whose run is gone (a task that ended without finishing): its open batch
     /// is abandoned with `reason` and its turn finished as interrupted, then the claim is free.
     /// `false` when the claim was not this process's any more.
     pub async fn release_claim(&self, claim: RunClaim, reason: &str) -> Result<bool> {
-        let op = Op::ReleaseClaim {
-            claim,
-            reason: reason.to_owned(),
-        };
-        match self.write(op).await? {
-            Done::Released(released) => {
-                self.hub().wake(WakeKey::Agent(claim.agent));
-                self.hub().wake(WakeKey::Queue);
-                Ok(released)
-            }
-            other => Err(unexpected(other)),
-        }
+        let released = self
+            .write(crate::ops::runs::writes::ReleaseClaim {
+                claim,
+                reason: reason.to_owned(),
+            })
+            .await?;
+        self.hub().wake(WakeKey::Agent(claim.agent));
+        self.hub().wake(WakeKey::Queue);
+        Ok(released)
     }
 
     /// Asks the run answering `turn` to stop (any process: the holder sees it at once through
@@ -572,13 +548,11 @@ impl Database {
     /// it is delivered: its batch begins and is abandoned at once, so the message stays stored
     /// and can be retried. Asking again, or for a finished turn, changes nothing.
     pub async fn cancel_turn(&self, agent: AgentId, turn: TurnId) -> Result<TurnInfo> {
-        match self.write(Op::CancelTurn { agent, turn }).await? {
-            Done::Turn(t) => {
-                self.hub().wake(WakeKey::Cancel(turn));
-                Ok(*t)
-            }
-            other => Err(unexpected(other)),
-        }
+        let t = self
+            .write(crate::ops::runs::writes::CancelTurn { agent, turn })
+            .await?;
+        self.hub().wake(WakeKey::Cancel(turn));
+        Ok(*t)
     }
 
     /// Abandons the batches of runs whose holder is dead (and, with
@@ -586,33 +560,26 @@ impl Database {
     /// freeing their claims; open batches begun without a claim are abandoned once their lease
     /// expired. Locks agents in agent order. Returns the abandoned batches with their triggers.
     pub async fn recover_runs(&self, scope: RecoveryScope) -> Result<Vec<Abandoned>> {
-        match self.write(Op::Recover { agent: None, scope }).await? {
-            Done::Abandoned(list) => {
-                for a in &list {
-                    self.hub().wake(WakeKey::Agent(a.batch.agent_id));
-                }
-                if !list.is_empty() {
-                    self.hub().wake(WakeKey::Queue);
-                    self.hub().wake_turns();
-                }
-                Ok(list)
-            }
-            other => Err(unexpected(other)),
+        let list = self
+            .write(crate::ops::batches::Recover { agent: None, scope })
+            .await?;
+        for a in &list {
+            self.hub().wake(WakeKey::Agent(a.batch.agent_id));
         }
+        if !list.is_empty() {
+            self.hub().wake(WakeKey::Queue);
+            self.hub().wake_turns();
+        }
+        Ok(list)
     }
 
     /// Deletes finished turns (and their events) that finished before `before`; returns how
     /// many. Running and queued turns are never touched.
     pub async fn prune_turns(&self, before: DateTime<Utc>) -> Result<u64> {
-        match self
-            .write(Op::PruneTurns {
-                before: before.timestamp_millis(),
-            })
-            .await?
-        {
-            Done::Count(n) => Ok(n),
-            other => Err(unexpected(other)),
-        }
+        self.write(crate::ops::runs::writes::PruneTurns {
+            before: before.timestamp_millis(),
+        })
+        .await
     }
 
     /// How many finished turns [`Database::prune_turns`] would delete for `before`.

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use sqlx::Row;
 
-use crate::db::{Database, unexpected};
+use crate::db::Database;
 use crate::error::{Error, Result};
 use crate::id::SnowflakeId;
 use crate::legacy::{self, ImportPlan, LegacyMessage};
@@ -24,7 +24,7 @@ use crate::model::{
     Abandoned, ActivityEvent, AgentId, BatchId, BatchInfo, BeginBatch, Message, NewMessage,
     Received, RecoveryScope, StepReceipt, StoredBatch, Summary,
 };
-use crate::ops::{self, Done, Op};
+use crate::ops;
 
 /// The message store of one agent. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -57,17 +57,12 @@ impl MessageStore {
     /// Commits `trigger` as the first message of a new open batch and returns where it lives.
     /// When this returns, the trigger is durable: it is the "received" acknowledgement.
     pub async fn begin_batch(&self, trigger: NewMessage, opts: BeginBatch) -> Result<Received> {
-        match self
-            .write(Op::BeginBatch {
-                agent: self.agent,
-                trigger,
-                opts,
-            })
-            .await?
-        {
-            Done::Received(r) => Ok(r),
-            other => Err(unexpected(other)),
-        }
+        self.write(crate::ops::batches::BeginBatch {
+            agent: self.agent,
+            trigger,
+            opts,
+        })
+        .await
     }
 
     /// Appends one step (the messages of one model turn and its tool results) to an open batch,
@@ -78,28 +73,20 @@ impl MessageStore {
         batch: BatchId,
         messages: Vec<NewMessage>,
     ) -> Result<StepReceipt> {
-        match self
-            .write(Op::AppendStep {
-                agent: self.agent,
-                batch,
-                messages,
-                turn: None,
-            })
-            .await?
-        {
-            Done::Step(s) => Ok(s),
-            other => Err(unexpected(other)),
-        }
+        self.write(crate::ops::batches::AppendStep {
+            agent: self.agent,
+            batch,
+            messages,
+            turn: None,
+        })
+        .await
     }
 
     /// Marks the batch complete. Refused while a tool call waits for its result. Completing a
     /// complete batch is a no-op.
     pub async fn complete_batch(&self, batch: BatchId) -> Result<BatchInfo> {
         let done = self
-            .batch_op(Op::CompleteBatch {
-                agent: self.agent,
-                batch,
-            })
+            .batch_change(batch, crate::ops::batches::Change::Complete)
             .await?;
         // The completion may have queued another agent's trigger (a sync session's reply).
         self.db.hub().wake(crate::wake::WakeKey::Queue);
@@ -109,43 +96,38 @@ impl MessageStore {
     /// Heartbeat continuation: reopens (or keeps open) the batch under this process's lease, so
     /// the next steps extend it; their messages carry the `continuation` batch type.
     pub async fn continue_batch(&self, batch: BatchId) -> Result<BatchInfo> {
-        self.batch_op(Op::ContinueBatch {
-            agent: self.agent,
-            batch,
-        })
-        .await
+        self.batch_change(batch, crate::ops::batches::Change::Continue)
+            .await
     }
 
     /// Extends the lease of an open batch, for runs that work long between steps.
     pub async fn renew_lease(&self, batch: BatchId) -> Result<BatchInfo> {
-        self.batch_op(Op::RenewLease {
-            agent: self.agent,
-            batch,
-        })
-        .await
+        self.batch_change(batch, crate::ops::batches::Change::RenewLease)
+            .await
     }
 
-    async fn batch_op(&self, op: Op) -> Result<BatchInfo> {
-        match self.write(op).await? {
-            Done::Batch(b) => Ok(b),
-            other => Err(unexpected(other)),
-        }
+    async fn batch_change(
+        &self,
+        batch: BatchId,
+        change: crate::ops::batches::Change,
+    ) -> Result<BatchInfo> {
+        self.write(crate::ops::batches::BatchChange {
+            agent: self.agent,
+            batch,
+            change,
+        })
+        .await
     }
 
     /// Abandons one open batch now (its run gave up: the model failed, the caller cancelled):
     /// it is never sent to a provider again, and is returned with its trigger for retry.
     pub async fn abandon_batch(&self, batch: BatchId, reason: &str) -> Result<Abandoned> {
-        match self
-            .write(Op::AbandonBatch {
-                agent: self.agent,
-                batch,
-                reason: reason.to_owned(),
-            })
-            .await?
-        {
-            Done::OneAbandoned(a) => Ok(a),
-            other => Err(unexpected(other)),
-        }
+        self.write(crate::ops::batches::AbandonBatch {
+            agent: self.agent,
+            batch,
+            reason: reason.to_owned(),
+        })
+        .await
     }
 
     /// Turns this agent's open batches whose run lease has expired into `abandoned`, and returns
@@ -156,16 +138,11 @@ impl MessageStore {
 
     /// Like [`recover`](Self::recover) with an explicit scope.
     pub async fn recover_scope(&self, scope: RecoveryScope) -> Result<Vec<Abandoned>> {
-        match self
-            .write(Op::Recover {
-                agent: Some(self.agent),
-                scope,
-            })
-            .await?
-        {
-            Done::Abandoned(list) => Ok(list),
-            other => Err(unexpected(other)),
-        }
+        self.write(crate::ops::batches::Recover {
+            agent: Some(self.agent),
+            scope,
+        })
+        .await
     }
 
     // -- reads ---------------------------------------------------------------------------------
@@ -338,31 +315,21 @@ impl MessageStore {
     /// Archives every whole, closed batch that lies entirely before `position`; returns the number
     /// of messages archived. Open batches and batches reaching past `position` stay.
     pub async fn archive_before(&self, position: SnowflakeId) -> Result<u64> {
-        match self
-            .write(Op::ArchiveBefore {
-                agent: self.agent,
-                position,
-            })
-            .await?
-        {
-            Done::Count(n) => Ok(n),
-            other => Err(unexpected(other)),
-        }
+        self.write(crate::ops::batches::ArchiveBefore {
+            agent: self.agent,
+            position,
+        })
+        .await
     }
 
     /// Archives exactly these whole batches (for importance-based compression); returns the
     /// number of messages archived. Refused, with nothing changed, if any batch is unknown or open.
     pub async fn archive_batches(&self, batches: Vec<BatchId>) -> Result<u64> {
-        match self
-            .write(Op::ArchiveBatches {
-                agent: self.agent,
-                batches,
-            })
-            .await?
-        {
-            Done::Count(n) => Ok(n),
-            other => Err(unexpected(other)),
-        }
+        self.write(crate::ops::batches::ArchiveBatches {
+            agent: self.agent,
+            batches,
+        })
+        .await
     }
 
     /// Stores `summary` and archives the batches it covers (`from_batch..=through_batch`) in one
@@ -370,16 +337,15 @@ impl MessageStore {
     /// in the range are left live (a run may still write them). Returns the archived batch ids.
     pub async fn summarize_and_archive(&self, summary: Summary) -> Result<Vec<BatchId>> {
         self.check_owner(&summary)?;
-        match self.write(Op::SummarizeAndArchive { summary }).await? {
-            Done::Batches(ids) => Ok(ids),
-            other => Err(unexpected(other)),
-        }
+        self.write(crate::ops::batches::SummarizeAndArchive(summary))
+            .await
     }
 
     /// Inserts or replaces a summary (by id).
     pub async fn upsert_summary(&self, summary: Summary) -> Result<()> {
         self.check_owner(&summary)?;
-        self.write(Op::UpsertSummary(summary)).await.map(|_| ())
+        self.write(crate::ops::batches::UpsertSummary(summary))
+            .await
     }
 
     fn check_owner(&self, summary: &Summary) -> Result<()> {
@@ -468,17 +434,13 @@ impl MessageStore {
         if messages.is_empty() {
             return Ok(plan);
         }
-        match self
-            .write(Op::ImportLegacy {
-                agent: self.agent,
-                messages,
-                plan: plan.clone(),
-            })
-            .await?
-        {
-            Done::Batches(_) => Ok(plan),
-            other => Err(unexpected(other)),
-        }
+        self.write(crate::ops::batches::ImportLegacy {
+            agent: self.agent,
+            messages,
+            plan: plan.clone(),
+        })
+        .await?;
+        Ok(plan)
     }
 }
 

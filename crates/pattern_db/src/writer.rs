@@ -2,8 +2,7 @@
 //!
 //! Callers queue a [`Write`] and wait for its reply: each domain defines its own writes (a type
 //! per write, with its arguments, its output and the locks it needs) beside its SQL; the writer
-//! knows none of them (the remaining variants of the transitional [`Op`] enum are one such
-//! write; decision 0023). A writer task takes the first waiting op plus
+//! knows none of them (decision 0023). A writer task takes the first waiting op plus
 //! every op already queued behind it (up to `max_group`), runs them in one transaction, each inside
 //! its own savepoint, and commits once: one fsync serves the whole group. An op that fails is
 //! rolled back to its savepoint alone and its caller gets the error; the others commit. No reply is

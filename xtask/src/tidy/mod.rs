@@ -3,13 +3,15 @@
 //! is any. It must never modify a file: it only reports.
 //!
 //! Rules: `//!` docs on every Rust file ([`files`]), dependencies owned by one
-//! crate and front ends through the facade ([`deps`]), layer order from `ARCHITECTURE.md` ([`layers`]), and no
-//! placeholder macros ([`files`]).
+//! crate and front ends through the facade ([`deps`]), layer order from `ARCHITECTURE.md`
+//! ([`layers`]), no placeholder macros ([`files`]), and storage writes owned by their domains
+//! ([`writes`]).
 
 mod deps;
 mod files;
 mod layers;
 mod manifest;
+mod writes;
 
 use std::fmt;
 use std::fs;
@@ -91,6 +93,13 @@ pub(crate) fn check_all(root: &Path) -> Result<Vec<Violation>> {
             out.extend(files::check_forbidden(&workspace::rel(root, &path), &text));
         }
     }
+
+    // e. storage writes by domain.
+    let mut db_files = Vec::new();
+    for path in files::rust_files(&root.join("crates/pattern_db/src")) {
+        db_files.push((workspace::rel(root, &path), read(&path)?));
+    }
+    out.extend(writes::check(&db_files));
 
     // b. restricted dependencies, c. layers.
     let renames = manifest::workspace_renames(&read(&root.join("Cargo.toml"))?);

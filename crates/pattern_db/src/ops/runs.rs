@@ -5,6 +5,8 @@
 //! so a claim is read and changed under its agent's lock and never raced. It must never commit,
 //! never change a claim without its agent's lock, and never append to a finished turn.
 
+pub(crate) mod writes;
+
 use std::collections::{BTreeSet, HashMap};
 
 use sqlx::any::AnyRow;

@@ -1,0 +1,311 @@
+//! The message and batch store's writes: begin a batch (the acknowledgement), append a step,
+//! complete, continue, renew or abandon a batch, recover dead runs' batches, archive and
+//! summarise, import a legacy history. The SQL is in `ops` (shared with runs and imports);
+//! these types say what each write locks and pass the run's fence on.
+//!
+//! They run inside the writer's transaction and must never commit. Every batch write locks
+//! its agent; writes that archive log search changes.
+
+use sqlx::AnyConnection;
+
+use super::Ctx;
+use crate::error::Result;
+use crate::id::SnowflakeId;
+use crate::legacy::{ImportPlan, LegacyMessage};
+use crate::model::{
+    Abandoned, AgentId, BatchId, BatchInfo, BeginBatch as BeginOptions, NewMessage, Received,
+    RecoveryScope, StepReceipt, Summary,
+};
+use crate::runs::{NewTurnEvent, RunClaim, TurnId};
+use crate::writer::{Locks, Write};
+
+fn agent_lock(agent: AgentId) -> Locks {
+    Locks {
+        agent: Some(agent),
+        ..Locks::default()
+    }
+}
+
+fn archiving(agent: AgentId) -> Locks {
+    Locks {
+        agent: Some(agent),
+        logs_changes: true,
+        ..Locks::default()
+    }
+}
+
+/// Commits a trigger as the first message of a new open batch.
+#[derive(Debug)]
+pub(crate) struct BeginBatch {
+    pub(crate) agent: AgentId,
+    pub(crate) trigger: NewMessage,
+    pub(crate) opts: BeginOptions,
+}
+
+impl Write for BeginBatch {
+    type Output = Received;
+
+    fn locks(&self) -> Locks {
+        agent_lock(self.agent)
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        fence: Option<&RunClaim>,
+    ) -> Result<Received> {
+        let token = fence.filter(|f| f.agent == self.agent).map(|f| f.token);
+        super::begin_batch(conn, ctx, self.agent, &self.trigger, &self.opts, token).await
+    }
+
+    fn bulk_begin(&self) -> Option<(AgentId, &NewMessage, &BeginOptions)> {
+        Some((self.agent, &self.trigger, &self.opts))
+    }
+
+    fn from_received(received: Received) -> Option<Received> {
+        Some(received)
+    }
+}
+
+/// Appends one step to an open batch; a run's step also appends events to its turn.
+#[derive(Debug)]
+pub(crate) struct AppendStep {
+    pub(crate) agent: AgentId,
+    pub(crate) batch: BatchId,
+    pub(crate) messages: Vec<NewMessage>,
+    pub(crate) turn: Option<(TurnId, Vec<NewTurnEvent>)>,
+}
+
+impl Write for AppendStep {
+    type Output = StepReceipt;
+
+    fn locks(&self) -> Locks {
+        agent_lock(self.agent)
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        fence: Option<&RunClaim>,
+    ) -> Result<StepReceipt> {
+        let receipt =
+            super::append_step(conn, ctx, self.agent, self.batch, &self.messages, fence).await?;
+        if let Some((turn, events)) = &self.turn {
+            super::runs::append_events(conn, ctx, self.agent, *turn, events).await?;
+        }
+        Ok(receipt)
+    }
+}
+
+/// What [`BatchChange`] does to the batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// Marks it complete (refused while a call waits).
+    Complete,
+    /// Heartbeat continuation: reopens (or keeps open) under this process's lease.
+    Continue,
+    /// Extends the lease of an open batch.
+    RenewLease,
+}
+
+/// One change of one batch's state.
+#[derive(Debug)]
+pub(crate) struct BatchChange {
+    pub(crate) agent: AgentId,
+    pub(crate) batch: BatchId,
+    pub(crate) change: Change,
+}
+
+impl Write for BatchChange {
+    type Output = BatchInfo;
+
+    fn locks(&self) -> Locks {
+        agent_lock(self.agent)
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        fence: Option<&RunClaim>,
+    ) -> Result<BatchInfo> {
+        let (agent, batch) = (self.agent, self.batch);
+        match self.change {
+            Change::Complete => super::complete_batch(conn, ctx, agent, batch, fence).await,
+            Change::Continue => super::continue_batch(conn, ctx, agent, batch, fence).await,
+            Change::RenewLease => super::renew_lease(conn, ctx, agent, batch, fence).await,
+        }
+    }
+}
+
+/// Abandons one open batch now.
+#[derive(Debug)]
+pub(crate) struct AbandonBatch {
+    pub(crate) agent: AgentId,
+    pub(crate) batch: BatchId,
+    pub(crate) reason: String,
+}
+
+impl Write for AbandonBatch {
+    type Output = Abandoned;
+
+    fn locks(&self) -> Locks {
+        agent_lock(self.agent)
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        fence: Option<&RunClaim>,
+    ) -> Result<Abandoned> {
+        super::abandon_batch(conn, ctx, self.agent, self.batch, &self.reason, fence).await
+    }
+}
+
+/// Abandons the open batches of dead runs (of one agent, or of every agent).
+#[derive(Debug)]
+pub(crate) struct Recover {
+    pub(crate) agent: Option<AgentId>,
+    pub(crate) scope: RecoveryScope,
+}
+
+impl Write for Recover {
+    type Output = Vec<Abandoned>;
+
+    fn locks(&self) -> Locks {
+        Locks {
+            agent: self.agent,
+            // Across agents it discovers the agents it locks: it runs alone, locking them in
+            // agent order.
+            exclusive: self.agent.is_none(),
+            ..Locks::default()
+        }
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<Vec<Abandoned>> {
+        super::runs::recover(conn, ctx, self.agent, self.scope).await
+    }
+}
+
+/// Archives every whole, closed batch before `position`; outputs the messages archived.
+#[derive(Debug)]
+pub(crate) struct ArchiveBefore {
+    pub(crate) agent: AgentId,
+    pub(crate) position: SnowflakeId,
+}
+
+impl Write for ArchiveBefore {
+    type Output = u64;
+
+    fn locks(&self) -> Locks {
+        archiving(self.agent)
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<u64> {
+        super::archive_before(conn, ctx, self.agent, self.position).await
+    }
+}
+
+/// Archives exactly these whole batches; outputs the messages archived.
+#[derive(Debug)]
+pub(crate) struct ArchiveBatches {
+    pub(crate) agent: AgentId,
+    pub(crate) batches: Vec<BatchId>,
+}
+
+impl Write for ArchiveBatches {
+    type Output = u64;
+
+    fn locks(&self) -> Locks {
+        archiving(self.agent)
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<u64> {
+        super::archive_chosen(conn, ctx, self.agent, &self.batches).await
+    }
+}
+
+/// Stores a summary and archives the batches it covers.
+#[derive(Debug)]
+pub(crate) struct SummarizeAndArchive(pub(crate) Summary);
+
+impl Write for SummarizeAndArchive {
+    type Output = Vec<BatchId>;
+
+    fn locks(&self) -> Locks {
+        archiving(self.0.agent_id)
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<Vec<BatchId>> {
+        super::summarize_and_archive(conn, ctx, &self.0).await
+    }
+}
+
+/// Inserts or replaces a summary (by id).
+#[derive(Debug)]
+pub(crate) struct UpsertSummary(pub(crate) Summary);
+
+impl Write for UpsertSummary {
+    type Output = ();
+
+    fn locks(&self) -> Locks {
+        agent_lock(self.0.agent_id)
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<()> {
+        super::upsert_summary(conn, ctx, &self.0).await
+    }
+}
+
+/// Stores a planned legacy history after the agent's current one.
+#[derive(Debug)]
+pub(crate) struct ImportLegacy {
+    pub(crate) agent: AgentId,
+    pub(crate) messages: Vec<LegacyMessage>,
+    pub(crate) plan: ImportPlan,
+}
+
+impl Write for ImportLegacy {
+    type Output = Vec<BatchId>;
+
+    fn locks(&self) -> Locks {
+        agent_lock(self.agent)
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<Vec<BatchId>> {
+        super::import_legacy(conn, ctx, self.agent, &self.messages, &self.plan).await
+    }
+}
