@@ -32,6 +32,7 @@ use crate::runs::{Finished, NewTurnEvent, RunClaim, Started, Submit, Submitted, 
 pub(crate) mod approvals;
 mod auth;
 mod blocks;
+mod console;
 pub(crate) mod mcp;
 pub(crate) mod protocol;
 mod queue;
@@ -272,6 +273,11 @@ pub(crate) enum Op {
         org: crate::protocol::OrganizationId,
         agent: AgentId,
     },
+    /// Sessions of the console's pages without JavaScript (`ops::console`).
+    OpenConsoleSession(crate::console::NewConsoleSession),
+    EndConsoleSession {
+        token_hash: String,
+    },
     /// Approval requests (`ops::approvals`).
     RequestApproval(Box<crate::approvals::NewApproval>),
     DecideApproval {
@@ -301,6 +307,7 @@ impl Op {
         match self {
             Op::CreateAgent(_) | Op::Recover { agent: None, .. } => None,
             Op::CreateApiKey(_) | Op::RevokeApiKey { .. } => None,
+            Op::OpenConsoleSession(_) | Op::EndConsoleSession { .. } => None,
             // One conditional update of one row: no agent lock needed.
             Op::DecideApproval { .. } | Op::ExpireApproval { .. } => None,
             Op::RequestApproval(new) => Some(new.agent),
@@ -449,6 +456,8 @@ pub(crate) enum Done {
     Protocol(protocol::ProtocolDone),
     McpServers(Vec<crate::mcp::McpServerRow>),
     ApiKey(crate::auth::ApiKey),
+    /// Whether a console session was opened (its key live) or ended (it existed).
+    ConsoleSession(bool),
     Imported(Box<crate::import::ImportedAgent>),
     Submitted(Box<Submitted>),
     Started(Option<Box<Started>>),
@@ -492,6 +501,10 @@ pub(crate) async fn apply(
             .map(|done| Done::Imported(Box::new(done))),
         Op::CreateApiKey(row) => auth::create_key(conn, row).await.map(Done::ApiKey),
         Op::RevokeApiKey { org, id } => auth::revoke_key(conn, *org, *id).await.map(Done::ApiKey),
+        Op::OpenConsoleSession(new) => console::open(conn, new).await.map(Done::ConsoleSession),
+        Op::EndConsoleSession { token_hash } => console::end(conn, token_hash)
+            .await
+            .map(Done::ConsoleSession),
         Op::DeleteOrgAgent { org, agent } => {
             auth::check_owner(conn, *org, *agent).await?;
             delete_agent(conn, ctx, *agent).await.map(|()| Done::Unit)
