@@ -37,6 +37,7 @@ mod layers;
 pub mod mcp;
 mod metrics;
 mod openapi;
+mod pages;
 mod routes;
 mod state;
 pub mod views;

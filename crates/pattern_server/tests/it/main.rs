@@ -21,6 +21,7 @@ mod crash;
 mod mcp;
 mod models;
 mod observe;
+mod pages;
 mod protocol;
 mod schedules;
 mod search;
