@@ -126,11 +126,12 @@ fn cookie(value: &str, max_age: u64, secure: bool) -> Option<HeaderValue> {
 }
 
 /// Whether a form post came from another site (refused: login and logout are this site's own).
+/// A browser's `Sec-Fetch-Site` (which no page can set) decides when present; otherwise an
+/// `Origin` must name this host. (Pages are sent with `Referrer-Policy: no-referrer`, under
+/// which browsers send `Origin: null` even for this site's own forms.)
 fn cross_site(headers: &HeaderMap) -> bool {
-    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
-        && !matches!(site, "same-origin" | "none")
-    {
-        return true;
+    if let Some(site) = headers.get("sec-fetch-site") {
+        return !matches!(site.to_str(), Ok("same-origin" | "none"));
     }
     let host = headers.get("host").and_then(|v| v.to_str().ok());
     match headers.get("origin").map(|v| v.to_str().ok()) {
@@ -378,6 +379,12 @@ mod tests {
         assert!(cross_site(&headers(&[
             ("host", "h:1"),
             ("sec-fetch-site", "same-site")
+        ])));
+        // A browser's own form under `no-referrer`.
+        assert!(!cross_site(&headers(&[
+            ("host", "h:1"),
+            ("origin", "null"),
+            ("sec-fetch-site", "same-origin")
         ])));
     }
 
