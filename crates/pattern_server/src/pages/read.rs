@@ -21,21 +21,35 @@ use crate::routes::{protocol, schedules};
 use crate::state::AppState;
 use crate::views::AgentView;
 
-/// A page's answer: the page, or the error page the failure shows.
-type PageResult = Result<Response, Response>;
+/// A page's answer: the page, or the error its failure shows as a page.
+type PageResult = Result<Response, PageError>;
 
-/// What a handler answered, or its error as a page.
-fn data<T>(answer: Result<ApiJson<T>, ApiError>) -> Result<T, Response> {
-    answer
-        .map(|ApiJson(value)| value)
-        .map_err(|e| error_page(&e))
+/// A failure of a page: the API's error, answered as an error page.
+#[derive(Debug)]
+pub(crate) struct PageError(ApiError);
+
+impl From<ApiError> for PageError {
+    fn from(error: ApiError) -> Self {
+        Self(error)
+    }
+}
+
+impl axum::response::IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        error_page(&self.0)
+    }
+}
+
+/// What a handler answered, or its error.
+fn data<T>(answer: Result<ApiJson<T>, ApiError>) -> Result<T, PageError> {
+    answer.map(|ApiJson(value)| value).map_err(PageError)
 }
 
 /// A query string (or none) as the handler's query struct; a bad one is a 400 page.
-fn query<T: DeserializeOwned>(raw: Option<String>, defaults: Value) -> Result<T, Response> {
+fn query<T: DeserializeOwned>(raw: Option<String>, defaults: Value) -> Result<T, PageError> {
     let mut fields: HashMap<String, String> =
         serde_urlencoded::from_str(raw.as_deref().unwrap_or(""))
-            .map_err(|e| error_page(&ApiError::invalid(format!("a bad query string: {e}"))))?;
+            .map_err(|e| PageError(ApiError::invalid(format!("a bad query string: {e}"))))?;
     let mut object = match defaults {
         Value::Object(map) => map,
         _ => serde_json::Map::new(),
@@ -48,14 +62,14 @@ fn query<T: DeserializeOwned>(raw: Option<String>, defaults: Value) -> Result<T,
         object.insert(name, value);
     }
     serde_json::from_value(Value::Object(object))
-        .map_err(|e| error_page(&ApiError::invalid(format!("a bad query string: {e}"))))
+        .map_err(|e| PageError(ApiError::invalid(format!("a bad query string: {e}"))))
 }
 
 /// Path parameters, or a 400 page.
-fn path<T>(extracted: Result<Path<T>, PathRejection>) -> Result<T, Response> {
+fn path<T>(extracted: Result<Path<T>, PathRejection>) -> Result<T, PageError> {
     extracted
         .map(|Path(value)| value)
-        .map_err(|e| error_page(&ApiError::from(e)))
+        .map_err(|e| PageError(ApiError::from(e)))
 }
 
 fn when(at: &DateTime<Utc>) -> String {
@@ -67,7 +81,7 @@ fn agent_href(id: &str) -> Href {
 }
 
 /// The organization's agents by id, to name participants.
-async fn names(state: &AppState, caller: Caller) -> Result<HashMap<String, String>, Response> {
+async fn names(state: &AppState, caller: Caller) -> Result<HashMap<String, String>, PageError> {
     let list = data(agents::list(State(state.clone()), caller).await)?;
     Ok(list.into_iter().map(|a| (a.id, a.name)).collect())
 }
@@ -517,9 +531,7 @@ pub(crate) async fn meeting(
     let names = names(&state, caller).await?;
     let messages =
         data(protocol::meeting_messages(State(state.clone()), caller, ApiPath(id.clone())).await)?;
-    let events = protocol::meeting_event_log(&state, caller, &id, 1000)
-        .await
-        .map_err(|e| error_page(&e))?;
+    let events = protocol::meeting_event_log(&state, caller, &id, 1000).await?;
     let mut body = Html::default();
     body.raw("<p>")
         .text(&format!(

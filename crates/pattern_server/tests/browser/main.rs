@@ -863,8 +863,7 @@ mod cases {
         b.wait_text("main", "This console needs JavaScript", 10)
             .await;
         // Parsed as elements only when the page runs no script.
-        b.click("main noscript a[href='/console/login']")
-            .await;
+        b.click("main noscript a[href='/console/login']").await;
         b.wait_text("h1", "Log in", 10).await;
         b.fill("input[name=key]", &format!("{}\u{E007}", s.key_a))
             .await;
