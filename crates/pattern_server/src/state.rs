@@ -62,8 +62,8 @@ pub struct ServerConfig {
     /// organization (agents of other organizations never get them), used besides those stored
     /// for the agent (decision 0015).
     pub mcp_servers: HashMap<String, Vec<pattern::core::mcp::McpServerConfig>>,
-    /// How long a login to the console's pages without JavaScript lasts (1 second to 30 days;
-    /// decision 0022).
+    /// How long a login to the console's pages without JavaScript lasts (brought within 1
+    /// second to 30 days; decision 0022).
     pub console_session: Duration,
 }
 

@@ -286,7 +286,11 @@ async fn login(State(state): State<AppState>, request_headers: HeaderMap, body: 
             Some("Send the form with an organization API key."),
         );
     };
-    let lifetime = state.config().console_session;
+    // A configured lifetime outside what the database accepts is brought within it.
+    let lifetime = state.config().console_session.clamp(
+        Duration::from_secs(1),
+        pattern::db::console::MAX_CONSOLE_SESSION,
+    );
     match state
         .pattern()
         .db()

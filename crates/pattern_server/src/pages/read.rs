@@ -217,7 +217,7 @@ pub(crate) async fn batches(
     RawQuery(raw): RawQuery,
 ) -> PageResult {
     let id = path(id)?;
-    let paging: batches::Page = query(raw, json!({}))?;
+    let paging: batches::Page = query(raw.clone(), json!({}))?;
     let agent = data(agents::show(State(state.clone()), caller, ApiPath(id.clone())).await)?;
     let list = data(batches::list(State(state), caller, ApiPath(id), ApiQuery(paging)).await)?;
     let mut body = Html::default();
@@ -245,9 +245,11 @@ pub(crate) async fn batches(
                 .raw("</tr>");
         }
         body.raw("</tbody></table>");
-        if let Some(last) = list.last() {
-            let older = format!("/console/agents/{}/batches?before={}", agent.id, last.id);
-            older_link(&mut body, &older);
+        if full_page(&raw, list.len(), 50)
+            && let Some(last) = list.last()
+        {
+            let base = format!("/console/agents/{}/batches", agent.id);
+            older_link(&mut body, &next_page(&base, raw, &last.id));
         }
     }
     Ok(page(
@@ -256,6 +258,19 @@ pub(crate) async fn batches(
         true,
         body,
     ))
+}
+
+/// Whether a list of `len` rows filled the page the query asked for (`limit`, else `default`):
+/// only then is there an older page to link to.
+fn full_page(raw: &Option<String>, len: usize, default: usize) -> bool {
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(raw.as_deref().unwrap_or("")).unwrap_or_default();
+    let limit = pairs
+        .iter()
+        .find(|(name, _)| name == "limit")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(default);
+    len >= limit
 }
 
 /// A link to the next page; the path is built from ids the server gave (UUIDs, numbers).
@@ -417,7 +432,7 @@ pub(crate) async fn archival(
     RawQuery(raw): RawQuery,
 ) -> PageResult {
     let id = path(id)?;
-    let paging: memory::ArchivalPage = query(raw, json!({}))?;
+    let paging: memory::ArchivalPage = query(raw.clone(), json!({}))?;
     let agent = data(agents::show(State(state.clone()), caller, ApiPath(id.clone())).await)?;
     let list =
         data(memory::list_archival(State(state), caller, ApiPath(id), ApiQuery(paging)).await)?;
@@ -437,11 +452,11 @@ pub(crate) async fn archival(
                 .raw("</tr>");
         }
         body.raw("</tbody></table>");
-        if let Some(last) = list.last() {
-            older_link(
-                &mut body,
-                &format!("/console/agents/{}/archival?before={}", agent.id, last.id),
-            );
+        if full_page(&raw, list.len(), 50)
+            && let Some(last) = list.last()
+        {
+            let base = format!("/console/agents/{}/archival", agent.id);
+            older_link(&mut body, &next_page(&base, raw, &last.id));
         }
     }
     Ok(page(
@@ -501,7 +516,9 @@ pub(crate) async fn meetings(
                 .raw("</tr>");
         }
         body.raw("</tbody></table>");
-        if let Some(last) = list.last() {
+        if full_page(&raw, list.len(), 50)
+            && let Some(last) = list.last()
+        {
             older_link(&mut body, &next_page("/console/meetings", raw, &last.id));
         }
     }
@@ -637,7 +654,9 @@ pub(crate) async fn sessions(
                 .raw("</tr>");
         }
         body.raw("</tbody></table>");
-        if let Some(last) = list.last() {
+        if full_page(&raw, list.len(), 50)
+            && let Some(last) = list.last()
+        {
             older_link(&mut body, &next_page("/console/sessions", raw, &last.id));
         }
     }

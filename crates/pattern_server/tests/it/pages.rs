@@ -188,6 +188,32 @@ async fn pages_read_with_a_session_cookie_that_never_opens_the_api(backend: Back
         .await;
     assert_eq!(status, StatusCode::CREATED);
     let theirs = s.agent(&s.key_b, "bea").await;
+    let bo = s.agent(&s.key_b, "bo").await;
+    let (_, their_session) = s
+        .post(
+            &s.key_b,
+            "/v1/sessions",
+            json!({"from": theirs, "to": bo, "session_type": "sync"}),
+        )
+        .await;
+    let (_, their_meeting) = s
+        .post(&s.key_b, "/v1/meetings", json!({"host": theirs}))
+        .await;
+    let their_session = their_session["id"].as_str().unwrap().to_owned();
+    let their_meeting = their_meeting["id"].as_str().unwrap().to_owned();
+    // Organization A's session with a hostile first message, and a meeting.
+    let ben = s.agent(&s.key_a, "ben").await;
+    let (_, ours) = s
+        .post(
+            &s.key_a,
+            "/v1/sessions",
+            json!({"from": evil, "to": ben, "session_type": "sync",
+                "message": "<script>alert(3)</script>hello"}),
+        )
+        .await;
+    let our_session = ours["id"].as_str().unwrap().to_owned();
+    let (_, ours) = s.post(&s.key_a, "/v1/meetings", json!({"host": ben})).await;
+    let our_meeting = ours["id"].as_str().unwrap().to_owned();
 
     // Without a cookie: the login form.
     let (status, location, _) = page(&s, None, "/console/agents").await;
@@ -262,12 +288,47 @@ async fn pages_read_with_a_session_cookie_that_never_opens_the_api(backend: Back
         "/console/agents/not-an-id".to_owned(),
         format!("/console/meetings/{theirs}"),
         format!("/console/sessions/{theirs}"),
+        format!("/console/meetings/{their_meeting}"),
+        format!("/console/sessions/{their_session}"),
     ] {
         let (status, _, body) = page(&s, Some(&cookie), &path).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
         assert!(body.contains("<h1>Not found</h1>"), "{path}: {body}");
         assert!(!body.contains("bea"));
     }
+    // A's session: its transcript as text; A's meeting with its event log; lists link to them
+    // and never to B's; a full page links to the older one.
+    let (status, _, transcript) = page(
+        &s,
+        Some(&cookie),
+        &format!("/console/sessions/{our_session}"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{transcript}");
+    assert!(transcript.contains("&lt;script&gt;alert(3)&lt;/script&gt;hello"));
+    assert!(transcript.contains("ben"), "{transcript}");
+    let (status, _, meeting) = page(
+        &s,
+        Some(&cookie),
+        &format!("/console/meetings/{our_meeting}"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{meeting}");
+    assert!(
+        meeting.contains("Event log") && meeting.contains("hosted by ben"),
+        "{meeting}"
+    );
+    let (_, _, sessions) = page(&s, Some(&cookie), "/console/sessions").await;
+    assert!(sessions.contains(&our_session) && !sessions.contains(&their_session));
+    assert!(!sessions.contains(">Older<"), "one session fills no page");
+    let (_, _, meetings) = page(&s, Some(&cookie), "/console/meetings?limit=1").await;
+    assert!(meetings.contains(&our_meeting) && !meetings.contains(&their_meeting));
+    assert!(
+        meetings.contains(&format!(
+            "/console/meetings?limit=1&amp;before={our_meeting}"
+        )),
+        "{meetings}"
+    );
     let (status, _, body) = page(&s, Some(&cookie), "/console/sessions?limit=500").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(body.contains("`limit` must be 1 to 100"), "{body}");
