@@ -58,6 +58,7 @@ pub(crate) fn router() -> Router<AppState> {
             get(read::block),
         )
         .route("/console/agents/{agent_id}/archival", get(read::archival))
+        .route("/console/agents/{agent_id}/context", get(read::context))
         .route("/console/meetings", get(read::meetings))
         .route("/console/meetings/{meeting_id}", get(read::meeting))
         .route("/console/sessions", get(read::sessions))

@@ -16,7 +16,7 @@ use super::html::{Href, Html};
 use super::{PageCaller, error_page, page};
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::routes::{ApiJson, ApiPath, ApiQuery, agents, approvals, batches, mcp, memory};
+use crate::routes::{ApiJson, ApiPath, ApiQuery, agents, approvals, batches, context, mcp, memory};
 use crate::routes::{protocol, schedules};
 use crate::state::AppState;
 use crate::views::AgentView;
@@ -134,6 +134,7 @@ fn agent_nav(body: &mut Html, id: &str) {
         .link(&agent_href(id).part("/batches"), "Batches")
         .link(&agent_href(id).part("/blocks"), "Memory blocks")
         .link(&agent_href(id).part("/archival"), "Archival")
+        .link(&agent_href(id).part("/context"), "Context")
         .raw("</nav>");
 }
 
@@ -432,12 +433,73 @@ pub(crate) async fn archival(
     RawQuery(raw): RawQuery,
 ) -> PageResult {
     let id = path(id)?;
+    // `q` and `mode` ask for a search (a read: a GET form); the rest pages the passages.
+    let mut pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(raw.as_deref().unwrap_or("")).unwrap_or_default();
+    let asked = |name: &str, pairs: &[(String, String)]| {
+        pairs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    };
+    let search = asked("q", &pairs).filter(|q| !q.trim().is_empty());
+    let mode = asked("mode", &pairs).unwrap_or_else(|| "auto".to_owned());
+    pairs.retain(|(n, _)| n != "q" && n != "mode");
+    let raw = (!pairs.is_empty()).then(|| serde_urlencoded::to_string(&pairs).unwrap_or_default());
     let paging: memory::ArchivalPage = query(raw.clone(), json!({}))?;
     let agent = data(agents::show(State(state.clone()), caller, ApiPath(id.clone())).await)?;
+    let hits = match &search {
+        Some(q) => {
+            let request = serde_json::from_value(json!({"query": q, "mode": mode}))
+                .map_err(|e| PageError(ApiError::invalid(e.to_string())))?;
+            Some(data(
+                memory::search(
+                    State(state.clone()),
+                    caller,
+                    ApiPath(id.clone()),
+                    ApiJson(request),
+                )
+                .await,
+            )?)
+        }
+        None => None,
+    };
     let list =
         data(memory::list_archival(State(state), caller, ApiPath(id), ApiQuery(paging)).await)?;
     let mut body = Html::default();
     agent_nav(&mut body, &agent.id);
+    body.raw("<form class=\"inline\" method=\"get\" id=\"search\">")
+        .raw("<label>Search <input name=\"q\" value=\"")
+        .text(search.as_deref().unwrap_or(""))
+        .raw("\"></label><label>Mode <select name=\"mode\">");
+    for m in ["auto", "fts", "vector", "hybrid"] {
+        body.raw("<option");
+        if m == mode {
+            body.raw(" selected");
+        }
+        body.raw(">").text(m).raw("</option>");
+    }
+    body.raw("</select></label><button type=\"submit\">Search</button></form>");
+    if let Some(hits) = &hits {
+        body.raw("<h2>Hits</h2>");
+        if hits.is_empty() {
+            body.raw("<p class=\"muted\">Nothing found.</p>");
+        } else {
+            body.raw("<table>")
+                .head(&["Score", "Kind", "Text", "When"])
+                .raw("<tbody>");
+            for hit in hits {
+                body.raw("<tr>")
+                    .td(&format!("{:.4}", hit.score))
+                    .td(&hit.content_type)
+                    .el("<td><pre>", &hit.text, "</pre></td>")
+                    .td(&when(&hit.created_at))
+                    .raw("</tr>");
+            }
+            body.raw("</tbody></table>");
+        }
+        body.raw("<h2>Passages</h2>");
+    }
     if list.is_empty() {
         body.raw("<p class=\"muted\">No passages.</p>");
     } else {
@@ -727,4 +789,74 @@ pub(crate) async fn approvals(
         body.raw("</tbody></table>");
     }
     Ok(page(StatusCode::OK, "Approvals", true, body))
+}
+
+/// `GET /console/agents/{agent_id}/context`: what the agent's next turn would send, now.
+pub(crate) async fn context(
+    State(state): State<AppState>,
+    PageCaller(caller): PageCaller,
+    id: Result<Path<String>, PathRejection>,
+) -> PageResult {
+    let id = path(id)?;
+    let agent = data(agents::show(State(state.clone()), caller, ApiPath(id.clone())).await)?;
+    let c = data(context::show(State(state), caller, ApiPath(id)).await)?;
+    let mut body = Html::default();
+    agent_nav(&mut body, &agent.id);
+    body.raw("<p>")
+        .text(&format!(
+            "{} · window {} tokens · {} kept for the answer · history budget {}",
+            c.model, c.window, c.response_reserve, c.history_budget
+        ))
+        .raw("</p>");
+    if c.would_compress {
+        body.raw(
+            "<p class=\"error\">History is over its budget: the next turn compresses it \
+             first.</p>",
+        );
+    }
+    body.raw("<h2>Sections</h2><table>")
+        .head(&["Section", "Tokens", "Of the window"])
+        .raw("<tbody>");
+    for section in &c.sections {
+        let share = if c.window == 0 {
+            0.0
+        } else {
+            section.tokens as f64 * 100.0 / c.window as f64
+        };
+        body.raw("<tr>")
+            .td(&section.name)
+            .td(&section.tokens.to_string())
+            .td(&format!("{share:.1}%"))
+            .raw("</tr>");
+    }
+    body.raw("</tbody></table><h2>System prompt, in order</h2>");
+    for part in &c.system {
+        let title = match &part.label {
+            Some(label) => format!("{} {label} ({} tokens)", part.kind, part.tokens),
+            None => format!("{} ({} tokens)", part.kind, part.tokens),
+        };
+        body.el("<details><summary>", &title, "</summary>").el(
+            "<pre>",
+            &part.text,
+            "</pre></details>",
+        );
+    }
+    body.raw("<h2>Tools</h2>")
+        .el("<p class=\"mono\">", &c.tools.join(", "), "</p>")
+        .raw("<h2>History</h2><p>")
+        .text(&format!(
+            "{} messages from {} batches; {} batches left out.",
+            c.messages,
+            c.batches.len(),
+            c.excluded.len()
+        ))
+        .raw("</p>")
+        .raw("<details><summary>The request body, in the provider's format</summary>")
+        .el("<pre>", &pretty(&c.request), "</pre></details>");
+    Ok(page(
+        StatusCode::OK,
+        &format!("Context of {}", agent.name),
+        true,
+        body,
+    ))
 }

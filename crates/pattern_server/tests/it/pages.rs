@@ -296,6 +296,35 @@ async fn pages_read_with_a_session_cookie_that_never_opens_the_api(backend: Back
         assert!(body.contains("<h1>Not found</h1>"), "{path}: {body}");
         assert!(!body.contains("bea"));
     }
+    // Archival search by a GET form (a read), hits as text with scores; the context page.
+    let (status, body) = s
+        .post(
+            &s.key_a,
+            &format!("/v1/agents/{evil}/archival"),
+            json!({"text": "the <u>walrus</u> sleeps on ice"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, _, found) = page(
+        &s,
+        Some(&cookie),
+        &format!("/console/agents/{evil}/archival?q=walrus&mode=fts"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{found}");
+    assert!(found.contains("<h2>Hits</h2>"), "{found}");
+    assert!(found.contains("the &lt;u&gt;walrus&lt;/u&gt; sleeps on ice"));
+    assert!(!found.contains("<u>"));
+    assert!(found.contains("value=\"walrus\""));
+    let (status, _, context) = page(
+        &s,
+        Some(&cookie),
+        &format!("/console/agents/{evil}/context"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{context}");
+    assert!(context.contains("<h2>Sections</h2>"), "{context}");
+    assert!(context.contains("tokens"));
     // A's session: its transcript as text; A's meeting with its event log; lists link to them
     // and never to B's; a full page links to the older one.
     let (status, _, transcript) = page(
