@@ -14,6 +14,7 @@
 //! never accept the cookie for a write, never render a datum as markup, and never put a key or
 //! token in a page or a URL.
 
+mod diff;
 mod html;
 mod read;
 

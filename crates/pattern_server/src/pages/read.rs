@@ -391,6 +391,7 @@ pub(crate) async fn block(
         )
         .await,
     )?;
+    let names = names(&state, caller).await?;
     let history = data(memory::block_history(State(state), caller, ApiPath((id, label))).await)?;
     let mut body = Html::default();
     agent_nav(&mut body, &agent.id);
@@ -405,16 +406,31 @@ pub(crate) async fn block(
         .raw("</p>")
         .el("<pre>", &current.value, "</pre>")
         .raw("<h2>History</h2><table>")
-        .head(&["Version", "Change", "By", "When", "Value"])
+        .head(&[
+            "Version",
+            "Change",
+            "By",
+            "When",
+            "Against the version before",
+        ])
         .raw("<tbody>");
-    for v in history.iter().rev() {
+    for (at, v) in history.iter().enumerate() {
         body.raw("<tr>")
             .td(&v.version.to_string())
             .td(&v.change)
-            .td(&v.changed_by)
+            .td(name_of(&names, &v.changed_by))
             .td(&when(&v.created_at))
-            .el("<td><pre>", &v.value, "</pre></td>")
-            .raw("</tr>");
+            .raw("<td><pre class=\"diff\">");
+        // Newest first: the version before is the next one.
+        let before = history.get(at + 1).map_or("", |p| p.value.as_str());
+        for line in super::diff::lines(before, &v.value) {
+            match line {
+                super::diff::Line::Same(text) => body.text(text).raw("\n"),
+                super::diff::Line::Removed(text) => body.el("<del>", text, "</del>\n"),
+                super::diff::Line::Added(text) => body.el("<ins>", text, "</ins>\n"),
+            };
+        }
+        body.raw("</pre></td></tr>");
     }
     body.raw("</tbody></table>");
     Ok(page(
