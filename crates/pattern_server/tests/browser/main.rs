@@ -834,7 +834,13 @@ mod cases {
     /// read the agents and a block's history (data as text), another organization's id is not
     /// found, and a made-up cookie is sent back to the login.
     pub async fn the_read_only_pages_work_without_javascript() {
-        let s = Server::start(Backend::Sqlite, vec![]).await;
+        // Sessions that lapse within the test (it checks the expiry at the end).
+        let lifetime = Duration::from_secs(8);
+        let config = ServerConfig {
+            console_session: lifetime,
+            ..ServerConfig::default()
+        };
+        let s = Server::start_with(Backend::Sqlite, vec![], config).await;
         let ada = s.agent(&s.key_a, HOSTILE_NAME).await;
         let blocks = format!("/v1/agents/{ada}/blocks");
         let (status, _) = s
@@ -867,6 +873,7 @@ mod cases {
         b.wait_text("h1", "Log in", 10).await;
         b.fill("input[name=key]", &format!("{}\u{E007}", s.key_a))
             .await;
+        let logged_in = std::time::Instant::now();
         let agents = b.wait_text("main", "server default", 10).await;
         assert!(agents.contains(HOSTILE_NAME), "{agents}");
         assert_eq!(b.count("main img").await, 0);
@@ -890,6 +897,17 @@ mod cases {
         let shown = b.wait_text("h1", "Not found", 10).await;
         assert!(!shown.contains("bea"));
         b.screenshot("nojs-other-organization").await;
+        // The session lapses: the browser drops the cookie at its Max-Age (the server refuses
+        // the token after its expiry too: `tests/it/pages.rs`), and the next page is the login.
+        let left = lifetime.saturating_sub(logged_in.elapsed());
+        assert!(
+            !left.is_zero(),
+            "the pages took longer than the session lasts"
+        );
+        tokio::time::sleep(left + Duration::from_millis(200)).await;
+        b.goto(&s.url("/console/agents")).await;
+        b.wait_text("h1", "Log in", 10).await;
+        assert!(b.current_url().await.ends_with("/console/login"));
         // A made-up session cookie: back to the login, told why.
         b.replace_cookies(
             "pattern_console",
