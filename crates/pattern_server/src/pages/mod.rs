@@ -76,7 +76,7 @@ impl FromRequestParts<AppState> for PageCaller {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
         let Some(token) = session_cookie(&parts.headers) else {
-            return Err(to_login(None, false));
+            return Err(to_login(Note::None, false));
         };
         match state.pattern().db().console_session(token).await {
             Ok(Some(session)) => Ok(PageCaller(Caller {
@@ -84,7 +84,7 @@ impl FromRequestParts<AppState> for PageCaller {
                 key: session.key.id,
             })),
             // Expired, ended, revoked or made up: forget it and say so.
-            Ok(None) => Err(to_login(Some("ended"), true)),
+            Ok(None) => Err(to_login(Note::Ended, true)),
             Err(e) => Err(error_page(&ApiError::from(e))),
         }
     }
@@ -148,12 +148,23 @@ fn cross_site(headers: &HeaderMap) -> bool {
     }
 }
 
-/// A `303 See Other` to the login form, with a note (`ended`, `out`); `forget` clears the cookie.
-fn to_login(note: Option<&'static str>, forget: bool) -> Response {
+/// What the login form says when the browser is sent back to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Note {
+    /// Nothing (no session yet).
+    None,
+    /// The session ended, expired or never existed.
+    Ended,
+    /// The user logged out.
+    Out,
+}
+
+/// A `303 See Other` to the login form with `note`; `forget` clears the cookie.
+fn to_login(note: Note, forget: bool) -> Response {
     let location = match note {
-        Some("ended") => "/console/login?ended",
-        Some(_) => "/console/login?out",
-        None => LOGIN,
+        Note::None => LOGIN,
+        Note::Ended => "/console/login?ended",
+        Note::Out => "/console/login?out",
     };
     let mut response = (
         StatusCode::SEE_OTHER,
@@ -300,6 +311,12 @@ async fn login(State(state): State<AppState>, request_headers: HeaderMap, body: 
         .await
     {
         Ok(Some(issued)) => {
+            // The new session replaces the browser's previous one, if it had one.
+            if let Some(token) = session_cookie(&request_headers)
+                && let Err(e) = state.pattern().db().end_console_session(token).await
+            {
+                tracing::warn!(error = %e, "ending the replaced console session failed");
+            }
             let mut response = (
                 StatusCode::SEE_OTHER,
                 [(LOCATION, HeaderValue::from_static(HOME))],
@@ -334,7 +351,7 @@ async fn logout(State(state): State<AppState>, request_headers: HeaderMap) -> Re
     {
         return error_page(&ApiError::from(e));
     }
-    to_login(Some("out"), true)
+    to_login(Note::Out, true)
 }
 
 /// How long a console session lasts by default.

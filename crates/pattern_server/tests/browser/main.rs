@@ -835,7 +835,7 @@ mod cases {
     /// found, and a made-up cookie is sent back to the login.
     pub async fn the_read_only_pages_work_without_javascript() {
         // Sessions that lapse within the test (it checks the expiry at the end).
-        let lifetime = Duration::from_secs(8);
+        let lifetime = Duration::from_secs(10);
         let config = ServerConfig {
             console_session: lifetime,
             ..ServerConfig::default()

@@ -140,7 +140,12 @@ async fn login(s: &Server, key: &str) -> String {
     assert_eq!(response.status(), StatusCode::SEE_OTHER);
     assert_eq!(response.headers()[LOCATION], "/console/agents");
     let set = response.headers()[SET_COOKIE].to_str().unwrap().to_owned();
-    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/console", "Max-Age="] {
+    for attribute in [
+        "HttpOnly",
+        "SameSite=Strict",
+        "Path=/console",
+        "Max-Age=3600",
+    ] {
         assert!(set.contains(attribute), "{set}");
     }
     assert!(!set.contains("Secure"), "plain HTTP: {set}");
@@ -174,7 +179,7 @@ async fn page(s: &Server, cookie: Option<&str>, path: &str) -> (StatusCode, Stri
 
 async fn pages_read_with_a_session_cookie_that_never_opens_the_api(backend: Backend) {
     let config = ServerConfig {
-        console_session: Duration::from_secs(2),
+        console_session: Duration::from_secs(3600),
         ..ServerConfig::default()
     };
     let s = Server::start_with(backend, vec![], config).await;
@@ -412,8 +417,17 @@ async fn pages_read_with_a_session_cookie_that_never_opens_the_api(backend: Back
         (StatusCode::SEE_OTHER, "/console/login?ended")
     );
 
-    // Expiry (this server's sessions last 2 seconds).
-    let short = login(&s, &s.key_a).await;
+    // The cookie lasts what the server is configured for.
+    let fresh = login(&s, &s.key_a).await;
+    assert!(fresh.starts_with("pattern_console=pcs_"));
+    // Expiry: a session of two seconds (opened below the server), refused once it lapsed even
+    // though the browser still sends it.
+    let issued =
+        s.db.open_console_session(&s.key_a, Duration::from_secs(2))
+            .await
+            .unwrap()
+            .unwrap();
+    let short = format!("pattern_console={}", issued.token);
     let (status, _, _) = page(&s, Some(&short), "/console/agents").await;
     assert_eq!(status, StatusCode::OK);
     tokio::time::sleep(Duration::from_millis(2100)).await;
