@@ -634,6 +634,10 @@ pub(crate) struct ServeArgs {
     /// Bearer token `GET /metrics` requires (default: /metrics is open).
     #[arg(long, env = "PATTERN_METRICS_TOKEN", hide_env_values = true)]
     pub(crate) metrics_token: Option<String>,
+    /// How long a login to the web console's pages without JavaScript lasts, in hours (1 to
+    /// 720; the session also ends at logout or when its API key is revoked).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=720))]
+    pub(crate) console_session_hours: u64,
     /// Start a local llama.cpp model (installed by `pattern setup`): `qwen2.5-coder-0.5b` (the
     /// default) or `smollm2-135m`. It is the default model when no API key or [model] is
     /// configured, and serves agents whose model is `local/NAME`. Without it, no local model is

@@ -103,9 +103,14 @@ pub(crate) fn hash(secret: &str) -> String {
 
 /// A fresh secret from the operating system's random source.
 pub(crate) fn new_secret() -> Result<String> {
+    random_token(KEY_PREFIX)
+}
+
+/// `prefix` followed by 64 hex characters (256 bits) from the operating system's random source.
+pub(crate) fn random_token(prefix: &str) -> Result<String> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|e| Error::Config(format!("no random source: {e}")))?;
-    let mut secret = String::from(KEY_PREFIX);
+    let mut secret = String::from(prefix);
     for byte in bytes {
         secret.push_str(&format!("{byte:02x}"));
     }
@@ -136,9 +141,14 @@ pub(crate) fn key_from_row(row: &AnyRow) -> Result<ApiKey> {
 }
 
 fn well_formed(secret: &str) -> bool {
-    secret.len() == KEY_PREFIX.len() + 64
-        && secret.starts_with(KEY_PREFIX)
-        && secret[KEY_PREFIX.len()..]
+    well_formed_token(secret, KEY_PREFIX)
+}
+
+/// Whether `token` is `prefix` and 64 lowercase hex characters.
+pub(crate) fn well_formed_token(token: &str, prefix: &str) -> bool {
+    token.len() == prefix.len() + 64
+        && token.starts_with(prefix)
+        && token[prefix.len()..]
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }

@@ -52,6 +52,7 @@ pub mod archival;
 pub mod auth;
 pub mod blocks;
 mod config;
+pub mod console;
 mod db;
 mod error;
 mod fts;
@@ -82,6 +83,7 @@ pub use archival::{ArchivalEntry, ArchivalId, ListArchival, NewArchival};
 pub use auth::{ApiKey, ApiKeyId, IssuedKey};
 pub use blocks::{BlockVersion, NewBlock, StoredBlock};
 pub use config::{Backend, DbConfig, Durability, MachineId};
+pub use console::{ConsoleSession, IssuedConsoleSession};
 pub use db::{Database, MIN_SQLITE_VERSION};
 pub use error::{Error, ErrorClass, Result};
 pub use id::{SnowflakeGenerator, SnowflakeId};
@@ -105,6 +107,7 @@ pub use protocol::{
     ProtocolMessageId, RetentionPolicy, RetentionReport, Session, SessionId, SessionOptions,
     SessionStatus, SessionType, UnreadSummary, Wakeup, WakeupListener, content_text,
 };
+pub use protocol::{ListPage, Liveness};
 pub use runs::{
     ClaimInfo, Finished, Idempotency, NewTurn, NewTurnEvent, RunClaim, RunEnding, Started, Submit,
     Submitted, TurnEvent, TurnId, TurnInfo, TurnOutcome, TurnState,

@@ -31,6 +31,7 @@ pub(crate) mod approvals;
 pub(crate) mod auth;
 pub(crate) mod batches;
 pub(crate) mod blocks;
+pub(crate) mod console;
 pub(crate) mod mcp;
 pub(crate) mod protocol;
 pub(crate) mod queue;

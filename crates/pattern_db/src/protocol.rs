@@ -83,7 +83,10 @@ protocol_id!(
     MeetingId
 );
 
+mod lists;
 mod meetings;
+
+pub use lists::{ListPage, Liveness};
 
 pub use meetings::{
     ActiveConversation, ActiveMeeting, MAX_TURN_DURATION, Meeting, MeetingEvent, MeetingEventType,

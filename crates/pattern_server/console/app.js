@@ -255,7 +255,8 @@
   function agentLinks(id) {
     const base = '#/agents/' + enc(id);
     return h('span', { class: 'subnav-inline' },
-      [['Chat', ''], ['Batches', '/batches'], ['Memory', '/memory'], ['Archival', '/archival'], ['Context', '/context']]
+      [['Chat', ''], ['Batches', '/batches'], ['Memory', '/memory'], ['Archival', '/archival'], ['Context', '/context'],
+        ['Schedules', '/schedules'], ['MCP servers', '/mcp']]
         .flatMap(([t, p], i) => [i ? ' · ' : '', link(base + p, t)]));
   }
 
@@ -875,6 +876,45 @@
     }
   }
 
+  // ---- live lists of meetings and sessions -------------------------------------------------
+
+  // A table of the organization's meetings or sessions (`GET /v1/{kind}`), filtered by status,
+  // read again every two seconds while the page is open; *Older* pages back by the last id.
+  function liveList(kind, columns, row) {
+    const filter = h('select', { name: 'status', id: kind + '-filter' },
+      [['all', 'All'], ['live', 'Live'], ['ended', 'Ended']].map(([v, t]) => h('option', { value: v, text: t })));
+    const body = h('tbody', { id: kind + '-list' });
+    const table = h('table', {}, h('thead', {}, h('tr', {}, columns.map((c) => h('th', { scope: 'col', text: c })))), body);
+    const status = h('p', { role: 'status', class: 'muted', id: kind + '-list-status' });
+    const older = h('button', { type: 'button', class: 'secondary', text: 'Older', hidden: true });
+    const signal = live.signal;
+    let before = null;
+    const load = async () => {
+      const query = '?limit=20&status=' + enc(filter.value) + (before ? '&before=' + enc(before) : '');
+      const list = await api('GET', '/v1/' + kind + query);
+      stillHere(signal);
+      body.replaceChildren(...list.map(row));
+      if (!list.length) body.append(h('tr', {}, h('td', { colspan: columns.length, class: 'muted', text: 'None.' })));
+      older.hidden = list.length < 20;
+      older.dataset.last = list.length ? list[list.length - 1].id : '';
+      status.textContent = (before ? 'An older page' : 'The newest ' + kind) + ', read ' + new Date().toLocaleTimeString();
+    };
+    filter.addEventListener('change', () => { before = null; load().catch((err) => status.replaceChildren(errorBox(err))); });
+    older.addEventListener('click', () => { before = older.dataset.last; load().catch((err) => status.replaceChildren(errorBox(err))); });
+    (async () => {
+      for (;;) {
+        try { await load(); } catch (err) {
+          if (err && err.name === 'AbortError') return;
+          status.replaceChildren(errorBox(err));
+          return;
+        }
+        await new Promise((resolve) => setTimeout(resolve, 2000));
+        if (signal.aborted) return;
+      }
+    })();
+    return h('div', {}, h('div', { class: 'filter' }, field('Show', filter)), table, older, status);
+  }
+
   // ---- meetings ---------------------------------------------------------------------------
 
   async function renderMeetings() {
@@ -887,9 +927,15 @@
     const out = h('div', {});
     const run = h('form', { id: 'run-meeting' }, field('Topic', topic), boxes, field('Rounds', rounds),
       h('button', { type: 'submit', text: 'Start the meeting' }), out);
-    page('Meetings', open, h('h2', { text: 'Hold a meeting' }), run);
+    page('Meetings', h('h2', { text: 'The organization\'s meetings' }), h('div', { id: 'meeting-list-box' }), open,
+      h('h2', { text: 'Hold a meeting' }), run);
     try {
       const agents = await loadAgentNames();
+      document.getElementById('meeting-list-box').append(liveList('meetings',
+        ['Meeting', 'Status', 'Host', 'Speaker', 'Participants', 'Created'], (m) => h('tr', {},
+          h('td', {}, link('#/meetings/' + enc(m.id), m.id, { class: 'mono' })), h('td', { text: m.status }),
+          h('td', { text: nameOf(m.host) }), h('td', { text: m.speaker ? nameOf(m.speaker) : '—' }),
+          h('td', { text: m.participants.map((p) => nameOf(p.agent)).join(', ') }), h('td', { text: when(m.created_at) }))));
       for (const a of agents) {
         const box = h('input', { type: 'checkbox', value: a.id, name: 'agents' });
         boxes.append(h('label', { class: 'check' }, box, ' ' + a.name));
@@ -1009,9 +1055,16 @@
     const out = h('div', {});
     const start = h('form', { id: 'start-session' }, field('From', from), field('To', to), field('Type', kind),
       h('button', { type: 'submit', text: 'Open the session' }), out);
-    page('Sessions', open, h('h2', { text: 'Open (or find the live) session between two agents' }), start);
+    page('Sessions', h('h2', { text: 'The organization\'s sessions' }), h('div', { id: 'session-list-box' }), open,
+      h('h2', { text: 'Open (or find the live) session between two agents' }), start);
     try {
       const agents = await loadAgentNames();
+      document.getElementById('session-list-box').append(liveList('sessions',
+        ['Session', 'Agents', 'Type', 'Status', 'Turn', 'Messages', 'Opened'], (x) => h('tr', {},
+          h('td', {}, link('#/sessions/' + enc(x.id), x.id, { class: 'mono' })),
+          h('td', { text: nameOf(x.agent_a) + ' and ' + nameOf(x.agent_b) }), h('td', { text: x.session_type }),
+          h('td', { text: x.status }), h('td', { text: x.turn ? nameOf(x.turn) : '—' }),
+          h('td', { text: String(x.messages_sent) }), h('td', { text: when(x.created_at) }))));
       for (const select of [from, to]) {
         select.append(...agents.map((a) => h('option', { value: a.id, text: a.name })));
       }
@@ -1072,6 +1125,120 @@
     }
   }
 
+  // ---- approvals ---------------------------------------------------------------------------
+
+  // The organization's approval requests; pending ones can be approved or denied (the first
+  // answer from anywhere wins: the server's decision is shown).
+  async function renderApprovals() {
+    const filter = h('select', { name: 'state', id: 'approval-filter' },
+      ['pending', 'approved', 'denied', 'timed_out', 'abandoned', 'all'].map((v) => h('option', { value: v, text: v.replace('_', ' ') })));
+    const body = h('tbody', { id: 'approval-list' });
+    const out = h('div', {});
+    page('Approvals', h('div', { class: 'filter' }, field('Show', filter)), h('table', {}, h('thead', {}, h('tr', {},
+      ['Agent', 'Tool', 'Input', 'Reason', 'State', 'Deadline', ''].map((c) => h('th', { scope: 'col', text: c })))), body), out);
+    const load = async () => {
+      await loadAgentNames();
+      const list = await api('GET', '/v1/approvals?limit=100&state=' + enc(filter.value));
+      body.replaceChildren(...list.map((a) => {
+        const actions = h('td', {});
+        if (a.state === 'pending') {
+          const reason = h('input', { name: 'reason', placeholder: 'reason to deny' });
+          const decide = (decision) => async () => {
+            try {
+              const done = await api('POST', '/v1/approvals/' + enc(a.id),
+                decision === 'deny' ? { decision, reason: reason.value } : { decision });
+              out.replaceChildren(h('p', { role: 'status', text: 'Request ' + done.id + ': ' + done.state + '.' }));
+            } catch (err) { out.replaceChildren(errorBox(err, 'Not decided')); }
+            await load().catch((err) => out.append(errorBox(err)));
+          };
+          actions.append(h('button', { type: 'button', text: 'Approve', onclick: decide('approve') }), ' ',
+            field('Reason', reason), h('button', { type: 'button', class: 'secondary', text: 'Deny', onclick: decide('deny') }));
+        }
+        return h('tr', {}, h('td', { text: nameOf(a.agent_id) }), h('td', { text: a.tool }),
+          h('td', {}, h('pre', { text: JSON.stringify(a.input, null, 2) })), h('td', { text: a.reason }),
+          h('td', { text: a.state + (a.denial_reason ? ' (' + a.denial_reason + ')' : '') }), h('td', { text: when(a.deadline) }), actions);
+      }));
+      if (!list.length) body.append(h('tr', {}, h('td', { colspan: 7, class: 'muted', text: 'No requests.' })));
+    };
+    filter.addEventListener('change', () => load().catch((err) => out.replaceChildren(errorBox(err))));
+    await load();
+  }
+
+  // ---- schedules and MCP servers of an agent --------------------------------------------------
+
+  async function renderSchedules(id) {
+    let agent;
+    try { agent = await api('GET', '/v1/agents/' + enc(id)); } catch (err) { return notFound(err); }
+    const body = h('tbody', { id: 'schedule-list' });
+    const message = h('input', { name: 'message', required: true });
+    const cron = h('input', { name: 'cron', placeholder: '0 9 * * MON-FRI' });
+    const at = h('input', { name: 'at', placeholder: '2026-12-01T09:00:00Z' });
+    const tz = h('input', { name: 'tz', placeholder: 'UTC' });
+    const name = h('input', { name: 'name' });
+    const out = h('div', {});
+    const form = h('form', { id: 'add-schedule' }, field('Message', message), field('Cron (repeating)', cron),
+      field('Or once at (RFC 3339)', at), field('Time zone', tz), field('Name', name),
+      h('button', { type: 'submit', text: 'Add the schedule' }), out);
+    page('Schedules of ' + agent.name, agentLinks(id), h('table', {}, h('thead', {}, h('tr', {},
+      ['Name', 'When', 'Next', 'Deliveries', 'Message', ''].map((c) => h('th', { scope: 'col', text: c })))), body),
+    h('h2', { text: 'Add a schedule' }), form);
+    const load = async () => {
+      const list = await api('GET', '/v1/agents/' + enc(id) + '/schedules');
+      body.replaceChildren(...list.map((x) => h('tr', {}, h('td', { text: x.name || x.id }),
+        h('td', { text: x.cron ? x.kind + ' ' + x.cron + ' (' + x.tz + ')' : x.kind }), h('td', { text: when(x.next_at) }),
+        h('td', { text: String(x.deliveries) }), h('td', { text: x.message }),
+        h('td', {}, h('button', { type: 'button', class: 'secondary', text: 'Delete', onclick: async () => {
+          try { await api('DELETE', '/v1/agents/' + enc(id) + '/schedules/' + enc(x.id)); } catch (err) { out.replaceChildren(errorBox(err)); }
+          await load().catch((err) => out.replaceChildren(errorBox(err)));
+        } })))));
+      if (!list.length) body.append(h('tr', {}, h('td', { colspan: 6, class: 'muted', text: 'No schedules.' })));
+    };
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      const request = { message: message.value };
+      if (cron.value.trim()) request.cron = cron.value.trim();
+      if (at.value.trim()) request.at = at.value.trim();
+      if (tz.value.trim()) request.tz = tz.value.trim();
+      if (name.value.trim()) request.name = name.value.trim();
+      try {
+        await api('POST', '/v1/agents/' + enc(id) + '/schedules', request);
+        out.replaceChildren(h('p', { role: 'status', class: 'ok', text: 'Added.' }));
+        await load();
+      } catch (err) { out.replaceChildren(errorBox(err, 'Not added')); }
+    });
+    await load();
+  }
+
+  async function renderMcp(id) {
+    let agent;
+    let current;
+    try {
+      agent = await api('GET', '/v1/agents/' + enc(id));
+      current = await api('GET', '/v1/agents/' + enc(id) + '/mcp-servers');
+    } catch (err) { return notFound(err); }
+    const names = Object.keys(current.servers);
+    const text = h('textarea', { name: 'servers', rows: 10, class: 'mono' });
+    text.value = JSON.stringify(current, null, 2);
+    const out = h('div', {});
+    const form = h('form', { id: 'mcp-servers' }, field('Servers (JSON: {"servers": {name: configuration}})', text),
+      h('button', { type: 'submit', text: 'Replace all' }), out);
+    page('MCP servers of ' + agent.name, agentLinks(id),
+      h('p', { id: 'mcp-names', text: names.length ? 'Configured: ' + names.join(', ') : 'No MCP servers.' }), form);
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      let body;
+      try { body = JSON.parse(text.value); } catch (err) {
+        out.replaceChildren(h('div', { class: 'error', role: 'alert', text: 'Not JSON: ' + err.message }));
+        return;
+      }
+      try {
+        const saved = await api('PUT', '/v1/agents/' + enc(id) + '/mcp-servers', body);
+        text.value = JSON.stringify(saved, null, 2);
+        out.replaceChildren(h('p', { role: 'status', class: 'ok', text: 'Saved; the agent uses them from its next turn.' }));
+      } catch (err) { out.replaceChildren(errorBox(err, 'Not saved')); }
+    });
+  }
+
   // ---- routing ----------------------------------------------------------------------------
 
   async function route() {
@@ -1089,13 +1256,14 @@
     nav.hidden = false;
     try {
       if (parts[0] === 'agents' && parts[1]) {
-        const which = { undefined: renderChat, batches: renderBatches, memory: renderMemory, archival: renderArchival, context: renderContext }[parts[2]];
+        const which = { undefined: renderChat, batches: renderBatches, memory: renderMemory, archival: renderArchival, context: renderContext, schedules: renderSchedules, mcp: renderMcp }[parts[2]];
         if (which) await which(parts[1]);
         else page('Not found', h('p', { text: 'No such page.' }));
       } else if (parts[0] === 'sessions' && parts[1]) await renderSession(parts[1]);
       else if (parts[0] === 'sessions') await renderSessions();
       else if (parts[0] === 'meetings' && parts[1]) await renderMeeting(parts[1]);
       else if (parts[0] === 'meetings') await renderMeetings();
+      else if (parts[0] === 'approvals') await renderApprovals();
       else if (!parts.length || parts[0] === 'agents') await renderAgents();
       else page('Not found', h('p', { text: 'No such page.' }));
     } catch (err) {

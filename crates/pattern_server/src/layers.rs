@@ -150,7 +150,8 @@ async fn json_errors(State(state): State<AppState>, response: Response) -> Respo
         .headers()
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
+        // The console's pages answer their errors as pages (`crate::pages`).
+        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("text/html"));
     if json {
         return response;
     }

@@ -38,6 +38,7 @@ pub mod limits;
 pub mod mcp;
 mod metrics;
 mod openapi;
+mod pages;
 mod routes;
 mod state;
 /// The JSON shapes the API answers (defined in `pattern_api`, shared with the CLI).

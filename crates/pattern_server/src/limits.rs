@@ -56,6 +56,12 @@ pub const ARCHIVAL_PAGE: Bound = Bound {
     min: 1,
     max: 1000,
 };
+/// `GET /v1/sessions?limit=` and `GET /v1/meetings?limit=`.
+pub const PROTOCOL_PAGE: Bound = Bound {
+    field: "limit",
+    min: 1,
+    max: 100,
+};
 /// `POST /v1/agents/{agent_id}/search` `limit`.
 pub const SEARCH_HITS: Bound = Bound {
     field: "limit",
@@ -93,6 +99,8 @@ pub const BOUNDS: &[(&str, &str, Bound)] = &[
     ("get", "/v1/approvals", APPROVALS_PAGE),
     ("get", "/v1/agents/{agent_id}/batches", BATCHES_PAGE),
     ("get", "/v1/agents/{agent_id}/archival", ARCHIVAL_PAGE),
+    ("get", "/v1/sessions", PROTOCOL_PAGE),
+    ("get", "/v1/meetings", PROTOCOL_PAGE),
     ("post", "/v1/agents/{agent_id}/search", SEARCH_HITS),
     ("post", "/v1/agents/{agent_id}/blocks", BLOCK_CHARS),
     ("post", "/v1/sessions", SESSION_MESSAGES),

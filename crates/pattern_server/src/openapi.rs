@@ -36,6 +36,7 @@ use crate::routes::{
         memory::delete_archival, memory::search,
         schedules::create, schedules::list, schedules::delete,
         mcp::get, mcp::put,
+        protocol::list_sessions, protocol::list_meetings,
         protocol::open_session, protocol::show_session, protocol::send_session_message,
         protocol::session_messages, protocol::end_session, protocol::inbox, protocol::mark_read,
         protocol::create_meeting, protocol::run_meeting, protocol::show_meeting,

@@ -62,6 +62,9 @@ pub struct ServerConfig {
     /// organization (agents of other organizations never get them), used besides those stored
     /// for the agent (decision 0015).
     pub mcp_servers: HashMap<String, Vec<pattern::core::mcp::McpServerConfig>>,
+    /// How long a login to the console's pages without JavaScript lasts (brought within 1
+    /// second to 30 days; decision 0022).
+    pub console_session: Duration,
 }
 
 /// The bearer token of `/metrics`; never printed (its `Debug` shows `***`).
@@ -100,6 +103,7 @@ impl Default for ServerConfig {
             cors: CorsOrigins::none(),
             metrics_token: None,
             mcp_servers: HashMap::new(),
+            console_session: crate::pages::DEFAULT_SESSION,
         }
     }
 }

@@ -132,6 +132,7 @@ pub(crate) async fn run(env: &Env, args: ServeArgs) -> Result<()> {
             cors,
             metrics_token,
             mcp_servers,
+            console_session: Duration::from_secs(args.console_session_hours * 3600),
             // A dead run's batches are abandoned within the lease plus one sweep.
             recovery_interval: (lease / 4)
                 .clamp(Duration::from_millis(200), Duration::from_secs(5)),

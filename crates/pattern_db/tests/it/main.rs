@@ -19,6 +19,7 @@ extern crate pattern_db;
 mod approvals;
 mod auth;
 mod conformance;
+mod console;
 mod converse;
 mod crash;
 mod identity;

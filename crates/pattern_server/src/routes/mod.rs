@@ -175,13 +175,17 @@ fn table() -> Vec<Route> {
             .put(mcp::put),
         route("/v1/agents/{agent_id}/inbox", Timed).get(protocol::inbox),
         route("/v1/agents/{agent_id}/inbox/read", Timed).post(protocol::mark_read),
-        route("/v1/sessions", Timed).post(protocol::open_session),
+        route("/v1/sessions", Timed)
+            .get(protocol::list_sessions)
+            .post(protocol::open_session),
         route("/v1/sessions/{session_id}", Timed).get(protocol::show_session),
         route("/v1/sessions/{session_id}/messages", Timed)
             .get(protocol::session_messages)
             .post(protocol::send_session_message),
         route("/v1/sessions/{session_id}/end", Timed).post(protocol::end_session),
-        route("/v1/meetings", Timed).post(protocol::create_meeting),
+        route("/v1/meetings", Timed)
+            .get(protocol::list_meetings)
+            .post(protocol::create_meeting),
         route("/v1/meetings/run", Timed).post(protocol::run_meeting),
         route("/v1/meetings/{meeting_id}", Timed).get(protocol::show_meeting),
         route("/v1/meetings/{meeting_id}/messages", Timed).get(protocol::meeting_messages),
@@ -215,6 +219,8 @@ pub(crate) fn router(state: AppState) -> Router {
             Class::Open => open = open.route(r.path, r.router),
         }
     }
+    // The console's pages without JavaScript read like `/v1` routes: under the same timeout.
+    let timed = timed.merge(crate::pages::router());
     let routes = crate::layers::timed(timed, state.config().request_timeout)
         .merge(streaming)
         .merge(open)

@@ -251,6 +251,52 @@ pub(crate) struct MeetingAction {
     message_type: Option<String>,
 }
 
+/// Filters and paging of `GET /v1/sessions` and `GET /v1/meetings`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Listing {
+    /// `live` (not ended), `ended`, or `all` (the default).
+    status: Option<String>,
+    /// Only those created before this id (the last id of the previous page).
+    before: Option<String>,
+    /// Most items, 1 to 100 (default 50), newest first.
+    #[param(minimum = 1, maximum = 100)]
+    limit: Option<u32>,
+}
+
+impl Listing {
+    /// The page asked for; 400 on a bad status, cursor or limit.
+    fn page<Id>(
+        &self,
+        what: &str,
+        id: impl Fn(Uuid) -> Id,
+    ) -> Result<pattern::db::protocol::ListPage<Id>, ApiError> {
+        use pattern::db::protocol::Liveness;
+        let limit = crate::limits::PROTOCOL_PAGE.check(self.limit, 50)?;
+        let liveness = match self.status.as_deref().unwrap_or("all") {
+            "all" => Liveness::All,
+            "live" => Liveness::Live,
+            "ended" => Liveness::Ended,
+            other => {
+                return Err(ApiError::invalid(format!(
+                    "`status` is `live`, `ended` or `all`, not `{other}`"
+                )));
+            }
+        };
+        let before = match self.before.as_deref() {
+            None => None,
+            Some(text) => Some(id(Uuid::parse_str(text).map_err(|_| {
+                ApiError::invalid(format!("`before` must be a {what} id (UUID), not `{text}`"))
+            })?)),
+        };
+        Ok(pattern::db::protocol::ListPage {
+            liveness,
+            before,
+            limit,
+        })
+    }
+}
+
 /// Where to resume a meeting's event stream.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -507,6 +553,66 @@ pub(crate) async fn open_session(
         .open_session_with(from.id, to.id, session_type, options, first)
         .await?;
     Ok(ApiJson(ids.session(&session).await?))
+}
+
+/// The organization's sessions (both agents its own), newest first.
+#[utoipa::path(get, path = "/v1/sessions", tag = "protocol", security(("api_key" = [])),
+    params(Listing),
+    responses((status = 200, body = Vec<SessionView>)))]
+pub(crate) async fn list_sessions(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(listing): ApiQuery<Listing>,
+) -> Result<ApiJson<Vec<SessionView>>, ApiError> {
+    let page = listing.page("session", SessionId)?;
+    let found = state.pattern().db().org_sessions(caller.org, page).await?;
+    let mut ids = Ids::new(&state, caller);
+    let mut out = Vec::with_capacity(found.len());
+    for session in &found {
+        out.push(ids.session(session).await?);
+    }
+    Ok(ApiJson(out))
+}
+
+/// The organization's meetings (hosted by its agents), newest first.
+#[utoipa::path(get, path = "/v1/meetings", tag = "protocol", security(("api_key" = [])),
+    params(Listing),
+    responses((status = 200, body = Vec<MeetingView>)))]
+pub(crate) async fn list_meetings(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(listing): ApiQuery<Listing>,
+) -> Result<ApiJson<Vec<MeetingView>>, ApiError> {
+    let page = listing.page("meeting", MeetingId)?;
+    let found = state.pattern().db().org_meetings(caller.org, page).await?;
+    let mut ids = Ids::new(&state, caller);
+    let mut out = Vec::with_capacity(found.len());
+    for meeting in &found {
+        out.push(ids.meeting(meeting).await?);
+    }
+    Ok(ApiJson(out))
+}
+
+/// The first `limit` events of the organization's meeting `meeting_id` (404 otherwise), for the
+/// console's pages that work without JavaScript (they cannot follow the event stream).
+pub(crate) async fn meeting_event_log(
+    state: &AppState,
+    caller: Caller,
+    meeting_id: &str,
+    limit: u32,
+) -> Result<Vec<MeetingEventView>, ApiError> {
+    let mut ids = Ids::new(state, caller);
+    let meeting = ids.find_meeting(meeting_id).await?;
+    let events = state
+        .pattern()
+        .db()
+        .meeting_events_after(meeting.id, 0, limit)
+        .await?;
+    let mut out = Vec::with_capacity(events.len());
+    for event in &events {
+        out.push(ids.event(event).await?);
+    }
+    Ok(out)
 }
 
 /// One session.

@@ -80,6 +80,8 @@ browser_test!(a_session_is_followed_until_it_ends);
 browser_test!(a_wrong_key_or_another_organization_sees_nothing);
 browser_test!(the_context_page_counts_sections_against_the_window);
 browser_test!(a_tool_call_waiting_for_approval_is_approved_from_the_chat);
+browser_test!(meetings_sessions_approvals_schedules_and_mcp_are_listed);
+browser_test!(the_read_only_pages_work_without_javascript);
 
 /// Entry point of the crashing child of `an_abandoned_batch_after_a_crash_is_retried_once`; a
 /// no-op in a normal run.
@@ -765,6 +767,159 @@ mod cases {
         assert_eq!(b.count("main u").await, 0);
         b.screenshot("context").await;
         b.assert_no_console_errors(&[]).await;
+        b.quit().await;
+        s.stop().await;
+    }
+
+    pub async fn meetings_sessions_approvals_schedules_and_mcp_are_listed() {
+        let s = Server::start(Backend::Sqlite, vec![]).await;
+        let ada = s.agent(&s.key_a, "ada").await;
+        let bob = s.agent(&s.key_a, "bob").await;
+        let (_, first) = s.post(&s.key_a, "/v1/meetings", json!({"host": ada})).await;
+        let (_, session) = s
+            .post(
+                &s.key_a,
+                "/v1/sessions",
+                json!({"from": ada, "to": bob, "session_type": "sync"}),
+            )
+            .await;
+        // Organization B's meeting is never listed.
+        let theirs = s.agent(&s.key_b, "carol").await;
+        let (_, hidden) = s
+            .post(&s.key_b, "/v1/meetings", json!({"host": theirs}))
+            .await;
+        let (_driver, b) = open(&s, &s.key_a).await;
+        b.click("#nav a[href='#/meetings']").await;
+        b.wait_text("#meetings-list", first["id"].as_str().unwrap(), 10)
+            .await;
+        // Live: a meeting created elsewhere appears without a reload.
+        let (_, second) = s.post(&s.key_a, "/v1/meetings", json!({"host": bob})).await;
+        let list = b
+            .wait_text("#meetings-list", second["id"].as_str().unwrap(), 10)
+            .await;
+        assert!(!list.contains(hidden["id"].as_str().unwrap()), "{list}");
+        assert_eq!(b.count("#meetings-list tr").await, 2, "{list}");
+        b.screenshot("meetings-list").await;
+        b.click("#nav a[href='#/sessions']").await;
+        let list = b
+            .wait_text("#sessions-list", session["id"].as_str().unwrap(), 10)
+            .await;
+        assert!(list.contains("ada and bob"), "{list}");
+        b.screenshot("sessions-list").await;
+        b.click("#nav a[href='#/approvals']").await;
+        b.wait_text("#approval-list", "No requests.", 10).await;
+        // Schedules: added from the form, then listed.
+        visit(&b, &s.url(&format!("/#/agents/{ada}/schedules"))).await;
+        b.wait_text("#schedule-list", "No schedules.", 10).await;
+        b.fill("#add-schedule input[name=message]", "<b>standup</b>")
+            .await;
+        b.fill("#add-schedule input[name=cron]", "0 9 * * MON-FRI")
+            .await;
+        b.click("#add-schedule button[type=submit]").await;
+        b.wait_text("#schedule-list", "<b>standup</b>", 10).await;
+        assert_eq!(b.count("main b").await, 0);
+        b.screenshot("schedules").await;
+        visit(&b, &s.url(&format!("/#/agents/{ada}/mcp"))).await;
+        b.wait_text("#mcp-names", "No MCP servers.", 10).await;
+        b.fill("#mcp-servers textarea", "{not json").await;
+        b.click("#mcp-servers button[type=submit]").await;
+        b.wait_text("#mcp-servers .error", "Not JSON", 10).await;
+        b.screenshot("mcp").await;
+        b.assert_no_console_errors(&[]).await;
+        b.quit().await;
+        s.stop().await;
+    }
+
+    /// The JavaScript-free pages in a browser that runs no page script: log in through the form,
+    /// read the agents and a block's history (data as text), another organization's id is not
+    /// found, and a made-up cookie is sent back to the login.
+    pub async fn the_read_only_pages_work_without_javascript() {
+        // Sessions that lapse within the test (it checks the expiry at the end).
+        let lifetime = Duration::from_secs(10);
+        let config = ServerConfig {
+            console_session: lifetime,
+            ..ServerConfig::default()
+        };
+        let s = Server::start_with(Backend::Sqlite, vec![], config).await;
+        let ada = s.agent(&s.key_a, HOSTILE_NAME).await;
+        let blocks = format!("/v1/agents/{ada}/blocks");
+        let (status, _) = s
+            .post(
+                &s.key_a,
+                &blocks,
+                json!({"label": "notes", "value": "<script>alert(1)</script>first"}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED);
+        let (status, body) = s
+            .send(
+                reqwest::Method::PUT,
+                Some(&s.key_a),
+                &format!("{blocks}/notes"),
+                Some(json!({"value": "second <i>version</i>", "expected_version": 1})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let theirs = s.agent(&s.key_b, "bea").await;
+
+        let driver = Driver::start().await;
+        let b = driver.session_without_javascript().await;
+        b.goto(&s.url("/")).await;
+        // The single-page console says it needs JavaScript and links to these pages.
+        b.wait_text("main", "This console needs JavaScript", 10)
+            .await;
+        // Parsed as elements only when the page runs no script.
+        b.click("main noscript a[href='/console/login']").await;
+        b.wait_text("h1", "Log in", 10).await;
+        b.fill("input[name=key]", &format!("{}\u{E007}", s.key_a))
+            .await;
+        let logged_in = std::time::Instant::now();
+        let agents = b.wait_text("main", "server default", 10).await;
+        assert!(agents.contains(HOSTILE_NAME), "{agents}");
+        assert_eq!(b.count("main img").await, 0);
+        b.screenshot("nojs-agents").await;
+        b.click("main td a").await;
+        b.wait_text("h1", HOSTILE_NAME, 10).await;
+        b.click("nav.subnav a[href$='/blocks']").await;
+        b.wait_text("main", "characters", 10).await;
+        b.click("main h2 a").await;
+        let history = b.wait_text("main", "History", 10).await;
+        assert!(
+            history.contains("<script>alert(1)</script>first"),
+            "{history}"
+        );
+        assert!(history.contains("second <i>version</i>"), "{history}");
+        assert_eq!(b.count("main script, main i").await, 0);
+        b.screenshot("nojs-block-history").await;
+        // Another organization's agent, by its id in the address.
+        b.goto(&s.url(&format!("/console/agents/{theirs}/blocks")))
+            .await;
+        let shown = b.wait_text("h1", "Not found", 10).await;
+        assert!(!shown.contains("bea"));
+        b.screenshot("nojs-other-organization").await;
+        // The session lapses: the browser drops the cookie at its Max-Age (the server refuses
+        // the token after its expiry too: `tests/it/pages.rs`), and the next page is the login.
+        let left = lifetime.saturating_sub(logged_in.elapsed());
+        assert!(
+            !left.is_zero(),
+            "the pages took longer than the session lasts"
+        );
+        tokio::time::sleep(left + Duration::from_millis(200)).await;
+        b.goto(&s.url("/console/agents")).await;
+        b.wait_text("h1", "Log in", 10).await;
+        assert!(b.current_url().await.ends_with("/console/login"));
+        // A made-up session cookie: back to the login, told why.
+        b.replace_cookies(
+            "pattern_console",
+            &format!("pcs_{}", "0".repeat(64)),
+            "/console",
+        )
+        .await;
+        b.goto(&s.url("/console/agents")).await;
+        b.wait_text("main", "has ended or is not valid", 10).await;
+        assert!(b.current_url().await.ends_with("/console/login?ended"));
+        b.screenshot("nojs-session-ended").await;
+        b.assert_no_console_errors(&[404]).await;
         b.quit().await;
         s.stop().await;
     }

@@ -90,6 +90,16 @@ impl Driver {
 
     /// A new headless browser session with a fresh profile.
     pub async fn session(&self) -> Browser {
+        self.new_session(true).await
+    }
+
+    /// A new headless browser session with a fresh profile whose pages run no JavaScript (the
+    /// content setting a user or an administrator sets); WebDriver's own scripts still run.
+    pub async fn session_without_javascript(&self) -> Browser {
+        self.new_session(false).await
+    }
+
+    async fn new_session(&self, javascript: bool) -> Browser {
         let chromium = program("PATTERN_CHROMIUM", "/usr/bin/chromium");
         let profile = tempfile::tempdir_in(&self.profiles).unwrap().keep();
         let caps = json!({"capabilities": {"alwaysMatch": {
@@ -104,6 +114,10 @@ impl Driver {
                     "--disable-dev-shm-usage", "--window-size=1200,900",
                     format!("--user-data-dir={}", profile.display()),
                 ],
+                "prefs": {
+                    "profile.managed_default_content_settings.javascript":
+                        if javascript { 1 } else { 2 },
+                },
             },
         }}});
         let http = reqwest::Client::new();
@@ -346,6 +360,22 @@ impl Browser {
             })
             .collect();
         assert!(errors.is_empty(), "console errors: {errors:#?}");
+    }
+
+    /// The address the browser shows.
+    pub async fn current_url(&self) -> String {
+        let value = self.call(reqwest::Method::GET, "/url", None).await;
+        value.as_str().unwrap().to_owned()
+    }
+
+    /// Forgets every cookie, then sets `name=value` for `path` on the current page's host.
+    pub async fn replace_cookies(&self, name: &str, value: &str, path: &str) {
+        self.call(reqwest::Method::DELETE, "/cookie", None).await;
+        self.post(
+            "/cookie",
+            json!({"cookie": {"name": name, "value": value, "path": path}}),
+        )
+        .await;
     }
 
     pub async fn quit(self) {

@@ -22,6 +22,7 @@ mod limits;
 mod mcp;
 mod models;
 mod observe;
+mod pages;
 mod protocol;
 mod schedules;
 mod search;
