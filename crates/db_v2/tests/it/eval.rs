@@ -9,12 +9,12 @@
 //! mode; `eval_recall_full` (ignored; `cargo xtask eval recall`) runs the whole set and prints
 //! recall@5/10 and MRR per mode and kind, and search latency.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeZone, Utc};
-use db_v2::{Embedder, SearchMode, SearchOptions};
+use db_v2::{Embedder, SearchHit, SearchMode, SearchOptions, weighted_rank_fusion};
 use pattern_db::{Backend, ContentRef, NewArchival};
 use serde_json::json;
 
@@ -303,7 +303,10 @@ fn generate(conversations: usize, seed: u64) -> EvalSet {
             let pet = rng.pick(PET_NAMES);
             plan.insert(
                 (i, 3 + i),
-                (p, format!("By the way, I adopted a {animal} last week and named it {pet}.")),
+                (
+                    p,
+                    format!("By the way, I adopted a {animal} last week and named it {pet}."),
+                ),
             );
             let decoy_pet = pick_other(&mut rng, PET_NAMES, &[pet]);
             plan.insert(
@@ -323,12 +326,18 @@ fn generate(conversations: usize, seed: u64) -> EvalSet {
             let company = rng.pick(COMPANIES);
             plan.insert(
                 (1 + i, 6),
-                (p, format!("Big news: I start as a {job} at {company} on Monday.")),
+                (
+                    p,
+                    format!("Big news: I start as a {job} at {company} on Monday."),
+                ),
             );
             let old_job = pick_other(&mut rng, JOBS, &[job]);
             plan.insert(
                 (0, 6 + i),
-                (p, format!("I'm so tired of my job as a {old_job}, I want out.")),
+                (
+                    p,
+                    format!("I'm so tired of my job as a {old_job}, I want out."),
+                ),
             );
             pending.push((
                 "single",
@@ -340,7 +349,10 @@ fn generate(conversations: usize, seed: u64) -> EvalSet {
             let instrument = if i == 0 { instrument_a } else { instrument_b };
             plan.insert(
                 (2, 9 + 2 * i),
-                (p, format!("I've been taking {instrument} lessons on Saturday mornings.")),
+                (
+                    p,
+                    format!("I've been taking {instrument} lessons on Saturday mornings."),
+                ),
             );
             let old_instrument = pick_other(&mut rng, INSTRUMENTS, &[instrument]);
             plan.insert(
@@ -373,11 +385,17 @@ fn generate(conversations: usize, seed: u64) -> EvalSet {
             let city = rng.pick(CITIES);
             plan.insert(
                 (3, 2 + 7 * i),
-                (p, format!("My {relative} is coming to stay with me for a week.")),
+                (
+                    p,
+                    format!("My {relative} is coming to stay with me for a week."),
+                ),
             );
             plan.insert(
                 (3, 5 + 7 * i),
-                (p, format!("They're coming from {city} and bringing {gift} for me.")),
+                (
+                    p,
+                    format!("They're coming from {city} and bringing {gift} for me."),
+                ),
             );
             let other_relative = pick_other(&mut rng, RELATIVES, &[relative]);
             let other_city = pick_other(&mut rng, CITIES, &[city]);
@@ -405,7 +423,10 @@ fn generate(conversations: usize, seed: u64) -> EvalSet {
             let move_session = if i == 0 { 4 } else { 0 };
             plan.insert(
                 (move_session, 14 + i),
-                (p, format!("We finally moved into the new flat in {place} today!")),
+                (
+                    p,
+                    format!("We finally moved into the new flat in {place} today!"),
+                ),
             );
             pending.push((
                 "temporal",
@@ -431,17 +452,25 @@ fn generate(conversations: usize, seed: u64) -> EvalSet {
             let last = pick_other(&mut rng, DRINKS, &[first, second]);
             plan.insert(
                 (0, 18 + i),
-                (p, format!("I drink {first} every morning, I can't start the day without it.")),
+                (
+                    p,
+                    format!("I drink {first} every morning, I can't start the day without it."),
+                ),
             );
             plan.insert(
                 (2, 18 + i),
-                (p, format!("I switched from {first} to {second} in the mornings for a while.")),
+                (
+                    p,
+                    format!("I switched from {first} to {second} in the mornings for a while."),
+                ),
             );
             plan.insert(
                 (4, 18 + i),
                 (
                     p,
-                    format!("I gave up {second} completely; these days my morning drink is {last}."),
+                    format!(
+                        "I gave up {second} completely; these days my morning drink is {last}."
+                    ),
                 ),
             );
             pending.push((
@@ -513,7 +542,15 @@ struct ModeResult {
     latencies: Vec<Duration>,
 }
 
-async fn evaluate(backend: Backend, set: &EvalSet) -> BTreeMap<String, ModeResult> {
+/// A database holding `set`'s turns as one agent's passages, with every embedding stored.
+struct Loaded {
+    tdb: pattern_db::testkit::TestDb,
+    db: db_v2::ConstellationDb,
+    me: pattern_db::AgentId,
+    turn_of: HashMap<ContentRef, usize>,
+}
+
+async fn load(backend: Backend, set: &EvalSet) -> Loaded {
     let tdb = fresh(backend).await;
     let m: Arc<dyn Embedder> = model().await;
     let db = open(&tdb, Some(m)).await;
@@ -524,7 +561,11 @@ async fn evaluate(backend: Backend, set: &EvalSet) -> BTreeMap<String, ModeResul
         .enumerate()
         .map(|(i, t)| NewArchival {
             content: format!("{}: {}", NAMES[t.speaker], t.text),
-            metadata: json!({ "turn": i, "date": date(&t.at) }),
+            metadata: json!({
+                "turn": i,
+                "date": date(&t.at),
+                pattern_db::OCCURRED_AT_KEY: t.at.to_rfc3339(),
+            }),
             tags: Vec::new(),
             dedupe_key: Some(format!("turn:{i}")),
         })
@@ -535,12 +576,27 @@ async fn evaluate(backend: Backend, set: &EvalSet) -> BTreeMap<String, ModeResul
         refs.extend(entries.iter().map(|e| ContentRef::archival(e.id)));
     }
     assert!(db.wait_idle(Duration::from_secs(1800)).await.unwrap());
-    let turn_of: std::collections::HashMap<ContentRef, usize> = refs
+    let turn_of = refs
         .iter()
         .cloned()
         .enumerate()
         .map(|(i, r)| (r, i))
         .collect();
+    Loaded {
+        tdb,
+        db,
+        me,
+        turn_of,
+    }
+}
+
+async fn evaluate(backend: Backend, set: &EvalSet) -> BTreeMap<String, ModeResult> {
+    let Loaded {
+        tdb,
+        db,
+        me,
+        turn_of,
+    } = load(backend, set).await;
     let mut out = BTreeMap::new();
     for mode in [SearchMode::Fts, SearchMode::Vector, SearchMode::Hybrid] {
         let mut result = ModeResult {
@@ -617,7 +673,14 @@ fn the_generated_set_is_as_large_as_promised_and_consistent() {
         "{} questions",
         set.questions.len()
     );
-    for kind in ["single", "multi", "temporal", "dated", "preference", "adversarial"] {
+    for kind in [
+        "single",
+        "multi",
+        "temporal",
+        "dated",
+        "preference",
+        "adversarial",
+    ] {
         assert!(
             set.questions.iter().filter(|q| q.kind == kind).count() >= 50,
             "too few {kind}"
@@ -682,4 +745,95 @@ async fn eval_recall_full() {
     };
     let results = evaluate(backend, &set).await;
     print(backend, &set, &results);
+}
+
+/// Chooses hybrid's fusion on the tuning set (another seed: the same templates, other facts and
+/// dates), never on the scored one: prints recall@5/10 and MRR of weighted rank fusion over a
+/// grid of full-text weights and `k` (vector weight 1), and of score-normalised fusion
+/// (min-max per list, convex weights), from the full-text and vector lists hybrid fuses (depth
+/// 20). `cargo test -p db_v2 --test it eval::eval_fusion_tune -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a minute of embedding; run by hand when the ranking changes"]
+async fn eval_fusion_tune() {
+    let set = generate(30, TUNING_SEED);
+    let loaded = load(Backend::Sqlite, &set).await;
+    let mut lists: Vec<(Vec<SearchHit>, Vec<SearchHit>)> = Vec::new();
+    for q in &set.questions {
+        let run = |mode| {
+            SearchOptions::mode(mode)
+                .with_limit(20)
+                .for_agent(loaded.me)
+        };
+        let fts = loaded
+            .db
+            .search(&q.text, &run(SearchMode::Fts))
+            .await
+            .unwrap();
+        let vector = loaded
+            .db
+            .search(&q.text, &run(SearchMode::Vector))
+            .await
+            .unwrap();
+        lists.push((fts, vector));
+    }
+    let turns = |hits: &[SearchHit]| -> Vec<usize> {
+        hits.iter()
+            .filter_map(|h| loaded.turn_of.get(&h.content).copied())
+            .collect()
+    };
+    let score_of = |rank: &dyn Fn(&[SearchHit], &[SearchHit]) -> Vec<usize>| {
+        let mut s = Score::default();
+        for (q, (f, v)) in set.questions.iter().zip(&lists) {
+            s.add(&rank(f, v), &q.evidence);
+        }
+        s.mean()
+    };
+    println!(
+        "fusion tuning set: {} turns, {} questions",
+        set.turns.len(),
+        set.questions.len()
+    );
+    println!("fusion           w_fts  k     r@5    r@10   MRR");
+    for (name, only) in [("fts only", 0), ("vector only", 1)] {
+        let (a5, a10, mrr) = score_of(&|f, v| turns(if only == 0 { f } else { v }));
+        println!("{name:<16} -      -     {a5:.3}  {a10:.3}  {mrr:.3}");
+    }
+    for k in [5.0f32, 10.0, 20.0, 40.0, 60.0] {
+        for w in [0.0f32, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0] {
+            let (a5, a10, mrr) = score_of(&|f, v| {
+                let (f, v) = (turns(f), turns(v));
+                weighted_rank_fusion(&[(&f[..], w), (&v[..], 1.0)], k)
+                    .into_iter()
+                    .map(|x| x.0)
+                    .take(10)
+                    .collect()
+            });
+            println!("weighted rrf     {w:<5}  {k:<4}  {a5:.3}  {a10:.3}  {mrr:.3}");
+        }
+    }
+    for w in [0.1f32, 0.2, 0.3, 0.5] {
+        let (a5, a10, mrr) = score_of(&|f, v| {
+            let mut fused: HashMap<usize, f32> = HashMap::new();
+            for (hits, weight) in [(f, w), (v, 1.0 - w)] {
+                let hi = hits.iter().map(|h| h.score).fold(f32::MIN, f32::max);
+                let lo = hits.iter().map(|h| h.score).fold(f32::MAX, f32::min);
+                for h in hits {
+                    if let Some(t) = loaded.turn_of.get(&h.content) {
+                        let norm = if hi > lo {
+                            (h.score - lo) / (hi - lo)
+                        } else {
+                            1.0
+                        };
+                        *fused.entry(*t).or_default() += weight * norm;
+                    }
+                }
+            }
+            let mut ranked: Vec<(usize, f32)> = fused.into_iter().collect();
+            ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            ranked.into_iter().map(|x| x.0).take(10).collect()
+        });
+        println!("score-normalised {w:<5}  -     {a5:.3}  {a10:.3}  {mrr:.3}");
+    }
+    loaded.db.shutdown(Duration::from_secs(2)).await;
+    loaded.tdb.cleanup().await.unwrap();
 }
