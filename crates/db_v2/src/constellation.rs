@@ -31,10 +31,10 @@ use tokio::task::JoinHandle;
 use crate::dates::date_in_query;
 use crate::embedder::{Embedder, check_output};
 use crate::error::{Error, Result};
-use crate::fusion::{HYBRID_K, HYBRID_WEIGHTS, weighted_rank_fusion};
+use crate::fusion::{HYBRID_K, HYBRID_WEIGHTS, IDENTIFIER_WEIGHTS, weighted_rank_fusion};
 use crate::index::{EntryMeta, IndexFilter, VectorIndex};
 use crate::options::{SearchHit, SearchMode, SearchOptions};
-use crate::query::content_words;
+use crate::query::{content_words, has_identifier};
 
 /// Rows per page when loading the vector index or reading the change log.
 const PAGE: usize = 1000;
@@ -334,7 +334,8 @@ impl ConstellationDb {
     /// Search. Fts: `pattern_db`'s full-text search of the query's content words
     /// ([`content_words`]). Vector: the query's embedding against the index, hits confirmed live
     /// and visible by `resolve_content`. Hybrid: both, fused by weighted rank fusion
-    /// ([`HYBRID_WEIGHTS`], [`HYBRID_K`], best hit 1.0). Auto: Hybrid with an embedder, else Fts.
+    /// ([`HYBRID_WEIGHTS`], or [`IDENTIFIER_WEIGHTS`] when the query holds a code; [`HYBRID_K`];
+    /// best hit 1.0). Auto: Hybrid with an embedder, else Fts.
     /// With `read_dates`, a date the query names ([`date_in_query`]) narrows the time range and
     /// the rest of the query is searched; when that finds nothing, the whole query is searched.
     /// Empty and over-long queries and bad limits are typed errors.
@@ -442,7 +443,14 @@ impl ConstellationDb {
         // Ask for more than needed: resolve_content drops what is gone or invisible.
         let mut want = (limit * 2 + 8).min(MAX_SEARCH_LIMIT * 2);
         loop {
-            let ranked = read(&self.inner.index).search(&q, want, &filter)?;
+            // The scan is CPU work (milliseconds at 100k vectors): off the async workers.
+            let inner = self.inner.clone();
+            let query = q.clone();
+            let ranked = tokio::task::spawn_blocking(move || {
+                read(&inner.index).search(&query, want, &filter)
+            })
+            .await
+            .map_err(|e| Error::ScanTask(e.to_string()))??;
             let exhausted = ranked.len() < want;
             let refs: Vec<ContentRef> = ranked.iter().map(|(k, _)| k.clone()).collect();
             let rows = self.inner.db.resolve_content(&refs, opts.agent).await?;
@@ -486,9 +494,14 @@ impl ConstellationDb {
                 })
                 .collect()
         });
+        let weights = if has_identifier(query) {
+            IDENTIFIER_WEIGHTS
+        } else {
+            HYBRID_WEIGHTS
+        };
         let lists = [
-            (fts_list.as_slice(), HYBRID_WEIGHTS[0]),
-            (vector_list.as_slice(), HYBRID_WEIGHTS[1]),
+            (fts_list.as_slice(), weights[0]),
+            (vector_list.as_slice(), weights[1]),
         ];
         Ok(weighted_rank_fusion(&lists, HYBRID_K)
             .into_iter()

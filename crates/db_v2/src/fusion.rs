@@ -1,7 +1,8 @@
 //! Rank fusion: merge ranked lists (full-text and vector hits) into one ranking by
 //! `sum w / (k + rank)`, scores normalised so the best hit is 1.0. Hybrid search weights the lists
 //! ([`HYBRID_WEIGHTS`], [`HYBRID_K`]: chosen on a generated tuning set, never on the scored
-//! evaluation; see `docs/decisions/0021-ranking.md`). It must never use the lists' own scores
+//! evaluation; [`IDENTIFIER_WEIGHTS`] for queries holding a code; see
+//! `docs/decisions/0021-ranking.md`). It must never use the lists' own scores
 //! (they are not comparable across methods), never return a key twice, and never reorder ties
 //! unpredictably (ties go to the key that appeared first).
 
@@ -16,6 +17,10 @@ pub const HYBRID_K: f32 = 5.0;
 
 /// Hybrid search's weights: full text, vector.
 pub const HYBRID_WEIGHTS: [f32; 2] = [0.3, 1.0];
+
+/// Hybrid search's weights for a query holding an identifier (`crate::has_identifier`): full
+/// text leads, as vectors cannot tell "ZX-4471" from "ZX-4417".
+pub const IDENTIFIER_WEIGHTS: [f32; 2] = [1.0, 0.3];
 
 /// Fuse ranked lists (each best first, keys unique within a list) into one list, best first,
 /// with scores in `(0, 1]`, the best exactly 1.0. Every list weighs 1.

@@ -32,7 +32,10 @@ pub use fastembed::{
     BATCH_SIZE, FastEmbedder, MAX_TOKENS, MODEL_DIR_ENV, MODEL_FOLDER, MODEL_NAME, ModelPaths,
     ORT_LIBRARY_ENV, RUNTIME_LIBRARY,
 };
-pub use fusion::{HYBRID_K, HYBRID_WEIGHTS, RRF_K, reciprocal_rank_fusion, weighted_rank_fusion};
+pub use fusion::{
+    HYBRID_K, HYBRID_WEIGHTS, IDENTIFIER_WEIGHTS, RRF_K, reciprocal_rank_fusion,
+    weighted_rank_fusion,
+};
 pub use index::{EntryMeta, IndexFilter, VectorIndex};
 pub use options::{SearchHit, SearchMode, SearchOptions};
-pub use query::{content_words, is_stop_word};
+pub use query::{content_words, has_identifier, is_stop_word};

@@ -2,6 +2,9 @@
 //! ("what did the ... do") before it reaches the full-text index, so it is ranked by the words
 //! that carry its meaning instead of drowning in words every passage shares.
 //!
+//! [`has_identifier`] tells hybrid search that a query holds a code ("ZX-4471", "v1.2"), which
+//! full text matches exactly and vectors cannot tell from its near twins.
+//!
 //! It must never return an empty query for a non-empty one: a question made only of function
 //! words is searched as given (the user may mean them).
 
@@ -24,14 +27,15 @@ pub fn is_stop_word(word: &str) -> bool {
     STOP_WORDS.binary_search(&lower.as_str()).is_ok()
 }
 
-/// The content words of `query`, space-separated, in their order; a possessive `'s` is dropped
-/// with its word's apostrophe (`Ana's` is `Ana`). When nothing but function words remain, the
-/// query is returned unchanged.
+/// The content words of `query`, space-separated, in their order, each as written (inner
+/// punctuation kept, so "ZX-4471" stays one term for analyzers that keep compounds) without
+/// surrounding punctuation; a possessive `'s` is dropped (`Ana's` is `Ana`). When nothing but
+/// function words remain, the query is returned unchanged.
 pub fn content_words(query: &str) -> String {
     let words: Vec<&str> = query
-        .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '\u{2019}'))
+        .split_whitespace()
         .map(|w| {
-            let w = w.trim_matches(|c| c == '\'' || c == '\u{2019}');
+            let w = w.trim_matches(|c: char| !c.is_alphanumeric());
             w.strip_suffix("'s")
                 .or_else(|| w.strip_suffix("\u{2019}s"))
                 .unwrap_or(w)
@@ -43,6 +47,19 @@ pub fn content_words(query: &str) -> String {
     } else {
         words.join(" ")
     }
+}
+
+/// Whether `query` holds an identifier: a word with a digit and a letter ("ZX-4471", "v2",
+/// "3b"), or digits joined by `-`, `_`, `/` or `.` ("4471-2", "1.2.3"). Plain numbers ("2023",
+/// "12") are not identifiers.
+pub fn has_identifier(query: &str) -> bool {
+    query.split_whitespace().any(|word| {
+        let w = word.trim_matches(|c: char| !c.is_alphanumeric());
+        let digit = w.chars().any(|c| c.is_ascii_digit());
+        let letter = w.chars().any(char::is_alphabetic);
+        let joined = w.chars().any(|c| matches!(c, '-' | '_' | '/' | '.'));
+        digit && (letter || joined)
+    })
 }
 
 #[cfg(test)]
@@ -66,6 +83,29 @@ mod tests {
         );
         assert_eq!(content_words("Who is THE pilot?"), "pilot");
         assert_eq!(content_words("cello"), "cello");
+        assert_eq!(content_words("what is ZX-4471?"), "ZX-4471");
+    }
+
+    #[test]
+    fn identifiers_are_told_from_words_and_numbers() {
+        for q in [
+            "ZX-4471",
+            "ticket zx-4471?",
+            "version v2",
+            "release 1.2.3",
+            "(3b)",
+        ] {
+            assert!(has_identifier(q), "{q}");
+        }
+        for q in [
+            "what happened in 2023",
+            "12 apples",
+            "a cat in the sun",
+            "-",
+            "",
+        ] {
+            assert!(!has_identifier(q), "{q}");
+        }
     }
 
     #[test]

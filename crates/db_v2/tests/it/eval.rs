@@ -1,13 +1,15 @@
 //! A harder retrieval evaluation, generated here (licence-clean: every word comes from the
 //! templates and word lists below): long multi-session conversations between people, every turn
-//! one archival passage `Name: text` with its session date, and questions with the ids of the
-//! turns that answer them, of five kinds: `single` (one turn), `multi` (two turns), `temporal`
-//! (when, and which came first), `preference` (a preference that changed: only the later turn
-//! answers), `adversarial` (the other speaker has a near-identical fact).
+//! one archival passage `Name: text` with its time in `metadata.occurred_at`, and questions with
+//! the ids of the turns that answer them, of six kinds: `single` (one turn), `multi` (two turns),
+//! `temporal` (when, and which came first), `dated` (what was said on a named day), `preference`
+//! (a preference that changed twice: only the latest turn answers), `adversarial` (near misses
+//! of the same name). Questions are paraphrases (the person's name, not the answer's words).
 //!
 //! `eval_recall_quick` (CI) runs a fixed subset with the real model and asserts a floor per
 //! mode; `eval_recall_full` (ignored; `cargo xtask eval recall`) runs the whole set and prints
-//! recall@5/10 and MRR per mode and kind, and search latency.
+//! recall@5/10 and MRR per mode and kind, and search latency; `eval_fusion_tune` (ignored)
+//! prints hybrid's fusion grid on a set of another seed, where its weights are chosen.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -699,7 +701,7 @@ fn the_generated_set_is_as_large_as_promised_and_consistent() {
     );
 }
 
-/// The quick form for CI: six conversations (630 turns, 84 questions) on SQLite, with floors a
+/// The quick form for CI: six conversations (630 turns, 96 questions) on SQLite, with floors a
 /// regression would break (set from measured values, with room for the int8 model's noise).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eval_recall_quick() {
@@ -728,11 +730,11 @@ async fn eval_recall_quick() {
     );
 }
 
-/// Floors of the quick form (recall@10). Measured on 2026-11-25: fts 0.708, vector 0.833,
-/// hybrid 0.869 (recall@5: 0.637, 0.815, 0.833).
-const FLOOR_FTS: f64 = 0.68;
-const FLOOR_VECTOR: f64 = 0.80;
-const FLOOR_HYBRID: f64 = 0.84;
+/// Floors of the quick form (recall@10). Measured on 2026-11-26 (decision 0021): fts 0.448,
+/// vector 0.526, hybrid 0.542 (recall@5: 0.271, 0.312, 0.339).
+const FLOOR_FTS: f64 = 0.42;
+const FLOOR_VECTOR: f64 = 0.50;
+const FLOOR_HYBRID: f64 = 0.51;
 
 /// The whole set (3,150 turns, 420 questions): `cargo xtask eval recall`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -746,6 +748,9 @@ async fn eval_recall_full() {
     let results = evaluate(backend, &set).await;
     print(backend, &set, &results);
 }
+
+/// Ranks one question's turns from its full-text and vector hits.
+type Ranker<'a> = dyn Fn(&[SearchHit], &[SearchHit]) -> Vec<usize> + 'a;
 
 /// Chooses hybrid's fusion on the tuning set (another seed: the same templates, other facts and
 /// dates), never on the scored one: prints recall@5/10 and MRR of weighted rank fusion over a
@@ -781,7 +786,7 @@ async fn eval_fusion_tune() {
             .filter_map(|h| loaded.turn_of.get(&h.content).copied())
             .collect()
     };
-    let score_of = |rank: &dyn Fn(&[SearchHit], &[SearchHit]) -> Vec<usize>| {
+    let score_of = |rank: &Ranker<'_>| {
         let mut s = Score::default();
         for (q, (f, v)) in set.questions.iter().zip(&lists) {
             s.add(&rank(f, v), &q.evidence);
