@@ -1,6 +1,7 @@
 //! `cargo xtask eval recall [--postgres]`: the whole generated recall evaluation (db_v2's
-//! `eval_recall_full` test: 3,150 conversation turns, 420 questions of five kinds) with the real
-//! embedding model (a debug build, as CI's tests: latencies are of that build), printing recall@5/10 and MRR per mode and per kind, and search latency. The
+//! `eval_recall_full` test: 3,150 conversation turns, 480 questions of six kinds) with the real
+//! embedding model (a debug build, as CI's tests: latencies are of that build), printing
+//! recall@5/10 and MRR per mode and per kind, and search latency. The
 //! quick form runs in CI as an ordinary test. This module must never change the set or the
 //! floors: they live with the test.
 

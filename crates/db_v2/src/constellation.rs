@@ -28,11 +28,13 @@ use pattern_db::{
 use tokio::sync::{Mutex, mpsc, watch};
 use tokio::task::JoinHandle;
 
+use crate::dates::date_in_query;
 use crate::embedder::{Embedder, check_output};
 use crate::error::{Error, Result};
-use crate::fusion::{RRF_K, reciprocal_rank_fusion};
+use crate::fusion::{HYBRID_K, HYBRID_WEIGHTS, IDENTIFIER_WEIGHTS, weighted_rank_fusion};
 use crate::index::{EntryMeta, IndexFilter, VectorIndex};
 use crate::options::{SearchHit, SearchMode, SearchOptions};
+use crate::query::{content_words, has_identifier};
 
 /// Rows per page when loading the vector index or reading the change log.
 const PAGE: usize = 1000;
@@ -329,9 +331,13 @@ impl ConstellationDb {
 
     // -- search ---------------------------------------------------------------------------------
 
-    /// Search. Fts: `pattern_db`'s full-text search. Vector: the query's embedding against the
-    /// index, hits confirmed live and visible by `resolve_content`. Hybrid: both, fused by
-    /// reciprocal rank fusion (k = 60, best hit 1.0). Auto: Hybrid with an embedder, else Fts.
+    /// Search. Fts: `pattern_db`'s full-text search of the query's content words
+    /// ([`content_words`]). Vector: the query's embedding against the index, hits confirmed live
+    /// and visible by `resolve_content`. Hybrid: both, fused by weighted rank fusion
+    /// ([`HYBRID_WEIGHTS`], or [`IDENTIFIER_WEIGHTS`] when the query holds a code; [`HYBRID_K`];
+    /// best hit 1.0). Auto: Hybrid with an embedder, else Fts.
+    /// With `read_dates`, a date the query names ([`date_in_query`]) narrows the time range and
+    /// the rest of the query is searched; when that finds nothing, the whole query is searched.
     /// Empty and over-long queries and bad limits are typed errors.
     pub async fn search(&self, query: &str, opts: &SearchOptions) -> Result<Vec<SearchHit>> {
         check_query(query, opts)?;
@@ -343,6 +349,40 @@ impl ConstellationDb {
             }
             (mode, _) => mode,
         };
+        if opts.read_dates
+            && let Some(date) = date_in_query(query)
+            && !date.rest.trim().is_empty()
+        {
+            let from = match (opts.from, date.from) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+            let to = match (opts.to, date.to) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let dated = SearchOptions {
+                from,
+                to,
+                ..opts.clone()
+            };
+            let empty_range = matches!((from, to), (Some(f), Some(t)) if f >= t);
+            if !empty_range {
+                let hits = self.search_mode(mode, &date.rest, &dated).await?;
+                if !hits.is_empty() {
+                    return Ok(hits);
+                }
+            }
+        }
+        self.search_mode(mode, query, opts).await
+    }
+
+    async fn search_mode(
+        &self,
+        mode: SearchMode,
+        query: &str,
+        opts: &SearchOptions,
+    ) -> Result<Vec<SearchHit>> {
         match mode {
             SearchMode::Fts => self.fts(query, opts, opts.limit).await,
             SearchMode::Vector => self.vector(query, opts, opts.limit).await,
@@ -358,7 +398,8 @@ impl ConstellationDb {
             to: opts.to,
             limit,
         };
-        let hits = self.inner.db.search_text(query, &text).await?;
+        let words = content_words(query);
+        let hits = self.inner.db.search_text(&words, &text).await?;
         Ok(hits
             .into_iter()
             .map(|h| SearchHit {
@@ -402,7 +443,14 @@ impl ConstellationDb {
         // Ask for more than needed: resolve_content drops what is gone or invisible.
         let mut want = (limit * 2 + 8).min(MAX_SEARCH_LIMIT * 2);
         loop {
-            let ranked = read(&self.inner.index).search(&q, want, &filter)?;
+            // The scan is CPU work (milliseconds at 100k vectors): off the async workers.
+            let inner = self.inner.clone();
+            let query = q.clone();
+            let ranked = tokio::task::spawn_blocking(move || {
+                read(&inner.index).search(&query, want, &filter)
+            })
+            .await
+            .map_err(|e| Error::ScanTask(e.to_string()))??;
             let exhausted = ranked.len() < want;
             let refs: Vec<ContentRef> = ranked.iter().map(|(k, _)| k.clone()).collect();
             let rows = self.inner.db.resolve_content(&refs, opts.agent).await?;
@@ -437,19 +485,25 @@ impl ConstellationDb {
         );
         let (fts, vector) = (fts?, vector?);
         let mut by_ref: HashMap<ContentRef, SearchHit> = HashMap::new();
-        let lists: Vec<Vec<ContentRef>> = [fts, vector]
-            .into_iter()
-            .map(|list| {
-                list.into_iter()
-                    .map(|h| {
-                        let k = h.content.clone();
-                        by_ref.entry(k.clone()).or_insert(h);
-                        k
-                    })
-                    .collect()
-            })
-            .collect();
-        Ok(reciprocal_rank_fusion(&lists, RRF_K)
+        let [fts_list, vector_list]: [Vec<ContentRef>; 2] = [fts, vector].map(|list| {
+            list.into_iter()
+                .map(|h| {
+                    let k = h.content.clone();
+                    by_ref.entry(k.clone()).or_insert(h);
+                    k
+                })
+                .collect()
+        });
+        let weights = if has_identifier(query) {
+            IDENTIFIER_WEIGHTS
+        } else {
+            HYBRID_WEIGHTS
+        };
+        let lists = [
+            (fts_list.as_slice(), weights[0]),
+            (vector_list.as_slice(), weights[1]),
+        ];
+        Ok(weighted_rank_fusion(&lists, HYBRID_K)
             .into_iter()
             .take(opts.limit)
             .filter_map(|(k, score)| {

@@ -98,6 +98,10 @@ pub enum Error {
         /// The model this process brings.
         requested: String,
     },
+    /// The blocking task scanning the vector index did not finish (it panicked or the runtime is
+    /// shutting down).
+    #[error("the vector index scan failed: {0}")]
+    ScanTask(String),
     /// The background worker is not running (shut down).
     #[error("the embedding worker has shut down")]
     WorkerStopped,

@@ -4,12 +4,14 @@
 //!   all-MiniLM-L6-v2 offline on ONNX Runtime loaded from the files `cargo xtask setup` installs.
 //! - [`VectorIndex`]: the in-process vector index (normalised vectors, int8 pre-selection and
 //!   exact re-ranking, filters on agent, content kind and time).
-//! - [`reciprocal_rank_fusion`]: the hybrid ranking (k = 60, best hit 1.0).
+//! - [`weighted_rank_fusion`]: the hybrid ranking (weights and k in [`HYBRID_WEIGHTS`],
+//!   [`HYBRID_K`], best hit 1.0); [`content_words`]: full-text queries without function words.
 //!
 //! This crate is the only one naming `fastembed` and `ort`. It must never write SQL (storage is
 //! `pattern_db`'s), never block a writer on embedding, and never mix vectors of two models.
 
 mod constellation;
+mod dates;
 mod embedder;
 mod error;
 #[cfg(feature = "fastembed")]
@@ -17,10 +19,12 @@ mod fastembed;
 mod fusion;
 pub mod index;
 mod options;
+mod query;
 
 pub use constellation::{
     BackfillReport, ConstellationDb, EmbedConfig, EmbedRun, EmbedStatus, Progress,
 };
+pub use dates::{QueryDate, date_in_query};
 pub use embedder::Embedder;
 pub use error::{Error, Result};
 #[cfg(feature = "fastembed")]
@@ -28,6 +32,10 @@ pub use fastembed::{
     BATCH_SIZE, FastEmbedder, MAX_TOKENS, MODEL_DIR_ENV, MODEL_FOLDER, MODEL_NAME, ModelPaths,
     ORT_LIBRARY_ENV, RUNTIME_LIBRARY,
 };
-pub use fusion::{RRF_K, reciprocal_rank_fusion};
+pub use fusion::{
+    HYBRID_K, HYBRID_WEIGHTS, IDENTIFIER_WEIGHTS, RRF_K, reciprocal_rank_fusion,
+    weighted_rank_fusion,
+};
 pub use index::{EntryMeta, IndexFilter, VectorIndex};
 pub use options::{SearchHit, SearchMode, SearchOptions};
+pub use query::{content_words, has_identifier, is_stop_word};

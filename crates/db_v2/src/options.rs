@@ -1,4 +1,5 @@
-//! Search requests and answers: [`SearchOptions`] (mode, content kinds, limit, agent, time range)
+//! Search requests and answers: [`SearchOptions`] (mode, content kinds, limit, agent, time range,
+//! dates read from the query)
 //! and [`SearchHit`]. Plain data; it must never do I/O.
 
 use chrono::{DateTime, Utc};
@@ -33,6 +34,10 @@ pub struct SearchOptions {
     pub from: Option<DateTime<Utc>>,
     /// Created before (exclusive).
     pub to: Option<DateTime<Utc>>,
+    /// Read a date the query names ("on 14 January 2023", "before March 2023") as a time range
+    /// within `from`/`to`, searching the query's other words; when nothing falls in that range
+    /// the whole query is searched without it. Default true.
+    pub read_dates: bool,
 }
 
 impl Default for SearchOptions {
@@ -44,6 +49,7 @@ impl Default for SearchOptions {
             agent: None,
             from: None,
             to: None,
+            read_dates: true,
         }
     }
 }
@@ -66,6 +72,19 @@ impl SearchOptions {
     /// Same options restricted to what `agent` can see.
     pub fn for_agent(mut self, agent: AgentId) -> Self {
         self.agent = Some(agent);
+        self
+    }
+
+    /// Same options restricted to content created in `[from, to)` (either end open).
+    pub fn between(mut self, from: Option<DateTime<Utc>>, to: Option<DateTime<Utc>>) -> Self {
+        self.from = from;
+        self.to = to;
+        self
+    }
+
+    /// Same options with dates in the query read (true) or searched as words (false).
+    pub fn reading_dates(mut self, read: bool) -> Self {
+        self.read_dates = read;
         self
     }
 

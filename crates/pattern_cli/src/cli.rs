@@ -693,11 +693,22 @@ pub(crate) enum ArchivalCommand {
     },
     /// Search the agent's passages (hybrid when embeddings are available, else full-text).
     Search {
-        /// The query.
+        /// The query. A date it names ("on 14 January 2023", "before March 2023") keeps the
+        /// search to passages of that time (a passage's time is its `occurred_at` metadata, else
+        /// when it was stored).
         query: String,
         /// At most this many hits.
         #[arg(long, default_value_t = 10)]
         limit: usize,
+        /// Only passages of this time or later: `YYYY-MM-DD` (UTC midnight) or RFC 3339.
+        #[arg(long, value_name = "TIME", value_parser = parse_time)]
+        since: Option<chrono::DateTime<chrono::Utc>>,
+        /// Only passages before this time: `YYYY-MM-DD` (UTC midnight) or RFC 3339.
+        #[arg(long, value_name = "TIME", value_parser = parse_time)]
+        until: Option<chrono::DateTime<chrono::Utc>>,
+        /// Search dates in the query as words instead of reading them as a time range.
+        #[arg(long)]
+        no_dates: bool,
         #[command(flatten)]
         agent: AgentArg,
     },
@@ -930,4 +941,38 @@ pub(crate) enum MeetingCommand {
         #[arg(long)]
         follow: bool,
     },
+}
+
+/// A time on the command line: `YYYY-MM-DD` (UTC midnight) or RFC 3339.
+fn parse_time(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    if let Ok(day) = chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        && let Some(midnight) = day.and_hms_opt(0, 0, 0)
+    {
+        return Ok(midnight.and_utc());
+    }
+    chrono::DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .map_err(|_| format!("`{s}` is not a date (YYYY-MM-DD) or an RFC 3339 time"))
+}
+
+#[cfg(test)]
+mod time_tests {
+    //! The command line's time values.
+
+    use super::parse_time;
+
+    #[test]
+    fn days_and_rfc3339_times_parse_and_others_are_refused() {
+        assert_eq!(
+            parse_time("2023-01-14").map(|t| t.to_rfc3339()),
+            Ok("2023-01-14T00:00:00+00:00".to_owned())
+        );
+        assert_eq!(
+            parse_time("2023-01-14T10:00:00+02:00").map(|t| t.to_rfc3339()),
+            Ok("2023-01-14T08:00:00+00:00".to_owned())
+        );
+        for bad in ["14 January 2023", "2023-02-31", "yesterday", ""] {
+            assert!(parse_time(bad).is_err(), "{bad}");
+        }
+    }
 }

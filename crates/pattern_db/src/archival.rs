@@ -28,6 +28,10 @@ pub const MAX_TAGS: usize = 32;
 pub const MAX_TAG_CHARS: usize = 100;
 /// Most bytes a dedupe key may hold.
 pub const MAX_DEDUPE_KEY_BYTES: usize = 512;
+/// The metadata key naming when a passage's content happened (an RFC 3339 time, e.g. a
+/// conversation turn's): when present it is the passage's `created_at`, so time filters and
+/// date-aware search see the turn's time rather than the import's.
+pub const OCCURRED_AT_KEY: &str = "occurred_at";
 /// Most entries [`Database::list_archival`] returns at once.
 pub const MAX_LIST: usize = 1000;
 
@@ -76,8 +80,26 @@ impl NewArchival {
         }
     }
 
+    /// When the content happened, from metadata [`OCCURRED_AT_KEY`] (whole milliseconds);
+    /// `None` without it. A value that is not an RFC 3339 time string is
+    /// [`Error::InvalidArchival`].
+    pub fn occurred_at(&self) -> Result<Option<DateTime<Utc>>> {
+        let Some(value) = self.metadata.get(OCCURRED_AT_KEY) else {
+            return Ok(None);
+        };
+        let bad = || {
+            Error::InvalidArchival(format!(
+                "metadata `{OCCURRED_AT_KEY}` must be an RFC 3339 time, got {value}"
+            ))
+        };
+        let text = value.as_str().ok_or_else(bad)?;
+        let at = DateTime::parse_from_rfc3339(text).map_err(|_| bad())?;
+        Ok(Some(from_ms(at.timestamp_millis())))
+    }
+
     /// Checks everything that needs no database.
     pub(crate) fn validate(&self, max_content_bytes: usize) -> Result<()> {
+        self.occurred_at()?;
         if self.content.is_empty() {
             return Err(Error::InvalidArchival("content is empty".into()));
         }

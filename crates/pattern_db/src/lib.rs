@@ -79,7 +79,7 @@ pub mod wake;
 mod writer;
 
 pub use approvals::{Approval, ApprovalDecision, ApprovalFilter, ApprovalState, NewApproval};
-pub use archival::{ArchivalEntry, ArchivalId, ListArchival, NewArchival};
+pub use archival::{ArchivalEntry, ArchivalId, ListArchival, NewArchival, OCCURRED_AT_KEY};
 pub use auth::{ApiKey, ApiKeyId, IssuedKey};
 pub use blocks::{BlockVersion, NewBlock, StoredBlock};
 pub use config::{Backend, DbConfig, Durability, MachineId};

@@ -163,8 +163,90 @@ async fn without_embedder(backend: Backend) {
     tdb.cleanup().await.unwrap();
 }
 
+/// A date in the question keeps search to that time (passages carry theirs in `occurred_at`),
+/// in every mode; a date with nothing in it falls back to the whole question; `read_dates =
+/// false` searches the date as words.
+async fn dates_in_questions(backend: Backend) {
+    let tdb = fresh(backend).await;
+    let m: Arc<dyn Embedder> = model().await;
+    let db = open(&tdb, Some(m)).await;
+    let ada = agent(&db, "ada").await;
+    let turn = |text: &str, at: &str| NewArchival {
+        content: text.into(),
+        metadata: serde_json::json!({ pattern_db::OCCURRED_AT_KEY: at }),
+        tags: Vec::new(),
+        dedupe_key: None,
+    };
+    let entries = db
+        .insert_archival_many(
+            ada,
+            vec![
+                turn(
+                    "The ferry to the island was cancelled by the storm.",
+                    "2023-01-14T09:00:00Z",
+                ),
+                turn(
+                    "The ferry to the island left on time this morning.",
+                    "2023-02-20T09:00:00Z",
+                ),
+                turn(
+                    "We took the ferry again, calm sea all the way.",
+                    "2023-03-05T09:00:00Z",
+                ),
+            ],
+        )
+        .await
+        .unwrap();
+    assert!(db.wait_idle(Duration::from_secs(120)).await.unwrap());
+    let refs: Vec<ContentRef> = entries.iter().map(|e| ContentRef::archival(e.id)).collect();
+    for mode in [SearchMode::Fts, SearchMode::Vector, SearchMode::Hybrid] {
+        let opts = SearchOptions::mode(mode).with_limit(10).for_agent(ada);
+        let got = |hits: Vec<db_v2::SearchHit>| -> Vec<ContentRef> {
+            hits.into_iter().map(|h| h.content).collect()
+        };
+        let on_day = db
+            .search("the ferry on 14 January 2023", &opts)
+            .await
+            .unwrap();
+        assert_eq!(got(on_day), [refs[0].clone()], "{mode:?}");
+        let before = db.search("ferry before March 2023", &opts).await.unwrap();
+        let mut before = got(before);
+        before.sort_by_key(|r| refs.iter().position(|x| x == r));
+        assert_eq!(before, refs[..2], "{mode:?}");
+        let after = db.search("ferry after 1 March 2023", &opts).await.unwrap();
+        assert_eq!(got(after), [refs[2].clone()], "{mode:?}");
+        // Nothing on that day: the whole question is searched.
+        let none = db.search("ferry on 1 June 2024", &opts).await.unwrap();
+        assert_eq!(none.len(), 3, "{mode:?}");
+        // A caller's own range narrows further; an empty intersection searches without it.
+        let narrowed = opts.clone().between(
+            Some(chrono::TimeZone::with_ymd_and_hms(&chrono::Utc, 2023, 2, 1, 0, 0, 0).unwrap()),
+            None,
+        );
+        let both = db
+            .search("ferry before March 2023", &narrowed)
+            .await
+            .unwrap();
+        assert_eq!(got(both), [refs[1].clone()], "{mode:?}");
+        // Dates not read: only passages by their words (none holds "January").
+        if mode == SearchMode::Fts {
+            let plain = db
+                .search(
+                    "ferry on 14 January 2023",
+                    &opts.clone().reading_dates(false),
+                )
+                .await
+                .unwrap();
+            assert_eq!(plain.len(), 3);
+        }
+    }
+    db.shutdown(Duration::from_secs(2)).await;
+    tdb.cleanup().await.unwrap();
+}
+
 conformance!(
     meaning_and_exact_terms,
+    dates_in_questions,
     filters_and_deletes,
     without_embedder
 );

@@ -213,11 +213,27 @@ async fn act(env: &Env, db: &SearchDb, command: ArchivalCommand) -> Result<()> {
                 output::line(&format!("deleted {id}"))
             }
         }
-        ArchivalCommand::Search { query, limit, .. } => {
+        ArchivalCommand::Search {
+            query,
+            limit,
+            since,
+            until,
+            no_dates,
+            ..
+        } => {
+            if let (Some(from), Some(to)) = (since, until)
+                && from >= to
+            {
+                return Err(CliError::usage(format!(
+                    "--since {from} is not before --until {to}"
+                )));
+            }
             let opts = SearchOptions::mode(SearchMode::Auto)
                 .with_limit(limit)
                 .for_agent(agent.id)
-                .only(&[ContentType::Archival]);
+                .only(&[ContentType::Archival])
+                .between(since, until)
+                .reading_dates(!no_dates);
             if !db.has_vectors() {
                 eprintln!("note: searching full-text only (no embeddings)");
             }
@@ -277,15 +293,15 @@ fn parse_line(
         None if repeated => format!("{digest}#{count}"),
         None => digest,
     };
-    Ok((
-        NewArchival {
-            content: line.text,
-            metadata: line.metadata,
-            tags: line.tags,
-            dedupe_key: Some(key),
-        },
-        repeated,
-    ))
+    let new = NewArchival {
+        content: line.text,
+        metadata: line.metadata,
+        tags: line.tags,
+        dedupe_key: Some(key),
+    };
+    // A malformed `occurred_at` costs its line, not the file's batch.
+    new.occurred_at().map_err(|e| e.to_string())?;
+    Ok((new, repeated))
 }
 
 /// The non-blank lines of `bytes`, numbered from 1, each as text or, when it is not UTF-8, the

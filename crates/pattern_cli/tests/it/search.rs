@@ -199,6 +199,107 @@ fn import_reports_bad_lines_keeps_good_ones_and_is_idempotent() {
 /// Documents of each text kind, a bad one among them: the good ones are stored whole with their
 /// sections, the import waits for their embeddings (vector search finds them at once), the bad
 /// one is reported with its reason and stores nothing, and a re-run stores nothing new.
+/// Passages carrying `occurred_at` are found by the dates a query names and by `--since` /
+/// `--until`; a malformed time is a bad line; bad flags are usage errors.
+#[test]
+fn archival_search_by_dates() {
+    let home = with_agent();
+    let file = home.path("dated.jsonl");
+    std::fs::write(
+        &file,
+        concat!(
+            "{\"text\": \"the ferry was cancelled by the storm\", \"metadata\": {\"occurred_at\": \"2023-01-14T09:00:00Z\"}}\n",
+            "{\"text\": \"the ferry left on time\", \"metadata\": {\"occurred_at\": \"2023-02-20T09:00:00Z\"}}\n",
+            "{\"text\": \"the ferry sailed at dawn\", \"metadata\": {\"occurred_at\": \"14 March\"}}\n",
+        ),
+    )
+    .unwrap();
+    let out = home.run(&[
+        "--json",
+        "archival",
+        "import",
+        "--agent",
+        "ada",
+        "--jsonl",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(REFUSED));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["imported"], 2);
+    assert_eq!(report["bad"][0]["line"], 3);
+    let texts = |v: serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["text"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let hits = home.json(&[
+        "archival",
+        "search",
+        "--agent",
+        "ada",
+        "ferry on 14 January 2023",
+    ]);
+    assert_eq!(texts(hits), ["the ferry was cancelled by the storm"]);
+    let hits = home.json(&[
+        "archival",
+        "search",
+        "--agent",
+        "ada",
+        "ferry",
+        "--since",
+        "2023-02-01",
+    ]);
+    assert_eq!(texts(hits), ["the ferry left on time"]);
+    let hits = home.json(&[
+        "archival",
+        "search",
+        "--agent",
+        "ada",
+        "ferry",
+        "--until",
+        "2023-01-14T12:00:00+00:00",
+    ]);
+    assert_eq!(texts(hits), ["the ferry was cancelled by the storm"]);
+    let hits = home.json(&[
+        "archival",
+        "search",
+        "--agent",
+        "ada",
+        "ferry on 14 January 2023",
+        "--no-dates",
+    ]);
+    assert_eq!(texts(hits).len(), 2);
+    // A bad time is clap's usage error (exit 2), naming the value.
+    let out = home.run(&[
+        "archival",
+        "search",
+        "--agent",
+        "ada",
+        "ferry",
+        "--since",
+        "yesterday",
+    ]);
+    assert_eq!(out.status.code(), Some(USAGE));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("`yesterday` is not a date"), "{stderr}");
+    home.fails(
+        &[
+            "archival",
+            "search",
+            "--agent",
+            "ada",
+            "ferry",
+            "--since",
+            "2023-03-01",
+            "--until",
+            "2023-02-01",
+        ],
+        USAGE,
+    );
+}
+
 #[test]
 fn archival_import_takes_documents_waits_for_embeddings_and_is_idempotent() {
     let home = with_agent();

@@ -324,7 +324,7 @@ pub(crate) async fn insert_archival(
             metadata: entry.metadata.clone(),
             tags: entry.tags.clone(),
             dedupe_key: entry.dedupe_key.clone(),
-            created_at: now,
+            created_at: entry.occurred_at()?.unwrap_or(now),
         };
         let metadata = serde_json::to_string(&stored.metadata)
             .map_err(|e| Error::InvalidArchival(e.to_string()))?;

@@ -1078,6 +1078,60 @@ async fn claims_of_dead_processes_are_reclaimed_at_once(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
+/// A passage's `occurred_at` metadata is its time: stored as `created_at`, seen by the
+/// full-text time filter; a malformed one is refused and nothing of its call is stored.
+async fn archival_occurred_at_is_its_time(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = open_with(&tdb, |_| {}).await;
+    let a = db.create_agent(NewAgent::named("ada")).await.unwrap();
+    let at = |text: &str, when: serde_json::Value| NewArchival {
+        content: text.into(),
+        metadata: json!({ pattern_db::OCCURRED_AT_KEY: when }),
+        tags: Vec::new(),
+        dedupe_key: None,
+    };
+    let old = db
+        .insert_archival(
+            a.id,
+            at(
+                "the harbour ferry schedule",
+                json!("2023-01-14T18:03:00.250Z"),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(old.created_at.to_rfc3339(), "2023-01-14T18:03:00.250+00:00");
+    assert_eq!(db.archival(a.id, old.id).await.unwrap(), old);
+    let new = db
+        .insert_archival(a.id, tagged("the harbour ferry is late", &[], None))
+        .await
+        .unwrap();
+    assert!(new.created_at > old.created_at);
+    let day = |d: u32| {
+        chrono::TimeZone::with_ymd_and_hms(&Utc, 2023, 1, d, 0, 0, 0)
+            .single()
+            .unwrap()
+    };
+    let in_january = TextSearch {
+        from: Some(day(14)),
+        to: Some(day(15)),
+        ..search(10)
+    };
+    assert_eq!(
+        ids(&db, "harbour ferry", &in_january).await,
+        [ContentRef::archival(old.id)]
+    );
+    assert_eq!(ids(&db, "harbour ferry", &search(10)).await.len(), 2);
+    for bad in [json!("14 January 2023"), json!(1_673_719_380), json!(null)] {
+        let err = db
+            .insert_archival_many(a.id, vec![tagged("kept out", &[], None), at("bad", bad)])
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidArchival(_)), "{err}");
+    }
+    assert_eq!(db.count_archival(a.id).await.unwrap(), 2);
+}
+
 macro_rules! search_conformance {
     ($($case:ident),* $(,)?) => {
         mod sqlite {
@@ -1101,6 +1155,7 @@ macro_rules! search_conformance {
 
 search_conformance!(
     archival_crud,
+    archival_occurred_at_is_its_time,
     jobs_are_recorded_with_their_content,
     claim_store_fail,
     claims_are_disjoint_across_handles,

@@ -1,0 +1,129 @@
+//! Query handling for full-text search: a natural-language question loses its function words
+//! ("what did the ... do") before it reaches the full-text index, so it is ranked by the words
+//! that carry its meaning instead of drowning in words every passage shares.
+//!
+//! [`has_identifier`] tells hybrid search that a query holds a code ("ZX-4471", "v1.2"), which
+//! full text matches exactly and vectors cannot tell from its near twins.
+//!
+//! It must never return an empty query for a non-empty one: a question made only of function
+//! words is searched as given (the user may mean them).
+
+/// English function words and question words dropped from full-text queries (lower case).
+/// Sorted, so membership is a binary search.
+const STOP_WORDS: &[&str] = &[
+    "a", "about", "above", "after", "again", "all", "am", "an", "and", "any", "are", "as", "at",
+    "be", "been", "being", "both", "but", "by", "can", "could", "did", "do", "does", "doing",
+    "during", "each", "for", "from", "had", "has", "have", "having", "he", "her", "here", "hers",
+    "him", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "me", "my",
+    "now", "of", "on", "or", "our", "ours", "she", "should", "so", "some", "such", "than", "that",
+    "the", "their", "theirs", "them", "then", "there", "these", "they", "this", "those", "to",
+    "too", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom",
+    "whose", "why", "will", "with", "would", "you", "your", "yours",
+];
+
+/// Whether `word` (any case) is a function word.
+pub fn is_stop_word(word: &str) -> bool {
+    let lower = word.to_lowercase();
+    STOP_WORDS.binary_search(&lower.as_str()).is_ok()
+}
+
+/// The content words of `query`, space-separated, in their order, each as written (inner
+/// punctuation kept, so "ZX-4471" stays one term for analyzers that keep compounds) without
+/// surrounding punctuation; a possessive `'s` is dropped (`Ana's` is `Ana`). When nothing but
+/// function words remain, the query is returned unchanged.
+pub fn content_words(query: &str) -> String {
+    let words: Vec<&str> = query
+        .split_whitespace()
+        .map(|w| {
+            let w = w.trim_matches(|c: char| !c.is_alphanumeric());
+            w.strip_suffix("'s")
+                .or_else(|| w.strip_suffix("\u{2019}s"))
+                .unwrap_or(w)
+        })
+        .filter(|w| !w.is_empty() && !is_stop_word(w))
+        .collect();
+    if words.is_empty() {
+        query.to_owned()
+    } else {
+        words.join(" ")
+    }
+}
+
+/// Whether `query` holds an identifier: a word with a digit and a letter ("ZX-4471", "v2",
+/// "3b"), or digits joined by `-`, `_`, `/` or `.` ("4471-2", "1.2.3"). Plain numbers ("2023",
+/// "12") are not identifiers.
+pub fn has_identifier(query: &str) -> bool {
+    query.split_whitespace().any(|word| {
+        let w = word.trim_matches(|c: char| !c.is_alphanumeric());
+        let digit = w.chars().any(|c| c.is_ascii_digit());
+        let letter = w.chars().any(char::is_alphabetic);
+        let joined = w.chars().any(|c| matches!(c, '-' | '_' | '/' | '.'));
+        digit && (letter || joined)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    //! Unit and property tests of query handling.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn the_list_is_sorted_and_lower_case() {
+        assert!(STOP_WORDS.windows(2).all(|w| w[0] < w[1]));
+        assert!(STOP_WORDS.iter().all(|w| w.to_lowercase() == *w));
+    }
+
+    #[test]
+    fn questions_keep_their_content_words() {
+        assert_eq!(
+            content_words("What does Ana's sister bring when she visits?"),
+            "Ana sister bring visits"
+        );
+        assert_eq!(content_words("Who is THE pilot?"), "pilot");
+        assert_eq!(content_words("cello"), "cello");
+        assert_eq!(content_words("what is ZX-4471?"), "ZX-4471");
+    }
+
+    #[test]
+    fn identifiers_are_told_from_words_and_numbers() {
+        for q in [
+            "ZX-4471",
+            "ticket zx-4471?",
+            "version v2",
+            "release 1.2.3",
+            "(3b)",
+        ] {
+            assert!(has_identifier(q), "{q}");
+        }
+        for q in [
+            "what happened in 2023",
+            "12 apples",
+            "a cat in the sun",
+            "-",
+            "",
+        ] {
+            assert!(!has_identifier(q), "{q}");
+        }
+    }
+
+    #[test]
+    fn only_function_words_are_kept_as_given() {
+        assert_eq!(content_words("what is it"), "what is it");
+        assert_eq!(content_words("?!"), "?!");
+    }
+
+    proptest! {
+        /// Never empty for a non-empty query, and never a function word left when a content
+        /// word exists.
+        #[test]
+        fn never_empty_and_no_function_word_left(q in "[a-zA-Z' ?]{1,60}") {
+            let out = content_words(&q);
+            prop_assert!(!out.is_empty());
+            if out != q {
+                prop_assert!(out.split(' ').all(|w| !w.is_empty() && !is_stop_word(w)));
+            }
+        }
+    }
+}
