@@ -54,6 +54,45 @@ pub(crate) struct Locks {
     pub(crate) logs_changes: bool,
 }
 
+impl Locks {
+    /// Locks nothing up front.
+    pub(crate) fn none() -> Self {
+        Self::default()
+    }
+
+    /// Locks `agent`'s row.
+    pub(crate) fn agent(agent: AgentId) -> Self {
+        Self {
+            agent: Some(agent),
+            ..Self::default()
+        }
+    }
+
+    /// Locks the protocol row `key` (a session, or a recipient).
+    pub(crate) fn protocol(key: uuid::Uuid) -> Self {
+        Self {
+            protocol: Some(key),
+            ..Self::default()
+        }
+    }
+
+    /// And may log search changes (the change-log lock comes first).
+    pub(crate) fn logging_changes(self) -> Self {
+        Self {
+            logs_changes: true,
+            ..self
+        }
+    }
+
+    /// And carries its own claim (no fence is added).
+    pub(crate) fn carrying_claim(self) -> Self {
+        Self {
+            carries_claim: true,
+            ..self
+        }
+    }
+}
+
 /// A write: its arguments, and the SQL that runs it inside the writer's transaction. The
 /// implementation must never commit, roll back or open a transaction of its own.
 pub(crate) trait Write: Send + Sync + 'static {

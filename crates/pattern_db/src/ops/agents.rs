@@ -22,7 +22,7 @@ impl Write for CreateAgent {
     type Output = Agent;
 
     fn locks(&self) -> Locks {
-        Locks::default()
+        Locks::none()
     }
 
     async fn apply(
@@ -46,10 +46,7 @@ impl Write for SetMetadata {
     type Output = Agent;
 
     fn locks(&self) -> Locks {
-        Locks {
-            agent: Some(self.agent),
-            ..Locks::default()
-        }
+        Locks::agent(self.agent)
     }
 
     async fn apply(
@@ -70,12 +67,8 @@ impl Write for DeleteAgent {
     type Output = ();
 
     fn locks(&self) -> Locks {
-        Locks {
-            agent: Some(self.0),
-            // Its content leaves the search indexes.
-            logs_changes: true,
-            ..Locks::default()
-        }
+        // Its content leaves the search indexes.
+        Locks::agent(self.0).logging_changes()
     }
 
     async fn apply(
@@ -100,10 +93,7 @@ impl Write for LogActivity {
     type Output = SnowflakeId;
 
     fn locks(&self) -> Locks {
-        Locks {
-            agent: Some(self.agent),
-            ..Locks::default()
-        }
+        Locks::agent(self.agent)
     }
 
     async fn apply(
@@ -125,7 +115,7 @@ impl Write for ImportAgent {
 
     fn locks(&self) -> Locks {
         // A new agent: nobody else can hold its row yet.
-        Locks::default()
+        Locks::none()
     }
 
     async fn apply(

@@ -29,10 +29,7 @@ impl Write for Request {
     type Output = Approval;
 
     fn locks(&self) -> Locks {
-        Locks {
-            agent: Some(self.0.agent),
-            ..Locks::default()
-        }
+        Locks::agent(self.0.agent)
     }
 
     async fn apply(
@@ -60,10 +57,7 @@ impl Write for Decide {
 
     fn locks(&self) -> Locks {
         // One conditional update of one row: no agent lock.
-        Locks {
-            carries_claim: true,
-            ..Locks::default()
-        }
+        Locks::none().carrying_claim()
     }
 
     async fn apply(
@@ -95,7 +89,7 @@ impl Write for Expire {
 
     fn locks(&self) -> Locks {
         // One conditional update of one row: no agent lock.
-        Locks::default()
+        Locks::none()
     }
 
     async fn apply(

@@ -23,7 +23,7 @@ impl Write for CreateKey {
 
     fn locks(&self) -> Locks {
         // One insert of a row nobody else knows yet: no agent lock.
-        Locks::default()
+        Locks::none()
     }
 
     async fn apply(
@@ -48,7 +48,7 @@ impl Write for RevokeKey {
 
     fn locks(&self) -> Locks {
         // One conditional update of one row: no agent lock.
-        Locks::default()
+        Locks::none()
     }
 
     async fn apply(
@@ -72,12 +72,8 @@ impl Write for DeleteOrgAgent {
     type Output = ();
 
     fn locks(&self) -> Locks {
-        Locks {
-            agent: Some(self.agent),
-            // Its content leaves the search indexes.
-            logs_changes: true,
-            ..Locks::default()
-        }
+        // Its content leaves the search indexes.
+        Locks::agent(self.agent).logging_changes()
     }
 
     async fn apply(

@@ -19,21 +19,6 @@ use crate::model::{
 use crate::runs::{NewTurnEvent, RunClaim, TurnId};
 use crate::writer::{Locks, Write};
 
-fn agent_lock(agent: AgentId) -> Locks {
-    Locks {
-        agent: Some(agent),
-        ..Locks::default()
-    }
-}
-
-fn archiving(agent: AgentId) -> Locks {
-    Locks {
-        agent: Some(agent),
-        logs_changes: true,
-        ..Locks::default()
-    }
-}
-
 /// Commits a trigger as the first message of a new open batch.
 #[derive(Debug)]
 pub(crate) struct BeginBatch {
@@ -46,7 +31,7 @@ impl Write for BeginBatch {
     type Output = Received;
 
     fn locks(&self) -> Locks {
-        agent_lock(self.agent)
+        Locks::agent(self.agent)
     }
 
     async fn apply(
@@ -81,7 +66,7 @@ impl Write for AppendStep {
     type Output = StepReceipt;
 
     fn locks(&self) -> Locks {
-        agent_lock(self.agent)
+        Locks::agent(self.agent)
     }
 
     async fn apply(
@@ -122,7 +107,7 @@ impl Write for BatchChange {
     type Output = BatchInfo;
 
     fn locks(&self) -> Locks {
-        agent_lock(self.agent)
+        Locks::agent(self.agent)
     }
 
     async fn apply(
@@ -152,7 +137,7 @@ impl Write for AbandonBatch {
     type Output = Abandoned;
 
     fn locks(&self) -> Locks {
-        agent_lock(self.agent)
+        Locks::agent(self.agent)
     }
 
     async fn apply(
@@ -181,7 +166,7 @@ impl Write for Recover {
             // Across agents it discovers the agents it locks: it runs alone, locking them in
             // agent order.
             exclusive: self.agent.is_none(),
-            ..Locks::default()
+            ..Locks::none()
         }
     }
 
@@ -206,7 +191,7 @@ impl Write for ArchiveBefore {
     type Output = u64;
 
     fn locks(&self) -> Locks {
-        archiving(self.agent)
+        Locks::agent(self.agent).logging_changes()
     }
 
     async fn apply(
@@ -230,7 +215,7 @@ impl Write for ArchiveBatches {
     type Output = u64;
 
     fn locks(&self) -> Locks {
-        archiving(self.agent)
+        Locks::agent(self.agent).logging_changes()
     }
 
     async fn apply(
@@ -251,7 +236,7 @@ impl Write for SummarizeAndArchive {
     type Output = Vec<BatchId>;
 
     fn locks(&self) -> Locks {
-        archiving(self.0.agent_id)
+        Locks::agent(self.0.agent_id).logging_changes()
     }
 
     async fn apply(
@@ -272,7 +257,7 @@ impl Write for UpsertSummary {
     type Output = ();
 
     fn locks(&self) -> Locks {
-        agent_lock(self.0.agent_id)
+        Locks::agent(self.0.agent_id)
     }
 
     async fn apply(
@@ -297,7 +282,7 @@ impl Write for ImportLegacy {
     type Output = Vec<BatchId>;
 
     fn locks(&self) -> Locks {
-        agent_lock(self.agent)
+        Locks::agent(self.agent)
     }
 
     async fn apply(

@@ -19,13 +19,6 @@ use crate::runs::RunClaim;
 use crate::search::ContentType;
 use crate::writer::{Locks, Write};
 
-fn owner_lock(owner: AgentId) -> Locks {
-    Locks {
-        agent: Some(owner),
-        ..Locks::default()
-    }
-}
-
 /// Creates a block owned by `owner`.
 #[derive(Debug)]
 pub(crate) struct CreateBlock {
@@ -37,7 +30,7 @@ impl Write for CreateBlock {
     type Output = StoredBlock;
 
     fn locks(&self) -> Locks {
-        owner_lock(self.owner)
+        Locks::agent(self.owner)
     }
 
     async fn apply(
@@ -66,7 +59,7 @@ impl Write for SetValue {
     type Output = i64;
 
     fn locks(&self) -> Locks {
-        owner_lock(self.owner)
+        Locks::agent(self.owner)
     }
 
     async fn apply(
@@ -102,7 +95,7 @@ impl Write for Share {
     type Output = ();
 
     fn locks(&self) -> Locks {
-        owner_lock(self.owner)
+        Locks::agent(self.owner)
     }
 
     async fn apply(
@@ -136,11 +129,8 @@ impl Write for DeleteBlock {
     type Output = ();
 
     fn locks(&self) -> Locks {
-        Locks {
-            // Its content leaves the search indexes.
-            logs_changes: true,
-            ..owner_lock(self.owner)
-        }
+        // Its content leaves the search indexes.
+        Locks::agent(self.owner).logging_changes()
     }
 
     async fn apply(

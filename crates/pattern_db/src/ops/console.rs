@@ -21,7 +21,7 @@ impl Write for OpenSession {
 
     fn locks(&self) -> Locks {
         // Rows of their own, keyed by a fresh token hash: no agent lock.
-        Locks::default()
+        Locks::none()
     }
 
     async fn apply(
@@ -44,7 +44,7 @@ impl Write for EndSession {
     type Output = bool;
 
     fn locks(&self) -> Locks {
-        Locks::default()
+        Locks::none()
     }
 
     async fn apply(

@@ -27,10 +27,7 @@ impl Write for PutServers {
     type Output = Vec<McpServerRow>;
 
     fn locks(&self) -> Locks {
-        Locks {
-            agent: Some(self.agent),
-            ..Locks::default()
-        }
+        Locks::agent(self.agent)
     }
 
     async fn apply(
@@ -54,10 +51,7 @@ impl Write for RemoveServer {
     type Output = ();
 
     fn locks(&self) -> Locks {
-        Locks {
-            agent: Some(self.agent),
-            ..Locks::default()
-        }
+        Locks::agent(self.agent)
     }
 
     async fn apply(

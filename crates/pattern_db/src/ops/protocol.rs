@@ -42,7 +42,7 @@ impl Write for CreateOrganization {
     type Output = Organization;
 
     fn locks(&self) -> Locks {
-        Locks::default()
+        Locks::none()
     }
 
     async fn apply(
@@ -70,7 +70,7 @@ impl Write for OpenSession {
 
     fn locks(&self) -> Locks {
         // Protocol writes lock no Pattern agent row; the session row is their lock.
-        Locks::default()
+        Locks::none()
     }
 
     async fn apply(
@@ -103,10 +103,7 @@ impl Write for EndSession {
     type Output = Session;
 
     fn locks(&self) -> Locks {
-        Locks {
-            protocol: Some(self.session.0),
-            ..Locks::default()
-        }
+        Locks::protocol(self.session.0)
     }
 
     async fn apply(
@@ -131,10 +128,7 @@ impl Write for SendSessionMessage {
     type Output = ProtocolMessage;
 
     fn locks(&self) -> Locks {
-        Locks {
-            protocol: Some(self.session.0),
-            ..Locks::default()
-        }
+        Locks::protocol(self.session.0)
     }
 
     async fn apply(
@@ -158,10 +152,7 @@ impl Write for MarkRead {
     type Output = u64;
 
     fn locks(&self) -> Locks {
-        Locks {
-            protocol: Some(self.agent.0),
-            ..Locks::default()
-        }
+        Locks::protocol(self.agent.0)
     }
 
     async fn apply(
@@ -178,10 +169,7 @@ impl Write for ProtocolOp {
     type Output = ProtocolDone;
 
     fn locks(&self) -> Locks {
-        Locks {
-            protocol: self.key(),
-            ..Locks::default()
-        }
+        self.key().map_or_else(Locks::none, Locks::protocol)
     }
 
     async fn apply(

@@ -18,13 +18,6 @@ use crate::runs::RunClaim;
 use crate::schedule::{MAX_SCHEDULES_PER_AGENT, SCHEDULE_SOURCE, ValidSchedule};
 use crate::writer::{Locks, Write};
 
-fn agent_lock(agent: AgentId) -> Locks {
-    Locks {
-        agent: Some(agent),
-        ..Locks::default()
-    }
-}
-
 /// Adds an entry to `agent`'s queue.
 #[derive(Debug)]
 pub(crate) struct Enqueue {
@@ -36,7 +29,7 @@ impl Write for Enqueue {
     type Output = QueuedMessage;
 
     fn locks(&self) -> Locks {
-        agent_lock(self.agent)
+        Locks::agent(self.agent)
     }
 
     async fn apply(
@@ -60,7 +53,7 @@ impl Write for BeginQueued {
     type Output = Option<Delivered>;
 
     fn locks(&self) -> Locks {
-        agent_lock(self.agent)
+        Locks::agent(self.agent)
     }
 
     async fn apply(
@@ -84,7 +77,7 @@ impl Write for CancelQueued {
     type Output = u64;
 
     fn locks(&self) -> Locks {
-        agent_lock(self.agent)
+        Locks::agent(self.agent)
     }
 
     async fn apply(
@@ -108,7 +101,7 @@ impl Write for AddSchedule {
     type Output = QueuedMessage;
 
     fn locks(&self) -> Locks {
-        agent_lock(self.agent)
+        Locks::agent(self.agent)
     }
 
     async fn apply(
@@ -132,7 +125,7 @@ impl Write for RemoveSchedule {
     type Output = QueuedMessage;
 
     fn locks(&self) -> Locks {
-        agent_lock(self.agent)
+        Locks::agent(self.agent)
     }
 
     async fn apply(

@@ -25,12 +25,8 @@ impl Write for RetainAgent {
     type Output = AgentRetentionReport;
 
     fn locks(&self) -> Locks {
-        Locks {
-            agent: Some(self.agent),
-            // Deleted content leaves the search indexes.
-            logs_changes: true,
-            ..Locks::default()
-        }
+        // Deleted content leaves the search indexes.
+        Locks::agent(self.agent).logging_changes()
     }
 
     async fn apply(

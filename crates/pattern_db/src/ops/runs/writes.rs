@@ -18,10 +18,7 @@ impl Write for Submit {
     type Output = Submitted;
 
     fn locks(&self) -> Locks {
-        Locks {
-            agent: Some(self.agent),
-            ..Locks::default()
-        }
+        Locks::agent(self.agent)
     }
 
     async fn apply(
@@ -45,7 +42,7 @@ impl Write for ClaimNext {
 
     fn locks(&self) -> Locks {
         // Takes its agent's lock itself, without waiting (SKIP LOCKED on PostgreSQL).
-        Locks::default()
+        Locks::none()
     }
 
     async fn apply(
@@ -62,10 +59,7 @@ impl Write for super::FinishRun {
     type Output = Box<Finished>;
 
     fn locks(&self) -> Locks {
-        Locks {
-            agent: Some(self.claim.agent),
-            ..Locks::default()
-        }
+        Locks::agent(self.claim.agent)
     }
 
     async fn apply(
@@ -90,10 +84,7 @@ impl Write for AppendTurnEvents {
     type Output = u64;
 
     fn locks(&self) -> Locks {
-        Locks {
-            agent: Some(self.agent),
-            ..Locks::default()
-        }
+        Locks::agent(self.agent)
     }
 
     async fn apply(
@@ -117,12 +108,8 @@ impl Write for ReleaseClaim {
     type Output = bool;
 
     fn locks(&self) -> Locks {
-        Locks {
-            agent: Some(self.claim.agent),
-            // It checks the claim itself (a claim already gone is `false`, not an error).
-            carries_claim: true,
-            ..Locks::default()
-        }
+        // It checks the claim itself (a claim already gone is `false`, not an error).
+        Locks::agent(self.claim.agent).carrying_claim()
     }
 
     async fn apply(
@@ -146,10 +133,7 @@ impl Write for CancelTurn {
     type Output = Box<TurnInfo>;
 
     fn locks(&self) -> Locks {
-        Locks {
-            agent: Some(self.agent),
-            ..Locks::default()
-        }
+        Locks::agent(self.agent)
     }
 
     async fn apply(
@@ -172,10 +156,7 @@ impl Write for PruneTurns {
     type Output = u64;
 
     fn locks(&self) -> Locks {
-        Locks {
-            carries_claim: true,
-            ..Locks::default()
-        }
+        Locks::none().carrying_claim()
     }
 
     async fn apply(
@@ -198,10 +179,7 @@ impl Write for Heartbeat {
     type Output = HeartbeatReport;
 
     fn locks(&self) -> Locks {
-        Locks {
-            carries_claim: true,
-            ..Locks::default()
-        }
+        Locks::none().carrying_claim()
     }
 
     async fn apply(

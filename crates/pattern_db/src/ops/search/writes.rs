@@ -19,18 +19,6 @@ use crate::runs::RunClaim;
 use crate::search::{ContentRef, EmbeddingJob, EmbeddingModelInfo, NewVector, StoreReport};
 use crate::writer::{Locks, Write};
 
-/// Search bookkeeping locks no agent row.
-fn no_agent() -> Locks {
-    Locks::default()
-}
-
-fn logging_changes() -> Locks {
-    Locks {
-        logs_changes: true,
-        ..Locks::default()
-    }
-}
-
 /// Stores archival passages of an agent (with their embedding jobs and text changes).
 #[derive(Debug)]
 pub(crate) struct InsertArchival {
@@ -42,10 +30,7 @@ impl Write for InsertArchival {
     type Output = Vec<ArchivalEntry>;
 
     fn locks(&self) -> Locks {
-        Locks {
-            agent: Some(self.agent),
-            ..Locks::default()
-        }
+        Locks::agent(self.agent)
     }
 
     async fn apply(
@@ -69,11 +54,7 @@ impl Write for DeleteArchival {
     type Output = u64;
 
     fn locks(&self) -> Locks {
-        Locks {
-            agent: Some(self.agent),
-            logs_changes: true,
-            ..Locks::default()
-        }
+        Locks::agent(self.agent).logging_changes()
     }
 
     async fn apply(
@@ -94,7 +75,7 @@ impl Write for RegisterModel {
     type Output = ();
 
     fn locks(&self) -> Locks {
-        no_agent()
+        Locks::none()
     }
 
     async fn apply(
@@ -115,7 +96,7 @@ impl Write for ResetEmbeddings {
     type Output = u64;
 
     fn locks(&self) -> Locks {
-        logging_changes()
+        Locks::none().logging_changes()
     }
 
     async fn apply(
@@ -136,7 +117,7 @@ impl Write for EnqueueEmbedding {
     type Output = ();
 
     fn locks(&self) -> Locks {
-        no_agent()
+        Locks::none()
     }
 
     async fn apply(
@@ -157,7 +138,7 @@ impl Write for Backfill {
     type Output = u64;
 
     fn locks(&self) -> Locks {
-        no_agent()
+        Locks::none()
     }
 
     async fn apply(
@@ -178,7 +159,7 @@ impl Write for ReclaimFromDead {
     type Output = u64;
 
     fn locks(&self) -> Locks {
-        no_agent()
+        Locks::none()
     }
 
     async fn apply(
@@ -199,7 +180,7 @@ impl Write for ReleaseOwnClaims {
     type Output = u64;
 
     fn locks(&self) -> Locks {
-        no_agent()
+        Locks::none()
     }
 
     async fn apply(
@@ -223,7 +204,7 @@ impl Write for ClaimJobs {
     type Output = Vec<EmbeddingJob>;
 
     fn locks(&self) -> Locks {
-        no_agent()
+        Locks::none()
     }
 
     async fn apply(
@@ -244,7 +225,7 @@ impl Write for StoreVectors {
     type Output = StoreReport;
 
     fn locks(&self) -> Locks {
-        logging_changes()
+        Locks::none().logging_changes()
     }
 
     async fn apply(
@@ -268,7 +249,7 @@ impl Write for FailJobs {
     type Output = u64;
 
     fn locks(&self) -> Locks {
-        no_agent()
+        Locks::none()
     }
 
     async fn apply(
@@ -291,7 +272,7 @@ impl Write for PruneChanges {
     type Output = u64;
 
     fn locks(&self) -> Locks {
-        no_agent()
+        Locks::none()
     }
 
     async fn apply(
@@ -315,7 +296,7 @@ impl Write for SetCursor {
     type Output = ();
 
     fn locks(&self) -> Locks {
-        no_agent()
+        Locks::none()
     }
 
     async fn apply(
