@@ -7,14 +7,16 @@
 //! every given batch exactly; then one writer op writes everything, with the same bookkeeping as
 //! the single writes (embedding jobs and search changes, the revision bump, the snowflake
 //! generator moved past the new positions). Any failure rolls the whole import back: there is
-//! never a partial agent. This module must never write outside that one op.
+//! never a partial agent. [`Database::import_history_agent`] does the same for an agent whose
+//! history has no batches yet (another framework's agent file): the planner's own batches are
+//! stored, with its report. This module must never write outside that one write.
 
 use chrono::{DateTime, Utc};
 
 use crate::archival::NewArchival;
 use crate::db::Database;
 use crate::error::{Error, Result};
-use crate::legacy::{self, LegacyMessage};
+use crate::legacy::{self, ImportPlan, LegacyMessage};
 use crate::model::{Agent, BatchState, BatchType, ContentBlock, NewAgent, Role};
 
 /// A whole agent to import.
@@ -129,8 +131,32 @@ pub(crate) struct PlannedImport {
     pub(crate) summary_ids: Vec<crate::id::SnowflakeId>,
 }
 
+/// An agent whose history has no batches (another framework's agent file): its row, blocks,
+/// flat message history and archival passages.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryImport {
+    /// The agent row.
+    pub agent: NewAgent,
+    /// Its memory blocks, each with at least one version.
+    pub blocks: Vec<ImportBlock>,
+    /// Its messages in order; the legacy planner cuts them into batches.
+    pub messages: Vec<LegacyMessage>,
+    /// Its archival passages.
+    pub archival: Vec<ImportPassage>,
+}
+
 fn refuse(why: String) -> Error {
     Error::InvalidImport(format!("the import does not reproduce its batches: {why}"))
+}
+
+fn check_blocks(blocks: &[ImportBlock]) -> Result<()> {
+    match blocks.iter().find(|b| b.versions.is_empty()) {
+        Some(b) => Err(Error::InvalidImport(format!(
+            "block `{}` has no versions",
+            b.label
+        ))),
+        None => Ok(()),
+    }
 }
 
 impl Database {
@@ -192,14 +218,7 @@ impl Database {
                 )));
             }
         }
-        for b in &import.blocks {
-            if b.versions.is_empty() {
-                return Err(Error::InvalidImport(format!(
-                    "block `{}` has no versions",
-                    b.label
-                )));
-            }
-        }
+        check_blocks(&import.blocks)?;
         let summary_ids = import
             .summaries
             .iter()
@@ -212,5 +231,55 @@ impl Database {
             summary_ids,
         };
         self.write(crate::ops::agents::ImportAgent(planned)).await
+    }
+
+    /// Imports an agent whose history has no batches in one transaction: the legacy planner
+    /// cuts the messages into batches (`docs/batching.md`; unpaired calls stored abandoned and
+    /// reported in the plan), then the agent row, its blocks, its batches and its passages are
+    /// written by one write, so a failure or a crash leaves no part of the agent. Returns what
+    /// was written and the plan (with its anomalies). A taken name is [`Error::AgentNameTaken`].
+    pub async fn import_history_agent(
+        &self,
+        import: HistoryImport,
+    ) -> Result<(ImportedAgent, ImportPlan)> {
+        check_blocks(&import.blocks)?;
+        let plan = legacy::plan(&import.messages)?;
+        let now = Utc::now();
+        let batches = plan
+            .batches
+            .iter()
+            .map(|planned| ImportBatch {
+                batch_type: planned.batch_type,
+                state: planned.state,
+                archived: false,
+                retried_at: None,
+                messages: planned
+                    .messages
+                    .iter()
+                    .map(|&i| {
+                        let m = &import.messages[i];
+                        ImportMessage {
+                            role: m.role,
+                            content: m.content.clone(),
+                            created_at: m.created_at.unwrap_or(now),
+                        }
+                    })
+                    .collect(),
+            })
+            .collect();
+        let planned = PlannedImport {
+            import: AgentImport {
+                agent: import.agent,
+                blocks: import.blocks,
+                batches,
+                summaries: Vec::new(),
+                archival: import.archival,
+            },
+            messages: import.messages,
+            plan: plan.clone(),
+            summary_ids: Vec::new(),
+        };
+        let imported = self.write(crate::ops::agents::ImportAgent(planned)).await?;
+        Ok((imported, plan))
     }
 }

@@ -88,8 +88,8 @@ pub use db::{Database, MIN_SQLITE_VERSION};
 pub use error::{Error, ErrorClass, Result};
 pub use id::{SnowflakeGenerator, SnowflakeId};
 pub use import::{
-    AgentImport, ImportBatch, ImportBlock, ImportMessage, ImportPassage, ImportSummary,
-    ImportVersion, ImportedAgent,
+    AgentImport, HistoryImport, ImportBatch, ImportBlock, ImportMessage, ImportPassage,
+    ImportSummary, ImportVersion, ImportedAgent,
 };
 pub use legacy::{Anomaly, ImportPlan, LegacyMessage, PlannedBatch};
 pub use migrate::MigrationStatus;

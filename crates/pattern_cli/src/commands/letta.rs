@@ -8,13 +8,15 @@
 //!
 //! This module must never guess at an unknown format (the single-agent format of older Letta
 //! versions, or anything without `agents`, is a typed refusal naming what was found), and never
-//! leave a half-imported agent: a failure after the agent was created deletes it again.
+//! leave a half-imported agent: the agent row, its blocks, batches and passages are one
+//! transaction (`Database::import_history_agent`), so a failure or a crash leaves nothing.
 
 use std::collections::HashMap;
 
 use pattern::Pattern;
 use pattern::db::{
-    AgentId, BatchState, ContentBlock, LegacyMessage, NewAgent, NewArchival, NewBlock, Role,
+    BatchState, ContentBlock, HistoryImport, ImportBlock, ImportPassage, ImportVersion,
+    LegacyMessage, NewAgent, Role,
 };
 use pattern::memory::ingest::{ChunkConfig, DocumentFormat, parse_document};
 use serde::{Deserialize, Serialize};
@@ -374,40 +376,42 @@ async fn store(pattern: &Pattern, file: AgentFile, rename: Option<String>) -> Re
         new.metadata = json!({ "instructions": system });
     }
     let org = crate::env::organization(pattern).await?;
-    let agent = pattern.db().create_agent(new.in_organization(org)).await?;
-    report.agent_id = agent.id.to_string();
-    match fill(
-        pattern,
-        agent.id,
-        &letta,
-        &by_id,
-        messages,
-        &files,
-        &mut report,
-    )
-    .await
-    {
-        Ok(()) => Ok(report),
-        Err(e) => {
-            // Nothing half-imported: the agent goes again with everything written to it.
-            if let Err(d) = pattern.db().delete_agent(agent.id).await {
-                tracing::warn!(error = %d, "the partly imported agent could not be deleted");
-            }
-            Err(e)
-        }
-    }
+    let blocks = import_blocks(&letta, &by_id, &mut report);
+    let archival = passages(&files, &mut report)?;
+    // One transaction: a failure or a crash leaves no part of the agent.
+    let (imported, plan) = pattern
+        .db()
+        .import_history_agent(HistoryImport {
+            agent: new.in_organization(org),
+            blocks,
+            messages,
+            archival,
+        })
+        .await?;
+    report.agent_id = imported.agent.id.to_string();
+    report.batches = plan.batches.len();
+    report.complete = plan
+        .batches
+        .iter()
+        .filter(|b| b.state == BatchState::Complete)
+        .count();
+    report.abandoned = plan
+        .batches
+        .iter()
+        .filter(|b| b.state == BatchState::Abandoned)
+        .count();
+    report.anomalies = plan.anomalies;
+    Ok(report)
 }
 
-async fn fill(
-    pattern: &Pattern,
-    agent: AgentId,
+/// The agent's blocks (those it names and the file holds), labels made unique.
+fn import_blocks(
     letta: &LettaAgent,
     blocks: &HashMap<&str, &LettaBlock>,
-    messages: Vec<LegacyMessage>,
-    files: &[LettaFile],
     report: &mut LettaReport,
-) -> Result<()> {
+) -> Vec<ImportBlock> {
     let mut labels = std::collections::HashSet::new();
+    let mut out = Vec::new();
     for id in &letta.block_ids {
         let Some(b) = blocks.get(id.as_str()) else {
             report.not_carried.push(format!(
@@ -424,35 +428,25 @@ async fn fill(
             .unwrap_or(5000)
             .max(chars)
             .min(1_000_000);
-        pattern
-            .db()
-            .create_block(
-                agent,
-                NewBlock {
-                    label,
-                    description: b.description.clone().unwrap_or_default(),
-                    value: b.value.clone(),
-                    char_limit: i64::try_from(limit).unwrap_or(1_000_000),
-                    block_type: "core".into(),
-                },
-            )
-            .await?;
-        report.blocks += 1;
+        out.push(ImportBlock {
+            label,
+            char_limit: i64::try_from(limit).unwrap_or(1_000_000),
+            block_type: "core".into(),
+            versions: vec![ImportVersion {
+                value: b.value.clone(),
+                description: b.description.clone().unwrap_or_default(),
+                change: "create".into(),
+            }],
+        });
     }
-    let plan = pattern.db().messages(agent).import_legacy(messages).await?;
-    report.batches = plan.batches.len();
-    report.complete = plan
-        .batches
-        .iter()
-        .filter(|b| b.state == BatchState::Complete)
-        .count();
-    report.abandoned = plan
-        .batches
-        .iter()
-        .filter(|b| b.state == BatchState::Abandoned)
-        .count();
-    report.anomalies = plan.anomalies;
-    let mut passages: Vec<NewArchival> = Vec::new();
+    report.blocks = out.len();
+    out
+}
+
+/// The text of the agent's files as archival passages.
+fn passages(files: &[LettaFile], report: &mut LettaReport) -> Result<Vec<ImportPassage>> {
+    let now = chrono::Utc::now();
+    let mut out = Vec::new();
     for f in files {
         let name = f.file_name.clone().unwrap_or_else(|| "file".to_owned());
         let Some(content) = f.content.as_deref().filter(|c| !c.trim().is_empty()) else {
@@ -468,11 +462,15 @@ async fn fill(
             &name,
             &ChunkConfig::default(),
         )?;
-        passages.extend(doc.to_archival(&["letta".to_owned()]));
+        out.extend(
+            doc.to_archival(&["letta".to_owned()])
+                .into_iter()
+                .map(|passage| ImportPassage {
+                    passage,
+                    created_at: now,
+                }),
+        );
     }
-    report.archival = passages.len();
-    if !passages.is_empty() {
-        pattern.db().insert_archival_many(agent, passages).await?;
-    }
-    Ok(())
+    report.archival = out.len();
+    Ok(out)
 }

@@ -1,11 +1,12 @@
-//! `Database::import_agent`: a whole agent in one transaction, or nothing.
+//! `Database::import_agent` and `Database::import_history_agent`: a whole agent in one
+//! transaction, or nothing.
 
 use chrono::{TimeZone, Utc};
 use pattern_db::testkit::{allow_inserts, refuse_inserts};
 use pattern_db::{
-    AgentImport, BatchState, BatchType, ContentBlock, Error, ImportBatch, ImportBlock,
-    ImportMessage, ImportPassage, ImportSummary, ImportVersion, ListArchival, NewAgent,
-    NewArchival, Role,
+    AgentImport, Anomaly, BatchState, BatchType, ContentBlock, Error, HistoryImport, ImportBatch,
+    ImportBlock, ImportMessage, ImportPassage, ImportSummary, ImportVersion, LegacyMessage,
+    ListArchival, NewAgent, NewArchival, Role,
 };
 
 use crate::{Kind, fresh};
@@ -182,7 +183,114 @@ async fn a_failure_part_way_leaves_nothing(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
+fn history(name: &str) -> HistoryImport {
+    let said = |role, content| LegacyMessage {
+        role,
+        content,
+        created_at: None,
+        origin: None,
+    };
+    HistoryImport {
+        agent: NewAgent::named(name),
+        blocks: vec![ImportBlock {
+            label: "persona".into(),
+            char_limit: 100,
+            block_type: "core".into(),
+            versions: vec![ImportVersion {
+                value: "curious".into(),
+                description: "who I am".into(),
+                change: "create".into(),
+            }],
+        }],
+        messages: vec![
+            said(Role::User, vec![ContentBlock::text("weather?")]),
+            said(
+                Role::Assistant,
+                vec![ContentBlock::tool_use(
+                    "c1",
+                    "weather",
+                    serde_json::json!({}),
+                )],
+            ),
+            said(
+                Role::Tool,
+                vec![ContentBlock::tool_result("c1", "sun", false)],
+            ),
+            said(Role::Assistant, vec![ContentBlock::text("sunny")]),
+            // A call whose result the file lost: its batch is stored abandoned and reported.
+            said(Role::User, vec![ContentBlock::text("and tomorrow?")]),
+            said(
+                Role::Assistant,
+                vec![ContentBlock::tool_use(
+                    "c2",
+                    "weather",
+                    serde_json::json!({}),
+                )],
+            ),
+        ],
+        archival: vec![ImportPassage {
+            passage: NewArchival::text("Ada keeps bees"),
+            created_at: Utc::now(),
+        }],
+    }
+}
+
+async fn a_history_agent_is_imported_in_one_piece_or_not_at_all(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    // A refused last write (the passages) rolls back the agent, its blocks and its batches.
+    refuse_inserts(&db, "archival_memories", "content", "Ada keeps bees")
+        .await
+        .unwrap();
+    let err = db.import_history_agent(history("ada")).await.unwrap_err();
+    assert!(err.to_string().contains("injected"), "{err}");
+    assert!(db.agents().await.unwrap().is_empty());
+    allow_inserts(&db, "archival_memories").await.unwrap();
+    // A block without versions is refused before anything is written.
+    let mut empty = history("empty");
+    empty.blocks[0].versions.clear();
+    assert!(matches!(
+        db.import_history_agent(empty).await,
+        Err(Error::InvalidImport(_))
+    ));
+    // A block over its limit or with a bad label is refused by the block write, whole.
+    let mut over = history("over");
+    over.blocks[0].char_limit = 3;
+    assert!(matches!(
+        db.import_history_agent(over).await,
+        Err(Error::BlockOverLimit { .. })
+    ));
+    let mut label = history("label");
+    label.blocks[0].label = "no spaces allowed".into();
+    assert!(matches!(
+        db.import_history_agent(label).await,
+        Err(Error::InvalidBlockLabel { .. })
+    ));
+    assert!(db.agents().await.unwrap().is_empty());
+
+    let (imported, plan) = db.import_history_agent(history("ada")).await.unwrap();
+    assert_eq!(imported.batches.len(), 2);
+    assert_eq!(imported.archival, 1);
+    assert!(matches!(plan.anomalies[..], [Anomaly::Unfinished { .. }]));
+    let batches = db.messages(imported.agent.id).get_recent(10).await.unwrap();
+    let states: Vec<BatchState> = batches.iter().map(|b| b.info.state).collect();
+    assert_eq!(states, [BatchState::Complete, BatchState::Abandoned]);
+    assert_eq!(batches[0].messages.len(), 4);
+    let blocks = db.blocks_for(imported.agent.id).await.unwrap();
+    assert_eq!(blocks.len(), 1);
+    assert_eq!(blocks[0].value, "curious");
+    // The name is taken now: a second import is refused whole.
+    assert!(matches!(
+        db.import_history_agent(history("ada")).await,
+        Err(Error::AgentNameTaken(_))
+    ));
+    assert_eq!(db.agents().await.unwrap().len(), 1);
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
 conformance!(
     a_whole_agent_is_imported_in_one_piece,
     a_failure_part_way_leaves_nothing,
+    a_history_agent_is_imported_in_one_piece_or_not_at_all,
 );
