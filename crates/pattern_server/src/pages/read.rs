@@ -246,12 +246,14 @@ pub(crate) async fn batches(
                 .raw("</tr>");
         }
         body.raw("</tbody></table>");
-        if full_page(&raw, list.len(), 50)
-            && let Some(last) = list.last()
-        {
-            let base = format!("/console/agents/{}/batches", agent.id);
-            older_link(&mut body, &next_page(&base, raw, &last.id));
-        }
+        let base = format!("/console/agents/{}/batches", agent.id);
+        older_link(
+            &mut body,
+            &base,
+            raw,
+            list.len(),
+            list.last().map(|l| l.id.as_str()),
+        );
     }
     Ok(page(
         StatusCode::OK,
@@ -261,22 +263,32 @@ pub(crate) async fn batches(
     ))
 }
 
-/// Whether a list of `len` rows filled the page the query asked for (`limit`, else `default`):
-/// only then is there an older page to link to.
-fn full_page(raw: &Option<String>, len: usize, default: usize) -> bool {
-    let pairs: Vec<(String, String)> =
+/// After a full page (as many items as the query's `limit`, default 50), a link to the next
+/// one: the same query with `before` the last item's id. The path is built from ids the server
+/// gave (UUIDs, numbers).
+fn older_link(body: &mut Html, base: &str, raw: Option<String>, shown: usize, last: Option<&str>) {
+    let Some(last) = last else {
+        return;
+    };
+    let mut pairs: Vec<(String, String)> =
         serde_urlencoded::from_str(raw.as_deref().unwrap_or("")).unwrap_or_default();
     let limit = pairs
         .iter()
         .find(|(name, _)| name == "limit")
         .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(default);
-    len >= limit
-}
-
-/// A link to the next page; the path is built from ids the server gave (UUIDs, numbers).
-fn older_link(body: &mut Html, href: &str) {
-    body.raw("<p><a href=\"").text(href).raw("\">Older</a></p>");
+        .unwrap_or(50);
+    if shown < limit {
+        return;
+    }
+    pairs.retain(|(name, _)| name != "before");
+    pairs.push(("before".to_owned(), last.to_owned()));
+    let href = format!(
+        "{base}?{}",
+        serde_urlencoded::to_string(&pairs).unwrap_or_default()
+    );
+    body.raw("<p><a href=\"")
+        .text(&href)
+        .raw("\">Older</a></p>");
 }
 
 /// `GET /console/agents/{agent_id}/batches/{batch_id}`: messages and tool pairs.
@@ -530,12 +542,14 @@ pub(crate) async fn archival(
                 .raw("</tr>");
         }
         body.raw("</tbody></table>");
-        if full_page(&raw, list.len(), 50)
-            && let Some(last) = list.last()
-        {
-            let base = format!("/console/agents/{}/archival", agent.id);
-            older_link(&mut body, &next_page(&base, raw, &last.id));
-        }
+        let base = format!("/console/agents/{}/archival", agent.id);
+        older_link(
+            &mut body,
+            &base,
+            raw,
+            list.len(),
+            list.last().map(|l| l.id.as_str()),
+        );
     }
     Ok(page(
         StatusCode::OK,
@@ -594,25 +608,10 @@ pub(crate) async fn meetings(
                 .raw("</tr>");
         }
         body.raw("</tbody></table>");
-        if full_page(&raw, list.len(), 50)
-            && let Some(last) = list.last()
-        {
-            older_link(&mut body, &next_page("/console/meetings", raw, &last.id));
-        }
+        let last = list.last().map(|l| l.id.as_str());
+        older_link(&mut body, "/console/meetings", raw, list.len(), last);
     }
     Ok(page(StatusCode::OK, "Meetings", true, body))
-}
-
-/// The next page's address: the same filters, `before` the last id.
-fn next_page(base: &str, raw: Option<String>, last: &str) -> String {
-    let mut pairs: Vec<(String, String)> =
-        serde_urlencoded::from_str(raw.as_deref().unwrap_or("")).unwrap_or_default();
-    pairs.retain(|(name, _)| name != "before");
-    pairs.push(("before".to_owned(), last.to_owned()));
-    format!(
-        "{base}?{}",
-        serde_urlencoded::to_string(&pairs).unwrap_or_default()
-    )
 }
 
 /// `GET /console/meetings/{meeting_id}`: status, participants, transcript and event log.
@@ -732,11 +731,8 @@ pub(crate) async fn sessions(
                 .raw("</tr>");
         }
         body.raw("</tbody></table>");
-        if full_page(&raw, list.len(), 50)
-            && let Some(last) = list.last()
-        {
-            older_link(&mut body, &next_page("/console/sessions", raw, &last.id));
-        }
+        let last = list.last().map(|l| l.id.as_str());
+        older_link(&mut body, "/console/sessions", raw, list.len(), last);
     }
     Ok(page(StatusCode::OK, "Sessions", true, body))
 }

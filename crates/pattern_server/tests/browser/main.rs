@@ -17,13 +17,11 @@
 mod support;
 mod webdriver;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use pattern::ContentBlock;
+use pattern::Database;
 use pattern::core::testkit::Turn;
-use pattern::{Database, DbConfig};
 use pattern_db::Backend;
 use pattern_db::testkit::TestDb;
 use pattern_server::ServerConfig;
@@ -87,34 +85,7 @@ browser_test!(the_read_only_pages_work_without_javascript);
 /// no-op in a normal run.
 #[test]
 fn crash_child() {
-    let Ok(url) = std::env::var("PATTERN_CONSOLE_CRASH_CHILD") else {
-        return;
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
-        let mut config = DbConfig::new(url);
-        config.batch_lease = Duration::from_secs(1);
-        let db = Database::open(config).await.unwrap();
-        let s = Server::over(
-            db,
-            vec![Turn::Slow(
-                Duration::from_secs(120),
-                vec![ContentBlock::text("never")],
-            )],
-            ServerConfig::default(),
-        )
-        .await;
-        let agent = s.agent(&s.key_a, "doomed").await;
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "@@SERVER {} {} {agent}", s.base, s.key_a).unwrap();
-        out.flush().unwrap();
-        drop(out);
-        tokio::time::sleep(Duration::from_secs(300)).await;
-    });
+    support::doomed_child_main("PATTERN_CONSOLE_CRASH_CHILD");
 }
 
 mod cases {
@@ -329,24 +300,8 @@ mod cases {
     pub async fn an_abandoned_batch_after_a_crash_is_retried_once() {
         // A child server takes the message, then is killed (SIGKILL) mid-turn.
         let tdb = TestDb::fresh(Backend::Sqlite).await.unwrap();
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
-            .env("PATTERN_CONSOLE_CRASH_CHILD", &tdb.url)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut started = None;
-        for line in lines.by_ref() {
-            let line = line.unwrap();
-            if let Some((_, rest)) = line.split_once("@@SERVER ") {
-                let parts: Vec<String> = rest.split_whitespace().map(str::to_owned).collect();
-                started = Some((parts[0].clone(), parts[1].clone(), parts[2].clone()));
-                break;
-            }
-        }
-        let (base, key, agent) = started.expect("the child server started");
+        let (mut child, base, key, agent) =
+            support::spawn_doomed_child("crash_child", "PATTERN_CONSOLE_CRASH_CHILD", &tdb.url);
         let response = reqwest::Client::new()
             .post(format!("{base}/v1/agents/{agent}/messages"))
             .bearer_auth(&key)

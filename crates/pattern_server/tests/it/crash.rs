@@ -5,15 +5,12 @@
 //!
 //! The child is this test binary re-run with `PATTERN_SERVER_CRASH_CHILD` set.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
-use pattern::ContentBlock;
+use pattern::Database;
 use pattern::core::testkit::Turn;
-use pattern::{Database, DbConfig};
 use pattern_db::Backend;
 use pattern_db::testkit::TestDb;
 use pattern_server::ServerConfig;
@@ -25,62 +22,16 @@ use crate::support::Server;
 /// Entry point of the child; a no-op in a normal test run.
 #[test]
 fn crash_child() {
-    let Ok(url) = std::env::var("PATTERN_SERVER_CRASH_CHILD") else {
-        return;
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
-        let mut config = DbConfig::new(url);
-        config.batch_lease = Duration::from_secs(1);
-        let db = Database::open(config).await.unwrap();
-        let s = Server::over(
-            db,
-            vec![Turn::Slow(
-                Duration::from_secs(120),
-                vec![ContentBlock::text("never")],
-            )],
-            ServerConfig::default(),
-        )
-        .await;
-        let agent = s.agent(&s.key_a, "doomed").await;
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "@@SERVER {} {} {agent}", s.base, s.key_a).unwrap();
-        out.flush().unwrap();
-        drop(out);
-        // Serve until killed.
-        tokio::time::sleep(Duration::from_secs(300)).await;
-    });
+    crate::support::doomed_child_main("PATTERN_SERVER_CRASH_CHILD");
 }
 
 async fn a_killed_server_loses_no_acknowledged_message(backend: Backend) {
     let tdb = TestDb::fresh(backend).await.unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "crash::crash_child",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("PATTERN_SERVER_CRASH_CHILD", &tdb.url)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut server = None;
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        if let Some((_, rest)) = line.split_once("@@SERVER ") {
-            let parts: Vec<String> = rest.split_whitespace().map(str::to_owned).collect();
-            server = Some((parts[0].clone(), parts[1].clone(), parts[2].clone()));
-            break;
-        }
-    }
-    let (base, key, agent) = server.expect("the child server started");
+    let (mut child, base, key, agent) = crate::support::spawn_doomed_child(
+        "crash::crash_child",
+        "PATTERN_SERVER_CRASH_CHILD",
+        &tdb.url,
+    );
     let http = reqwest::Client::new();
     let response = http
         .post(format!("{base}/v1/agents/{agent}/messages"))

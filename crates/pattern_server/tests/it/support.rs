@@ -267,3 +267,73 @@ pub async fn until_end(events: &mut (impl futures::Stream<Item = Event> + Unpin)
     }
     out
 }
+
+/// The body of a doomed child server (this test binary re-run as `test`, with the database URL
+/// in `var`): it serves one agent whose turns never answer, prints
+/// `@@SERVER <base> <key> <agent>` and waits to be killed. A no-op when `var` is unset (the
+/// normal run of the test).
+pub fn doomed_child_main(var: &str) {
+    let Ok(url) = std::env::var(var) else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let mut config = DbConfig::new(url);
+        config.batch_lease = Duration::from_secs(1);
+        let db = Database::open(config).await.unwrap();
+        let s = Server::over(
+            db,
+            vec![Turn::Slow(
+                Duration::from_secs(120),
+                vec![pattern::ContentBlock::text("never")],
+            )],
+            ServerConfig::default(),
+        )
+        .await;
+        let agent = s.agent(&s.key_a, "doomed").await;
+        let mut out = std::io::stdout().lock();
+        std::io::Write::write_all(
+            &mut out,
+            format!("@@SERVER {} {} {agent}\n", s.base, s.key_a).as_bytes(),
+        )
+        .unwrap();
+        std::io::Write::flush(&mut out).unwrap();
+        drop(out);
+        // Serve until killed.
+        tokio::time::sleep(Duration::from_secs(300)).await;
+    });
+}
+
+/// A doomed child server (see [`doomed_child_main`]) started from test `test` over `url`:
+/// the process, and its base URL, API key and agent id once it serves.
+pub fn spawn_doomed_child(
+    test: &str,
+    var: &str,
+    url: &str,
+) -> (std::process::Child, String, String, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(var, url)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    for line in lines {
+        let line = line.unwrap();
+        if let Some((_, rest)) = line.split_once("@@SERVER ") {
+            let parts: Vec<String> = rest.split_whitespace().map(str::to_owned).collect();
+            let [base, key, agent] = <[String; 3]>::try_from(parts).unwrap();
+            return (child, base, key, agent);
+        }
+    }
+    // It ended (or closed its output) without serving: reap it before failing.
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("the child server never started")
+}
