@@ -20,6 +20,11 @@ pub struct Bound {
 }
 
 impl Bound {
+    /// `field` accepts `min..=max`.
+    const fn new(field: &'static str, min: u64, max: u64) -> Self {
+        Self { field, min, max }
+    }
+
     /// `value` (or `default` when absent) if it is in range, else a 400 naming the range.
     pub(crate) fn check<T>(&self, value: Option<T>, default: T) -> Result<T, ApiError>
     where
@@ -39,59 +44,23 @@ impl Bound {
 }
 
 /// `GET /v1/approvals?limit=`.
-pub const APPROVALS_PAGE: Bound = Bound {
-    field: "limit",
-    min: 1,
-    max: 100,
-};
+pub const APPROVALS_PAGE: Bound = Bound::new("limit", 1, 100);
 /// `GET /v1/agents/{agent_id}/batches?limit=`.
-pub const BATCHES_PAGE: Bound = Bound {
-    field: "limit",
-    min: 1,
-    max: 500,
-};
+pub const BATCHES_PAGE: Bound = Bound::new("limit", 1, 500);
 /// `GET /v1/agents/{agent_id}/archival?limit=`.
-pub const ARCHIVAL_PAGE: Bound = Bound {
-    field: "limit",
-    min: 1,
-    max: 1000,
-};
+pub const ARCHIVAL_PAGE: Bound = Bound::new("limit", 1, 1000);
 /// `GET /v1/sessions?limit=` and `GET /v1/meetings?limit=`.
-pub const PROTOCOL_PAGE: Bound = Bound {
-    field: "limit",
-    min: 1,
-    max: 100,
-};
+pub const PROTOCOL_PAGE: Bound = Bound::new("limit", 1, 100);
 /// `POST /v1/agents/{agent_id}/search` `limit`.
-pub const SEARCH_HITS: Bound = Bound {
-    field: "limit",
-    min: 1,
-    max: 100,
-};
+pub const SEARCH_HITS: Bound = Bound::new("limit", 1, 100);
 /// `POST /v1/agents/{agent_id}/blocks` `char_limit`.
-pub const BLOCK_CHARS: Bound = Bound {
-    field: "char_limit",
-    min: 1,
-    max: 1_000_000,
-};
+pub const BLOCK_CHARS: Bound = Bound::new("char_limit", 1, 1_000_000);
 /// `POST /v1/sessions` `message_limit`.
-pub const SESSION_MESSAGES: Bound = Bound {
-    field: "message_limit",
-    min: 1,
-    max: 10_000,
-};
+pub const SESSION_MESSAGES: Bound = Bound::new("message_limit", 1, 10_000);
 /// `POST /v1/meetings/run` `rounds`.
-pub const MEETING_ROUNDS: Bound = Bound {
-    field: "rounds",
-    min: 1,
-    max: 100,
-};
+pub const MEETING_ROUNDS: Bound = Bound::new("rounds", 1, 100);
 /// `turn_duration_ms` of `POST /v1/meetings` and `POST /v1/meetings/run`: up to a week.
-pub const TURN_DURATION_MS: Bound = Bound {
-    field: "turn_duration_ms",
-    min: 1,
-    max: 604_800_000,
-};
+pub const TURN_DURATION_MS: Bound = Bound::new("turn_duration_ms", 1, 604_800_000);
 
 /// Every bounded input: `(method, path, bound)`. The OpenAPI document states exactly these
 /// (`tests/it/limits.rs` walks it), and each route checks its own.
