@@ -202,7 +202,7 @@ impl Database {
     /// row. Bad fields are [`Error::InvalidBlockLabel`], [`Error::InvalidBlock`] or
     /// [`Error::BlockOverLimit`]; a label the owner already sees is [`Error::BlockLabelTaken`].
     pub async fn create_block(&self, owner: AgentId, new: NewBlock) -> Result<StoredBlock> {
-        validate_new(&new)?;
+        // The write checks the block (`validate_new`), composed into an import or not.
         self.write(CreateBlock { owner, new }).await
     }
 

@@ -39,7 +39,7 @@ impl Write for CreateBlock {
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<StoredBlock> {
-        // Checked here too, so a write composed into another (an import) is checked the same.
+        // Checked here, so a write composed into another (an import) is checked the same.
         crate::blocks::validate_new(&self.new)?;
         create_block(conn, ctx, self.owner, &self.new).await
     }
