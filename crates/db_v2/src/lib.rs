@@ -36,6 +36,6 @@ pub use fusion::{
     HYBRID_K, HYBRID_WEIGHTS, IDENTIFIER_WEIGHTS, RRF_K, reciprocal_rank_fusion,
     weighted_rank_fusion,
 };
-pub use index::{EntryMeta, IndexFilter, VectorIndex};
+pub use index::{EntryMeta, IndexFilter, SIGN_SCAN_MIN, SignScan, VectorIndex};
 pub use options::{SearchHit, SearchMode, SearchOptions};
 pub use query::{content_words, has_identifier, is_stop_word};
