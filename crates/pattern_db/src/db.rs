@@ -56,6 +56,9 @@ struct Inner {
     fts: tokio::sync::OnceCell<Arc<crate::fts::FtsIndex>>,
     /// Where that index lives (`<file>.search`).
     fts_dir: Option<std::path::PathBuf>,
+    /// Whether a PostgreSQL database has the RUM indexes that rank full-text matches (migration
+    /// 0020, when the extension was available); checked by the first search.
+    ranked_fulltext: tokio::sync::OnceCell<bool>,
     /// The latest batches read per agent, valid while the agent's revision is unchanged.
     recent: std::sync::Mutex<HashMap<AgentId, CachedRecent>>,
 }
@@ -262,6 +265,7 @@ impl Database {
                 hub: Arc::new(Hub::new(backend, config.url.clone())),
                 recent: std::sync::Mutex::new(HashMap::new()),
                 fts: tokio::sync::OnceCell::new(),
+                ranked_fulltext: tokio::sync::OnceCell::new(),
                 fts_dir: crate::fts::dir_for(&config.url),
             }),
         })
@@ -381,6 +385,17 @@ impl Database {
             })
             .await
             .cloned()
+    }
+
+    /// Whether this PostgreSQL database ranks full-text matches by its RUM indexes (all three
+    /// present: archival passages, blocks, live messages). Checked once per handle: indexes
+    /// created later are used after the database is reopened.
+    pub(crate) async fn ranked_fulltext(&self) -> Result<bool> {
+        self.inner
+            .ranked_fulltext
+            .get_or_try_init(|| crate::ops::search::ranked_fulltext_indexes(self.reader()))
+            .await
+            .copied()
     }
 
     pub(crate) fn reader(&self) -> &AnyPool {

@@ -573,7 +573,10 @@ impl Database {
     pub async fn search_text(&self, query: &str, opts: &TextSearch) -> Result<Vec<TextHit>> {
         check_query(query, opts)?;
         match self.backend() {
-            Backend::Postgres => sql::search_pg(self.reader(), query, opts).await,
+            Backend::Postgres => {
+                let ranked = self.ranked_fulltext().await?;
+                sql::search_pg(self.reader(), query, opts, ranked).await
+            }
             Backend::Sqlite => {
                 let fts = self.fts().await?;
                 fts.catch_up(self).await?;

@@ -1138,13 +1138,35 @@ pub(crate) async fn vectors_for(
 // ---------------------------------------------------------------------------------------------
 // PostgreSQL full-text search
 
+/// How many of a RUM-indexed table's best matches (in RUM's order) are ranked by `ts_rank_cd`
+/// for a search of `limit` hits: enough that RUM's and `ts_rank_cd`'s orders, which weigh length
+/// and proximity differently, agree on the top (measured on the evaluation of decision 0021).
+fn ranked_candidates(limit: usize) -> i64 {
+    i64::try_from(limit.saturating_mul(10).max(200)).unwrap_or(i64::MAX)
+}
+
+/// Whether the RUM indexes of migration 0020 exist (both), so archival and block matches can be
+/// read in rank order from the index.
+pub(crate) async fn ranked_fulltext_indexes(pool: &AnyPool) -> Result<bool> {
+    let row = sqlx::query(
+        "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() \
+         AND indexname IN ('archival_rum', 'memory_blocks_rum')",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(row.try_get::<i64, _>(0)? == 2)
+}
+
 /// Full-text search on PostgreSQL: the query's words normalised by the 'english' configuration
-/// (never read as query syntax), any of them matching the stored tsvector columns, ranked by
-/// `ts_rank_cd`, live rows only.
+/// (never read as query syntax), any of them matching the stored tsvector columns, live rows
+/// only, ranked by `ts_rank_cd` (ties: newest first). With the RUM indexes (`ranked`) only the
+/// best candidates of archival passages and blocks by RUM's order are read and ranked (messages,
+/// GIN only: see migration 0020, are all ranked); without them every match is.
 pub(crate) async fn search_pg(
     pool: &AnyPool,
     query: &str,
     opts: &TextSearch,
+    ranked: bool,
 ) -> Result<Vec<TextHit>> {
     // The words, as the 'english' configuration normalises them (stemmed, stop words dropped);
     // then an OR of exactly those lexemes, built here so no user text is read as tsquery syntax.
@@ -1176,6 +1198,7 @@ pub(crate) async fn search_pg(
     let from = opts.from.map(|_| next());
     let to = opts.to.map(|_| next());
     let limit = next();
+    let candidates = next();
     let filters = |agent_column: Option<&str>, at: &str| {
         let mut f = String::new();
         if let (Some(p), Some(col)) = (agent, agent_column) {
@@ -1189,12 +1212,33 @@ pub(crate) async fn search_pg(
         }
         f
     };
+    // One table's part: its matches with a score (higher is better), `ts_rank_cd` in every
+    // case so the parts compare and ties go to the newest. A table with a RUM index first takes
+    // its best candidates from the index in RUM's order, and only those are ranked.
+    let part = |ct: &str, alias: &str, columns: &str, from_table: &str, conds: String| {
+        let tsv = format!("{alias}.search_tsv");
+        if ranked && ct != "message" {
+            format!(
+                "SELECT '{ct}' AS ct, cid, aid, at, body, ts_rank_cd(tsv, $1::tsquery) AS score \
+                 FROM (SELECT {columns}, {tsv} AS tsv FROM {from_table} \
+                 WHERE {tsv} @@ $1::tsquery{conds} \
+                 ORDER BY {tsv} <=> $1::tsquery LIMIT ${candidates}) {alias}_best"
+            )
+        } else {
+            format!(
+                "SELECT '{ct}' AS ct, {columns}, ts_rank_cd({tsv}, $1::tsquery) AS score \
+                 FROM {from_table} WHERE {tsv} @@ $1::tsquery{conds}"
+            )
+        }
+    };
     let mut parts = Vec::new();
     if opts.wants(ContentType::Archival) {
-        parts.push(format!(
-            "SELECT 'archival' AS ct, a.id AS cid, a.agent_id AS aid, a.created_at AS at, a.content AS body, \
-             ts_rank_cd(a.search_tsv, q.q) AS score FROM archival_memories a, q WHERE a.search_tsv @@ q.q{}",
-            filters(Some("a.agent_id"), "a.created_at")
+        parts.push(part(
+            "archival",
+            "a",
+            "a.id AS cid, a.agent_id AS aid, a.created_at AS at, a.content AS body",
+            "archival_memories a",
+            filters(Some("a.agent_id"), "a.created_at"),
         ));
     }
     if opts.wants(ContentType::Block) {
@@ -1203,24 +1247,28 @@ pub(crate) async fn search_pg(
                 " AND EXISTS (SELECT 1 FROM memory_block_access x WHERE x.block_id = b.id AND x.agent_id = ${p})"
             )
         });
-        parts.push(format!(
-            "SELECT 'block' AS ct, b.id AS cid, b.owner_agent_id AS aid, b.created_at AS at, b.value AS body, \
-             ts_rank_cd(b.search_tsv, q.q) AS score \
-             FROM memory_blocks b, q WHERE b.search_tsv @@ q.q{access}{}",
-            filters(None, "b.created_at")
+        parts.push(part(
+            "block",
+            "b",
+            "b.id AS cid, b.owner_agent_id AS aid, b.created_at AS at, b.value AS body",
+            "memory_blocks b",
+            format!("{access}{}", filters(None, "b.created_at")),
         ));
     }
     if opts.wants(ContentType::Message) {
-        parts.push(format!(
-            "SELECT 'message' AS ct, m.id AS cid, m.agent_id AS aid, m.created_at AS at, m.content AS body, \
-             ts_rank_cd(m.search_tsv, q.q) AS score \
-             FROM messages m, q WHERE m.search_tsv @@ q.q AND NOT m.archived AND NOT m.deleted{}",
-            filters(Some("m.agent_id"), "m.created_at")
+        parts.push(part(
+            "message",
+            "m",
+            "m.id AS cid, m.agent_id AS aid, m.created_at AS at, m.content AS body",
+            "messages m",
+            format!(
+                " AND NOT m.archived AND NOT m.deleted{}",
+                filters(Some("m.agent_id"), "m.created_at")
+            ),
         ));
     }
     let sql = format!(
-        "WITH q AS (SELECT $1::tsquery AS q) \
-         SELECT ct, cid, aid, at, body, score FROM ({}) hits ORDER BY score DESC, at DESC, cid LIMIT ${limit}",
+        "SELECT ct, cid, aid, at, body, score FROM ({}) hits ORDER BY score DESC, at DESC, cid LIMIT ${limit}",
         parts.join(" UNION ALL ")
     );
     let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(tsquery);
@@ -1234,6 +1282,7 @@ pub(crate) async fn search_pg(
         q = q.bind(t.timestamp_millis());
     }
     q = q.bind(opts.limit as i64);
+    q = q.bind(ranked_candidates(opts.limit));
     let mut out = Vec::new();
     for row in q.fetch_all(pool).await? {
         let t: ContentType = row.try_get::<String, _>(0)?.parse()?;

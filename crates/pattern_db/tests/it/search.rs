@@ -1132,6 +1132,102 @@ async fn archival_occurred_at_is_its_time(kind: Kind) {
     assert_eq!(db.count_archival(a.id).await.unwrap(), 2);
 }
 
+/// PostgreSQL ranks full text by its RUM indexes when the extension is installed (migration
+/// 0020; `cargo xtask setup` installs it) and by ranking every GIN match otherwise: both paths
+/// return the same hits, best first, and honour the agent and time filters even when the
+/// filtered agent's matches rank far below another agent's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_ranked_and_unranked_full_text_agree() {
+    use pattern_db::testkit::{execute_raw, fetch_texts};
+    let tdb = fresh(Kind::Postgres).await;
+    let db = tdb.open().await.unwrap();
+    let available = fetch_texts(
+        &db,
+        "SELECT name::text FROM pg_available_extensions WHERE name = 'rum'",
+    )
+    .await
+    .unwrap();
+    let rum = fetch_texts(
+        &db,
+        "SELECT indexname::text FROM pg_indexes WHERE indexname LIKE '%\\_rum' ORDER BY 1",
+    )
+    .await
+    .unwrap();
+    if available.is_empty() {
+        assert!(rum.is_empty());
+    } else {
+        assert_eq!(rum, ["archival_rum", "memory_blocks_rum"]);
+    }
+    let a = db.create_agent(NewAgent::named("ada")).await.unwrap();
+    let b = db.create_agent(NewAgent::named("bob")).await.unwrap();
+    // Bob holds 300 strong matches; Ada a few weaker ones, one of them old.
+    let strong: Vec<NewArchival> = (0..300)
+        .map(|i| NewArchival::text(format!("heron heron marsh marsh note {i}")))
+        .collect();
+    db.insert_archival_many(b.id, strong).await.unwrap();
+    let both = db
+        .insert_archival(a.id, NewArchival::text("a heron over the marsh at dawn"))
+        .await
+        .unwrap();
+    let one = db
+        .insert_archival(a.id, NewArchival::text("the marsh was quiet"))
+        .await
+        .unwrap();
+    let other = db
+        .insert_archival(a.id, NewArchival::text("kestrels hunt voles"))
+        .await
+        .unwrap();
+    let queries = |db: Database| async move {
+        let for_ada = TextSearch {
+            limit: 10,
+            agent: Some(a.id),
+            ..TextSearch::default()
+        };
+        let ada = ids(&db, "heron marsh", &for_ada).await;
+        let everyone = ids(&db, "heron marsh", &search(5)).await;
+        let recent = TextSearch {
+            from: Some(Utc::now() - chrono::Duration::hours(1)),
+            ..for_ada.clone()
+        };
+        let recent = ids(&db, "heron marsh", &recent).await;
+        let none = ids(
+            &db,
+            "heron marsh",
+            &TextSearch {
+                to: Some(Utc::now() - chrono::Duration::hours(1)),
+                ..for_ada
+            },
+        )
+        .await;
+        (ada, everyone, recent, none)
+    };
+    let ranked = queries(db.clone()).await;
+    assert_eq!(
+        ranked.0,
+        [ContentRef::archival(both.id), ContentRef::archival(one.id)],
+        "more matching words rank higher; the other agent's 300 stronger matches are filtered"
+    );
+    assert!(!ranked.0.contains(&ContentRef::archival(other.id)));
+    assert_eq!(ranked.1.len(), 5);
+    assert_eq!(ranked.2, ranked.0);
+    assert!(ranked.3.is_empty());
+    // The same through every match ranked (the RUM indexes dropped; a new handle checks again).
+    for index in ["archival_rum", "memory_blocks_rum"] {
+        execute_raw(&db, &format!("DROP INDEX IF EXISTS {index}"))
+            .await
+            .unwrap();
+    }
+    db.close().await;
+    let db = tdb.open().await.unwrap();
+    let unranked = queries(db.clone()).await;
+    assert_eq!(unranked.0, ranked.0);
+    assert_eq!(unranked.1.len(), 5);
+    assert_eq!(unranked.2, ranked.2);
+    assert!(unranked.3.is_empty());
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
 macro_rules! search_conformance {
     ($($case:ident),* $(,)?) => {
         mod sqlite {
