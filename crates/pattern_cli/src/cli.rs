@@ -803,7 +803,7 @@ pub(crate) struct RetentionArgs {
     #[arg(long)]
     pub(crate) apply: bool,
     /// Age in days after which read messages are archived and ended sessions and meetings
-    /// deleted.
+    /// deleted; N >= 1.
     #[arg(long, default_value_t = 30, value_name = "N")]
     pub(crate) older_than_days: u32,
     /// Only this agent's data (default: every agent of the organization).

@@ -28,8 +28,14 @@ pub(crate) async fn run(env: &Env, args: RetentionArgs) -> Result<()> {
         activity_older_than: args.activity_older_than_days.map(days),
         dry_run: !args.apply,
     };
+    let protocol_policy = RetentionPolicy {
+        archive_messages_after: age,
+        delete_ended_after: age,
+        dry_run: !args.apply,
+    };
     // A zero age or zero versions is refused before anything runs.
     agent_policy.check()?;
+    protocol_policy.check()?;
     let per_agent = agent_policy.batches_older_than.is_some()
         || agent_policy.keep_block_versions.is_some()
         || agent_policy.activity_older_than.is_some();
@@ -58,11 +64,7 @@ pub(crate) async fn run(env: &Env, args: RetentionArgs) -> Result<()> {
         }
         let report = pattern
             .protocol()
-            .retention(RetentionPolicy {
-                archive_messages_after: age,
-                delete_ended_after: age,
-                dry_run: !args.apply,
-            })
+            .retention(protocol_policy)
             .await?;
         let cutoff =
             chrono::Utc::now() - chrono::Duration::from_std(age).unwrap_or(chrono::Duration::MAX);

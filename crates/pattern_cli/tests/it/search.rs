@@ -592,12 +592,18 @@ fn retention_dry_run_and_apply() {
     home.ok(&["agent", "create", "bob"]);
     let s = home.json(&["session", "create", "ada", "bob"]);
     home.json(&["session", "end", s["id"].as_str().unwrap(), "--by", "ada"]);
-    let dry = home.json(&["retention", "--dry-run", "--older-than-days", "0"]);
+    // Age zero is refused, nothing changed.
+    let err = home.fails(&["retention", "--apply", "--older-than-days", "0"], USAGE);
+    assert!(err.contains("invalid retention policy"), "{err}");
+    home.json(&["session", "show", s["id"].as_str().unwrap()]);
+    // Two days later (backdated), a day's age finds the ended session.
+    crate::backdate(&home.sqlite_url(), 2);
+    let dry = home.json(&["retention", "--dry-run", "--older-than-days", "1"]);
     assert_eq!(dry["dry_run"], true);
     assert_eq!(dry["deleted_sessions"].as_array().unwrap().len(), 1);
     // Nothing changed.
     home.json(&["session", "show", s["id"].as_str().unwrap()]);
-    let applied = home.json(&["retention", "--apply", "--older-than-days", "0"]);
+    let applied = home.json(&["retention", "--apply", "--older-than-days", "1"]);
     assert_eq!(applied["deleted_sessions"].as_array().unwrap().len(), 1);
     home.fails(&["session", "show", s["id"].as_str().unwrap()], NOT_FOUND);
     assert_eq!(home.run(&["retention"]).status.code(), Some(USAGE));
