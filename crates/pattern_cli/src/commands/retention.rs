@@ -27,6 +27,7 @@ pub(crate) async fn run(env: &Env, args: RetentionArgs) -> Result<()> {
         keep_block_versions: args.keep_block_versions,
         activity_older_than: args.activity_older_than_days.map(days),
         dry_run: !args.apply,
+        ..AgentRetention::default()
     };
     let protocol_policy = RetentionPolicy {
         archive_messages_after: age,
