@@ -13,10 +13,10 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use pattern::Pattern;
-use pattern::db::retention::{AgentRetention, AgentRetentionReport, BatchDisposal};
 use pattern::AgentId;
+use pattern::Pattern;
 use pattern::db::BatchId;
+use pattern::db::retention::{AgentRetention, AgentRetentionReport, BatchDisposal};
 
 use crate::error::{CliError, Result, io};
 use crate::transfer::{BatchRecord, MessageRecord, Section};

@@ -155,8 +155,7 @@ impl RetentionSettings {
                     .to_owned(),
             ));
         }
-        if self.batch_disposal == BatchDisposal::Archive && self.batches_older_than_days.is_none()
-        {
+        if self.batch_disposal == BatchDisposal::Archive && self.batches_older_than_days.is_none() {
             return Err(Error::InvalidRetention(
                 "archiving batches needs `batches_older_than_days`".to_owned(),
             ));

@@ -241,7 +241,10 @@ pub async fn backdate(db: &Database, by: std::time::Duration) -> Result<()> {
             "protocol_sessions",
             &["created_at", "updated_at", "ended_at"],
         ),
-        ("protocol_meetings", &["created_at", "started_at", "ended_at"]),
+        (
+            "protocol_meetings",
+            &["created_at", "started_at", "ended_at"],
+        ),
         ("batches", &["started_at", "completed_at"]),
         ("messages", &["created_at"]),
         ("summaries", &["created_at"]),

@@ -83,9 +83,21 @@ pub const BOUNDS: &[(&str, &str, Bound)] = &[
     ("post", "/v1/meetings/run", MEETING_ROUNDS),
     ("post", "/v1/meetings/run", TURN_DURATION_MS),
     ("post", "/v1/meetings", TURN_DURATION_MS),
-    ("put", "/v1/agents/{agent_id}/retention", RETENTION_DAYS_BATCHES),
-    ("put", "/v1/agents/{agent_id}/retention", RETENTION_DAYS_ACTIVITY),
-    ("put", "/v1/agents/{agent_id}/retention", KEEP_BLOCK_VERSIONS),
+    (
+        "put",
+        "/v1/agents/{agent_id}/retention",
+        RETENTION_DAYS_BATCHES,
+    ),
+    (
+        "put",
+        "/v1/agents/{agent_id}/retention",
+        RETENTION_DAYS_ACTIVITY,
+    ),
+    (
+        "put",
+        "/v1/agents/{agent_id}/retention",
+        KEEP_BLOCK_VERSIONS,
+    ),
 ];
 
 #[cfg(test)]

@@ -16,7 +16,8 @@ use utoipa::openapi::{Ref, RefOr, Required};
 use utoipa::{Modify, OpenApi};
 
 use crate::routes::{
-    Class, agents, approvals, batches, context, health, mcp, memory, protocol, retention, schedules, turns,
+    Class, agents, approvals, batches, context, health, mcp, memory, protocol, retention,
+    schedules, turns,
 };
 
 #[derive(OpenApi)]

@@ -11,9 +11,7 @@
 use std::time::Duration;
 
 use pattern::db::RetentionPolicy;
-use pattern::db::retention::{
-    AgentRetention, BatchDisposal, RetentionSettings,
-};
+use pattern::db::retention::{AgentRetention, BatchDisposal, RetentionSettings};
 use pattern::{Agent, Pattern};
 
 use crate::cli::{PolicyCommand, RetentionArgs, RetentionCommand};

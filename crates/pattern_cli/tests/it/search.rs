@@ -700,8 +700,16 @@ fn retention_policies_are_stored_and_applied() {
     crate::seed_history(&url, "bob");
     crate::backdate(&url, 3);
     let set = home.json(&[
-        "retention", "policy", "set", "--agent", "ada", "--batches-older-than-days", "1",
-        "--archive", "--keep-block-versions", "3",
+        "retention",
+        "policy",
+        "set",
+        "--agent",
+        "ada",
+        "--batches-older-than-days",
+        "1",
+        "--archive",
+        "--keep-block-versions",
+        "3",
     ]);
     assert_eq!(set["batches_older_than_days"], 1, "{set}");
     assert_eq!(set["batch_disposal"], "archive");
@@ -712,13 +720,24 @@ fn retention_policies_are_stored_and_applied() {
         serde_json::Value::Null
     );
     let err = home.fails(
-        &["retention", "policy", "set", "--agent", "ada", "--batches-older-than-days", "0"],
+        &[
+            "retention",
+            "policy",
+            "set",
+            "--agent",
+            "ada",
+            "--batches-older-than-days",
+            "0",
+        ],
         USAGE,
     );
     assert!(err.contains("invalid retention policy"), "{err}");
     let err = home.fails(&["retention", "policy", "set", "--agent", "ada"], USAGE);
     assert!(err.contains("keeps everything"), "{err}");
-    assert_eq!(home.json(&["retention", "policy", "show", "--agent", "ada"]), set);
+    assert_eq!(
+        home.json(&["retention", "policy", "show", "--agent", "ada"]),
+        set
+    );
 
     let archive = home.data_dir().join("archive");
     let dry = home.json(&["retention", "--dry-run"]);
@@ -730,7 +749,10 @@ fn retention_policies_are_stored_and_applied() {
     assert_eq!(agents[0]["deleted_batches"], serde_json::json!([abandoned]));
     assert!(!archive.exists(), "a dry run writes no archive");
     let applied = home.json(&["retention", "--apply"]);
-    assert_eq!(applied["agents"][0]["deleted_batches"], serde_json::json!([abandoned]));
+    assert_eq!(
+        applied["agents"][0]["deleted_batches"],
+        serde_json::json!([abandoned])
+    );
     let file = PathBuf::from(applied["agents"][0]["archive_file"].as_str().unwrap());
     assert!(file.starts_with(&archive), "{}", file.display());
     let text = std::fs::read_to_string(&file).unwrap();
@@ -755,7 +777,10 @@ fn retention_policies_are_stored_and_applied() {
         home.json(&["retention", "policy", "show", "--agent", "ada"]),
         serde_json::Value::Null
     );
-    assert_eq!(home.json(&["retention", "--dry-run"])["agents"], serde_json::json!([]));
+    assert_eq!(
+        home.json(&["retention", "--dry-run"])["agents"],
+        serde_json::json!([])
+    );
 }
 
 /// `meeting events --follow` prints each event as another process causes it (one JSON object

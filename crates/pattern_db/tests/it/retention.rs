@@ -449,13 +449,19 @@ async fn archive_plans_are_finished_once(kind: Kind) {
     let before = batches(&db, a).await;
     let b_before = counts(&db, b).await;
     let unplanned = db.retain_agent(a, pass(false)).await.unwrap();
-    assert!(unplanned.deleted_batches.is_empty(), "no plan, nothing goes");
+    assert!(
+        unplanned.deleted_batches.is_empty(),
+        "no plan, nothing goes"
+    );
     assert_eq!(batches(&db, a).await, before);
     let dry = db.retain_agent(a, pass(true)).await.unwrap();
     let plan = db.plan_archive(a, day).await.unwrap();
     assert!(!plan.is_empty());
     let ids: Vec<i64> = plan.iter().map(|b| b.get()).collect();
-    assert_eq!(dry.deleted_batches, ids, "the dry run reports what a plan takes");
+    assert_eq!(
+        dry.deleted_batches, ids,
+        "the dry run reports what a plan takes"
+    );
     // A crash here: the plan stands, the same batches are planned again.
     let again = db.plan_archive(a, day).await.unwrap();
     assert_eq!(again, plan);

@@ -509,7 +509,9 @@ async fn retention_archives_and_deletes_only_what_is_old_and_over(kind: Kind) {
     assert_eq!(p.session(sync.id).await.unwrap().id, sync.id);
 
     // Everything moves two days back: a day's age now finds what is read or over.
-    backdate(p.db(), Duration::from_secs(2 * 86_400)).await.unwrap();
+    backdate(p.db(), Duration::from_secs(2 * 86_400))
+        .await
+        .unwrap();
     let now = RetentionPolicy {
         archive_messages_after: Duration::from_secs(86_400),
         delete_ended_after: Duration::from_secs(86_400),
@@ -547,7 +549,8 @@ async fn retention_archives_and_deletes_only_what_is_old_and_over(kind: Kind) {
     }
     // Unread messages stay in the inbox; the live meeting keeps its history.
     // (Backdated, so compared by id.)
-    let ids = |v: Vec<pattern_protocol::ProtocolMessage>| v.iter().map(|m| m.id).collect::<Vec<_>>();
+    let ids =
+        |v: Vec<pattern_protocol::ProtocolMessage>| v.iter().map(|m| m.id).collect::<Vec<_>>();
     assert_eq!(ids(p.unread(b.id).await.unwrap()), [unread.id]);
     assert_eq!(ids(p.meeting_messages(live).await.unwrap()), [live_said.id]);
     assert_eq!(p.meeting(live).await.unwrap().status, MeetingStatus::Active);

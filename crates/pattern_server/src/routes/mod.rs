@@ -14,9 +14,9 @@ pub(crate) mod batches;
 pub(crate) mod context;
 pub(crate) mod health;
 pub(crate) mod mcp;
-pub(crate) mod retention;
 pub(crate) mod memory;
 pub(crate) mod protocol;
+pub(crate) mod retention;
 pub(crate) mod schedules;
 pub(crate) mod turns;
 

@@ -134,7 +134,12 @@ pub(crate) async fn delete(
     ApiPath(agent_id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     let agent = caller.agent(&state, &agent_id).await?;
-    if state.pattern().db().clear_retention_policy(agent.id).await? {
+    if state
+        .pattern()
+        .db()
+        .clear_retention_policy(agent.id)
+        .await?
+    {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found(format!(
