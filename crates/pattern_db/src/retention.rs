@@ -3,10 +3,14 @@
 //! stored for it (migration `0018_retention_policies`, decision 0024). One pass is one writer
 //! op, so everything it deletes for an agent goes in one transaction, under the agent's row lock.
 //!
+//! With a batch age, summaries older than it that a newer summary contains go too (recursive
+//! summarisation folds each into the next; the context reads only the newest).
+//!
 //! What is never touched: an open batch; a complete batch that no summary covers (it is still
 //! in the context, or its summary is still to be written: the context builder needs it); a batch
 //! newer than the age; the current version of a block and the last `keep` versions of each
-//! block; anything of another agent. A deleted batch's messages leave search in the same
+//! block; the newest summary, or one no newer summary contains; anything of another agent. A
+//! deleted batch's messages leave search in the same
 //! transaction (vectors, jobs, a `delete` change). A dry run reports the same ids and counts and
 //! changes nothing. With [`BatchDisposal::Archive`] a pass deletes only batches an archive plan
 //! ([`Database::plan_archive`]) recorded, so nothing goes that its caller has not written to the
@@ -200,6 +204,9 @@ pub struct AgentRetentionReport {
     pub deleted_batches: Vec<i64>,
     /// Their messages.
     pub deleted_messages: u64,
+    /// Summaries a newer summary of the agent contains (with the batch age: the context reads
+    /// only the newest, which covers everything they covered).
+    pub deleted_summaries: u64,
     /// Block versions deleted.
     pub deleted_block_versions: u64,
     /// Activity events deleted.

@@ -88,6 +88,12 @@ pub(crate) async fn run(env: &Env, args: RetentionArgs) -> Result<()> {
                 crate::archive::retain(&pattern, &archive_root, agent.id, pass).await?;
             agents.push((agent.name, report, file));
         }
+        // The search log keeps only what its followers have not applied yet.
+        let search_changes = if args.apply {
+            pattern.db().prune_applied_search_changes().await?
+        } else {
+            0
+        };
         let report = pattern.protocol().retention(protocol_policy).await?;
         let cutoff =
             chrono::Utc::now() - chrono::Duration::from_std(age).unwrap_or(chrono::Duration::MAX);
@@ -96,15 +102,16 @@ pub(crate) async fn run(env: &Env, args: RetentionArgs) -> Result<()> {
         } else {
             pattern.db().prunable_turns(cutoff).await?
         };
-        Ok::<_, CliError>((report, turns, agents))
+        Ok::<_, CliError>((report, turns, agents, search_changes))
     }
     .await;
     pattern.close().await;
-    let (report, turns, agents) = result?;
+    let (report, turns, agents, search_changes) = result?;
     if env.json {
         let mut value =
             serde_json::to_value(&report).map_err(|e| CliError::other(e.to_string()))?;
         value["deleted_turns"] = serde_json::json!(turns);
+        value["pruned_search_changes"] = serde_json::json!(search_changes);
         let mut list = Vec::new();
         for (name, r, file) in &agents {
             let mut v = serde_json::to_value(r).map_err(|e| CliError::other(e.to_string()))?;
@@ -129,10 +136,11 @@ pub(crate) async fn run(env: &Env, args: RetentionArgs) -> Result<()> {
             _ => String::new(),
         };
         output::line(&format!(
-            "{name}: {would} {} batch(es) with {} message(s){archived}, {} block version(s), \
-             {} activity event(s)",
+            "{name}: {would} {} batch(es) with {} message(s){archived}, {} superseded \
+             summar(ies), {} block version(s), {} activity event(s)",
             r.deleted_batches.len(),
             r.deleted_messages,
+            r.deleted_summaries,
             r.deleted_block_versions,
             r.deleted_activity_events
         ))?;

@@ -196,6 +196,9 @@ async fn apply_stored_retention(
             }
             Err(e) => tracing::warn!(error = %e, "reading retention policies failed"),
         }
+        if let Err(e) = pattern.db().prune_applied_search_changes().await {
+            tracing::warn!(error = %e, "pruning the search log failed");
+        }
         tokio::time::sleep(interval).await;
     }
 }

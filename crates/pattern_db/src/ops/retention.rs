@@ -348,6 +348,30 @@ async fn retain(
             q.execute(&mut *conn).await?;
         }
         report.deleted_batches = ids;
+        // Summaries a newer one contains (recursive summarisation folds each into the next; the
+        // context reads only the newest): they cover no batch the newer one does not, so no
+        // batch's eligibility changes, and the newest always stays.
+        let filter = "FROM summaries WHERE agent_id = $1 AND created_at < $2 AND EXISTS \
+             (SELECT 1 FROM summaries t WHERE t.agent_id = summaries.agent_id \
+              AND t.from_batch <= summaries.from_batch AND t.through_batch >= summaries.through_batch \
+              AND (t.through_batch > summaries.through_batch OR t.id > summaries.id))";
+        let cutoff = now.saturating_sub(age_ms(age));
+        report.deleted_summaries = if policy.dry_run {
+            let n: i64 = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) {filter}")))
+                .bind(id.clone())
+                .bind(cutoff)
+                .fetch_one(&mut *conn)
+                .await?
+                .try_get(0)?;
+            u64::try_from(n).unwrap_or(0)
+        } else {
+            sqlx::query(sqlx::AssertSqlSafe(format!("DELETE {filter}")))
+                .bind(id.clone())
+                .bind(cutoff)
+                .execute(&mut *conn)
+                .await?
+                .rows_affected()
+        };
     }
     if let Some(keep) = policy.keep_block_versions {
         // Beyond the last `keep` versions, only the last version of each day stays.

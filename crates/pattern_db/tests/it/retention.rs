@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use pattern_db::retention::{AgentRetention, BatchDisposal, RetentionSettings};
-use pattern_db::testkit::{execute_raw, fetch_texts};
+use pattern_db::testkit::{backdate, execute_raw, fetch_texts};
 use pattern_db::{
     AgentId, BatchId, BeginBatch, Database, Error, NewAgent, NewBlock, NewMessage, Summary,
 };
@@ -566,7 +566,187 @@ async fn stored_policies_keep_what_is_needed(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
+/// Bytes the database holds in use: SQLite's pages in use (`page_count - freelist_count`, so
+/// freed pages that later writes reuse do not count), PostgreSQL's `pg_total_relation_size` of
+/// every table (after `VACUUM`, which autovacuum does in a deployment).
+async fn stored_bytes(db: &Database, kind: Kind) -> u64 {
+    let sql = match kind {
+        Kind::Sqlite => {
+            "SELECT CAST(((SELECT page_count FROM pragma_page_count()) - \
+             (SELECT freelist_count FROM pragma_freelist_count())) * \
+             (SELECT page_size FROM pragma_page_size()) AS TEXT)"
+        }
+        _ => "SELECT CAST(SUM(pg_total_relation_size(relid)) AS TEXT) FROM pg_stat_user_tables",
+    };
+    fetch_texts(db, sql).await.unwrap()[0].parse().unwrap()
+}
+
+/// Storage stays flat under a long life (issue 18): an agent writes turns (a user message and an
+/// answer of a few hundred characters, an activity event, a block change every fifth turn), and
+/// every 50 turns the history is summarised as the context does (a summary folding the previous
+/// one, over all but the newest 20 batches, archiving what it covers), time moves on (6 hours:
+/// 200 turns a day), a stored policy is applied (batches after a day, 3 block versions and one a
+/// day, activity after a day), the full-text index catches up (a search) and the search log is
+/// pruned to it. After a warm-up the bytes in use at the end are at most 1.1x those at the
+/// midpoint. `PATTERN_RETENTION_TURNS` sets the turns (default 1,000; the long form is 100,000,
+/// docs/performance.md).
+async fn storage_stays_flat(kind: Kind) {
+    let turns: usize = std::env::var("PATTERN_RETENTION_TURNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000);
+    const ROUND: usize = 50;
+    const LIVE: usize = 20;
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let agent = db.create_agent(NewAgent::named("long")).await.unwrap().id;
+    db.set_retention_policy(
+        agent,
+        RetentionSettings {
+            batches_older_than_days: Some(1),
+            batch_disposal: BatchDisposal::Delete,
+            keep_block_versions: Some(3),
+            activity_older_than_days: Some(1),
+        },
+    )
+    .await
+    .unwrap();
+    let block = db
+        .create_block(
+            agent,
+            NewBlock {
+                label: "notes".into(),
+                description: "notes".into(),
+                value: "v0".into(),
+                char_limit: 10_000,
+                block_type: "working".into(),
+            },
+        )
+        .await
+        .unwrap();
+    let mut version = block.version;
+    let store = db.messages(agent);
+    let mut complete: Vec<BatchId> = Vec::new();
+    let mut previous: Option<Summary> = None;
+    let mut summarised = 0usize;
+    let mut mid = 0u64;
+    let mut end = 0u64;
+    let start = std::time::Instant::now();
+    let words = [
+        "river", "lamp", "orbit", "cedar", "velvet", "harbor", "quartz", "meadow",
+    ];
+    for t in 0..turns {
+        let text = |n: usize| {
+            (0..n)
+                .map(|i| words[(t * 7 + i * 3) % words.len()])
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let r = store
+            .begin_batch(
+                NewMessage::user(format!("turn {t}: {}", text(40))),
+                BeginBatch::default(),
+            )
+            .await
+            .unwrap();
+        store
+            .append_step(r.batch_id, vec![NewMessage::assistant(text(90))])
+            .await
+            .unwrap();
+        store.complete_batch(r.batch_id).await.unwrap();
+        complete.push(r.batch_id);
+        store
+            .log_activity("turn", serde_json::json!({ "t": t }))
+            .await
+            .unwrap();
+        if t % 5 == 0 {
+            version = db
+                .write_block(
+                    agent,
+                    "notes",
+                    version,
+                    format!("after turn {t}: {}", text(30)),
+                    "replace",
+                    &["admin"],
+                )
+                .await
+                .unwrap();
+        }
+        if (t + 1) % ROUND == 0 {
+            let through = complete[complete.len() - LIVE - 1];
+            let first = complete[summarised];
+            let summary = Summary {
+                id: store.new_summary_id().unwrap(),
+                agent_id: agent,
+                content: format!("up to turn {t}: {}", text(60)),
+                from_batch: previous.as_ref().map_or(first, |p| p.from_batch),
+                through_batch: through,
+                message_count: 2 * (complete.len() - LIVE) as i64,
+                depth: previous.as_ref().map_or(0, |p| p.depth + 1),
+                created_at: Utc::now(),
+            };
+            store.summarize_and_archive(summary.clone()).await.unwrap();
+            summarised = complete.len() - LIVE;
+            previous = Some(summary);
+            backdate(&db, Duration::from_secs(6 * 3600)).await.unwrap();
+            let policy = db.retention_policy(agent).await.unwrap().unwrap();
+            db.retain_agent(agent, policy.settings.to_pass(false))
+                .await
+                .unwrap();
+            db.search_text("river", &pattern_db::search::TextSearch::default())
+                .await
+                .unwrap();
+            db.prune_applied_search_changes().await.unwrap();
+            if kind == Kind::Postgres {
+                execute_raw(&db, "VACUUM").await.unwrap();
+            }
+            if t + 1 == turns / 2 / ROUND * ROUND {
+                mid = stored_bytes(&db, kind).await;
+            }
+            end = stored_bytes(&db, kind).await;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let live = batches(&db, agent).await.len();
+    eprintln!(
+        "storage_stays_flat {kind:?}: {turns} turns in {secs:.1} s ({:.0} turns/s); bytes in use \
+         at the midpoint {mid}, at the end {end} ({:.3}x); {live} batches stored",
+        turns as f64 / secs,
+        end as f64 / mid as f64
+    );
+    assert!(mid > 0 && end > 0);
+    assert!(
+        end as f64 <= 1.1 * mid as f64,
+        "storage grew from {mid} to {end} bytes between the midpoint and the end"
+    );
+    // Nothing needed went: the newest batches are all there.
+    assert!(live >= LIVE, "{live} batches left");
+    // Summaries a newer one contains went once a day old (the newest stays); the search log
+    // holds only what its follower has not applied.
+    let count = |sql: &str| {
+        let sql = sql.to_owned();
+        let db = db.clone();
+        async move {
+            fetch_texts(&db, &sql).await.unwrap()[0]
+                .parse::<u64>()
+                .unwrap()
+        }
+    };
+    let summaries = count("SELECT CAST(COUNT(*) AS TEXT) FROM summaries").await;
+    assert!((1..=6).contains(&summaries), "{summaries} summaries kept");
+    let changes = count("SELECT CAST(COUNT(*) AS TEXT) FROM search_changes").await;
+    assert!(changes < 4 * ROUND as u64, "{changes} search changes kept");
+    let versions = count("SELECT CAST(COUNT(*) AS TEXT) FROM memory_block_versions").await;
+    assert!(
+        versions <= 3 + (turns / ROUND / 4 + 2) as u64,
+        "{versions} block versions kept"
+    );
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
 conformance!(
+    storage_stays_flat,
     stored_policies_keep_what_is_needed,
     retention_keeps_what_is_needed,
     stored_policies_round_trip_and_refuse_bad_input,
