@@ -745,8 +745,64 @@ async fn storage_stays_flat(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
+/// Two handles (two pools and writers, as two `pattern serve` processes) apply the same stored
+/// policy at once, archiving: each batch is deleted by exactly one of them, neither fails, and
+/// what is left is what one pass leaves.
+async fn concurrent_passes_delete_once(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let one = tdb.open().await.unwrap();
+    let two = tdb.open().await.unwrap();
+    let a = one.create_agent(NewAgent::named("a")).await.unwrap().id;
+    let mut rng = Lcg(11);
+    history(&one, a, &mut rng).await;
+    age(&one, a).await;
+    let settings = RetentionSettings {
+        batches_older_than_days: Some(1),
+        batch_disposal: BatchDisposal::Archive,
+        keep_block_versions: Some(3),
+        activity_older_than_days: Some(1),
+    };
+    one.set_retention_policy(a, settings).await.unwrap();
+    let expected = one
+        .retain_agent(a, settings.to_pass(true))
+        .await
+        .unwrap()
+        .deleted_batches;
+    assert!(!expected.is_empty());
+    let pass = |db: Database| async move {
+        let policy = db.retention_policy(a).await.unwrap().unwrap().settings;
+        let day = Duration::from_secs(86_400);
+        db.plan_archive(a, day).await.unwrap();
+        db.retain_agent(a, policy.to_pass(false)).await.unwrap()
+    };
+    let (r1, r2) = tokio::join!(
+        tokio::spawn(pass(one.clone())),
+        tokio::spawn(pass(two.clone()))
+    );
+    let (r1, r2) = (r1.unwrap(), r2.unwrap());
+    let mut all: Vec<i64> = r1
+        .deleted_batches
+        .iter()
+        .chain(&r2.deleted_batches)
+        .copied()
+        .collect();
+    all.sort_unstable();
+    assert_eq!(all, expected, "each batch deleted once: {r1:?} {r2:?}");
+    assert_eq!(
+        r1.deleted_block_versions + r2.deleted_block_versions,
+        3,
+        "versions deleted once"
+    );
+    let again = one.retain_agent(a, settings.to_pass(true)).await.unwrap();
+    assert!(again.deleted_batches.is_empty());
+    two.close().await;
+    one.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
 conformance!(
     storage_stays_flat,
+    concurrent_passes_delete_once,
     stored_policies_keep_what_is_needed,
     retention_keeps_what_is_needed,
     stored_policies_round_trip_and_refuse_bad_input,
