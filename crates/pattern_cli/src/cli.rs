@@ -646,7 +646,7 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "NAME", num_args = 0..=1, default_missing_value = "qwen2.5-coder-0.5b")]
     pub(crate) local_model: Option<String>,
     /// How often every agent's stored retention policy is applied, in minutes (1 to 10080;
-    /// also once a minute after start). Several servers on one database may all do it: each
+    /// also once ten seconds after start). Several servers on one database may all do it: each
     /// agent's pass is one write under its row lock (decision 0024).
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=10_080))]
     pub(crate) retention_interval_mins: u64,

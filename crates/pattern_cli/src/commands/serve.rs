@@ -157,14 +157,14 @@ pub(crate) async fn run(env: &Env, args: ServeArgs) -> Result<()> {
 }
 
 /// Applies every agent's stored retention policy (any organization) every `interval`, the first
-/// time a minute after start. A failed pass is logged and tried again next time; an agent's pass
+/// time ten seconds after start (once the server is up). A failed pass is logged and tried again next time; an agent's pass
 /// is one write, so another server doing the same at once deletes nothing twice.
 async fn apply_stored_retention(
     pattern: pattern::Pattern,
     archive_root: std::path::PathBuf,
     interval: Duration,
 ) {
-    tokio::time::sleep(Duration::from_secs(60).min(interval)).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
     loop {
         match pattern.db().retention_policies().await {
             Ok(policies) => {
