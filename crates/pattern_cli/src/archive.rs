@@ -83,22 +83,27 @@ async fn write(
         body.push(b'\n');
     }
     let dir = root.join(agent.to_string());
-    std::fs::create_dir_all(&dir).map_err(|e| io(&dir, &e))?;
-    let path = dir.join(format!("{}-{}.jsonl", first.get(), last.get()));
+    let name = format!("{}-{}", first.get(), last.get());
+    // The file work blocks: off the async workers (`pattern serve` runs this beside requests).
+    tokio::task::spawn_blocking(move || write_file(&dir, &name, &body))
+        .await
+        .map_err(|e| CliError::other(format!("writing the archive file: {e}")))?
+}
+
+/// Writes `body` to `dir/name.jsonl` whole: a temporary file, fsynced, renamed, the directory
+/// fsynced.
+fn write_file(dir: &Path, name: &str, body: &[u8]) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, &e))?;
+    let path = dir.join(format!("{name}.jsonl"));
     // Several processes may finish the same plan: each writes its own temporary file.
-    let tmp = dir.join(format!(
-        ".{}-{}.{}.tmp",
-        first.get(),
-        last.get(),
-        std::process::id()
-    ));
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let mut f = std::fs::File::create(&tmp).map_err(|e| io(&tmp, &e))?;
-    f.write_all(&body).map_err(|e| io(&tmp, &e))?;
+    f.write_all(body).map_err(|e| io(&tmp, &e))?;
     f.sync_all().map_err(|e| io(&tmp, &e))?;
     drop(f);
     std::fs::rename(&tmp, &path).map_err(|e| io(&path, &e))?;
-    std::fs::File::open(&dir)
+    std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| io(&dir, &e))?;
+        .map_err(|e| io(dir, &e))?;
     Ok(path)
 }
