@@ -519,28 +519,7 @@ impl ConstellationDb {
 
     async fn load_index(&self) -> Result<()> {
         let mut cursor = self.inner.cursor.lock().await;
-        // Read the log head first: changes committed during the load are applied again later
-        // (upsert and remove are idempotent), so nothing is missed.
-        let head = self.inner.db.search_changes_head().await?;
-        let dimension = self.inner.embedder.as_ref().map_or(0, |e| e.dimension());
-        let mut fresh = VectorIndex::new(dimension);
-        let mut after = None;
-        loop {
-            let page = self.inner.db.vectors_page(after.clone(), PAGE).await?;
-            let full = page.len() == PAGE;
-            fresh.reserve(page.len());
-            for row in page {
-                after = Some(row.content.clone());
-                let meta = meta_of(&row);
-                fresh.upsert(row.content, meta, row.vector)?;
-            }
-            if !full {
-                break;
-            }
-        }
-        *write(&self.inner.index) = fresh;
-        *cursor = head;
-        Ok(())
+        load(&self.inner, &mut cursor).await
     }
 
     /// Apply the change log's tail to the vector index (vectors stored and content deleted by
@@ -751,11 +730,41 @@ fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     m.write().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Loads the index from the stored vectors and sets `cursor` to the log head read first.
+async fn load(inner: &Inner, cursor: &mut i64) -> Result<()> {
+    // Read the log head first: changes committed during the load are applied again later
+    // (upsert and remove are idempotent), so nothing is missed.
+    let head = inner.db.search_changes_head().await?;
+    let dimension = inner.embedder.as_ref().map_or(0, |e| e.dimension());
+    let mut fresh = VectorIndex::new(dimension);
+    let mut after = None;
+    loop {
+        let page = inner.db.vectors_page(after.clone(), PAGE).await?;
+        let full = page.len() == PAGE;
+        fresh.reserve(page.len());
+        for row in page {
+            after = Some(row.content.clone());
+            let meta = meta_of(&row);
+            fresh.upsert(row.content, meta, row.vector)?;
+        }
+        if !full {
+            break;
+        }
+    }
+    *write(&inner.index) = fresh;
+    *cursor = head;
+    Ok(())
+}
+
 async fn catch_up(inner: &Inner) -> Result<()> {
     if inner.embedder.is_none() {
         return Ok(());
     }
     let mut cursor = inner.cursor.lock().await;
+    // Changes pruned from the log past the cursor (a retention pass) are gone: load again.
+    if inner.db.search_pruned_through().await? > *cursor {
+        load(inner, &mut cursor).await?;
+    }
     loop {
         let changes = inner.db.search_changes_after(*cursor, PAGE).await?;
         if changes.is_empty() {

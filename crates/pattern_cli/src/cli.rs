@@ -83,7 +83,8 @@ pub(crate) enum Command {
     Reindex,
     /// Embeddings: status, backfill missing vectors, or re-embed everything.
     Embed(EmbedArgs),
-    /// Protocol retention: archive old messages, delete long-ended sessions and meetings.
+    /// Retention: the protocol's (old messages archived, long-ended sessions and meetings
+    /// deleted), finished turns, and each agent's stored or given policy; `policy` stores one.
     Retention(RetentionArgs),
     /// Meetings of several agents (the protocol): turns, messages and the event log.
     #[command(subcommand)]
@@ -644,6 +645,11 @@ pub(crate) struct ServeArgs {
     /// started.
     #[arg(long, value_name = "NAME", num_args = 0..=1, default_missing_value = "qwen2.5-coder-0.5b")]
     pub(crate) local_model: Option<String>,
+    /// How often every agent's stored retention policy is applied, in minutes (1 to 10080;
+    /// also once ten seconds after start). Several servers on one database may all do it: each
+    /// agent's pass is one write under its row lock (decision 0024).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=10_080))]
+    pub(crate) retention_interval_mins: u64,
 }
 
 /// `pattern demo`.
@@ -794,8 +800,15 @@ pub(crate) struct EmbedArgs {
 
 /// `pattern retention`
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("retention_action").required(true).args(["dry_run", "apply"])))]
+#[command(
+    group(clap::ArgGroup::new("retention_action").required(true).args(["dry_run", "apply"])),
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
 pub(crate) struct RetentionArgs {
+    /// Store, show or clear an agent's retention policy.
+    #[command(subcommand)]
+    pub(crate) command: Option<RetentionCommand>,
     /// Only report what would happen.
     #[arg(long)]
     pub(crate) dry_run: bool,
@@ -803,7 +816,7 @@ pub(crate) struct RetentionArgs {
     #[arg(long)]
     pub(crate) apply: bool,
     /// Age in days after which read messages are archived and ended sessions and meetings
-    /// deleted.
+    /// deleted; N >= 1.
     #[arg(long, default_value_t = 30, value_name = "N")]
     pub(crate) older_than_days: u32,
     /// Only this agent's data (default: every agent of the organization).
@@ -819,6 +832,54 @@ pub(crate) struct RetentionArgs {
     /// Delete activity events older than N days; N >= 1.
     #[arg(long, value_name = "N")]
     pub(crate) activity_older_than_days: Option<u32>,
+    /// Write old batches to the agent's archive file (`DATA_DIR/archive/AGENT_ID/`) before
+    /// they are deleted (with `--batches-older-than-days`; a stored policy says it itself).
+    #[arg(long)]
+    pub(crate) archive: bool,
+}
+
+/// `pattern retention policy ...`
+#[derive(Debug, Subcommand)]
+pub(crate) enum RetentionCommand {
+    /// An agent's stored retention policy.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+}
+
+/// `pattern retention policy set|show|clear`
+#[derive(Debug, Subcommand)]
+pub(crate) enum PolicyCommand {
+    /// Store the agent's policy (replacing any); `pattern retention --apply` and `pattern serve`
+    /// apply it.
+    Set {
+        /// The agent.
+        #[arg(long, value_name = "NAME")]
+        agent: String,
+        /// Old batches (abandoned, or complete and summarised) go after N days; N >= 1.
+        #[arg(long, value_name = "N")]
+        batches_older_than_days: Option<u32>,
+        /// Archive old batches to the agent's archive file before they are deleted.
+        #[arg(long)]
+        archive: bool,
+        /// Keep each block's last N versions and the last of each day beyond; N >= 1.
+        #[arg(long, value_name = "N")]
+        keep_block_versions: Option<u32>,
+        /// Activity events go after N days; N >= 1.
+        #[arg(long, value_name = "N")]
+        activity_older_than_days: Option<u32>,
+    },
+    /// Show the agent's policy (`null` with --json when none).
+    Show {
+        /// The agent.
+        #[arg(long, value_name = "NAME")]
+        agent: String,
+    },
+    /// Forget the agent's policy.
+    Clear {
+        /// The agent.
+        #[arg(long, value_name = "NAME")]
+        agent: String,
+    },
 }
 
 /// `pattern meeting run`

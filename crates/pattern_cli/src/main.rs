@@ -6,6 +6,7 @@
 //! with `--json`, as the documented JSON shapes. This file must never hold a command's logic, and
 //! nothing but data may ever be printed to stdout.
 
+mod archive;
 mod cli;
 mod commands;
 mod env;

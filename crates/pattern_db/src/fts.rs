@@ -195,14 +195,13 @@ impl FtsIndex {
         let _one = self.catching_up.lock().await;
         // Another handle or process may have committed since this reader last looked.
         self.reader.reload().map_err(index_error)?;
-        let mut cursor = match self.cursor()? {
-            Some(c) => c,
-            None => {
-                let (cursor, _) = self.rebuild_locked(db).await?;
-                cursor
-            }
+        let (mut cursor, rebuilt) = match self.cursor()? {
+            Some(c) => (c, false),
+            None => (self.rebuild_locked(db).await?.0, true),
         };
-        let start = cursor;
+        // A rebuilt index records its cursor even when nothing came after, so pruning the log
+        // knows this follower.
+        let start = if rebuilt { i64::MIN } else { cursor };
         loop {
             let changes = db.search_changes_after(cursor, CHANGES_PER_COMMIT).await?;
             let Some(last) = changes.last() else { break };

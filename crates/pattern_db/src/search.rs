@@ -524,6 +524,39 @@ impl Database {
             .await
     }
 
+    /// Deletes the log entries every registered follower has applied (up to the slowest
+    /// cursor in `search_consumers`); on SQLite nothing while no follower is registered (the
+    /// full-text index being built registers only when it is done, and must find the changes
+    /// after its head), on PostgreSQL (no durable follower) everything. Run by
+    /// retention passes, so the log does not grow with every message. A follower that keeps
+    /// its cursor in memory reads [`Database::search_pruned_through`] and reloads when the log
+    /// was pruned past it. Returns how many entries went.
+    pub async fn prune_applied_search_changes(&self) -> Result<u64> {
+        let floor: Option<i64> =
+            sqlx::query("SELECT MIN(seq) FROM search_consumers WHERE name <> $1")
+                .bind(crate::ops::search::PRUNED_MARK)
+                .fetch_one(self.reader())
+                .await?
+                .try_get(0)?;
+        match (floor, self.backend()) {
+            (Some(floor), _) => self.prune_search_changes(floor).await,
+            // PostgreSQL has no durable follower (its full text is in the tables); the vector
+            // indexes in memory reload past a prune.
+            (None, Backend::Postgres) => {
+                let head = self.search_changes_head().await?;
+                self.prune_search_changes(head).await
+            }
+            (None, _) => Ok(0),
+        }
+    }
+
+    /// The highest `seq` pruned from the change log (0 when never pruned): a follower whose
+    /// cursor is below it has missed changes and must reload from the stored content.
+    pub async fn search_pruned_through(&self) -> Result<i64> {
+        let mut conn = self.reader().acquire().await?;
+        crate::ops::search::pruned_through(&mut conn).await
+    }
+
     /// Records that the durable follower `name` has applied every change up to `seq`
     /// (pruning keeps what it still needs).
     pub async fn set_search_cursor(&self, name: &str, seq: i64) -> Result<()> {

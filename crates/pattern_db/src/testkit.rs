@@ -229,6 +229,38 @@ pub async fn execute_raw(db: &Database, sql: &str) -> Result<()> {
     Ok(())
 }
 
+/// Moves everything stored `by` into the past: the times retention reads (protocol messages,
+/// sessions and meetings; batches, messages, summaries, activity events, block versions), so a
+/// test proves that retention with a real age (1 day or more) deletes what is old, without
+/// waiting for it to age.
+pub async fn backdate(db: &Database, by: std::time::Duration) -> Result<()> {
+    let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX / 4);
+    let shifts: &[(&str, &[&str])] = &[
+        ("protocol_messages", &["created_at", "read_at"]),
+        (
+            "protocol_sessions",
+            &["created_at", "updated_at", "ended_at"],
+        ),
+        (
+            "protocol_meetings",
+            &["created_at", "started_at", "ended_at"],
+        ),
+        ("batches", &["started_at", "completed_at"]),
+        ("messages", &["created_at"]),
+        ("summaries", &["created_at"]),
+        ("activity_events", &["created_at"]),
+        ("memory_block_versions", &["created_at"]),
+    ];
+    for (table, columns) in shifts {
+        let set: Vec<String> = columns
+            .iter()
+            .map(|c| format!("{c} = {c} - {ms}"))
+            .collect();
+        execute_raw(db, &format!("UPDATE {table} SET {}", set.join(", "))).await?;
+    }
+    Ok(())
+}
+
 /// The first column (text) of every row `sql` returns, read straight from the database: for
 /// tests that look at what is stored, not at what the API shows.
 pub async fn fetch_texts(db: &Database, sql: &str) -> Result<Vec<String>> {

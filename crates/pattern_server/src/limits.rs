@@ -62,6 +62,13 @@ pub const MEETING_ROUNDS: Bound = Bound::new("rounds", 1, 100);
 /// `turn_duration_ms` of `POST /v1/meetings` and `POST /v1/meetings/run`: up to a week.
 pub const TURN_DURATION_MS: Bound = Bound::new("turn_duration_ms", 1, 604_800_000);
 
+/// `PUT /v1/agents/{agent_id}/retention` `batches_older_than_days`.
+pub const RETENTION_DAYS_BATCHES: Bound = Bound::new("batches_older_than_days", 1, 36_500);
+/// `PUT /v1/agents/{agent_id}/retention` `activity_older_than_days`.
+pub const RETENTION_DAYS_ACTIVITY: Bound = Bound::new("activity_older_than_days", 1, 36_500);
+/// `PUT /v1/agents/{agent_id}/retention` `keep_block_versions`.
+pub const KEEP_BLOCK_VERSIONS: Bound = Bound::new("keep_block_versions", 1, 100_000);
+
 /// Every bounded input: `(method, path, bound)`. The OpenAPI document states exactly these
 /// (`tests/it/limits.rs` walks it), and each route checks its own.
 pub const BOUNDS: &[(&str, &str, Bound)] = &[
@@ -76,6 +83,21 @@ pub const BOUNDS: &[(&str, &str, Bound)] = &[
     ("post", "/v1/meetings/run", MEETING_ROUNDS),
     ("post", "/v1/meetings/run", TURN_DURATION_MS),
     ("post", "/v1/meetings", TURN_DURATION_MS),
+    (
+        "put",
+        "/v1/agents/{agent_id}/retention",
+        RETENTION_DAYS_BATCHES,
+    ),
+    (
+        "put",
+        "/v1/agents/{agent_id}/retention",
+        RETENTION_DAYS_ACTIVITY,
+    ),
+    (
+        "put",
+        "/v1/agents/{agent_id}/retention",
+        KEEP_BLOCK_VERSIONS,
+    ),
 ];
 
 #[cfg(test)]
@@ -108,6 +130,13 @@ mod tests {
         layer(
             TURN_DURATION_MS,
             pattern::db::protocol::MAX_TURN_DURATION.as_millis() as u64,
+        );
+        for b in [RETENTION_DAYS_BATCHES, RETENTION_DAYS_ACTIVITY] {
+            layer(b, u64::from(pattern::db::retention::MAX_RETENTION_DAYS));
+        }
+        layer(
+            KEEP_BLOCK_VERSIONS,
+            u64::from(pattern::db::retention::MAX_KEEP_BLOCK_VERSIONS),
         );
     }
 }

@@ -16,7 +16,8 @@ use utoipa::openapi::{Ref, RefOr, Required};
 use utoipa::{Modify, OpenApi};
 
 use crate::routes::{
-    Class, agents, approvals, batches, context, health, mcp, memory, protocol, schedules, turns,
+    Class, agents, approvals, batches, context, health, mcp, memory, protocol, retention,
+    schedules, turns,
 };
 
 #[derive(OpenApi)]
@@ -36,6 +37,7 @@ use crate::routes::{
         memory::delete_archival, memory::search,
         schedules::create, schedules::list, schedules::delete,
         mcp::get, mcp::put,
+        retention::get, retention::put, retention::delete,
         protocol::list_sessions, protocol::list_meetings,
         protocol::open_session, protocol::show_session, protocol::send_session_message,
         protocol::session_messages, protocol::end_session, protocol::inbox, protocol::mark_read,

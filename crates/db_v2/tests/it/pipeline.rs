@@ -205,6 +205,46 @@ async fn follows_other_writers(backend: Backend) {
     tdb.cleanup().await.unwrap();
 }
 
+/// A retention pass prunes the search log past a follower's cursor: the follower (its cursor
+/// only in memory) reloads from the stored vectors instead of missing the changes pruned.
+async fn follows_past_a_pruned_log(backend: Backend) {
+    let tdb = fresh(backend).await;
+    let hasher: Arc<dyn Embedder> = Arc::new(HashEmbedder::new(16));
+    let reader = open(&tdb, Some(hasher.clone())).await;
+    let writer = open(&tdb, Some(hasher)).await;
+    let ada = agent(&writer, "ada").await;
+    reader.catch_up().await.unwrap();
+    let gone = writer
+        .insert_archival(ada, NewArchival::text("deleted before the reader looked"))
+        .await
+        .unwrap();
+    let kept = writer
+        .insert_archival(ada, NewArchival::text("written while the log was pruned"))
+        .await
+        .unwrap();
+    assert!(writer.wait_idle(Duration::from_secs(30)).await.unwrap());
+    writer.delete_archival(ada, gone.id).await.unwrap();
+    // SQLite prunes only what its full-text index applied: let it catch up first.
+    writer
+        .search("pruned", &SearchOptions::mode(SearchMode::Fts))
+        .await
+        .unwrap();
+    assert!(writer.db().prune_applied_search_changes().await.unwrap() > 0);
+    assert!(writer.db().search_pruned_through().await.unwrap() > 0);
+    let hits = reader
+        .search(
+            "written while the log was pruned",
+            &SearchOptions::mode(SearchMode::Vector),
+        )
+        .await
+        .unwrap();
+    assert_eq!(hits[0].content, ContentRef::archival(kept.id));
+    assert_eq!(reader.status().await.unwrap().indexed, 1);
+    writer.shutdown(Duration::from_secs(2)).await;
+    reader.shutdown(Duration::from_secs(2)).await;
+    tdb.cleanup().await.unwrap();
+}
+
 const CHILD_ENV: &str = "DB_V2_CRASH_CHILD_URL";
 
 /// Not a test on its own: the child process of `crash_leaves_nothing_behind`. It writes content
@@ -333,5 +373,6 @@ conformance!(
     model_mismatch_and_reembed,
     backfill_embeds_content_written_without_jobs,
     follows_other_writers,
+    follows_past_a_pruned_log,
     crash_leaves_nothing_behind,
 );

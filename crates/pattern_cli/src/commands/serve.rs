@@ -143,9 +143,62 @@ pub(crate) async fn run(env: &Env, args: ServeArgs) -> Result<()> {
     eprintln!(
         "serving the Pattern API on http://{address} (web console at /, OpenAPI at /openapi.json, metrics at /metrics)"
     );
+    let retention = tokio::spawn(apply_stored_retention(
+        pattern.clone(),
+        crate::archive::root(&env.data_dir),
+        Duration::from_secs(args.retention_interval_mins * 60),
+    ));
     let served = pattern_server::serve(listener, state, stop).await;
+    retention.abort();
     drop(configured);
     drop(local);
     pattern.close().await;
     served.map_err(|e| CliError::other(e.to_string()))
+}
+
+/// Applies every agent's stored retention policy (any organization) every `interval`, the first
+/// time ten seconds after start (once the server is up). A failed pass is logged and tried again next time; an agent's pass
+/// is one write, so another server doing the same at once deletes nothing twice.
+async fn apply_stored_retention(
+    pattern: pattern::Pattern,
+    archive_root: std::path::PathBuf,
+    interval: Duration,
+) {
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    loop {
+        match pattern.db().retention_policies().await {
+            Ok(policies) => {
+                for stored in policies {
+                    let pass = stored.settings.to_pass(false);
+                    match crate::archive::retain(&pattern, &archive_root, stored.agent, pass).await
+                    {
+                        Ok((r, _)) => {
+                            if !r.deleted_batches.is_empty()
+                                || r.deleted_block_versions > 0
+                                || r.deleted_activity_events > 0
+                            {
+                                tracing::info!(
+                                    agent = %stored.agent,
+                                    batches = r.deleted_batches.len(),
+                                    block_versions = r.deleted_block_versions,
+                                    activity_events = r.deleted_activity_events,
+                                    "applied the agent's retention policy"
+                                );
+                            }
+                        }
+                        Err(e) => tracing::warn!(
+                            agent = %stored.agent,
+                            error = %e,
+                            "applying the agent's retention policy failed"
+                        ),
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "reading retention policies failed"),
+        }
+        if let Err(e) = pattern.db().prune_applied_search_changes().await {
+            tracing::warn!(error = %e, "pruning the search log failed");
+        }
+        tokio::time::sleep(interval).await;
+    }
 }

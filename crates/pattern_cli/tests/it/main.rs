@@ -235,6 +235,18 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
         .block_on(f)
 }
 
+/// Moves everything stored in the database at `url` `days` days into the past (the testkit's
+/// `backdate`), so retention with a real age finds it old.
+pub fn backdate(url: &str, days: u64) {
+    block_on(async {
+        let db = pattern::Database::open_url(url).await.unwrap();
+        pattern_db::testkit::backdate(&db, std::time::Duration::from_secs(days * 86_400))
+            .await
+            .unwrap();
+        db.close().await;
+    });
+}
+
 /// Seeds the agent `name` (which must exist) with a typical history through the library:
 /// a plain exchange, one with a tool call and its result, one with a failed tool, and one
 /// abandoned (never answered, then recovered). Returns the batch ids, oldest first.

@@ -4,7 +4,7 @@
 use pattern_db::Backend;
 use pattern_db::testkit::TestDb;
 
-use crate::{CONFLICT, Home, block_on};
+use crate::{CONFLICT, Home, USAGE, block_on};
 
 #[test]
 fn the_cli_runs_on_postgres() {
@@ -58,7 +58,8 @@ fn the_cli_runs_on_postgres() {
 #[test]
 fn archival_search_meetings_and_retention_run_on_postgres() {
     let tdb = block_on(TestDb::fresh(Backend::Postgres)).unwrap();
-    let home = Home::with_url(tdb.config().url);
+    let url = tdb.config().url;
+    let home = Home::with_url(url.clone());
     home.ok(&["init"]);
     home.ok(&["agent", "create", "ada"]);
     home.ok(&["agent", "create", "bob"]);
@@ -98,7 +99,9 @@ fn archival_search_meetings_and_retention_run_on_postgres() {
     home.json(&["meeting", "join", id, "bob"]);
     home.json(&["meeting", "start", id, "--by", "ada"]);
     home.json(&["meeting", "end", id, "--by", "ada"]);
-    let dry = home.json(&["retention", "--dry-run", "--older-than-days", "0"]);
+    home.fails(&["retention", "--dry-run", "--older-than-days", "0"], USAGE);
+    crate::backdate(&url, 2);
+    let dry = home.json(&["retention", "--dry-run", "--older-than-days", "1"]);
     assert_eq!(dry["deleted_meetings"].as_array().unwrap().len(), 1);
     block_on(tdb.cleanup()).unwrap();
 }

@@ -592,12 +592,18 @@ fn retention_dry_run_and_apply() {
     home.ok(&["agent", "create", "bob"]);
     let s = home.json(&["session", "create", "ada", "bob"]);
     home.json(&["session", "end", s["id"].as_str().unwrap(), "--by", "ada"]);
-    let dry = home.json(&["retention", "--dry-run", "--older-than-days", "0"]);
+    // Age zero is refused, nothing changed.
+    let err = home.fails(&["retention", "--apply", "--older-than-days", "0"], USAGE);
+    assert!(err.contains("invalid retention policy"), "{err}");
+    home.json(&["session", "show", s["id"].as_str().unwrap()]);
+    // Two days later (backdated), a day's age finds the ended session.
+    crate::backdate(&home.sqlite_url(), 2);
+    let dry = home.json(&["retention", "--dry-run", "--older-than-days", "1"]);
     assert_eq!(dry["dry_run"], true);
     assert_eq!(dry["deleted_sessions"].as_array().unwrap().len(), 1);
     // Nothing changed.
     home.json(&["session", "show", s["id"].as_str().unwrap()]);
-    let applied = home.json(&["retention", "--apply", "--older-than-days", "0"]);
+    let applied = home.json(&["retention", "--apply", "--older-than-days", "1"]);
     assert_eq!(applied["deleted_sessions"].as_array().unwrap().len(), 1);
     home.fails(&["session", "show", s["id"].as_str().unwrap()], NOT_FOUND);
     assert_eq!(home.run(&["retention"]).status.code(), Some(USAGE));
@@ -679,6 +685,102 @@ fn retention_of_agents_data() {
         assert!(err.contains("invalid retention policy"), "{err}");
     }
     assert_eq!(history("bob"), 6);
+}
+
+/// Stored policies through the binary: set, shown, refused with a zero, applied by a plain
+/// `retention --apply` (only agents with a policy); with `--archive` the old abandoned batch is
+/// written to the agent's archive file (the export's batch lines) before it is deleted, a dry
+/// run writes nothing, a second apply finds nothing; cleared, the policy is gone.
+#[test]
+fn retention_policies_are_stored_and_applied() {
+    let home = with_agent();
+    home.ok(&["agent", "create", "bob"]);
+    let url = home.sqlite_url();
+    let ada = crate::seed_history(&url, "ada");
+    crate::seed_history(&url, "bob");
+    crate::backdate(&url, 3);
+    let set = home.json(&[
+        "retention",
+        "policy",
+        "set",
+        "--agent",
+        "ada",
+        "--batches-older-than-days",
+        "1",
+        "--archive",
+        "--keep-block-versions",
+        "3",
+    ]);
+    assert_eq!(set["batches_older_than_days"], 1, "{set}");
+    assert_eq!(set["batch_disposal"], "archive");
+    let shown = home.json(&["retention", "policy", "show", "--agent", "ada"]);
+    assert_eq!(shown, set);
+    assert_eq!(
+        home.json(&["retention", "policy", "show", "--agent", "bob"]),
+        serde_json::Value::Null
+    );
+    let err = home.fails(
+        &[
+            "retention",
+            "policy",
+            "set",
+            "--agent",
+            "ada",
+            "--batches-older-than-days",
+            "0",
+        ],
+        USAGE,
+    );
+    assert!(err.contains("invalid retention policy"), "{err}");
+    let err = home.fails(&["retention", "policy", "set", "--agent", "ada"], USAGE);
+    assert!(err.contains("keeps everything"), "{err}");
+    assert_eq!(
+        home.json(&["retention", "policy", "show", "--agent", "ada"]),
+        set
+    );
+
+    let archive = home.data_dir().join("archive");
+    let dry = home.json(&["retention", "--dry-run"]);
+    let agents = dry["agents"].as_array().unwrap();
+    assert_eq!(agents.len(), 1, "only agents with a policy: {dry}");
+    assert_eq!(agents[0]["name"], "ada");
+    // seed_history's last batch was abandoned: old, so it goes; the complete ones are live.
+    let abandoned = *ada.last().unwrap();
+    assert_eq!(agents[0]["deleted_batches"], serde_json::json!([abandoned]));
+    assert!(!archive.exists(), "a dry run writes no archive");
+    let applied = home.json(&["retention", "--apply"]);
+    assert_eq!(
+        applied["agents"][0]["deleted_batches"],
+        serde_json::json!([abandoned])
+    );
+    let file = PathBuf::from(applied["agents"][0]["archive_file"].as_str().unwrap());
+    assert!(file.starts_with(&archive), "{}", file.display());
+    let text = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["section"], "batch");
+    assert_eq!(lines[0]["data"]["id"], abandoned);
+    assert_eq!(lines[0]["data"]["state"], "abandoned");
+    assert!(!lines[0]["data"]["messages"].as_array().unwrap().is_empty());
+    let again = home.json(&["retention", "--apply"]);
+    assert_eq!(again["agents"][0]["deleted_batches"], serde_json::json!([]));
+    assert!(again["agents"][0]["archive_file"].is_null());
+    // Flags override for one run, for every agent (bob's abandoned batch, deleted).
+    let flagged = home.json(&["retention", "--apply", "--batches-older-than-days", "1"]);
+    assert_eq!(flagged["agents"].as_array().unwrap().len(), 2, "{flagged}");
+    let cleared = home.json(&["retention", "policy", "clear", "--agent", "ada"]);
+    assert_eq!(cleared["cleared"], true);
+    assert_eq!(
+        home.json(&["retention", "policy", "show", "--agent", "ada"]),
+        serde_json::Value::Null
+    );
+    assert_eq!(
+        home.json(&["retention", "--dry-run"])["agents"],
+        serde_json::json!([])
+    );
 }
 
 /// `meeting events --follow` prints each event as another process causes it (one JSON object

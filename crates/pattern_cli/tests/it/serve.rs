@@ -1,5 +1,6 @@
 //! `pattern org`, `pattern key` and `pattern serve`: organizations and keys through the binary,
-//! and the real server process answering HTTP on loopback until SIGTERM.
+//! and the real server process answering HTTP on loopback until SIGTERM, applying stored
+//! retention policies on its own.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -168,4 +169,66 @@ fn serve_answers_http_until_sigterm() {
         .map(|a| a["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["helper", "writer"]);
+}
+
+/// `pattern serve` applies stored retention policies by itself (the first pass ten seconds
+/// after start): an agent's old abandoned batch goes, its live batches and the agent without a
+/// policy are untouched.
+#[test]
+fn serve_applies_stored_retention_policies() {
+    let home = Home::init();
+    home.ok(&["agent", "create", "ada"]);
+    home.ok(&["agent", "create", "bob"]);
+    let url = home.sqlite_url();
+    let ada = crate::seed_history(&url, "ada");
+    let bob = crate::seed_history(&url, "bob");
+    crate::backdate(&url, 3);
+    home.json(&[
+        "retention",
+        "policy",
+        "set",
+        "--agent",
+        "ada",
+        "--batches-older-than-days",
+        "1",
+    ]);
+    let abandoned = ada.last().unwrap().to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pattern"))
+        .arg("--data-dir")
+        .arg(home.data_dir())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env_remove("PATTERN_DATABASE_URL")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut gone = false;
+    while std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        if home
+            .run(&["batches", "show", &abandoned, "--agent", "ada"])
+            .status
+            .code()
+            == Some(NOT_FOUND)
+        {
+            gone = true;
+            break;
+        }
+    }
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    child.wait().unwrap();
+    assert!(
+        gone,
+        "the server did not apply ada's policy within a minute"
+    );
+    for id in &ada[..ada.len() - 1] {
+        home.json(&["batches", "show", &id.to_string(), "--agent", "ada"]);
+    }
+    for id in &bob {
+        home.json(&["batches", "show", &id.to_string(), "--agent", "bob"]);
+    }
 }

@@ -1047,17 +1047,47 @@ pub(crate) async fn changes_head(conn: &mut AnyConnection) -> Result<i64> {
     Ok(head.unwrap_or(0))
 }
 
+/// The `search_consumers` row that records how far the log was pruned (not a follower: it
+/// never holds pruning back). A follower that keeps its cursor only in memory (the vector index
+/// of `db_v2`) reloads when this passes its cursor, so a prune never makes it miss a change.
+pub(crate) const PRUNED_MARK: &str = "_pruned";
+
 pub(crate) async fn prune_changes(conn: &mut AnyConnection, upto: i64) -> Result<u64> {
-    let floor: Option<i64> = sqlx::query("SELECT MIN(seq) FROM search_consumers")
+    let floor: Option<i64> = sqlx::query("SELECT MIN(seq) FROM search_consumers WHERE name <> $1")
+        .bind(PRUNED_MARK)
         .fetch_one(&mut *conn)
         .await?
         .try_get(0)?;
     let upto = floor.map_or(upto, |f| f.min(upto));
-    Ok(sqlx::query("DELETE FROM search_changes WHERE seq <= $1")
+    let pruned = sqlx::query("DELETE FROM search_changes WHERE seq <= $1")
         .bind(upto)
         .execute(&mut *conn)
         .await?
-        .rows_affected())
+        .rows_affected();
+    if pruned > 0 {
+        sqlx::query(
+            "INSERT INTO search_consumers (name, seq, updated_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, updated_at = excluded.updated_at \
+             WHERE search_consumers.seq < excluded.seq",
+        )
+        .bind(PRUNED_MARK)
+        .bind(upto)
+        .bind(now_ms())
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(pruned)
+}
+
+/// How far the log was pruned (0: never).
+pub(crate) async fn pruned_through(conn: &mut AnyConnection) -> Result<i64> {
+    let seq: Option<i64> = sqlx::query("SELECT seq FROM search_consumers WHERE name = $1")
+        .bind(PRUNED_MARK)
+        .fetch_optional(&mut *conn)
+        .await?
+        .map(|r| r.try_get(0))
+        .transpose()?;
+    Ok(seq.unwrap_or(0))
 }
 
 pub(crate) async fn set_cursor(conn: &mut AnyConnection, name: &str, seq: i64) -> Result<()> {

@@ -397,6 +397,29 @@ pub struct RetentionPolicy {
     pub dry_run: bool,
 }
 
+impl RetentionPolicy {
+    /// Refuses a zero age ([`Error::InvalidRetention`]): it would archive messages as they are
+    /// read and delete sessions and meetings as they end, so a user's `--older-than-days 0` is a
+    /// mistake, never a policy.
+    pub fn check(&self) -> Result<()> {
+        if self.archive_messages_after.is_zero() {
+            return Err(Error::InvalidRetention(
+                "a message retention age of zero would archive messages as they are read: use at \
+                 least 1 day"
+                    .to_owned(),
+            ));
+        }
+        if self.delete_ended_after.is_zero() {
+            return Err(Error::InvalidRetention(
+                "an ended-conversation retention age of zero would delete sessions and meetings \
+                 as they end: use at least 1 day"
+                    .to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// What retention did (or, in a dry run, would do).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetentionReport {
@@ -735,7 +758,9 @@ impl Database {
 
     /// Runs retention (see [`RetentionPolicy`]) as one transaction and reports what it did. On
     /// PostgreSQL rows another transaction holds are skipped (never waited for) and counted.
+    /// A zero age is refused ([`RetentionPolicy::check`]) before anything runs.
     pub async fn protocol_retention(&self, policy: RetentionPolicy) -> Result<RetentionReport> {
+        policy.check()?;
         match self.write(ProtocolOp::Retention(policy)).await? {
             ProtocolDone::Retention(report) => Ok(*report),
             ProtocolDone::Meeting(_) | ProtocolDone::Refused(_) => Err(Error::Corrupt(

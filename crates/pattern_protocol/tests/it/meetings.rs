@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use pattern_db::Error as DbError;
+use pattern_db::testkit::backdate;
 use pattern_protocol::{
     AgentId, Error, MeetingEventType as E, MeetingStatus, NewProtocolMessage, ParticipantStatus,
     Protocol, RetentionPolicy, SessionType,
@@ -484,9 +485,36 @@ async fn retention_archives_and_deletes_only_what_is_old_and_over(kind: Kind) {
     assert!(report.archived_messages.is_empty() && report.deleted_sessions.is_empty());
     assert!(report.deleted_meetings.is_empty());
 
-    let now = RetentionPolicy {
+    // A zero age is refused, nothing changed.
+    let zero = RetentionPolicy {
         archive_messages_after: Duration::ZERO,
         delete_ended_after: Duration::ZERO,
+        dry_run: false,
+    };
+    for policy in [
+        zero,
+        RetentionPolicy {
+            archive_messages_after: Duration::from_secs(86_400),
+            ..zero
+        },
+        RetentionPolicy {
+            delete_ended_after: Duration::from_secs(86_400),
+            ..zero
+        },
+    ] {
+        let e = p.retention(policy).await.unwrap_err();
+        assert_eq!(e.class(), pattern_db::ErrorClass::Invalid, "{e:?}");
+        assert!(e.to_string().contains("invalid retention policy"), "{e}");
+    }
+    assert_eq!(p.session(sync.id).await.unwrap().id, sync.id);
+
+    // Everything moves two days back: a day's age now finds what is read or over.
+    backdate(p.db(), Duration::from_secs(2 * 86_400))
+        .await
+        .unwrap();
+    let now = RetentionPolicy {
+        archive_messages_after: Duration::from_secs(86_400),
+        delete_ended_after: Duration::from_secs(86_400),
         dry_run: true,
     };
     let dry = p.retention(now).await.unwrap();
@@ -520,8 +548,11 @@ async fn retention_archives_and_deletes_only_what_is_old_and_over(kind: Kind) {
         assert_eq!(p.db().archived_message(id).await.unwrap().unwrap().id, id);
     }
     // Unread messages stay in the inbox; the live meeting keeps its history.
-    assert_eq!(p.unread(b.id).await.unwrap(), [unread]);
-    assert_eq!(p.meeting_messages(live).await.unwrap(), [live_said]);
+    // (Backdated, so compared by id.)
+    let ids =
+        |v: Vec<pattern_protocol::ProtocolMessage>| v.iter().map(|m| m.id).collect::<Vec<_>>();
+    assert_eq!(ids(p.unread(b.id).await.unwrap()), [unread.id]);
+    assert_eq!(ids(p.meeting_messages(live).await.unwrap()), [live_said.id]);
     assert_eq!(p.meeting(live).await.unwrap().status, MeetingStatus::Active);
     // Running again finds nothing more.
     let again = p

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use pattern_db::Error as DbError;
-use pattern_db::testkit::TestDb;
+use pattern_db::testkit::{TestDb, backdate};
 use pattern_protocol::{
     AgentId, Error, MeetingEventType as E, MeetingId, MeetingStatus, Protocol, RetentionPolicy,
     SessionType,
@@ -237,9 +237,11 @@ async fn retention_races_an_active_meeting(kind: Kind) {
     let cleaning = {
         let h = hs[1].clone();
         tokio::spawn(async move {
+            // Each round moves everything two days back, so a day's age sees the live
+            // meeting's messages as old too: only its being live keeps them.
             let policy = RetentionPolicy {
-                archive_messages_after: Duration::ZERO,
-                delete_ended_after: Duration::ZERO,
+                archive_messages_after: Duration::from_secs(86_400),
+                delete_ended_after: Duration::from_secs(86_400),
                 dry_run: false,
             };
             let mut archived = Vec::new();
@@ -248,6 +250,9 @@ async fn retention_races_an_active_meeting(kind: Kind) {
                 if round == ROUNDS / 2 {
                     h.end_meeting(old, old_ids[0]).await.unwrap();
                 }
+                backdate(h.db(), Duration::from_secs(2 * 86_400))
+                    .await
+                    .unwrap();
                 let report = h.retention(policy).await.unwrap();
                 archived.extend(report.archived_messages);
                 deleted.extend(report.deleted_meetings);

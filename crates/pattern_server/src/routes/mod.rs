@@ -16,6 +16,7 @@ pub(crate) mod health;
 pub(crate) mod mcp;
 pub(crate) mod memory;
 pub(crate) mod protocol;
+pub(crate) mod retention;
 pub(crate) mod schedules;
 pub(crate) mod turns;
 
@@ -173,6 +174,10 @@ fn table() -> Vec<Route> {
         route("/v1/agents/{agent_id}/mcp-servers", Timed)
             .get(mcp::get)
             .put(mcp::put),
+        route("/v1/agents/{agent_id}/retention", Timed)
+            .get(retention::get)
+            .put(retention::put)
+            .delete(retention::delete),
         route("/v1/agents/{agent_id}/inbox", Timed).get(protocol::inbox),
         route("/v1/agents/{agent_id}/inbox/read", Timed).post(protocol::mark_read),
         route("/v1/sessions", Timed)

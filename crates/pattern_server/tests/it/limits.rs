@@ -134,6 +134,11 @@ fn request(
             "/v1/meetings/run".to_owned(),
             with(json!({"topic": "t", "agents": agents})),
         ),
+        ("put", "/v1/agents/{agent_id}/retention", _) => (
+            Method::PUT,
+            format!("/v1/agents/{agent}/retention"),
+            with(json!({})),
+        ),
         other => panic!("no request for the bound {other:?}: add one here"),
     }
 }

@@ -24,6 +24,7 @@ mod models;
 mod observe;
 mod pages;
 mod protocol;
+mod retention;
 mod schedules;
 mod search;
 mod support;
