@@ -28,8 +28,8 @@ use crate::compress::{self, Summarizer};
 use crate::error::{Error, Result};
 use crate::tokens::{MESSAGE_OVERHEAD, TokenCounter};
 use crate::types::{
-    AssemblySummary, CachePoint, CachePolicy, ContextConfig, MemoryContext, ModelInfo,
-    SectionTokens, SystemPart, SystemPartKind, ToolDefinition,
+    AssemblySummary, CachePoint, CachePolicy, CompressionReport, ContextConfig, MemoryContext,
+    ModelInfo, SectionTokens, SystemPart, SystemPartKind, ToolDefinition,
 };
 use crate::validate::validate;
 
@@ -304,6 +304,35 @@ impl<'a> ContextBuilder<'a> {
 
         // History: whole batches, validated.
         let batches = self.messages.get_recent(self.config.max_batches).await?;
+        // Live batches older than the window never leave the request silently: summarised (or,
+        // under the other strategies, archived) and reported before this request is built.
+        let mut beyond = None;
+        if !preview && self.config.max_batches > 0 && batches.len() >= self.config.max_batches {
+            if let Some(oldest) = batches.first().map(|b| b.info.id) {
+                let room_for_summary = budgets
+                    .summaries
+                    .min(available - system_tokens - tools_tokens);
+                let done = compress::beyond_window(
+                    self.config.compression,
+                    self.messages,
+                    self.summarizer,
+                    summary.as_ref(),
+                    oldest,
+                    room_for_summary,
+                    self.counter,
+                )
+                .await?;
+                if done.summary.is_some() {
+                    summary = done.summary.clone();
+                    summaries_tokens = summary_tokens(&summary);
+                    check("the new summary", summaries_tokens, room_for_summary)?;
+                }
+                if !done.archived.is_empty() {
+                    debug!(agent = %agent, archived = done.archived.len(), "history beyond the window folded");
+                    beyond = Some(done);
+                }
+            }
+        }
         let mut assembled = assemble(&batches, self.active)?;
         let history_budget = budgets
             .history
@@ -359,6 +388,23 @@ impl<'a> ContextBuilder<'a> {
                 check("the new summary", summaries_tokens, room_for_summary)?;
             }
             compression = Some(report);
+        }
+        if let Some(done) = beyond {
+            // Reported with whatever compression ran: the batches beyond the window first.
+            let tokens: usize = per_batch.values().sum();
+            let report = compression.get_or_insert_with(|| CompressionReport {
+                strategy: self.config.compression,
+                archived_batches: Vec::new(),
+                summary: None,
+                history_tokens_before: tokens,
+                history_tokens_after: tokens,
+            });
+            let mut archived = done.archived;
+            archived.append(&mut report.archived_batches);
+            report.archived_batches = archived;
+            if report.summary.is_none() {
+                report.summary = done.summary.map(|s| s.id);
+            }
         }
         let history_tokens: usize = per_batch.values().sum();
         let history_room = budgets

@@ -11,14 +11,20 @@
 //!
 //! Compression frees room down to a target below the budget (`ContextConfig::compress_to`), so
 //! the builds after it do not compress again at once. Batches older than the window the builder
-//! read (`max_batches`) are archived without being summarised; they stay in the database and in
-//! search. This module must never cut a batch, never archive an open batch, and never drop a
-//! batch from a request without committing that choice to the database.
+//! reads (`max_batches`) never leave the request silently ([`beyond_window`]): under recursive
+//! summarization they are summarised first, oldest first, in chunks each folded into the
+//! previous summary, so every summary's range (`from_batch..=through_batch`) holds only batches
+//! some summary saw; under the other strategies they are archived and reported. Archived
+//! batches stay in the database and in search. This module must never cut a batch, never archive
+//! an open batch, and never drop a batch from a request without committing that choice to the
+//! database.
 
 use std::collections::{BTreeMap, HashSet};
 
 use async_trait::async_trait;
-use pattern_db::{BatchId, BatchType, MessageStore, Role, SnowflakeId, StoredBatch, Summary};
+use pattern_db::{
+    BatchId, BatchState, BatchType, MessageStore, Role, SnowflakeId, StoredBatch, Summary,
+};
 
 use crate::error::{Error, Result};
 use crate::types::{CompressionReport, CompressionStrategy};
@@ -166,8 +172,6 @@ pub(crate) async fn run(
                 };
                 let id = summary.id;
                 store.summarize_and_archive(summary).await?;
-                // Older batches outside the window read: out of context for good.
-                store.archive_before(*first).await?;
                 (going, Some(id))
             }
         }
@@ -223,6 +227,96 @@ pub(crate) async fn run(
         .map(|(_, t)| t)
         .sum();
     Ok(report(strategy, archived, summary, before, after))
+}
+
+/// Batches read per summarizer call (and per archive write) beyond the window.
+const BEYOND_CHUNK: usize = 50;
+
+/// What [`beyond_window`] did.
+#[derive(Debug, Default)]
+pub(crate) struct Beyond {
+    /// Batches archived (each under a summary, with recursive summarization).
+    pub(crate) archived: Vec<BatchId>,
+    /// The newest summary written, if any.
+    pub(crate) summary: Option<Summary>,
+}
+
+/// Deals with the live batches older than `oldest_in_window` (the oldest batch the builder read)
+/// so none is left out of a request without a committed choice: summarised oldest first, in
+/// chunks of [`BEYOND_CHUNK`] each folded into the previous summary (recursive summarization), or
+/// archived (the other strategies). Stops before an open batch (a run may still write it: it
+/// stays live and is logged).
+pub(crate) async fn beyond_window(
+    strategy: CompressionStrategy,
+    store: &MessageStore,
+    summarizer: Option<&dyn Summarizer>,
+    previous: Option<&Summary>,
+    oldest_in_window: BatchId,
+    summary_room: usize,
+    counter: &dyn crate::tokens::TokenCounter,
+) -> Result<Beyond> {
+    let mut done = Beyond::default();
+    let mut previous = previous.cloned();
+    loop {
+        let chunk = store
+            .live_batches_before(oldest_in_window, BEYOND_CHUNK)
+            .await?;
+        let closed: Vec<StoredBatch> = chunk
+            .iter()
+            .take_while(|b| b.info.state != BatchState::Open)
+            .cloned()
+            .collect();
+        if closed.len() < chunk.len() {
+            tracing::warn!(
+                agent = %store.agent_id(),
+                batch = %chunk[closed.len()].info.id,
+                "an open batch older than the context window stays live and out of the request"
+            );
+        }
+        let (Some(first), Some(last)) = (
+            closed.first().map(|b| b.info.id),
+            closed.last().map(|b| b.info.id),
+        ) else {
+            return Ok(done);
+        };
+        let ids: Vec<BatchId> = closed.iter().map(|b| b.info.id).collect();
+        if strategy == CompressionStrategy::RecursiveSummarization {
+            let summarizer = summarizer.ok_or(Error::NoSummarizer)?;
+            let room = summary_room.saturating_sub(40);
+            let text = summarizer
+                .summarize(previous.as_ref(), &closed, room)
+                .await
+                .map_err(|e| Error::Summarizer(e.to_string()))?;
+            let tokens = counter.count_text(&text);
+            if tokens > room {
+                return Err(Error::OverBudget {
+                    section: "the new summary",
+                    tokens,
+                    budget: room,
+                });
+            }
+            let summary = Summary {
+                id: store.new_summary_id()?,
+                agent_id: store.agent_id(),
+                content: text,
+                from_batch: previous.as_ref().map_or(first, |p| p.from_batch.min(first)),
+                through_batch: last,
+                message_count: previous.as_ref().map_or(0, |p| p.message_count)
+                    + closed.iter().map(|b| b.messages.len() as i64).sum::<i64>(),
+                depth: previous.as_ref().map_or(0, |p| p.depth + 1),
+                created_at: chrono::Utc::now(),
+            };
+            store.summarize_and_archive(summary.clone()).await?;
+            previous = Some(summary.clone());
+            done.summary = Some(summary);
+        } else {
+            store.archive_batches(ids.clone()).await?;
+        }
+        done.archived.extend(ids);
+        if closed.len() < chunk.len() || chunk.len() < BEYOND_CHUNK {
+            return Ok(done);
+        }
+    }
 }
 
 fn report(

@@ -299,6 +299,47 @@ impl MessageStore {
             .collect()
     }
 
+    /// Live (not archived) batches before `before`, oldest first, each whole, at most `limit`:
+    /// what lies beyond a window read by [`Self::get_recent`], for the context to summarise
+    /// before it leaves the request.
+    pub async fn live_batches_before(
+        &self,
+        before: BatchId,
+        limit: usize,
+    ) -> Result<Vec<StoredBatch>> {
+        let sql = ops::batch_select(
+            "WHERE b.agent_id = $1 AND b.id < $2 AND NOT b.archived ORDER BY b.id LIMIT $3",
+        );
+        let infos = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(self.agent.to_string())
+            .bind(before.get())
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(self.db.reader())
+            .await?
+            .iter()
+            .map(ops::batch_from_row)
+            .collect::<Result<Vec<_>>>()?;
+        let (Some(first), Some(last)) = (infos.first(), infos.last()) else {
+            return Ok(Vec::new());
+        };
+        let sql = ops::message_select(
+            "WHERE m.agent_id = $1 AND m.batch_id >= $2 AND m.batch_id <= $3 AND NOT m.deleted \
+             ORDER BY m.batch_id, m.sequence_num",
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(self.agent.to_string())
+            .bind(first.id.get())
+            .bind(last.id.get())
+            .fetch_all(self.db.reader())
+            .await?;
+        group(
+            infos,
+            rows.iter()
+                .map(ops::message_from_row)
+                .collect::<Result<Vec<_>>>()?,
+        )
+    }
+
     /// Number of live (not archived, not deleted) messages.
     pub async fn count_live(&self) -> Result<i64> {
         Ok(sqlx::query(

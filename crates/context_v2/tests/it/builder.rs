@@ -639,3 +639,80 @@ async fn inspection_renders_batches_as_text_and_json() {
     assert_eq!(value[0]["tool_pairs"][0]["result_seq"], json!(2));
     f.db.close().await;
 }
+
+/// Live batches older than the window the builder reads (`max_batches`) never leave the request
+/// silently, even when the window fits the budget: with recursive summarization they are
+/// summarised in chunks folded into one chain (each summary's range holds only batches some
+/// summary saw) and reported; under truncation they are archived and reported.
+#[tokio::test]
+async fn batches_beyond_the_window_are_summarised_or_reported() {
+    let f = fixture(130, 0).await;
+    let counter = EstimateCounter::default();
+    let mut cfg = config(100_000, CompressionStrategy::RecursiveSummarization);
+    cfg.max_batches = 20;
+    cfg.budgets.summaries = 20_000;
+    let ids: Vec<_> = f
+        .store
+        .get_recent(1000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|b| b.info.id)
+        .collect();
+    // Without a summarizer nothing is archived.
+    let err = ContextBuilder::new(&f.memory, &f.store, &cfg, &counter)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NoSummarizer), "{err}");
+    assert_eq!(f.store.get_recent(1000).await.unwrap().len(), 130);
+
+    let summarizer = ListSummarizer::default();
+    let ctx = ContextBuilder::new(&f.memory, &f.store, &cfg, &counter)
+        .summarizer(&summarizer)
+        .build()
+        .await
+        .unwrap();
+    let report = ctx.compression.clone().unwrap();
+    // The 110 oldest: in three chunks (50, 50, 10), oldest first, folded into one chain.
+    assert_eq!(report.archived_batches, ids[..110]);
+    assert_eq!(*summarizer.calls.lock().unwrap(), [50, 50, 10]);
+    let summary = f.store.get_summary().await.unwrap().unwrap();
+    assert_eq!(Some(summary.id), report.summary);
+    assert_eq!(
+        (summary.from_batch, summary.through_batch),
+        (ids[0], ids[109])
+    );
+    assert_eq!(summary.depth, 2);
+    assert!(summary.content.starts_with("question 0?"));
+    assert!(summary.content.contains("question 109?"));
+    assert_eq!(ctx.assembly.included_batches, ids[110..]);
+    assert!(ctx.system.last().unwrap().text.contains("question 109?"));
+    // Every archived batch lies in the newest summary's range: retention may delete it.
+    for b in &report.archived_batches {
+        assert!(f.store.batch_info(*b).await.unwrap().archived);
+    }
+    // Nothing beyond the window any more: the next build changes nothing.
+    let again = ContextBuilder::new(&f.memory, &f.store, &cfg, &counter)
+        .summarizer(&summarizer)
+        .build()
+        .await
+        .unwrap();
+    assert!(again.compression.is_none());
+    assert_eq!(summarizer.calls.lock().unwrap().len(), 3);
+    f.db.close().await;
+
+    // Truncation archives them and says so.
+    let f = fixture(30, 0).await;
+    let mut cfg = config(100_000, CompressionStrategy::Truncate);
+    cfg.max_batches = 20;
+    let ctx = ContextBuilder::new(&f.memory, &f.store, &cfg, &counter)
+        .build()
+        .await
+        .unwrap();
+    let report = ctx.compression.clone().unwrap();
+    assert_eq!(report.archived_batches.len(), 10);
+    assert_eq!(ctx.assembly.included_batches.len(), 20);
+    assert_eq!(f.store.get_recent(1000).await.unwrap().len(), 20);
+    f.db.close().await;
+}
