@@ -307,30 +307,32 @@ impl<'a> ContextBuilder<'a> {
         // Live batches older than the window never leave the request silently: summarised (or,
         // under the other strategies, archived) and reported before this request is built.
         let mut beyond = None;
-        if !preview && self.config.max_batches > 0 && batches.len() >= self.config.max_batches {
-            if let Some(oldest) = batches.first().map(|b| b.info.id) {
-                let room_for_summary = budgets
-                    .summaries
-                    .min(available - system_tokens - tools_tokens);
-                let done = compress::beyond_window(
-                    self.config.compression,
-                    self.messages,
-                    self.summarizer,
-                    summary.as_ref(),
-                    oldest,
-                    room_for_summary,
-                    self.counter,
-                )
-                .await?;
-                if done.summary.is_some() {
-                    summary = done.summary.clone();
-                    summaries_tokens = summary_tokens(&summary);
-                    check("the new summary", summaries_tokens, room_for_summary)?;
-                }
-                if !done.archived.is_empty() {
-                    debug!(agent = %agent, archived = done.archived.len(), "history beyond the window folded");
-                    beyond = Some(done);
-                }
+        if !preview
+            && self.config.max_batches > 0
+            && batches.len() >= self.config.max_batches
+            && let Some(oldest) = batches.first().map(|b| b.info.id)
+        {
+            let room_for_summary = budgets
+                .summaries
+                .min(available - system_tokens - tools_tokens);
+            let done = compress::beyond_window(
+                self.config.compression,
+                self.messages,
+                self.summarizer,
+                summary.as_ref(),
+                oldest,
+                room_for_summary,
+                self.counter,
+            )
+            .await?;
+            if done.summary.is_some() {
+                summary = done.summary.clone();
+                summaries_tokens = summary_tokens(&summary);
+                check("the new summary", summaries_tokens, room_for_summary)?;
+            }
+            if !done.archived.is_empty() {
+                debug!(agent = %agent, archived = done.archived.len(), "history beyond the window folded");
+                beyond = Some(done);
             }
         }
         let mut assembled = assemble(&batches, self.active)?;
