@@ -365,6 +365,15 @@ impl Database {
         }
     }
 
+    /// Forgets every cached `get_recent` answer, so the next call reads the database (for
+    /// benchmarks of the uncached read).
+    #[cfg(feature = "testkit")]
+    pub fn forget_read_cache(&self) {
+        if let Ok(mut cache) = self.inner.recent.lock() {
+            cache.clear();
+        }
+    }
+
     #[cfg(feature = "testkit")]
     pub(crate) fn write_pool(&self) -> &AnyPool {
         &self.inner.write_pool
