@@ -122,6 +122,10 @@ async fn pool(
         .min_connections(0)
         .acquire_timeout(config.connect_timeout);
     if backend == Backend::Sqlite {
+        // A file connection cannot lose its server: the ping sqlx sends before handing out an
+        // idle connection is a round trip to the connection's worker thread for nothing (one per
+        // acquire: per write group, per read statement).
+        builder = builder.test_before_acquire(false);
         builder = builder.after_connect(move |conn, _meta| {
             Box::pin(async move {
                 conn.execute(sqlite_pragmas(durability)).await?;
