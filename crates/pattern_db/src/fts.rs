@@ -40,8 +40,10 @@ use crate::search::{ChangeKind, ContentRef, ContentRow, ContentType, TextHit, Te
 
 /// The name under which the index records its cursor in `search_consumers`.
 pub(crate) const CONSUMER: &str = "tantivy";
-/// Memory budget of the index writer.
+/// Memory budget of the index writer (shared by its threads).
 const WRITER_BUDGET: usize = 50_000_000;
+/// Threads the index writer tokenizes and indexes documents on.
+const INDEXING_THREADS: usize = 2;
 /// Changes applied per index commit (an import's changes are applied in few commits: each commit
 /// opens a writer, writes a segment, syncs its files and waits for merges).
 const CHANGES_PER_COMMIT: usize = 50_000;
@@ -127,7 +129,7 @@ pub(crate) async fn follow(
 fn open_writer(index: &Index) -> Result<IndexWriter> {
     let mut waited = 0;
     loop {
-        match index.writer_with_num_threads(1, WRITER_BUDGET) {
+        match index.writer_with_num_threads(INDEXING_THREADS, WRITER_BUDGET) {
             Ok(w) => return Ok(w),
             Err(tantivy::TantivyError::LockFailure(_, _)) if waited < 600 => {
                 std::thread::sleep(std::time::Duration::from_millis(50));
