@@ -17,7 +17,8 @@
 //! - `ci` — fmt, clippy, tidy, setup, every crate's tests against a fresh
 //!   cluster, docs; always stops the cluster it started.
 //! - `test [CRATE] [-- ARGS]` — tests with `PATTERN_TEST_PG_URL` set.
-//! - `bench [CRATE] [-- ARGS]` — benches with `PATTERN_TEST_PG_URL` set.
+//! - `bench [CRATE] [-- ARGS]` — benches with `PATTERN_TEST_PG_URL` set; `bench --goals` runs
+//!   `pattern_db`'s storage goals on SQLite and writes their table into `docs/performance.md`.
 //! - `db up|down|reset|status [--url URL]`, `db new NAME` — migrations.
 //! - `demo [-- ARGS]` — the main job: setup, then `pattern demo` (a real agent conversation).
 //! - `eval recall [--postgres]` — the whole generated recall evaluation with the real model:
@@ -28,6 +29,7 @@ mod cmd;
 mod db;
 mod demo;
 mod eval;
+mod goals;
 mod guard;
 mod pg;
 mod setup;
@@ -77,6 +79,10 @@ enum Command {
     Bench {
         /// Crate to bench; every crate with a `benches/` folder when omitted.
         krate: Option<String>,
+        /// Run only `pattern_db`'s storage goals (SQLite) and write their table into
+        /// `docs/performance.md`.
+        #[arg(long)]
+        goals: bool,
         /// Extra arguments passed to the bench binaries after `--`.
         #[arg(last = true)]
         args: Vec<String>,
@@ -110,7 +116,10 @@ fn main() -> ExitCode {
         Command::Tidy => tidy::run(&root),
         Command::Ci => ci::ci(&root),
         Command::Test { krate, args } => ci::test(&root, krate.as_deref(), &args),
-        Command::Bench { krate, args } => ci::bench(&root, krate.as_deref(), &args),
+        Command::Bench {
+            goals: true, args, ..
+        } => goals::run(&root, &args),
+        Command::Bench { krate, args, .. } => ci::bench(&root, krate.as_deref(), &args),
         Command::Db { action } => db::run(&root, action),
         Command::Demo { args } => demo::run(&root, &args),
         Command::Eval { which } => eval::run(&root, which),

@@ -59,6 +59,10 @@ struct Inner {
     /// Whether a PostgreSQL database has the RUM indexes that rank full-text matches (migration
     /// 0020, when the extension was available); checked by the first search.
     ranked_fulltext: tokio::sync::OnceCell<bool>,
+    /// Wakes the task that keeps that index current after writes (SQLite).
+    index_nudge: Option<Arc<tokio::sync::Notify>>,
+    /// That task, stopped on close.
+    index_task: std::sync::Mutex<Option<JoinHandle<()>>>,
     /// The latest batches read per agent, valid while the agent's revision is unchanged.
     recent: std::sync::Mutex<HashMap<AgentId, CachedRecent>>,
 }
@@ -77,6 +81,9 @@ const RECENT_CACHE_AGENTS: usize = 1024;
 impl Drop for Inner {
     fn drop(&mut self) {
         if let Some(task) = self.heartbeat.take() {
+            task.abort();
+        }
+        if let Some(task) = self.index_task.get_mut().ok().and_then(Option::take) {
             task.abort();
         }
     }
@@ -125,6 +132,10 @@ async fn pool(
         .min_connections(0)
         .acquire_timeout(config.connect_timeout);
     if backend == Backend::Sqlite {
+        // A file connection cannot lose its server: the ping sqlx sends before handing out an
+        // idle connection is a round trip to the connection's worker thread for nothing (one per
+        // acquire: per write group, per read statement).
+        builder = builder.test_before_acquire(false);
         builder = builder.after_connect(move |conn, _meta| {
             Box::pin(async move {
                 conn.execute(sqlite_pragmas(durability)).await?;
@@ -251,7 +262,9 @@ impl Database {
                 judge,
             }))
         });
-        Ok(Self {
+        let index_nudge =
+            (backend == Backend::Sqlite).then(|| Arc::new(tokio::sync::Notify::new()));
+        let db = Self {
             inner: Arc::new(Inner {
                 backend,
                 url: redact_url(&config.url),
@@ -267,8 +280,20 @@ impl Database {
                 fts: tokio::sync::OnceCell::new(),
                 ranked_fulltext: tokio::sync::OnceCell::new(),
                 fts_dir: crate::fts::dir_for(&config.url),
+                index_nudge: index_nudge.clone(),
+                index_task: std::sync::Mutex::new(None),
             }),
-        })
+        };
+        if let Some(nudge) = index_nudge {
+            let weak = Arc::downgrade(&db.inner);
+            let task = tokio::spawn(crate::fts::follow(nudge, move || {
+                weak.upgrade().map(|inner| Database { inner })
+            }));
+            if let Ok(mut slot) = db.inner.index_task.lock() {
+                *slot = Some(task);
+            }
+        }
+        Ok(db)
     }
 
     /// Which engine this is.
@@ -369,6 +394,15 @@ impl Database {
         }
     }
 
+    /// Forgets every cached `get_recent` answer, so the next call reads the database (for
+    /// benchmarks of the uncached read).
+    #[cfg(feature = "testkit")]
+    pub fn forget_read_cache(&self) {
+        if let Ok(mut cache) = self.inner.recent.lock() {
+            cache.clear();
+        }
+    }
+
     #[cfg(feature = "testkit")]
     pub(crate) fn write_pool(&self) -> &AnyPool {
         &self.inner.write_pool
@@ -410,7 +444,9 @@ impl Database {
         } else {
             crate::runs::current_fence()
         };
-        self.inner.writer.submit(write, fence).await
+        let out = self.inner.writer.submit(write, fence).await;
+        self.nudge_index();
+        out
     }
 
     /// Queues a write of the run holding `claim`.
@@ -419,7 +455,17 @@ impl Database {
         write: W,
         claim: crate::runs::RunClaim,
     ) -> Result<W::Output> {
-        self.inner.writer.submit(write, Some(claim)).await
+        let out = self.inner.writer.submit(write, Some(claim)).await;
+        self.nudge_index();
+        out
+    }
+
+    /// Tells the full-text index follower that a write has returned (committed or not: a
+    /// catch-up with nothing new is one indexed query). Never waits.
+    fn nudge_index(&self) {
+        if let Some(nudge) = &self.inner.index_nudge {
+            nudge.notify_one();
+        }
     }
 
     /// Wake-ups of runs and turns in this process (and, on PostgreSQL, from every process).
@@ -512,6 +558,12 @@ impl Database {
         if let Some(task) = &inner.heartbeat {
             task.abort();
         }
+        let follower = inner.index_task.lock().ok().and_then(|mut t| t.take());
+        if let Some(task) = follower {
+            task.abort();
+            // Its catch-up may hold a handle: let it end before the pools close.
+            let _ = task.await;
+        }
         if let Some(liveness) = take_liveness(&inner).await {
             crate::process::release(liveness).await;
         }
@@ -528,6 +580,12 @@ impl Database {
         drop(self);
         if let Some(task) = &inner.heartbeat {
             task.abort();
+        }
+        let follower = inner.index_task.lock().ok().and_then(|mut t| t.take());
+        if let Some(task) = follower {
+            task.abort();
+            // Its catch-up may hold a handle: let it end before the pools close.
+            let _ = task.await;
         }
         let liveness = take_liveness(&inner).await;
         if liveness.is_some() {

@@ -13,6 +13,10 @@
 //! database ([`Database::resolve_content`]) before it is returned. This module must never make the
 //! database wait on the index (it only reads the database, and records its cursor through the
 //! writer), and never run tantivy's blocking work on an async worker thread.
+//!
+//! Besides the catch-up of every search, a follower task ([`follow`]) catches up in the
+//! background whenever writes pause, so that the index is built while an import runs rather
+//! than at the first search after it.
 
 use std::collections::{HashMap, HashSet};
 use std::ops::Bound;
@@ -36,10 +40,13 @@ use crate::search::{ChangeKind, ContentRef, ContentRow, ContentType, TextHit, Te
 
 /// The name under which the index records its cursor in `search_consumers`.
 pub(crate) const CONSUMER: &str = "tantivy";
-/// Memory budget of the index writer.
+/// Memory budget of the index writer (shared by its threads).
 const WRITER_BUDGET: usize = 50_000_000;
-/// Changes applied per index commit.
-const CHANGES_PER_COMMIT: usize = 5000;
+/// Threads the index writer tokenizes and indexes documents on.
+const INDEXING_THREADS: usize = 2;
+/// Changes applied per index commit (an import's changes are applied in few commits: each commit
+/// opens a writer, writes a segment, syncs its files and waits for merges).
+const CHANGES_PER_COMMIT: usize = 50_000;
 const TOKENIZER: &str = "en_stem";
 
 #[derive(Clone, Copy)]
@@ -57,7 +64,9 @@ fn schema() -> (Schema, Fields) {
     let text_options = TextOptions::default().set_indexing_options(
         TextFieldIndexing::default()
             .set_tokenizer(TOKENIZER)
-            .set_index_option(IndexRecordOption::WithFreqsAndPositions),
+            // Queries are ORs of single terms (never phrases): positions would only cost
+            // indexing time and about a third of the index's bytes.
+            .set_index_option(IndexRecordOption::WithFreqs),
     );
     let fields = Fields {
         key: b.add_text_field("key", STRING),
@@ -80,12 +89,47 @@ fn join_error(e: tokio::task::JoinError) -> Error {
     ))))
 }
 
+/// How long writes must pause before the follower catches up. A steady stream of writes (an
+/// agent acknowledging as fast as it can) never pauses that long, so the index's commits, which
+/// sync files on the same disk, never compete with acknowledgements; such a backlog is applied
+/// by the next pause or the next search, as before the follower.
+const FOLLOW_QUIET: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Keeps the index current in the background: woken after writes (`nudge`), it waits for a
+/// pause in the writes ([`FOLLOW_QUIET`]) and applies the new changes in bulk, so a search after
+/// an import finds little or nothing to catch up (an import's calls each take long enough for
+/// the follower to index the previous one meanwhile). Writes never wait for it: it only reads
+/// the database and records its cursor through the writer like any search's catch-up. Ends when
+/// `db` returns `None` (every handle dropped); errors are logged and retried at the next nudge.
+pub(crate) async fn follow(
+    nudge: Arc<tokio::sync::Notify>,
+    db: impl Fn() -> Option<Database> + Send + 'static,
+) {
+    loop {
+        nudge.notified().await;
+        while tokio::time::timeout(FOLLOW_QUIET, nudge.notified())
+            .await
+            .is_ok()
+        {}
+        let Some(db) = db() else { return };
+        let caught_up = match db.fts().await {
+            Ok(fts) => fts.catch_up(&db).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = caught_up
+            && !matches!(e, Error::Closed)
+        {
+            tracing::warn!(error = %e, "the full-text index could not catch up; it will try again");
+        }
+    }
+}
+
 /// Takes the index's writer lock, waiting while another handle or process holds it (the writer
 /// is held only while changes are applied).
 fn open_writer(index: &Index) -> Result<IndexWriter> {
     let mut waited = 0;
     loop {
-        match index.writer_with_num_threads(1, WRITER_BUDGET) {
+        match index.writer_with_num_threads(INDEXING_THREADS, WRITER_BUDGET) {
             Ok(w) => return Ok(w),
             Err(tantivy::TantivyError::LockFailure(_, _)) if waited < 600 => {
                 std::thread::sleep(std::time::Duration::from_millis(50));
@@ -267,7 +311,7 @@ impl FtsIndex {
     ) -> Result<()> {
         let index = self.index.clone();
         let f = self.fields;
-        tokio::task::spawn_blocking(move || -> Result<()> {
+        let writer = tokio::task::spawn_blocking(move || -> Result<IndexWriter> {
             let mut w = open_writer(&index)?;
             if clear {
                 w.delete_all_documents().map_err(index_error)?;
@@ -291,11 +335,19 @@ impl FtsIndex {
             let mut prepared = w.prepare_commit().map_err(index_error)?;
             prepared.set_payload(&cursor.to_string());
             prepared.commit().map_err(index_error)?;
-            w.wait_merging_threads().map_err(index_error)?;
-            Ok(())
+            Ok(w)
         })
         .await
         .map_err(join_error)??;
+        // The commit is visible now; merging the segments it started can take seconds on a large
+        // index and no search needs it, so it finishes on its own thread. The writer's lock is
+        // held until then: the next catch-up with changes to apply waits for it in
+        // `open_writer`, one with nothing new does not.
+        std::mem::drop(tokio::task::spawn_blocking(move || {
+            if let Err(e) = writer.wait_merging_threads() {
+                tracing::debug!(error = %e, "merging the full-text index's segments failed");
+            }
+        }));
         self.reader.reload().map_err(index_error)
     }
 

@@ -867,7 +867,7 @@ pub(crate) async fn append_events(
     {
         let sql = format!(
             "INSERT INTO turn_events (turn_id, seq, kind, data, created_at) VALUES {}",
-            super::placeholders(chunk.len(), 5, 1)
+            super::value_rows(&*conn, chunk.len(), 5)
         );
         let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
         for (i, e) in chunk.iter().enumerate() {

@@ -19,6 +19,7 @@ use uuid::Uuid;
 
 use super::{
     Ctx, decode_content, fixed_chunks, from_ms, lock_agent, now_ms, parse_uuid, placeholders,
+    value_rows,
 };
 use crate::archival::{
     ARCHIVAL_COLUMNS, ArchivalEntry, ArchivalId, NewArchival, archival_from_row,
@@ -66,7 +67,7 @@ async fn log_changes(
     for chunk in fixed_chunks(&rows) {
         let sql = format!(
             "INSERT INTO search_changes (content_type, content_id, agent_id, kind) VALUES {}",
-            placeholders(chunk.len(), 4, 1)
+            value_rows(&*conn, chunk.len(), 4)
         );
         let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
         for (t, id, agent, kind) in chunk {
@@ -100,7 +101,7 @@ async fn upsert_jobs(
         let sql = format!(
             "INSERT INTO embedding_jobs (content_type, content_id, agent_id, text_hash, next_attempt_at, created_at) \
              VALUES {} ON CONFLICT (content_type, content_id) {conflict}",
-            placeholders(chunk.len(), 6, 1)
+            value_rows(&*conn, chunk.len(), 6)
         );
         let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
         for (t, id, agent, hash) in chunk {
@@ -339,7 +340,7 @@ pub(crate) async fn insert_archival(
     for chunk in fixed_chunks(&new_rows) {
         let sql = format!(
             "INSERT INTO archival_memories (id, agent_id, content, metadata, tags, dedupe_key, created_at) VALUES {}",
-            placeholders(chunk.len(), 7, 1)
+            value_rows(&*conn, chunk.len(), 7)
         );
         let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
         for (i, metadata, tags) in chunk {
@@ -365,7 +366,7 @@ pub(crate) async fn insert_archival(
     for chunk in fixed_chunks(&tag_rows) {
         let sql = format!(
             "INSERT INTO archival_tags (archival_id, agent_id, tag) VALUES {}",
-            placeholders(chunk.len(), 3, 1)
+            value_rows(&*conn, chunk.len(), 3)
         );
         let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
         for (id, tag) in chunk {
@@ -472,7 +473,7 @@ pub(crate) async fn load_live(
             let sql = format!(
                 "{} AND m.id IN {}",
                 content_select(t),
-                placeholders(1, chunk.len(), 1)
+                value_rows(&*conn, 1, chunk.len())
             );
             let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
             for id in chunk {
@@ -942,7 +943,7 @@ pub(crate) async fn store(
              VALUES {} ON CONFLICT (content_type, content_id) DO UPDATE SET \
              agent_id = excluded.agent_id, text_hash = excluded.text_hash, dimension = excluded.dimension, \
              vector = excluded.vector, created_at = excluded.created_at",
-            placeholders(chunk.len(), 7, 1)
+            value_rows(&*conn, chunk.len(), 7)
         );
         let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
         for (v, row) in chunk {
@@ -960,7 +961,7 @@ pub(crate) async fn store(
         // it for a newer one).
         let sql = format!(
             "DELETE FROM embedding_jobs WHERE (content_type, content_id, text_hash) IN (VALUES {})",
-            placeholders(chunk.len(), 3, 1)
+            value_rows(&*conn, chunk.len(), 3)
         );
         let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
         for (v, _) in chunk {

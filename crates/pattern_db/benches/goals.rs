@@ -1,0 +1,539 @@
+//! The storage goals of issue 17 on SQLite, each measured at its scale in one run (criterion,
+//! release build, a file database opened with the default, fully durable configuration):
+//!
+//! - `goals/ack_p50`: one durable acknowledgement (`begin_batch`, `synchronous=FULL`);
+//!   `goals/bare_insert`: one autocommitted single-row `INSERT` through sqlx on the same file, the
+//!   floor this disk sets (criterion's median is the p50 of the per-sample means);
+//! - `goals/acks_100_writers`: 100 tasks, one agent each, acknowledging as fast as they can
+//!   (time per acknowledgement; acknowledgements per second = 1 / that);
+//! - `goals/import_100k`: `import_legacy` of 100k messages (5 calls of 20k) into a fresh agent;
+//! - `goals/first_search_after_import`: the first `search_text` right after `import_legacy`
+//!   returned on 100k messages of a fresh agent (the import itself untimed), against
+//!   `goals/search`: the same kind of search once nothing is left to index;
+//! - `goals/newest_50_uncached`: `get_recent(25)` (50 messages) of an agent with 100k messages,
+//!   with the read cache emptied before every call (the database's revision lookup and both
+//!   queries run; SQLite's and the OS's page caches stay warm, as they are for a working agent);
+//! - bytes per message: the database (page count x page size, WAL included) plus the full-text
+//!   index directory, divided by the messages of the 100k history, written to
+//!   `goals-side.json` in criterion's output folder beside criterion's own estimates.
+//!
+//! Messages are 387 bytes of English-like text drawn from a fixed vocabulary. `PATTERN_BENCH_QUICK=1`
+//! (and criterion's test mode) use 10k messages instead of 100k. `cargo xtask bench --goals` runs
+//! this and writes the table into `docs/performance.md`. This file must never assert timings.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
+use pattern_db::testkit::TestDb;
+use pattern_db::{
+    BeginBatch, ContentBlock, Database, LegacyMessage, MessageStore, NewAgent, NewMessage, Role,
+    TextSearch,
+};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use tokio::runtime::Runtime;
+
+/// Bytes of every message's text.
+const MESSAGE_BYTES: usize = 387;
+/// Messages per `import_legacy` call.
+const IMPORT_CHUNK: usize = 20_000;
+/// Concurrent writers of `acks_100_writers`.
+const WRITERS: usize = 100;
+
+const WORDS: &[&str] = &[
+    "the", "of", "and", "to", "in", "is", "that", "for", "it", "with", "as", "was", "on", "be",
+    "at", "by", "this", "had", "not", "are", "but", "from", "or", "have", "an", "they", "which",
+    "one", "you", "were", "all", "we", "her", "she", "there", "would", "their", "will", "when",
+    "who", "him", "been", "has", "more", "if", "no", "out", "so", "said", "what", "up", "its",
+    "about", "into", "than", "them", "can", "only", "other", "new", "some", "could", "time",
+    "these", "two", "may", "then", "do", "first", "any", "my", "now", "such", "like", "our",
+    "over", "man", "me", "even", "most", "made", "after", "also", "did", "many", "before", "must",
+    "through", "back", "years", "where", "much", "your", "way", "well", "down", "should",
+    "because", "each", "just", "those", "people", "how", "too", "little", "state", "good", "very",
+    "make", "world", "still", "own", "see", "men", "work", "long", "get", "here", "between",
+    "both", "life", "being", "under", "never", "day", "same", "another", "know", "while", "last",
+    "might", "us", "great", "old", "year", "off", "come", "since", "against", "go", "came",
+    "right", "used", "take", "three", "build", "server", "memory", "garden", "letter", "river",
+    "engine", "window", "market", "doctor", "history", "question", "answer", "morning", "evening",
+    "project", "schedule", "meeting", "budget", "report", "picture", "kitchen", "station",
+    "village", "problem", "message", "weather", "holiday", "library", "teacher", "student",
+    "account", "pattern", "database", "network", "program", "journey", "mountain", "island",
+    "forest", "winter", "summer", "autumn", "spring", "coffee", "bread", "music", "family",
+    "friend", "office", "company", "machine", "language", "science", "harbour", "bridge", "castle",
+    "painting", "recipe", "medicine", "contract", "invoice",
+];
+
+fn quick() -> bool {
+    let env_quick = std::env::var("PATTERN_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
+    let args: Vec<String> = std::env::args().collect();
+    let test_mode = !args.iter().any(|a| a == "--bench") || args.iter().any(|a| a == "--test");
+    env_quick || test_mode
+}
+
+/// Messages of the history and of each import.
+fn scale() -> usize {
+    if quick() { 10_000 } else { 100_000 }
+}
+
+/// A small deterministic generator (splitmix64).
+fn next(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// One word, skewed towards the front of the list (common words are common).
+fn word(state: &mut u64) -> &'static str {
+    let a = next(state) as usize % WORDS.len();
+    let b = next(state) as usize % WORDS.len();
+    WORDS[a.min(b)]
+}
+
+/// `MESSAGE_BYTES` bytes of sentences.
+fn english(seed: u64) -> String {
+    let mut state = seed;
+    let mut out = String::with_capacity(MESSAGE_BYTES + 16);
+    let mut sentence = 0;
+    while out.len() < MESSAGE_BYTES {
+        let w = word(&mut state);
+        if sentence == 0 {
+            let mut c = w.chars();
+            if let Some(f) = c.next() {
+                out.extend(f.to_uppercase());
+                out.push_str(c.as_str());
+            }
+        } else {
+            out.push(' ');
+            out.push_str(w);
+        }
+        sentence += 1;
+        if sentence > 8 && next(&mut state).is_multiple_of(4) {
+            out.push_str(". ");
+            sentence = 0;
+        }
+    }
+    out.truncate(MESSAGE_BYTES - 1);
+    let trimmed = out.trim_end().len();
+    out.truncate(trimmed);
+    while out.len() < MESSAGE_BYTES - 1 {
+        out.push('s');
+    }
+    out.push('.');
+    out
+}
+
+/// `len` messages starting at number `first`: user, assistant, user, ... (each pair one batch).
+fn history_chunk(first: usize, len: usize) -> Vec<LegacyMessage> {
+    (first..first + len)
+        .map(|i| LegacyMessage {
+            role: if i % 2 == 0 {
+                Role::User
+            } else {
+                Role::Assistant
+            },
+            content: vec![ContentBlock::text(english(i as u64))],
+            created_at: None,
+            origin: None,
+        })
+        .collect()
+}
+
+async fn import(store: &MessageStore, messages: usize) {
+    let mut first = 0;
+    while first < messages {
+        let len = IMPORT_CHUNK.min(messages - first);
+        let plan = store
+            .import_legacy(history_chunk(first, len))
+            .await
+            .expect("import_legacy");
+        assert!(plan.anomalies.is_empty(), "anomalies: {:?}", plan.anomalies);
+        first += len;
+    }
+}
+
+/// Two-word queries over middling words, cycled.
+fn query(i: usize) -> String {
+    let mid = &WORDS[140..];
+    format!("{} {}", mid[i % mid.len()], mid[(i * 7 + 3) % mid.len()])
+}
+
+fn criterion_home() -> PathBuf {
+    if let Some(home) = std::env::var_os("CRITERION_HOME") {
+        return PathBuf::from(home);
+    }
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| PathBuf::from("target"), PathBuf::from);
+    target.join("criterion")
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// The history database: one agent with `scale()` messages, and the agents imports go to.
+struct History {
+    tdb: TestDb,
+    db: Database,
+    store: MessageStore,
+    imports: AtomicUsize,
+    queries: AtomicUsize,
+}
+
+impl History {
+    async fn new() -> Self {
+        let tdb = TestDb::sqlite().expect("temporary SQLite database");
+        let db = Database::open(tdb.config()).await.expect("open");
+        let store = agent(&db, "history").await;
+        let n = scale();
+        let start = Instant::now();
+        import(&store, n).await;
+        let imported = start.elapsed();
+        // Everything indexed before the size is taken.
+        let t = Instant::now();
+        db.search_text(&query(0), &TextSearch::default())
+            .await
+            .expect("search");
+        let first_search = t.elapsed();
+        let recent = store.get_recent(25).await.expect("get_recent");
+        assert_eq!(recent.iter().map(|b| b.messages.len()).sum::<usize>(), 50);
+        let side = Side::measure(&tdb, n, imported, first_search).await;
+        side.write();
+        Self {
+            tdb,
+            db,
+            store,
+            imports: AtomicUsize::new(0),
+            queries: AtomicUsize::new(0),
+        }
+    }
+
+    /// A fresh agent with `scale()` imported messages; returns it when the import returned.
+    async fn imported_agent(&self) -> MessageStore {
+        let n = self.imports.fetch_add(1, Ordering::Relaxed);
+        let store = agent(&self.db, &format!("import-{n}")).await;
+        import(&store, scale()).await;
+        store
+    }
+
+    async fn search(&self, agent: Option<pattern_db::AgentId>) {
+        let i = self.queries.fetch_add(1, Ordering::Relaxed);
+        let opts = TextSearch {
+            agent,
+            ..TextSearch::default()
+        };
+        let hits = self
+            .db
+            .search_text(&query(i), &opts)
+            .await
+            .expect("search_text");
+        black_box(hits);
+    }
+}
+
+async fn agent(db: &Database, name: &str) -> MessageStore {
+    let agent = db
+        .create_agent(NewAgent::named(name))
+        .await
+        .expect("create agent");
+    db.messages(agent.id)
+}
+
+/// Figures that are not timings, for `cargo xtask bench --goals`.
+struct Side {
+    messages: usize,
+    db_bytes: u64,
+    index_bytes: u64,
+    history_import_s: f64,
+    history_first_search_ms: f64,
+}
+
+impl Side {
+    async fn measure(tdb: &TestDb, messages: usize, imported: Duration, first: Duration) -> Self {
+        let options = SqliteConnectOptions::from_str(&tdb.url).expect("sqlite URL");
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await
+            .expect("connect");
+        let pages: i64 = sqlx::query_scalar("PRAGMA page_count")
+            .fetch_one(&pool)
+            .await
+            .expect("page_count");
+        let size: i64 = sqlx::query_scalar("PRAGMA page_size")
+            .fetch_one(&pool)
+            .await
+            .expect("page_size");
+        pool.close().await;
+        let file = tdb.url.trim_start_matches("sqlite://").to_owned();
+        let index_bytes = dir_bytes(Path::new(&format!("{file}.search")));
+        let side = Self {
+            messages,
+            db_bytes: u64::try_from(pages * size).unwrap_or(0),
+            index_bytes,
+            history_import_s: imported.as_secs_f64(),
+            history_first_search_ms: first.as_secs_f64() * 1e3,
+        };
+        println!(
+            "goals: {} messages: database {} bytes + index {} bytes = {:.0} bytes per message; \
+             built in {:.2} s ({:.0} messages/s); first search {:.1} ms",
+            side.messages,
+            side.db_bytes,
+            side.index_bytes,
+            side.per_message(),
+            side.history_import_s,
+            side.messages as f64 / side.history_import_s,
+            side.history_first_search_ms
+        );
+        side
+    }
+
+    fn per_message(&self) -> f64 {
+        (self.db_bytes + self.index_bytes) as f64 / self.messages as f64
+    }
+
+    fn write(&self) {
+        let home = criterion_home();
+        let _ = std::fs::create_dir_all(&home);
+        let json = format!(
+            "{{\"messages\":{},\"message_bytes\":{MESSAGE_BYTES},\"db_bytes\":{},\"index_bytes\":{},\
+             \"bytes_per_message\":{:.1},\"history_import_s\":{:.3},\"history_first_search_ms\":{:.3}}}\n",
+            self.messages,
+            self.db_bytes,
+            self.index_bytes,
+            self.per_message(),
+            self.history_import_s,
+            self.history_first_search_ms
+        );
+        if let Err(e) = std::fs::write(home.join("goals-side.json"), json) {
+            eprintln!("goals: cannot write goals-side.json: {e}");
+        }
+    }
+}
+
+/// The acknowledgement database: one agent for single acks, 100 writers, and a bare table.
+struct Acks {
+    tdb: TestDb,
+    db: Database,
+    one: MessageStore,
+    writers: Vec<MessageStore>,
+    bare: SqlitePool,
+    next_id: AtomicI64,
+    content: String,
+}
+
+impl Acks {
+    async fn new() -> Self {
+        let tdb = TestDb::sqlite().expect("temporary SQLite database");
+        let db = Database::open(tdb.config()).await.expect("open");
+        let one = agent(&db, "ack").await;
+        let mut writers = Vec::with_capacity(WRITERS);
+        for i in 0..WRITERS {
+            writers.push(agent(&db, &format!("writer-{i:03}")).await);
+        }
+        // The same durability as pattern_db's connections: WAL, synchronous=FULL.
+        let options = SqliteConnectOptions::from_str(&tdb.url)
+            .expect("sqlite URL")
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(10));
+        let bare = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await
+            .expect("connect");
+        sqlx::query(
+            "CREATE TABLE bench_bare (id INTEGER PRIMARY KEY NOT NULL, agent_id TEXT NOT NULL, \
+             content TEXT NOT NULL, created_at INTEGER NOT NULL)",
+        )
+        .execute(&bare)
+        .await
+        .expect("create bench_bare");
+        Self {
+            tdb,
+            db,
+            one,
+            writers,
+            bare,
+            next_id: AtomicI64::new(1),
+            content: format!(r#"[{{"type":"text","text":"{}"}}]"#, english(7)),
+        }
+    }
+
+    fn trigger() -> NewMessage {
+        NewMessage::user(english(11))
+    }
+
+    async fn bare_insert(&self) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let done = sqlx::query(
+            "INSERT INTO bench_bare (id, agent_id, content, created_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(id)
+        .bind(self.one.agent_id().to_string())
+        .bind(self.content.clone())
+        .bind(chrono::Utc::now().timestamp_millis())
+        .execute(&self.bare)
+        .await
+        .expect("bare insert");
+        assert_eq!(done.rows_affected(), 1);
+    }
+
+    async fn concurrent(&self, iters: u64) -> Duration {
+        let budget = std::sync::Arc::new(AtomicU64::new(iters));
+        let start = Instant::now();
+        let tasks: Vec<_> = self
+            .writers
+            .iter()
+            .take(usize::try_from(iters).unwrap_or(usize::MAX))
+            .cloned()
+            .map(|store| {
+                let budget = budget.clone();
+                tokio::spawn(async move {
+                    while budget
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                        .is_ok()
+                    {
+                        black_box(
+                            store
+                                .begin_batch(Self::trigger(), BeginBatch::default())
+                                .await
+                                .expect("begin_batch"),
+                        );
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.expect("writer task");
+        }
+        start.elapsed()
+    }
+}
+
+fn bench_acks(c: &mut Criterion, rt: &Runtime) {
+    let mut state: Option<Acks> = None;
+    let mut group = c.benchmark_group("goals");
+    group
+        .sample_size(30)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    group.bench_function("ack_p50", |b| {
+        let fx = &*state.get_or_insert_with(|| rt.block_on(Acks::new()));
+        b.to_async(rt).iter(|| async {
+            black_box(
+                fx.one
+                    .begin_batch(Acks::trigger(), BeginBatch::default())
+                    .await
+                    .expect("begin_batch"),
+            )
+        });
+    });
+    group.bench_function("bare_insert", |b| {
+        let fx = &*state.get_or_insert_with(|| rt.block_on(Acks::new()));
+        b.to_async(rt).iter(|| fx.bare_insert());
+    });
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(4))
+        .sampling_mode(SamplingMode::Flat);
+    group.bench_function("acks_100_writers", |b| {
+        let fx = &*state.get_or_insert_with(|| rt.block_on(Acks::new()));
+        b.to_async(rt).iter_custom(|iters| fx.concurrent(iters));
+    });
+    group.finish();
+    if let Some(fx) = state {
+        rt.block_on(async {
+            fx.bare.close().await;
+            fx.db.close().await;
+            fx.tdb.cleanup().await.expect("cleanup");
+        });
+    }
+}
+
+fn bench_history(c: &mut Criterion, rt: &Runtime) {
+    let mut state: Option<History> = None;
+    let mut group = c.benchmark_group("goals");
+    group
+        .sample_size(30)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    group.bench_function("newest_50_uncached", |b| {
+        let fx = &*state.get_or_insert_with(|| rt.block_on(History::new()));
+        b.to_async(rt).iter(|| async {
+            fx.db.forget_read_cache();
+            black_box(fx.store.get_recent(25).await.expect("get_recent"))
+        });
+    });
+    group.bench_function("search", |b| {
+        let fx = &*state.get_or_insert_with(|| rt.block_on(History::new()));
+        b.to_async(rt).iter(|| fx.search(Some(fx.store.agent_id())));
+    });
+    // One untimed import of `scale()` messages per iteration: a sample is one iteration.
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(1))
+        .measurement_time(Duration::from_millis(1))
+        .sampling_mode(SamplingMode::Flat);
+    group.bench_function("first_search_after_import", |b| {
+        let fx = &*state.get_or_insert_with(|| rt.block_on(History::new()));
+        b.to_async(rt).iter_custom(|iters| async move {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let store = fx.imported_agent().await;
+                let t = Instant::now();
+                fx.search(Some(store.agent_id())).await;
+                total += t.elapsed();
+            }
+            total
+        });
+    });
+    group.bench_function("import_100k", |b| {
+        let fx = &*state.get_or_insert_with(|| rt.block_on(History::new()));
+        b.to_async(rt).iter_custom(|iters| async move {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let n = fx.imports.fetch_add(1, Ordering::Relaxed);
+                let store = agent(&fx.db, &format!("import-{n}")).await;
+                let t = Instant::now();
+                import(&store, scale()).await;
+                total += t.elapsed();
+            }
+            total
+        });
+    });
+    group.finish();
+    if let Some(fx) = state {
+        rt.block_on(async {
+            fx.db.close().await;
+            fx.tdb.cleanup().await.expect("cleanup");
+        });
+    }
+}
+
+fn benches(c: &mut Criterion) {
+    let rt = Runtime::new().expect("tokio runtime");
+    bench_acks(c, &rt);
+    bench_history(c, &rt);
+}
+
+criterion_group!(goals, benches);
+criterion_main!(goals);
