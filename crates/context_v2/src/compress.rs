@@ -11,7 +11,7 @@
 //!
 //! Compression frees room down to a target below the budget (`ContextConfig::compress_to`), so
 //! the builds after it do not compress again at once. Batches older than the window the builder
-//! reads (`max_batches`) never leave the request silently ([`beyond_window`]): under recursive
+//! reads (`max_batches`) never leave the request silently (`beyond_window`): under recursive
 //! summarization they are summarised first, oldest first, in chunks each folded into the
 //! previous summary, so every summary's range (`from_batch..=through_batch`) holds only batches
 //! some summary saw; under the other strategies they are archived and reported. Archived
