@@ -140,38 +140,19 @@ pub(crate) async fn run(
                     .filter(|b| set.contains(&b.info.id))
                     .cloned()
                     .collect();
-                let (Some(first), Some(last)) = (going.first(), going.last()) else {
+                if batches.is_empty() {
                     return Ok(report(strategy, Vec::new(), None, before, before));
-                };
-                // The rendered summary carries a little framing besides the text.
-                let room = plan.summary_room.saturating_sub(40);
-                let text = summarizer
-                    .summarize(previous, &batches, room)
-                    .await
-                    .map_err(|e| Error::Summarizer(e.to_string()))?;
-                let tokens = plan.counter.count_text(&text);
-                if tokens > room {
-                    // Checked before anything is committed: an oversized summary must not leave
-                    // the agent with a context it can never build again.
-                    return Err(Error::OverBudget {
-                        section: "the new summary",
-                        tokens,
-                        budget: room,
-                    });
                 }
-                let summary = Summary {
-                    id: store.new_summary_id()?,
-                    agent_id: store.agent_id(),
-                    content: text,
-                    from_batch: previous.map_or(*first, |p| p.from_batch.min(*first)),
-                    through_batch: *last,
-                    message_count: previous.map_or(0, |p| p.message_count)
-                        + batches.iter().map(|b| b.messages.len() as i64).sum::<i64>(),
-                    depth: previous.map_or(0, |p| p.depth + 1),
-                    created_at: chrono::Utc::now(),
-                };
+                let summary = fold(
+                    summarizer,
+                    store,
+                    previous,
+                    &batches,
+                    plan.summary_room,
+                    plan.counter,
+                )
+                .await?;
                 let id = summary.id;
-                store.summarize_and_archive(summary).await?;
                 (going, Some(id))
             }
         }
@@ -229,6 +210,52 @@ pub(crate) async fn run(
     Ok(report(strategy, archived, summary, before, after))
 }
 
+/// Summarises `batches` (whole, closed, oldest first) folding `previous` in, and commits the
+/// summary with the archive of what it covers (one transaction). The summary is checked
+/// against its room (`summary_room` less a little framing) before anything is committed: an
+/// oversized summary must not leave the agent with a context it can never build again.
+async fn fold(
+    summarizer: &dyn Summarizer,
+    store: &MessageStore,
+    previous: Option<&Summary>,
+    batches: &[StoredBatch],
+    summary_room: usize,
+    counter: &dyn crate::tokens::TokenCounter,
+) -> Result<Summary> {
+    let (Some(first), Some(last)) = (
+        batches.first().map(|b| b.info.id),
+        batches.last().map(|b| b.info.id),
+    ) else {
+        return Err(Error::Summarizer("nothing to summarise".to_owned()));
+    };
+    let room = summary_room.saturating_sub(40);
+    let text = summarizer
+        .summarize(previous, batches, room)
+        .await
+        .map_err(|e| Error::Summarizer(e.to_string()))?;
+    let tokens = counter.count_text(&text);
+    if tokens > room {
+        return Err(Error::OverBudget {
+            section: "the new summary",
+            tokens,
+            budget: room,
+        });
+    }
+    let summary = Summary {
+        id: store.new_summary_id()?,
+        agent_id: store.agent_id(),
+        content: text,
+        from_batch: previous.map_or(first, |p| p.from_batch.min(first)),
+        through_batch: last,
+        message_count: previous.map_or(0, |p| p.message_count)
+            + batches.iter().map(|b| b.messages.len() as i64).sum::<i64>(),
+        depth: previous.map_or(0, |p| p.depth + 1),
+        created_at: chrono::Utc::now(),
+    };
+    store.summarize_and_archive(summary.clone()).await?;
+    Ok(summary)
+}
+
 /// Batches read per summarizer call (and per archive write) beyond the window.
 const BEYOND_CHUNK: usize = 50;
 
@@ -266,47 +293,28 @@ pub(crate) async fn beyond_window(
             .take_while(|b| b.info.state != BatchState::Open)
             .cloned()
             .collect();
-        if closed.len() < chunk.len() {
+        if let Some(open) = chunk.get(closed.len()) {
             tracing::warn!(
                 agent = %store.agent_id(),
-                batch = %chunk[closed.len()].info.id,
+                batch = %open.info.id,
                 "an open batch older than the context window stays live and out of the request"
             );
         }
-        let (Some(first), Some(last)) = (
-            closed.first().map(|b| b.info.id),
-            closed.last().map(|b| b.info.id),
-        ) else {
+        if closed.is_empty() {
             return Ok(done);
-        };
+        }
         let ids: Vec<BatchId> = closed.iter().map(|b| b.info.id).collect();
         if strategy == CompressionStrategy::RecursiveSummarization {
             let summarizer = summarizer.ok_or(Error::NoSummarizer)?;
-            let room = summary_room.saturating_sub(40);
-            let text = summarizer
-                .summarize(previous.as_ref(), &closed, room)
-                .await
-                .map_err(|e| Error::Summarizer(e.to_string()))?;
-            let tokens = counter.count_text(&text);
-            if tokens > room {
-                return Err(Error::OverBudget {
-                    section: "the new summary",
-                    tokens,
-                    budget: room,
-                });
-            }
-            let summary = Summary {
-                id: store.new_summary_id()?,
-                agent_id: store.agent_id(),
-                content: text,
-                from_batch: previous.as_ref().map_or(first, |p| p.from_batch.min(first)),
-                through_batch: last,
-                message_count: previous.as_ref().map_or(0, |p| p.message_count)
-                    + closed.iter().map(|b| b.messages.len() as i64).sum::<i64>(),
-                depth: previous.as_ref().map_or(0, |p| p.depth + 1),
-                created_at: chrono::Utc::now(),
-            };
-            store.summarize_and_archive(summary.clone()).await?;
+            let summary = fold(
+                summarizer,
+                store,
+                previous.as_ref(),
+                &closed,
+                summary_room,
+                counter,
+            )
+            .await?;
             previous = Some(summary.clone());
             done.summary = Some(summary);
         } else {

@@ -35,10 +35,10 @@ use pattern_db::{
     BeginBatch, ContentBlock, Database, LegacyMessage, MessageStore, NewAgent, NewMessage, Role,
     TextSearch,
 };
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 use tokio::runtime::Runtime;
+
+mod support;
 
 /// Bytes of every message's text.
 const MESSAGE_BYTES: usize = 387;
@@ -349,24 +349,7 @@ impl Acks {
         for i in 0..WRITERS {
             writers.push(agent(&db, &format!("writer-{i:03}")).await);
         }
-        // The same durability as pattern_db's connections: WAL, synchronous=FULL.
-        let options = SqliteConnectOptions::from_str(&tdb.url)
-            .expect("sqlite URL")
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
-            .busy_timeout(Duration::from_secs(10));
-        let bare = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(options)
-            .await
-            .expect("connect");
-        sqlx::query(
-            "CREATE TABLE bench_bare (id INTEGER PRIMARY KEY NOT NULL, agent_id TEXT NOT NULL, \
-             content TEXT NOT NULL, created_at INTEGER NOT NULL)",
-        )
-        .execute(&bare)
-        .await
-        .expect("create bench_bare");
+        let bare = support::sqlite_bare_pool(&tdb.url).await;
         Self {
             tdb,
             db,

@@ -17,7 +17,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::hint::black_box;
-use std::str::FromStr;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -31,10 +30,10 @@ use pattern_db::{
     Role,
 };
 use sqlx::postgres::{PgPool, PgPoolOptions};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::sqlite::SqlitePool;
 use tokio::runtime::Runtime;
+
+mod support;
 
 // ---------------------------------------------------------------------------------------------
 // settings
@@ -181,25 +180,7 @@ impl Bare {
     async fn connect(engine: Engine, url: &str, agent_id: String) -> Self {
         let pool = match engine {
             Engine::Sqlite => {
-                // The same durability as pattern_db's connections: WAL, synchronous=FULL.
-                let options = SqliteConnectOptions::from_str(url)
-                    .expect("sqlite URL")
-                    .create_if_missing(true)
-                    .journal_mode(SqliteJournalMode::Wal)
-                    .synchronous(SqliteSynchronous::Full)
-                    .busy_timeout(Duration::from_secs(10));
-                let pool = SqlitePoolOptions::new()
-                    .max_connections(1)
-                    .connect_with(options)
-                    .await
-                    .expect("connect");
-                sqlx::query(
-                    "CREATE TABLE bench_bare (id INTEGER PRIMARY KEY NOT NULL, agent_id TEXT NOT NULL, \
-                     content TEXT NOT NULL, created_at INTEGER NOT NULL)",
-                )
-                .execute(&pool)
-                .await
-                .expect("create bench_bare");
+                let pool = support::sqlite_bare_pool(url).await;
                 BarePool::Sqlite(pool)
             }
             Engine::Postgres => {

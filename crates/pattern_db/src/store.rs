@@ -192,15 +192,23 @@ impl MessageStore {
             .map(ops::batch_from_row)
             .collect::<Result<Vec<_>>>()?;
         infos.reverse();
-        let Some(oldest) = infos.first().map(|b| b.id) else {
+        self.whole(infos).await
+    }
+
+    /// `infos` (oldest first) with their messages: one range read of the message index from the
+    /// first batch to the last (messages of batches not listed are dropped).
+    async fn whole(&self, infos: Vec<BatchInfo>) -> Result<Vec<StoredBatch>> {
+        let (Some(first), Some(last)) = (infos.first(), infos.last()) else {
             return Ok(Vec::new());
         };
         let sql = ops::message_select(
-            "WHERE m.agent_id = $1 AND m.batch_id >= $2 AND NOT m.deleted ORDER BY m.batch_id, m.sequence_num",
+            "WHERE m.agent_id = $1 AND m.batch_id >= $2 AND m.batch_id <= $3 AND NOT m.deleted \
+             ORDER BY m.batch_id, m.sequence_num",
         );
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(self.agent.to_string())
-            .bind(oldest.get())
+            .bind(first.id.get())
+            .bind(last.id.get())
             .fetch_all(self.db.reader())
             .await?;
         group(
@@ -319,25 +327,7 @@ impl MessageStore {
             .iter()
             .map(ops::batch_from_row)
             .collect::<Result<Vec<_>>>()?;
-        let (Some(first), Some(last)) = (infos.first(), infos.last()) else {
-            return Ok(Vec::new());
-        };
-        let sql = ops::message_select(
-            "WHERE m.agent_id = $1 AND m.batch_id >= $2 AND m.batch_id <= $3 AND NOT m.deleted \
-             ORDER BY m.batch_id, m.sequence_num",
-        );
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(self.agent.to_string())
-            .bind(first.id.get())
-            .bind(last.id.get())
-            .fetch_all(self.db.reader())
-            .await?;
-        group(
-            infos,
-            rows.iter()
-                .map(ops::message_from_row)
-                .collect::<Result<Vec<_>>>()?,
-        )
+        self.whole(infos).await
     }
 
     /// Number of live (not archived, not deleted) messages.

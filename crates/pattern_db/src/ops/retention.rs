@@ -356,22 +356,8 @@ async fn retain(
               AND t.from_batch <= summaries.from_batch AND t.through_batch >= summaries.through_batch \
               AND (t.through_batch > summaries.through_batch OR t.id > summaries.id))";
         let cutoff = now.saturating_sub(age_ms(age));
-        report.deleted_summaries = if policy.dry_run {
-            let n: i64 = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) {filter}")))
-                .bind(id.clone())
-                .bind(cutoff)
-                .fetch_one(&mut *conn)
-                .await?
-                .try_get(0)?;
-            u64::try_from(n).unwrap_or(0)
-        } else {
-            sqlx::query(sqlx::AssertSqlSafe(format!("DELETE {filter}")))
-                .bind(id.clone())
-                .bind(cutoff)
-                .execute(&mut *conn)
-                .await?
-                .rows_affected()
-        };
+        report.deleted_summaries =
+            count_or_delete(conn, policy.dry_run, filter, &id, &[cutoff]).await?;
     }
     if let Some(keep) = policy.keep_block_versions {
         // Beyond the last `keep` versions, only the last version of each day stays.
@@ -382,40 +368,45 @@ async fn retain(
              AND version <> (SELECT MAX(v3.version) FROM memory_block_versions v3 \
                  WHERE v3.block_id = memory_block_versions.block_id \
                  AND v3.created_at / $3 = memory_block_versions.created_at / $3)";
-        let verb = if policy.dry_run {
-            "SELECT COUNT(*) "
-        } else {
-            "DELETE "
-        };
-        let q = sqlx::query(sqlx::AssertSqlSafe(format!("{verb}{filter}")))
-            .bind(id.clone())
-            .bind(i64::from(keep))
-            .bind(DAY_MS);
-        report.deleted_block_versions = if policy.dry_run {
-            u64::try_from(q.fetch_one(&mut *conn).await?.try_get::<i64, _>(0)?).unwrap_or(0)
-        } else {
-            q.execute(&mut *conn).await?.rows_affected()
-        };
+        report.deleted_block_versions = count_or_delete(
+            conn,
+            policy.dry_run,
+            filter,
+            &id,
+            &[i64::from(keep), DAY_MS],
+        )
+        .await?;
     }
     if let Some(age) = policy.activity_older_than {
         let filter = "FROM activity_events WHERE agent_id = $1 AND created_at < $2";
         let cutoff = now.saturating_sub(age_ms(age));
-        report.deleted_activity_events = if policy.dry_run {
-            let n: i64 = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) {filter}")))
-                .bind(id.clone())
-                .bind(cutoff)
-                .fetch_one(&mut *conn)
-                .await?
-                .try_get(0)?;
-            u64::try_from(n).unwrap_or(0)
-        } else {
-            sqlx::query(sqlx::AssertSqlSafe(format!("DELETE {filter}")))
-                .bind(id.clone())
-                .bind(cutoff)
-                .execute(&mut *conn)
-                .await?
-                .rows_affected()
-        };
+        report.deleted_activity_events =
+            count_or_delete(conn, policy.dry_run, filter, &id, &[cutoff]).await?;
     }
     Ok(report)
+}
+
+/// Counts (on a dry run) or deletes the rows `filter` (`FROM ... WHERE ...`: `$1` the agent's
+/// id, then `$2`, `$3`... the `numbers`) selects; returns how many.
+async fn count_or_delete(
+    conn: &mut AnyConnection,
+    dry_run: bool,
+    filter: &str,
+    agent: &str,
+    numbers: &[i64],
+) -> Result<u64> {
+    let verb = if dry_run {
+        "SELECT COUNT(*) "
+    } else {
+        "DELETE "
+    };
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(format!("{verb}{filter}"))).bind(agent.to_owned());
+    for n in numbers {
+        q = q.bind(*n);
+    }
+    Ok(if dry_run {
+        u64::try_from(q.fetch_one(&mut *conn).await?.try_get::<i64, _>(0)?).unwrap_or(0)
+    } else {
+        q.execute(&mut *conn).await?.rows_affected()
+    })
 }

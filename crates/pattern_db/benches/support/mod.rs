@@ -1,0 +1,34 @@
+//! What the `store` and `goals` benches share: the bare single-row insert they measure an
+//! acknowledgement against. It must never touch a table of the schema (it makes its own).
+
+#![allow(clippy::expect_used)]
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::SqlitePool;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+
+/// One connection to the SQLite file at `url` with pattern_db's durability (WAL,
+/// `synchronous=FULL`), and the table `bench_bare` created in it.
+pub(crate) async fn sqlite_bare_pool(url: &str) -> SqlitePool {
+    let options = SqliteConnectOptions::from_str(url)
+        .expect("sqlite URL")
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .busy_timeout(Duration::from_secs(10));
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .expect("connect");
+    sqlx::query(
+        "CREATE TABLE bench_bare (id INTEGER PRIMARY KEY NOT NULL, agent_id TEXT NOT NULL, \
+         content TEXT NOT NULL, created_at INTEGER NOT NULL)",
+    )
+    .execute(&pool)
+    .await
+    .expect("create bench_bare");
+    pool
+}
