@@ -40,6 +40,8 @@ use tokio::runtime::Runtime;
 
 mod support;
 
+use support::quick;
+
 /// Bytes of every message's text.
 const MESSAGE_BYTES: usize = 387;
 /// Messages per `import_legacy` call.
@@ -69,13 +71,6 @@ const WORDS: &[&str] = &[
     "friend", "office", "company", "machine", "language", "science", "harbour", "bridge", "castle",
     "painting", "recipe", "medicine", "contract", "invoice",
 ];
-
-fn quick() -> bool {
-    let env_quick = std::env::var("PATTERN_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
-    let args: Vec<String> = std::env::args().collect();
-    let test_mode = !args.iter().any(|a| a == "--bench") || args.iter().any(|a| a == "--test");
-    env_quick || test_mode
-}
 
 /// Messages of the history and of each import.
 fn scale() -> usize {

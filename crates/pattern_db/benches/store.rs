@@ -35,6 +35,8 @@ use tokio::runtime::Runtime;
 
 mod support;
 
+use support::quick;
+
 // ---------------------------------------------------------------------------------------------
 // settings
 
@@ -51,14 +53,6 @@ const AGENTS: usize = 100;
 const STEPS_PER_BATCH: usize = 20;
 /// Messages per `import_legacy` call while building a history.
 const IMPORT_CHUNK: usize = 20_000;
-
-fn quick() -> bool {
-    let env_quick = std::env::var("PATTERN_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
-    // Without `--bench` (or with `--test`) criterion runs every benchmark once as a test.
-    let args: Vec<String> = std::env::args().collect();
-    let test_mode = !args.iter().any(|a| a == "--bench") || args.iter().any(|a| a == "--test");
-    env_quick || test_mode
-}
 
 /// Calls of each kind timed outside criterion for the printed ratios.
 fn side_calls() -> usize {

@@ -1,5 +1,6 @@
-//! What the `store` and `goals` benches share: the bare single-row insert they measure an
-//! acknowledgement against. It must never touch a table of the schema (it makes its own).
+//! What the `store` and `goals` benches share: whether to run the quick form, and the bare
+//! single-row insert they measure an acknowledgement against. It must never touch a table of the
+//! schema (it makes its own).
 
 #![allow(clippy::expect_used)]
 
@@ -8,6 +9,15 @@ use std::time::Duration;
 
 use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+
+/// The quick form: `PATTERN_BENCH_QUICK=1`, or criterion's test mode (without `--bench`, or with
+/// `--test`, it runs every benchmark once as a test).
+pub(crate) fn quick() -> bool {
+    let env_quick = std::env::var("PATTERN_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
+    let args: Vec<String> = std::env::args().collect();
+    let test_mode = !args.iter().any(|a| a == "--bench") || args.iter().any(|a| a == "--test");
+    env_quick || test_mode
+}
 
 /// One connection to the SQLite file at `url` with pattern_db's durability (WAL,
 /// `synchronous=FULL`), and the table `bench_bare` created in it.
