@@ -21,8 +21,9 @@
 //!   `pattern_db`'s storage goals on SQLite and writes their table into `docs/performance.md`.
 //! - `db up|down|reset|status [--url URL]`, `db new NAME` — migrations.
 //! - `demo [-- ARGS]` — the main job: setup, then `pattern demo` (a real agent conversation).
-//! - `eval recall [--postgres]` — the whole generated recall evaluation with the real model:
-//!   recall@5/10 and MRR per mode and kind, and latency.
+//! - `eval recall [--postgres] [--external PATH]` — the whole generated recall evaluation (or a
+//!   public set kept outside the repository) with the real model: recall@5/10 and MRR per mode
+//!   and kind, and latency.
 
 mod ci;
 mod cmd;

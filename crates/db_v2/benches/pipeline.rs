@@ -1,6 +1,7 @@
 //! Benches of the embedding pipeline and search with the real model on SQLite: raw fastembed
 //! throughput (batch 32) against the background pipeline's; foreground write latency p50/p99
-//! with and without an embedding backlog; Fts, Vector and Hybrid search p50/p95 at 10k and 100k
+//! with and without an embedding backlog, and vector search p50/p95 likewise (a query must not
+//! wait for the pipeline's batch); Fts, Vector and Hybrid search p50/p95 at 10k and 100k
 //! passages (synthetic random unit vectors stored for the passages; the query is embedded by
 //! the real model). Percentiles are printed as `PCT ...` lines; criterion times the searches.
 //! It must never be run as a test (timings live here, not in tests). Needs `cargo xtask setup`.
@@ -113,6 +114,14 @@ fn throughput_and_latency(_c: &mut Criterion) {
         }
         assert!(db.wait_idle(Duration::from_secs(600)).await.unwrap());
         pct("archival write, no backlog", idle);
+        let vector = SearchOptions::mode(SearchMode::Vector).with_limit(10);
+        let mut searches = Vec::new();
+        for i in 0..50 {
+            let t = Instant::now();
+            db.search(&sentence(i + 20_000), &vector).await.unwrap();
+            searches.push(t.elapsed());
+        }
+        pct("vector search, no backlog", searches);
         db.insert_archival_many(
             agent,
             (0..2000)
@@ -130,6 +139,14 @@ fn throughput_and_latency(_c: &mut Criterion) {
             busy.push(t.elapsed());
         }
         pct("archival write, embedding backlog", busy);
+        // Searching while the pipeline embeds the backlog: the query must not wait for a batch.
+        let mut searches = Vec::new();
+        for i in 0..50 {
+            let t = Instant::now();
+            db.search(&sentence(i + 30_000), &vector).await.unwrap();
+            searches.push(t.elapsed());
+        }
+        pct("vector search, embedding backlog", searches);
         db.shutdown(Duration::from_millis(100)).await;
     });
 }

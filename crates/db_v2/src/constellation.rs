@@ -31,10 +31,10 @@ use tokio::task::JoinHandle;
 use crate::dates::date_in_query;
 use crate::embedder::{Embedder, check_output};
 use crate::error::{Error, Result};
-use crate::fusion::{HYBRID_K, HYBRID_WEIGHTS, IDENTIFIER_WEIGHTS, weighted_rank_fusion};
+use crate::fusion::{HYBRID_K, hybrid_weights, weighted_rank_fusion};
 use crate::index::{EntryMeta, IndexFilter, VectorIndex};
 use crate::options::{SearchHit, SearchMode, SearchOptions};
-use crate::query::{content_words, has_identifier};
+use crate::query::content_words;
 
 /// Rows per page when loading the vector index or reading the change log.
 const PAGE: usize = 1000;
@@ -333,9 +333,9 @@ impl ConstellationDb {
 
     /// Search. Fts: `pattern_db`'s full-text search of the query's content words
     /// ([`content_words`]). Vector: the query's embedding against the index, hits confirmed live
-    /// and visible by `resolve_content`. Hybrid: both, fused by weighted rank fusion
-    /// ([`HYBRID_WEIGHTS`], or [`IDENTIFIER_WEIGHTS`] when the query holds a code; [`HYBRID_K`];
-    /// best hit 1.0). Auto: Hybrid with an embedder, else Fts.
+    /// and visible by `resolve_content`. Hybrid: both, fused by weighted rank fusion with
+    /// weights chosen per query ([`hybrid_weights`]; [`HYBRID_K`]; best hit 1.0). Auto: Hybrid
+    /// with an embedder, else Fts.
     /// With `read_dates`, a date the query names ([`date_in_query`]) narrows the time range and
     /// the rest of the query is searched; when that finds nothing, the whole query is searched.
     /// Empty and over-long queries and bad limits are typed errors.
@@ -423,13 +423,14 @@ impl ConstellationDb {
             .embedder
             .as_ref()
             .ok_or(Error::VectorSearchNotConfigured)?;
-        let texts = [query.to_owned()];
-        let mut vectors =
-            tokio::time::timeout(self.inner.config.embed_timeout, embedder.embed(&texts))
-                .await
-                .map_err(|_| Error::EmbedTimeout(self.inner.config.embed_timeout))??;
+        let vectors =
+            [
+                tokio::time::timeout(self.inner.config.embed_timeout, embedder.embed_query(query))
+                    .await
+                    .map_err(|_| Error::EmbedTimeout(self.inner.config.embed_timeout))??,
+            ];
         check_output(embedder.as_ref(), 1, &vectors)?;
-        let q = vectors.pop().ok_or(Error::InvalidVector)?;
+        let [q] = vectors;
         self.catch_up().await?;
         let filter = IndexFilter {
             agent: opts.agent,
@@ -484,6 +485,7 @@ impl ConstellationDb {
             self.vector(query, opts, depth)
         );
         let (fts, vector) = (fts?, vector?);
+        let weights = hybrid_weights(query, fts.iter().map(|h| h.text.as_str()));
         let mut by_ref: HashMap<ContentRef, SearchHit> = HashMap::new();
         let [fts_list, vector_list]: [Vec<ContentRef>; 2] = [fts, vector].map(|list| {
             list.into_iter()
@@ -494,11 +496,6 @@ impl ConstellationDb {
                 })
                 .collect()
         });
-        let weights = if has_identifier(query) {
-            IDENTIFIER_WEIGHTS
-        } else {
-            HYBRID_WEIGHTS
-        };
         let lists = [
             (fts_list.as_slice(), weights[0]),
             (vector_list.as_slice(), weights[1]),

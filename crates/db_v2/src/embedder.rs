@@ -19,6 +19,21 @@ pub trait Embedder: Send + Sync {
     fn model_hash(&self) -> &str;
     /// One vector per text, in order.
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>>;
+
+    /// The vector of one search query. Search calls this, never [`Embedder::embed`], so an
+    /// embedder can keep queries off the path its bulk work takes (the default embeds the one
+    /// text with `embed`). Callers check the result like `embed`'s.
+    async fn embed_query(&self, query: &str) -> Result<Vec<f32>> {
+        let mut vectors = self.embed(&[query.to_owned()]).await?;
+        match (vectors.pop(), vectors.is_empty()) {
+            (Some(v), true) => Ok(v),
+            (v, _) => Err(Error::EmbedderContract {
+                model: self.name().to_owned(),
+                expected: "1 vector".to_owned(),
+                got: format!("{} vectors", vectors.len() + usize::from(v.is_some())),
+            }),
+        }
+    }
 }
 
 /// Check an embedder's output against its contract: one vector per text, each of

@@ -3,7 +3,9 @@
 //! `cargo xtask setup` installed. It must never download anything, never panic on a missing file
 //! or library (typed errors name `cargo xtask setup`), and never run the blocking model on an
 //! async worker thread (it runs in `spawn_blocking`, behind a mutex, because fastembed's `embed`
-//! takes `&mut self`).
+//! takes `&mut self`). Search queries never wait behind bulk embedding: a query takes the bulk
+//! session when it is idle and otherwise a session of its own (one intra-op thread), so it
+//! embeds in milliseconds while the background pipeline holds the bulk session for a batch.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -79,9 +81,16 @@ impl ModelPaths {
     }
 }
 
+/// ONNX Runtime threads of the query session: one query is a short sequence, where a second
+/// thread gains little and would compete with the bulk session's threads.
+pub const QUERY_THREADS: usize = 1;
+
 /// all-MiniLM-L6-v2 through fastembed.
 pub struct FastEmbedder {
+    /// Bulk embedding (the pipeline, backfills): every core.
     model: Arc<Mutex<TextEmbedding>>,
+    /// Search queries while the bulk session is busy, one at a time: [`QUERY_THREADS`].
+    queries: Arc<Mutex<TextEmbedding>>,
     dimension: usize,
     hash: String,
     timeout: Duration,
@@ -97,16 +106,18 @@ impl std::fmt::Debug for FastEmbedder {
 }
 
 impl FastEmbedder {
-    /// Load the runtime and the model (about 0.6 s), then embed a probe sentence to learn the
-    /// dimension and prove the model runs. `timeout` bounds every later `embed` call.
+    /// Load the runtime and the model's two sessions (bulk and queries; about 0.6 s each), then
+    /// embed a probe sentence to learn the dimension and prove the model runs. `timeout` bounds
+    /// every later `embed` call.
     pub async fn load(paths: &ModelPaths, timeout: Duration) -> Result<Self> {
         let paths = paths.clone();
         let loaded = tokio::task::spawn_blocking(move || load_blocking(&paths))
             .await
             .map_err(|e| Error::Embed(format!("model loading task failed: {e}")))??;
-        let (model, dimension, hash) = loaded;
+        let (model, queries, dimension, hash) = loaded;
         Ok(Self {
             model: Arc::new(Mutex::new(model)),
+            queries: Arc::new(Mutex::new(queries)),
             dimension,
             hash,
             timeout,
@@ -120,14 +131,16 @@ fn read(path: &Path) -> Result<Vec<u8>> {
     })
 }
 
-fn load_blocking(paths: &ModelPaths) -> Result<(TextEmbedding, usize, String)> {
+fn load_blocking(paths: &ModelPaths) -> Result<(TextEmbedding, TextEmbedding, usize, String)> {
     let dir = &paths.model_dir;
     let onnx = read(&dir.join("model.onnx"))?;
-    let tokenizer_files = TokenizerFiles {
-        tokenizer_file: read(&dir.join("tokenizer.json"))?,
-        config_file: read(&dir.join("config.json"))?,
-        special_tokens_map_file: read(&dir.join("special_tokens_map.json"))?,
-        tokenizer_config_file: read(&dir.join("tokenizer_config.json"))?,
+    let tokenizer_files = || -> Result<TokenizerFiles> {
+        Ok(TokenizerFiles {
+            tokenizer_file: read(&dir.join("tokenizer.json"))?,
+            config_file: read(&dir.join("config.json"))?,
+            special_tokens_map_file: read(&dir.join("special_tokens_map.json"))?,
+            tokenizer_config_file: read(&dir.join("tokenizer_config.json"))?,
+        })
     };
     if !paths.runtime_library.is_file() {
         return Err(Error::RuntimeLibraryMissing {
@@ -142,15 +155,20 @@ fn load_blocking(paths: &ModelPaths) -> Result<(TextEmbedding, usize, String)> {
         reason: e.to_string(),
     })?;
     let hash = hex(&Sha256::digest(&onnx));
-    let model = UserDefinedEmbeddingModel::new(onnx, tokenizer_files).with_pooling(Pooling::Mean);
-    let mut embedding = TextEmbedding::try_new_from_user_defined(
-        model,
-        InitOptionsUserDefined::new().with_max_length(MAX_TOKENS),
-    )
-    .map_err(|e| Error::ModelLoad {
-        dir: dir.clone(),
-        reason: e.to_string(),
-    })?;
+    let session = |onnx: Vec<u8>, threads: Option<usize>| -> Result<TextEmbedding> {
+        let model =
+            UserDefinedEmbeddingModel::new(onnx, tokenizer_files()?).with_pooling(Pooling::Mean);
+        let mut options = InitOptionsUserDefined::new().with_max_length(MAX_TOKENS);
+        if let Some(threads) = threads {
+            options = options.with_intra_threads(threads);
+        }
+        TextEmbedding::try_new_from_user_defined(model, options).map_err(|e| Error::ModelLoad {
+            dir: dir.clone(),
+            reason: e.to_string(),
+        })
+    };
+    let queries = session(onnx.clone(), Some(QUERY_THREADS))?;
+    let mut embedding = session(onnx, None)?;
     let probe = embedding
         .embed(["dimension probe"], Some(1))
         .map_err(|e| Error::ModelLoad {
@@ -164,7 +182,7 @@ fn load_blocking(paths: &ModelPaths) -> Result<(TextEmbedding, usize, String)> {
             reason: "the model returned no vector".to_owned(),
         });
     }
-    Ok((embedding, dimension, hash))
+    Ok((embedding, queries, dimension, hash))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -194,12 +212,46 @@ impl Embedder for FastEmbedder {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
-        let model = Arc::clone(&self.model);
-        let texts = texts.to_vec();
+        self.run(Session::Bulk, texts.to_vec()).await
+    }
+
+    async fn embed_query(&self, query: &str) -> Result<Vec<f32>> {
+        let mut vectors = self
+            .run(Session::QueryOrIdleBulk, vec![query.to_owned()])
+            .await?;
+        match (vectors.pop(), vectors.is_empty()) {
+            (Some(v), true) => Ok(v),
+            _ => Err(Error::Embed(
+                "the query session returned other than one vector".to_owned(),
+            )),
+        }
+    }
+}
+
+/// Which session a call runs on.
+#[derive(Debug, Clone, Copy)]
+enum Session {
+    /// The bulk session, waiting for it if busy.
+    Bulk,
+    /// The bulk session when it is idle (all cores: fastest for one query), else the query
+    /// session at once: a query never waits for the pipeline's batch.
+    QueryOrIdleBulk,
+}
+
+impl FastEmbedder {
+    /// Embed `texts` on `session`, off the async workers, within the timeout.
+    async fn run(&self, session: Session, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
+        let bulk = Arc::clone(&self.model);
+        let queries = Arc::clone(&self.queries);
         let task = tokio::task::spawn_blocking(move || {
-            let mut guard = model
-                .lock()
-                .map_err(|_| Error::Embed("a previous embedding call panicked".to_owned()))?;
+            let poisoned = |_| Error::Embed("a previous embedding call panicked".to_owned());
+            let mut guard = match session {
+                Session::Bulk => bulk.lock().map_err(poisoned)?,
+                Session::QueryOrIdleBulk => match bulk.try_lock() {
+                    Ok(idle) => idle,
+                    Err(_) => queries.lock().map_err(poisoned)?,
+                },
+            };
             guard
                 .embed(&texts, Some(BATCH_SIZE))
                 .map_err(|e| Error::Embed(e.to_string()))

@@ -1,8 +1,11 @@
 //! Rank fusion: merge ranked lists (full-text and vector hits) into one ranking by
 //! `sum w / (k + rank)`, scores normalised so the best hit is 1.0. Hybrid search weights the lists
-//! ([`HYBRID_WEIGHTS`], [`HYBRID_K`]: chosen on a generated tuning set, never on the scored
-//! evaluation; [`IDENTIFIER_WEIGHTS`] for queries holding a code; see
-//! `docs/decisions/0021-ranking.md`). It must never use the lists' own scores
+//! per query ([`hybrid_weights`]): full text by how much of the question its best hits say in
+//! the question's own words ([`fts_weight`]: little for a paraphrase, vector leading; much for a
+//! question worded like its answer, full text leading), [`IDENTIFIER_WEIGHTS`] for queries
+//! holding a code; [`HYBRID_K`]. The rule was chosen on a generated tuning set and a public
+//! conversational set together, never on the scored evaluation
+//! (`docs/decisions/0021-ranking.md`). It must never use the lists' own scores
 //! (they are not comparable across methods), never return a key twice, and never reorder ties
 //! unpredictably (ties go to the key that appeared first).
 
@@ -15,12 +18,49 @@ pub const RRF_K: f32 = 60.0;
 /// Hybrid search's fusion constant `k`.
 pub const HYBRID_K: f32 = 5.0;
 
-/// Hybrid search's weights: full text, vector.
-pub const HYBRID_WEIGHTS: [f32; 2] = [0.3, 1.0];
+/// Hybrid search's vector weight; full text's is [`fts_weight`] of the question's coverage.
+pub const VECTOR_WEIGHT: f32 = 1.0;
+
+/// Full text's weight when its best hits say none of the question in its words.
+pub const FTS_WEIGHT_FLOOR: f32 = 0.1;
+
+/// How much full text's weight grows with the square of the coverage.
+pub const FTS_WEIGHT_SPAN: f32 = 3.0;
+
+/// How many of full text's first hits the coverage looks at (the best of them counts).
+pub const COVERAGE_HITS: usize = 5;
 
 /// Hybrid search's weights for a query holding an identifier (`crate::has_identifier`): full
 /// text leads, as vectors cannot tell "ZX-4471" from "ZX-4417".
 pub const IDENTIFIER_WEIGHTS: [f32; 2] = [1.0, 0.3];
+
+/// Full text's weight for a question whose best full-text hit says `coverage` (0..=1) of its
+/// content words ([`crate::term_coverage`]): `FLOOR + SPAN * coverage^2`. A paraphrase (a name
+/// and little else: 0.25) weighs about 0.3, vector leading; a question asked in the words of its
+/// answer (real conversations mostly are: 0.75 and up) weighs 1.8 and more, full text leading.
+pub fn fts_weight(coverage: f32) -> f32 {
+    let c = if coverage.is_finite() {
+        coverage.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    FTS_WEIGHT_FLOOR + FTS_WEIGHT_SPAN * c * c
+}
+
+/// Hybrid search's weights (full text, vector) for `query`, given the texts of full text's hits
+/// best first: [`IDENTIFIER_WEIGHTS`] when the query holds a code, else [`fts_weight`] of the
+/// best coverage among the first [`COVERAGE_HITS`] texts and [`VECTOR_WEIGHT`].
+pub fn hybrid_weights<'a>(query: &str, fts_texts: impl IntoIterator<Item = &'a str>) -> [f32; 2] {
+    if crate::has_identifier(query) {
+        return IDENTIFIER_WEIGHTS;
+    }
+    let coverage = fts_texts
+        .into_iter()
+        .take(COVERAGE_HITS)
+        .map(|t| crate::term_coverage(query, t))
+        .fold(0.0, f32::max);
+    [fts_weight(coverage), VECTOR_WEIGHT]
+}
 
 /// Fuse ranked lists (each best first, keys unique within a list) into one list, best first,
 /// with scores in `(0, 1]`, the best exactly 1.0. Every list weighs 1.
@@ -73,6 +113,44 @@ mod tests {
         assert_eq!(fused[0].1, 1.0);
         assert_eq!(fused[1].0, "c");
         assert_eq!(fused.len(), 4);
+    }
+
+    #[test]
+    fn weights_follow_how_the_question_is_worded() {
+        let q = "When did Caroline go to the LGBTQ support group?";
+        // caroline, lgbtq, support, group of five words: 0.8.
+        let worded = [
+            "Melanie: hi",
+            "Caroline: I went to a LGBTQ support group yesterday",
+        ];
+        let [f, v] = hybrid_weights(q, worded);
+        assert!((f - fts_weight(0.8)).abs() < 1e-6 && f > 1.5, "{f}");
+        assert_eq!(v, VECTOR_WEIGHT);
+        // Beyond the first COVERAGE_HITS hits nothing counts.
+        let mut late = vec!["a"; COVERAGE_HITS];
+        late.push("Caroline: I went to a LGBTQ support group yesterday");
+        assert_eq!(hybrid_weights(q, late)[0], FTS_WEIGHT_FLOOR);
+        // A paraphrase: vector leads.
+        let paraphrase = ["Ana: I start as a pilot at Northwind"];
+        let [f, v] = hybrid_weights("Who pays Ana's salary these days?", paraphrase);
+        assert!(f < 0.5 * v, "{f}");
+        assert_eq!(
+            hybrid_weights("what is ZX-4471?", worded),
+            IDENTIFIER_WEIGHTS
+        );
+        assert_eq!(hybrid_weights(q, std::iter::empty())[0], FTS_WEIGHT_FLOOR);
+    }
+
+    proptest! {
+        /// Full text's weight is finite, at least the floor, grows with coverage and stays
+        /// bounded, whatever the input (NaN and infinities included).
+        #[test]
+        fn fts_weight_is_monotone_and_bounded(a in proptest::num::f32::ANY, b in 0.0f32..=1.0) {
+            let wa = fts_weight(a);
+            prop_assert!(wa.is_finite() && wa >= FTS_WEIGHT_FLOOR);
+            prop_assert!(wa <= FTS_WEIGHT_FLOOR + FTS_WEIGHT_SPAN);
+            prop_assert!(fts_weight(b) <= fts_weight((b + 0.1).min(1.0)));
+        }
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! that carry its meaning instead of drowning in words every passage shares.
 //!
 //! [`has_identifier`] tells hybrid search that a query holds a code ("ZX-4471", "v1.2"), which
-//! full text matches exactly and vectors cannot tell from its near twins.
+//! full text matches exactly and vectors cannot tell from its near twins. [`term_coverage`] tells
+//! it how much of a question a full-text hit says in the question's own words: a question asked
+//! in the words of what it looks for is one full text answers well, a paraphrase is not.
 //!
 //! It must never return an empty query for a non-empty one: a question made only of function
 //! words is searched as given (the user may mean them).
@@ -62,6 +64,41 @@ pub fn has_identifier(query: &str) -> bool {
     })
 }
 
+/// The share (0..=1) of `query`'s content words ([`content_words`], lower case) that `text`
+/// contains, a word counting as contained when `text` has it or a word of the same stem by a
+/// light rule (a shared prefix of all but the last two letters of the shorter, at least four
+/// letters: "painted"/"painting", "group"/"groups"). 0 when the query has no content words.
+pub fn term_coverage(query: &str, text: &str) -> f32 {
+    let words = |s: &str| -> Vec<String> {
+        s.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect()
+    };
+    let mut wanted = words(&content_words(query));
+    wanted.retain(|w| !is_stop_word(w));
+    wanted.sort();
+    wanted.dedup();
+    if wanted.is_empty() {
+        return 0.0;
+    }
+    let have = words(text);
+    let same_stem = |a: &str, b: &str| {
+        if a == b {
+            return true;
+        }
+        let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+        let shorter = a.len().min(b.len());
+        let prefix = shorter.saturating_sub(2).max(4);
+        shorter >= 4 && prefix <= shorter && a[..prefix] == b[..prefix]
+    };
+    let found = wanted
+        .iter()
+        .filter(|w| have.iter().any(|h| same_stem(w, h)))
+        .count();
+    found as f32 / wanted.len() as f32
+}
+
 #[cfg(test)]
 mod tests {
     //! Unit and property tests of query handling.
@@ -84,6 +121,23 @@ mod tests {
         assert_eq!(content_words("Who is THE pilot?"), "pilot");
         assert_eq!(content_words("cello"), "cello");
         assert_eq!(content_words("what is ZX-4471?"), "ZX-4471");
+    }
+
+    #[test]
+    fn coverage_counts_the_question_words_a_passage_says() {
+        let q = "When did Caroline go to the LGBTQ support group?";
+        // caroline, go, lgbtq, support, group: "go" is not said ("went" is another word).
+        let answer = "Caroline: I went to a LGBTQ support group yesterday";
+        assert!((term_coverage(q, answer) - 0.8).abs() < 1e-6);
+        // Stems: "groups" and "supportive" count, a two-letter prefix does not.
+        assert!((term_coverage("support groups", "a supportive group") - 1.0).abs() < 1e-6);
+        assert_eq!(term_coverage("paint", "pa"), 0.0);
+        // A paraphrase says little of the question in its words.
+        let q = "Who pays Ana's salary these days, and for what role?";
+        assert!(term_coverage(q, "Ana: I start as a pilot at Northwind") <= 0.25);
+        // Only function words: nothing to cover.
+        assert_eq!(term_coverage("what is it", "what is it"), 0.0);
+        assert_eq!(term_coverage("", "anything"), 0.0);
     }
 
     #[test]
@@ -124,6 +178,19 @@ mod tests {
             if out != q {
                 prop_assert!(out.split(' ').all(|w| !w.is_empty() && !is_stop_word(w)));
             }
+        }
+
+        /// Coverage is a share, and a text containing the query covers all of its content
+        /// words.
+        #[test]
+        fn coverage_is_a_share_and_the_query_covers_itself(
+            q in "[a-zA-Z' ?]{1,60}",
+            t in "[a-zA-Z' ?]{0,60}",
+        ) {
+            let c = term_coverage(&q, &t);
+            prop_assert!((0.0..=1.0).contains(&c));
+            let own = term_coverage(&q, &q);
+            prop_assert!(own == 0.0 || (own - 1.0).abs() < 1e-6);
         }
     }
 }

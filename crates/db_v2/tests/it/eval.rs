@@ -9,7 +9,9 @@
 //! `eval_recall_quick` (CI) runs a fixed subset with the real model and asserts a floor per
 //! mode; `eval_recall_full` (ignored; `cargo xtask eval recall`) runs the whole set and prints
 //! recall@5/10 and MRR per mode and kind, and search latency; `eval_fusion_tune` (ignored)
-//! prints hybrid's fusion grid on a set of another seed, where its weights are chosen.
+//! prints hybrid's fusion grid on a set of another seed, where its weights are chosen;
+//! `eval_external` (ignored; `cargo xtask eval recall --external PATH`) runs a public set in
+//! LoCoMo's layout that is kept outside the repository.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -18,7 +20,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, TimeZone, Utc};
 use db_v2::{
     Embedder, EntryMeta, IndexFilter, SearchHit, SearchMode, SearchOptions, SignScan, VectorIndex,
-    weighted_rank_fusion,
+    hybrid_weights, term_coverage, weighted_rank_fusion,
 };
 use pattern_db::{Backend, ContentRef, NewArchival};
 use serde_json::json;
@@ -752,6 +754,88 @@ async fn eval_recall_full() {
     print(backend, &set, &results);
 }
 
+/// One way to fuse a question's full-text list (turn ids and texts, best first) and vector list
+/// into a top 10, by name: the grid the fusion is chosen from.
+type Variant = (
+    String,
+    Box<dyn Fn(&str, &[usize], &[&str], &[usize]) -> Vec<usize>>,
+);
+
+/// One question's row of a dump: kind, question, evidence, full-text list, its texts, vector list.
+type DumpRow<'a> = (&'a str, &'a str, &'a [usize], &'a [usize], &'a [&'a str], &'a [usize]);
+
+/// With `PATTERN_EVAL_DUMP=FILE`, writes one JSON line per question (kind, evidence, the
+/// full-text and vector lists, the coverage of each full-text hit) so fusion rules can be
+/// compared without embedding the set again.
+fn dump_lists(rows: &[DumpRow<'_>]) {
+    let Ok(path) = std::env::var("PATTERN_EVAL_DUMP") else {
+        return;
+    };
+    let mut out = String::new();
+    for (kind, q, evidence, f, texts, v) in rows {
+        let coverage: Vec<f32> = texts.iter().map(|t| term_coverage(q, t)).collect();
+        out.push_str(
+            &json!({"kind": kind, "question": q, "evidence": evidence, "fts": f,
+                    "coverage": coverage, "vector": v})
+            .to_string(),
+        );
+        out.push('\n');
+    }
+    std::fs::write(path, out).unwrap();
+}
+
+fn fusion_variants() -> Vec<Variant> {
+    let mut out: Vec<Variant> = Vec::new();
+    let fuse = |f: &[usize], v: &[usize], w: f32, k: f32| -> Vec<usize> {
+        weighted_rank_fusion(&[(f, w), (v, 1.0)], k)
+            .into_iter()
+            .map(|x| x.0)
+            .take(10)
+            .collect()
+    };
+    for k in [5.0f32, 10.0, 60.0] {
+        for w in [0.3f32, 0.5, 1.0, 1.5] {
+            out.push((
+                format!("weighted w_fts {w} k {k}"),
+                Box::new(move |_, f, _, v| fuse(f, v, w, k)),
+            ));
+        }
+    }
+    // Full text's weight from how much of the question its best hits say in its own words:
+    // `floor + span * coverage^p` (the chosen rule is `hybrid_weights`: 0.1 + 3 c^2, best of 5).
+    let best = |q: &str, texts: &[&str], n: usize| -> f32 {
+        texts
+            .iter()
+            .take(n)
+            .map(|t| term_coverage(q, t))
+            .fold(0.0, f32::max)
+    };
+    for (floor, span, p) in [
+        (0.1f32, 2.5f32, 2i32),
+        (0.1, 3.0, 2),
+        (0.1, 4.0, 2),
+        (0.2, 4.0, 3),
+        (0.0, 2.0, 1),
+    ] {
+        out.push((
+            format!("coverage {floor}+{span}c^{p} top5"),
+            Box::new(move |q, f, t, v| fuse(f, v, floor + span * best(q, t, 5).powi(p), 5.0)),
+        ));
+    }
+    out.push((
+        "hybrid_weights (chosen)".to_owned(),
+        Box::new(move |q, f, t, v| {
+            let [wf, wv] = hybrid_weights(q, t.iter().copied());
+            weighted_rank_fusion(&[(f, wf), (v, wv)], 5.0)
+                .into_iter()
+                .map(|x| x.0)
+                .take(10)
+                .collect()
+        }),
+    ));
+    out
+}
+
 /// Ranks one question's turns from its full-text and vector hits.
 type Ranker<'a> = dyn Fn(&[SearchHit], &[SearchHit]) -> Vec<usize> + 'a;
 
@@ -842,6 +926,41 @@ async fn eval_fusion_tune() {
         });
         println!("score-normalised {w:<5}  -     {a5:.3}  {a10:.3}  {mrr:.3}");
     }
+    let dumped: Vec<(Vec<usize>, Vec<&str>, Vec<usize>)> = lists
+        .iter()
+        .map(|(f, v)| {
+            (
+                turns(f),
+                f.iter().map(|h| h.text.as_str()).collect(),
+                turns(v),
+            )
+        })
+        .collect();
+    dump_lists(
+        &set.questions
+            .iter()
+            .zip(&dumped)
+            .map(|(q, (f, t, v))| {
+                (
+                    q.kind,
+                    q.text.as_str(),
+                    &q.evidence[..],
+                    &f[..],
+                    &t[..],
+                    &v[..],
+                )
+            })
+            .collect::<Vec<_>>(),
+    );
+    for (name, rank) in fusion_variants() {
+        let mut s = Score::default();
+        for (q, (f, v)) in set.questions.iter().zip(&lists) {
+            let texts: Vec<&str> = f.iter().map(|h| h.text.as_str()).collect();
+            s.add(&rank(&q.text, &turns(f), &texts, &turns(v)), &q.evidence);
+        }
+        let (a5, a10, mrr) = s.mean();
+        println!("{name:<36} {a5:.3}  {a10:.3}  {mrr:.3}");
+    }
     loaded.db.shutdown(Duration::from_secs(2)).await;
     loaded.tdb.cleanup().await.unwrap();
 }
@@ -924,4 +1043,272 @@ async fn sign_scan_keeps_real_neighbours() {
 async fn sign_scan_full() {
     let (agree, total) = sign_scan_agreement(30).await;
     assert!(agree * 100 >= total * 99, "{agree}/{total}");
+}
+
+// -- a public conversational-memory set, read from outside the repository ---------------------
+
+/// A public set's conversations, loaded from a directory (or one file) of JSON in the LoCoMo
+/// layout: each conversation has `speaker_a`, `speaker_b`, `session_N` turn lists (`speaker`,
+/// `dia_id`, `text`), `session_N_date_time` ("1:56 pm on 8 May, 2023") and `qa` (`question`,
+/// `evidence` dia ids, `category`). The file may be the published list of samples (each with a
+/// `conversation` object) or one conversation per file. Nothing of it is stored in this
+/// repository: `PATTERN_EVAL_EXTERNAL=PATH` names it.
+struct External {
+    /// Per conversation: its turns (text, time), then questions (category, text, evidence).
+    conversations: Vec<ExternalConversation>,
+    /// Evidence ids that name no turn (typos in the published set), skipped and counted.
+    unknown_evidence: usize,
+}
+
+struct ExternalConversation {
+    turns: Vec<(String, Option<DateTime<Utc>>)>,
+    questions: Vec<(&'static str, String, Vec<usize>)>,
+}
+
+/// LoCoMo's categories, by number.
+fn external_kind(category: i64) -> &'static str {
+    match category {
+        1 => "multi-hop",
+        2 => "temporal",
+        3 => "open-domain",
+        4 => "single-hop",
+        5 => "adversarial",
+        _ => "other",
+    }
+}
+
+fn external_time(text: &str) -> Option<DateTime<Utc>> {
+    chrono::NaiveDateTime::parse_from_str(&text.to_uppercase(), "%I:%M %p ON %d %B, %Y")
+        .ok()
+        .map(|t| t.and_utc())
+}
+
+fn external_load(path: &std::path::Path) -> External {
+    let mut docs = Vec::new();
+    let mut files: Vec<std::path::PathBuf> = if path.is_dir() {
+        std::fs::read_dir(path)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect()
+    } else {
+        vec![path.to_path_buf()]
+    };
+    files.sort();
+    for f in files {
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&f).unwrap()).unwrap();
+        match v {
+            serde_json::Value::Array(samples) => docs.extend(samples),
+            one => docs.push(one),
+        }
+    }
+    let mut out = External {
+        conversations: Vec::new(),
+        unknown_evidence: 0,
+    };
+    for doc in docs {
+        let conv = doc.get("conversation").unwrap_or(&doc);
+        let mut turns = Vec::new();
+        let mut by_dia: HashMap<String, usize> = HashMap::new();
+        for n in 1.. {
+            let Some(session) = conv.get(format!("session_{n}")).and_then(|s| s.as_array()) else {
+                if n > 60 {
+                    break;
+                }
+                continue;
+            };
+            let at = conv
+                .get(format!("session_{n}_date_time"))
+                .and_then(|d| d.as_str())
+                .and_then(external_time);
+            for (i, t) in session.iter().enumerate() {
+                let speaker = t["speaker"].as_str().unwrap_or("?");
+                let mut text = t["text"].as_str().unwrap_or("").to_string();
+                if let Some(caption) = t.get("blip_caption").and_then(|c| c.as_str()) {
+                    text.push_str(&format!(" [shares {caption}]"));
+                }
+                if let Some(id) = t.get("dia_id").and_then(|d| d.as_str()) {
+                    by_dia.insert(id.trim().to_string(), turns.len());
+                }
+                // Turns of one session keep their order: a second apart.
+                let at = at.map(|a| a + chrono::Duration::seconds(i as i64));
+                turns.push((format!("{speaker}: {text}"), at));
+            }
+        }
+        let mut questions = Vec::new();
+        for q in doc["qa"].as_array().into_iter().flatten() {
+            let Some(text) = q["question"].as_str() else {
+                continue;
+            };
+            let mut evidence = Vec::new();
+            for e in q["evidence"].as_array().into_iter().flatten() {
+                for id in e.as_str().unwrap_or("").split([';', ',', ' ']) {
+                    let id = id.trim();
+                    if id.is_empty() {
+                        continue;
+                    }
+                    match by_dia.get(id) {
+                        Some(t) if !evidence.contains(t) => evidence.push(*t),
+                        Some(_) => {}
+                        None => out.unknown_evidence += 1,
+                    }
+                }
+            }
+            if evidence.is_empty() {
+                continue;
+            }
+            let kind = external_kind(q["category"].as_i64().unwrap_or(0));
+            questions.push((kind, text.to_string(), evidence));
+        }
+        out.conversations
+            .push(ExternalConversation { turns, questions });
+    }
+    out
+}
+
+/// Recall on a public set kept outside the repository (LoCoMo's layout, see [`External`]): one
+/// agent per conversation, every turn one passage with its session's time, raw question text,
+/// top 10; recall@5/10 and MRR per mode and category (`all` leaves out `adversarial`, whose
+/// questions ask about things the conversation never says), then the fusion grid over the
+/// depth-20 lists, to check that hybrid's weights, chosen on the generated tuning set, hold on
+/// real conversations. `PATTERN_EVAL_EXTERNAL=PATH cargo test -p db_v2 --test it
+/// eval_external -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PATTERN_EVAL_EXTERNAL (a public set kept outside the repository)"]
+async fn eval_external() {
+    let Ok(path) = std::env::var("PATTERN_EVAL_EXTERNAL") else {
+        panic!("set PATTERN_EVAL_EXTERNAL to the set's directory or file");
+    };
+    let set = external_load(std::path::Path::new(&path));
+    let backend = match std::env::var("PATTERN_EVAL_BACKEND").as_deref() {
+        Ok("postgres") => Backend::Postgres,
+        _ => Backend::Sqlite,
+    };
+    let tdb = fresh(backend).await;
+    let m: Arc<dyn Embedder> = model().await;
+    let db = open(&tdb, Some(m)).await;
+    let mut turn_of: HashMap<ContentRef, usize> = HashMap::new();
+    let mut agents = Vec::new();
+    let mut base = 0usize;
+    for (c, conv) in set.conversations.iter().enumerate() {
+        let me = agent(&db, &format!("conversation-{c}")).await;
+        let passages: Vec<NewArchival> = conv
+            .turns
+            .iter()
+            .enumerate()
+            .map(|(i, (text, at))| NewArchival {
+                content: text.clone(),
+                metadata: match at {
+                    Some(at) => json!({ pattern_db::OCCURRED_AT_KEY: at.to_rfc3339() }),
+                    None => json!({}),
+                },
+                tags: Vec::new(),
+                dedupe_key: Some(format!("turn:{i}")),
+            })
+            .collect();
+        for (chunk_no, chunk) in passages.chunks(1000).enumerate() {
+            let entries = db.insert_archival_many(me, chunk.to_vec()).await.unwrap();
+            for (i, e) in entries.iter().enumerate() {
+                turn_of.insert(ContentRef::archival(e.id), base + chunk_no * 1000 + i);
+            }
+        }
+        agents.push((me, base));
+        base += conv.turns.len();
+    }
+    assert!(db.wait_idle(Duration::from_secs(3600)).await.unwrap());
+    let questions: Vec<(usize, &'static str, &str, Vec<usize>)> = set
+        .conversations
+        .iter()
+        .enumerate()
+        .flat_map(|(c, conv)| {
+            let base = agents[c].1;
+            conv.questions.iter().map(move |(kind, text, evidence)| {
+                (
+                    c,
+                    *kind,
+                    text.as_str(),
+                    evidence.iter().map(|e| e + base).collect(),
+                )
+            })
+        })
+        .collect();
+    println!(
+        "external set: {} conversations, {base} turns, {} questions ({} evidence ids name no turn)",
+        set.conversations.len(),
+        questions.len(),
+        set.unknown_evidence
+    );
+    let ranked = |hits: &[SearchHit]| -> Vec<usize> {
+        hits.iter()
+            .filter_map(|h| turn_of.get(&h.content).copied())
+            .collect()
+    };
+    let mut results = BTreeMap::new();
+    let mut lists: Vec<(Vec<usize>, Vec<usize>)> = Vec::new();
+    for mode in [SearchMode::Fts, SearchMode::Vector, SearchMode::Hybrid] {
+        let mut result = ModeResult {
+            all: Score::default(),
+            by_kind: BTreeMap::new(),
+            latencies: Vec::new(),
+        };
+        for (i, (c, kind, text, evidence)) in questions.iter().enumerate() {
+            let opts = SearchOptions::mode(mode)
+                .with_limit(10)
+                .for_agent(agents[*c].0);
+            let started = Instant::now();
+            let hits = db.search(text, &opts).await.unwrap();
+            result.latencies.push(started.elapsed());
+            let r = ranked(&hits);
+            if *kind != "adversarial" {
+                result.all.add(&r, evidence);
+            }
+            result.by_kind.entry(*kind).or_default().add(&r, evidence);
+            if mode != SearchMode::Hybrid {
+                let deep = db.search(text, &opts.clone().with_limit(20)).await.unwrap();
+                if mode == SearchMode::Fts {
+                    lists.push((ranked(&deep), Vec::new()));
+                } else {
+                    lists[i].1 = ranked(&deep);
+                }
+            }
+        }
+        results.insert(format!("{mode:?}"), result);
+    }
+    let fake = EvalSet {
+        turns: Vec::new(),
+        questions: Vec::new(),
+    };
+    print(backend, &fake, &results);
+    let texts: Vec<&str> = set
+        .conversations
+        .iter()
+        .flat_map(|c| c.turns.iter().map(|(t, _)| t.as_str()))
+        .collect();
+    let fts_texts: Vec<Vec<&str>> = lists
+        .iter()
+        .map(|(f, _)| f.iter().map(|t| texts[*t]).collect())
+        .collect();
+    dump_lists(
+        &questions
+            .iter()
+            .zip(&lists)
+            .zip(&fts_texts)
+            .map(|((q, (f, v)), t)| (q.1, q.2, &q.3[..], &f[..], &t[..], &v[..]))
+            .collect::<Vec<_>>(),
+    );
+    println!("fusion (all but adversarial)          r@5    r@10   MRR");
+    for (name, rank) in fusion_variants() {
+        let mut s = Score::default();
+        for ((_, kind, q, evidence), (f, v)) in questions.iter().zip(&lists) {
+            if *kind == "adversarial" {
+                continue;
+            }
+            let fts_texts: Vec<&str> = f.iter().map(|t| texts[*t]).collect();
+            s.add(&rank(q, f, &fts_texts, v), evidence);
+        }
+        let (a5, a10, mrr) = s.mean();
+        println!("{name:<36} {a5:.3}  {a10:.3}  {mrr:.3}");
+    }
+    db.shutdown(Duration::from_secs(2)).await;
+    tdb.cleanup().await.unwrap();
 }
