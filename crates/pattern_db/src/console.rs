@@ -9,6 +9,7 @@
 //! deletes the row. Opening or ending a session also deletes the expired ones. This module must
 //! never store, log or print a token, and never answer for a revoked key or an expired session.
 
+use crate::StorageError;
 use std::fmt;
 use std::time::Duration;
 
@@ -72,10 +73,10 @@ impl Database {
         lifetime: Duration,
     ) -> Result<Option<IssuedConsoleSession>> {
         if lifetime < Duration::from_secs(1) || lifetime > MAX_CONSOLE_SESSION {
-            return Err(Error::Config(format!(
+            return Err(Error::Storage(StorageError::Config(format!(
                 "a console session lasts 1 second to {} days",
                 MAX_CONSOLE_SESSION.as_secs() / 86_400
-            )));
+            ))));
         }
         let Some(key) = self.authenticate_api_key(secret).await? else {
             return Ok(None);

@@ -18,6 +18,7 @@
 //! This module must never drop or reorder a message's content: every input message appears in
 //! exactly one planned batch.
 
+use crate::BatchError;
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
@@ -108,9 +109,11 @@ pub fn plan(messages: &[LegacyMessage]) -> Result<ImportPlan> {
     for (index, message) in messages.iter().enumerate() {
         crate::model::NewMessage::new(message.role, message.content.clone())
             .validate_shape()
-            .map_err(|e| Error::LegacyImport {
-                index,
-                reason: e.to_string(),
+            .map_err(|e| {
+                Error::Batch(BatchError::LegacyImport {
+                    index,
+                    reason: e.to_string(),
+                })
             })?;
         let results: Vec<&str> = message
             .content
@@ -385,7 +388,10 @@ mod tests {
             vec![ContentBlock::tool_use("t", "x", json!({}))],
         );
         let err = plan(&[user("ok"), bad]).unwrap_err();
-        assert!(matches!(err, Error::LegacyImport { index: 1, .. }), "{err}");
+        assert!(
+            matches!(err, Error::Batch(BatchError::LegacyImport { index: 1, .. })),
+            "{err}"
+        );
     }
 }
 

@@ -15,9 +15,10 @@
 //! changes nothing. With [`BatchDisposal::Archive`] a pass deletes only batches an archive plan
 //! ([`Database::plan_archive`]) recorded, so nothing goes that its caller has not written to the
 //! agent's archive file first. This module must never accept a zero age or a zero `keep` (a
-//! typed [`Error::InvalidRetention`]), whether given for one run or read back from a stored
+//! typed [`ProtocolError::InvalidRetention`]), whether given for one run or read back from a stored
 //! policy, and never delete outside the named agent.
 
+use crate::ProtocolError;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -60,10 +61,10 @@ impl BatchDisposal {
         match s {
             "delete" => Ok(BatchDisposal::Delete),
             "archive" => Ok(BatchDisposal::Archive),
-            other => Err(Error::InvalidRetention(format!(
+            other => Err(Error::Protocol(ProtocolError::InvalidRetention(format!(
                 "`{}` is not a batch disposal: `delete` or `archive`",
                 other.chars().take(32).collect::<String>()
-            ))),
+            )))),
         }
     }
 }
@@ -88,20 +89,20 @@ impl AgentRetention {
     /// Refuses zero ages and a zero `keep`.
     pub fn check(&self) -> Result<()> {
         if self.batches_older_than.is_some_and(|d| d.is_zero()) {
-            return Err(Error::InvalidRetention(
+            return Err(Error::Protocol(ProtocolError::InvalidRetention(
                 "a batch retention age of zero would delete batches as they close".to_owned(),
-            ));
+            )));
         }
         if self.activity_older_than.is_some_and(|d| d.is_zero()) {
-            return Err(Error::InvalidRetention(
+            return Err(Error::Protocol(ProtocolError::InvalidRetention(
                 "an activity retention age of zero would delete events as they happen".to_owned(),
-            ));
+            )));
         }
         if self.keep_block_versions == Some(0) {
-            return Err(Error::InvalidRetention(
+            return Err(Error::Protocol(ProtocolError::InvalidRetention(
                 "keeping zero block versions would delete the current one: keep at least 1"
                     .to_owned(),
-            ));
+            )));
         }
         Ok(())
     }
@@ -136,33 +137,33 @@ impl RetentionSettings {
             if let Some(v) = v
                 && !(1..=MAX_RETENTION_DAYS).contains(&v)
             {
-                return Err(Error::InvalidRetention(format!(
+                return Err(Error::Protocol(ProtocolError::InvalidRetention(format!(
                     "`{what}` must be 1 to {MAX_RETENTION_DAYS} days (zero would delete what \
                      just happened), not {v}"
-                )));
+                ))));
             }
         }
         if let Some(v) = self.keep_block_versions
             && !(1..=MAX_KEEP_BLOCK_VERSIONS).contains(&v)
         {
-            return Err(Error::InvalidRetention(format!(
+            return Err(Error::Protocol(ProtocolError::InvalidRetention(format!(
                 "`keep_block_versions` must be 1 to {MAX_KEEP_BLOCK_VERSIONS} (zero would delete \
                  the current version), not {v}"
-            )));
+            ))));
         }
         if self.batches_older_than_days.is_none()
             && self.keep_block_versions.is_none()
             && self.activity_older_than_days.is_none()
         {
-            return Err(Error::InvalidRetention(
+            return Err(Error::Protocol(ProtocolError::InvalidRetention(
                 "a policy that keeps everything: set at least one kind, or clear the policy"
                     .to_owned(),
-            ));
+            )));
         }
         if self.batch_disposal == BatchDisposal::Archive && self.batches_older_than_days.is_none() {
-            return Err(Error::InvalidRetention(
+            return Err(Error::Protocol(ProtocolError::InvalidRetention(
                 "archiving batches needs `batches_older_than_days`".to_owned(),
-            ));
+            )));
         }
         Ok(())
     }
@@ -232,15 +233,15 @@ impl Database {
     /// plan in its transaction. Empty when nothing is old enough.
     pub async fn plan_archive(&self, agent: AgentId, older_than: Duration) -> Result<Vec<BatchId>> {
         if older_than.is_zero() {
-            return Err(Error::InvalidRetention(
+            return Err(Error::Protocol(ProtocolError::InvalidRetention(
                 "a batch retention age of zero would archive batches as they close".to_owned(),
-            ));
+            )));
         }
         self.write(PlanArchive { agent, older_than }).await
     }
 
     /// Stores `agent`'s policy (replacing any), checked first; an unknown agent is
-    /// [`Error::AgentNotFound`].
+    /// [`AgentError::AgentNotFound`](crate::AgentError::AgentNotFound).
     pub async fn set_retention_policy(
         &self,
         agent: AgentId,

@@ -5,6 +5,7 @@
 //! Writes run inside the writer's transaction (reads on the reader pool); they must never
 //! commit, and never change a request that is not pending.
 
+use crate::{AgentError, ApprovalError, BatchError};
 use sqlx::{AnyConnection, AnyPool, Row};
 
 use super::{Ctx, now_ms, runs};
@@ -107,7 +108,7 @@ async fn request(conn: &mut AnyConnection, ctx: &Ctx, new: &NewApproval) -> Resu
         .bind(new.agent.to_string())
         .fetch_optional(&mut *conn)
         .await?
-        .ok_or(Error::AgentNotFound(new.agent))?;
+        .ok_or(Error::Agent(AgentError::AgentNotFound(new.agent)))?;
     let org: Option<String> = org.try_get(0)?;
     let turn: Option<TurnId> = match new.batch {
         Some(batch) => {
@@ -128,12 +129,12 @@ async fn request(conn: &mut AnyConnection, ctx: &Ctx, new: &NewApproval) -> Resu
     };
     let id = ctx.ids.next_id()?;
     let input = serde_json::to_string(&new.input)
-        .map_err(|e| Error::InvalidContent(format!("approval input: {e}")))?;
+        .map_err(|e| Error::Batch(BatchError::InvalidContent(format!("approval input: {e}"))))?;
     if input.len() > ctx.max_content_bytes {
-        return Err(Error::ContentTooLarge {
+        return Err(Error::Batch(BatchError::ContentTooLarge {
             size: input.len(),
             limit: ctx.max_content_bytes,
-        });
+        }));
     }
     sqlx::query(
         "INSERT INTO approvals (id, organization_id, agent_id, batch_id, turn_id, tool, call_id, \
@@ -200,10 +201,10 @@ async fn decide(
     let changed = q.execute(&mut *conn).await?.rows_affected();
     let approval = read_in(conn, organization, id).await?;
     if changed == 0 {
-        return Err(Error::AlreadyDecided {
+        return Err(Error::Approval(ApprovalError::AlreadyDecided {
             id,
             state: approval.state,
-        });
+        }));
     }
     wake::notify(conn, ctx.backend, &[WakeKey::Approval(id)]).await?;
     Ok(approval)
@@ -274,7 +275,7 @@ async fn read_in(
     let row = q
         .fetch_optional(&mut *conn)
         .await?
-        .ok_or(Error::ApprovalNotFound(id))?;
+        .ok_or(Error::Approval(ApprovalError::ApprovalNotFound(id)))?;
     approval_from_row(&row)
 }
 
@@ -306,7 +307,7 @@ pub(crate) async fn read(
     let row = q
         .fetch_optional(pool)
         .await?
-        .ok_or(Error::ApprovalNotFound(id))?;
+        .ok_or(Error::Approval(ApprovalError::ApprovalNotFound(id)))?;
     approval_from_row(&row)
 }
 

@@ -4,6 +4,7 @@
 //! Writes run inside the writer's transaction; they must never commit, and never write a
 //! secret (only its hash arrives here).
 
+use crate::{AgentError, AuthError, ProtocolError};
 use sqlx::{AnyConnection, Row};
 
 use super::{Ctx, now_ms};
@@ -93,10 +94,10 @@ async fn create_key(conn: &mut AnyConnection, row: &NewKeyRow) -> Result<ApiKey>
         .fetch_optional(&mut *conn)
         .await?;
     if org.is_none() {
-        return Err(Error::ProtocolNotFound {
+        return Err(Error::Protocol(ProtocolError::ProtocolNotFound {
             kind: "organization",
             id: row.key.organization.0,
-        });
+        }));
     }
     sqlx::query(
         "INSERT INTO api_keys (id, organization_id, name, prefix, key_hash, created_at) \
@@ -129,20 +130,20 @@ async fn revoke_key(conn: &mut AnyConnection, org: OrganizationId, id: ApiKeyId)
         .bind(org.to_string())
         .fetch_optional(&mut *conn)
         .await?
-        .ok_or(Error::ApiKeyNotFound(id))?;
+        .ok_or(Error::Auth(AuthError::ApiKeyNotFound(id)))?;
     key_from_row(&row)
 }
 
-/// [`Error::AgentNotFound`] unless `agent` belongs to `org`.
+/// [`AgentError::AgentNotFound`] unless `agent` belongs to `org`.
 async fn check_owner(conn: &mut AnyConnection, org: OrganizationId, agent: AgentId) -> Result<()> {
     let row = sqlx::query("SELECT organization_id FROM agents WHERE id = $1")
         .bind(agent.to_string())
         .fetch_optional(&mut *conn)
         .await?
-        .ok_or(Error::AgentNotFound(agent))?;
+        .ok_or(Error::Agent(AgentError::AgentNotFound(agent)))?;
     let owner: Option<String> = row.try_get(0)?;
     if owner.as_deref() != Some(org.to_string().as_str()) {
-        return Err(Error::AgentNotFound(agent));
+        return Err(Error::Agent(AgentError::AgentNotFound(agent)));
     }
     Ok(())
 }

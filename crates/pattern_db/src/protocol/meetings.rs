@@ -17,6 +17,7 @@
 //! This module must never write outside the writer, and never wake anyone itself: on PostgreSQL
 //! the writes send `NOTIFY` inside their transaction (delivered at commit only).
 
+use crate::{ProtocolError, StorageError};
 use std::fmt;
 use std::time::Duration;
 
@@ -74,8 +75,8 @@ impl MeetingPolicy {
             "round_robin" | "round-robin" => Ok(MeetingPolicy::RoundRobin),
             "selector" => Ok(MeetingPolicy::Selector),
             "broadcast" => Ok(MeetingPolicy::Broadcast),
-            other => Err(Error::InvalidProtocolMessage(format!(
-                "unknown meeting policy `{other}` (round-robin, selector, broadcast)"
+            other => Err(Error::Protocol(ProtocolError::InvalidProtocolMessage(
+                format!("unknown meeting policy `{other}` (round-robin, selector, broadcast)"),
             ))),
         }
     }
@@ -113,9 +114,9 @@ impl MeetingStatus {
             "active" => MeetingStatus::Active,
             "ended" => MeetingStatus::Ended,
             other => {
-                return Err(Error::Corrupt(format!(
+                return Err(Error::Storage(StorageError::Corrupt(format!(
                     "unknown stored meeting status `{other}`"
-                )));
+                ))));
             }
         })
     }
@@ -163,9 +164,9 @@ impl ParticipantStatus {
             "speaking" => ParticipantStatus::Speaking,
             "left" => ParticipantStatus::Left,
             other => {
-                return Err(Error::Corrupt(format!(
+                return Err(Error::Storage(StorageError::Corrupt(format!(
                     "unknown stored participant status `{other}`"
-                )));
+                ))));
             }
         })
     }
@@ -294,9 +295,9 @@ impl MeetingEventType {
             "agent_timed_out" => MeetingEventType::AgentTimedOut,
             "meeting_ended" => MeetingEventType::MeetingEnded,
             other => {
-                return Err(Error::Corrupt(format!(
+                return Err(Error::Storage(StorageError::Corrupt(format!(
                     "unknown stored meeting event `{other}`"
-                )));
+                ))));
             }
         })
     }
@@ -398,23 +399,23 @@ pub struct RetentionPolicy {
 }
 
 impl RetentionPolicy {
-    /// Refuses a zero age ([`Error::InvalidRetention`]): it would archive messages as they are
-    /// read and delete sessions and meetings as they end, so a user's `--older-than-days 0` is a
-    /// mistake, never a policy.
+    /// Refuses a zero age ([`ProtocolError::InvalidRetention`]): it would archive messages as they
+    /// are read and delete sessions and meetings as they end, so a user's `--older-than-days 0` is
+    /// a mistake, never a policy.
     pub fn check(&self) -> Result<()> {
         if self.archive_messages_after.is_zero() {
-            return Err(Error::InvalidRetention(
+            return Err(Error::Protocol(ProtocolError::InvalidRetention(
                 "a message retention age of zero would archive messages as they are read: use at \
                  least 1 day"
                     .to_owned(),
-            ));
+            )));
         }
         if self.delete_ended_after.is_zero() {
-            return Err(Error::InvalidRetention(
+            return Err(Error::Protocol(ProtocolError::InvalidRetention(
                 "an ended-conversation retention age of zero would delete sessions and meetings \
                  as they end: use at least 1 day"
                     .to_owned(),
-            ));
+            )));
         }
         Ok(())
     }
@@ -529,8 +530,11 @@ pub(crate) fn meeting_from_row(row: &AnyRow) -> Result<Meeting> {
         created_at: from_ms(row.try_get(8)?),
         started_at: row.try_get::<Option<i64>, _>(9)?.map(from_ms),
         ended_at: row.try_get::<Option<i64>, _>(10)?.map(from_ms),
-        policy: MeetingPolicy::parse(&row.try_get::<String, _>(11)?)
-            .map_err(|_| Error::Corrupt("unknown stored meeting policy".into()))?,
+        policy: MeetingPolicy::parse(&row.try_get::<String, _>(11)?).map_err(|_| {
+            Error::Storage(StorageError::Corrupt(
+                "unknown stored meeting policy".into(),
+            ))
+        })?,
         chosen: opt_uuid(row, 12)?.map(AgentId),
     })
 }
@@ -566,12 +570,13 @@ pub(crate) fn event_from_row(row: &AnyRow) -> Result<MeetingEvent> {
     })
 }
 
-/// A turn duration must be 1 ms to [`MAX_TURN_DURATION`] ([`Error::InvalidProtocolMessage`]).
+/// A turn duration must be 1 ms to [`MAX_TURN_DURATION`]
+/// ([`ProtocolError::InvalidProtocolMessage`]).
 fn check_turn_duration(turn_duration: Option<Duration>) -> Result<()> {
     match turn_duration {
         Some(d) if d < Duration::from_millis(1) || d > MAX_TURN_DURATION => {
-            Err(Error::InvalidProtocolMessage(format!(
-                "a turn duration must be 1 ms to {MAX_TURN_DURATION:?}, got {d:?}"
+            Err(Error::Protocol(ProtocolError::InvalidProtocolMessage(
+                format!("a turn duration must be 1 ms to {MAX_TURN_DURATION:?}, got {d:?}"),
             )))
         }
         _ => Ok(()),
@@ -583,15 +588,16 @@ impl Database {
         match self.write(op).await? {
             ProtocolDone::Meeting(update) => Ok(*update),
             ProtocolDone::Refused(refused) => Err(refused.1),
-            ProtocolDone::Retention(_) => Err(Error::Corrupt(
+            ProtocolDone::Retention(_) => Err(Error::Storage(StorageError::Corrupt(
                 "a meeting write answered with a retention report".into(),
-            )),
+            ))),
         }
     }
 
     /// Creates a meeting hosted by `host`, who joins it at once (join order 1). `turn_duration`
     /// limits each turn (1 ms to [`MAX_TURN_DURATION`]; otherwise
-    /// [`Error::InvalidProtocolMessage`]). Unknown host: [`Error::ProtocolNotFound`].
+    /// [`ProtocolError::InvalidProtocolMessage`]). Unknown host:
+    /// [`ProtocolError::ProtocolNotFound`].
     pub async fn create_meeting(
         &self,
         host: AgentId,
@@ -620,8 +626,8 @@ impl Database {
     ) -> Result<MeetingUpdate> {
         let size = plan.to_string().len();
         if size > 64 * 1024 {
-            return Err(Error::InvalidProtocolMessage(format!(
-                "a meeting plan may hold at most 64 KiB of JSON, got {size} bytes"
+            return Err(Error::Protocol(ProtocolError::InvalidProtocolMessage(
+                format!("a meeting plan may hold at most 64 KiB of JSON, got {size} bytes"),
             )));
         }
         check_turn_duration(turn_duration)?;
@@ -636,9 +642,9 @@ impl Database {
 
     /// The host of a selector meeting, holding the turn, names `next` (a present participant,
     /// not itself) to speak after its turn; the choice takes effect when the host's turn ends
-    /// (it speaks, passes, times out or leaves). Not the host: [`Error::NotHost`]; not its turn:
-    /// [`Error::NotSpeaker`]; another policy: [`Error::MeetingState`]; `next` absent:
-    /// [`Error::NotMeetingParticipant`]; nothing stored on any refusal.
+    /// (it speaks, passes, times out or leaves). Not the host: [`ProtocolError::NotHost`]; not its
+    /// turn: [`ProtocolError::NotSpeaker`]; another policy: [`ProtocolError::MeetingState`]; `next`
+    /// absent: [`ProtocolError::NotMeetingParticipant`]; nothing stored on any refusal.
     pub async fn choose_speaker(
         &self,
         meeting: MeetingId,
@@ -656,7 +662,7 @@ impl Database {
     /// Speaks (`Some`) or passes (`None`) only in the turn that began at `turn_started_at`
     /// (the meeting's [`Meeting::turn_started_at`] when the caller read it): a driver that
     /// acts on a turn it read earlier never speaks into a later turn of the same agent.
-    /// Another turn, or not the speaker: [`Error::NotSpeaker`], nothing stored.
+    /// Another turn, or not the speaker: [`ProtocolError::NotSpeaker`], nothing stored.
     pub async fn speak_in_turn(
         &self,
         meeting: MeetingId,
@@ -676,8 +682,9 @@ impl Database {
         .await
     }
 
-    /// The host invites `agent` (optional: anyone may join). Not the host: [`Error::NotHost`];
-    /// already invited or present: [`Error::AlreadyParticipant`]; ended: [`Error::MeetingEnded`].
+    /// The host invites `agent` (optional: anyone may join). Not the host:
+    /// [`ProtocolError::NotHost`]; already invited or present:
+    /// [`ProtocolError::AlreadyParticipant`]; ended: [`ProtocolError::MeetingEnded`].
     pub async fn invite_to_meeting(
         &self,
         meeting: MeetingId,
@@ -693,22 +700,23 @@ impl Database {
     }
 
     /// `agent` joins (again, after leaving: at the end of the order). Present already:
-    /// [`Error::AlreadyParticipant`]; ended: [`Error::MeetingEnded`].
+    /// [`ProtocolError::AlreadyParticipant`]; ended: [`ProtocolError::MeetingEnded`].
     pub async fn join_meeting(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
         self.meeting_write(ProtocolOp::Join { meeting, agent })
             .await
     }
 
     /// The host starts a ready meeting; the first present participant in join order speaks.
-    /// Not ready or started already: [`Error::MeetingState`].
+    /// Not ready or started already: [`ProtocolError::MeetingState`].
     pub async fn start_meeting(&self, meeting: MeetingId, host: AgentId) -> Result<MeetingUpdate> {
         self.meeting_write(ProtocolOp::Start { meeting, host })
             .await
     }
 
     /// The current speaker says `message` and the turn passes on. Not the speaker:
-    /// [`Error::NotSpeaker`] (nothing stored); not present: [`Error::NotMeetingParticipant`];
-    /// not active: [`Error::MeetingState`] or [`Error::MeetingEnded`].
+    /// [`ProtocolError::NotSpeaker`] (nothing stored); not present:
+    /// [`ProtocolError::NotMeetingParticipant`]; not active: [`ProtocolError::MeetingState`] or
+    /// [`ProtocolError::MeetingEnded`].
     pub async fn speak(
         &self,
         meeting: MeetingId,
@@ -737,13 +745,14 @@ impl Database {
     }
 
     /// `agent` leaves; if it was speaking the turn passes on, and an active meeting that
-    /// everyone left ends. Not present: [`Error::NotMeetingParticipant`].
+    /// everyone left ends. Not present: [`ProtocolError::NotMeetingParticipant`].
     pub async fn leave_meeting(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
         self.meeting_write(ProtocolOp::Leave { meeting, agent })
             .await
     }
 
-    /// The host ends the meeting. Not the host: [`Error::NotHost`]; ended: [`Error::MeetingEnded`].
+    /// The host ends the meeting. Not the host: [`ProtocolError::NotHost`]; ended:
+    /// [`ProtocolError::MeetingEnded`].
     pub async fn end_meeting(&self, meeting: MeetingId, host: AgentId) -> Result<MeetingUpdate> {
         self.meeting_write(ProtocolOp::EndMeeting { meeting, host })
             .await
@@ -763,13 +772,13 @@ impl Database {
         policy.check()?;
         match self.write(ProtocolOp::Retention(policy)).await? {
             ProtocolDone::Retention(report) => Ok(*report),
-            ProtocolDone::Meeting(_) | ProtocolDone::Refused(_) => Err(Error::Corrupt(
-                "protocol retention answered with a meeting update".into(),
+            ProtocolDone::Meeting(_) | ProtocolDone::Refused(_) => Err(Error::Storage(
+                StorageError::Corrupt("protocol retention answered with a meeting update".into()),
             )),
         }
     }
 
-    /// The meeting with this id ([`Error::ProtocolNotFound`] otherwise).
+    /// The meeting with this id ([`ProtocolError::ProtocolNotFound`] otherwise).
     pub async fn meeting(&self, id: MeetingId) -> Result<Meeting> {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {MEETING_COLUMNS} FROM protocol_meetings WHERE id = $1"
@@ -779,10 +788,10 @@ impl Database {
         .await?;
         match row {
             Some(row) => meeting_from_row(&row),
-            None => Err(Error::ProtocolNotFound {
+            None => Err(Error::Protocol(ProtocolError::ProtocolNotFound {
                 kind: "meeting",
                 id: id.0,
-            }),
+            })),
         }
     }
 
@@ -814,7 +823,7 @@ impl Database {
     }
 
     /// Up to `limit` events of a meeting with a sequence number above `after`, in order. An
-    /// unknown meeting is [`Error::ProtocolNotFound`].
+    /// unknown meeting is [`ProtocolError::ProtocolNotFound`].
     pub async fn meeting_events_after(
         &self,
         meeting: MeetingId,
@@ -967,10 +976,12 @@ impl Database {
         }
         let mut inner = sqlx::postgres::PgListener::connect(self.url())
             .await
-            .map_err(|source| Error::Connect {
-                backend: "postgres",
-                url: crate::error::redact_url(self.url()),
-                source,
+            .map_err(|source| {
+                Error::Storage(StorageError::Connect {
+                    backend: "postgres",
+                    url: crate::error::redact_url(self.url()),
+                    source,
+                })
             })?;
         inner.listen(WAKEUP_CHANNEL).await?;
         Ok(Some(WakeupListener { inner }))

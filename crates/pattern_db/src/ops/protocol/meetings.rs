@@ -7,6 +7,7 @@
 //! PostgreSQL it skips rows others hold (`SKIP LOCKED`). These functions must never commit, roll
 //! back or open a transaction, and never run a statement after one that failed.
 
+use crate::{ProtocolError, StorageError};
 use std::time::Duration;
 
 use sqlx::{AnyConnection, Row};
@@ -252,10 +253,10 @@ async fn lock_meeting(conn: &mut AnyConnection, ctx: &Ctx, id: MeetingId) -> Res
     let meeting = match row {
         Some(row) => meeting_from_row(&row)?,
         None => {
-            return Err(Error::ProtocolNotFound {
+            return Err(Error::Protocol(ProtocolError::ProtocolNotFound {
                 kind: "meeting",
                 id: id.0,
-            });
+            }));
         }
     };
     let mut change = Change {
@@ -336,17 +337,19 @@ async fn set_status_where(
 
 fn refuse_ended(change: &Change) -> Result<()> {
     if change.meeting.status == MeetingStatus::Ended {
-        return Err(Error::MeetingEnded(change.meeting.id));
+        return Err(Error::Protocol(ProtocolError::MeetingEnded(
+            change.meeting.id,
+        )));
     }
     Ok(())
 }
 
 fn require_host(change: &Change, agent: AgentId) -> Result<()> {
     if change.meeting.host != agent {
-        return Err(Error::NotHost {
+        return Err(Error::Protocol(ProtocolError::NotHost {
             meeting: change.meeting.id,
             agent,
-        });
+        }));
     }
     Ok(())
 }
@@ -459,7 +462,10 @@ async fn invite(
     require_same_organization(conn, &host_agent, agent).await?;
     match participant(conn, meeting, agent).await? {
         Some(p) if p.status != ParticipantStatus::Left => {
-            return Err(Error::AlreadyParticipant { meeting, agent });
+            return Err(Error::Protocol(ProtocolError::AlreadyParticipant {
+                meeting,
+                agent,
+            }));
         }
         Some(_) => {
             sqlx::query(
@@ -502,7 +508,10 @@ async fn join(
     require_same_organization(conn, &host, agent).await?;
     let existing = participant(conn, meeting, agent).await?;
     if existing.as_ref().is_some_and(|p| p.status.is_present()) {
-        return Err(Error::AlreadyParticipant { meeting, agent });
+        return Err(Error::Protocol(ProtocolError::AlreadyParticipant {
+            meeting,
+            agent,
+        }));
     }
     let order: i64 = sqlx::query(
         "UPDATE protocol_meetings SET last_join_order = last_join_order + 1 \
@@ -581,11 +590,11 @@ async fn start(
         .filter(|p| p.status.is_present())
         .collect();
     if change.meeting.status != MeetingStatus::Ready || present.is_empty() {
-        return Err(Error::MeetingState {
+        return Err(Error::Protocol(ProtocolError::MeetingState {
             meeting,
             status: change.meeting.status.as_str(),
             needed: "ready, with a participant present",
-        });
+        }));
     }
     set_status_where(
         conn,
@@ -616,33 +625,43 @@ async fn speak(
     let me = participant(conn, meeting, agent)
         .await?
         .filter(|p| p.status.is_present())
-        .ok_or(Error::NotMeetingParticipant { meeting, agent })?;
+        .ok_or(Error::Protocol(ProtocolError::NotMeetingParticipant {
+            meeting,
+            agent,
+        }))?;
     if change.meeting.status != MeetingStatus::Active {
-        return Err(Error::MeetingState {
+        return Err(Error::Protocol(ProtocolError::MeetingState {
             meeting,
             status: change.meeting.status.as_str(),
             needed: "active",
-        });
+        }));
     }
     let this_turn = turn
         .is_none_or(|t| change.meeting.turn_started_at.map(|s| s.timestamp_millis()) == Some(t));
     if change.meeting.speaker != Some(agent) || !this_turn {
-        return Err(Error::NotSpeaker {
+        return Err(Error::Protocol(ProtocolError::NotSpeaker {
             meeting,
             agent,
             speaker: change.meeting.speaker,
-        });
+        }));
     }
     let mut stored = None;
     if let Some(message) = message {
-        let content = serde_json::to_string(&message.content)
-            .map_err(|e| Error::InvalidProtocolMessage(format!("content does not encode: {e}")))?;
+        let content = serde_json::to_string(&message.content).map_err(|e| {
+            Error::Protocol(ProtocolError::InvalidProtocolMessage(format!(
+                "content does not encode: {e}"
+            )))
+        })?;
         let metadata = message
             .metadata
             .as_ref()
             .map(serde_json::to_string)
             .transpose()
-            .map_err(|e| Error::InvalidProtocolMessage(format!("metadata does not encode: {e}")))?;
+            .map_err(|e| {
+                Error::Protocol(ProtocolError::InvalidProtocolMessage(format!(
+                    "metadata does not encode: {e}"
+                )))
+            })?;
         let row = ProtocolMessage {
             id: ProtocolMessageId::new(),
             sender: agent,
@@ -698,7 +717,10 @@ async fn leave(
     let me = participant(conn, meeting, agent)
         .await?
         .filter(|p| p.status.is_present())
-        .ok_or(Error::NotMeetingParticipant { meeting, agent })?;
+        .ok_or(Error::Protocol(ProtocolError::NotMeetingParticipant {
+            meeting,
+            agent,
+        }))?;
     sqlx::query(
         "UPDATE protocol_meeting_participants SET status = 'left', left_at = $1 \
          WHERE meeting_id = $2 AND agent_id = $3",
@@ -740,31 +762,31 @@ async fn choose(
     refuse_ended(change)?;
     require_host(change, host)?;
     if change.meeting.policy != MeetingPolicy::Selector {
-        return Err(Error::MeetingState {
+        return Err(Error::Protocol(ProtocolError::MeetingState {
             meeting,
             status: change.meeting.policy.as_str(),
             needed: "a selector meeting",
-        });
+        }));
     }
     if change.meeting.speaker != Some(host) {
-        return Err(Error::NotSpeaker {
+        return Err(Error::Protocol(ProtocolError::NotSpeaker {
             meeting,
             agent: host,
             speaker: change.meeting.speaker,
-        });
+        }));
     }
     if next == host {
-        return Err(Error::InvalidProtocolMessage(
+        return Err(Error::Protocol(ProtocolError::InvalidProtocolMessage(
             "the host chooses another participant, not itself".into(),
-        ));
+        )));
     }
     participant(conn, meeting, next)
         .await?
         .filter(|p| p.status.is_present())
-        .ok_or(Error::NotMeetingParticipant {
+        .ok_or(Error::Protocol(ProtocolError::NotMeetingParticipant {
             meeting,
             agent: next,
-        })?;
+        }))?;
     change.meeting.chosen = Some(next);
     Ok(None)
 }
@@ -785,14 +807,14 @@ async fn end_meeting(
 fn is_refusal(e: &Error) -> bool {
     matches!(
         e,
-        Error::MeetingEnded(_)
-            | Error::NotHost { .. }
-            | Error::NotMeetingParticipant { .. }
-            | Error::AlreadyParticipant { .. }
-            | Error::NotSpeaker { .. }
-            | Error::MeetingState { .. }
-            | Error::ProtocolNotFound { .. }
-            | Error::InvalidProtocolMessage(_)
+        Error::Protocol(ProtocolError::MeetingEnded(_))
+            | Error::Protocol(ProtocolError::NotHost { .. })
+            | Error::Protocol(ProtocolError::NotMeetingParticipant { .. })
+            | Error::Protocol(ProtocolError::AlreadyParticipant { .. })
+            | Error::Protocol(ProtocolError::NotSpeaker { .. })
+            | Error::Protocol(ProtocolError::MeetingState { .. })
+            | Error::Protocol(ProtocolError::ProtocolNotFound { .. })
+            | Error::Protocol(ProtocolError::InvalidProtocolMessage(_))
     )
 }
 
@@ -805,7 +827,9 @@ pub(crate) async fn run(
     op: &ProtocolOp,
 ) -> Result<ProtocolDone> {
     let Some(id) = op.key().map(MeetingId) else {
-        return Err(Error::Corrupt(format!("{op:?} names no meeting")));
+        return Err(Error::Storage(StorageError::Corrupt(format!(
+            "{op:?} names no meeting"
+        ))));
     };
     let mut change = lock_meeting(conn, ctx, id).await?;
     let timed_out = (change.meeting.clone(), change.events.len());
@@ -824,7 +848,9 @@ pub(crate) async fn run(
         ProtocolOp::Choose { host, next, .. } => choose(conn, &mut change, *host, *next).await,
         ProtocolOp::ApplyTimeouts { .. } => Ok(None),
         ProtocolOp::CreateMeeting { .. } | ProtocolOp::Retention(_) => {
-            return Err(Error::Corrupt(format!("{op:?} is not a meeting write")));
+            return Err(Error::Storage(StorageError::Corrupt(format!(
+                "{op:?} is not a meeting write"
+            ))));
         }
     };
     match outcome {
