@@ -83,10 +83,11 @@ impl FromStr for ApprovalState {
             "timed_out" => ApprovalState::TimedOut,
             "abandoned" => ApprovalState::Abandoned,
             other => {
-                return Err(Error::Batch(BatchError::InvalidContent(format!(
+                return Err(BatchError::InvalidContent(format!(
                     "unknown approval state `{other}` (pending, approved, denied, timed_out, \
                      abandoned)"
-                ))));
+                ))
+                .into());
             }
         })
     }
@@ -210,11 +211,8 @@ pub(crate) fn approval_from_row(row: &AnyRow) -> Result<Approval> {
         turn_id: turn.map(|t| parse_uuid(&t).map(TurnId)).transpose()?,
         tool: row.try_get(5)?,
         call_id: row.try_get(6)?,
-        input: serde_json::from_str(&input).map_err(|e| {
-            Error::Batch(BatchError::InvalidContent(format!(
-                "stored approval input: {e}"
-            )))
-        })?,
+        input: serde_json::from_str(&input)
+            .map_err(|e| BatchError::InvalidContent(format!("stored approval input: {e}")))?,
         reason: row.try_get(8)?,
         requested_at: from_ms(row.try_get(9)?),
         deadline: from_ms(row.try_get(10)?),
@@ -227,9 +225,10 @@ pub(crate) fn approval_from_row(row: &AnyRow) -> Result<Approval> {
 
 fn check_text(what: &str, text: &str) -> Result<()> {
     if text.len() > MAX_TEXT {
-        return Err(Error::Batch(BatchError::InvalidContent(format!(
+        return Err(BatchError::InvalidContent(format!(
             "an approval's {what} is at most {MAX_TEXT} bytes"
-        ))));
+        ))
+        .into());
     }
     Ok(())
 }
@@ -239,9 +238,7 @@ impl Database {
     /// A write of the run: inside `runs::fenced` it is refused once the claim is lost.
     pub async fn request_approval(&self, new: NewApproval) -> Result<Approval> {
         if new.tool.is_empty() {
-            return Err(Error::Batch(BatchError::InvalidContent(
-                "an approval names its tool".into(),
-            )));
+            return Err(BatchError::InvalidContent("an approval names its tool".into()).into());
         }
         check_text("tool", &new.tool)?;
         check_text("reason", &new.reason)?;
@@ -307,9 +304,10 @@ impl Database {
         filter: ApprovalFilter,
     ) -> Result<Vec<Approval>> {
         if filter.limit == 0 || filter.limit > 1000 {
-            return Err(Error::Batch(BatchError::InvalidContent(
+            return Err(BatchError::InvalidContent(
                 "an approval listing's limit is 1 to 1000".into(),
-            )));
+            )
+            .into());
         }
         crate::ops::approvals::list(self.reader(), organization, filter).await
     }

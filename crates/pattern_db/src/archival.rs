@@ -104,55 +104,59 @@ impl NewArchival {
     pub(crate) fn validate(&self, max_content_bytes: usize) -> Result<()> {
         self.occurred_at()?;
         if self.content.is_empty() {
-            return Err(Error::Archival(ArchivalError::InvalidArchival(
-                "content is empty".into(),
-            )));
+            return Err(ArchivalError::InvalidArchival("content is empty".into()).into());
         }
         if self.content.len() > max_content_bytes {
-            return Err(Error::Batch(BatchError::ContentTooLarge {
+            return Err(BatchError::ContentTooLarge {
                 size: self.content.len(),
                 limit: max_content_bytes,
-            }));
+            }
+            .into());
         }
         if self.tags.len() > MAX_TAGS {
-            return Err(Error::Archival(ArchivalError::InvalidArchival(format!(
+            return Err(ArchivalError::InvalidArchival(format!(
                 "{} tags, at most {MAX_TAGS} allowed",
                 self.tags.len()
-            ))));
+            ))
+            .into());
         }
         for (i, tag) in self.tags.iter().enumerate() {
             let chars = tag.chars().count();
             if chars == 0 || chars > MAX_TAG_CHARS {
-                return Err(Error::Archival(ArchivalError::InvalidArchival(format!(
+                return Err(ArchivalError::InvalidArchival(format!(
                     "tag {i} has {chars} characters; tags hold 1 to {MAX_TAG_CHARS}"
-                ))));
+                ))
+                .into());
             }
             if tag.trim() != tag || tag.chars().any(char::is_control) {
-                return Err(Error::Archival(ArchivalError::InvalidArchival(format!(
+                return Err(ArchivalError::InvalidArchival(format!(
                     "tag `{tag}` has leading/trailing spaces or control characters"
-                ))));
+                ))
+                .into());
             }
             if self.tags[..i].contains(tag) {
-                return Err(Error::Archival(ArchivalError::InvalidArchival(format!(
-                    "tag `{tag}` appears twice"
-                ))));
+                return Err(
+                    ArchivalError::InvalidArchival(format!("tag `{tag}` appears twice")).into(),
+                );
             }
         }
         if let Some(key) = &self.dedupe_key
             && (key.is_empty() || key.len() > MAX_DEDUPE_KEY_BYTES)
         {
-            return Err(Error::Archival(ArchivalError::InvalidArchival(format!(
+            return Err(ArchivalError::InvalidArchival(format!(
                 "dedupe key must be 1 to {MAX_DEDUPE_KEY_BYTES} bytes, got {}",
                 key.len()
-            ))));
+            ))
+            .into());
         }
         let metadata = serde_json::to_string(&self.metadata)
-            .map_err(|e| Error::Archival(ArchivalError::InvalidArchival(e.to_string())))?;
+            .map_err(|e| ArchivalError::InvalidArchival(e.to_string()))?;
         if metadata.len() > max_content_bytes {
-            return Err(Error::Batch(BatchError::ContentTooLarge {
+            return Err(BatchError::ContentTooLarge {
                 size: metadata.len(),
                 limit: max_content_bytes,
-            }));
+            }
+            .into());
         }
         Ok(())
     }
@@ -211,15 +215,10 @@ pub(crate) fn archival_from_row(row: &AnyRow) -> Result<ArchivalEntry> {
         agent_id: AgentId(parse_uuid(&agent)?),
         content: row.try_get(2)?,
         metadata: serde_json::from_str(&metadata).map_err(|e| {
-            Error::Storage(StorageError::Corrupt(format!(
-                "archival metadata does not decode: {e}"
-            )))
+            StorageError::Corrupt(format!("archival metadata does not decode: {e}"))
         })?,
-        tags: serde_json::from_str(&tags).map_err(|e| {
-            Error::Storage(StorageError::Corrupt(format!(
-                "archival tags do not decode: {e}"
-            )))
-        })?,
+        tags: serde_json::from_str(&tags)
+            .map_err(|e| StorageError::Corrupt(format!("archival tags do not decode: {e}")))?,
         dedupe_key: row.try_get(5)?,
         created_at: from_ms(row.try_get(6)?),
     })
@@ -265,10 +264,7 @@ impl Database {
         .await?;
         match row {
             Some(row) => archival_from_row(&row),
-            None => Err(Error::Archival(ArchivalError::ArchivalNotFound {
-                agent,
-                id,
-            })),
+            None => Err(ArchivalError::ArchivalNotFound { agent, id }.into()),
         }
     }
 
@@ -279,10 +275,11 @@ impl Database {
         opts: ListArchival,
     ) -> Result<Vec<ArchivalEntry>> {
         if opts.limit == 0 || opts.limit > MAX_LIST {
-            return Err(Error::Archival(ArchivalError::InvalidArchival(format!(
+            return Err(ArchivalError::InvalidArchival(format!(
                 "list limit must be 1 to {MAX_LIST}, got {}",
                 opts.limit
-            ))));
+            ))
+            .into());
         }
         let mut sql =
             format!("SELECT {ARCHIVAL_COLUMNS} FROM archival_memories a WHERE a.agent_id = $1");

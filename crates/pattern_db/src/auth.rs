@@ -111,7 +111,7 @@ pub(crate) fn new_secret() -> Result<String> {
 pub(crate) fn random_token(prefix: &str) -> Result<String> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes)
-        .map_err(|e| Error::Storage(StorageError::Config(format!("no random source: {e}"))))?;
+        .map_err(|e| StorageError::Config(format!("no random source: {e}")))?;
     let mut secret = String::from(prefix);
     for byte in bytes {
         secret.push_str(&format!("{byte:02x}"));
@@ -160,10 +160,11 @@ impl Database {
     pub async fn create_api_key(&self, org: OrganizationId, name: &str) -> Result<IssuedKey> {
         let chars = name.chars().count();
         if chars == 0 || chars > MAX_KEY_NAME_CHARS || name.chars().any(char::is_control) {
-            return Err(Error::Storage(StorageError::Config(format!(
+            return Err(StorageError::Config(format!(
                 "an API key name must be 1 to {MAX_KEY_NAME_CHARS} characters without control \
                  characters"
-            ))));
+            ))
+            .into());
         }
         let secret = new_secret()?;
         let row = NewKeyRow {

@@ -21,7 +21,7 @@ use sqlx::any::AnyRow;
 use uuid::Uuid;
 
 use crate::db::Database;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::AgentId;
 use crate::ops::blocks::{CreateBlock, DeleteBlock, SetValue, Share};
 use crate::ops::{from_ms, parse_uuid};
@@ -110,19 +110,21 @@ pub fn char_count(text: &str) -> usize {
 pub fn validate_label(label: &str) -> Result<()> {
     let len = label.chars().count();
     if len == 0 || len > MAX_LABEL_CHARS {
-        return Err(Error::Block(BlockError::InvalidBlockLabel {
+        return Err(BlockError::InvalidBlockLabel {
             label: label.to_owned(),
             reason: format!("must be 1 to {MAX_LABEL_CHARS} characters, got {len}"),
-        }));
+        }
+        .into());
     }
     if let Some(c) = label
         .chars()
         .find(|c| !matches!(c, 'a'..='z' | '0'..='9' | '_' | '-'))
     {
-        return Err(Error::Block(BlockError::InvalidBlockLabel {
+        return Err(BlockError::InvalidBlockLabel {
             label: label.to_owned(),
             reason: format!("only a-z, 0-9, `_` and `-` are allowed, found {c:?}"),
-        }));
+        }
+        .into());
     }
     Ok(())
 }
@@ -131,9 +133,10 @@ pub(crate) fn validate_one_of(what: &'static str, value: &str, allowed: &[&str])
     if allowed.contains(&value) {
         Ok(())
     } else {
-        Err(Error::Block(BlockError::InvalidBlock(format!(
+        Err(BlockError::InvalidBlock(format!(
             "unknown {what} `{value}`; expected one of {allowed:?}"
-        ))))
+        ))
+        .into())
     }
 }
 
@@ -141,10 +144,11 @@ pub(crate) fn validate_one_of(what: &'static str, value: &str, allowed: &[&str])
 pub(crate) fn validate_new(new: &NewBlock) -> Result<()> {
     validate_label(&new.label)?;
     if !(1..=MAX_CHAR_LIMIT).contains(&new.char_limit) {
-        return Err(Error::Block(BlockError::InvalidBlock(format!(
+        return Err(BlockError::InvalidBlock(format!(
             "char_limit must be 1 to {MAX_CHAR_LIMIT}, got {}",
             new.char_limit
-        ))));
+        ))
+        .into());
     }
     validate_one_of("block type", &new.block_type, BLOCK_TYPES)?;
     check_limit(&new.label, &new.value, new.char_limit)
@@ -155,11 +159,12 @@ pub(crate) fn check_limit(label: &str, value: &str, limit: i64) -> Result<()> {
     let chars = char_count(value);
     let limit = usize::try_from(limit).unwrap_or(0);
     if chars > limit {
-        return Err(Error::Block(BlockError::BlockOverLimit {
+        return Err(BlockError::BlockOverLimit {
             label: label.to_owned(),
             chars,
             limit,
-        }));
+        }
+        .into());
     }
     Ok(())
 }
@@ -219,10 +224,11 @@ impl Database {
         .await?;
         match row {
             Some(row) => block_from_row(&row),
-            None => Err(Error::Block(BlockError::BlockNotFound {
+            None => Err(BlockError::BlockNotFound {
                 agent,
                 label: label.to_owned(),
-            })),
+            }
+            .into()),
         }
     }
 
@@ -375,10 +381,11 @@ impl Database {
         .await?;
         match row {
             Some(row) => Ok(AgentId(parse_uuid(&row.try_get::<String, _>(0)?)?)),
-            None => Err(Error::Block(BlockError::BlockNotFound {
+            None => Err(BlockError::BlockNotFound {
                 agent,
                 label: label.to_owned(),
-            })),
+            }
+            .into()),
         }
     }
 }
@@ -472,6 +479,7 @@ impl BlockError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Error;
 
     #[test]
     fn labels_are_checked() {

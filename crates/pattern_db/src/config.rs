@@ -170,7 +170,7 @@ impl DbConfig {
             if ok {
                 Ok(())
             } else {
-                Err(Error::Storage(StorageError::Config(what.to_owned())))
+                Err(StorageError::Config(what.to_owned()))
             }
         };
         check(

@@ -18,7 +18,7 @@ use sqlx::Row;
 
 use crate::auth::{ApiKey, KEY_COLUMNS, hash, key_from_row, random_token, well_formed_token};
 use crate::db::Database;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ops::console::{EndSession, OpenSession};
 use crate::ops::{self, from_ms};
 
@@ -73,10 +73,11 @@ impl Database {
         lifetime: Duration,
     ) -> Result<Option<IssuedConsoleSession>> {
         if lifetime < Duration::from_secs(1) || lifetime > MAX_CONSOLE_SESSION {
-            return Err(Error::Storage(StorageError::Config(format!(
+            return Err(StorageError::Config(format!(
                 "a console session lasts 1 second to {} days",
                 MAX_CONSOLE_SESSION.as_secs() / 86_400
-            ))));
+            ))
+            .into());
         }
         let Some(key) = self.authenticate_api_key(secret).await? else {
             return Ok(None);

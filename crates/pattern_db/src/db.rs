@@ -101,11 +101,9 @@ fn connect_options(config: &DbConfig, backend: Backend) -> Result<AnyConnectOpti
             url.push_str("mode=rwc");
         }
     }
-    let options = AnyConnectOptions::from_str(&url).map_err(|e| {
-        Error::Storage(StorageError::InvalidUrl {
-            url: redact_url(&config.url),
-            reason: e.to_string(),
-        })
+    let options = AnyConnectOptions::from_str(&url).map_err(|e| StorageError::InvalidUrl {
+        url: redact_url(&config.url),
+        reason: e.to_string(),
     })?;
     Ok(options.disable_statement_logging())
 }
@@ -191,10 +189,11 @@ impl Database {
                 .await?
                 .try_get(0)?;
             if parse_version(&version).is_none_or(|v| v < MIN_SQLITE_VERSION) {
-                return Err(Error::Storage(StorageError::SqliteTooOld {
+                return Err(StorageError::SqliteTooOld {
                     found: version,
                     required: "3.51.3",
-                }));
+                }
+                .into());
             }
         }
         if config.migrate_on_open {

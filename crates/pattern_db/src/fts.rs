@@ -190,12 +190,10 @@ impl FtsIndex {
             None => Index::create_in_ram(schema.clone()),
             Some(dir) => {
                 std::fs::create_dir_all(dir).map_err(|e| {
-                    Error::Storage(StorageError::Index(Arc::new(
-                        tantivy::TantivyError::SystemError(format!(
-                            "cannot create index directory {}: {e}",
-                            dir.display()
-                        )),
-                    )))
+                    StorageError::Index(Arc::new(tantivy::TantivyError::SystemError(format!(
+                        "cannot create index directory {}: {e}",
+                        dir.display()
+                    ))))
                 })?;
                 let existing = if dir.join("meta.json").exists() {
                     Index::open_in_dir(dir).ok()
@@ -208,11 +206,8 @@ impl FtsIndex {
                         // Another schema, or damaged: derived data, so start over.
                         let _ = std::fs::remove_dir_all(dir);
                         std::fs::create_dir_all(dir).map_err(|e| {
-                            Error::Storage(StorageError::Index(Arc::new(
-                                tantivy::TantivyError::SystemError(format!(
-                                    "cannot create index directory {}: {e}",
-                                    dir.display()
-                                )),
+                            StorageError::Index(Arc::new(tantivy::TantivyError::SystemError(
+                                format!("cannot create index directory {}: {e}", dir.display()),
                             )))
                         })?;
                         Index::create_in_dir(dir, schema.clone()).map_err(index_error)?

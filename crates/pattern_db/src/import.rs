@@ -154,10 +154,9 @@ fn refuse(why: String) -> Error {
 
 fn check_blocks(blocks: &[ImportBlock]) -> Result<()> {
     match blocks.iter().find(|b| b.versions.is_empty()) {
-        Some(b) => Err(Error::Agent(AgentError::InvalidImport(format!(
-            "block `{}` has no versions",
-            b.label
-        )))),
+        Some(b) => {
+            Err(AgentError::InvalidImport(format!("block `{}` has no versions", b.label)).into())
+        }
         None => Ok(()),
     }
 }

@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::{BatchState, BatchType, ContentBlock, Role};
 
 /// One message of a history written before batches existed.
@@ -109,11 +109,9 @@ pub fn plan(messages: &[LegacyMessage]) -> Result<ImportPlan> {
     for (index, message) in messages.iter().enumerate() {
         crate::model::NewMessage::new(message.role, message.content.clone())
             .validate_shape()
-            .map_err(|e| {
-                Error::Batch(BatchError::LegacyImport {
-                    index,
-                    reason: e.to_string(),
-                })
+            .map_err(|e| BatchError::LegacyImport {
+                index,
+                reason: e.to_string(),
             })?;
         let results: Vec<&str> = message
             .content
@@ -236,6 +234,7 @@ fn open(batches: &mut Vec<Building>, batch_type: BatchType) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Error;
     use serde_json::json;
 
     fn m(role: Role, content: Vec<ContentBlock>) -> LegacyMessage {

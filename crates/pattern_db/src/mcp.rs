@@ -45,23 +45,25 @@ pub fn valid_server_name(name: &str) -> bool {
 
 fn check(name: &str, config: &serde_json::Value) -> Result<String> {
     if !valid_server_name(name) {
-        return Err(Error::Batch(BatchError::InvalidContent(format!(
+        return Err(BatchError::InvalidContent(format!(
             "`{}` cannot name an MCP server: 1 to 32 characters of [a-z0-9-], starting with a letter",
             name.chars().take(64).collect::<String>()
-        ))));
+        )).into());
     }
     if !config.is_object() {
-        return Err(Error::Batch(BatchError::InvalidContent(
+        return Err(BatchError::InvalidContent(
             "an MCP server's configuration is a JSON object".into(),
-        )));
+        )
+        .into());
     }
-    let text = serde_json::to_string(config)
-        .map_err(|e| Error::Batch(BatchError::InvalidContent(e.to_string())))?;
+    let text =
+        serde_json::to_string(config).map_err(|e| BatchError::InvalidContent(e.to_string()))?;
     if text.len() > MAX_CONFIG_BYTES {
-        return Err(Error::Batch(BatchError::ContentTooLarge {
+        return Err(BatchError::ContentTooLarge {
             size: text.len(),
             limit: MAX_CONFIG_BYTES,
-        }));
+        }
+        .into());
     }
     Ok(text)
 }
@@ -94,16 +96,18 @@ impl Database {
         servers: &[(String, serde_json::Value)],
     ) -> Result<Vec<McpServerRow>> {
         if servers.len() > MAX_SERVERS_PER_AGENT {
-            return Err(Error::Batch(BatchError::InvalidContent(format!(
+            return Err(BatchError::InvalidContent(format!(
                 "an agent has at most {MAX_SERVERS_PER_AGENT} MCP servers"
-            ))));
+            ))
+            .into());
         }
         let mut checked = Vec::with_capacity(servers.len());
         for (name, config) in servers {
             if checked.iter().any(|(n, _): &(String, String)| n == name) {
-                return Err(Error::Batch(BatchError::InvalidContent(format!(
+                return Err(BatchError::InvalidContent(format!(
                     "MCP server `{name}` is given twice"
-                ))));
+                ))
+                .into());
             }
             checked.push((name.clone(), check(name, config)?));
         }

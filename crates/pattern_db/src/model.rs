@@ -187,9 +187,7 @@ impl FromStr for Role {
             "user" => Ok(Role::User),
             "assistant" => Ok(Role::Assistant),
             "tool" => Ok(Role::Tool),
-            other => Err(Error::Batch(BatchError::InvalidContent(format!(
-                "unknown role `{other}`"
-            )))),
+            other => Err(BatchError::InvalidContent(format!("unknown role `{other}`")).into()),
         }
     }
 }
@@ -313,9 +311,7 @@ impl NewMessage {
     /// Malformed JSON or an unknown block shape is [`BatchError::InvalidContent`].
     pub fn from_json(role: Role, content_json: &str) -> Result<Self> {
         let content: Vec<ContentBlock> = serde_json::from_str(content_json).map_err(|e| {
-            Error::Batch(BatchError::InvalidContent(format!(
-                "content is not a valid block array: {e}"
-            )))
+            BatchError::InvalidContent(format!("content is not a valid block array: {e}"))
         })?;
         Ok(Self { role, content })
     }
@@ -334,36 +330,40 @@ impl NewMessage {
     /// come only from the assistant, tool results only in user or tool messages, ids are not empty.
     pub fn validate_shape(&self) -> Result<()> {
         if self.content.is_empty() {
-            return Err(Error::Batch(BatchError::InvalidContent(
+            return Err(BatchError::InvalidContent(
                 "a message needs at least one content block".into(),
-            )));
+            )
+            .into());
         }
         for block in &self.content {
             match block {
                 ContentBlock::ToolUse { id, name, .. } => {
                     if self.role != Role::Assistant {
-                        return Err(Error::Batch(BatchError::InvalidContent(format!(
+                        return Err(BatchError::InvalidContent(format!(
                             "tool_use `{id}` in a {} message: only assistant messages call tools",
                             self.role.as_str()
-                        ))));
+                        ))
+                        .into());
                     }
                     if id.is_empty() || name.is_empty() {
-                        return Err(Error::Batch(BatchError::InvalidContent(
+                        return Err(BatchError::InvalidContent(
                             "tool_use needs a non-empty id and name".into(),
-                        )));
+                        )
+                        .into());
                     }
                 }
                 ContentBlock::ToolResult { tool_use_id, .. } => {
                     if !matches!(self.role, Role::User | Role::Tool) {
-                        return Err(Error::Batch(BatchError::InvalidContent(format!(
+                        return Err(BatchError::InvalidContent(format!(
                             "tool_result `{tool_use_id}` in a {} message: results belong to user or tool messages",
                             self.role.as_str()
-                        ))));
+                        )).into());
                     }
                     if tool_use_id.is_empty() {
-                        return Err(Error::Batch(BatchError::InvalidContent(
+                        return Err(BatchError::InvalidContent(
                             "tool_result needs a non-empty tool_use_id".into(),
-                        )));
+                        )
+                        .into());
                     }
                 }
                 _ => {}
@@ -414,9 +414,7 @@ impl FromStr for BatchType {
             "agent_to_agent" => Ok(BatchType::AgentToAgent),
             "system_trigger" => Ok(BatchType::SystemTrigger),
             "continuation" => Ok(BatchType::Continuation),
-            other => Err(Error::Storage(StorageError::Corrupt(format!(
-                "unknown batch type `{other}`"
-            )))),
+            other => Err(StorageError::Corrupt(format!("unknown batch type `{other}`")).into()),
         }
     }
 }
@@ -458,9 +456,7 @@ impl FromStr for BatchState {
             "open" => Ok(BatchState::Open),
             "complete" => Ok(BatchState::Complete),
             "abandoned" => Ok(BatchState::Abandoned),
-            other => Err(Error::Storage(StorageError::Corrupt(format!(
-                "unknown batch state `{other}`"
-            )))),
+            other => Err(StorageError::Corrupt(format!("unknown batch state `{other}`")).into()),
         }
     }
 }

@@ -98,10 +98,11 @@ pub(crate) async fn organization_by_external_id(
             .await
             .map(|org| org.id);
     }
-    Err(Error::Protocol(ProtocolError::ExternalIdNotFound {
+    Err(ProtocolError::ExternalIdNotFound {
         kind: "organization",
         external_id: external_id.to_owned(),
-    }))
+    }
+    .into())
 }
 
 async fn create_agent(conn: &mut AnyConnection, new: &NewAgent) -> Result<Agent> {
@@ -116,10 +117,11 @@ async fn create_agent(conn: &mut AnyConnection, new: &NewAgent) -> Result<Agent>
                 .await?
                 .is_none()
             {
-                return Err(Error::Protocol(ProtocolError::ProtocolNotFound {
+                return Err(ProtocolError::ProtocolNotFound {
                     kind: "organization",
                     id: org.0,
-                }));
+                }
+                .into());
             }
             org
         }
@@ -156,7 +158,7 @@ async fn create_agent(conn: &mut AnyConnection, new: &NewAgent) -> Result<Agent>
         created_at: from_ms(now_ms()),
     };
     let metadata = serde_json::to_string(&agent.metadata)
-        .map_err(|e| Error::Batch(BatchError::InvalidContent(e.to_string())))?;
+        .map_err(|e| BatchError::InvalidContent(e.to_string()))?;
     let inserted = sqlx::query(
         "INSERT INTO agents (id, name, metadata, created_at, organization_id, external_id) \
          VALUES ($1, $2, $3, $4, $5, $6)",
@@ -182,15 +184,15 @@ async fn set_agent_metadata(
     agent: AgentId,
     metadata: &serde_json::Value,
 ) -> Result<Agent> {
-    let text = serde_json::to_string(metadata)
-        .map_err(|e| Error::Batch(BatchError::InvalidContent(e.to_string())))?;
+    let text =
+        serde_json::to_string(metadata).map_err(|e| BatchError::InvalidContent(e.to_string()))?;
     let updated = sqlx::query("UPDATE agents SET metadata = $1 WHERE id = $2")
         .bind(text)
         .bind(agent.to_string())
         .execute(&mut *conn)
         .await?;
     if updated.rows_affected() == 0 {
-        return Err(Error::Agent(AgentError::AgentNotFound(agent)));
+        return Err(AgentError::AgentNotFound(agent).into());
     }
     let row = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT {AGENT_COLUMNS} FROM agents WHERE id = $1"
@@ -228,7 +230,7 @@ async fn lock_agent_position(conn: &mut AnyConnection, agent: AgentId) -> Result
     .await?;
     match row {
         Some(row) => Ok(row.try_get::<Option<i64>, _>(0)?),
-        None => Err(Error::Agent(AgentError::AgentNotFound(agent))),
+        None => Err(AgentError::AgentNotFound(agent).into()),
     }
 }
 
@@ -240,7 +242,7 @@ pub(crate) async fn lock_agent(conn: &mut AnyConnection, agent: AgentId) -> Resu
         .execute(&mut *conn)
         .await?;
     if done.rows_affected() == 0 {
-        return Err(Error::Agent(AgentError::AgentNotFound(agent)));
+        return Err(AgentError::AgentNotFound(agent).into());
     }
     Ok(())
 }
@@ -270,12 +272,13 @@ fn positions_after(ctx: &Ctx, max: Option<i64>, count: usize) -> Result<Vec<Snow
 pub(crate) fn encode_content(ctx_limit: usize, message: &NewMessage) -> Result<String> {
     message.validate_shape()?;
     let json = serde_json::to_string(&message.content)
-        .map_err(|e| Error::Batch(BatchError::InvalidContent(e.to_string())))?;
+        .map_err(|e| BatchError::InvalidContent(e.to_string()))?;
     if json.len() > ctx_limit {
-        return Err(Error::Batch(BatchError::ContentTooLarge {
+        return Err(BatchError::ContentTooLarge {
             size: json.len(),
             limit: ctx_limit,
-        }));
+        }
+        .into());
     }
     Ok(json)
 }
@@ -471,7 +474,7 @@ pub(crate) async fn load_batch(
         .await?;
     match row {
         Some(row) => batch_from_row(&row),
-        None => Err(Error::Batch(BatchError::BatchNotFound { agent, batch })),
+        None => Err(BatchError::BatchNotFound { agent, batch }.into()),
     }
 }
 
@@ -482,25 +485,28 @@ fn prepare_trigger(
     opts: &BeginBatch,
 ) -> Result<(String, BatchType)> {
     if !matches!(trigger.role, Role::User | Role::System) {
-        return Err(Error::Batch(BatchError::InvalidContent(format!(
+        return Err(BatchError::InvalidContent(format!(
             "a batch starts with a user or system message, not {}",
             trigger.role.as_str()
-        ))));
+        ))
+        .into());
     }
     let content = encode_content(ctx.max_content_bytes, trigger)?;
     if let Some(id) = trigger.tool_result_ids().next() {
-        return Err(Error::Batch(BatchError::InvalidContent(format!(
+        return Err(BatchError::InvalidContent(format!(
             "a trigger cannot answer tool call `{id}`: it opens a new batch"
-        ))));
+        ))
+        .into());
     }
     let batch_type = opts.batch_type.unwrap_or(match trigger.role {
         Role::System => BatchType::SystemTrigger,
         _ => BatchType::UserRequest,
     });
     if batch_type == BatchType::Continuation {
-        return Err(Error::Batch(BatchError::InvalidContent(
+        return Err(BatchError::InvalidContent(
             "a new batch cannot have type continuation: continue the existing batch instead".into(),
-        )));
+        )
+        .into());
     }
     Ok((content, batch_type))
 }
@@ -574,10 +580,11 @@ pub(crate) async fn begin_batch(
     match inserted {
         // `batches_one_run`: another run's batch of this agent is open.
         Err(Error::Storage(StorageError::Database(e))) if is_unique_violation(&e) => {
-            return Err(Error::Run(RunError::AgentBusy {
+            return Err(RunError::AgentBusy {
                 agent,
                 holder: "another run".into(),
-            }));
+            }
+            .into());
         }
         other => other?,
     }
@@ -643,7 +650,7 @@ async fn refuse_while_claimed(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentI
     if let Some(row) = row {
         let holder: String = row.try_get(0)?;
         if ctx.judge.status(conn, &holder).await? == crate::process::HolderStatus::Alive {
-            return Err(Error::Run(RunError::AgentBusy { agent, holder }));
+            return Err(RunError::AgentBusy { agent, holder }.into());
         }
     }
     Ok(())
@@ -730,10 +737,11 @@ pub(crate) async fn begin_batches_bulk(
         }
         let held: i64 = q.fetch_one(&mut *conn).await?.try_get(0)?;
         if held > 0 {
-            return Err(Error::Run(RunError::AgentBusy {
+            return Err(RunError::AgentBusy {
                 agent: chunk[0],
                 holder: "a run (checked one by one)".into(),
-            }));
+            }
+            .into());
         }
     }
     let now = now_ms();
@@ -799,24 +807,27 @@ pub(crate) fn check_step_pairing(
     for message in step {
         for id in message.tool_use_ids() {
             if !calls.insert(id) {
-                return Err(Error::Batch(BatchError::DuplicateToolUse {
+                return Err(BatchError::DuplicateToolUse {
                     batch,
                     tool_use_id: id.to_owned(),
-                }));
+                }
+                .into());
             }
         }
         for id in message.tool_result_ids() {
             if !calls.contains(id) {
-                return Err(Error::Batch(BatchError::UnpairedToolResult {
+                return Err(BatchError::UnpairedToolResult {
                     batch,
                     tool_use_id: id.to_owned(),
-                }));
+                }
+                .into());
             }
             if !answered.insert(id) {
-                return Err(Error::Batch(BatchError::DuplicateToolResult {
+                return Err(BatchError::DuplicateToolResult {
                     batch,
                     tool_use_id: id.to_owned(),
-                }));
+                }
+                .into());
             }
         }
     }
@@ -858,7 +869,7 @@ async fn append_step(
     fence: Option<&RunClaim>,
 ) -> Result<StepReceipt> {
     if messages.is_empty() {
-        return Err(Error::Batch(BatchError::EmptyStep));
+        return Err(BatchError::EmptyStep.into());
     }
     let contents = messages
         .iter()
@@ -867,10 +878,11 @@ async fn append_step(
     let max = lock_agent_position(conn, agent).await?;
     let info = load_batch(conn, agent, batch).await?;
     if info.state != BatchState::Open {
-        return Err(Error::Batch(BatchError::BatchNotOpen {
+        return Err(BatchError::BatchNotOpen {
             batch,
             state: info.state,
-        }));
+        }
+        .into());
     }
     runs::check_batch_owner(&info, fence)?;
     let mentioned: Vec<&str> = messages
@@ -969,20 +981,18 @@ pub(crate) async fn complete_batch(
     match info.state {
         BatchState::Complete => return Ok(info),
         BatchState::Abandoned => {
-            return Err(Error::Batch(BatchError::InvalidBatchState {
+            return Err(BatchError::InvalidBatchState {
                 batch,
                 state: info.state,
                 action: "completing it",
-            }));
+            }
+            .into());
         }
         BatchState::Open => {}
     }
     let pending = pending_calls(conn, batch).await?;
     if !pending.is_empty() {
-        return Err(Error::Batch(BatchError::PendingToolCalls {
-            batch,
-            pending,
-        }));
+        return Err(BatchError::PendingToolCalls { batch, pending }.into());
     }
     sqlx::query(
         "UPDATE batches SET state = 'complete', completed_at = $1, run_owner = NULL, lease_expires_at = NULL \
@@ -1018,18 +1028,20 @@ async fn continue_batch(
     let info = load_batch(conn, agent, batch).await?;
     runs::check_batch_owner(&info, fence)?;
     if info.state == BatchState::Abandoned {
-        return Err(Error::Batch(BatchError::InvalidBatchState {
+        return Err(BatchError::InvalidBatchState {
             batch,
             state: info.state,
             action: "continuing it",
-        }));
+        }
+        .into());
     }
     if info.archived {
-        return Err(Error::Batch(BatchError::InvalidBatchState {
+        return Err(BatchError::InvalidBatchState {
             batch,
             state: info.state,
             action: "continuing an archived batch",
-        }));
+        }
+        .into());
     }
     let reopened = sqlx::query(
         "UPDATE batches SET state = 'open', completed_at = NULL, run_owner = $1, lease_expires_at = $2, \
@@ -1043,11 +1055,12 @@ async fn continue_batch(
     match reopened {
         // `batches_one_run`: a newer batch of the run is open; an old one is not reopened.
         Err(e) if is_unique_violation(&e) => {
-            return Err(Error::Batch(BatchError::InvalidBatchState {
+            return Err(BatchError::InvalidBatchState {
                 batch,
                 state: info.state,
                 action: "continuing it while another batch of the agent is open",
-            }));
+            }
+            .into());
         }
         other => other?,
     };
@@ -1064,10 +1077,11 @@ async fn renew_lease(
     lock_agent(conn, agent).await?;
     let info = load_batch(conn, agent, batch).await?;
     if info.state != BatchState::Open {
-        return Err(Error::Batch(BatchError::BatchNotOpen {
+        return Err(BatchError::BatchNotOpen {
             batch,
             state: info.state,
-        }));
+        }
+        .into());
     }
     runs::check_batch_owner(&info, fence)?;
     if info.claim_token.is_some() {
@@ -1096,11 +1110,12 @@ pub(crate) async fn abandon_batch(
     lock_agent(conn, agent).await?;
     let info = load_batch(conn, agent, batch).await?;
     if info.state != BatchState::Open {
-        return Err(Error::Batch(BatchError::InvalidBatchState {
+        return Err(BatchError::InvalidBatchState {
             batch,
             state: info.state,
             action: "abandoning",
-        }));
+        }
+        .into());
     }
     runs::check_batch_owner(&info, fence)?;
     sqlx::query("UPDATE batches SET state = 'abandoned', completed_at = $1 WHERE id = $2")
@@ -1190,11 +1205,12 @@ async fn archive_chosen(
     for &batch in batches {
         let info = load_batch(conn, agent, batch).await?;
         if info.state == BatchState::Open {
-            return Err(Error::Batch(BatchError::InvalidBatchState {
+            return Err(BatchError::InvalidBatchState {
                 batch,
                 state: info.state,
                 action: "archiving an open batch",
-            }));
+            }
+            .into());
         }
         if !info.archived {
             ids.push(batch.get());
@@ -1210,9 +1226,10 @@ async fn summarize_and_archive(
 ) -> Result<Vec<BatchId>> {
     lock_agent(conn, summary.agent_id).await?;
     if summary.from_batch > summary.through_batch {
-        return Err(Error::Batch(BatchError::InvalidContent(
+        return Err(BatchError::InvalidContent(
             "summary covers an empty range (from_batch > through_batch)".into(),
-        )));
+        )
+        .into());
     }
     let rows = sqlx::query(
         "SELECT id, state FROM batches WHERE agent_id = $1 AND id >= $2 AND id <= $3 AND NOT archived ORDER BY id",
@@ -1240,15 +1257,17 @@ async fn summarize_and_archive(
 async fn upsert_summary(conn: &mut AnyConnection, ctx: &Ctx, s: &Summary) -> Result<()> {
     lock_agent(conn, s.agent_id).await?;
     if s.from_batch > s.through_batch {
-        return Err(Error::Batch(BatchError::InvalidContent(
+        return Err(BatchError::InvalidContent(
             "summary covers an empty range (from_batch > through_batch)".into(),
-        )));
+        )
+        .into());
     }
     if s.content.len() > ctx.max_content_bytes {
-        return Err(Error::Batch(BatchError::ContentTooLarge {
+        return Err(BatchError::ContentTooLarge {
             size: s.content.len(),
             limit: ctx.max_content_bytes,
-        }));
+        }
+        .into());
     }
     sqlx::query(
         "INSERT INTO summaries (id, agent_id, content, from_batch, through_batch, message_count, depth, created_at) \
@@ -1277,17 +1296,18 @@ pub(crate) async fn log_activity(
     payload: &serde_json::Value,
 ) -> Result<SnowflakeId> {
     if kind.is_empty() || kind.len() > 100 {
-        return Err(Error::Batch(BatchError::InvalidContent(
-            "activity kind must be 1 to 100 bytes".into(),
-        )));
+        return Err(
+            BatchError::InvalidContent("activity kind must be 1 to 100 bytes".into()).into(),
+        );
     }
-    let payload = serde_json::to_string(payload)
-        .map_err(|e| Error::Batch(BatchError::InvalidContent(e.to_string())))?;
+    let payload =
+        serde_json::to_string(payload).map_err(|e| BatchError::InvalidContent(e.to_string()))?;
     if payload.len() > ctx.max_content_bytes {
-        return Err(Error::Batch(BatchError::ContentTooLarge {
+        return Err(BatchError::ContentTooLarge {
             size: payload.len(),
             limit: ctx.max_content_bytes,
-        }));
+        }
+        .into());
     }
     let id = ctx.ids.next_id()?;
     let inserted = sqlx::query("INSERT INTO activity_events (id, agent_id, kind, payload, created_at) VALUES ($1, $2, $3, $4, $5)")
@@ -1304,7 +1324,7 @@ pub(crate) async fn log_activity(
             if e.as_database_error()
                 .is_some_and(|d| d.kind() == sqlx::error::ErrorKind::ForeignKeyViolation) =>
         {
-            Err(Error::Agent(AgentError::AgentNotFound(agent)))
+            Err(AgentError::AgentNotFound(agent).into())
         }
         Err(e) => Err(e.into()),
     }
@@ -1356,11 +1376,12 @@ async fn import_agent(
         import_legacy(conn, ctx, agent.id, &planned.messages, &planned.plan).await?
     };
     if batches.len() != import.batches.len() {
-        return Err(Error::Agent(AgentError::InvalidImport(format!(
+        return Err(AgentError::InvalidImport(format!(
             "{} batches stored, {} given",
             batches.len(),
             import.batches.len()
-        ))));
+        ))
+        .into());
     }
     let archived: Vec<BatchId> = import
         .batches
@@ -1377,10 +1398,11 @@ async fn import_agent(
             continue;
         };
         if b.state != BatchState::Abandoned {
-            return Err(Error::Agent(AgentError::InvalidImport(format!(
+            return Err(AgentError::InvalidImport(format!(
                 "batch {id} is {} but carries a retry time: only an abandoned batch is retried",
                 b.state.as_str()
-            ))));
+            ))
+            .into());
         }
         sqlx::query("UPDATE batches SET retried_at = $1 WHERE id = $2")
             .bind(retried_at.timestamp_millis())
@@ -1562,11 +1584,9 @@ pub(crate) fn message_from_row(row: &AnyRow) -> Result<Message> {
         batch_id: SnowflakeId(row.try_get(3)?),
         sequence_num: row.try_get(4)?,
         batch_type: batch_type.parse()?,
-        role: role.parse().map_err(|_| {
-            Error::Storage(StorageError::Corrupt(format!(
-                "unknown stored role `{role}`"
-            )))
-        })?,
+        role: role
+            .parse()
+            .map_err(|_| StorageError::Corrupt(format!("unknown stored role `{role}`")))?,
         content: decode_content(&content)?,
         token_estimate: row.try_get(8)?,
         archived: flag(row, 9)?,
@@ -1606,11 +1626,8 @@ pub(crate) fn agent_from_row(row: &AnyRow) -> Result<Agent> {
         organization: OrganizationId(parse_uuid(&organization)?),
         name: row.try_get(1)?,
         external_id: row.try_get(5)?,
-        metadata: serde_json::from_str(&metadata).map_err(|e| {
-            Error::Storage(StorageError::Corrupt(format!(
-                "agent metadata does not decode: {e}"
-            )))
-        })?,
+        metadata: serde_json::from_str(&metadata)
+            .map_err(|e| StorageError::Corrupt(format!("agent metadata does not decode: {e}")))?,
         created_at: from_ms(row.try_get(3)?),
     })
 }

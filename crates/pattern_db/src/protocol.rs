@@ -137,9 +137,9 @@ impl SessionType {
         match text {
             "sync" => Ok(SessionType::Sync),
             "async" => Ok(SessionType::Async),
-            other => Err(Error::Storage(StorageError::Corrupt(format!(
-                "unknown stored session type `{other}`"
-            )))),
+            other => {
+                Err(StorageError::Corrupt(format!("unknown stored session type `{other}`")).into())
+            }
         }
     }
 }
@@ -170,9 +170,10 @@ impl Delivery {
         match text {
             "inbox" => Ok(Delivery::Inbox),
             "agents" => Ok(Delivery::Agents),
-            other => Err(Error::Storage(StorageError::Corrupt(format!(
+            other => Err(StorageError::Corrupt(format!(
                 "unknown stored session delivery `{other}`"
-            )))),
+            ))
+            .into()),
         }
     }
 }
@@ -227,9 +228,9 @@ impl SessionStatus {
             "active" => Ok(SessionStatus::Active),
             "waiting" => Ok(SessionStatus::Waiting),
             "ended" => Ok(SessionStatus::Ended),
-            other => Err(Error::Storage(StorageError::Corrupt(format!(
-                "unknown stored session status `{other}`"
-            )))),
+            other => Err(
+                StorageError::Corrupt(format!("unknown stored session status `{other}`")).into(),
+            ),
         }
     }
 }
@@ -314,9 +315,7 @@ impl NewProtocolMessage {
     /// [`ProtocolError::InvalidProtocolMessage`].
     pub fn from_json_str(message_type: impl Into<String>, content: &str) -> Result<Self> {
         let content = serde_json::from_str(content).map_err(|e| {
-            Error::Protocol(ProtocolError::InvalidProtocolMessage(format!(
-                "content is not valid JSON: {e}"
-            )))
+            ProtocolError::InvalidProtocolMessage(format!("content is not valid JSON: {e}"))
         })?;
         Ok(Self::new(message_type, content))
     }
@@ -366,14 +365,16 @@ pub fn content_text(content: &serde_json::Value) -> String {
 pub(crate) fn validate_name(what: &str, text: &str) -> Result<()> {
     let len = text.chars().count();
     if len == 0 || len > MAX_PROTOCOL_NAME_CHARS {
-        return Err(Error::Protocol(ProtocolError::InvalidProtocolMessage(
-            format!("{what} must be 1 to {MAX_PROTOCOL_NAME_CHARS} characters, got {len}"),
-        )));
+        return Err(ProtocolError::InvalidProtocolMessage(format!(
+            "{what} must be 1 to {MAX_PROTOCOL_NAME_CHARS} characters, got {len}"
+        ))
+        .into());
     }
     if text.chars().any(char::is_control) {
-        return Err(Error::Protocol(ProtocolError::InvalidProtocolMessage(
-            format!("{what} must not contain control characters"),
-        )));
+        return Err(ProtocolError::InvalidProtocolMessage(format!(
+            "{what} must not contain control characters"
+        ))
+        .into());
     }
     Ok(())
 }
@@ -480,10 +481,11 @@ impl Database {
         .await?;
         match row {
             Some(row) => org_from_row(&row),
-            None => Err(Error::Protocol(ProtocolError::ExternalIdNotFound {
+            None => Err(ProtocolError::ExternalIdNotFound {
                 kind: "organization",
                 external_id: external_id.to_owned(),
-            })),
+            }
+            .into()),
         }
     }
 
@@ -517,10 +519,11 @@ impl Database {
         .await?;
         match row {
             Some(row) => agent_from_row(&row),
-            None => Err(Error::Protocol(ProtocolError::ExternalIdNotFound {
+            None => Err(ProtocolError::ExternalIdNotFound {
                 kind: "agent",
                 external_id: external_id.to_owned(),
-            })),
+            }
+            .into()),
         }
     }
 
@@ -557,14 +560,15 @@ impl Database {
         first: Option<NewProtocolMessage>,
     ) -> Result<(Session, Option<ProtocolMessage>)> {
         if opener == other {
-            return Err(Error::Protocol(ProtocolError::SelfSession(opener)));
+            return Err(ProtocolError::SelfSession(opener).into());
         }
         if let Some(limit) = options.message_limit
             && !(1..=MAX_SESSION_MESSAGES).contains(&limit)
         {
-            return Err(Error::Protocol(ProtocolError::InvalidProtocolMessage(
-                format!("a session's message limit is 1 to {MAX_SESSION_MESSAGES}, got {limit}"),
-            )));
+            return Err(ProtocolError::InvalidProtocolMessage(format!(
+                "a session's message limit is 1 to {MAX_SESSION_MESSAGES}, got {limit}"
+            ))
+            .into());
         }
         if let Some(m) = &first {
             validate_name("message type", &m.message_type)?;
@@ -594,10 +598,11 @@ impl Database {
         .await?;
         match row {
             Some(row) => session_from_row(&row),
-            None => Err(Error::Protocol(ProtocolError::ProtocolNotFound {
+            None => Err(ProtocolError::ProtocolNotFound {
                 kind: "session",
                 id: id.0,
-            })),
+            }
+            .into()),
         }
     }
 

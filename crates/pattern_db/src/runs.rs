@@ -213,9 +213,7 @@ impl FromStr for TurnState {
             "queued" => Ok(TurnState::Queued),
             "running" => Ok(TurnState::Running),
             "finished" => Ok(TurnState::Finished),
-            other => Err(Error::Storage(StorageError::Corrupt(format!(
-                "unknown turn state `{other}`"
-            )))),
+            other => Err(StorageError::Corrupt(format!("unknown turn state `{other}`")).into()),
         }
     }
 }
@@ -250,9 +248,7 @@ impl FromStr for TurnOutcome {
             "done" => Ok(TurnOutcome::Done),
             "failed" => Ok(TurnOutcome::Failed),
             "interrupted" => Ok(TurnOutcome::Interrupted),
-            other => Err(Error::Storage(StorageError::Corrupt(format!(
-                "unknown turn outcome `{other}`"
-            )))),
+            other => Err(StorageError::Corrupt(format!("unknown turn outcome `{other}`")).into()),
         }
     }
 }

@@ -58,28 +58,31 @@ impl When {
     /// (RFC 3339) and `cron`; `tz` only with `cron`. Typed errors name the field.
     pub fn from_fields(at: Option<&str>, cron: Option<&str>, tz: Option<&str>) -> Result<When> {
         match (at, cron) {
-            (Some(_), Some(_)) => Err(Error::Schedule(ScheduleError::InvalidSchedule {
+            (Some(_), Some(_)) => Err(ScheduleError::InvalidSchedule {
                 field: "cron",
                 reason: "give either `at` or `cron`, not both".into(),
-            })),
-            (None, None) => Err(Error::Schedule(ScheduleError::InvalidSchedule {
+            }
+            .into()),
+            (None, None) => Err(ScheduleError::InvalidSchedule {
                 field: "at",
                 reason: "give `at` (an RFC 3339 time) or `cron` (an expression)".into(),
-            })),
+            }
+            .into()),
             (Some(at), None) => {
                 if tz.is_some() {
-                    return Err(Error::Schedule(ScheduleError::InvalidSchedule {
+                    return Err(ScheduleError::InvalidSchedule {
                         field: "tz",
                         reason: "a time zone goes with `cron`; `at` carries its own offset".into(),
-                    }));
+                    }
+                    .into());
                 }
                 let at = DateTime::parse_from_rfc3339(at.trim()).map_err(|e| {
-                    Error::Schedule(ScheduleError::InvalidSchedule {
+                    ScheduleError::InvalidSchedule {
                         field: "at",
                         reason: format!(
                             "`{at}` is not an RFC 3339 time such as 2030-01-31T09:30:00Z ({e})"
                         ),
-                    })
+                    }
                 })?;
                 Ok(When::At(at.with_timezone(&Utc)))
             }
@@ -200,10 +203,11 @@ fn parse_zone(tz: Option<&str>) -> Result<chrono_tz::Tz> {
 
 fn parse_cron(expr: &str) -> Result<croner::Cron> {
     if expr.len() > MAX_CRON_BYTES {
-        return Err(Error::Schedule(ScheduleError::InvalidCron {
+        return Err(ScheduleError::InvalidCron {
             expr: expr.chars().take(40).collect::<String>() + "...",
             reason: format!("longer than {MAX_CRON_BYTES} bytes"),
-        }));
+        }
+        .into());
     }
     croner::Cron::from_str(expr).map_err(|e| {
         Error::Schedule(ScheduleError::InvalidCron {
@@ -225,10 +229,11 @@ pub fn next_fire(
     match cron.find_next_occurrence(&after.with_timezone(&zone), false) {
         Ok(t) => Ok(Some(t.with_timezone(&Utc))),
         Err(croner::errors::CronError::TimeSearchLimitExceeded) => Ok(None),
-        Err(e) => Err(Error::Schedule(ScheduleError::InvalidCron {
+        Err(e) => Err(ScheduleError::InvalidCron {
             expr: expr.to_owned(),
             reason: e.to_string(),
-        })),
+        }
+        .into()),
     }
 }
 
@@ -237,27 +242,26 @@ impl NewSchedule {
     pub(crate) fn validate(&self, now: DateTime<Utc>) -> Result<ValidSchedule> {
         let chars = self.message.chars().count();
         if self.message.trim().is_empty() || chars > MAX_MESSAGE_CHARS {
-            return Err(Error::Schedule(ScheduleError::InvalidSchedule {
+            return Err(ScheduleError::InvalidSchedule {
                 field: "message",
                 reason: format!("must be 1 to {MAX_MESSAGE_CHARS} characters, not blank"),
-            }));
+            }
+            .into());
         }
         if let Some(name) = &self.name
             && (name.trim().is_empty() || name.chars().count() > MAX_NAME_CHARS)
         {
-            return Err(Error::Schedule(ScheduleError::InvalidSchedule {
+            return Err(ScheduleError::InvalidSchedule {
                 field: "name",
                 reason: format!("must be 1 to {MAX_NAME_CHARS} characters, not blank"),
-            }));
+            }
+            .into());
         }
         let (kind, cron, time_zone, first) = match &self.when {
             When::At(at) => {
                 let grace = chrono::Duration::from_std(AT_GRACE).unwrap_or_default();
                 if *at < now - grace {
-                    return Err(Error::Schedule(ScheduleError::ScheduleInPast {
-                        at: *at,
-                        now,
-                    }));
+                    return Err(ScheduleError::ScheduleInPast { at: *at, now }.into());
                 }
                 (ScheduleKind::At, None, None, *at)
             }
@@ -265,10 +269,11 @@ impl NewSchedule {
                 let expr = expr.trim().to_owned();
                 let zone = parse_zone(tz.as_deref())?;
                 let Some(first) = next_fire(&expr, Some(zone.name()), now)? else {
-                    return Err(Error::Schedule(ScheduleError::InvalidCron {
+                    return Err(ScheduleError::InvalidCron {
                         expr,
                         reason: "it never matches a future time".into(),
-                    }));
+                    }
+                    .into());
                 };
                 (
                     ScheduleKind::Cron,
@@ -359,7 +364,7 @@ impl Database {
             Some(row) => {
                 schedule_from_row(&row)?.ok_or(Error::Schedule(ScheduleError::ScheduleNotFound(id)))
             }
-            None => Err(Error::Schedule(ScheduleError::ScheduleNotFound(id))),
+            None => Err(ScheduleError::ScheduleNotFound(id).into()),
         }
     }
 
@@ -377,7 +382,7 @@ impl Database {
                 let entry = queued_from_row(row)?;
                 let of = entry
                     .retry_of
-                    .ok_or(Error::Schedule(ScheduleError::ScheduleNotFound(entry.id)))?;
+                    .ok_or(ScheduleError::ScheduleNotFound(entry.id))?;
                 Ok((entry, of))
             })
             .collect()

@@ -85,9 +85,7 @@ impl FromStr for ContentType {
             "message" => Ok(ContentType::Message),
             "block" => Ok(ContentType::Block),
             "archival" => Ok(ContentType::Archival),
-            other => Err(Error::Storage(StorageError::Corrupt(format!(
-                "unknown content type `{other}`"
-            )))),
+            other => Err(StorageError::Corrupt(format!("unknown content type `{other}`")).into()),
         }
     }
 }
@@ -222,9 +220,7 @@ impl FromStr for ChangeKind {
             "text" => Ok(ChangeKind::Text),
             "vector" => Ok(ChangeKind::Vector),
             "delete" => Ok(ChangeKind::Delete),
-            other => Err(Error::Storage(StorageError::Corrupt(format!(
-                "unknown change kind `{other}`"
-            )))),
+            other => Err(StorageError::Corrupt(format!("unknown change kind `{other}`")).into()),
         }
     }
 }
@@ -359,11 +355,12 @@ pub(crate) fn encode_vector(v: &[f32]) -> Vec<u8> {
 /// Decodes little-endian f32 bytes.
 pub(crate) fn decode_vector(bytes: &[u8], dimension: i64) -> Result<Vec<f32>> {
     if !bytes.len().is_multiple_of(4) || i64::try_from(bytes.len() / 4).ok() != Some(dimension) {
-        return Err(Error::Storage(StorageError::Corrupt(format!(
+        return Err(StorageError::Corrupt(format!(
             "stored vector has {} bytes, expected {} dimensions",
             bytes.len(),
             dimension
-        ))));
+        ))
+        .into());
     }
     Ok(bytes
         .chunks_exact(4)
@@ -374,26 +371,28 @@ pub(crate) fn decode_vector(bytes: &[u8], dimension: i64) -> Result<Vec<f32>> {
 /// Checks a query before any backend sees it.
 pub(crate) fn check_query(query: &str, opts: &TextSearch) -> Result<()> {
     if query.trim().is_empty() {
-        return Err(Error::Search(SearchError::EmptyQuery));
+        return Err(SearchError::EmptyQuery.into());
     }
     if query.len() > MAX_QUERY_BYTES {
-        return Err(Error::Search(SearchError::QueryTooLong {
+        return Err(SearchError::QueryTooLong {
             bytes: query.len(),
             limit: MAX_QUERY_BYTES,
-        }));
+        }
+        .into());
     }
     if opts.limit == 0 || opts.limit > MAX_SEARCH_LIMIT {
-        return Err(Error::Search(SearchError::InvalidSearch(format!(
+        return Err(SearchError::InvalidSearch(format!(
             "limit must be 1 to {MAX_SEARCH_LIMIT}, got {}",
             opts.limit
-        ))));
+        ))
+        .into());
     }
     if let (Some(from), Some(to)) = (opts.from, opts.to)
         && from > to
     {
-        return Err(Error::Search(SearchError::InvalidSearch(
-            "time range is empty: `from` is after `to`".into(),
-        )));
+        return Err(
+            SearchError::InvalidSearch("time range is empty: `from` is after `to`".into()).into(),
+        );
     }
     Ok(())
 }

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use sqlx::Row;
 
 use crate::db::Database;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::id::SnowflakeId;
 use crate::legacy::{self, ImportPlan, LegacyMessage};
 use crate::model::{
@@ -271,10 +271,11 @@ impl MessageStore {
             .await?;
         match row {
             Some(row) => ops::batch_from_row(&row),
-            None => Err(Error::Batch(BatchError::BatchNotFound {
+            None => Err(BatchError::BatchNotFound {
                 agent: self.agent,
                 batch,
-            })),
+            }
+            .into()),
         }
     }
 
@@ -385,10 +386,11 @@ impl MessageStore {
         if summary.agent_id == self.agent {
             Ok(())
         } else {
-            Err(Error::Batch(BatchError::InvalidContent(format!(
+            Err(BatchError::InvalidContent(format!(
                 "summary belongs to agent {}, not to this store's agent {}",
                 summary.agent_id, self.agent
-            ))))
+            ))
+            .into())
         }
     }
 
@@ -450,9 +452,7 @@ impl MessageStore {
                     agent_id: self.agent,
                     kind: r.try_get(2)?,
                     payload: serde_json::from_str(&payload).map_err(|e| {
-                        Error::Storage(StorageError::Corrupt(format!(
-                            "activity payload does not decode: {e}"
-                        )))
+                        StorageError::Corrupt(format!("activity payload does not decode: {e}"))
                     })?,
                     created_at: ops::from_ms(r.try_get(4)?),
                 })

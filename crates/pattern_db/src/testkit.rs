@@ -57,11 +57,8 @@ pub struct TestDb {
 impl TestDb {
     /// A fresh SQLite file in its own temporary directory.
     pub fn sqlite() -> Result<Self> {
-        let dir = tempfile::tempdir().map_err(|e| {
-            Error::Storage(StorageError::Config(format!(
-                "cannot create a temp dir: {e}"
-            )))
-        })?;
+        let dir = tempfile::tempdir()
+            .map_err(|e| StorageError::Config(format!("cannot create a temp dir: {e}")))?;
         let url = format!("sqlite://{}", dir.path().join("test.db").display());
         Ok(Self {
             url,
@@ -280,13 +277,14 @@ pub async fn fetch_texts(db: &Database, sql: &str) -> Result<Vec<String>> {
 
 async fn run_admin(admin: &str, sql: &str) -> Result<()> {
     use sqlx::{Connection, Executor};
-    let mut conn = sqlx::PgConnection::connect(admin).await.map_err(|source| {
-        Error::Storage(StorageError::Connect {
-            backend: "postgres",
-            url: admin.to_owned(),
-            source,
-        })
-    })?;
+    let mut conn =
+        sqlx::PgConnection::connect(admin)
+            .await
+            .map_err(|source| StorageError::Connect {
+                backend: "postgres",
+                url: admin.to_owned(),
+                source,
+            })?;
     conn.execute(sqlx::AssertSqlSafe(sql.to_owned())).await?;
     conn.close().await?;
     Ok(())

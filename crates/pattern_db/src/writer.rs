@@ -151,7 +151,7 @@ impl<W: Write> Typed<W> {
         let mut slot = self
             .output
             .lock()
-            .map_err(|_| Error::Storage(StorageError::Poisoned("write output")))?;
+            .map_err(|_| StorageError::Poisoned("write output"))?;
         *slot = Some(output);
         Ok(())
     }
@@ -181,9 +181,7 @@ impl<W: Write> Pending for Typed<W> {
     fn set_received(&self, received: Received) -> Result<()> {
         match W::from_received(received) {
             Some(output) => self.keep(output),
-            None => Err(Error::Storage(StorageError::Poisoned(
-                "a bulk begin_batch of another write",
-            ))),
+            None => Err(StorageError::Poisoned("a bulk begin_batch of another write").into()),
         }
     }
 
@@ -259,8 +257,8 @@ impl Writer {
         self.tx
             .send(Job { write, fence })
             .await
-            .map_err(|_| Error::Storage(StorageError::Closed))?;
-        rx.await.map_err(|_| Error::Storage(StorageError::Closed))?
+            .map_err(|_| StorageError::Closed)?;
+        rx.await.map_err(|_| StorageError::Closed)?
     }
 }
 

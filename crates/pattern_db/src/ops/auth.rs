@@ -9,7 +9,7 @@ use sqlx::{AnyConnection, Row};
 
 use super::{Ctx, now_ms};
 use crate::auth::{ApiKey, ApiKeyId, KEY_COLUMNS, NewKeyRow, key_from_row};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::AgentId;
 use crate::protocol::OrganizationId;
 use crate::runs::RunClaim;
@@ -94,10 +94,11 @@ async fn create_key(conn: &mut AnyConnection, row: &NewKeyRow) -> Result<ApiKey>
         .fetch_optional(&mut *conn)
         .await?;
     if org.is_none() {
-        return Err(Error::Protocol(ProtocolError::ProtocolNotFound {
+        return Err(ProtocolError::ProtocolNotFound {
             kind: "organization",
             id: row.key.organization.0,
-        }));
+        }
+        .into());
     }
     sqlx::query(
         "INSERT INTO api_keys (id, organization_id, name, prefix, key_hash, created_at) \
@@ -130,7 +131,7 @@ async fn revoke_key(conn: &mut AnyConnection, org: OrganizationId, id: ApiKeyId)
         .bind(org.to_string())
         .fetch_optional(&mut *conn)
         .await?
-        .ok_or(Error::Auth(AuthError::ApiKeyNotFound(id)))?;
+        .ok_or(AuthError::ApiKeyNotFound(id))?;
     key_from_row(&row)
 }
 
@@ -140,10 +141,10 @@ async fn check_owner(conn: &mut AnyConnection, org: OrganizationId, agent: Agent
         .bind(agent.to_string())
         .fetch_optional(&mut *conn)
         .await?
-        .ok_or(Error::Agent(AgentError::AgentNotFound(agent)))?;
+        .ok_or(AgentError::AgentNotFound(agent))?;
     let owner: Option<String> = row.try_get(0)?;
     if owner.as_deref() != Some(org.to_string().as_str()) {
-        return Err(Error::Agent(AgentError::AgentNotFound(agent)));
+        return Err(AgentError::AgentNotFound(agent).into());
     }
     Ok(())
 }

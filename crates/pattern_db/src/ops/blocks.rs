@@ -156,12 +156,11 @@ async fn lock_owner(
     label: &str,
 ) -> Result<()> {
     match lock_agent(conn, owner).await {
-        Err(Error::Agent(AgentError::AgentNotFound(_))) => {
-            Err(Error::Block(BlockError::BlockNotFound {
-                agent,
-                label: label.to_owned(),
-            }))
+        Err(Error::Agent(AgentError::AgentNotFound(_))) => Err(BlockError::BlockNotFound {
+            agent,
+            label: label.to_owned(),
         }
+        .into()),
         other => other,
     }
 }
@@ -178,10 +177,11 @@ async fn access(conn: &mut AnyConnection, agent: AgentId, label: &str) -> Result
     .await?;
     match row {
         Some(row) => block_from_row(&row),
-        None => Err(Error::Block(BlockError::BlockNotFound {
+        None => Err(BlockError::BlockNotFound {
             agent,
             label: label.to_owned(),
-        })),
+        }
+        .into()),
     }
 }
 
@@ -205,10 +205,11 @@ fn require_admin(block: &StoredBlock) -> Result<()> {
     if block.permission == "admin" {
         Ok(())
     } else {
-        Err(Error::Block(BlockError::PermissionDenied {
+        Err(BlockError::PermissionDenied {
             label: block.label.clone(),
             permission: block.permission.clone(),
-        }))
+        }
+        .into())
     }
 }
 
@@ -350,10 +351,11 @@ struct ValueChange<'a> {
 async fn write_block(conn: &mut AnyConnection, ctx: &Ctx, w: ValueChange<'_>) -> Result<i64> {
     let block = locked_access(conn, w.agent, w.owner, w.label).await?;
     if !w.allowed.contains(&block.permission) {
-        return Err(Error::Block(BlockError::PermissionDenied {
+        return Err(BlockError::PermissionDenied {
             label: block.label,
             permission: block.permission,
-        }));
+        }
+        .into());
     }
     let conflict = |current| {
         Error::Block(BlockError::VersionConflict {
@@ -424,10 +426,11 @@ async fn previous_value(conn: &mut AnyConnection, block: &StoredBlock) -> Result
             .await?;
     match row {
         Some(row) => Ok(row.try_get(0)?),
-        None => Err(Error::Block(BlockError::NothingToUndo {
+        None => Err(BlockError::NothingToUndo {
             label: block.label.clone(),
             version: block.version,
-        })),
+        }
+        .into()),
     }
 }
 
@@ -445,9 +448,9 @@ async fn share_block(
     require_admin(&block)?;
     let Some(permission) = permission else {
         if with == block.owner {
-            return Err(Error::Block(BlockError::InvalidBlock(format!(
+            return Err(BlockError::InvalidBlock(format!(
                 "the owner's access to block `{label}` cannot be taken away; delete the block instead"
-            ))));
+            )).into());
         }
         let removed =
             sqlx::query("DELETE FROM memory_block_access WHERE block_id = $1 AND agent_id = $2")
@@ -456,24 +459,26 @@ async fn share_block(
                 .execute(&mut *conn)
                 .await?;
         if removed.rows_affected() == 0 {
-            return Err(Error::Block(BlockError::BlockNotFound {
+            return Err(BlockError::BlockNotFound {
                 agent: with,
                 label: label.to_owned(),
-            }));
+            }
+            .into());
         }
         return search::block_access_changed(conn, ctx, block.id, block.owner).await;
     };
     if with == block.owner && permission != "admin" {
-        return Err(Error::Block(BlockError::InvalidBlock(format!(
+        return Err(BlockError::InvalidBlock(format!(
             "the owner of block `{label}` keeps `admin`"
-        ))));
+        ))
+        .into());
     }
     let exists = sqlx::query("SELECT id FROM agents WHERE id = $1")
         .bind(with.to_string())
         .fetch_optional(&mut *conn)
         .await?;
     if exists.is_none() {
-        return Err(Error::Agent(AgentError::AgentNotFound(with)));
+        return Err(AgentError::AgentNotFound(with).into());
     }
     let current =
         sqlx::query("SELECT block_id FROM memory_block_access WHERE agent_id = $1 AND label = $2")
@@ -493,10 +498,11 @@ async fn share_block(
             .await?;
         }
         Some(_) => {
-            return Err(Error::Block(BlockError::BlockLabelTaken {
+            return Err(BlockError::BlockLabelTaken {
                 agent: with,
                 label: block.label,
-            }));
+            }
+            .into());
         }
         None => {
             let inserted = sqlx::query(
@@ -512,10 +518,11 @@ async fn share_block(
             match inserted {
                 Ok(_) => {}
                 Err(e) if is_unique_violation(&e) => {
-                    return Err(Error::Block(BlockError::BlockLabelTaken {
+                    return Err(BlockError::BlockLabelTaken {
                         agent: with,
                         label: block.label,
-                    }));
+                    }
+                    .into());
                 }
                 Err(e) => return Err(e.into()),
             }

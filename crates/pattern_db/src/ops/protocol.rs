@@ -348,7 +348,7 @@ pub(crate) async fn require_agent(conn: &mut AnyConnection, id: AgentId) -> Resu
     .await?;
     match row {
         Some(row) => agent_from_row(&row),
-        None => Err(Error::Agent(AgentError::AgentNotFound(id))),
+        None => Err(AgentError::AgentNotFound(id).into()),
     }
 }
 
@@ -362,10 +362,11 @@ pub(crate) async fn require_same_organization(
 ) -> Result<Agent> {
     let found = require_agent(conn, other).await?;
     if found.organization != agent.organization {
-        return Err(Error::Agent(AgentError::OtherOrganization {
+        return Err(AgentError::OtherOrganization {
             agent: agent.id,
             other,
-        }));
+        }
+        .into());
     }
     Ok(found)
 }
@@ -384,10 +385,11 @@ async fn lock_session(conn: &mut AnyConnection, ctx: &Ctx, id: SessionId) -> Res
     .await?;
     match row {
         Some(row) => session_from_row(&row),
-        None => Err(Error::Protocol(ProtocolError::ProtocolNotFound {
+        None => Err(ProtocolError::ProtocolNotFound {
             kind: "session",
             id: id.0,
-        })),
+        }
+        .into()),
     }
 }
 
@@ -424,7 +426,7 @@ async fn open_session(
     first: Option<&NewProtocolMessage>,
 ) -> Result<(Session, Option<ProtocolMessage>)> {
     if opener == other {
-        return Err(Error::Protocol(ProtocolError::SelfSession(opener)));
+        return Err(ProtocolError::SelfSession(opener).into());
     }
     let opener_agent = require_agent(conn, opener).await?;
     require_same_organization(conn, &opener_agent, other).await?;
@@ -529,13 +531,10 @@ async fn end_session(
 ) -> Result<Session> {
     let mut session = lock_session(conn, ctx, id).await?;
     if !session.has_participant(agent) {
-        return Err(Error::Protocol(ProtocolError::NotParticipant {
-            session: id,
-            agent,
-        }));
+        return Err(ProtocolError::NotParticipant { session: id, agent }.into());
     }
     if !session.is_live() {
-        return Err(Error::Protocol(ProtocolError::SessionEnded(id)));
+        return Err(ProtocolError::SessionEnded(id).into());
     }
     close_session(conn, ctx, &mut session).await?;
     Ok(session)
@@ -591,29 +590,29 @@ async fn store_message(
 ) -> Result<ProtocolMessage> {
     let id = session.id;
     let Some(recipient) = session.other(sender) else {
-        return Err(Error::Protocol(ProtocolError::NotParticipant {
+        return Err(ProtocolError::NotParticipant {
             session: id,
             agent: sender,
-        }));
+        }
+        .into());
     };
     if !session.is_live()
         || session
             .message_limit
             .is_some_and(|l| session.messages_sent >= l)
     {
-        return Err(Error::Protocol(ProtocolError::SessionEnded(id)));
+        return Err(ProtocolError::SessionEnded(id).into());
     }
     if session.session_type == SessionType::Sync && session.turn != Some(sender) {
-        return Err(Error::Protocol(ProtocolError::OutOfTurn {
+        return Err(ProtocolError::OutOfTurn {
             session: id,
             agent: sender,
             turn: session.turn,
-        }));
+        }
+        .into());
     }
     let content = serde_json::to_string(&message.content).map_err(|e| {
-        Error::Protocol(ProtocolError::InvalidProtocolMessage(format!(
-            "content does not encode: {e}"
-        )))
+        ProtocolError::InvalidProtocolMessage(format!("content does not encode: {e}"))
     })?;
     let metadata = message
         .metadata
@@ -621,9 +620,7 @@ async fn store_message(
         .map(serde_json::to_string)
         .transpose()
         .map_err(|e| {
-            Error::Protocol(ProtocolError::InvalidProtocolMessage(format!(
-                "metadata does not encode: {e}"
-            )))
+            ProtocolError::InvalidProtocolMessage(format!("metadata does not encode: {e}"))
         })?;
     let sender_name = match session.delivery {
         Delivery::Agents => Some(require_agent(conn, sender).await?.name),

@@ -72,9 +72,7 @@ impl Write for PlanArchive {
         let ids = eligible(conn, ctx, self.agent, cutoff).await?;
         if !ids.is_empty() {
             let text = serde_json::to_string(&ids).map_err(|e| {
-                Error::Storage(StorageError::Corrupt(format!(
-                    "an archive plan does not encode: {e}"
-                )))
+                StorageError::Corrupt(format!("an archive plan does not encode: {e}"))
             })?;
             sqlx::query(
                 "INSERT INTO retention_exports (agent_id, batch_ids, created_at) VALUES ($1, $2, $3)",
@@ -188,21 +186,16 @@ fn policy_from_row(row: &AnyRow) -> Result<StoredRetention> {
     let disposal: String = row.try_get(2)?;
     let settings = RetentionSettings {
         batches_older_than_days: stored_u32(row, 1)?,
-        batch_disposal: BatchDisposal::parse(&disposal).map_err(|e| {
-            Error::Storage(StorageError::Corrupt(format!(
-                "a stored retention policy: {e}"
-            )))
-        })?,
+        batch_disposal: BatchDisposal::parse(&disposal)
+            .map_err(|e| StorageError::Corrupt(format!("a stored retention policy: {e}")))?,
         keep_block_versions: stored_u32(row, 3)?,
         activity_older_than_days: stored_u32(row, 4)?,
     };
     // What a stored row says is checked like what a caller gives: a row written around the API
     // never turns into a zero age.
-    settings.check().map_err(|e| {
-        Error::Storage(StorageError::Corrupt(format!(
-            "a stored retention policy: {e}"
-        )))
-    })?;
+    settings
+        .check()
+        .map_err(|e| StorageError::Corrupt(format!("a stored retention policy: {e}")))?;
     Ok(StoredRetention {
         agent: AgentId(parse_uuid(&agent)?),
         settings,

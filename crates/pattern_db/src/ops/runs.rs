@@ -74,10 +74,11 @@ pub(crate) async fn check_fence(
     if token == claim.token && holder.as_deref() == Some(ctx.run_owner.as_str()) {
         Ok(())
     } else {
-        Err(Error::Run(RunError::ClaimLost {
+        Err(RunError::ClaimLost {
             agent: claim.agent,
             token: claim.token,
-        }))
+        }
+        .into())
     }
 }
 
@@ -88,20 +89,22 @@ pub(crate) fn check_batch_owner(info: &BatchInfo, fence: Option<&RunClaim>) -> R
         (None, None) => Ok(()),
         (Some(token), Some(f)) if f.agent == info.agent_id && f.token == token => Ok(()),
         (Some(_), Some(f)) | (None, Some(f)) if f.agent == info.agent_id => {
-            Err(Error::Run(RunError::ClaimLost {
+            Err(RunError::ClaimLost {
                 agent: f.agent,
                 token: f.token,
-            }))
+            }
+            .into())
         }
         // A run writing another agent's batch: only that batch's own rules apply.
         (None, Some(_)) => Ok(()),
-        (Some(_), _) => Err(Error::Run(RunError::AgentBusy {
+        (Some(_), _) => Err(RunError::AgentBusy {
             agent: info.agent_id,
             holder: info
                 .run_owner
                 .clone()
                 .unwrap_or_else(|| "another run".into()),
-        })),
+        }
+        .into()),
     }
 }
 
@@ -346,9 +349,7 @@ async fn deliver(
     let agent = claim.agent;
     let mut entry = super::queue::claim_entry(conn, agent, entry.id, now, false)
         .await?
-        .ok_or(Error::Storage(StorageError::Database(
-            sqlx::Error::RowNotFound,
-        )))?;
+        .ok_or(StorageError::Database(sqlx::Error::RowNotFound))?;
     let trigger = NewMessage::new(entry.role, entry.content.clone());
     let received = begin_batch(
         conn,
@@ -427,10 +428,11 @@ pub(crate) async fn submit(conn: &mut AnyConnection, ctx: &Ctx, s: &Submit) -> R
         return if first.fingerprint.as_deref() == Some(idem.fingerprint.as_str()) {
             Ok(Submitted::Replayed(first))
         } else {
-            Err(Error::Run(RunError::IdempotencyKeyReused {
+            Err(RunError::IdempotencyKeyReused {
                 key: idem.key.clone(),
                 turn: first.id,
-            }))
+            }
+            .into())
         };
     }
     lock_agent(conn, agent).await?;
@@ -560,7 +562,7 @@ pub(crate) async fn finish_run(
     let agent = f.claim.agent;
     let turn = read_turn_tx(conn, agent, f.turn).await?;
     if turn.state == TurnState::Finished {
-        return Err(Error::Run(RunError::TurnFinished(f.turn)));
+        return Err(RunError::TurnFinished(f.turn).into());
     }
     let now = now_ms();
     let (batch, outcome) = match &f.ending {
@@ -754,20 +756,23 @@ pub(crate) async fn recover(
 
 fn check_turn(turn: &NewTurn) -> Result<()> {
     if turn.source.len() > MAX_SOURCE {
-        return Err(Error::Batch(BatchError::InvalidContent(format!(
+        return Err(BatchError::InvalidContent(format!(
             "a turn's source is at most {MAX_SOURCE} bytes"
-        ))));
+        ))
+        .into());
     }
     if let Some(idem) = &turn.idempotency {
         if idem.key.is_empty() || idem.key.len() > MAX_KEY {
-            return Err(Error::Batch(BatchError::InvalidContent(format!(
+            return Err(BatchError::InvalidContent(format!(
                 "an idempotency key is 1 to {MAX_KEY} bytes"
-            ))));
+            ))
+            .into());
         }
         if idem.fingerprint.len() > MAX_FINGERPRINT {
-            return Err(Error::Batch(BatchError::InvalidContent(format!(
+            return Err(BatchError::InvalidContent(format!(
                 "a request fingerprint is at most {MAX_FINGERPRINT} bytes"
-            ))));
+            ))
+            .into());
         }
     }
     Ok(())
@@ -831,13 +836,13 @@ pub(crate) async fn append_events(
         .fetch_optional(&mut *conn)
         .await?;
     let Some(row) = row else {
-        return Err(Error::Run(RunError::TurnNotFound { agent, turn }));
+        return Err(RunError::TurnNotFound { agent, turn }.into());
     };
     if row.try_get::<String, _>(0)? != agent.to_string() {
-        return Err(Error::Run(RunError::TurnNotFound { agent, turn }));
+        return Err(RunError::TurnNotFound { agent, turn }.into());
     }
     if row.try_get::<String, _>(1)?.parse::<TurnState>()? == TurnState::Finished {
-        return Err(Error::Run(RunError::TurnFinished(turn)));
+        return Err(RunError::TurnFinished(turn).into());
     }
     let last: i64 = row.try_get(2)?;
     if events.is_empty() {
@@ -845,20 +850,22 @@ pub(crate) async fn append_events(
     }
     for e in events {
         if e.kind.is_empty() || e.kind.len() > MAX_KIND {
-            return Err(Error::Batch(BatchError::InvalidContent(format!(
+            return Err(BatchError::InvalidContent(format!(
                 "a turn event's kind is 1 to {MAX_KIND} bytes"
-            ))));
+            ))
+            .into());
         }
         if e.data.len() > ctx.max_content_bytes {
-            return Err(Error::Batch(BatchError::ContentTooLarge {
+            return Err(BatchError::ContentTooLarge {
                 size: e.data.len(),
                 limit: ctx.max_content_bytes,
-            }));
+            }
+            .into());
         }
         if !serde_json::from_str::<serde_json::Value>(&e.data).is_ok_and(|v| v.is_object()) {
-            return Err(Error::Batch(BatchError::InvalidContent(
-                "a turn event's data is a JSON object".into(),
-            )));
+            return Err(
+                BatchError::InvalidContent("a turn event's data is a JSON object".into()).into(),
+            );
         }
     }
     let now = now_ms();
@@ -960,7 +967,7 @@ async fn read_turn_tx(conn: &mut AnyConnection, agent: AgentId, turn: TurnId) ->
     .await?;
     match row {
         Some(row) => turn_from_row(&row),
-        None => Err(Error::Run(RunError::TurnNotFound { agent, turn })),
+        None => Err(RunError::TurnNotFound { agent, turn }.into()),
     }
 }
 

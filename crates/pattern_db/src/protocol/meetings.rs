@@ -75,9 +75,10 @@ impl MeetingPolicy {
             "round_robin" | "round-robin" => Ok(MeetingPolicy::RoundRobin),
             "selector" => Ok(MeetingPolicy::Selector),
             "broadcast" => Ok(MeetingPolicy::Broadcast),
-            other => Err(Error::Protocol(ProtocolError::InvalidProtocolMessage(
-                format!("unknown meeting policy `{other}` (round-robin, selector, broadcast)"),
-            ))),
+            other => Err(ProtocolError::InvalidProtocolMessage(format!(
+                "unknown meeting policy `{other}` (round-robin, selector, broadcast)"
+            ))
+            .into()),
         }
     }
 }
@@ -114,9 +115,10 @@ impl MeetingStatus {
             "active" => MeetingStatus::Active,
             "ended" => MeetingStatus::Ended,
             other => {
-                return Err(Error::Storage(StorageError::Corrupt(format!(
+                return Err(StorageError::Corrupt(format!(
                     "unknown stored meeting status `{other}`"
-                ))));
+                ))
+                .into());
             }
         })
     }
@@ -164,9 +166,10 @@ impl ParticipantStatus {
             "speaking" => ParticipantStatus::Speaking,
             "left" => ParticipantStatus::Left,
             other => {
-                return Err(Error::Storage(StorageError::Corrupt(format!(
+                return Err(StorageError::Corrupt(format!(
                     "unknown stored participant status `{other}`"
-                ))));
+                ))
+                .into());
             }
         })
     }
@@ -295,9 +298,10 @@ impl MeetingEventType {
             "agent_timed_out" => MeetingEventType::AgentTimedOut,
             "meeting_ended" => MeetingEventType::MeetingEnded,
             other => {
-                return Err(Error::Storage(StorageError::Corrupt(format!(
+                return Err(StorageError::Corrupt(format!(
                     "unknown stored meeting event `{other}`"
-                ))));
+                ))
+                .into());
             }
         })
     }
@@ -404,18 +408,20 @@ impl RetentionPolicy {
     /// a mistake, never a policy.
     pub fn check(&self) -> Result<()> {
         if self.archive_messages_after.is_zero() {
-            return Err(Error::Protocol(ProtocolError::InvalidRetention(
+            return Err(ProtocolError::InvalidRetention(
                 "a message retention age of zero would archive messages as they are read: use at \
                  least 1 day"
                     .to_owned(),
-            )));
+            )
+            .into());
         }
         if self.delete_ended_after.is_zero() {
-            return Err(Error::Protocol(ProtocolError::InvalidRetention(
+            return Err(ProtocolError::InvalidRetention(
                 "an ended-conversation retention age of zero would delete sessions and meetings \
                  as they end: use at least 1 day"
                     .to_owned(),
-            )));
+            )
+            .into());
         }
         Ok(())
     }
@@ -530,11 +536,8 @@ pub(crate) fn meeting_from_row(row: &AnyRow) -> Result<Meeting> {
         created_at: from_ms(row.try_get(8)?),
         started_at: row.try_get::<Option<i64>, _>(9)?.map(from_ms),
         ended_at: row.try_get::<Option<i64>, _>(10)?.map(from_ms),
-        policy: MeetingPolicy::parse(&row.try_get::<String, _>(11)?).map_err(|_| {
-            Error::Storage(StorageError::Corrupt(
-                "unknown stored meeting policy".into(),
-            ))
-        })?,
+        policy: MeetingPolicy::parse(&row.try_get::<String, _>(11)?)
+            .map_err(|_| StorageError::Corrupt("unknown stored meeting policy".into()))?,
         chosen: opt_uuid(row, 12)?.map(AgentId),
     })
 }
@@ -575,9 +578,10 @@ pub(crate) fn event_from_row(row: &AnyRow) -> Result<MeetingEvent> {
 fn check_turn_duration(turn_duration: Option<Duration>) -> Result<()> {
     match turn_duration {
         Some(d) if d < Duration::from_millis(1) || d > MAX_TURN_DURATION => {
-            Err(Error::Protocol(ProtocolError::InvalidProtocolMessage(
-                format!("a turn duration must be 1 ms to {MAX_TURN_DURATION:?}, got {d:?}"),
-            )))
+            Err(ProtocolError::InvalidProtocolMessage(format!(
+                "a turn duration must be 1 ms to {MAX_TURN_DURATION:?}, got {d:?}"
+            ))
+            .into())
         }
         _ => Ok(()),
     }
@@ -588,9 +592,10 @@ impl Database {
         match self.write(op).await? {
             ProtocolDone::Meeting(update) => Ok(*update),
             ProtocolDone::Refused(refused) => Err(refused.1),
-            ProtocolDone::Retention(_) => Err(Error::Storage(StorageError::Corrupt(
+            ProtocolDone::Retention(_) => Err(StorageError::Corrupt(
                 "a meeting write answered with a retention report".into(),
-            ))),
+            )
+            .into()),
         }
     }
 
@@ -626,9 +631,10 @@ impl Database {
     ) -> Result<MeetingUpdate> {
         let size = plan.to_string().len();
         if size > 64 * 1024 {
-            return Err(Error::Protocol(ProtocolError::InvalidProtocolMessage(
-                format!("a meeting plan may hold at most 64 KiB of JSON, got {size} bytes"),
-            )));
+            return Err(ProtocolError::InvalidProtocolMessage(format!(
+                "a meeting plan may hold at most 64 KiB of JSON, got {size} bytes"
+            ))
+            .into());
         }
         check_turn_duration(turn_duration)?;
         self.meeting_write(ProtocolOp::CreateMeeting {
@@ -788,10 +794,11 @@ impl Database {
         .await?;
         match row {
             Some(row) => meeting_from_row(&row),
-            None => Err(Error::Protocol(ProtocolError::ProtocolNotFound {
+            None => Err(ProtocolError::ProtocolNotFound {
                 kind: "meeting",
                 id: id.0,
-            })),
+            }
+            .into()),
         }
     }
 
@@ -976,12 +983,10 @@ impl Database {
         }
         let mut inner = sqlx::postgres::PgListener::connect(self.url())
             .await
-            .map_err(|source| {
-                Error::Storage(StorageError::Connect {
-                    backend: "postgres",
-                    url: crate::error::redact_url(self.url()),
-                    source,
-                })
+            .map_err(|source| StorageError::Connect {
+                backend: "postgres",
+                url: crate::error::redact_url(self.url()),
+                source,
             })?;
         inner.listen(WAKEUP_CHANNEL).await?;
         Ok(Some(WakeupListener { inner }))
