@@ -35,7 +35,7 @@ pub enum Error {
     /// A failure of search storage ([`crate::search`]).
     #[error(transparent)]
     Search(#[from] crate::SearchError),
-    /// A failure of runs, turns and the queue ([`crate::runs`]).
+    /// A failure of runs and turns ([`crate::runs`]).
     #[error(transparent)]
     Run(#[from] crate::RunError),
     /// A failure of schedules ([`crate::schedule`]).
