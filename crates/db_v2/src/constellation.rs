@@ -686,12 +686,13 @@ fn model_info(e: &dyn Embedder) -> Result<EmbeddingModelInfo> {
 
 fn map_mismatch(e: pattern_db::Error) -> Error {
     match e {
-        pattern_db::Error::EmbeddingModelMismatch { stored, requested } => {
-            Error::EmbeddingModelMismatch {
-                stored: stored.to_string(),
-                requested: requested.to_string(),
-            }
-        }
+        pattern_db::Error::Search(pattern_db::SearchError::EmbeddingModelMismatch {
+            stored,
+            requested,
+        }) => Error::EmbeddingModelMismatch {
+            stored: stored.to_string(),
+            requested: requested.to_string(),
+        },
         other => Error::Db(other),
     }
 }

@@ -184,41 +184,53 @@ impl From<pattern_db::Error> for Error {
     fn from(e: pattern_db::Error) -> Self {
         use pattern_db::Error as D;
         match e {
-            D::BlockNotFound { agent, label } => Error::UnknownBlock { agent, label },
-            D::BlockOverLimit {
+            D::Block(pattern_db::BlockError::BlockNotFound { agent, label }) => {
+                Error::UnknownBlock { agent, label }
+            }
+            D::Block(pattern_db::BlockError::BlockOverLimit {
                 label,
                 chars,
                 limit,
-            } => Error::OverLimit {
+            }) => Error::OverLimit {
                 label,
                 chars,
                 limit,
             },
-            D::VersionConflict {
+            D::Block(pattern_db::BlockError::VersionConflict {
                 label,
                 expected,
                 current,
-            } => Error::Conflict {
+            }) => Error::Conflict {
                 label,
                 expected,
                 current,
             },
-            D::PermissionDenied { label, permission } => match permission.parse::<Permission>() {
-                Ok(permission) => Error::PermissionDenied {
-                    label,
-                    permission,
-                    operation: "this change",
-                },
-                Err(e) => e,
-            },
-            D::BlockLabelTaken { agent, label } => Error::LabelTaken { agent, label },
-            D::NothingToUndo { label, .. } => Error::NothingToUndo { label },
-            D::InvalidBlockLabel { label, reason } => {
+            D::Block(pattern_db::BlockError::PermissionDenied { label, permission }) => {
+                match permission.parse::<Permission>() {
+                    Ok(permission) => Error::PermissionDenied {
+                        label,
+                        permission,
+                        operation: "this change",
+                    },
+                    Err(e) => e,
+                }
+            }
+            D::Block(pattern_db::BlockError::BlockLabelTaken { agent, label }) => {
+                Error::LabelTaken { agent, label }
+            }
+            D::Block(pattern_db::BlockError::NothingToUndo { label, .. }) => {
+                Error::NothingToUndo { label }
+            }
+            D::Block(pattern_db::BlockError::InvalidBlockLabel { label, reason }) => {
                 Error::Invalid(format!("label `{label}`: {reason}"))
             }
-            D::InvalidBlock(reason) => Error::Invalid(reason),
-            D::ArchivalNotFound { agent, id } => Error::UnknownPassage { agent, id },
-            D::InvalidArchival(reason) => Error::Invalid(reason),
+            D::Block(pattern_db::BlockError::InvalidBlock(reason)) => Error::Invalid(reason),
+            D::Archival(pattern_db::ArchivalError::ArchivalNotFound { agent, id }) => {
+                Error::UnknownPassage { agent, id }
+            }
+            D::Archival(pattern_db::ArchivalError::InvalidArchival(reason)) => {
+                Error::Invalid(reason)
+            }
             other => Error::Db(other),
         }
     }

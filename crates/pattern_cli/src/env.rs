@@ -335,15 +335,15 @@ pub(crate) async fn organization_id(db: &pattern::Database) -> Result<pattern::d
     let external_id = organization_external_id();
     match db.organization_by_external_id(external_id).await {
         Ok(org) => Ok(org.id),
-        Err(pattern::db::Error::ExternalIdNotFound { .. })
-            if external_id == pattern::db::LOCAL_ORGANIZATION =>
-        {
+        Err(pattern::db::Error::Protocol(pattern::db::ProtocolError::ExternalIdNotFound {
+            ..
+        })) if external_id == pattern::db::LOCAL_ORGANIZATION => {
             match db.create_organization(external_id, external_id).await {
                 Ok(org) => Ok(org.id),
                 // Created by another process in between.
-                Err(pattern::db::Error::ExternalIdTaken { .. }) => {
-                    Ok(db.organization_by_external_id(external_id).await?.id)
-                }
+                Err(pattern::db::Error::Protocol(
+                    pattern::db::ProtocolError::ExternalIdTaken { .. },
+                )) => Ok(db.organization_by_external_id(external_id).await?.id),
                 Err(e) => Err(e.into()),
             }
         }

@@ -429,7 +429,7 @@ impl DatabaseAgent {
                         }
                     }
                     Ok(_) => {}
-                    Err(pattern_db::Error::TurnNotFound { .. }) => break,
+                    Err(pattern_db::Error::Run(pattern_db::RunError::TurnNotFound { .. })) => break,
                     Err(e) => tracing::debug!(%agent, error = %e, "cannot read a waited-for turn"),
                 }
                 tokio::select! {
@@ -707,7 +707,7 @@ impl DatabaseAgent {
         let mut result = self.store_end(rec, batch, db_ending, &last).await;
         let mut last = last;
         if let Err(e) = &result
-            && !matches!(e, Error::Db(pattern_db::Error::ClaimLost { .. }))
+            && !e.is_claim_lost()
             && matches!(last.first(), Some(ResponseEvent::BatchCompleted { .. }))
         {
             // The batch could not complete (a storage failure): abandon it instead.
@@ -742,7 +742,7 @@ impl DatabaseAgent {
                 }
                 (next, outcome)
             }
-            Err(Error::Db(pattern_db::Error::ClaimLost { .. })) => {
+            Err(e) if e.is_claim_lost() => {
                 // Another process took the agent over and abandoned the batch.
                 rec.live(ResponseEvent::Error {
                     kind: ErrorKind::Interrupted,
@@ -1058,7 +1058,7 @@ impl DatabaseAgent {
 
 fn failed(kind: ErrorKind, e: impl Into<Error>) -> Ending {
     let e = e.into();
-    if matches!(e, Error::Db(pattern_db::Error::ClaimLost { .. })) {
+    if e.is_claim_lost() {
         return Ending::Failed(ErrorKind::Interrupted, e.to_string());
     }
     Ending::Failed(kind, e.to_string())

@@ -85,6 +85,17 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether the run's claim on its agent was taken over ([`pattern_db::RunError::ClaimLost`]):
+    /// the run was interrupted, not failed.
+    pub(crate) fn is_claim_lost(&self) -> bool {
+        matches!(
+            self,
+            Error::Db(pattern_db::Error::Run(
+                pattern_db::RunError::ClaimLost { .. }
+            ))
+        )
+    }
+
     /// What kind of failure this is (see [`pattern_db::ErrorClass`]).
     pub fn class(&self) -> pattern_db::ErrorClass {
         use pattern_db::ErrorClass as C;

@@ -295,11 +295,13 @@ impl MeetingDriver {
             self.agent(*id)?;
             let agent = host.runtime_arc().database().agent(*id).await?;
             if agent.organization != org {
-                return Err(pattern_db::Error::OtherOrganization {
-                    agent: plan.agents[0],
-                    other: *id,
-                }
-                .into());
+                return Err(
+                    pattern_db::Error::Agent(pattern_db::AgentError::OtherOrganization {
+                        agent: plan.agents[0],
+                        other: *id,
+                    })
+                    .into(),
+                );
             }
         }
         let value = serde_json::to_value(plan)
@@ -334,16 +336,20 @@ impl MeetingDriver {
             }
             match self.protocol.join_meeting(id, *agent).await {
                 Ok(_)
-                | Err(pattern_protocol::Error::Db(pattern_db::Error::AlreadyParticipant {
-                    ..
-                })) => {}
+                | Err(pattern_protocol::Error::Db(pattern_db::Error::Protocol(
+                    pattern_db::ProtocolError::AlreadyParticipant { .. },
+                ))) => {}
                 Err(e) => return Err(e.into()),
             }
         }
         match self.protocol.start_meeting(id, plan.agents[0]).await {
             Ok(_)
-            | Err(pattern_protocol::Error::Db(pattern_db::Error::MeetingState { .. }))
-            | Err(pattern_protocol::Error::Db(pattern_db::Error::MeetingEnded(_))) => Ok(()),
+            | Err(pattern_protocol::Error::Db(pattern_db::Error::Protocol(
+                pattern_db::ProtocolError::MeetingState { .. },
+            )))
+            | Err(pattern_protocol::Error::Db(pattern_db::Error::Protocol(
+                pattern_db::ProtocolError::MeetingEnded(_),
+            ))) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
@@ -473,7 +479,10 @@ impl MeetingDriver {
     /// Ends the meeting as its host (already ended: nothing to do).
     async fn end(&self, id: MeetingId, host: AgentId) -> Result<()> {
         match self.protocol.end_meeting(id, host).await {
-            Ok(_) | Err(pattern_protocol::Error::Db(pattern_db::Error::MeetingEnded(_))) => Ok(()),
+            Ok(_)
+            | Err(pattern_protocol::Error::Db(pattern_db::Error::Protocol(
+                pattern_db::ProtocolError::MeetingEnded(_),
+            ))) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
@@ -729,8 +738,12 @@ impl MeetingDriver {
         match result {
             Ok(_) => {}
             // Another driver finished this turn first.
-            Err(pattern_protocol::Error::Db(pattern_db::Error::NotSpeaker { .. }))
-            | Err(pattern_protocol::Error::Db(pattern_db::Error::MeetingEnded(_))) => {
+            Err(pattern_protocol::Error::Db(pattern_db::Error::Protocol(
+                pattern_db::ProtocolError::NotSpeaker { .. },
+            )))
+            | Err(pattern_protocol::Error::Db(pattern_db::Error::Protocol(
+                pattern_db::ProtocolError::MeetingEnded(_),
+            ))) => {
                 return Ok(());
             }
             Err(e) => return Err(e.into()),

@@ -17,6 +17,7 @@
 //! API; it must never reach around it (no SQL of its own), and never touch any database but the
 //! one it names at start-up.
 
+use pattern_db::{AgentError, BatchError};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -136,7 +137,9 @@ async fn demo(db: &Database) -> DemoResult<()> {
 
     let (agent, created) = match db.agent_by_name(AGENT).await {
         Ok(agent) => (agent, false),
-        Err(Error::AgentNameNotFound(_)) => (db.create_agent(NewAgent::named(AGENT)).await?, true),
+        Err(Error::Agent(AgentError::AgentNameNotFound(_))) => {
+            (db.create_agent(NewAgent::named(AGENT)).await?, true)
+        }
         Err(e) => return Err(e.into()),
     };
     println!(
@@ -171,12 +174,12 @@ async fn demo(db: &Database) -> DemoResult<()> {
         vec![ContentBlock::tool_result("call_7", "no such call", false)],
     );
     match store.append_step(batch, vec![stray]).await {
-        Err(e @ Error::UnpairedToolResult { .. }) => println!("  refused: {e}"),
+        Err(e @ Error::Batch(BatchError::UnpairedToolResult { .. })) => println!("  refused: {e}"),
         Err(e) => return Err(e.into()),
         Ok(_) => return Err("the store accepted a tool result without its call".into()),
     }
     match store.complete_batch(batch).await {
-        Err(e @ Error::PendingToolCalls { .. }) => {
+        Err(e @ Error::Batch(BatchError::PendingToolCalls { .. })) => {
             println!("  completing it early is refused too: {e}")
         }
         Err(e) => return Err(e.into()),

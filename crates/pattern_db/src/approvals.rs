@@ -6,16 +6,17 @@
 //! turn, that turn's `approval_requested` event (see [`approval_requested_event`]) in the same
 //! transaction; it is a write of the run (fenced by its claim like the others).
 //! [`Database::decide_approval`] is `UPDATE ... WHERE state = 'pending'`: exactly one decision
-//! wins, a second answer is [`Error::AlreadyDecided`], an unknown id (or another organization's)
-//! [`Error::ApprovalNotFound`]. [`Database::expire_approval`] marks a pending request
-//! `timed_out` the same way. Every decision wakes [`WakeKey::Approval`] (in this process, and on
-//! PostgreSQL in every process through `NOTIFY`), so the waiting run learns it wherever it runs.
-//! A batch that ends (completed, abandoned, recovered) marks its still-pending requests
-//! `abandoned` in its own transaction.
+//! wins, a second answer is [`ApprovalError::AlreadyDecided`], an unknown id (or another
+//! organization's) [`ApprovalError::ApprovalNotFound`]. [`Database::expire_approval`] marks a
+//! pending request `timed_out` the same way. Every decision wakes [`WakeKey::Approval`] (in this
+//! process, and on PostgreSQL in every process through `NOTIFY`), so the waiting run learns it
+//! wherever it runs. A batch that ends (completed, abandoned, recovered) marks its still-pending
+//! requests `abandoned` in its own transaction.
 //!
 //! This module must never decide a request that is not pending, never reveal another
 //! organization's request, and never let a request outlive its batch as pending.
 
+use crate::BatchError;
 use std::fmt;
 use std::str::FromStr;
 
@@ -82,10 +83,11 @@ impl FromStr for ApprovalState {
             "timed_out" => ApprovalState::TimedOut,
             "abandoned" => ApprovalState::Abandoned,
             other => {
-                return Err(Error::InvalidContent(format!(
+                return Err(BatchError::InvalidContent(format!(
                     "unknown approval state `{other}` (pending, approved, denied, timed_out, \
                      abandoned)"
-                )));
+                ))
+                .into());
             }
         })
     }
@@ -210,7 +212,7 @@ pub(crate) fn approval_from_row(row: &AnyRow) -> Result<Approval> {
         tool: row.try_get(5)?,
         call_id: row.try_get(6)?,
         input: serde_json::from_str(&input)
-            .map_err(|e| Error::InvalidContent(format!("stored approval input: {e}")))?,
+            .map_err(|e| BatchError::InvalidContent(format!("stored approval input: {e}")))?,
         reason: row.try_get(8)?,
         requested_at: from_ms(row.try_get(9)?),
         deadline: from_ms(row.try_get(10)?),
@@ -223,9 +225,10 @@ pub(crate) fn approval_from_row(row: &AnyRow) -> Result<Approval> {
 
 fn check_text(what: &str, text: &str) -> Result<()> {
     if text.len() > MAX_TEXT {
-        return Err(Error::InvalidContent(format!(
+        return Err(BatchError::InvalidContent(format!(
             "an approval's {what} is at most {MAX_TEXT} bytes"
-        )));
+        ))
+        .into());
     }
     Ok(())
 }
@@ -235,7 +238,7 @@ impl Database {
     /// A write of the run: inside `runs::fenced` it is refused once the claim is lost.
     pub async fn request_approval(&self, new: NewApproval) -> Result<Approval> {
         if new.tool.is_empty() {
-            return Err(Error::InvalidContent("an approval names its tool".into()));
+            return Err(BatchError::InvalidContent("an approval names its tool".into()).into());
         }
         check_text("tool", &new.tool)?;
         check_text("reason", &new.reason)?;
@@ -250,8 +253,9 @@ impl Database {
     }
 
     /// Decides pending request `id` (only within `organization` when it is given): exactly one
-    /// decision wins; a request that is not pending is [`Error::AlreadyDecided`], an unknown one
-    /// (or another organization's) [`Error::ApprovalNotFound`]. `by` says who answered.
+    /// decision wins; a request that is not pending is [`ApprovalError::AlreadyDecided`], an
+    /// unknown one (or another organization's) [`ApprovalError::ApprovalNotFound`]. `by` says who
+    /// answered.
     pub async fn decide_approval(
         &self,
         organization: Option<OrganizationId>,
@@ -300,10 +304,40 @@ impl Database {
         filter: ApprovalFilter,
     ) -> Result<Vec<Approval>> {
         if filter.limit == 0 || filter.limit > 1000 {
-            return Err(Error::InvalidContent(
+            return Err(BatchError::InvalidContent(
                 "an approval listing's limit is 1 to 1000".into(),
-            ));
+            )
+            .into());
         }
         crate::ops::approvals::list(self.reader(), organization, filter).await
+    }
+}
+
+/// Refusals of approval requests (module [`crate::approvals`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApprovalError {
+    /// No approval request with this id (or not the caller's organization's).
+    #[error("unknown approval request {0}")]
+    ApprovalNotFound(crate::SnowflakeId),
+    /// The approval request is not pending any more: another answer (or its deadline, or the
+    /// end of its run) decided it first.
+    #[error("approval request {id} is already decided ({state})")]
+    AlreadyDecided {
+        /// The request.
+        id: crate::SnowflakeId,
+        /// What decided it.
+        state: crate::approvals::ApprovalState,
+    },
+}
+
+impl ApprovalError {
+    /// What kind of failure this is (see [`crate::ErrorClass`]).
+    pub fn class(&self) -> crate::ErrorClass {
+        use crate::ErrorClass as C;
+        match self {
+            ApprovalError::ApprovalNotFound(_) => C::NotFound,
+            ApprovalError::AlreadyDecided { .. } => C::Conflict,
+        }
     }
 }

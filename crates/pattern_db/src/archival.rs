@@ -4,11 +4,12 @@
 //! The types ([`NewArchival`], [`ArchivalEntry`], [`ListArchival`]), the reads, and the
 //! [`Database`] methods that queue archival writes to the writer (their SQL is in
 //! `ops::search`). Invariants: content is never cut (over `max_content_bytes` is
-//! [`Error::ContentTooLarge`]); a dedupe key is unique per agent, and inserting it again returns
-//! the stored entry and stores nothing (re-imports are idempotent); an insert records its
+//! [`BatchError::ContentTooLarge`]); a dedupe key is unique per agent, and inserting it again
+//! returns the stored entry and stores nothing (re-imports are idempotent); an insert records its
 //! embedding job and search change in its own transaction. This module must never write outside
 //! the writer.
 
+use crate::{BatchError, StorageError};
 use std::fmt;
 use std::str::FromStr;
 
@@ -48,10 +49,12 @@ impl fmt::Display for ArchivalId {
 impl FromStr for ArchivalId {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        Uuid::parse_str(s).map(Self).map_err(|e| Error::InvalidId {
-            what: "archival id",
-            value: s.to_owned(),
-            reason: e.to_string(),
+        Uuid::parse_str(s).map(Self).map_err(|e| {
+            Error::Storage(StorageError::InvalidId {
+                what: "archival id",
+                value: s.to_owned(),
+                reason: e.to_string(),
+            })
         })
     }
 }
@@ -82,15 +85,15 @@ impl NewArchival {
 
     /// When the content happened, from metadata [`OCCURRED_AT_KEY`] (whole milliseconds);
     /// `None` without it. A value that is not an RFC 3339 time string is
-    /// [`Error::InvalidArchival`].
+    /// [`ArchivalError::InvalidArchival`].
     pub fn occurred_at(&self) -> Result<Option<DateTime<Utc>>> {
         let Some(value) = self.metadata.get(OCCURRED_AT_KEY) else {
             return Ok(None);
         };
         let bad = || {
-            Error::InvalidArchival(format!(
+            Error::Archival(ArchivalError::InvalidArchival(format!(
                 "metadata `{OCCURRED_AT_KEY}` must be an RFC 3339 time, got {value}"
-            ))
+            )))
         };
         let text = value.as_str().ok_or_else(bad)?;
         let at = DateTime::parse_from_rfc3339(text).map_err(|_| bad())?;
@@ -101,51 +104,59 @@ impl NewArchival {
     pub(crate) fn validate(&self, max_content_bytes: usize) -> Result<()> {
         self.occurred_at()?;
         if self.content.is_empty() {
-            return Err(Error::InvalidArchival("content is empty".into()));
+            return Err(ArchivalError::InvalidArchival("content is empty".into()).into());
         }
         if self.content.len() > max_content_bytes {
-            return Err(Error::ContentTooLarge {
+            return Err(BatchError::ContentTooLarge {
                 size: self.content.len(),
                 limit: max_content_bytes,
-            });
+            }
+            .into());
         }
         if self.tags.len() > MAX_TAGS {
-            return Err(Error::InvalidArchival(format!(
+            return Err(ArchivalError::InvalidArchival(format!(
                 "{} tags, at most {MAX_TAGS} allowed",
                 self.tags.len()
-            )));
+            ))
+            .into());
         }
         for (i, tag) in self.tags.iter().enumerate() {
             let chars = tag.chars().count();
             if chars == 0 || chars > MAX_TAG_CHARS {
-                return Err(Error::InvalidArchival(format!(
+                return Err(ArchivalError::InvalidArchival(format!(
                     "tag {i} has {chars} characters; tags hold 1 to {MAX_TAG_CHARS}"
-                )));
+                ))
+                .into());
             }
             if tag.trim() != tag || tag.chars().any(char::is_control) {
-                return Err(Error::InvalidArchival(format!(
+                return Err(ArchivalError::InvalidArchival(format!(
                     "tag `{tag}` has leading/trailing spaces or control characters"
-                )));
+                ))
+                .into());
             }
             if self.tags[..i].contains(tag) {
-                return Err(Error::InvalidArchival(format!("tag `{tag}` appears twice")));
+                return Err(
+                    ArchivalError::InvalidArchival(format!("tag `{tag}` appears twice")).into(),
+                );
             }
         }
         if let Some(key) = &self.dedupe_key
             && (key.is_empty() || key.len() > MAX_DEDUPE_KEY_BYTES)
         {
-            return Err(Error::InvalidArchival(format!(
+            return Err(ArchivalError::InvalidArchival(format!(
                 "dedupe key must be 1 to {MAX_DEDUPE_KEY_BYTES} bytes, got {}",
                 key.len()
-            )));
+            ))
+            .into());
         }
         let metadata = serde_json::to_string(&self.metadata)
-            .map_err(|e| Error::InvalidArchival(e.to_string()))?;
+            .map_err(|e| ArchivalError::InvalidArchival(e.to_string()))?;
         if metadata.len() > max_content_bytes {
-            return Err(Error::ContentTooLarge {
+            return Err(BatchError::ContentTooLarge {
                 size: metadata.len(),
                 limit: max_content_bytes,
-            });
+            }
+            .into());
         }
         Ok(())
     }
@@ -203,10 +214,11 @@ pub(crate) fn archival_from_row(row: &AnyRow) -> Result<ArchivalEntry> {
         id: ArchivalId(parse_uuid(&id)?),
         agent_id: AgentId(parse_uuid(&agent)?),
         content: row.try_get(2)?,
-        metadata: serde_json::from_str(&metadata)
-            .map_err(|e| Error::Corrupt(format!("archival metadata does not decode: {e}")))?,
+        metadata: serde_json::from_str(&metadata).map_err(|e| {
+            StorageError::Corrupt(format!("archival metadata does not decode: {e}"))
+        })?,
         tags: serde_json::from_str(&tags)
-            .map_err(|e| Error::Corrupt(format!("archival tags do not decode: {e}")))?,
+            .map_err(|e| StorageError::Corrupt(format!("archival tags do not decode: {e}")))?,
         dedupe_key: row.try_get(5)?,
         created_at: from_ms(row.try_get(6)?),
     })
@@ -217,8 +229,11 @@ impl Database {
     /// dedupe key the agent has used already returns the stored passage and stores nothing.
     pub async fn insert_archival(&self, agent: AgentId, new: NewArchival) -> Result<ArchivalEntry> {
         let mut out = self.insert_archival_many(agent, vec![new]).await?;
-        out.pop()
-            .ok_or_else(|| Error::Corrupt("archival insert returned nothing".into()))
+        out.pop().ok_or_else(|| {
+            Error::Storage(StorageError::Corrupt(
+                "archival insert returned nothing".into(),
+            ))
+        })
     }
 
     /// Stores many passages in one transaction (all or none), in order; each dedupe key as in
@@ -249,7 +264,7 @@ impl Database {
         .await?;
         match row {
             Some(row) => archival_from_row(&row),
-            None => Err(Error::ArchivalNotFound { agent, id }),
+            None => Err(ArchivalError::ArchivalNotFound { agent, id }.into()),
         }
     }
 
@@ -260,10 +275,11 @@ impl Database {
         opts: ListArchival,
     ) -> Result<Vec<ArchivalEntry>> {
         if opts.limit == 0 || opts.limit > MAX_LIST {
-            return Err(Error::InvalidArchival(format!(
+            return Err(ArchivalError::InvalidArchival(format!(
                 "list limit must be 1 to {MAX_LIST}, got {}",
                 opts.limit
-            )));
+            ))
+            .into());
         }
         let mut sql =
             format!("SELECT {ARCHIVAL_COLUMNS} FROM archival_memories a WHERE a.agent_id = $1");
@@ -315,6 +331,34 @@ impl Database {
     }
 }
 
+/// Refusals of archival memory (module [`crate::archival`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ArchivalError {
+    /// No archival passage with this id for this agent.
+    #[error("no archival passage {id} for agent {agent}")]
+    ArchivalNotFound {
+        /// The agent.
+        agent: crate::AgentId,
+        /// The id asked for.
+        id: crate::ArchivalId,
+    },
+    /// An archival passage or listing request is invalid (empty content, bad tags or key).
+    #[error("invalid archival memory request: {0}")]
+    InvalidArchival(String),
+}
+
+impl ArchivalError {
+    /// What kind of failure this is (see [`crate::ErrorClass`]).
+    pub fn class(&self) -> crate::ErrorClass {
+        use crate::ErrorClass as C;
+        match self {
+            ArchivalError::ArchivalNotFound { .. } => C::NotFound,
+            ArchivalError::InvalidArchival(_) => C::Invalid,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,14 +369,14 @@ mod tests {
         assert!(ok.validate(10).is_ok());
         assert!(matches!(
             NewArchival::text("").validate(10),
-            Err(Error::InvalidArchival(_))
+            Err(Error::Archival(ArchivalError::InvalidArchival(_)))
         ));
         assert!(matches!(
             NewArchival::text("x".repeat(11)).validate(10),
-            Err(Error::ContentTooLarge {
+            Err(Error::Batch(BatchError::ContentTooLarge {
                 size: 11,
                 limit: 10
-            })
+            }))
         ));
         let with_tags = |tags: Vec<String>| NewArchival {
             tags,

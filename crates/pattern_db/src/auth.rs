@@ -5,10 +5,11 @@
 //! source (256 bits); only its SHA-256 is stored, with the first 12 characters for display.
 //! Authenticating is one indexed read of the hash on the read pool; `last_used_at` is not kept
 //! (it would turn every request into a write). An agent with an organization belongs to it alone:
-//! the organization-scoped reads answer [`Error::AgentNotFound`] for another organization's agent
-//! exactly as for an unknown one. This module must never store, log or print a secret, and never
-//! answer an organization-scoped read with a row of another organization.
+//! the organization-scoped reads answer [`AgentError::AgentNotFound`] for another organization's
+//! agent exactly as for an unknown one. This module must never store, log or print a secret, and
+//! never answer an organization-scoped read with a row of another organization.
 
+use crate::{AgentError, StorageError};
 use std::fmt;
 use std::str::FromStr;
 
@@ -46,13 +47,13 @@ impl FromStr for ApiKeyId {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self> {
-        Uuid::parse_str(s)
-            .map(ApiKeyId)
-            .map_err(|e| Error::InvalidId {
+        Uuid::parse_str(s).map(ApiKeyId).map_err(|e| {
+            Error::Storage(StorageError::InvalidId {
                 what: "api key id",
                 value: s.to_owned(),
                 reason: e.to_string(),
             })
+        })
     }
 }
 
@@ -109,7 +110,8 @@ pub(crate) fn new_secret() -> Result<String> {
 /// `prefix` followed by 64 hex characters (256 bits) from the operating system's random source.
 pub(crate) fn random_token(prefix: &str) -> Result<String> {
     let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| Error::Config(format!("no random source: {e}")))?;
+    getrandom::fill(&mut bytes)
+        .map_err(|e| StorageError::Config(format!("no random source: {e}")))?;
     let mut secret = String::from(prefix);
     for byte in bytes {
         secret.push_str(&format!("{byte:02x}"));
@@ -158,10 +160,11 @@ impl Database {
     pub async fn create_api_key(&self, org: OrganizationId, name: &str) -> Result<IssuedKey> {
         let chars = name.chars().count();
         if chars == 0 || chars > MAX_KEY_NAME_CHARS || name.chars().any(char::is_control) {
-            return Err(Error::Config(format!(
+            return Err(StorageError::Config(format!(
                 "an API key name must be 1 to {MAX_KEY_NAME_CHARS} characters without control \
                  characters"
-            )));
+            ))
+            .into());
         }
         let secret = new_secret()?;
         let row = NewKeyRow {
@@ -210,13 +213,14 @@ impl Database {
     }
 
     /// Revokes a key of `org` (again: no change). Another organization's key is
-    /// [`Error::ApiKeyNotFound`], like an unknown one.
+    /// [`AuthError::ApiKeyNotFound`], like an unknown one.
     pub async fn revoke_api_key(&self, org: OrganizationId, id: ApiKeyId) -> Result<ApiKey> {
         self.write(RevokeKey { org, id }).await
     }
 
-    /// Creates an agent owned by `org` (the name rule, [`Error::AgentNameTaken`] and
-    /// [`Error::ExternalIdTaken`] as [`Database::create_agent`]).
+    /// Creates an agent owned by `org` (the name rule, [`AgentError::AgentNameTaken`] and
+    /// [`ProtocolError::ExternalIdTaken`](crate::ProtocolError::ExternalIdTaken) as
+    /// [`Database::create_agent`]).
     pub async fn create_org_agent(&self, org: OrganizationId, new: NewAgent) -> Result<Agent> {
         self.create_agent(new.in_organization(org)).await
     }
@@ -235,8 +239,8 @@ impl Database {
         .collect()
     }
 
-    /// The organization's agent `id`; [`Error::AgentNotFound`] when it does not exist or belongs
-    /// to anyone else.
+    /// The organization's agent `id`; [`AgentError::AgentNotFound`] when it does not exist or
+    /// belongs to anyone else.
     pub async fn org_agent(&self, org: OrganizationId, id: AgentId) -> Result<Agent> {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {} FROM agents WHERE id = $1 AND organization_id = $2",
@@ -249,18 +253,18 @@ impl Database {
         row.as_ref()
             .map(ops::agent_from_row)
             .transpose()?
-            .ok_or(Error::AgentNotFound(id))
+            .ok_or(Error::Agent(AgentError::AgentNotFound(id)))
     }
 
     /// Deletes the organization's agent `id` and everything stored for it, checked and deleted
-    /// in one transaction; [`Error::AgentNotFound`] (nothing deleted) otherwise.
+    /// in one transaction; [`AgentError::AgentNotFound`] (nothing deleted) otherwise.
     pub async fn delete_org_agent(&self, org: OrganizationId, id: AgentId) -> Result<()> {
         self.write(DeleteOrgAgent { org, agent: id }).await
     }
 
     /// The agent named `name` in one organization: `Some(org)` that one, `None` the local
     /// organization ([`crate::LOCAL_ORGANIZATION`]). An agent of any other organization is
-    /// [`Error::AgentNameNotFound`], exactly like an unknown name, so a scoped lookup never
+    /// [`AgentError::AgentNameNotFound`], exactly like an unknown name, so a scoped lookup never
     /// reveals what exists elsewhere.
     pub async fn agent_in_scope(&self, org: Option<OrganizationId>, name: &str) -> Result<Agent> {
         let row = match org {
@@ -289,12 +293,31 @@ impl Database {
         row.as_ref()
             .map(ops::agent_from_row)
             .transpose()?
-            .ok_or_else(|| Error::AgentNameNotFound(name.to_owned()))
+            .ok_or_else(|| Error::Agent(AgentError::AgentNameNotFound(name.to_owned())))
     }
 
     /// The organization owning agent `id`.
     pub async fn agent_organization(&self, id: AgentId) -> Result<OrganizationId> {
         Ok(self.agent(id).await?.organization)
+    }
+}
+
+/// Refusals of API keys (module [`crate::auth`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuthError {
+    /// No API key with this id in the organization.
+    #[error("no API key {0} in this organization")]
+    ApiKeyNotFound(crate::auth::ApiKeyId),
+}
+
+impl AuthError {
+    /// What kind of failure this is (see [`crate::ErrorClass`]).
+    pub fn class(&self) -> crate::ErrorClass {
+        use crate::ErrorClass as C;
+        match self {
+            AuthError::ApiKeyNotFound(_) => C::NotFound,
+        }
     }
 }
 

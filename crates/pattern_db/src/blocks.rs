@@ -5,9 +5,9 @@
 //! methods that queue block writes to the writer (their SQL is in `ops::blocks`). Invariants:
 //!
 //! - an agent only ever sees (and changes) blocks it has an access row for;
-//! - a value is never cut to fit its limit: a longer value is [`Error::BlockOverLimit`];
+//! - a value is never cut to fit its limit: a longer value is [`BlockError::BlockOverLimit`];
 //! - no lost update: a write names the version it read, and a stale one is
-//!   [`Error::VersionConflict`], checked in the same transaction as the update;
+//!   [`BlockError::VersionConflict`], checked in the same transaction as the update;
 //! - every change is a new version with its row in the history, written in that transaction.
 //!
 //! Permissions are plain names here (`read_only`, `partner`, `human`, `append`, `read_write`,
@@ -21,7 +21,7 @@ use sqlx::any::AnyRow;
 use uuid::Uuid;
 
 use crate::db::Database;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::AgentId;
 use crate::ops::blocks::{CreateBlock, DeleteBlock, SetValue, Share};
 use crate::ops::{from_ms, parse_uuid};
@@ -110,19 +110,21 @@ pub fn char_count(text: &str) -> usize {
 pub fn validate_label(label: &str) -> Result<()> {
     let len = label.chars().count();
     if len == 0 || len > MAX_LABEL_CHARS {
-        return Err(Error::InvalidBlockLabel {
+        return Err(BlockError::InvalidBlockLabel {
             label: label.to_owned(),
             reason: format!("must be 1 to {MAX_LABEL_CHARS} characters, got {len}"),
-        });
+        }
+        .into());
     }
     if let Some(c) = label
         .chars()
         .find(|c| !matches!(c, 'a'..='z' | '0'..='9' | '_' | '-'))
     {
-        return Err(Error::InvalidBlockLabel {
+        return Err(BlockError::InvalidBlockLabel {
             label: label.to_owned(),
             reason: format!("only a-z, 0-9, `_` and `-` are allowed, found {c:?}"),
-        });
+        }
+        .into());
     }
     Ok(())
 }
@@ -131,9 +133,10 @@ pub(crate) fn validate_one_of(what: &'static str, value: &str, allowed: &[&str])
     if allowed.contains(&value) {
         Ok(())
     } else {
-        Err(Error::InvalidBlock(format!(
+        Err(BlockError::InvalidBlock(format!(
             "unknown {what} `{value}`; expected one of {allowed:?}"
-        )))
+        ))
+        .into())
     }
 }
 
@@ -141,25 +144,27 @@ pub(crate) fn validate_one_of(what: &'static str, value: &str, allowed: &[&str])
 pub(crate) fn validate_new(new: &NewBlock) -> Result<()> {
     validate_label(&new.label)?;
     if !(1..=MAX_CHAR_LIMIT).contains(&new.char_limit) {
-        return Err(Error::InvalidBlock(format!(
+        return Err(BlockError::InvalidBlock(format!(
             "char_limit must be 1 to {MAX_CHAR_LIMIT}, got {}",
             new.char_limit
-        )));
+        ))
+        .into());
     }
     validate_one_of("block type", &new.block_type, BLOCK_TYPES)?;
     check_limit(&new.label, &new.value, new.char_limit)
 }
 
-/// [`Error::BlockOverLimit`] when `value` has more characters than `limit`.
+/// [`BlockError::BlockOverLimit`] when `value` has more characters than `limit`.
 pub(crate) fn check_limit(label: &str, value: &str, limit: i64) -> Result<()> {
     let chars = char_count(value);
     let limit = usize::try_from(limit).unwrap_or(0);
     if chars > limit {
-        return Err(Error::BlockOverLimit {
+        return Err(BlockError::BlockOverLimit {
             label: label.to_owned(),
             chars,
             limit,
-        });
+        }
+        .into());
     }
     Ok(())
 }
@@ -199,8 +204,9 @@ fn version_from_row(row: &AnyRow) -> Result<BlockVersion> {
 
 impl Database {
     /// Creates a block owned by `owner`, who gets `admin` access; version 1 is its first history
-    /// row. Bad fields are [`Error::InvalidBlockLabel`], [`Error::InvalidBlock`] or
-    /// [`Error::BlockOverLimit`]; a label the owner already sees is [`Error::BlockLabelTaken`].
+    /// row. Bad fields are [`BlockError::InvalidBlockLabel`], [`BlockError::InvalidBlock`] or
+    /// [`BlockError::BlockOverLimit`]; a label the owner already sees is
+    /// [`BlockError::BlockLabelTaken`].
     pub async fn create_block(&self, owner: AgentId, new: NewBlock) -> Result<StoredBlock> {
         // The write checks the block (`validate_new`), composed into an import or not.
         self.write(CreateBlock { owner, new }).await
@@ -218,10 +224,11 @@ impl Database {
         .await?;
         match row {
             Some(row) => block_from_row(&row),
-            None => Err(Error::BlockNotFound {
+            None => Err(BlockError::BlockNotFound {
                 agent,
                 label: label.to_owned(),
-            }),
+            }
+            .into()),
         }
     }
 
@@ -242,8 +249,8 @@ impl Database {
     /// Sets the value of the block `agent` sees as `label`, if its current version is
     /// `expected_version` and `agent`'s permission is one of `allowed_permissions`; records the
     /// change (one of [`CHANGES`]) as a new version and returns it. One transaction: on any error
-    /// nothing changes. Errors: [`Error::BlockNotFound`], [`Error::PermissionDenied`],
-    /// [`Error::BlockOverLimit`] (the value is never cut), [`Error::VersionConflict`].
+    /// nothing changes. Errors: [`BlockError::BlockNotFound`], [`BlockError::PermissionDenied`],
+    /// [`BlockError::BlockOverLimit`] (the value is never cut), [`BlockError::VersionConflict`].
     pub async fn write_block(
         &self,
         agent: AgentId,
@@ -272,7 +279,7 @@ impl Database {
 
     /// Restores the value the block had before its latest change, as a new version with change
     /// `undo` (so undoing twice restores the undone value). Same checks as [`Self::write_block`];
-    /// a block still at its first version is [`Error::NothingToUndo`].
+    /// a block still at its first version is [`BlockError::NothingToUndo`].
     pub async fn undo_block(
         &self,
         agent: AgentId,
@@ -313,8 +320,8 @@ impl Database {
 
     /// Gives `with` access to the block `agent` sees as `label`, under the same label, with
     /// `permission` (or changes the permission `with` has). Only an `admin` of the block may share
-    /// ([`Error::PermissionDenied`]); a label `with` already uses for another block is
-    /// [`Error::BlockLabelTaken`].
+    /// ([`BlockError::PermissionDenied`]); a label `with` already uses for another block is
+    /// [`BlockError::BlockLabelTaken`].
     pub async fn share_block(
         &self,
         agent: AgentId,
@@ -335,8 +342,8 @@ impl Database {
     }
 
     /// Takes away the access `with` has to the block `agent` (an `admin`) sees as `label`. The
-    /// owner's own access cannot be taken away ([`Error::InvalidBlock`]); delete the block
-    /// instead. `with` without access is [`Error::BlockNotFound`] for `with`.
+    /// owner's own access cannot be taken away ([`BlockError::InvalidBlock`]); delete the block
+    /// instead. `with` without access is [`BlockError::BlockNotFound`] for `with`.
     pub async fn unshare_block(&self, agent: AgentId, label: &str, with: AgentId) -> Result<()> {
         let owner = self.block_owner(agent, label).await?;
         self.write(Share {
@@ -374,10 +381,97 @@ impl Database {
         .await?;
         match row {
             Some(row) => Ok(AgentId(parse_uuid(&row.try_get::<String, _>(0)?)?)),
-            None => Err(Error::BlockNotFound {
+            None => Err(BlockError::BlockNotFound {
                 agent,
                 label: label.to_owned(),
-            }),
+            }
+            .into()),
+        }
+    }
+}
+
+/// Refusals of the memory blocks' domain (module [`crate::blocks`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BlockError {
+    /// No memory block with this label is visible to this agent.
+    #[error("no memory block labelled `{label}` for agent {agent}")]
+    BlockNotFound {
+        /// The agent.
+        agent: crate::AgentId,
+        /// The label asked for.
+        label: String,
+    },
+    /// The agent's permission on the block does not allow this change.
+    #[error("permission `{permission}` on block `{label}` does not allow this change")]
+    PermissionDenied {
+        /// The block's label.
+        label: String,
+        /// The agent's permission.
+        permission: String,
+    },
+    /// A value longer than the block's limit (never cut to fit).
+    #[error("block `{label}` holds at most {limit} characters; the new value has {chars}")]
+    BlockOverLimit {
+        /// The block's label.
+        label: String,
+        /// Characters (Unicode scalar values) in the refused value.
+        chars: usize,
+        /// The block's limit.
+        limit: usize,
+    },
+    /// The block changed since the version the write was based on.
+    #[error(
+        "block `{label}` is at version {current}, not {expected}: read it again and redo the change"
+    )]
+    VersionConflict {
+        /// The block's label.
+        label: String,
+        /// The version the write expected.
+        expected: i64,
+        /// The version stored.
+        current: i64,
+    },
+    /// The agent already sees another block under this label.
+    #[error("agent {agent} already has a memory block labelled `{label}`")]
+    BlockLabelTaken {
+        /// The agent.
+        agent: crate::AgentId,
+        /// The label.
+        label: String,
+    },
+    /// A block label is malformed.
+    #[error("invalid block label `{label}`: {reason}")]
+    InvalidBlockLabel {
+        /// The label given.
+        label: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A block field or request is invalid (limit, type, permission, change kind).
+    #[error("invalid memory block request: {0}")]
+    InvalidBlock(String),
+    /// The block has no earlier version to go back to.
+    #[error("block `{label}` is at version {version}, which has no earlier version to undo to")]
+    NothingToUndo {
+        /// The block's label.
+        label: String,
+        /// Its current version.
+        version: i64,
+    },
+}
+
+impl BlockError {
+    /// What kind of failure this is (see [`crate::ErrorClass`]).
+    pub fn class(&self) -> crate::ErrorClass {
+        use crate::ErrorClass as C;
+        match self {
+            BlockError::BlockNotFound { .. } => C::NotFound,
+            BlockError::PermissionDenied { .. } | BlockError::BlockOverLimit { .. } => C::Refused,
+            BlockError::VersionConflict { .. }
+            | BlockError::BlockLabelTaken { .. }
+            | BlockError::NothingToUndo { .. } => C::Conflict,
+            BlockError::InvalidBlockLabel { .. } | BlockError::InvalidBlock(_) => C::Invalid,
         }
     }
 }
@@ -385,6 +479,7 @@ impl Database {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Error;
 
     #[test]
     fn labels_are_checked() {
@@ -402,11 +497,11 @@ mod tests {
         assert!(check_limit("l", "héllo", 5).is_ok());
         assert!(matches!(
             check_limit("l", "héllo!", 5),
-            Err(Error::BlockOverLimit {
+            Err(Error::Block(BlockError::BlockOverLimit {
                 chars: 6,
                 limit: 5,
                 ..
-            })
+            }))
         ));
     }
 }

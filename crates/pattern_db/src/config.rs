@@ -2,6 +2,7 @@
 //!
 //! Plain values with defaults that favour durability. This module must never open a connection.
 
+use crate::StorageError;
 use std::time::Duration;
 
 use crate::error::{Error, Result, redact_url};
@@ -26,9 +27,11 @@ impl Backend {
 
     /// Picks the backend from a URL's scheme: `sqlite:` or `postgres:`/`postgresql:`.
     pub fn from_url(url: &str) -> Result<Self> {
-        let invalid = |reason: &str| Error::InvalidUrl {
-            url: redact_url(url),
-            reason: reason.to_owned(),
+        let invalid = |reason: &str| {
+            Error::Storage(StorageError::InvalidUrl {
+                url: redact_url(url),
+                reason: reason.to_owned(),
+            })
         };
         let Some((scheme, rest)) = url.split_once(':') else {
             return Err(invalid(
@@ -167,7 +170,7 @@ impl DbConfig {
             if ok {
                 Ok(())
             } else {
-                Err(Error::Config(what.to_owned()))
+                Err(StorageError::Config(what.to_owned()))
             }
         };
         check(
@@ -239,7 +242,10 @@ mod tests {
             "postgres://",
         ] {
             let err = Backend::from_url(bad).unwrap_err();
-            assert!(matches!(err, Error::InvalidUrl { .. }), "{bad}: {err}");
+            assert!(
+                matches!(err, Error::Storage(StorageError::InvalidUrl { .. })),
+                "{bad}: {err}"
+            );
         }
     }
 
@@ -247,7 +253,10 @@ mod tests {
     fn opening_without_migrating_needs_a_fixed_machine_id() {
         let mut c = DbConfig::new("sqlite:///tmp/x.db");
         c.migrate_on_open = false;
-        assert!(matches!(c.validate(), Err(Error::Config(_))));
+        assert!(matches!(
+            c.validate(),
+            Err(Error::Storage(StorageError::Config(_)))
+        ));
         c.machine_id = MachineId::Fixed(1023);
         assert_eq!(c.validate().unwrap(), Backend::Sqlite);
     }

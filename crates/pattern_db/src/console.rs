@@ -9,6 +9,7 @@
 //! deletes the row. Opening or ending a session also deletes the expired ones. This module must
 //! never store, log or print a token, and never answer for a revoked key or an expired session.
 
+use crate::StorageError;
 use std::fmt;
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use sqlx::Row;
 
 use crate::auth::{ApiKey, KEY_COLUMNS, hash, key_from_row, random_token, well_formed_token};
 use crate::db::Database;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ops::console::{EndSession, OpenSession};
 use crate::ops::{self, from_ms};
 
@@ -72,10 +73,11 @@ impl Database {
         lifetime: Duration,
     ) -> Result<Option<IssuedConsoleSession>> {
         if lifetime < Duration::from_secs(1) || lifetime > MAX_CONSOLE_SESSION {
-            return Err(Error::Config(format!(
+            return Err(StorageError::Config(format!(
                 "a console session lasts 1 second to {} days",
                 MAX_CONSOLE_SESSION.as_secs() / 86_400
-            )));
+            ))
+            .into());
         }
         let Some(key) = self.authenticate_api_key(secret).await? else {
             return Ok(None);

@@ -5,6 +5,7 @@
 //! the writer. This module must never issue a write outside the writer, so that every
 //! acknowledged write is committed and grouped.
 
+use crate::{AgentError, StorageError};
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -100,7 +101,7 @@ fn connect_options(config: &DbConfig, backend: Backend) -> Result<AnyConnectOpti
             url.push_str("mode=rwc");
         }
     }
-    let options = AnyConnectOptions::from_str(&url).map_err(|e| Error::InvalidUrl {
+    let options = AnyConnectOptions::from_str(&url).map_err(|e| StorageError::InvalidUrl {
         url: redact_url(&config.url),
         reason: e.to_string(),
     })?;
@@ -146,10 +147,12 @@ async fn pool(
     builder
         .connect_with(options.clone())
         .await
-        .map_err(|source| Error::Connect {
-            backend: backend.name(),
-            url: redact_url(&config.url),
-            source,
+        .map_err(|source| {
+            Error::Storage(StorageError::Connect {
+                backend: backend.name(),
+                url: redact_url(&config.url),
+                source,
+            })
         })
 }
 
@@ -186,10 +189,11 @@ impl Database {
                 .await?
                 .try_get(0)?;
             if parse_version(&version).is_none_or(|v| v < MIN_SQLITE_VERSION) {
-                return Err(Error::SqliteTooOld {
+                return Err(StorageError::SqliteTooOld {
                     found: version,
                     required: "3.51.3",
-                });
+                }
+                .into());
             }
         }
         if config.migrate_on_open {
@@ -485,13 +489,13 @@ impl Database {
 
     // -- agents --------------------------------------------------------------------------------
 
-    /// Creates an agent. A taken name is [`Error::AgentNameTaken`].
+    /// Creates an agent. A taken name is [`AgentError::AgentNameTaken`].
     pub async fn create_agent(&self, new: NewAgent) -> Result<Agent> {
         self.write(ops::agents::CreateAgent(new)).await
     }
 
     /// Replaces an agent's metadata (one transaction under the agent's row lock) and returns the
-    /// agent as stored. An unknown agent is [`Error::AgentNotFound`].
+    /// agent as stored. An unknown agent is [`AgentError::AgentNotFound`].
     pub async fn set_agent_metadata(
         &self,
         agent: AgentId,
@@ -518,7 +522,7 @@ impl Database {
         row.as_ref()
             .map(ops::agent_from_row)
             .transpose()?
-            .ok_or(Error::AgentNotFound(agent))
+            .ok_or(Error::Agent(AgentError::AgentNotFound(agent)))
     }
 
     /// The agent with this name in the local organization ([`crate::LOCAL_ORGANIZATION`]); see
@@ -681,7 +685,7 @@ async fn heartbeat(h: Heartbeat) {
                     }
                 }
             }
-            Err(Error::Closed) => return,
+            Err(Error::Storage(StorageError::Closed)) => return,
             Err(e) => warn!(error = %e, "cannot renew this process's registration"),
         }
     }

@@ -18,6 +18,7 @@
 //! background whenever writes pause, so that the index is built while an import runs rather
 //! than at the first search after it.
 
+use crate::StorageError;
 use std::collections::{HashMap, HashSet};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
@@ -80,13 +81,13 @@ fn schema() -> (Schema, Fields) {
 }
 
 fn index_error(e: tantivy::TantivyError) -> Error {
-    Error::Index(Arc::new(e))
+    Error::Storage(StorageError::Index(Arc::new(e)))
 }
 
 fn join_error(e: tokio::task::JoinError) -> Error {
-    Error::Index(Arc::new(tantivy::TantivyError::SystemError(format!(
-        "index task failed: {e}"
-    ))))
+    Error::Storage(StorageError::Index(Arc::new(
+        tantivy::TantivyError::SystemError(format!("index task failed: {e}")),
+    )))
 }
 
 /// How long writes must pause before the follower catches up. A steady stream of writes (an
@@ -117,7 +118,7 @@ pub(crate) async fn follow(
             Err(e) => Err(e),
         };
         if let Err(e) = caught_up
-            && !matches!(e, Error::Closed)
+            && !matches!(e, Error::Storage(StorageError::Closed))
         {
             tracing::warn!(error = %e, "the full-text index could not catch up; it will try again");
         }
@@ -189,7 +190,7 @@ impl FtsIndex {
             None => Index::create_in_ram(schema.clone()),
             Some(dir) => {
                 std::fs::create_dir_all(dir).map_err(|e| {
-                    Error::Index(Arc::new(tantivy::TantivyError::SystemError(format!(
+                    StorageError::Index(Arc::new(tantivy::TantivyError::SystemError(format!(
                         "cannot create index directory {}: {e}",
                         dir.display()
                     ))))
@@ -205,10 +206,9 @@ impl FtsIndex {
                         // Another schema, or damaged: derived data, so start over.
                         let _ = std::fs::remove_dir_all(dir);
                         std::fs::create_dir_all(dir).map_err(|e| {
-                            Error::Index(Arc::new(tantivy::TantivyError::SystemError(format!(
-                                "cannot create index directory {}: {e}",
-                                dir.display()
-                            ))))
+                            StorageError::Index(Arc::new(tantivy::TantivyError::SystemError(
+                                format!("cannot create index directory {}: {e}", dir.display()),
+                            )))
                         })?;
                         Index::create_in_dir(dir, schema.clone()).map_err(index_error)?
                     }

@@ -15,6 +15,7 @@
 //! caller giving each live generator its own machine id (from configuration or a database lease,
 //! see [`crate::Database`]).
 
+use crate::StorageError;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Mutex;
@@ -90,16 +91,18 @@ impl FromStr for SnowflakeId {
     fn from_str(s: &str) -> Result<Self> {
         match s.parse::<i64>() {
             Ok(v) if v >= 0 => Ok(Self(v)),
-            Ok(_) => Err(Error::InvalidId {
+            Ok(_) => Err(StorageError::InvalidId {
                 what: "snowflake id",
                 value: s.to_owned(),
                 reason: "negative".into(),
-            }),
-            Err(e) => Err(Error::InvalidId {
+            }
+            .into()),
+            Err(e) => Err(StorageError::InvalidId {
                 what: "snowflake id",
                 value: s.to_owned(),
                 reason: e.to_string(),
-            }),
+            }
+            .into()),
         }
     }
 }
@@ -151,9 +154,10 @@ impl<C: Clock> SnowflakeGenerator<C> {
     /// A generator on the given clock.
     pub fn with_clock(machine_id: u16, clock: C) -> Result<Self> {
         if machine_id > MAX_MACHINE_ID {
-            return Err(Error::Config(format!(
+            return Err(StorageError::Config(format!(
                 "machine id {machine_id} is over the maximum {MAX_MACHINE_ID}"
-            )));
+            ))
+            .into());
         }
         Ok(Self {
             clock,
@@ -178,14 +182,15 @@ impl<C: Clock> SnowflakeGenerator<C> {
     /// earlier id: the next one moves to a new millisecond.
     pub fn set_machine_id(&self, machine_id: u16) -> Result<()> {
         if machine_id > MAX_MACHINE_ID {
-            return Err(Error::Config(format!(
+            return Err(StorageError::Config(format!(
                 "machine id {machine_id} is over the maximum {MAX_MACHINE_ID}"
-            )));
+            ))
+            .into());
         }
         let mut state = self
             .state
             .lock()
-            .map_err(|_| Error::Poisoned("snowflake generator"))?;
+            .map_err(|_| StorageError::Poisoned("snowflake generator"))?;
         state.machine_id = machine_id;
         state.seq = MAX_SEQUENCE;
         Ok(())
@@ -197,7 +202,7 @@ impl<C: Clock> SnowflakeGenerator<C> {
         let mut state = self
             .state
             .lock()
-            .map_err(|_| Error::Poisoned("snowflake generator"))?;
+            .map_err(|_| StorageError::Poisoned("snowflake generator"))?;
         if now > state.last_ms {
             state.last_ms = now;
             state.seq = 0;
@@ -211,10 +216,11 @@ impl<C: Clock> SnowflakeGenerator<C> {
             state.seq = 0;
         }
         if state.last_ms > MAX_TIMESTAMP || state.last_ms < 0 {
-            return Err(Error::Clock(format!(
+            return Err(StorageError::Clock(format!(
                 "clock reads {} ms since the snowflake epoch, outside the 41-bit range",
                 state.last_ms
-            )));
+            ))
+            .into());
         }
         Ok(SnowflakeId::compose(
             state.last_ms,
@@ -230,7 +236,7 @@ impl<C: Clock> SnowflakeGenerator<C> {
         let mut state = self
             .state
             .lock()
-            .map_err(|_| Error::Poisoned("snowflake generator"))?;
+            .map_err(|_| StorageError::Poisoned("snowflake generator"))?;
         // Machine ids sit above the sequence bits, so an id of another machine in the same
         // millisecond may outrank anything we could stamp there: move to the next millisecond.
         if ms >= state.last_ms {
@@ -269,7 +275,7 @@ mod tests {
     fn rejects_machine_id_over_range() {
         assert!(matches!(
             SnowflakeGenerator::new(1024),
-            Err(Error::Config(_))
+            Err(Error::Storage(StorageError::Config(_)))
         ));
     }
 

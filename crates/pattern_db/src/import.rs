@@ -11,6 +11,7 @@
 //! history has no batches yet (another framework's agent file): the planner's own batches are
 //! stored, with its report. This module must never write outside that one write.
 
+use crate::AgentError;
 use chrono::{DateTime, Utc};
 
 use crate::archival::NewArchival;
@@ -146,22 +147,23 @@ pub struct HistoryImport {
 }
 
 fn refuse(why: String) -> Error {
-    Error::InvalidImport(format!("the import does not reproduce its batches: {why}"))
+    Error::Agent(AgentError::InvalidImport(format!(
+        "the import does not reproduce its batches: {why}"
+    )))
 }
 
 fn check_blocks(blocks: &[ImportBlock]) -> Result<()> {
     match blocks.iter().find(|b| b.versions.is_empty()) {
-        Some(b) => Err(Error::InvalidImport(format!(
-            "block `{}` has no versions",
-            b.label
-        ))),
+        Some(b) => {
+            Err(AgentError::InvalidImport(format!("block `{}` has no versions", b.label)).into())
+        }
         None => Ok(()),
     }
 }
 
 impl Database {
     /// Imports a whole agent in one transaction (module doc). A taken name is
-    /// [`Error::AgentNameTaken`]; batches the planner would rebuild differently, summaries
+    /// [`AgentError::AgentNameTaken`]; batches the planner would rebuild differently, summaries
     /// naming missing batches, or any refused write fail the import with nothing written.
     pub async fn import_agent(&self, import: AgentImport) -> Result<ImportedAgent> {
         let mut messages = Vec::new();
@@ -237,7 +239,8 @@ impl Database {
     /// cuts the messages into batches (`docs/batching.md`; unpaired calls stored abandoned and
     /// reported in the plan), then the agent row, its blocks, its batches and its passages are
     /// written by one write, so a failure or a crash leaves no part of the agent. Returns what
-    /// was written and the plan (with its anomalies). A taken name is [`Error::AgentNameTaken`].
+    /// was written and the plan (with its anomalies). A taken name is
+    /// [`AgentError::AgentNameTaken`].
     pub async fn import_history_agent(
         &self,
         import: HistoryImport,

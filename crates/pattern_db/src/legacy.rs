@@ -18,12 +18,13 @@
 //! This module must never drop or reorder a message's content: every input message appears in
 //! exactly one planned batch.
 
+use crate::BatchError;
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::{BatchState, BatchType, ContentBlock, Role};
 
 /// One message of a history written before batches existed.
@@ -108,7 +109,7 @@ pub fn plan(messages: &[LegacyMessage]) -> Result<ImportPlan> {
     for (index, message) in messages.iter().enumerate() {
         crate::model::NewMessage::new(message.role, message.content.clone())
             .validate_shape()
-            .map_err(|e| Error::LegacyImport {
+            .map_err(|e| BatchError::LegacyImport {
                 index,
                 reason: e.to_string(),
             })?;
@@ -233,6 +234,7 @@ fn open(batches: &mut Vec<Building>, batch_type: BatchType) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Error;
     use serde_json::json;
 
     fn m(role: Role, content: Vec<ContentBlock>) -> LegacyMessage {
@@ -385,7 +387,10 @@ mod tests {
             vec![ContentBlock::tool_use("t", "x", json!({}))],
         );
         let err = plan(&[user("ok"), bad]).unwrap_err();
-        assert!(matches!(err, Error::LegacyImport { index: 1, .. }), "{err}");
+        assert!(
+            matches!(err, Error::Batch(BatchError::LegacyImport { index: 1, .. })),
+            "{err}"
+        );
     }
 }
 

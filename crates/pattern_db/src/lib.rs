@@ -85,7 +85,7 @@ pub use blocks::{BlockVersion, NewBlock, StoredBlock};
 pub use config::{Backend, DbConfig, Durability, MachineId};
 pub use console::{ConsoleSession, IssuedConsoleSession};
 pub use db::{Database, MIN_SQLITE_VERSION};
-pub use error::{Error, ErrorClass, Result};
+pub use error::{Error, ErrorClass, Result, StorageError};
 pub use id::{SnowflakeGenerator, SnowflakeId};
 pub use import::{
     AgentImport, HistoryImport, ImportBatch, ImportBlock, ImportMessage, ImportPassage,
@@ -117,5 +117,17 @@ pub use search::{
     SearchChange, StoreReport, TextHit, TextSearch, VectorRow,
 };
 pub use stats::Gauges;
+
+pub use approvals::ApprovalError;
+pub use archival::ArchivalError;
+pub use auth::AuthError;
+pub use blocks::BlockError;
+pub use mcp::McpError;
+pub use model::AgentError;
+pub use protocol::ProtocolError;
+pub use runs::RunError;
+pub use schedule::ScheduleError;
+pub use search::SearchError;
+pub use store::BatchError;
 pub use store::MessageStore;
 pub use wake::{Hub, WakeKey};

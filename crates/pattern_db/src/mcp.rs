@@ -6,6 +6,7 @@
 //! part of tool names). This module must never start a server or hold one's secrets anywhere
 //! but in the row.
 
+use crate::{BatchError, StorageError};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -44,22 +45,25 @@ pub fn valid_server_name(name: &str) -> bool {
 
 fn check(name: &str, config: &serde_json::Value) -> Result<String> {
     if !valid_server_name(name) {
-        return Err(Error::InvalidContent(format!(
+        return Err(BatchError::InvalidContent(format!(
             "`{}` cannot name an MCP server: 1 to 32 characters of [a-z0-9-], starting with a letter",
             name.chars().take(64).collect::<String>()
-        )));
+        )).into());
     }
     if !config.is_object() {
-        return Err(Error::InvalidContent(
+        return Err(BatchError::InvalidContent(
             "an MCP server's configuration is a JSON object".into(),
-        ));
+        )
+        .into());
     }
-    let text = serde_json::to_string(config).map_err(|e| Error::InvalidContent(e.to_string()))?;
+    let text =
+        serde_json::to_string(config).map_err(|e| BatchError::InvalidContent(e.to_string()))?;
     if text.len() > MAX_CONFIG_BYTES {
-        return Err(Error::ContentTooLarge {
+        return Err(BatchError::ContentTooLarge {
             size: text.len(),
             limit: MAX_CONFIG_BYTES,
-        });
+        }
+        .into());
     }
     Ok(text)
 }
@@ -78,10 +82,11 @@ impl Database {
             servers: vec![(name.to_owned(), text)],
             replace_all: false,
         };
-        self.write(write)
-            .await?
-            .pop()
-            .ok_or_else(|| Error::Corrupt("storing an MCP server returned no row".into()))
+        self.write(write).await?.pop().ok_or_else(|| {
+            Error::Storage(StorageError::Corrupt(
+                "storing an MCP server returned no row".into(),
+            ))
+        })
     }
 
     /// Replaces all of `agent`'s servers with `servers` in one transaction.
@@ -91,16 +96,18 @@ impl Database {
         servers: &[(String, serde_json::Value)],
     ) -> Result<Vec<McpServerRow>> {
         if servers.len() > MAX_SERVERS_PER_AGENT {
-            return Err(Error::InvalidContent(format!(
+            return Err(BatchError::InvalidContent(format!(
                 "an agent has at most {MAX_SERVERS_PER_AGENT} MCP servers"
-            )));
+            ))
+            .into());
         }
         let mut checked = Vec::with_capacity(servers.len());
         for (name, config) in servers {
             if checked.iter().any(|(n, _): &(String, String)| n == name) {
-                return Err(Error::InvalidContent(format!(
+                return Err(BatchError::InvalidContent(format!(
                     "MCP server `{name}` is given twice"
-                )));
+                ))
+                .into());
             }
             checked.push((name.clone(), check(name, config)?));
         }
@@ -112,7 +119,7 @@ impl Database {
         .await
     }
 
-    /// Removes server `name` of `agent`; an unknown one is [`Error::McpServerNotFound`].
+    /// Removes server `name` of `agent`; an unknown one is [`McpError::McpServerNotFound`].
     pub async fn remove_mcp_server(&self, agent: AgentId, name: &str) -> Result<()> {
         self.write(RemoveServer {
             agent,
@@ -124,6 +131,30 @@ impl Database {
     /// `agent`'s servers, by name.
     pub async fn mcp_servers(&self, agent: AgentId) -> Result<Vec<McpServerRow>> {
         crate::ops::mcp::list(self.reader(), agent).await
+    }
+}
+
+/// Refusals of MCP server configuration (module [`crate::mcp`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum McpError {
+    /// The agent has no MCP server of this name.
+    #[error("agent {agent} has no MCP server `{name}`")]
+    McpServerNotFound {
+        /// The agent.
+        agent: crate::AgentId,
+        /// The name asked for.
+        name: String,
+    },
+}
+
+impl McpError {
+    /// What kind of failure this is (see [`crate::ErrorClass`]).
+    pub fn class(&self) -> crate::ErrorClass {
+        use crate::ErrorClass as C;
+        match self {
+            McpError::McpServerNotFound { .. } => C::NotFound,
+        }
     }
 }
 

@@ -2,8 +2,8 @@
 //!
 //! The SQL lives in the top-level `migrations/` folder and is compiled in by `build.rs`; sqlx's
 //! migrator applies it and records a checksum per version. A changed file is refused with
-//! [`Error::MigrationChecksumMismatch`], never silently re-run. This module must never edit or
-//! skip a migration on its own.
+//! [`StorageError::MigrationChecksumMismatch`], never silently re-run. This module must never edit
+//! or skip a migration on its own.
 //!
 //! A SQLite migration whose file starts with [`FOREIGN_KEYS_OFF`] rebuilds tables that others
 //! reference (SQLite cannot change constraints in place, and dropping a parent table with
@@ -13,6 +13,7 @@
 //! `_sqlx_migrations` (as sqlx would) before it commits; so it is applied once, whole, with its
 //! record, even when several processes open the same file at once.
 
+use crate::StorageError;
 use std::borrow::Cow;
 
 use serde::Serialize;
@@ -117,11 +118,11 @@ async fn apply_without_foreign_keys(pool: &AnyPool, m: &Migration, up: bool) -> 
                     .await?;
                 if let Some(row) = dangling.first() {
                     let table: String = row.try_get(0).unwrap_or_default();
-                    return Err(crate::Error::MigrationForeignKeys {
+                    return Err(crate::Error::Storage(StorageError::MigrationForeignKeys {
                         version: m.version,
                         table,
                         rows: dangling.len(),
-                    });
+                    }));
                 }
                 if up {
                     sqlx::query(

@@ -4,6 +4,7 @@
 //! These are plain values with serde support. They carry no database handle and perform no I/O;
 //! they must never grow behaviour that needs one (that belongs in [`crate::store`]).
 
+use crate::{BatchError, StorageError};
 use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
@@ -43,10 +44,12 @@ impl fmt::Display for AgentId {
 impl FromStr for AgentId {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        Uuid::parse_str(s).map(Self).map_err(|e| Error::InvalidId {
-            what: "agent id",
-            value: s.to_owned(),
-            reason: e.to_string(),
+        Uuid::parse_str(s).map(Self).map_err(|e| {
+            Error::Storage(StorageError::InvalidId {
+                what: "agent id",
+                value: s.to_owned(),
+                reason: e.to_string(),
+            })
         })
     }
 }
@@ -79,10 +82,12 @@ impl fmt::Display for MessageId {
 impl FromStr for MessageId {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        Uuid::parse_str(s).map(Self).map_err(|e| Error::InvalidId {
-            what: "message id",
-            value: s.to_owned(),
-            reason: e.to_string(),
+        Uuid::parse_str(s).map(Self).map_err(|e| {
+            Error::Storage(StorageError::InvalidId {
+                what: "message id",
+                value: s.to_owned(),
+                reason: e.to_string(),
+            })
         })
     }
 }
@@ -182,7 +187,7 @@ impl FromStr for Role {
             "user" => Ok(Role::User),
             "assistant" => Ok(Role::Assistant),
             "tool" => Ok(Role::Tool),
-            other => Err(Error::InvalidContent(format!("unknown role `{other}`"))),
+            other => Err(BatchError::InvalidContent(format!("unknown role `{other}`")).into()),
         }
     }
 }
@@ -303,10 +308,10 @@ impl NewMessage {
 
     /// Parses content given as raw JSON (an array of blocks), as it arrives from the wire.
     ///
-    /// Malformed JSON or an unknown block shape is [`Error::InvalidContent`].
+    /// Malformed JSON or an unknown block shape is [`BatchError::InvalidContent`].
     pub fn from_json(role: Role, content_json: &str) -> Result<Self> {
         let content: Vec<ContentBlock> = serde_json::from_str(content_json).map_err(|e| {
-            Error::InvalidContent(format!("content is not a valid block array: {e}"))
+            BatchError::InvalidContent(format!("content is not a valid block array: {e}"))
         })?;
         Ok(Self { role, content })
     }
@@ -325,36 +330,40 @@ impl NewMessage {
     /// come only from the assistant, tool results only in user or tool messages, ids are not empty.
     pub fn validate_shape(&self) -> Result<()> {
         if self.content.is_empty() {
-            return Err(Error::InvalidContent(
+            return Err(BatchError::InvalidContent(
                 "a message needs at least one content block".into(),
-            ));
+            )
+            .into());
         }
         for block in &self.content {
             match block {
                 ContentBlock::ToolUse { id, name, .. } => {
                     if self.role != Role::Assistant {
-                        return Err(Error::InvalidContent(format!(
+                        return Err(BatchError::InvalidContent(format!(
                             "tool_use `{id}` in a {} message: only assistant messages call tools",
                             self.role.as_str()
-                        )));
+                        ))
+                        .into());
                     }
                     if id.is_empty() || name.is_empty() {
-                        return Err(Error::InvalidContent(
+                        return Err(BatchError::InvalidContent(
                             "tool_use needs a non-empty id and name".into(),
-                        ));
+                        )
+                        .into());
                     }
                 }
                 ContentBlock::ToolResult { tool_use_id, .. } => {
                     if !matches!(self.role, Role::User | Role::Tool) {
-                        return Err(Error::InvalidContent(format!(
+                        return Err(BatchError::InvalidContent(format!(
                             "tool_result `{tool_use_id}` in a {} message: results belong to user or tool messages",
                             self.role.as_str()
-                        )));
+                        )).into());
                     }
                     if tool_use_id.is_empty() {
-                        return Err(Error::InvalidContent(
+                        return Err(BatchError::InvalidContent(
                             "tool_result needs a non-empty tool_use_id".into(),
-                        ));
+                        )
+                        .into());
                     }
                 }
                 _ => {}
@@ -405,7 +414,7 @@ impl FromStr for BatchType {
             "agent_to_agent" => Ok(BatchType::AgentToAgent),
             "system_trigger" => Ok(BatchType::SystemTrigger),
             "continuation" => Ok(BatchType::Continuation),
-            other => Err(Error::Corrupt(format!("unknown batch type `{other}`"))),
+            other => Err(StorageError::Corrupt(format!("unknown batch type `{other}`")).into()),
         }
     }
 }
@@ -447,7 +456,7 @@ impl FromStr for BatchState {
             "open" => Ok(BatchState::Open),
             "complete" => Ok(BatchState::Complete),
             "abandoned" => Ok(BatchState::Abandoned),
-            other => Err(Error::Corrupt(format!("unknown batch state `{other}`"))),
+            other => Err(StorageError::Corrupt(format!("unknown batch state `{other}`")).into()),
         }
     }
 }
@@ -677,4 +686,53 @@ pub struct ActivityEvent {
     pub payload: serde_json::Value,
     /// When it happened.
     pub created_at: DateTime<Utc>,
+}
+
+/// Refusals of the agents' domain: unknown agents, names, organizations, agent imports.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    /// No agent with this id.
+    #[error("unknown agent {0}")]
+    AgentNotFound(crate::AgentId),
+    /// No agent with this name.
+    #[error("unknown agent `{0}`")]
+    AgentNameNotFound(String),
+    /// An agent with this name exists already.
+    #[error("an agent named `{0}` exists already")]
+    AgentNameTaken(String),
+    /// A name or external id that breaks the naming rule ([`crate::check_name`]).
+    #[error("`{field}` {reason}")]
+    InvalidName {
+        /// The refused field (`name`, `external_id`, ...).
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The agents are in different organizations, and nothing crosses an organization's wall.
+    #[error("agent {other} is not in the organization of agent {agent}")]
+    OtherOrganization {
+        /// The acting agent.
+        agent: crate::AgentId,
+        /// The agent of another organization.
+        other: crate::AgentId,
+    },
+    /// An agent import that cannot be written as given (see `Database::import_agent`).
+    #[error("import refused: {0}")]
+    InvalidImport(String),
+}
+
+impl AgentError {
+    /// What kind of failure this is (see [`crate::ErrorClass`]).
+    pub fn class(&self) -> crate::ErrorClass {
+        use crate::ErrorClass as C;
+        match self {
+            AgentError::AgentNotFound(_)
+            | AgentError::AgentNameNotFound(_)
+            | AgentError::OtherOrganization { .. } => C::NotFound,
+            AgentError::AgentNameTaken(_) => C::Conflict,
+            AgentError::InvalidName { .. } => C::Invalid,
+            AgentError::InvalidImport(_) => C::Refused,
+        }
+    }
 }

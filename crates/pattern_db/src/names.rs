@@ -8,6 +8,7 @@
 //! and no `/` (names appear in paths and in `org/agent` addresses). The error names the field it
 //! refuses. This module must never change a name to make it fit: it refuses it.
 
+use crate::AgentError;
 use crate::error::{Error, Result};
 
 /// Most characters a name or an external id may hold.
@@ -22,9 +23,9 @@ fn is_bidi_control(c: char) -> bool {
 }
 
 /// Checks `value` against the naming rule; `field` names it in the error
-/// ([`Error::InvalidName`]).
+/// ([`AgentError::InvalidName`]).
 pub fn check_name(field: &'static str, value: &str) -> Result<()> {
-    let refuse = |reason: String| Err(Error::InvalidName { field, reason });
+    let refuse = |reason: String| Err(Error::Agent(AgentError::InvalidName { field, reason }));
     let len = value.chars().count();
     if len == 0 {
         return refuse("must not be empty".into());
@@ -88,7 +89,9 @@ mod tests {
         ];
         for value in bad {
             match check_name("external_id", value) {
-                Err(Error::InvalidName { field, .. }) => assert_eq!(field, "external_id"),
+                Err(Error::Agent(AgentError::InvalidName { field, .. })) => {
+                    assert_eq!(field, "external_id")
+                }
                 other => panic!("{value:?}: {other:?}"),
             }
         }

@@ -6,6 +6,7 @@
 //! the statement is chosen by [`Backend`]. Every function here runs inside the caller's
 //! transaction and must never commit, roll back or open a transaction of its own.
 
+use crate::{AgentError, BatchError, ProtocolError, RunError, StorageError};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,7 +80,7 @@ pub(crate) const AGENT_COLUMNS: &str =
     "id, name, metadata, created_at, organization_id, external_id";
 
 /// The id of the organization with this external id, created when it is the local one and
-/// missing (an unknown other one is [`Error::ExternalIdNotFound`]).
+/// missing (an unknown other one is [`ProtocolError::ExternalIdNotFound`]).
 pub(crate) async fn organization_by_external_id(
     conn: &mut AnyConnection,
     external_id: &str,
@@ -97,10 +98,11 @@ pub(crate) async fn organization_by_external_id(
             .await
             .map(|org| org.id);
     }
-    Err(Error::ExternalIdNotFound {
+    Err(ProtocolError::ExternalIdNotFound {
         kind: "organization",
         external_id: external_id.to_owned(),
-    })
+    }
+    .into())
 }
 
 async fn create_agent(conn: &mut AnyConnection, new: &NewAgent) -> Result<Agent> {
@@ -115,10 +117,11 @@ async fn create_agent(conn: &mut AnyConnection, new: &NewAgent) -> Result<Agent>
                 .await?
                 .is_none()
             {
-                return Err(Error::ProtocolNotFound {
+                return Err(ProtocolError::ProtocolNotFound {
                     kind: "organization",
                     id: org.0,
-                });
+                }
+                .into());
             }
             org
         }
@@ -135,12 +138,12 @@ async fn create_agent(conn: &mut AnyConnection, new: &NewAgent) -> Result<Agent>
     .await?;
     let taken = |by_name: bool| {
         if by_name {
-            Error::AgentNameTaken(new.name.clone())
+            Error::Agent(AgentError::AgentNameTaken(new.name.clone()))
         } else {
-            Error::ExternalIdTaken {
+            Error::Protocol(ProtocolError::ExternalIdTaken {
                 kind: "agent",
                 external_id: external_id.clone(),
-            }
+            })
         }
     };
     if let Some(row) = clash {
@@ -154,8 +157,8 @@ async fn create_agent(conn: &mut AnyConnection, new: &NewAgent) -> Result<Agent>
         metadata: new.metadata.clone(),
         created_at: from_ms(now_ms()),
     };
-    let metadata =
-        serde_json::to_string(&agent.metadata).map_err(|e| Error::InvalidContent(e.to_string()))?;
+    let metadata = serde_json::to_string(&agent.metadata)
+        .map_err(|e| BatchError::InvalidContent(e.to_string()))?;
     let inserted = sqlx::query(
         "INSERT INTO agents (id, name, metadata, created_at, organization_id, external_id) \
          VALUES ($1, $2, $3, $4, $5, $6)",
@@ -181,14 +184,15 @@ async fn set_agent_metadata(
     agent: AgentId,
     metadata: &serde_json::Value,
 ) -> Result<Agent> {
-    let text = serde_json::to_string(metadata).map_err(|e| Error::InvalidContent(e.to_string()))?;
+    let text =
+        serde_json::to_string(metadata).map_err(|e| BatchError::InvalidContent(e.to_string()))?;
     let updated = sqlx::query("UPDATE agents SET metadata = $1 WHERE id = $2")
         .bind(text)
         .bind(agent.to_string())
         .execute(&mut *conn)
         .await?;
     if updated.rows_affected() == 0 {
-        return Err(Error::AgentNotFound(agent));
+        return Err(AgentError::AgentNotFound(agent).into());
     }
     let row = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT {AGENT_COLUMNS} FROM agents WHERE id = $1"
@@ -226,19 +230,19 @@ async fn lock_agent_position(conn: &mut AnyConnection, agent: AgentId) -> Result
     .await?;
     match row {
         Some(row) => Ok(row.try_get::<Option<i64>, _>(0)?),
-        None => Err(Error::AgentNotFound(agent)),
+        None => Err(AgentError::AgentNotFound(agent).into()),
     }
 }
 
 /// Bumps the agent's `revision` (readers' caches key on it) and so, on PostgreSQL, takes the
-/// agent's row lock until the transaction ends. Unknown agent: [`Error::AgentNotFound`].
+/// agent's row lock until the transaction ends. Unknown agent: [`AgentError::AgentNotFound`].
 pub(crate) async fn lock_agent(conn: &mut AnyConnection, agent: AgentId) -> Result<()> {
     let done = sqlx::query("UPDATE agents SET revision = revision + 1 WHERE id = $1")
         .bind(agent.to_string())
         .execute(&mut *conn)
         .await?;
     if done.rows_affected() == 0 {
-        return Err(Error::AgentNotFound(agent));
+        return Err(AgentError::AgentNotFound(agent).into());
     }
     Ok(())
 }
@@ -268,12 +272,13 @@ fn positions_after(ctx: &Ctx, max: Option<i64>, count: usize) -> Result<Vec<Snow
 pub(crate) fn encode_content(ctx_limit: usize, message: &NewMessage) -> Result<String> {
     message.validate_shape()?;
     let json = serde_json::to_string(&message.content)
-        .map_err(|e| Error::InvalidContent(e.to_string()))?;
+        .map_err(|e| BatchError::InvalidContent(e.to_string()))?;
     if json.len() > ctx_limit {
-        return Err(Error::ContentTooLarge {
+        return Err(BatchError::ContentTooLarge {
             size: json.len(),
             limit: ctx_limit,
-        });
+        }
+        .into());
     }
     Ok(json)
 }
@@ -469,7 +474,7 @@ pub(crate) async fn load_batch(
         .await?;
     match row {
         Some(row) => batch_from_row(&row),
-        None => Err(Error::BatchNotFound { agent, batch }),
+        None => Err(BatchError::BatchNotFound { agent, batch }.into()),
     }
 }
 
@@ -480,25 +485,28 @@ fn prepare_trigger(
     opts: &BeginBatch,
 ) -> Result<(String, BatchType)> {
     if !matches!(trigger.role, Role::User | Role::System) {
-        return Err(Error::InvalidContent(format!(
+        return Err(BatchError::InvalidContent(format!(
             "a batch starts with a user or system message, not {}",
             trigger.role.as_str()
-        )));
+        ))
+        .into());
     }
     let content = encode_content(ctx.max_content_bytes, trigger)?;
     if let Some(id) = trigger.tool_result_ids().next() {
-        return Err(Error::InvalidContent(format!(
+        return Err(BatchError::InvalidContent(format!(
             "a trigger cannot answer tool call `{id}`: it opens a new batch"
-        )));
+        ))
+        .into());
     }
     let batch_type = opts.batch_type.unwrap_or(match trigger.role {
         Role::System => BatchType::SystemTrigger,
         _ => BatchType::UserRequest,
     });
     if batch_type == BatchType::Continuation {
-        return Err(Error::InvalidContent(
+        return Err(BatchError::InvalidContent(
             "a new batch cannot have type continuation: continue the existing batch instead".into(),
-        ));
+        )
+        .into());
     }
     Ok((content, batch_type))
 }
@@ -571,11 +579,12 @@ pub(crate) async fn begin_batch(
     .await;
     match inserted {
         // `batches_one_run`: another run's batch of this agent is open.
-        Err(Error::Database(e)) if is_unique_violation(&e) => {
-            return Err(Error::AgentBusy {
+        Err(Error::Storage(StorageError::Database(e))) if is_unique_violation(&e) => {
+            return Err(RunError::AgentBusy {
                 agent,
                 holder: "another run".into(),
-            });
+            }
+            .into());
         }
         other => other?,
     }
@@ -622,12 +631,12 @@ pub(crate) async fn claim_retry(
     }
     let info = load_batch(conn, agent, batch).await?;
     Err(match info.retried_at {
-        Some(retried_at) => Error::AlreadyRetried { batch, retried_at },
-        None => Error::InvalidBatchState {
+        Some(retried_at) => Error::Batch(BatchError::AlreadyRetried { batch, retried_at }),
+        None => Error::Batch(BatchError::InvalidBatchState {
             batch,
             state: info.state,
             action: "a retry (only an abandoned batch can be retried)",
-        },
+        }),
     })
 }
 
@@ -641,7 +650,7 @@ async fn refuse_while_claimed(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentI
     if let Some(row) = row {
         let holder: String = row.try_get(0)?;
         if ctx.judge.status(conn, &holder).await? == crate::process::HolderStatus::Alive {
-            return Err(Error::AgentBusy { agent, holder });
+            return Err(RunError::AgentBusy { agent, holder }.into());
         }
     }
     Ok(())
@@ -662,7 +671,7 @@ pub(crate) async fn begin_batches_bulk(
         match prepare_trigger(ctx, trigger, opts) {
             Ok(p) => {
                 prepared.push(Some(p));
-                out.push(Err(Error::AgentNotFound(*agent)));
+                out.push(Err(Error::Agent(AgentError::AgentNotFound(*agent))));
             }
             Err(e) => {
                 prepared.push(None);
@@ -728,10 +737,11 @@ pub(crate) async fn begin_batches_bulk(
         }
         let held: i64 = q.fetch_one(&mut *conn).await?.try_get(0)?;
         if held > 0 {
-            return Err(Error::AgentBusy {
+            return Err(RunError::AgentBusy {
                 agent: chunk[0],
                 holder: "a run (checked one by one)".into(),
-            });
+            }
+            .into());
         }
     }
     let now = now_ms();
@@ -797,24 +807,27 @@ pub(crate) fn check_step_pairing(
     for message in step {
         for id in message.tool_use_ids() {
             if !calls.insert(id) {
-                return Err(Error::DuplicateToolUse {
+                return Err(BatchError::DuplicateToolUse {
                     batch,
                     tool_use_id: id.to_owned(),
-                });
+                }
+                .into());
             }
         }
         for id in message.tool_result_ids() {
             if !calls.contains(id) {
-                return Err(Error::UnpairedToolResult {
+                return Err(BatchError::UnpairedToolResult {
                     batch,
                     tool_use_id: id.to_owned(),
-                });
+                }
+                .into());
             }
             if !answered.insert(id) {
-                return Err(Error::DuplicateToolResult {
+                return Err(BatchError::DuplicateToolResult {
                     batch,
                     tool_use_id: id.to_owned(),
-                });
+                }
+                .into());
             }
         }
     }
@@ -856,7 +869,7 @@ async fn append_step(
     fence: Option<&RunClaim>,
 ) -> Result<StepReceipt> {
     if messages.is_empty() {
-        return Err(Error::EmptyStep);
+        return Err(BatchError::EmptyStep.into());
     }
     let contents = messages
         .iter()
@@ -865,10 +878,11 @@ async fn append_step(
     let max = lock_agent_position(conn, agent).await?;
     let info = load_batch(conn, agent, batch).await?;
     if info.state != BatchState::Open {
-        return Err(Error::BatchNotOpen {
+        return Err(BatchError::BatchNotOpen {
             batch,
             state: info.state,
-        });
+        }
+        .into());
     }
     runs::check_batch_owner(&info, fence)?;
     let mentioned: Vec<&str> = messages
@@ -967,17 +981,18 @@ pub(crate) async fn complete_batch(
     match info.state {
         BatchState::Complete => return Ok(info),
         BatchState::Abandoned => {
-            return Err(Error::InvalidBatchState {
+            return Err(BatchError::InvalidBatchState {
                 batch,
                 state: info.state,
                 action: "completing it",
-            });
+            }
+            .into());
         }
         BatchState::Open => {}
     }
     let pending = pending_calls(conn, batch).await?;
     if !pending.is_empty() {
-        return Err(Error::PendingToolCalls { batch, pending });
+        return Err(BatchError::PendingToolCalls { batch, pending }.into());
     }
     sqlx::query(
         "UPDATE batches SET state = 'complete', completed_at = $1, run_owner = NULL, lease_expires_at = NULL \
@@ -1013,18 +1028,20 @@ async fn continue_batch(
     let info = load_batch(conn, agent, batch).await?;
     runs::check_batch_owner(&info, fence)?;
     if info.state == BatchState::Abandoned {
-        return Err(Error::InvalidBatchState {
+        return Err(BatchError::InvalidBatchState {
             batch,
             state: info.state,
             action: "continuing it",
-        });
+        }
+        .into());
     }
     if info.archived {
-        return Err(Error::InvalidBatchState {
+        return Err(BatchError::InvalidBatchState {
             batch,
             state: info.state,
             action: "continuing an archived batch",
-        });
+        }
+        .into());
     }
     let reopened = sqlx::query(
         "UPDATE batches SET state = 'open', completed_at = NULL, run_owner = $1, lease_expires_at = $2, \
@@ -1038,11 +1055,12 @@ async fn continue_batch(
     match reopened {
         // `batches_one_run`: a newer batch of the run is open; an old one is not reopened.
         Err(e) if is_unique_violation(&e) => {
-            return Err(Error::InvalidBatchState {
+            return Err(BatchError::InvalidBatchState {
                 batch,
                 state: info.state,
                 action: "continuing it while another batch of the agent is open",
-            });
+            }
+            .into());
         }
         other => other?,
     };
@@ -1059,10 +1077,11 @@ async fn renew_lease(
     lock_agent(conn, agent).await?;
     let info = load_batch(conn, agent, batch).await?;
     if info.state != BatchState::Open {
-        return Err(Error::BatchNotOpen {
+        return Err(BatchError::BatchNotOpen {
             batch,
             state: info.state,
-        });
+        }
+        .into());
     }
     runs::check_batch_owner(&info, fence)?;
     if info.claim_token.is_some() {
@@ -1091,11 +1110,12 @@ pub(crate) async fn abandon_batch(
     lock_agent(conn, agent).await?;
     let info = load_batch(conn, agent, batch).await?;
     if info.state != BatchState::Open {
-        return Err(Error::InvalidBatchState {
+        return Err(BatchError::InvalidBatchState {
             batch,
             state: info.state,
             action: "abandoning",
-        });
+        }
+        .into());
     }
     runs::check_batch_owner(&info, fence)?;
     sqlx::query("UPDATE batches SET state = 'abandoned', completed_at = $1 WHERE id = $2")
@@ -1185,11 +1205,12 @@ async fn archive_chosen(
     for &batch in batches {
         let info = load_batch(conn, agent, batch).await?;
         if info.state == BatchState::Open {
-            return Err(Error::InvalidBatchState {
+            return Err(BatchError::InvalidBatchState {
                 batch,
                 state: info.state,
                 action: "archiving an open batch",
-            });
+            }
+            .into());
         }
         if !info.archived {
             ids.push(batch.get());
@@ -1205,9 +1226,10 @@ async fn summarize_and_archive(
 ) -> Result<Vec<BatchId>> {
     lock_agent(conn, summary.agent_id).await?;
     if summary.from_batch > summary.through_batch {
-        return Err(Error::InvalidContent(
+        return Err(BatchError::InvalidContent(
             "summary covers an empty range (from_batch > through_batch)".into(),
-        ));
+        )
+        .into());
     }
     let rows = sqlx::query(
         "SELECT id, state FROM batches WHERE agent_id = $1 AND id >= $2 AND id <= $3 AND NOT archived ORDER BY id",
@@ -1235,15 +1257,17 @@ async fn summarize_and_archive(
 async fn upsert_summary(conn: &mut AnyConnection, ctx: &Ctx, s: &Summary) -> Result<()> {
     lock_agent(conn, s.agent_id).await?;
     if s.from_batch > s.through_batch {
-        return Err(Error::InvalidContent(
+        return Err(BatchError::InvalidContent(
             "summary covers an empty range (from_batch > through_batch)".into(),
-        ));
+        )
+        .into());
     }
     if s.content.len() > ctx.max_content_bytes {
-        return Err(Error::ContentTooLarge {
+        return Err(BatchError::ContentTooLarge {
             size: s.content.len(),
             limit: ctx.max_content_bytes,
-        });
+        }
+        .into());
     }
     sqlx::query(
         "INSERT INTO summaries (id, agent_id, content, from_batch, through_batch, message_count, depth, created_at) \
@@ -1272,17 +1296,18 @@ pub(crate) async fn log_activity(
     payload: &serde_json::Value,
 ) -> Result<SnowflakeId> {
     if kind.is_empty() || kind.len() > 100 {
-        return Err(Error::InvalidContent(
-            "activity kind must be 1 to 100 bytes".into(),
-        ));
+        return Err(
+            BatchError::InvalidContent("activity kind must be 1 to 100 bytes".into()).into(),
+        );
     }
     let payload =
-        serde_json::to_string(payload).map_err(|e| Error::InvalidContent(e.to_string()))?;
+        serde_json::to_string(payload).map_err(|e| BatchError::InvalidContent(e.to_string()))?;
     if payload.len() > ctx.max_content_bytes {
-        return Err(Error::ContentTooLarge {
+        return Err(BatchError::ContentTooLarge {
             size: payload.len(),
             limit: ctx.max_content_bytes,
-        });
+        }
+        .into());
     }
     let id = ctx.ids.next_id()?;
     let inserted = sqlx::query("INSERT INTO activity_events (id, agent_id, kind, payload, created_at) VALUES ($1, $2, $3, $4, $5)")
@@ -1299,7 +1324,7 @@ pub(crate) async fn log_activity(
             if e.as_database_error()
                 .is_some_and(|d| d.kind() == sqlx::error::ErrorKind::ForeignKeyViolation) =>
         {
-            Err(Error::AgentNotFound(agent))
+            Err(AgentError::AgentNotFound(agent).into())
         }
         Err(e) => Err(e.into()),
     }
@@ -1351,11 +1376,12 @@ async fn import_agent(
         import_legacy(conn, ctx, agent.id, &planned.messages, &planned.plan).await?
     };
     if batches.len() != import.batches.len() {
-        return Err(Error::InvalidImport(format!(
+        return Err(AgentError::InvalidImport(format!(
             "{} batches stored, {} given",
             batches.len(),
             import.batches.len()
-        )));
+        ))
+        .into());
     }
     let archived: Vec<BatchId> = import
         .batches
@@ -1372,10 +1398,11 @@ async fn import_agent(
             continue;
         };
         if b.state != BatchState::Abandoned {
-            return Err(Error::InvalidImport(format!(
+            return Err(AgentError::InvalidImport(format!(
                 "batch {id} is {} but carries a retry time: only an abandoned batch is retried",
                 b.state.as_str()
-            )));
+            ))
+            .into());
         }
         sqlx::query("UPDATE batches SET retried_at = $1 WHERE id = $2")
             .bind(retried_at.timestamp_millis())
@@ -1515,13 +1542,19 @@ pub(crate) fn message_select(tail: &str) -> String {
 }
 
 pub(crate) fn decode_content(text: &str) -> Result<Vec<ContentBlock>> {
-    serde_json::from_str(text)
-        .map_err(|e| Error::Corrupt(format!("message content does not decode: {e}")))
+    serde_json::from_str(text).map_err(|e| {
+        Error::Storage(StorageError::Corrupt(format!(
+            "message content does not decode: {e}"
+        )))
+    })
 }
 
 pub(crate) fn parse_uuid(text: &str) -> Result<uuid::Uuid> {
-    uuid::Uuid::parse_str(text)
-        .map_err(|e| Error::Corrupt(format!("stored id `{text}` is not a UUID: {e}")))
+    uuid::Uuid::parse_str(text).map_err(|e| {
+        Error::Storage(StorageError::Corrupt(format!(
+            "stored id `{text}` is not a UUID: {e}"
+        )))
+    })
 }
 
 /// Reads a flag column: BOOLEAN on PostgreSQL, INTEGER 0/1 on SQLite (the `Any` driver decodes
@@ -1553,7 +1586,7 @@ pub(crate) fn message_from_row(row: &AnyRow) -> Result<Message> {
         batch_type: batch_type.parse()?,
         role: role
             .parse()
-            .map_err(|_| Error::Corrupt(format!("unknown stored role `{role}`")))?,
+            .map_err(|_| StorageError::Corrupt(format!("unknown stored role `{role}`")))?,
         content: decode_content(&content)?,
         token_estimate: row.try_get(8)?,
         archived: flag(row, 9)?,
@@ -1594,7 +1627,7 @@ pub(crate) fn agent_from_row(row: &AnyRow) -> Result<Agent> {
         name: row.try_get(1)?,
         external_id: row.try_get(5)?,
         metadata: serde_json::from_str(&metadata)
-            .map_err(|e| Error::Corrupt(format!("agent metadata does not decode: {e}")))?,
+            .map_err(|e| StorageError::Corrupt(format!("agent metadata does not decode: {e}")))?,
         created_at: from_ms(row.try_get(3)?),
     })
 }

@@ -16,6 +16,7 @@
 //! its data. This module must never judge a holder alive on a lock it cannot see, and must never
 //! write outside the writer once the database is open (registration at open comes before it).
 
+use crate::StorageError;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -25,7 +26,7 @@ use tokio::sync::Mutex;
 use tracing::warn;
 
 use crate::config::Backend;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ops::now_ms;
 
 /// First key of the PostgreSQL advisory locks that show a process alive (`'PT'`).
@@ -80,7 +81,8 @@ pub(crate) struct Liveness {
 /// A random positive 31-bit key.
 fn random_key() -> Result<i64> {
     let mut bytes = [0u8; 4];
-    getrandom::fill(&mut bytes).map_err(|e| Error::Config(format!("no random source: {e}")))?;
+    getrandom::fill(&mut bytes)
+        .map_err(|e| StorageError::Config(format!("no random source: {e}")))?;
     Ok(i64::from(u32::from_le_bytes(bytes) & 0x7fff_ffff).max(1))
 }
 
@@ -117,7 +119,7 @@ pub(crate) async fn register(
             Backend::Sqlite => match lock_dir_for(url) {
                 Some(dir) => {
                     std::fs::create_dir_all(&dir).map_err(|e| {
-                        Error::Config(format!("cannot create {}: {e}", dir.display()))
+                        StorageError::Config(format!("cannot create {}: {e}", dir.display()))
                     })?;
                     let path = lock_file(&dir, key);
                     let file = File::options()
@@ -126,7 +128,7 @@ pub(crate) async fn register(
                         .write(true)
                         .open(&path)
                         .map_err(|e| {
-                            Error::Config(format!("cannot create {}: {e}", path.display()))
+                            StorageError::Config(format!("cannot create {}: {e}", path.display()))
                         })?;
                     if file.try_lock().is_ok() {
                         break Liveness {
@@ -146,9 +148,10 @@ pub(crate) async fn register(
             },
         }
         if attempts >= 8 {
-            return Err(Error::Config(
+            return Err(StorageError::Config(
                 "could not take a process liveness lock after 8 random keys".into(),
-            ));
+            )
+            .into());
         }
     };
     let now = now_ms();
@@ -422,7 +425,7 @@ pub(crate) async fn lease_machine_id(
         }
     }
     let Some(free) = taken.iter().position(|t| !t) else {
-        return Err(Error::MachineIdsExhausted { live });
+        return Err(StorageError::MachineIdsExhausted { live }.into());
     };
     sqlx::query("DELETE FROM machine_leases WHERE holder = $1")
         .bind(holder)

@@ -9,9 +9,9 @@
 //!   [`Database::open_session`] returns the live session of a pair and type when there is one
 //!   (at most one is live: a partial unique index), and opens one otherwise;
 //! - in a sync session the opener speaks first; only the agent holding the turn
-//!   (`locked_agent_id`) may send ([`Error::OutOfTurn`] otherwise, changing nothing), and the turn
-//!   passes to the other agent in the transaction that stores the message. On PostgreSQL the
-//!   session row is locked with `SELECT ... FOR UPDATE`; on SQLite the one writer serialises
+//!   (`locked_agent_id`) may send ([`ProtocolError::OutOfTurn`] otherwise, changing nothing), and
+//!   the turn passes to the other agent in the transaction that stores the message. On PostgreSQL
+//!   the session row is locked with `SELECT ... FOR UPDATE`; on SQLite the one writer serialises
 //!   (see `docs/decisions/0003-protocol-turn-locks.md`);
 //! - every session message has the other participant as recipient, so it is in that agent's
 //!   inbox (unread until the recipient marks it read) whatever the session type;
@@ -21,6 +21,7 @@
 //! `meetings` submodule (migration `0005_meetings`). This module must never write outside the
 //! writer.
 
+use crate::StorageError;
 use std::fmt;
 
 use chrono::{DateTime, Utc};
@@ -136,9 +137,9 @@ impl SessionType {
         match text {
             "sync" => Ok(SessionType::Sync),
             "async" => Ok(SessionType::Async),
-            other => Err(Error::Corrupt(format!(
-                "unknown stored session type `{other}`"
-            ))),
+            other => {
+                Err(StorageError::Corrupt(format!("unknown stored session type `{other}`")).into())
+            }
         }
     }
 }
@@ -169,9 +170,10 @@ impl Delivery {
         match text {
             "inbox" => Ok(Delivery::Inbox),
             "agents" => Ok(Delivery::Agents),
-            other => Err(Error::Corrupt(format!(
+            other => Err(StorageError::Corrupt(format!(
                 "unknown stored session delivery `{other}`"
-            ))),
+            ))
+            .into()),
         }
     }
 }
@@ -226,9 +228,9 @@ impl SessionStatus {
             "active" => Ok(SessionStatus::Active),
             "waiting" => Ok(SessionStatus::Waiting),
             "ended" => Ok(SessionStatus::Ended),
-            other => Err(Error::Corrupt(format!(
-                "unknown stored session status `{other}`"
-            ))),
+            other => Err(
+                StorageError::Corrupt(format!("unknown stored session status `{other}`")).into(),
+            ),
         }
     }
 }
@@ -310,10 +312,10 @@ impl NewProtocolMessage {
     }
 
     /// A message whose content is given as JSON text; text that is not JSON is
-    /// [`Error::InvalidProtocolMessage`].
+    /// [`ProtocolError::InvalidProtocolMessage`].
     pub fn from_json_str(message_type: impl Into<String>, content: &str) -> Result<Self> {
         let content = serde_json::from_str(content).map_err(|e| {
-            Error::InvalidProtocolMessage(format!("content is not valid JSON: {e}"))
+            ProtocolError::InvalidProtocolMessage(format!("content is not valid JSON: {e}"))
         })?;
         Ok(Self::new(message_type, content))
     }
@@ -363,14 +365,16 @@ pub fn content_text(content: &serde_json::Value) -> String {
 pub(crate) fn validate_name(what: &str, text: &str) -> Result<()> {
     let len = text.chars().count();
     if len == 0 || len > MAX_PROTOCOL_NAME_CHARS {
-        return Err(Error::InvalidProtocolMessage(format!(
+        return Err(ProtocolError::InvalidProtocolMessage(format!(
             "{what} must be 1 to {MAX_PROTOCOL_NAME_CHARS} characters, got {len}"
-        )));
+        ))
+        .into());
     }
     if text.chars().any(char::is_control) {
-        return Err(Error::InvalidProtocolMessage(format!(
+        return Err(ProtocolError::InvalidProtocolMessage(format!(
             "{what} must not contain control characters"
-        )));
+        ))
+        .into());
     }
     Ok(())
 }
@@ -388,8 +392,11 @@ fn opt_uuid(row: &AnyRow, index: usize) -> Result<Option<Uuid>> {
 }
 
 fn json(text: &str) -> Result<serde_json::Value> {
-    serde_json::from_str(text)
-        .map_err(|e| Error::Corrupt(format!("stored protocol JSON does not decode: {e}")))
+    serde_json::from_str(text).map_err(|e| {
+        Error::Storage(StorageError::Corrupt(format!(
+            "stored protocol JSON does not decode: {e}"
+        )))
+    })
 }
 
 pub(crate) fn org_from_row(row: &AnyRow) -> Result<Organization> {
@@ -451,8 +458,9 @@ pub(crate) fn message_from_row(row: &AnyRow) -> Result<ProtocolMessage> {
 impl Database {
     // -- organizations -------------------------------------------------------------------------
 
-    /// Creates an organization. A taken external id is [`Error::ExternalIdTaken`]; an external id
-    /// or name that breaks the naming rule is [`Error::InvalidName`].
+    /// Creates an organization. A taken external id is [`ProtocolError::ExternalIdTaken`]; an
+    /// external id or name that breaks the naming rule is
+    /// [`AgentError::InvalidName`](crate::AgentError::InvalidName).
     pub async fn create_organization(&self, external_id: &str, name: &str) -> Result<Organization> {
         crate::check_name("external_id", external_id)?;
         crate::check_name("name", name)?;
@@ -463,7 +471,7 @@ impl Database {
         .await
     }
 
-    /// The organization with this external id ([`Error::ExternalIdNotFound`] otherwise).
+    /// The organization with this external id ([`ProtocolError::ExternalIdNotFound`] otherwise).
     pub async fn organization_by_external_id(&self, external_id: &str) -> Result<Organization> {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {ORG_COLUMNS} FROM protocol_organizations WHERE external_id = $1"
@@ -473,10 +481,11 @@ impl Database {
         .await?;
         match row {
             Some(row) => org_from_row(&row),
-            None => Err(Error::ExternalIdNotFound {
+            None => Err(ProtocolError::ExternalIdNotFound {
                 kind: "organization",
                 external_id: external_id.to_owned(),
-            }),
+            }
+            .into()),
         }
     }
 
@@ -494,7 +503,7 @@ impl Database {
 
     // -- agents as the protocol knows them -------------------------------------------------------
 
-    /// The agent of `organization` with this external id ([`Error::ExternalIdNotFound`]
+    /// The agent of `organization` with this external id ([`ProtocolError::ExternalIdNotFound`]
     /// otherwise, also when another organization has one).
     pub async fn agent_by_external_id(
         &self,
@@ -510,10 +519,11 @@ impl Database {
         .await?;
         match row {
             Some(row) => agent_from_row(&row),
-            None => Err(Error::ExternalIdNotFound {
+            None => Err(ProtocolError::ExternalIdNotFound {
                 kind: "agent",
                 external_id: external_id.to_owned(),
-            }),
+            }
+            .into()),
         }
     }
 
@@ -522,9 +532,9 @@ impl Database {
     /// The live session of `opener` and `other` of this type, or a new one. The pair is unordered
     /// (A-B is B-A). A new sync session gives the first turn to `opener`; an existing session is
     /// returned as it is (whoever holds its turn). A session with oneself is
-    /// [`Error::SelfSession`]; unknown agents are [`Error::ProtocolNotFound`]. Messages wait in
-    /// the inbox ([`Delivery::Inbox`]); see [`Self::open_session_with`] for sessions the agents
-    /// answer themselves.
+    /// [`ProtocolError::SelfSession`]; unknown agents are [`ProtocolError::ProtocolNotFound`].
+    /// Messages wait in the inbox ([`Delivery::Inbox`]); see [`Self::open_session_with`] for
+    /// sessions the agents answer themselves.
     pub async fn open_session(
         &self,
         opener: AgentId,
@@ -540,7 +550,7 @@ impl Database {
     /// with `first`, `opener`'s first message sent in the same transaction (refused whole, the
     /// session unopened, if the message is: out of turn in a live sync session the other agent
     /// holds, say). A live inbox session opened for agents becomes one (decision 0020). A limit
-    /// outside 1..=[`MAX_SESSION_MESSAGES`] is [`Error::InvalidProtocolMessage`].
+    /// outside 1..=[`MAX_SESSION_MESSAGES`] is [`ProtocolError::InvalidProtocolMessage`].
     pub async fn open_session_with(
         &self,
         opener: AgentId,
@@ -550,14 +560,15 @@ impl Database {
         first: Option<NewProtocolMessage>,
     ) -> Result<(Session, Option<ProtocolMessage>)> {
         if opener == other {
-            return Err(Error::SelfSession(opener));
+            return Err(ProtocolError::SelfSession(opener).into());
         }
         if let Some(limit) = options.message_limit
             && !(1..=MAX_SESSION_MESSAGES).contains(&limit)
         {
-            return Err(Error::InvalidProtocolMessage(format!(
+            return Err(ProtocolError::InvalidProtocolMessage(format!(
                 "a session's message limit is 1 to {MAX_SESSION_MESSAGES}, got {limit}"
-            )));
+            ))
+            .into());
         }
         if let Some(m) = &first {
             validate_name("message type", &m.message_type)?;
@@ -577,7 +588,7 @@ impl Database {
         Ok((session, sent))
     }
 
-    /// The session with this id ([`Error::ProtocolNotFound`] otherwise).
+    /// The session with this id ([`ProtocolError::ProtocolNotFound`] otherwise).
     pub async fn session(&self, id: SessionId) -> Result<Session> {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {SESSION_COLUMNS} FROM protocol_sessions WHERE id = $1"
@@ -587,24 +598,26 @@ impl Database {
         .await?;
         match row {
             Some(row) => session_from_row(&row),
-            None => Err(Error::ProtocolNotFound {
+            None => Err(ProtocolError::ProtocolNotFound {
                 kind: "session",
                 id: id.0,
-            }),
+            }
+            .into()),
         }
     }
 
-    /// Ends a session; only a participant may ([`Error::NotParticipant`]), and an ended session
-    /// is [`Error::SessionEnded`]. Returns the ended session.
+    /// Ends a session; only a participant may ([`ProtocolError::NotParticipant`]), and an ended
+    /// session is [`ProtocolError::SessionEnded`]. Returns the ended session.
     pub async fn end_session(&self, session: SessionId, agent: AgentId) -> Result<Session> {
         self.write(EndSession { session, agent }).await
     }
 
     /// Stores a message from `sender` to the other participant of `session`. In a sync session
-    /// only the agent holding the turn may send ([`Error::OutOfTurn`], nothing stored) and the
-    /// turn passes to the other agent in the same transaction. Also [`Error::NotParticipant`],
-    /// [`Error::SessionEnded`], [`Error::ProtocolNotFound`] and [`Error::InvalidProtocolMessage`]
-    /// (bad message type).
+    /// only the agent holding the turn may send ([`ProtocolError::OutOfTurn`], nothing stored) and
+    /// the turn passes to the other agent in the same transaction. Also
+    /// [`ProtocolError::NotParticipant`], [`ProtocolError::SessionEnded`],
+    /// [`ProtocolError::ProtocolNotFound`] and [`ProtocolError::InvalidProtocolMessage`] (bad
+    /// message type).
     pub async fn send_session_message(
         &self,
         session: SessionId,
@@ -690,12 +703,146 @@ impl Database {
     /// Marks messages read for `agent`. Only messages whose recipient is `agent` and that are
     /// still unread change: ids of other agents' messages, unknown ids and messages read already
     /// are left alone, so marking twice is harmless. Returns how many changed. An unknown agent
-    /// is [`Error::ProtocolNotFound`].
+    /// is [`ProtocolError::ProtocolNotFound`].
     pub async fn mark_read(&self, agent: AgentId, messages: &[ProtocolMessageId]) -> Result<u64> {
         self.write(MarkRead {
             agent,
             messages: messages.to_vec(),
         })
         .await
+    }
+}
+
+/// Refusals of the agent-to-agent protocol (module [`crate::protocol`]): organizations and
+/// protocol agents by external id, sessions, meetings, retention.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProtocolError {
+    /// An organization or protocol agent with this external id exists already.
+    #[error("a {kind} with external id `{external_id}` exists already")]
+    ExternalIdTaken {
+        /// `organization` or `protocol agent`.
+        kind: &'static str,
+        /// The external id.
+        external_id: String,
+    },
+    /// No organization or protocol agent with this external id.
+    #[error("unknown {kind} with external id `{external_id}`")]
+    ExternalIdNotFound {
+        /// `organization` or `protocol agent`.
+        kind: &'static str,
+        /// The external id.
+        external_id: String,
+    },
+    /// No protocol row (organization, protocol agent, session) with this id.
+    #[error("unknown {kind} {id}")]
+    ProtocolNotFound {
+        /// `organization`, `protocol agent` or `session`.
+        kind: &'static str,
+        /// The id asked for.
+        id: uuid::Uuid,
+    },
+    /// A session needs two different agents.
+    #[error("protocol agent {0} cannot open a session with itself")]
+    SelfSession(crate::AgentId),
+    /// The agent is not one of the session's two participants.
+    #[error("protocol agent {agent} is not a participant of session {session}")]
+    NotParticipant {
+        /// The session.
+        session: crate::SessionId,
+        /// The agent.
+        agent: crate::AgentId,
+    },
+    /// A sync session's turn belongs to the other agent: nothing was stored.
+    #[error("protocol agent {agent} cannot send in session {session}: it is not its turn")]
+    OutOfTurn {
+        /// The session.
+        session: crate::SessionId,
+        /// The agent that tried to send.
+        agent: crate::AgentId,
+        /// Whose turn it is.
+        turn: Option<crate::AgentId>,
+    },
+    /// The session has ended: nothing more can be sent or ended.
+    #[error("session {0} has ended")]
+    SessionEnded(crate::SessionId),
+    /// A protocol message, external id or name is not acceptable (e.g. content that is not JSON).
+    #[error("invalid protocol message: {0}")]
+    InvalidProtocolMessage(String),
+    /// The meeting has ended: nothing more happens in it.
+    #[error("meeting {0} has ended")]
+    MeetingEnded(crate::MeetingId),
+    /// Only the meeting's host may do this.
+    #[error("protocol agent {agent} is not the host of meeting {meeting}")]
+    NotHost {
+        /// The meeting.
+        meeting: crate::MeetingId,
+        /// The agent that tried.
+        agent: crate::AgentId,
+    },
+    /// The agent has not joined the meeting (or has left it).
+    #[error("protocol agent {agent} is not present in meeting {meeting}")]
+    NotMeetingParticipant {
+        /// The meeting.
+        meeting: crate::MeetingId,
+        /// The agent.
+        agent: crate::AgentId,
+    },
+    /// The agent is already invited to or present in the meeting.
+    #[error("protocol agent {agent} is already in meeting {meeting}")]
+    AlreadyParticipant {
+        /// The meeting.
+        meeting: crate::MeetingId,
+        /// The agent.
+        agent: crate::AgentId,
+    },
+    /// Only the current speaker may speak or pass: nothing was stored.
+    #[error("protocol agent {agent} cannot speak in meeting {meeting}: it is not the speaker")]
+    NotSpeaker {
+        /// The meeting.
+        meeting: crate::MeetingId,
+        /// The agent that tried.
+        agent: crate::AgentId,
+        /// Who speaks now.
+        speaker: Option<crate::AgentId>,
+    },
+    /// The meeting is not in a state that allows this (e.g. starting one that is not ready).
+    #[error("meeting {meeting} is {status}; this needs it {needed}")]
+    MeetingState {
+        /// The meeting.
+        meeting: crate::MeetingId,
+        /// Its status.
+        status: &'static str,
+        /// What the operation needs.
+        needed: &'static str,
+    },
+    /// A retention policy that would delete what it must keep (a zero age, keeping zero
+    /// versions).
+    #[error("invalid retention policy: {0}")]
+    InvalidRetention(String),
+}
+
+impl ProtocolError {
+    /// What kind of failure this is (see [`crate::ErrorClass`]).
+    pub fn class(&self) -> crate::ErrorClass {
+        use crate::ErrorClass as C;
+        match self {
+            ProtocolError::ExternalIdTaken { .. }
+            | ProtocolError::NotParticipant { .. }
+            | ProtocolError::OutOfTurn { .. }
+            | ProtocolError::SessionEnded(_)
+            | ProtocolError::MeetingEnded(_)
+            | ProtocolError::NotHost { .. }
+            | ProtocolError::NotMeetingParticipant { .. }
+            | ProtocolError::AlreadyParticipant { .. }
+            | ProtocolError::NotSpeaker { .. }
+            | ProtocolError::MeetingState { .. } => C::Conflict,
+            ProtocolError::ExternalIdNotFound { .. } | ProtocolError::ProtocolNotFound { .. } => {
+                C::NotFound
+            }
+            ProtocolError::SelfSession(_)
+            | ProtocolError::InvalidProtocolMessage(_)
+            | ProtocolError::InvalidRetention(_) => C::Invalid,
+        }
     }
 }

@@ -9,6 +9,7 @@
 //! abandons and offers for retry. This module must never deliver an entry without beginning its
 //! batch in the same transaction, nor begin a batch for an entry that is not due.
 
+use crate::BatchError;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -17,7 +18,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::db::Database;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::id::SnowflakeId;
 use crate::model::{AgentId, BatchId, BatchType, ContentBlock, Received, Role};
 use crate::ops::queue::{BeginQueued, CancelQueued, Enqueue};
@@ -151,9 +152,10 @@ pub(crate) fn queued_from_row(row: &AnyRow) -> Result<QueuedMessage> {
                     "at" => crate::schedule::ScheduleKind::At,
                     "cron" => crate::schedule::ScheduleKind::Cron,
                     other => {
-                        return Err(Error::InvalidContent(format!(
+                        return Err(BatchError::InvalidContent(format!(
                             "unknown schedule kind `{other}` in the queue"
-                        )));
+                        ))
+                        .into());
                     }
                 },
                 cron: row.try_get(13)?,
@@ -173,22 +175,25 @@ impl Database {
     /// Commits `entry` to `agent`'s queue. When this returns, the trigger is durable.
     pub async fn enqueue(&self, agent: AgentId, entry: NewQueued) -> Result<QueuedMessage> {
         if entry.batch_type == BatchType::Continuation {
-            return Err(Error::InvalidContent(
+            return Err(BatchError::InvalidContent(
                 "a queued trigger cannot have type continuation".into(),
-            ));
+            )
+            .into());
         }
         if !matches!(entry.role, Role::User | Role::System) {
-            return Err(Error::InvalidContent(format!(
+            return Err(BatchError::InvalidContent(format!(
                 "a queued trigger is a user or system message, not {}",
                 entry.role.as_str()
-            )));
+            ))
+            .into());
         }
         if let Some(every) = entry.every
             && every < Duration::from_secs(1)
         {
-            return Err(Error::InvalidContent(
+            return Err(BatchError::InvalidContent(
                 "a recurring wakeup comes back at most once a second".into(),
-            ));
+            )
+            .into());
         }
         let queued = self.write(Enqueue { agent, entry }).await?;
         self.hub().wake(crate::wake::WakeKey::Agent(agent));

@@ -15,16 +15,17 @@
 //! changes nothing. With [`BatchDisposal::Archive`] a pass deletes only batches an archive plan
 //! ([`Database::plan_archive`]) recorded, so nothing goes that its caller has not written to the
 //! agent's archive file first. This module must never accept a zero age or a zero `keep` (a
-//! typed [`Error::InvalidRetention`]), whether given for one run or read back from a stored
+//! typed [`ProtocolError::InvalidRetention`]), whether given for one run or read back from a stored
 //! policy, and never delete outside the named agent.
 
+use crate::ProtocolError;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::db::Database;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::{AgentId, BatchId};
 use crate::ops::retention::{ClearPolicy, PlanArchive, RetainAgent, SetPolicy};
 
@@ -60,10 +61,11 @@ impl BatchDisposal {
         match s {
             "delete" => Ok(BatchDisposal::Delete),
             "archive" => Ok(BatchDisposal::Archive),
-            other => Err(Error::InvalidRetention(format!(
+            other => Err(ProtocolError::InvalidRetention(format!(
                 "`{}` is not a batch disposal: `delete` or `archive`",
                 other.chars().take(32).collect::<String>()
-            ))),
+            ))
+            .into()),
         }
     }
 }
@@ -88,20 +90,23 @@ impl AgentRetention {
     /// Refuses zero ages and a zero `keep`.
     pub fn check(&self) -> Result<()> {
         if self.batches_older_than.is_some_and(|d| d.is_zero()) {
-            return Err(Error::InvalidRetention(
+            return Err(ProtocolError::InvalidRetention(
                 "a batch retention age of zero would delete batches as they close".to_owned(),
-            ));
+            )
+            .into());
         }
         if self.activity_older_than.is_some_and(|d| d.is_zero()) {
-            return Err(Error::InvalidRetention(
+            return Err(ProtocolError::InvalidRetention(
                 "an activity retention age of zero would delete events as they happen".to_owned(),
-            ));
+            )
+            .into());
         }
         if self.keep_block_versions == Some(0) {
-            return Err(Error::InvalidRetention(
+            return Err(ProtocolError::InvalidRetention(
                 "keeping zero block versions would delete the current one: keep at least 1"
                     .to_owned(),
-            ));
+            )
+            .into());
         }
         Ok(())
     }
@@ -136,33 +141,37 @@ impl RetentionSettings {
             if let Some(v) = v
                 && !(1..=MAX_RETENTION_DAYS).contains(&v)
             {
-                return Err(Error::InvalidRetention(format!(
+                return Err(ProtocolError::InvalidRetention(format!(
                     "`{what}` must be 1 to {MAX_RETENTION_DAYS} days (zero would delete what \
                      just happened), not {v}"
-                )));
+                ))
+                .into());
             }
         }
         if let Some(v) = self.keep_block_versions
             && !(1..=MAX_KEEP_BLOCK_VERSIONS).contains(&v)
         {
-            return Err(Error::InvalidRetention(format!(
+            return Err(ProtocolError::InvalidRetention(format!(
                 "`keep_block_versions` must be 1 to {MAX_KEEP_BLOCK_VERSIONS} (zero would delete \
                  the current version), not {v}"
-            )));
+            ))
+            .into());
         }
         if self.batches_older_than_days.is_none()
             && self.keep_block_versions.is_none()
             && self.activity_older_than_days.is_none()
         {
-            return Err(Error::InvalidRetention(
+            return Err(ProtocolError::InvalidRetention(
                 "a policy that keeps everything: set at least one kind, or clear the policy"
                     .to_owned(),
-            ));
+            )
+            .into());
         }
         if self.batch_disposal == BatchDisposal::Archive && self.batches_older_than_days.is_none() {
-            return Err(Error::InvalidRetention(
+            return Err(ProtocolError::InvalidRetention(
                 "archiving batches needs `batches_older_than_days`".to_owned(),
-            ));
+            )
+            .into());
         }
         Ok(())
     }
@@ -232,15 +241,16 @@ impl Database {
     /// plan in its transaction. Empty when nothing is old enough.
     pub async fn plan_archive(&self, agent: AgentId, older_than: Duration) -> Result<Vec<BatchId>> {
         if older_than.is_zero() {
-            return Err(Error::InvalidRetention(
+            return Err(ProtocolError::InvalidRetention(
                 "a batch retention age of zero would archive batches as they close".to_owned(),
-            ));
+            )
+            .into());
         }
         self.write(PlanArchive { agent, older_than }).await
     }
 
     /// Stores `agent`'s policy (replacing any), checked first; an unknown agent is
-    /// [`Error::AgentNotFound`].
+    /// [`AgentError::AgentNotFound`](crate::AgentError::AgentNotFound).
     pub async fn set_retention_policy(
         &self,
         agent: AgentId,

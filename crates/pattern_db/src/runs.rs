@@ -11,7 +11,7 @@
 //! next claimant or by [`Database::recover_runs`], which abandons the dead run's batch and bumps
 //! the claim's `token`. Every write of a run carries the token (explicitly, or through
 //! [`fenced`] for everything the run's task writes, tools included), and the writer refuses a
-//! write whose token is no longer current with [`Error::ClaimLost`]:
+//! write whose token is no longer current with [`RunError::ClaimLost`]:
 //! a run that lost its claim can write nothing.
 //!
 //! **Turns.** Every submitted trigger has a turn: its id, an optional idempotency key (unique per
@@ -25,6 +25,7 @@
 //! begin a run's batch while another run's batch of the agent is open, and never append to a
 //! finished turn.
 
+use crate::StorageError;
 use std::fmt;
 use std::future::Future;
 use std::str::FromStr;
@@ -70,10 +71,12 @@ impl fmt::Display for TurnId {
 impl FromStr for TurnId {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        Uuid::parse_str(s).map(Self).map_err(|e| Error::InvalidId {
-            what: "turn id",
-            value: s.to_owned(),
-            reason: e.to_string(),
+        Uuid::parse_str(s).map(Self).map_err(|e| {
+            Error::Storage(StorageError::InvalidId {
+                what: "turn id",
+                value: s.to_owned(),
+                reason: e.to_string(),
+            })
         })
     }
 }
@@ -210,7 +213,7 @@ impl FromStr for TurnState {
             "queued" => Ok(TurnState::Queued),
             "running" => Ok(TurnState::Running),
             "finished" => Ok(TurnState::Finished),
-            other => Err(Error::Corrupt(format!("unknown turn state `{other}`"))),
+            other => Err(StorageError::Corrupt(format!("unknown turn state `{other}`")).into()),
         }
     }
 }
@@ -245,7 +248,7 @@ impl FromStr for TurnOutcome {
             "done" => Ok(TurnOutcome::Done),
             "failed" => Ok(TurnOutcome::Failed),
             "interrupted" => Ok(TurnOutcome::Interrupted),
-            other => Err(Error::Corrupt(format!("unknown turn outcome `{other}`"))),
+            other => Err(StorageError::Corrupt(format!("unknown turn outcome `{other}`")).into()),
         }
     }
 }
@@ -395,7 +398,7 @@ tokio::task_local! {
 }
 
 /// Runs `future` with every database write it makes (on this task) fenced by `claim`: the
-/// writer refuses each one, with [`Error::ClaimLost`], once the claim was taken over. A task
+/// writer refuses each one, with [`RunError::ClaimLost`], once the claim was taken over. A task
 /// spawned inside must be wrapped again ([`with_fence`]).
 pub async fn fenced<F: Future>(claim: RunClaim, future: F) -> F::Output {
     FENCE.scope(claim, future).await
@@ -420,7 +423,7 @@ impl Database {
     /// its batch ([`Submitted::Started`]: the caller runs it); otherwise the trigger goes to the
     /// end of the agent's queue ([`Submitted::Queued`]). A claim held by a dead process is taken
     /// over first. With an idempotency key used before: the same request is
-    /// [`Submitted::Replayed`] (nothing stored), another is [`Error::IdempotencyKeyReused`].
+    /// [`Submitted::Replayed`] (nothing stored), another is [`RunError::IdempotencyKeyReused`].
     pub async fn submit(&self, submit: Submit) -> Result<Submitted> {
         let agent = submit.agent;
         let s = self.write(submit).await?;
@@ -587,7 +590,7 @@ impl Database {
         crate::ops::runs::count_prunable(self.reader(), before.timestamp_millis()).await
     }
 
-    /// The turn `turn` of `agent` ([`Error::TurnNotFound`] for another agent's).
+    /// The turn `turn` of `agent` ([`RunError::TurnNotFound`] for another agent's).
     pub async fn turn(&self, agent: AgentId, turn: TurnId) -> Result<TurnInfo> {
         crate::ops::runs::read_turn(self.reader(), agent, turn).await
     }
@@ -627,5 +630,65 @@ impl Database {
     /// takes one row, however long it is.
     pub async fn deliverable_agents(&self, limit: usize) -> Result<Vec<AgentId>> {
         crate::ops::runs::read_deliverable(self.reader(), self.backend(), limit).await
+    }
+}
+
+/// Refusals of runs and turns (module [`crate::runs`]): claims, turns, idempotency keys.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// Another run (in this or another process) holds the agent now; the caller's trigger was
+    /// not stored by this call.
+    #[error("agent {agent} is busy: a run of process `{holder}` holds it")]
+    AgentBusy {
+        /// The agent.
+        agent: crate::AgentId,
+        /// The process whose run holds it.
+        holder: String,
+    },
+    /// The run's claim on its agent was taken over (its process was judged dead, or recovery
+    /// fenced it): the write carrying the old token was refused and nothing of it was stored.
+    #[error(
+        "the run of agent {agent} lost its claim (token {token}): the agent was taken over; \
+         nothing was written"
+    )]
+    ClaimLost {
+        /// The agent.
+        agent: crate::AgentId,
+        /// The token the write carried.
+        token: i64,
+    },
+    /// No turn with this id for this agent.
+    #[error("unknown turn {turn} for agent {agent}")]
+    TurnNotFound {
+        /// The agent.
+        agent: crate::AgentId,
+        /// The turn asked for.
+        turn: crate::runs::TurnId,
+    },
+    /// The turn is over: nothing more is appended to it.
+    #[error("turn {0} is finished")]
+    TurnFinished(crate::runs::TurnId),
+    /// An idempotency key was used again for a different request.
+    #[error("idempotency key `{key}` was used for a different request (turn {turn})")]
+    IdempotencyKeyReused {
+        /// The key.
+        key: String,
+        /// The turn its first use started.
+        turn: crate::runs::TurnId,
+    },
+}
+
+impl RunError {
+    /// What kind of failure this is (see [`crate::ErrorClass`]).
+    pub fn class(&self) -> crate::ErrorClass {
+        use crate::ErrorClass as C;
+        match self {
+            RunError::AgentBusy { .. }
+            | RunError::ClaimLost { .. }
+            | RunError::TurnFinished(_)
+            | RunError::IdempotencyKeyReused { .. } => C::Conflict,
+            RunError::TurnNotFound { .. } => C::NotFound,
+        }
     }
 }

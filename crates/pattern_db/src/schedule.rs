@@ -24,7 +24,7 @@ use crate::model::{AgentId, BatchId, ContentBlock};
 use crate::ops::queue::{AddSchedule, RemoveSchedule};
 use crate::queue::{QUEUE_COLUMNS, QueuedMessage, queued_from_row};
 
-/// The most live schedules one agent may have; one more is [`Error::TooManySchedules`].
+/// The most live schedules one agent may have; one more is [`ScheduleError::TooManySchedules`].
 pub const MAX_SCHEDULES_PER_AGENT: usize = 100;
 /// How far in the past a one-off `at` may be and still be taken (it fires at once).
 pub const AT_GRACE: Duration = Duration::from_secs(60);
@@ -58,23 +58,26 @@ impl When {
     /// (RFC 3339) and `cron`; `tz` only with `cron`. Typed errors name the field.
     pub fn from_fields(at: Option<&str>, cron: Option<&str>, tz: Option<&str>) -> Result<When> {
         match (at, cron) {
-            (Some(_), Some(_)) => Err(Error::InvalidSchedule {
+            (Some(_), Some(_)) => Err(ScheduleError::InvalidSchedule {
                 field: "cron",
                 reason: "give either `at` or `cron`, not both".into(),
-            }),
-            (None, None) => Err(Error::InvalidSchedule {
+            }
+            .into()),
+            (None, None) => Err(ScheduleError::InvalidSchedule {
                 field: "at",
                 reason: "give `at` (an RFC 3339 time) or `cron` (an expression)".into(),
-            }),
+            }
+            .into()),
             (Some(at), None) => {
                 if tz.is_some() {
-                    return Err(Error::InvalidSchedule {
+                    return Err(ScheduleError::InvalidSchedule {
                         field: "tz",
                         reason: "a time zone goes with `cron`; `at` carries its own offset".into(),
-                    });
+                    }
+                    .into());
                 }
                 let at = DateTime::parse_from_rfc3339(at.trim()).map_err(|e| {
-                    Error::InvalidSchedule {
+                    ScheduleError::InvalidSchedule {
                         field: "at",
                         reason: format!(
                             "`{at}` is not an RFC 3339 time such as 2030-01-31T09:30:00Z ({e})"
@@ -194,20 +197,23 @@ fn parse_zone(tz: Option<&str>) -> Result<chrono_tz::Tz> {
     match tz {
         None => Ok(chrono_tz::UTC),
         Some(name) => chrono_tz::Tz::from_str(name.trim())
-            .map_err(|_| Error::UnknownTimeZone(name.to_owned())),
+            .map_err(|_| Error::Schedule(ScheduleError::UnknownTimeZone(name.to_owned()))),
     }
 }
 
 fn parse_cron(expr: &str) -> Result<croner::Cron> {
     if expr.len() > MAX_CRON_BYTES {
-        return Err(Error::InvalidCron {
+        return Err(ScheduleError::InvalidCron {
             expr: expr.chars().take(40).collect::<String>() + "...",
             reason: format!("longer than {MAX_CRON_BYTES} bytes"),
-        });
+        }
+        .into());
     }
-    croner::Cron::from_str(expr).map_err(|e| Error::InvalidCron {
-        expr: expr.to_owned(),
-        reason: e.to_string(),
+    croner::Cron::from_str(expr).map_err(|e| {
+        Error::Schedule(ScheduleError::InvalidCron {
+            expr: expr.to_owned(),
+            reason: e.to_string(),
+        })
     })
 }
 
@@ -223,10 +229,11 @@ pub fn next_fire(
     match cron.find_next_occurrence(&after.with_timezone(&zone), false) {
         Ok(t) => Ok(Some(t.with_timezone(&Utc))),
         Err(croner::errors::CronError::TimeSearchLimitExceeded) => Ok(None),
-        Err(e) => Err(Error::InvalidCron {
+        Err(e) => Err(ScheduleError::InvalidCron {
             expr: expr.to_owned(),
             reason: e.to_string(),
-        }),
+        }
+        .into()),
     }
 }
 
@@ -235,24 +242,26 @@ impl NewSchedule {
     pub(crate) fn validate(&self, now: DateTime<Utc>) -> Result<ValidSchedule> {
         let chars = self.message.chars().count();
         if self.message.trim().is_empty() || chars > MAX_MESSAGE_CHARS {
-            return Err(Error::InvalidSchedule {
+            return Err(ScheduleError::InvalidSchedule {
                 field: "message",
                 reason: format!("must be 1 to {MAX_MESSAGE_CHARS} characters, not blank"),
-            });
+            }
+            .into());
         }
         if let Some(name) = &self.name
             && (name.trim().is_empty() || name.chars().count() > MAX_NAME_CHARS)
         {
-            return Err(Error::InvalidSchedule {
+            return Err(ScheduleError::InvalidSchedule {
                 field: "name",
                 reason: format!("must be 1 to {MAX_NAME_CHARS} characters, not blank"),
-            });
+            }
+            .into());
         }
         let (kind, cron, time_zone, first) = match &self.when {
             When::At(at) => {
                 let grace = chrono::Duration::from_std(AT_GRACE).unwrap_or_default();
                 if *at < now - grace {
-                    return Err(Error::ScheduleInPast { at: *at, now });
+                    return Err(ScheduleError::ScheduleInPast { at: *at, now }.into());
                 }
                 (ScheduleKind::At, None, None, *at)
             }
@@ -260,10 +269,11 @@ impl NewSchedule {
                 let expr = expr.trim().to_owned();
                 let zone = parse_zone(tz.as_deref())?;
                 let Some(first) = next_fire(&expr, Some(zone.name()), now)? else {
-                    return Err(Error::InvalidCron {
+                    return Err(ScheduleError::InvalidCron {
                         expr,
                         reason: "it never matches a future time".into(),
-                    });
+                    }
+                    .into());
                 };
                 (
                     ScheduleKind::Cron,
@@ -296,14 +306,14 @@ impl Database {
         let q = self.write(AddSchedule { agent, valid }).await?;
         self.hub().wake(crate::wake::WakeKey::Agent(agent));
         self.hub().wake(crate::wake::WakeKey::Queue);
-        Schedule::from_entry(&q).ok_or(Error::ScheduleNotFound(q.id))
+        Schedule::from_entry(&q).ok_or(Error::Schedule(ScheduleError::ScheduleNotFound(q.id)))
     }
 
-    /// Removes `agent`'s live schedule `id`; [`Error::ScheduleNotFound`] when it has none such
-    /// (another agent's, fired already, removed already).
+    /// Removes `agent`'s live schedule `id`; [`ScheduleError::ScheduleNotFound`] when it has none
+    /// such (another agent's, fired already, removed already).
     pub async fn remove_schedule(&self, agent: AgentId, id: SnowflakeId) -> Result<Schedule> {
         let q = self.write(RemoveSchedule { agent, id }).await?;
-        Schedule::from_entry(&q).ok_or(Error::ScheduleNotFound(id))
+        Schedule::from_entry(&q).ok_or(Error::Schedule(ScheduleError::ScheduleNotFound(id)))
     }
 
     /// `agent`'s live schedules, in the order they were added.
@@ -351,8 +361,10 @@ impl Database {
         .fetch_optional(self.reader())
         .await?;
         match row {
-            Some(row) => schedule_from_row(&row)?.ok_or(Error::ScheduleNotFound(id)),
-            None => Err(Error::ScheduleNotFound(id)),
+            Some(row) => {
+                schedule_from_row(&row)?.ok_or(Error::Schedule(ScheduleError::ScheduleNotFound(id)))
+            }
+            None => Err(ScheduleError::ScheduleNotFound(id).into()),
         }
     }
 
@@ -368,10 +380,71 @@ impl Database {
         rows.iter()
             .map(|row| {
                 let entry = queued_from_row(row)?;
-                let of = entry.retry_of.ok_or(Error::ScheduleNotFound(entry.id))?;
+                let of = entry
+                    .retry_of
+                    .ok_or(ScheduleError::ScheduleNotFound(entry.id))?;
                 Ok((entry, of))
             })
             .collect()
+    }
+}
+
+/// Refusals of schedules (module [`crate::schedule`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScheduleError {
+    /// A schedule's cron expression cannot be parsed, or never fires.
+    #[error("`cron`: invalid cron expression `{expr}`: {reason}")]
+    InvalidCron {
+        /// The expression as given.
+        expr: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A schedule names a time zone the IANA database does not know.
+    #[error("`tz`: unknown time zone `{0}` (an IANA name such as `Europe/Berlin`, or `UTC`)")]
+    UnknownTimeZone(String),
+    /// A one-off schedule's time has passed (beyond the grace of [`crate::schedule::AT_GRACE`]).
+    #[error("`at`: {at} is in the past (now is {now})")]
+    ScheduleInPast {
+        /// The time asked for.
+        at: chrono::DateTime<chrono::Utc>,
+        /// The time it was checked at.
+        now: chrono::DateTime<chrono::Utc>,
+    },
+    /// A schedule's other fields are not valid (which field, and why).
+    #[error("`{field}`: {reason}")]
+    InvalidSchedule {
+        /// The field: `message`, `name`, `at`/`cron`.
+        field: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The agent has as many live schedules as it may have.
+    #[error("agent {agent} has {limit} schedules already, the most it may have; remove one first")]
+    TooManySchedules {
+        /// The agent.
+        agent: crate::AgentId,
+        /// The cap ([`crate::schedule::MAX_SCHEDULES_PER_AGENT`]).
+        limit: usize,
+    },
+    /// No live schedule with this id (of this agent, when an agent was given).
+    #[error("unknown schedule {0}")]
+    ScheduleNotFound(crate::SnowflakeId),
+}
+
+impl ScheduleError {
+    /// What kind of failure this is (see [`crate::ErrorClass`]).
+    pub fn class(&self) -> crate::ErrorClass {
+        use crate::ErrorClass as C;
+        match self {
+            ScheduleError::InvalidCron { .. }
+            | ScheduleError::UnknownTimeZone(_)
+            | ScheduleError::ScheduleInPast { .. }
+            | ScheduleError::InvalidSchedule { .. } => C::Invalid,
+            ScheduleError::TooManySchedules { .. } => C::Refused,
+            ScheduleError::ScheduleNotFound(_) => C::NotFound,
+        }
     }
 }
 
@@ -406,11 +479,11 @@ mod tests {
         );
         assert!(matches!(
             next_fire("61 * * * *", None, after),
-            Err(Error::InvalidCron { .. })
+            Err(Error::Schedule(ScheduleError::InvalidCron { .. }))
         ));
         assert!(matches!(
             next_fire("* * * * *", Some("Mars/Olympus"), after),
-            Err(Error::UnknownTimeZone(_))
+            Err(Error::Schedule(ScheduleError::UnknownTimeZone(_)))
         ));
     }
 
@@ -425,7 +498,7 @@ mod tests {
         let past = new(When::At(now - chrono::Duration::seconds(120)));
         assert!(matches!(
             past.validate(now),
-            Err(Error::ScheduleInPast { .. })
+            Err(Error::Schedule(ScheduleError::ScheduleInPast { .. }))
         ));
         let grace = new(When::At(now - chrono::Duration::seconds(5)));
         assert!(grace.validate(now).is_ok());
@@ -435,10 +508,10 @@ mod tests {
         };
         assert!(matches!(
             blank.validate(now),
-            Err(Error::InvalidSchedule {
+            Err(Error::Schedule(ScheduleError::InvalidSchedule {
                 field: "message",
                 ..
-            })
+            }))
         ));
         let never = new(When::Cron {
             expr: "0 0 30 2 *".into(),
@@ -446,7 +519,7 @@ mod tests {
         });
         assert!(matches!(
             never.validate(now),
-            Err(Error::InvalidCron { .. })
+            Err(Error::Schedule(ScheduleError::InvalidCron { .. }))
         ));
     }
 }

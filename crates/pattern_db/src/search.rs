@@ -21,6 +21,7 @@
 //! This module must never write outside the writer, and never return content an agent cannot see
 //! when an agent is given.
 
+use crate::StorageError;
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
@@ -37,7 +38,7 @@ use crate::model::{AgentId, ContentBlock};
 use crate::ops::search as sql;
 
 /// Longest query [`Database::search_text`] accepts, in bytes; a longer one is
-/// [`Error::QueryTooLong`], never cut.
+/// [`SearchError::QueryTooLong`], never cut.
 pub const MAX_QUERY_BYTES: usize = 16 * 1024;
 /// Most hits one search may ask for.
 pub const MAX_SEARCH_LIMIT: usize = 1000;
@@ -84,7 +85,7 @@ impl FromStr for ContentType {
             "message" => Ok(ContentType::Message),
             "block" => Ok(ContentType::Block),
             "archival" => Ok(ContentType::Archival),
-            other => Err(Error::Corrupt(format!("unknown content type `{other}`"))),
+            other => Err(StorageError::Corrupt(format!("unknown content type `{other}`")).into()),
         }
     }
 }
@@ -219,7 +220,7 @@ impl FromStr for ChangeKind {
             "text" => Ok(ChangeKind::Text),
             "vector" => Ok(ChangeKind::Vector),
             "delete" => Ok(ChangeKind::Delete),
-            other => Err(Error::Corrupt(format!("unknown change kind `{other}`"))),
+            other => Err(StorageError::Corrupt(format!("unknown change kind `{other}`")).into()),
         }
     }
 }
@@ -354,11 +355,12 @@ pub(crate) fn encode_vector(v: &[f32]) -> Vec<u8> {
 /// Decodes little-endian f32 bytes.
 pub(crate) fn decode_vector(bytes: &[u8], dimension: i64) -> Result<Vec<f32>> {
     if !bytes.len().is_multiple_of(4) || i64::try_from(bytes.len() / 4).ok() != Some(dimension) {
-        return Err(Error::Corrupt(format!(
+        return Err(StorageError::Corrupt(format!(
             "stored vector has {} bytes, expected {} dimensions",
             bytes.len(),
             dimension
-        )));
+        ))
+        .into());
     }
     Ok(bytes
         .chunks_exact(4)
@@ -369,26 +371,28 @@ pub(crate) fn decode_vector(bytes: &[u8], dimension: i64) -> Result<Vec<f32>> {
 /// Checks a query before any backend sees it.
 pub(crate) fn check_query(query: &str, opts: &TextSearch) -> Result<()> {
     if query.trim().is_empty() {
-        return Err(Error::EmptyQuery);
+        return Err(SearchError::EmptyQuery.into());
     }
     if query.len() > MAX_QUERY_BYTES {
-        return Err(Error::QueryTooLong {
+        return Err(SearchError::QueryTooLong {
             bytes: query.len(),
             limit: MAX_QUERY_BYTES,
-        });
+        }
+        .into());
     }
     if opts.limit == 0 || opts.limit > MAX_SEARCH_LIMIT {
-        return Err(Error::InvalidSearch(format!(
+        return Err(SearchError::InvalidSearch(format!(
             "limit must be 1 to {MAX_SEARCH_LIMIT}, got {}",
             opts.limit
-        )));
+        ))
+        .into());
     }
     if let (Some(from), Some(to)) = (opts.from, opts.to)
         && from > to
     {
-        return Err(Error::InvalidSearch(
-            "time range is empty: `from` is after `to`".into(),
-        ));
+        return Err(
+            SearchError::InvalidSearch("time range is empty: `from` is after `to`".into()).into(),
+        );
     }
     Ok(())
 }
@@ -403,7 +407,7 @@ impl Database {
     }
 
     /// Registers the embedding model: the first call stores it, the same model again is fine, a
-    /// different one is [`Error::EmbeddingModelMismatch`] (re-embed with
+    /// different one is [`SearchError::EmbeddingModelMismatch`] (re-embed with
     /// [`reset_embeddings`](Self::reset_embeddings) to change models).
     pub async fn register_embedding_model(&self, info: EmbeddingModelInfo) -> Result<()> {
         self.write(crate::ops::search::writes::RegisterModel(info))
@@ -421,7 +425,7 @@ impl Database {
     // -- embedding jobs -------------------------------------------------------------------------
 
     /// Records (or refreshes) the embedding job of existing, live content.
-    /// Unknown or gone content is [`Error::ContentNotFound`].
+    /// Unknown or gone content is [`SearchError::ContentNotFound`].
     pub async fn enqueue_embedding(&self, content: ContentRef) -> Result<()> {
         self.write(crate::ops::search::writes::EnqueueEmbedding(content))
             .await
@@ -475,8 +479,8 @@ impl Database {
     /// Stores vectors in one transaction. A vector is stored only if its `text_hash` is still the
     /// content's current hash (its job is then deleted); otherwise the job stays for the new
     /// text. Every vector must have the registered model's dimension
-    /// ([`Error::EmbeddingDimension`]) and finite values; no model registered is
-    /// [`Error::EmbeddingModelNotRegistered`]. A refused call stores nothing.
+    /// ([`SearchError::EmbeddingDimension`]) and finite values; no model registered is
+    /// [`SearchError::EmbeddingModelNotRegistered`]. A refused call stores nothing.
     pub async fn store_embeddings(&self, vectors: Vec<NewVector>) -> Result<StoreReport> {
         if vectors.is_empty() {
             return Ok(StoreReport::default());
@@ -600,9 +604,9 @@ impl Database {
     // -- full-text search -----------------------------------------------------------------------
 
     /// Full-text search over live content, best first. The query is plain words (never query
-    /// syntax): empty is [`Error::EmptyQuery`], over [`MAX_QUERY_BYTES`] is
-    /// [`Error::QueryTooLong`]. Words are matched after lower-casing and English stemming, any
-    /// word matching (more matching words rank higher).
+    /// syntax): empty is [`SearchError::EmptyQuery`], over [`MAX_QUERY_BYTES`] is
+    /// [`SearchError::QueryTooLong`]. Words are matched after lower-casing and English stemming,
+    /// any word matching (more matching words rank higher).
     pub async fn search_text(&self, query: &str, opts: &TextSearch) -> Result<Vec<TextHit>> {
         check_query(query, opts)?;
         match self.backend() {
@@ -637,6 +641,75 @@ pub(crate) fn in_order(
     mut found: HashMap<ContentRef, ContentRow>,
 ) -> Vec<ContentRow> {
     wanted.iter().filter_map(|r| found.remove(r)).collect()
+}
+
+/// Refusals of search storage (module [`crate::search`]): content, embeddings, queries.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SearchError {
+    /// No live content (not deleted, not archived) with this reference.
+    #[error("no live content {0}")]
+    ContentNotFound(crate::ContentRef),
+    /// The database holds vectors of another embedding model.
+    #[error(
+        "the database holds vectors of embedding model {stored}, not {requested}: mixing them \
+         would make search meaningless. Use the stored model, or re-embed everything with the \
+         new one (the re-embed command, `Database::reset_embeddings`: it deletes the stored \
+         vectors and queues every live content for embedding)"
+    )]
+    EmbeddingModelMismatch {
+        /// The model the stored vectors belong to.
+        stored: crate::EmbeddingModelInfo,
+        /// The model asked for.
+        requested: crate::EmbeddingModelInfo,
+    },
+    /// Vectors cannot be stored before an embedding model is registered.
+    #[error("no embedding model is registered: register one before storing vectors")]
+    EmbeddingModelNotRegistered,
+    /// A vector's length is not the registered model's dimension.
+    #[error("vector for {content} has {got} dimensions; the registered model has {expected}")]
+    EmbeddingDimension {
+        /// The content the vector is for.
+        content: crate::ContentRef,
+        /// The registered dimension.
+        expected: u32,
+        /// The vector's length.
+        got: usize,
+    },
+    /// A vector or model description is invalid (non-finite values, empty name).
+    #[error("invalid embedding: {0}")]
+    InvalidEmbedding(String),
+    /// A search query with no words.
+    #[error("the search query is empty")]
+    EmptyQuery,
+    /// A search query longer than allowed (never cut to fit).
+    #[error("the search query is {bytes} bytes, over the limit of {limit} bytes")]
+    QueryTooLong {
+        /// The query's length.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// Search options are invalid (limit, empty time range).
+    #[error("invalid search: {0}")]
+    InvalidSearch(String),
+}
+
+impl SearchError {
+    /// What kind of failure this is (see [`crate::ErrorClass`]).
+    pub fn class(&self) -> crate::ErrorClass {
+        use crate::ErrorClass as C;
+        match self {
+            SearchError::ContentNotFound(_) => C::NotFound,
+            SearchError::EmbeddingModelMismatch { .. }
+            | SearchError::EmbeddingModelNotRegistered
+            | SearchError::EmbeddingDimension { .. }
+            | SearchError::InvalidEmbedding(_) => C::Internal,
+            SearchError::EmptyQuery
+            | SearchError::QueryTooLong { .. }
+            | SearchError::InvalidSearch(_) => C::Invalid,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -682,10 +755,13 @@ mod tests {
     #[test]
     fn queries_are_checked() {
         let opts = TextSearch::default();
-        assert!(matches!(check_query("  \n", &opts), Err(Error::EmptyQuery)));
+        assert!(matches!(
+            check_query("  \n", &opts),
+            Err(Error::Search(SearchError::EmptyQuery))
+        ));
         assert!(matches!(
             check_query(&"x".repeat(MAX_QUERY_BYTES + 1), &opts),
-            Err(Error::QueryTooLong { .. })
+            Err(Error::Search(SearchError::QueryTooLong { .. }))
         ));
         assert!(check_query("multi-agent", &opts).is_ok());
         let zero = TextSearch {
@@ -694,7 +770,7 @@ mod tests {
         };
         assert!(matches!(
             check_query("x", &zero),
-            Err(Error::InvalidSearch(_))
+            Err(Error::Search(SearchError::InvalidSearch(_)))
         ));
     }
 }

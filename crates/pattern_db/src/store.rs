@@ -12,12 +12,13 @@
 //! [`continue_batch`]: MessageStore::continue_batch
 //! [`recover`]: MessageStore::recover
 
+use crate::StorageError;
 use std::collections::BTreeMap;
 
 use sqlx::Row;
 
 use crate::db::Database;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::id::SnowflakeId;
 use crate::legacy::{self, ImportPlan, LegacyMessage};
 use crate::model::{
@@ -243,7 +244,8 @@ impl MessageStore {
             .collect()
     }
 
-    /// One batch with its messages. Unknown (or another agent's) batch is [`Error::BatchNotFound`].
+    /// One batch with its messages. Unknown (or another agent's) batch is
+    /// [`BatchError::BatchNotFound`].
     pub async fn get_batch(&self, batch: BatchId) -> Result<StoredBatch> {
         let info = self.batch_info(batch).await?;
         let sql =
@@ -269,10 +271,11 @@ impl MessageStore {
             .await?;
         match row {
             Some(row) => ops::batch_from_row(&row),
-            None => Err(Error::BatchNotFound {
+            None => Err(BatchError::BatchNotFound {
                 agent: self.agent,
                 batch,
-            }),
+            }
+            .into()),
         }
     }
 
@@ -383,10 +386,11 @@ impl MessageStore {
         if summary.agent_id == self.agent {
             Ok(())
         } else {
-            Err(Error::InvalidContent(format!(
+            Err(BatchError::InvalidContent(format!(
                 "summary belongs to agent {}, not to this store's agent {}",
                 summary.agent_id, self.agent
-            )))
+            ))
+            .into())
         }
     }
 
@@ -448,7 +452,7 @@ impl MessageStore {
                     agent_id: self.agent,
                     kind: r.try_get(2)?,
                     payload: serde_json::from_str(&payload).map_err(|e| {
-                        Error::Corrupt(format!("activity payload does not decode: {e}"))
+                        StorageError::Corrupt(format!("activity payload does not decode: {e}"))
                     })?,
                     created_at: ops::from_ms(r.try_get(4)?),
                 })
@@ -496,4 +500,120 @@ fn group(infos: Vec<BatchInfo>, messages: Vec<Message>) -> Result<Vec<StoredBatc
         }
     }
     Ok(by_id.into_values().collect())
+}
+
+/// Refusals of the batches' domain ([`crate::MessageStore`]): batch states, tool call pairing, step
+/// and content shapes, legacy imports.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BatchError {
+    /// No batch with this id for this agent.
+    #[error("unknown batch {batch} for agent {agent}")]
+    BatchNotFound {
+        /// The agent.
+        agent: crate::AgentId,
+        /// The batch asked for.
+        batch: crate::SnowflakeId,
+    },
+    /// The batch is not open, so nothing can be appended to it.
+    #[error("batch {batch} is {state}, not open: nothing can be appended to it")]
+    BatchNotOpen {
+        /// The batch.
+        batch: crate::SnowflakeId,
+        /// Its state.
+        state: crate::BatchState,
+    },
+    /// The operation needs a batch in another state.
+    #[error("batch {batch} is {state}: {action} is not possible")]
+    InvalidBatchState {
+        /// The batch.
+        batch: crate::SnowflakeId,
+        /// Its state.
+        state: crate::BatchState,
+        /// What was attempted.
+        action: &'static str,
+    },
+    /// The abandoned batch was retried already: its trigger is stored again elsewhere.
+    #[error("batch {batch} was retried already at {retried_at}: its message is not stored twice")]
+    AlreadyRetried {
+        /// The batch.
+        batch: crate::SnowflakeId,
+        /// When the earlier retry was stored.
+        retried_at: chrono::DateTime<chrono::Utc>,
+    },
+    /// A tool result names a tool call that is not in its batch.
+    #[error("tool_result for `{tool_use_id}` has no matching tool_use in batch {batch}")]
+    UnpairedToolResult {
+        /// The batch.
+        batch: crate::SnowflakeId,
+        /// The unknown call id.
+        tool_use_id: String,
+    },
+    /// A tool call id is used twice in one batch.
+    #[error("tool_use id `{tool_use_id}` appears twice in batch {batch}")]
+    DuplicateToolUse {
+        /// The batch.
+        batch: crate::SnowflakeId,
+        /// The repeated id.
+        tool_use_id: String,
+    },
+    /// A tool call already has its result.
+    #[error("tool_use `{tool_use_id}` in batch {batch} already has a result")]
+    DuplicateToolResult {
+        /// The batch.
+        batch: crate::SnowflakeId,
+        /// The call id.
+        tool_use_id: String,
+    },
+    /// The batch cannot complete while tool calls wait for results.
+    #[error("batch {batch} still waits for tool results: {pending:?}")]
+    PendingToolCalls {
+        /// The batch.
+        batch: crate::SnowflakeId,
+        /// Calls without results, in call order.
+        pending: Vec<String>,
+    },
+    /// A step must hold at least one message.
+    #[error("a step needs at least one message")]
+    EmptyStep,
+    /// A message's content is larger than the configured limit.
+    #[error("message content is {size} bytes, over the limit of {limit} bytes")]
+    ContentTooLarge {
+        /// Size of the serialized content.
+        size: usize,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// Content does not have a valid shape.
+    #[error("invalid message content: {0}")]
+    InvalidContent(String),
+    /// A legacy history could not be imported.
+    #[error("legacy import: message {index}: {reason}")]
+    LegacyImport {
+        /// Index of the offending message in the input.
+        index: usize,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl BatchError {
+    /// What kind of failure this is (see [`crate::ErrorClass`]).
+    pub fn class(&self) -> crate::ErrorClass {
+        use crate::ErrorClass as C;
+        match self {
+            BatchError::BatchNotFound { .. } => C::NotFound,
+            BatchError::BatchNotOpen { .. }
+            | BatchError::InvalidBatchState { .. }
+            | BatchError::AlreadyRetried { .. } => C::Conflict,
+            BatchError::UnpairedToolResult { .. }
+            | BatchError::DuplicateToolUse { .. }
+            | BatchError::DuplicateToolResult { .. }
+            | BatchError::PendingToolCalls { .. }
+            | BatchError::EmptyStep
+            | BatchError::InvalidContent(_) => C::Invalid,
+            BatchError::ContentTooLarge { .. } => C::Refused,
+            BatchError::LegacyImport { .. } => C::Internal,
+        }
+    }
 }

@@ -8,6 +8,7 @@
 //! This module must never be compiled into a production build: it panics-free but runs shell
 //! commands as the `postgres` user.
 
+use crate::StorageError;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -57,7 +58,7 @@ impl TestDb {
     /// A fresh SQLite file in its own temporary directory.
     pub fn sqlite() -> Result<Self> {
         let dir = tempfile::tempdir()
-            .map_err(|e| Error::Config(format!("cannot create a temp dir: {e}")))?;
+            .map_err(|e| StorageError::Config(format!("cannot create a temp dir: {e}")))?;
         let url = format!("sqlite://{}", dir.path().join("test.db").display());
         Ok(Self {
             url,
@@ -117,7 +118,7 @@ impl TestDb {
 
 /// Inserts a protocol message row straight into the table, bypassing every check of the API:
 /// with a recipient, a meeting id, both or neither. For the test that the schema itself refuses
-/// a message with both (or neither). A refused row is [`Error::Database`].
+/// a message with both (or neither). A refused row is [`StorageError::Database`].
 pub async fn insert_raw_protocol_message(
     db: &Database,
     sender: crate::model::AgentId,
@@ -276,13 +277,14 @@ pub async fn fetch_texts(db: &Database, sql: &str) -> Result<Vec<String>> {
 
 async fn run_admin(admin: &str, sql: &str) -> Result<()> {
     use sqlx::{Connection, Executor};
-    let mut conn = sqlx::PgConnection::connect(admin)
-        .await
-        .map_err(|source| Error::Connect {
-            backend: "postgres",
-            url: admin.to_owned(),
-            source,
-        })?;
+    let mut conn =
+        sqlx::PgConnection::connect(admin)
+            .await
+            .map_err(|source| StorageError::Connect {
+                backend: "postgres",
+                url: admin.to_owned(),
+                source,
+            })?;
     conn.execute(sqlx::AssertSqlSafe(sql.to_owned())).await?;
     conn.close().await?;
     Ok(())
@@ -314,7 +316,7 @@ pub fn pg_admin_url() -> Result<String> {
     SERVER
         .get_or_init(start_private_cluster)
         .clone()
-        .map_err(Error::Config)
+        .map_err(|e| Error::Storage(StorageError::Config(e)))
 }
 
 fn pg_bin_dir() -> std::result::Result<PathBuf, String> {

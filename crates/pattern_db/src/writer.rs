@@ -20,9 +20,10 @@
 //!
 //! **Fences.** An op written by a run carries the run's claim; before the op runs, the claim is
 //! checked under its agent's lock, and a claim taken over refuses the op with
-//! [`Error::ClaimLost`](crate::Error::ClaimLost). This module must never reply `Ok` to a write
+//! [`RunError::ClaimLost`](RunError::ClaimLost). This module must never reply `Ok` to a write
 //! that is not committed, and never run a fenced op whose claim is not current.
 
+use crate::StorageError;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -150,7 +151,7 @@ impl<W: Write> Typed<W> {
         let mut slot = self
             .output
             .lock()
-            .map_err(|_| Error::Poisoned("write output"))?;
+            .map_err(|_| StorageError::Poisoned("write output"))?;
         *slot = Some(output);
         Ok(())
     }
@@ -180,7 +181,7 @@ impl<W: Write> Pending for Typed<W> {
     fn set_received(&self, received: Received) -> Result<()> {
         match W::from_received(received) {
             Some(output) => self.keep(output),
-            None => Err(Error::Poisoned("a bulk begin_batch of another write")),
+            None => Err(StorageError::Poisoned("a bulk begin_batch of another write").into()),
         }
     }
 
@@ -191,7 +192,7 @@ impl<W: Write> Pending for Typed<W> {
                 .into_inner()
                 .ok()
                 .flatten()
-                .ok_or(Error::Poisoned("write output"))
+                .ok_or(Error::Storage(StorageError::Poisoned("write output")))
         });
         let _ = reply.send(result);
     }
@@ -256,8 +257,8 @@ impl Writer {
         self.tx
             .send(Job { write, fence })
             .await
-            .map_err(|_| Error::Closed)?;
-        rx.await.map_err(|_| Error::Closed)?
+            .map_err(|_| StorageError::Closed)?;
+        rx.await.map_err(|_| StorageError::Closed)?
     }
 }
 
@@ -321,7 +322,7 @@ async fn run(
         commit_group(&pool, &ctx, group).await;
     }
     if let Some(job) = carried {
-        job.reply(Err(Error::Closed));
+        job.reply(Err(Error::Storage(StorageError::Closed)));
     }
     debug!(writer = n, "writer stopped: every handle dropped");
 }
@@ -411,7 +412,7 @@ async fn attempt_group(pool: &AnyPool, ctx: &Ctx, group: &[Job]) -> Vec<Result<(
                 let shared = Arc::new(e);
                 for outcome in outcomes.iter_mut() {
                     if matches!(outcome, Some(Ok(_))) {
-                        *outcome = Some(Err(Error::Commit(shared.clone())));
+                        *outcome = Some(Err(Error::Storage(StorageError::Commit(shared.clone()))));
                     }
                 }
             }
@@ -424,7 +425,7 @@ async fn attempt_group(pool: &AnyPool, ctx: &Ctx, group: &[Job]) -> Vec<Result<(
             ));
             for outcome in outcomes.iter_mut() {
                 if matches!(outcome, Some(Ok(_)) | None) {
-                    *outcome = Some(Err(Error::Commit(shared.clone())));
+                    *outcome = Some(Err(Error::Storage(StorageError::Commit(shared.clone()))));
                 }
             }
         }
@@ -438,9 +439,9 @@ async fn attempt_group(pool: &AnyPool, ctx: &Ctx, group: &[Job]) -> Vec<Result<(
             for outcome in outcomes.iter_mut() {
                 if !matches!(outcome, Some(Err(_))) {
                     *outcome = Some(Err(if conflict {
-                        Error::Commit(first.clone())
+                        Error::Storage(StorageError::Commit(first.clone()))
                     } else {
-                        Error::Commit(shared.clone())
+                        Error::Storage(StorageError::Commit(shared.clone()))
                     }));
                 }
             }
@@ -448,14 +449,14 @@ async fn attempt_group(pool: &AnyPool, ctx: &Ctx, group: &[Job]) -> Vec<Result<(
     }
     outcomes
         .into_iter()
-        .map(|o| o.unwrap_or(Err(Error::Closed)))
+        .map(|o| o.unwrap_or(Err(Error::Storage(StorageError::Closed))))
         .collect()
 }
 
 /// The same failure for every job of a group that could not start.
 fn same_error(e: &Error) -> Error {
-    Error::Commit(Arc::new(sqlx::Error::Protocol(format!(
-        "cannot lock for the write: {e}"
+    Error::Storage(StorageError::Commit(Arc::new(sqlx::Error::Protocol(
+        format!("cannot lock for the write: {e}"),
     ))))
 }
 
@@ -585,6 +586,6 @@ fn fail_all(group: &[Job], e: &Error) -> Vec<Result<()>> {
     )));
     group
         .iter()
-        .map(|_| Err(Error::Commit(shared.clone())))
+        .map(|_| Err(Error::Storage(StorageError::Commit(shared.clone()))))
         .collect()
 }

@@ -31,16 +31,31 @@ impl Error {
 
     /// Whether this is a sync session's refusal of an agent that does not hold the turn.
     pub fn is_out_of_turn(&self) -> bool {
-        matches!(self, Error::Db(pattern_db::Error::OutOfTurn { .. }))
+        matches!(
+            self,
+            Error::Db(pattern_db::Error::Protocol(
+                pattern_db::ProtocolError::OutOfTurn { .. }
+            ))
+        )
     }
 
     /// Whether the session has ended.
     pub fn is_session_ended(&self) -> bool {
-        matches!(self, Error::Db(pattern_db::Error::SessionEnded(_)))
+        matches!(
+            self,
+            Error::Db(pattern_db::Error::Protocol(
+                pattern_db::ProtocolError::SessionEnded(_)
+            ))
+        )
     }
 
     /// Whether the agent is not a participant of the session.
     pub fn is_not_participant(&self) -> bool {
-        matches!(self, Error::Db(pattern_db::Error::NotParticipant { .. }))
+        matches!(
+            self,
+            Error::Db(pattern_db::Error::Protocol(
+                pattern_db::ProtocolError::NotParticipant { .. }
+            ))
+        )
     }
 }

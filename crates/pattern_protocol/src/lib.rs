@@ -5,8 +5,9 @@
 //! stored by `pattern_db` (migration `0003_protocol`, participants as agents since `0012`):
 //!
 //! - a **sync** session alternates strictly: the opener speaks first, only the agent holding the
-//!   turn may send ([`pattern_db::Error::OutOfTurn`], wrapped in [`Error::Db`], otherwise; nothing stored), and the turn passes to the
-//!   other agent in the transaction that stores the message;
+//!   turn may send ([`ProtocolError::OutOfTurn`](pattern_db::ProtocolError::OutOfTurn), wrapped
+//!   in [`Error::Db`], otherwise; nothing stored), and the turn passes to the other agent in the
+//!   transaction that stores the message;
 //! - an **async** session is an inbox: either agent sends whenever it likes;
 //! - every session message lands unread in the other participant's inbox, in arrival order;
 //!   [`Protocol::mark_read`] marks it read (only the recipient can, and marking twice is harmless).

@@ -409,7 +409,10 @@ impl Protocol {
             woken.as_mut().enable();
             let m = self.db.meeting(meeting).await?;
             if !m.is_live() {
-                return Err(pattern_db::Error::MeetingEnded(meeting).into());
+                return Err(
+                    pattern_db::Error::Protocol(pattern_db::ProtocolError::MeetingEnded(meeting))
+                        .into(),
+                );
             }
             let now = chrono::Utc::now();
             if let Some(turn_end) = m.turn_deadline
@@ -428,7 +431,10 @@ impl Protocol {
                 .iter()
                 .any(|p| p.agent == agent && p.status.is_present());
             if !present {
-                return Err(pattern_db::Error::NotMeetingParticipant { meeting, agent }.into());
+                return Err(pattern_db::Error::Protocol(
+                    pattern_db::ProtocolError::NotMeetingParticipant { meeting, agent },
+                )
+                .into());
             }
             if Instant::now() >= deadline {
                 return Ok(false);
@@ -471,13 +477,21 @@ impl Protocol {
     async fn has_turn(&self, id: SessionId, agent: AgentId) -> Result<bool> {
         let session = self.db.session(id).await?;
         if !session.has_participant(agent) {
-            return Err(pattern_db::Error::NotParticipant { session: id, agent }.into());
+            return Err(
+                pattern_db::Error::Protocol(pattern_db::ProtocolError::NotParticipant {
+                    session: id,
+                    agent,
+                })
+                .into(),
+            );
         }
         if session.session_type == SessionType::Async {
             return Err(Error::NoTurns(id));
         }
         if !session.is_live() {
-            return Err(pattern_db::Error::SessionEnded(id).into());
+            return Err(
+                pattern_db::Error::Protocol(pattern_db::ProtocolError::SessionEnded(id)).into(),
+            );
         }
         Ok(session.turn == Some(agent))
     }

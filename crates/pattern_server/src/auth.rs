@@ -77,7 +77,9 @@ impl Caller {
             .await
         {
             Ok(agent) => Ok(agent),
-            Err(pattern::db::Error::AgentNotFound(_)) => Err(not_found()),
+            Err(pattern::db::Error::Agent(pattern::db::AgentError::AgentNotFound(_))) => {
+                Err(not_found())
+            }
             Err(e) => Err(e.into()),
         }
     }

@@ -277,7 +277,9 @@ mod tests {
 
     #[test]
     fn internal_errors_hide_their_cause() {
-        let e = pattern::db::Error::Corrupt("row 7 of secrets".into());
+        let e = pattern::db::Error::Storage(pattern::db::StorageError::Corrupt(
+            "row 7 of secrets".into(),
+        ));
         let api = ApiError::from(e);
         assert_eq!(api.code, ErrorCode::Internal);
         assert!(!api.message.contains("secrets"), "{}", api.message);

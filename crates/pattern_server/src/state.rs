@@ -173,7 +173,9 @@ impl AgentLoader for Loader {
         let row = match state.inner.pattern.db().agent(id).await {
             Ok(row) => row,
             // Deleted meanwhile: its queue went with it.
-            Err(pattern::db::Error::AgentNotFound(_)) => return Ok(None),
+            Err(pattern::db::Error::Agent(pattern::db::AgentError::AgentNotFound(_))) => {
+                return Ok(None);
+            }
             Err(e) => return Err(e.into()),
         };
         Ok(state.agent(row).await.ok())
@@ -404,7 +406,9 @@ impl AppState {
             }
             let row = match db.agent(id).await {
                 Ok(row) => row,
-                Err(pattern::db::Error::AgentNotFound(_)) => continue,
+                Err(pattern::db::Error::Agent(pattern::db::AgentError::AgentNotFound(_))) => {
+                    continue;
+                }
                 Err(e) => return Err(e.into()),
             };
             self.agent(row).await?;

@@ -4,10 +4,11 @@
 //!
 //! Rules: `//!` docs on every Rust file ([`files`]), dependencies owned by one
 //! crate and front ends through the facade ([`deps`]), layer order from `ARCHITECTURE.md`
-//! ([`layers`]), no placeholder macros ([`files`]), and storage writes owned by their domains
-//! ([`writes`]).
+//! ([`layers`]), no placeholder macros ([`files`]), storage writes owned by their domains
+//! ([`writes`]), and storage errors by domain behind one wrapper ([`errors`]).
 
 mod deps;
+mod errors;
 mod files;
 mod layers;
 mod manifest;
@@ -100,6 +101,9 @@ pub(crate) fn check_all(root: &Path) -> Result<Vec<Violation>> {
         db_files.push((workspace::rel(root, &path), read(&path)?));
     }
     out.extend(writes::check(&db_files));
+
+    // f. storage errors by domain.
+    out.extend(errors::check(&db_files));
 
     // b. restricted dependencies, c. layers.
     let renames = manifest::workspace_renames(&read(&root.join("Cargo.toml"))?);

@@ -23,7 +23,7 @@ fn write_impl(line: &str) -> Option<&str> {
 }
 
 /// Variants of `enum NAME` in `text`, with the line of its declaration.
-fn enum_variants(text: &str, name: &str) -> Option<(usize, usize)> {
+pub(crate) fn enum_variants(text: &str, name: &str) -> Option<(usize, usize)> {
     let lines: Vec<&str> = text.lines().collect();
     let start = lines.iter().position(|l| {
         let l = l.trim_start();

@@ -219,7 +219,9 @@ async fn act(env: &Env, pattern: &Pattern, command: SessionCommand) -> Result<()
             let id = session_id(&session)?;
             let stored = match protocol.send(id, sender.id, new).await {
                 Ok(stored) => stored,
-                Err(pattern::protocol::Error::Db(DbError::OutOfTurn { turn, .. })) => {
+                Err(pattern::protocol::Error::Db(DbError::Protocol(
+                    pattern::db::ProtocolError::OutOfTurn { turn, .. },
+                ))) => {
                     let holder = match turn {
                         Some(t) => names.of(pattern, t).await?,
                         None => "nobody".to_owned(),

@@ -343,7 +343,7 @@ async fn import_sections(
                  --rename NEW"
             )));
         }
-        Err(pattern::db::Error::AgentNameNotFound(_)) => {}
+        Err(pattern::db::Error::Agent(pattern::db::AgentError::AgentNameNotFound(_))) => {}
         Err(e) => return Err(e.into()),
     }
     let n_messages = batches.iter().map(|b| b.messages.len()).sum();
@@ -426,10 +426,12 @@ async fn import_sections(
         .import_agent(import)
         .await
         .map_err(|e| match e {
-            pattern::db::Error::AgentNameTaken(_) => CliError::conflict(format!(
-                "an agent named `{name}` exists already: import it under another name with \
+            pattern::db::Error::Agent(pattern::db::AgentError::AgentNameTaken(_)) => {
+                CliError::conflict(format!(
+                    "an agent named `{name}` exists already: import it under another name with \
                  --rename NEW"
-            )),
+                ))
+            }
             other => {
                 let e = CliError::from(other);
                 CliError::new(e.kind, format!("import failed, nothing was written: {e}"))

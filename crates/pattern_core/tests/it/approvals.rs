@@ -218,7 +218,9 @@ async fn an_unanswered_request_times_out_as_a_denial(kind: Backend) {
         s.decider
             .decide_approval(None, id, ApprovalDecision::Approve, "test")
             .await,
-        Err(pattern_db::Error::AlreadyDecided { .. })
+        Err(pattern_db::Error::Approval(
+            pattern_db::ApprovalError::AlreadyDecided { .. }
+        ))
     ));
     s.cleanup().await;
 }

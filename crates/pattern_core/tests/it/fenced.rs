@@ -353,9 +353,9 @@ async fn another_agents_turn_is_not_followed(kind: Backend) {
     assert_eq!(theirs.len(), 1);
     assert!(matches!(
         &theirs[0],
-        Err(pattern_core::Error::Db(
-            pattern_db::Error::TurnNotFound { .. }
-        ))
+        Err(pattern_core::Error::Db(pattern_db::Error::Run(
+            pattern_db::RunError::TurnNotFound { .. }
+        )))
     ));
     drop(agent);
     a.close().await;

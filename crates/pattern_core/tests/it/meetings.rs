@@ -296,9 +296,9 @@ async fn bad_meetings_are_refused_with_nothing_stored(kind: Backend) {
     assert!(
         matches!(
             refused,
-            Err(pattern_core::Error::Db(
-                pattern_db::Error::OtherOrganization { .. }
-            ))
+            Err(pattern_core::Error::Db(pattern_db::Error::Agent(
+                pattern_db::AgentError::OtherOrganization { .. }
+            )))
         ),
         "{refused:?}"
     );

@@ -5,6 +5,7 @@
 //! Writes run inside the writer's transaction (reads on the reader pool); they must never
 //! commit, and never change a request that is not pending.
 
+use crate::{AgentError, ApprovalError, BatchError};
 use sqlx::{AnyConnection, AnyPool, Row};
 
 use super::{Ctx, now_ms, runs};
@@ -12,7 +13,7 @@ use crate::approvals::{
     APPROVAL_COLUMNS, Approval, ApprovalDecision, ApprovalFilter, ApprovalState, NewApproval,
     approval_from_row, approval_requested_event,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::id::SnowflakeId;
 use crate::model::BatchId;
 use crate::protocol::OrganizationId;
@@ -107,7 +108,7 @@ async fn request(conn: &mut AnyConnection, ctx: &Ctx, new: &NewApproval) -> Resu
         .bind(new.agent.to_string())
         .fetch_optional(&mut *conn)
         .await?
-        .ok_or(Error::AgentNotFound(new.agent))?;
+        .ok_or(AgentError::AgentNotFound(new.agent))?;
     let org: Option<String> = org.try_get(0)?;
     let turn: Option<TurnId> = match new.batch {
         Some(batch) => {
@@ -128,12 +129,13 @@ async fn request(conn: &mut AnyConnection, ctx: &Ctx, new: &NewApproval) -> Resu
     };
     let id = ctx.ids.next_id()?;
     let input = serde_json::to_string(&new.input)
-        .map_err(|e| Error::InvalidContent(format!("approval input: {e}")))?;
+        .map_err(|e| BatchError::InvalidContent(format!("approval input: {e}")))?;
     if input.len() > ctx.max_content_bytes {
-        return Err(Error::ContentTooLarge {
+        return Err(BatchError::ContentTooLarge {
             size: input.len(),
             limit: ctx.max_content_bytes,
-        });
+        }
+        .into());
     }
     sqlx::query(
         "INSERT INTO approvals (id, organization_id, agent_id, batch_id, turn_id, tool, call_id, \
@@ -200,10 +202,11 @@ async fn decide(
     let changed = q.execute(&mut *conn).await?.rows_affected();
     let approval = read_in(conn, organization, id).await?;
     if changed == 0 {
-        return Err(Error::AlreadyDecided {
+        return Err(ApprovalError::AlreadyDecided {
             id,
             state: approval.state,
-        });
+        }
+        .into());
     }
     wake::notify(conn, ctx.backend, &[WakeKey::Approval(id)]).await?;
     Ok(approval)
@@ -274,7 +277,7 @@ async fn read_in(
     let row = q
         .fetch_optional(&mut *conn)
         .await?
-        .ok_or(Error::ApprovalNotFound(id))?;
+        .ok_or(ApprovalError::ApprovalNotFound(id))?;
     approval_from_row(&row)
 }
 
@@ -306,7 +309,7 @@ pub(crate) async fn read(
     let row = q
         .fetch_optional(pool)
         .await?
-        .ok_or(Error::ApprovalNotFound(id))?;
+        .ok_or(ApprovalError::ApprovalNotFound(id))?;
     approval_from_row(&row)
 }
 

@@ -4,11 +4,12 @@
 //! Writes run inside the writer's transaction; they must never commit, and never write a
 //! secret (only its hash arrives here).
 
+use crate::{AgentError, AuthError, ProtocolError};
 use sqlx::{AnyConnection, Row};
 
 use super::{Ctx, now_ms};
 use crate::auth::{ApiKey, ApiKeyId, KEY_COLUMNS, NewKeyRow, key_from_row};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::AgentId;
 use crate::protocol::OrganizationId;
 use crate::runs::RunClaim;
@@ -93,10 +94,11 @@ async fn create_key(conn: &mut AnyConnection, row: &NewKeyRow) -> Result<ApiKey>
         .fetch_optional(&mut *conn)
         .await?;
     if org.is_none() {
-        return Err(Error::ProtocolNotFound {
+        return Err(ProtocolError::ProtocolNotFound {
             kind: "organization",
             id: row.key.organization.0,
-        });
+        }
+        .into());
     }
     sqlx::query(
         "INSERT INTO api_keys (id, organization_id, name, prefix, key_hash, created_at) \
@@ -129,20 +131,20 @@ async fn revoke_key(conn: &mut AnyConnection, org: OrganizationId, id: ApiKeyId)
         .bind(org.to_string())
         .fetch_optional(&mut *conn)
         .await?
-        .ok_or(Error::ApiKeyNotFound(id))?;
+        .ok_or(AuthError::ApiKeyNotFound(id))?;
     key_from_row(&row)
 }
 
-/// [`Error::AgentNotFound`] unless `agent` belongs to `org`.
+/// [`AgentError::AgentNotFound`] unless `agent` belongs to `org`.
 async fn check_owner(conn: &mut AnyConnection, org: OrganizationId, agent: AgentId) -> Result<()> {
     let row = sqlx::query("SELECT organization_id FROM agents WHERE id = $1")
         .bind(agent.to_string())
         .fetch_optional(&mut *conn)
         .await?
-        .ok_or(Error::AgentNotFound(agent))?;
+        .ok_or(AgentError::AgentNotFound(agent))?;
     let owner: Option<String> = row.try_get(0)?;
     if owner.as_deref() != Some(org.to_string().as_str()) {
-        return Err(Error::AgentNotFound(agent));
+        return Err(AgentError::AgentNotFound(agent).into());
     }
     Ok(())
 }

@@ -1,11 +1,13 @@
 //! The memory-block domain's writes ([`CreateBlock`], [`SetValue`], [`Share`], [`DeleteBlock`])
 //! and their SQL, run by the writer inside a transaction.
 //!
-//! Each write locks the block owner's agent ([`Locks::agent`]); each function first locks the block owner's agent row (on PostgreSQL; on SQLite the single
-//! writer serialises anyway), then checks access, permission, limit and version, and only then
-//! changes anything, so a refused write leaves no trace. Like the rest of `ops`, these functions
-//! must never commit, roll back or open a transaction of their own.
+//! Each write locks the block owner's agent ([`Locks::agent`]); each function first locks the block
+//! owner's agent row (on PostgreSQL; on SQLite the single writer serialises anyway), then checks
+//! access, permission, limit and version, and only then changes anything, so a refused write leaves
+//! no trace. Like the rest of `ops`, these functions must never commit, roll back or open a
+//! transaction of their own.
 
+use crate::{AgentError, BlockError};
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 use uuid::Uuid;
@@ -154,10 +156,11 @@ async fn lock_owner(
     label: &str,
 ) -> Result<()> {
     match lock_agent(conn, owner).await {
-        Err(Error::AgentNotFound(_)) => Err(Error::BlockNotFound {
+        Err(Error::Agent(AgentError::AgentNotFound(_))) => Err(BlockError::BlockNotFound {
             agent,
             label: label.to_owned(),
-        }),
+        }
+        .into()),
         other => other,
     }
 }
@@ -174,10 +177,11 @@ async fn access(conn: &mut AnyConnection, agent: AgentId, label: &str) -> Result
     .await?;
     match row {
         Some(row) => block_from_row(&row),
-        None => Err(Error::BlockNotFound {
+        None => Err(BlockError::BlockNotFound {
             agent,
             label: label.to_owned(),
-        }),
+        }
+        .into()),
     }
 }
 
@@ -201,10 +205,11 @@ fn require_admin(block: &StoredBlock) -> Result<()> {
     if block.permission == "admin" {
         Ok(())
     } else {
-        Err(Error::PermissionDenied {
+        Err(BlockError::PermissionDenied {
             label: block.label.clone(),
             permission: block.permission.clone(),
-        })
+        }
+        .into())
     }
 }
 
@@ -255,9 +260,11 @@ async fn create_block(
     new: &NewBlock,
 ) -> Result<StoredBlock> {
     lock_agent(conn, owner).await?;
-    let taken = || Error::BlockLabelTaken {
-        agent: owner,
-        label: new.label.clone(),
+    let taken = || {
+        Error::Block(BlockError::BlockLabelTaken {
+            agent: owner,
+            label: new.label.clone(),
+        })
     };
     if label_used_by(conn, owner, &new.label).await? {
         return Err(taken());
@@ -344,15 +351,18 @@ struct ValueChange<'a> {
 async fn write_block(conn: &mut AnyConnection, ctx: &Ctx, w: ValueChange<'_>) -> Result<i64> {
     let block = locked_access(conn, w.agent, w.owner, w.label).await?;
     if !w.allowed.contains(&block.permission) {
-        return Err(Error::PermissionDenied {
+        return Err(BlockError::PermissionDenied {
             label: block.label,
             permission: block.permission,
-        });
+        }
+        .into());
     }
-    let conflict = |current| Error::VersionConflict {
-        label: w.label.to_owned(),
-        expected: w.expected,
-        current,
+    let conflict = |current| {
+        Error::Block(BlockError::VersionConflict {
+            label: w.label.to_owned(),
+            expected: w.expected,
+            current,
+        })
     };
     if block.version != w.expected {
         return Err(conflict(block.version));
@@ -416,10 +426,11 @@ async fn previous_value(conn: &mut AnyConnection, block: &StoredBlock) -> Result
             .await?;
     match row {
         Some(row) => Ok(row.try_get(0)?),
-        None => Err(Error::NothingToUndo {
+        None => Err(BlockError::NothingToUndo {
             label: block.label.clone(),
             version: block.version,
-        }),
+        }
+        .into()),
     }
 }
 
@@ -437,9 +448,9 @@ async fn share_block(
     require_admin(&block)?;
     let Some(permission) = permission else {
         if with == block.owner {
-            return Err(Error::InvalidBlock(format!(
+            return Err(BlockError::InvalidBlock(format!(
                 "the owner's access to block `{label}` cannot be taken away; delete the block instead"
-            )));
+            )).into());
         }
         let removed =
             sqlx::query("DELETE FROM memory_block_access WHERE block_id = $1 AND agent_id = $2")
@@ -448,24 +459,26 @@ async fn share_block(
                 .execute(&mut *conn)
                 .await?;
         if removed.rows_affected() == 0 {
-            return Err(Error::BlockNotFound {
+            return Err(BlockError::BlockNotFound {
                 agent: with,
                 label: label.to_owned(),
-            });
+            }
+            .into());
         }
         return search::block_access_changed(conn, ctx, block.id, block.owner).await;
     };
     if with == block.owner && permission != "admin" {
-        return Err(Error::InvalidBlock(format!(
+        return Err(BlockError::InvalidBlock(format!(
             "the owner of block `{label}` keeps `admin`"
-        )));
+        ))
+        .into());
     }
     let exists = sqlx::query("SELECT id FROM agents WHERE id = $1")
         .bind(with.to_string())
         .fetch_optional(&mut *conn)
         .await?;
     if exists.is_none() {
-        return Err(Error::AgentNotFound(with));
+        return Err(AgentError::AgentNotFound(with).into());
     }
     let current =
         sqlx::query("SELECT block_id FROM memory_block_access WHERE agent_id = $1 AND label = $2")
@@ -485,10 +498,11 @@ async fn share_block(
             .await?;
         }
         Some(_) => {
-            return Err(Error::BlockLabelTaken {
+            return Err(BlockError::BlockLabelTaken {
                 agent: with,
                 label: block.label,
-            });
+            }
+            .into());
         }
         None => {
             let inserted = sqlx::query(
@@ -504,10 +518,11 @@ async fn share_block(
             match inserted {
                 Ok(_) => {}
                 Err(e) if is_unique_violation(&e) => {
-                    return Err(Error::BlockLabelTaken {
+                    return Err(BlockError::BlockLabelTaken {
                         agent: with,
                         label: block.label,
-                    });
+                    }
+                    .into());
                 }
                 Err(e) => return Err(e.into()),
             }

@@ -4,11 +4,12 @@
 //! Writes run inside the writer's transaction (reads on the reader pool); they must never
 //! commit, and never write a server of an agent they did not lock first.
 
+use crate::{BatchError, McpError, StorageError};
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, AnyPool, Row};
 
 use super::{Ctx, from_ms, lock_agent, now_ms, parse_uuid};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::mcp::{MAX_SERVERS_PER_AGENT, McpServerRow};
 use crate::model::AgentId;
 use crate::runs::RunClaim;
@@ -72,8 +73,9 @@ fn from_row(row: &AnyRow) -> Result<McpServerRow> {
     Ok(McpServerRow {
         agent_id: AgentId(parse_uuid(&agent)?),
         name: row.try_get(1)?,
-        config: serde_json::from_str(&config)
-            .map_err(|e| Error::Corrupt(format!("an MCP server's config does not decode: {e}")))?,
+        config: serde_json::from_str(&config).map_err(|e| {
+            StorageError::Corrupt(format!("an MCP server's config does not decode: {e}"))
+        })?,
         updated_at: from_ms(row.try_get(3)?),
     })
 }
@@ -111,9 +113,10 @@ async fn put(
         .await?
         .try_get(0)?;
     if usize::try_from(count).unwrap_or(usize::MAX) > MAX_SERVERS_PER_AGENT {
-        return Err(Error::InvalidContent(format!(
+        return Err(BatchError::InvalidContent(format!(
             "an agent has at most {MAX_SERVERS_PER_AGENT} MCP servers"
-        )));
+        ))
+        .into());
     }
     let mut out = Vec::with_capacity(servers.len());
     for (name, _) in servers {
@@ -137,10 +140,11 @@ async fn remove(conn: &mut AnyConnection, agent: AgentId, name: &str) -> Result<
         .execute(&mut *conn)
         .await?;
     if done.rows_affected() == 0 {
-        return Err(Error::McpServerNotFound {
+        return Err(McpError::McpServerNotFound {
             agent,
             name: name.chars().take(64).collect(),
-        });
+        }
+        .into());
     }
     Ok(())
 }

@@ -10,6 +10,7 @@
 //! commit, roll back or open a transaction of their own, and never run a statement after one that
 //! failed (a failed statement aborts a PostgreSQL transaction).
 
+use crate::{AgentError, ProtocolError, StorageError};
 use std::time::Duration;
 
 use sqlx::{AnyConnection, Row};
@@ -300,9 +301,11 @@ pub(crate) async fn create_organization(
     external_id: &str,
     name: &str,
 ) -> Result<Organization> {
-    let taken = || Error::ExternalIdTaken {
-        kind: "organization",
-        external_id: external_id.to_owned(),
+    let taken = || {
+        Error::Protocol(ProtocolError::ExternalIdTaken {
+            kind: "organization",
+            external_id: external_id.to_owned(),
+        })
     };
     if sqlx::query("SELECT id FROM protocol_organizations WHERE external_id = $1")
         .bind(external_id)
@@ -335,7 +338,7 @@ pub(crate) async fn create_organization(
     }
 }
 
-/// The agent `id` ([`Error::AgentNotFound`] otherwise).
+/// The agent `id` ([`AgentError::AgentNotFound`] otherwise).
 pub(crate) async fn require_agent(conn: &mut AnyConnection, id: AgentId) -> Result<Agent> {
     let row = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT {AGENT_COLUMNS} FROM agents WHERE id = $1"
@@ -345,12 +348,13 @@ pub(crate) async fn require_agent(conn: &mut AnyConnection, id: AgentId) -> Resu
     .await?;
     match row {
         Some(row) => agent_from_row(&row),
-        None => Err(Error::AgentNotFound(id)),
+        None => Err(AgentError::AgentNotFound(id).into()),
     }
 }
 
 /// `other`, when it is in the organization of `agent` (the acting one);
-/// [`Error::OtherOrganization`] when it is not, [`Error::AgentNotFound`] when either is unknown.
+/// [`AgentError::OtherOrganization`] when it is not, [`AgentError::AgentNotFound`] when either is
+/// unknown.
 pub(crate) async fn require_same_organization(
     conn: &mut AnyConnection,
     agent: &Agent,
@@ -358,10 +362,11 @@ pub(crate) async fn require_same_organization(
 ) -> Result<Agent> {
     let found = require_agent(conn, other).await?;
     if found.organization != agent.organization {
-        return Err(Error::OtherOrganization {
+        return Err(AgentError::OtherOrganization {
             agent: agent.id,
             other,
-        });
+        }
+        .into());
     }
     Ok(found)
 }
@@ -380,10 +385,11 @@ async fn lock_session(conn: &mut AnyConnection, ctx: &Ctx, id: SessionId) -> Res
     .await?;
     match row {
         Some(row) => session_from_row(&row),
-        None => Err(Error::ProtocolNotFound {
+        None => Err(ProtocolError::ProtocolNotFound {
             kind: "session",
             id: id.0,
-        }),
+        }
+        .into()),
     }
 }
 
@@ -420,7 +426,7 @@ async fn open_session(
     first: Option<&NewProtocolMessage>,
 ) -> Result<(Session, Option<ProtocolMessage>)> {
     if opener == other {
-        return Err(Error::SelfSession(opener));
+        return Err(ProtocolError::SelfSession(opener).into());
     }
     let opener_agent = require_agent(conn, opener).await?;
     require_same_organization(conn, &opener_agent, other).await?;
@@ -510,7 +516,11 @@ async fn insert_session(
     }
     live_session(conn, a, b, session_type)
         .await?
-        .ok_or_else(|| Error::Corrupt("a live session conflicts but cannot be read".into()))
+        .ok_or_else(|| {
+            Error::Storage(StorageError::Corrupt(
+                "a live session conflicts but cannot be read".into(),
+            ))
+        })
 }
 
 async fn end_session(
@@ -521,10 +531,10 @@ async fn end_session(
 ) -> Result<Session> {
     let mut session = lock_session(conn, ctx, id).await?;
     if !session.has_participant(agent) {
-        return Err(Error::NotParticipant { session: id, agent });
+        return Err(ProtocolError::NotParticipant { session: id, agent }.into());
     }
     if !session.is_live() {
-        return Err(Error::SessionEnded(id));
+        return Err(ProtocolError::SessionEnded(id).into());
     }
     close_session(conn, ctx, &mut session).await?;
     Ok(session)
@@ -580,33 +590,38 @@ async fn store_message(
 ) -> Result<ProtocolMessage> {
     let id = session.id;
     let Some(recipient) = session.other(sender) else {
-        return Err(Error::NotParticipant {
+        return Err(ProtocolError::NotParticipant {
             session: id,
             agent: sender,
-        });
+        }
+        .into());
     };
     if !session.is_live()
         || session
             .message_limit
             .is_some_and(|l| session.messages_sent >= l)
     {
-        return Err(Error::SessionEnded(id));
+        return Err(ProtocolError::SessionEnded(id).into());
     }
     if session.session_type == SessionType::Sync && session.turn != Some(sender) {
-        return Err(Error::OutOfTurn {
+        return Err(ProtocolError::OutOfTurn {
             session: id,
             agent: sender,
             turn: session.turn,
-        });
+        }
+        .into());
     }
-    let content = serde_json::to_string(&message.content)
-        .map_err(|e| Error::InvalidProtocolMessage(format!("content does not encode: {e}")))?;
+    let content = serde_json::to_string(&message.content).map_err(|e| {
+        ProtocolError::InvalidProtocolMessage(format!("content does not encode: {e}"))
+    })?;
     let metadata = message
         .metadata
         .as_ref()
         .map(serde_json::to_string)
         .transpose()
-        .map_err(|e| Error::InvalidProtocolMessage(format!("metadata does not encode: {e}")))?;
+        .map_err(|e| {
+            ProtocolError::InvalidProtocolMessage(format!("metadata does not encode: {e}"))
+        })?;
     let sender_name = match session.delivery {
         Delivery::Agents => Some(require_agent(conn, sender).await?.name),
         Delivery::Inbox => None,

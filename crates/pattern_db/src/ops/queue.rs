@@ -5,12 +5,13 @@
 //! Each write locks its agent. Runs inside the writer's transaction; it must never commit, and
 //! never claim an entry without beginning its batch in the same transaction.
 
+use crate::{BatchError, ScheduleError};
 use sqlx::AnyConnection;
 
 use super::{Ctx, begin_batch, claim_retry, encode_content, lock_agent, now_ms};
 use sqlx::Row;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::id::SnowflakeId;
 use crate::model::{AgentId, BatchId, BatchType, BeginBatch, ContentBlock, NewMessage, Role};
 use crate::queue::{Delivered, NewQueued, QUEUE_COLUMNS, QueuedMessage, queued_from_row};
@@ -193,19 +194,22 @@ fn check_entry(ctx: &Ctx, entry: &NewQueued) -> Result<String> {
     let message = NewMessage::new(entry.role, entry.content.clone());
     let content = encode_content(ctx.max_content_bytes, &message)?;
     if message.tool_result_ids().next().is_some() || message.tool_use_ids().next().is_some() {
-        return Err(Error::InvalidContent(
+        return Err(BatchError::InvalidContent(
             "a queued trigger cannot hold tool calls or tool results".into(),
-        ));
+        )
+        .into());
     }
     if entry.source.len() > 200 {
-        return Err(Error::InvalidContent(
+        return Err(BatchError::InvalidContent(
             "a queue entry's source is at most 200 bytes".into(),
-        ));
+        )
+        .into());
     }
     if entry.retry_of.is_some() && entry.every.is_some() {
-        return Err(Error::InvalidContent(
+        return Err(BatchError::InvalidContent(
             "a retry is delivered once: it cannot be a recurring entry".into(),
-        ));
+        )
+        .into());
     }
     Ok(content)
 }
@@ -403,10 +407,11 @@ async fn add_schedule(
     .await?
     .try_get(0)?;
     if usize::try_from(live).unwrap_or(usize::MAX) >= MAX_SCHEDULES_PER_AGENT {
-        return Err(Error::TooManySchedules {
+        return Err(ScheduleError::TooManySchedules {
             agent,
             limit: MAX_SCHEDULES_PER_AGENT,
-        });
+        }
+        .into());
     }
     let id = ctx.ids.next_id()?;
     let now = now_ms();
@@ -452,7 +457,7 @@ async fn remove_schedule(
     .await?;
     match row {
         Some(row) => queued_from_row(&row),
-        None => Err(Error::ScheduleNotFound(id)),
+        None => Err(ScheduleError::ScheduleNotFound(id).into()),
     }
 }
 

@@ -5,6 +5,7 @@
 //! open batch, or a batch no summary covers unless it was abandoned, and never return a stored
 //! policy that does not pass `RetentionSettings::check`.
 
+use crate::StorageError;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, AnyPool, Row};
 
@@ -70,8 +71,9 @@ impl Write for PlanArchive {
         let cutoff = now_ms().saturating_sub(age_ms(self.older_than));
         let ids = eligible(conn, ctx, self.agent, cutoff).await?;
         if !ids.is_empty() {
-            let text = serde_json::to_string(&ids)
-                .map_err(|e| Error::Corrupt(format!("an archive plan does not encode: {e}")))?;
+            let text = serde_json::to_string(&ids).map_err(|e| {
+                StorageError::Corrupt(format!("an archive plan does not encode: {e}"))
+            })?;
             sqlx::query(
                 "INSERT INTO retention_exports (agent_id, batch_ids, created_at) VALUES ($1, $2, $3)",
             )
@@ -170,8 +172,11 @@ const POLICY_COLUMNS: &str = "agent_id, batches_older_than_days, batch_disposal,
 fn stored_u32(row: &AnyRow, i: usize) -> Result<Option<u32>> {
     let v: Option<i64> = row.try_get(i)?;
     v.map(|v| {
-        u32::try_from(v)
-            .map_err(|_| Error::Corrupt(format!("a stored retention value is out of range: {v}")))
+        u32::try_from(v).map_err(|_| {
+            Error::Storage(StorageError::Corrupt(format!(
+                "a stored retention value is out of range: {v}"
+            )))
+        })
     })
     .transpose()
 }
@@ -182,7 +187,7 @@ fn policy_from_row(row: &AnyRow) -> Result<StoredRetention> {
     let settings = RetentionSettings {
         batches_older_than_days: stored_u32(row, 1)?,
         batch_disposal: BatchDisposal::parse(&disposal)
-            .map_err(|e| Error::Corrupt(format!("a stored retention policy: {e}")))?,
+            .map_err(|e| StorageError::Corrupt(format!("a stored retention policy: {e}")))?,
         keep_block_versions: stored_u32(row, 3)?,
         activity_older_than_days: stored_u32(row, 4)?,
     };
@@ -190,7 +195,7 @@ fn policy_from_row(row: &AnyRow) -> Result<StoredRetention> {
     // never turns into a zero age.
     settings
         .check()
-        .map_err(|e| Error::Corrupt(format!("a stored retention policy: {e}")))?;
+        .map_err(|e| StorageError::Corrupt(format!("a stored retention policy: {e}")))?;
     Ok(StoredRetention {
         agent: AgentId(parse_uuid(&agent)?),
         settings,
@@ -228,8 +233,11 @@ async fn planned(conn: &mut AnyConnection, agent: AgentId) -> Result<Option<Vec<
         .await?;
     row.map(|r| {
         let text: String = r.try_get(0)?;
-        serde_json::from_str::<Vec<i64>>(&text)
-            .map_err(|e| Error::Corrupt(format!("an archive plan does not decode: {e}")))
+        serde_json::from_str::<Vec<i64>>(&text).map_err(|e| {
+            Error::Storage(StorageError::Corrupt(format!(
+                "an archive plan does not decode: {e}"
+            )))
+        })
     })
     .transpose()
 }

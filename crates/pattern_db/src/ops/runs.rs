@@ -7,6 +7,7 @@
 
 pub(crate) mod writes;
 
+use crate::{AgentError, BatchError, RunError, StorageError};
 use std::collections::{BTreeSet, HashMap};
 
 use sqlx::any::AnyRow;
@@ -73,10 +74,11 @@ pub(crate) async fn check_fence(
     if token == claim.token && holder.as_deref() == Some(ctx.run_owner.as_str()) {
         Ok(())
     } else {
-        Err(Error::ClaimLost {
+        Err(RunError::ClaimLost {
             agent: claim.agent,
             token: claim.token,
-        })
+        }
+        .into())
     }
 }
 
@@ -86,19 +88,23 @@ pub(crate) fn check_batch_owner(info: &BatchInfo, fence: Option<&RunClaim>) -> R
     match (info.claim_token, fence) {
         (None, None) => Ok(()),
         (Some(token), Some(f)) if f.agent == info.agent_id && f.token == token => Ok(()),
-        (Some(_), Some(f)) | (None, Some(f)) if f.agent == info.agent_id => Err(Error::ClaimLost {
-            agent: f.agent,
-            token: f.token,
-        }),
+        (Some(_), Some(f)) | (None, Some(f)) if f.agent == info.agent_id => {
+            Err(RunError::ClaimLost {
+                agent: f.agent,
+                token: f.token,
+            }
+            .into())
+        }
         // A run writing another agent's batch: only that batch's own rules apply.
         (None, Some(_)) => Ok(()),
-        (Some(_), _) => Err(Error::AgentBusy {
+        (Some(_), _) => Err(RunError::AgentBusy {
             agent: info.agent_id,
             holder: info
                 .run_owner
                 .clone()
                 .unwrap_or_else(|| "another run".into()),
-        }),
+        }
+        .into()),
     }
 }
 
@@ -343,7 +349,7 @@ async fn deliver(
     let agent = claim.agent;
     let mut entry = super::queue::claim_entry(conn, agent, entry.id, now, false)
         .await?
-        .ok_or(Error::Database(sqlx::Error::RowNotFound))?;
+        .ok_or(StorageError::Database(sqlx::Error::RowNotFound))?;
     let trigger = NewMessage::new(entry.role, entry.content.clone());
     let received = begin_batch(
         conn,
@@ -422,10 +428,11 @@ pub(crate) async fn submit(conn: &mut AnyConnection, ctx: &Ctx, s: &Submit) -> R
         return if first.fingerprint.as_deref() == Some(idem.fingerprint.as_str()) {
             Ok(Submitted::Replayed(first))
         } else {
-            Err(Error::IdempotencyKeyReused {
+            Err(RunError::IdempotencyKeyReused {
                 key: idem.key.clone(),
                 turn: first.id,
-            })
+            }
+            .into())
         };
     }
     lock_agent(conn, agent).await?;
@@ -555,7 +562,7 @@ pub(crate) async fn finish_run(
     let agent = f.claim.agent;
     let turn = read_turn_tx(conn, agent, f.turn).await?;
     if turn.state == TurnState::Finished {
-        return Err(Error::TurnFinished(f.turn));
+        return Err(RunError::TurnFinished(f.turn).into());
     }
     let now = now_ms();
     let (batch, outcome) = match &f.ending {
@@ -701,7 +708,7 @@ pub(crate) async fn recover(
     for agent in agents {
         match lock_agent(conn, agent).await {
             Ok(()) => {}
-            Err(Error::AgentNotFound(_)) => continue,
+            Err(Error::Agent(AgentError::AgentNotFound(_))) => continue,
             Err(e) => return Err(e),
         }
         let (_, holder) = claim_row(conn, agent).await?;
@@ -749,20 +756,23 @@ pub(crate) async fn recover(
 
 fn check_turn(turn: &NewTurn) -> Result<()> {
     if turn.source.len() > MAX_SOURCE {
-        return Err(Error::InvalidContent(format!(
+        return Err(BatchError::InvalidContent(format!(
             "a turn's source is at most {MAX_SOURCE} bytes"
-        )));
+        ))
+        .into());
     }
     if let Some(idem) = &turn.idempotency {
         if idem.key.is_empty() || idem.key.len() > MAX_KEY {
-            return Err(Error::InvalidContent(format!(
+            return Err(BatchError::InvalidContent(format!(
                 "an idempotency key is 1 to {MAX_KEY} bytes"
-            )));
+            ))
+            .into());
         }
         if idem.fingerprint.len() > MAX_FINGERPRINT {
-            return Err(Error::InvalidContent(format!(
+            return Err(BatchError::InvalidContent(format!(
                 "a request fingerprint is at most {MAX_FINGERPRINT} bytes"
-            )));
+            ))
+            .into());
         }
     }
     Ok(())
@@ -826,13 +836,13 @@ pub(crate) async fn append_events(
         .fetch_optional(&mut *conn)
         .await?;
     let Some(row) = row else {
-        return Err(Error::TurnNotFound { agent, turn });
+        return Err(RunError::TurnNotFound { agent, turn }.into());
     };
     if row.try_get::<String, _>(0)? != agent.to_string() {
-        return Err(Error::TurnNotFound { agent, turn });
+        return Err(RunError::TurnNotFound { agent, turn }.into());
     }
     if row.try_get::<String, _>(1)?.parse::<TurnState>()? == TurnState::Finished {
-        return Err(Error::TurnFinished(turn));
+        return Err(RunError::TurnFinished(turn).into());
     }
     let last: i64 = row.try_get(2)?;
     if events.is_empty() {
@@ -840,20 +850,22 @@ pub(crate) async fn append_events(
     }
     for e in events {
         if e.kind.is_empty() || e.kind.len() > MAX_KIND {
-            return Err(Error::InvalidContent(format!(
+            return Err(BatchError::InvalidContent(format!(
                 "a turn event's kind is 1 to {MAX_KIND} bytes"
-            )));
+            ))
+            .into());
         }
         if e.data.len() > ctx.max_content_bytes {
-            return Err(Error::ContentTooLarge {
+            return Err(BatchError::ContentTooLarge {
                 size: e.data.len(),
                 limit: ctx.max_content_bytes,
-            });
+            }
+            .into());
         }
         if !serde_json::from_str::<serde_json::Value>(&e.data).is_ok_and(|v| v.is_object()) {
-            return Err(Error::InvalidContent(
-                "a turn event's data is a JSON object".into(),
-            ));
+            return Err(
+                BatchError::InvalidContent("a turn event's data is a JSON object".into()).into(),
+            );
         }
     }
     let now = now_ms();
@@ -955,7 +967,7 @@ async fn read_turn_tx(conn: &mut AnyConnection, agent: AgentId, turn: TurnId) ->
     .await?;
     match row {
         Some(row) => turn_from_row(&row),
-        None => Err(Error::TurnNotFound { agent, turn }),
+        None => Err(RunError::TurnNotFound { agent, turn }.into()),
     }
 }
 
@@ -1137,17 +1149,17 @@ mod tests {
         assert!(check_batch_owner(&info, Some(&mine)).is_ok());
         assert!(matches!(
             check_batch_owner(&info, Some(&stale)),
-            Err(Error::ClaimLost { .. })
+            Err(Error::Run(RunError::ClaimLost { .. }))
         ));
         assert!(matches!(
             check_batch_owner(&info, None),
-            Err(Error::AgentBusy { .. })
+            Err(Error::Run(RunError::AgentBusy { .. }))
         ));
         info.claim_token = None;
         assert!(check_batch_owner(&info, None).is_ok());
         assert!(matches!(
             check_batch_owner(&info, Some(&mine)),
-            Err(Error::ClaimLost { .. })
+            Err(Error::Run(RunError::ClaimLost { .. }))
         ));
     }
 }

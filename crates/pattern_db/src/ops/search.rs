@@ -9,6 +9,7 @@
 
 pub(crate) mod writes;
 
+use crate::{ArchivalError, SearchError, StorageError};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ use crate::archival::{
     ARCHIVAL_COLUMNS, ArchivalEntry, ArchivalId, NewArchival, archival_from_row,
 };
 use crate::config::Backend;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::AgentId;
 use crate::search::{
     ChangeKind, ContentRef, ContentRow, ContentType, EmbeddingJob, EmbeddingModelInfo, NewVector,
@@ -328,9 +329,9 @@ pub(crate) async fn insert_archival(
             created_at: entry.occurred_at()?.unwrap_or(now),
         };
         let metadata = serde_json::to_string(&stored.metadata)
-            .map_err(|e| Error::InvalidArchival(e.to_string()))?;
+            .map_err(|e| ArchivalError::InvalidArchival(e.to_string()))?;
         let tags = serde_json::to_string(&stored.tags)
-            .map_err(|e| Error::InvalidArchival(e.to_string()))?;
+            .map_err(|e| ArchivalError::InvalidArchival(e.to_string()))?;
         if let Some(key) = &stored.dedupe_key {
             existing.insert(key.clone(), stored.clone());
         }
@@ -568,7 +569,7 @@ pub(crate) async fn load_model(conn: &mut AnyConnection) -> Result<Option<Embedd
         Ok(EmbeddingModelInfo {
             name: row.try_get(0)?,
             dimension: u32::try_from(dimension)
-                .map_err(|_| Error::Corrupt(format!("stored dimension {dimension}")))?,
+                .map_err(|_| StorageError::Corrupt(format!("stored dimension {dimension}")))?,
             file_hash: row.try_get(2)?,
         })
     })
@@ -577,9 +578,10 @@ pub(crate) async fn load_model(conn: &mut AnyConnection) -> Result<Option<Embedd
 
 fn check_model(info: &EmbeddingModelInfo) -> Result<()> {
     if info.name.is_empty() || info.dimension == 0 || info.file_hash.is_empty() {
-        return Err(Error::InvalidEmbedding(
+        return Err(SearchError::InvalidEmbedding(
             "a model needs a name, a positive dimension and a file hash".into(),
-        ));
+        )
+        .into());
     }
     Ok(())
 }
@@ -606,10 +608,11 @@ pub(crate) async fn register_model(
     check_model(info)?;
     match load_model(conn).await? {
         Some(stored) if &stored == info => Ok(()),
-        Some(stored) => Err(Error::EmbeddingModelMismatch {
+        Some(stored) => Err(SearchError::EmbeddingModelMismatch {
             stored,
             requested: info.clone(),
-        }),
+        }
+        .into()),
         None => store_model(conn, info).await,
     }
 }
@@ -693,7 +696,7 @@ pub(crate) async fn backfill(conn: &mut AnyConnection) -> Result<u64> {
 pub(crate) async fn enqueue(conn: &mut AnyConnection, content: &ContentRef) -> Result<()> {
     let live = load_live(conn, std::slice::from_ref(content), None).await?;
     let Some(row) = live.get(content) else {
-        return Err(Error::ContentNotFound(content.clone()));
+        return Err(SearchError::ContentNotFound(content.clone()).into());
     };
     upsert_jobs(
         conn,
@@ -881,21 +884,23 @@ pub(crate) async fn store(
     vectors: &[NewVector],
 ) -> Result<StoreReport> {
     let Some(model) = load_model(conn).await? else {
-        return Err(Error::EmbeddingModelNotRegistered);
+        return Err(SearchError::EmbeddingModelNotRegistered.into());
     };
     for v in vectors {
         if v.vector.len() != model.dimension as usize {
-            return Err(Error::EmbeddingDimension {
+            return Err(SearchError::EmbeddingDimension {
                 content: v.content.clone(),
                 expected: model.dimension,
                 got: v.vector.len(),
-            });
+            }
+            .into());
         }
         if v.vector.iter().any(|x| !x.is_finite()) {
-            return Err(Error::InvalidEmbedding(format!(
+            return Err(SearchError::InvalidEmbedding(format!(
                 "vector for {} has a non-finite value",
                 v.content
-            )));
+            ))
+            .into());
         }
     }
     change_lock(conn, ctx.backend).await?;

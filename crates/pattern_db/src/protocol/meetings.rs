@@ -17,6 +17,7 @@
 //! This module must never write outside the writer, and never wake anyone itself: on PostgreSQL
 //! the writes send `NOTIFY` inside their transaction (delivered at commit only).
 
+use crate::{ProtocolError, StorageError};
 use std::fmt;
 use std::time::Duration;
 
@@ -74,9 +75,10 @@ impl MeetingPolicy {
             "round_robin" | "round-robin" => Ok(MeetingPolicy::RoundRobin),
             "selector" => Ok(MeetingPolicy::Selector),
             "broadcast" => Ok(MeetingPolicy::Broadcast),
-            other => Err(Error::InvalidProtocolMessage(format!(
+            other => Err(ProtocolError::InvalidProtocolMessage(format!(
                 "unknown meeting policy `{other}` (round-robin, selector, broadcast)"
-            ))),
+            ))
+            .into()),
         }
     }
 }
@@ -113,9 +115,10 @@ impl MeetingStatus {
             "active" => MeetingStatus::Active,
             "ended" => MeetingStatus::Ended,
             other => {
-                return Err(Error::Corrupt(format!(
+                return Err(StorageError::Corrupt(format!(
                     "unknown stored meeting status `{other}`"
-                )));
+                ))
+                .into());
             }
         })
     }
@@ -163,9 +166,10 @@ impl ParticipantStatus {
             "speaking" => ParticipantStatus::Speaking,
             "left" => ParticipantStatus::Left,
             other => {
-                return Err(Error::Corrupt(format!(
+                return Err(StorageError::Corrupt(format!(
                     "unknown stored participant status `{other}`"
-                )));
+                ))
+                .into());
             }
         })
     }
@@ -294,9 +298,10 @@ impl MeetingEventType {
             "agent_timed_out" => MeetingEventType::AgentTimedOut,
             "meeting_ended" => MeetingEventType::MeetingEnded,
             other => {
-                return Err(Error::Corrupt(format!(
+                return Err(StorageError::Corrupt(format!(
                     "unknown stored meeting event `{other}`"
-                )));
+                ))
+                .into());
             }
         })
     }
@@ -398,23 +403,25 @@ pub struct RetentionPolicy {
 }
 
 impl RetentionPolicy {
-    /// Refuses a zero age ([`Error::InvalidRetention`]): it would archive messages as they are
-    /// read and delete sessions and meetings as they end, so a user's `--older-than-days 0` is a
-    /// mistake, never a policy.
+    /// Refuses a zero age ([`ProtocolError::InvalidRetention`]): it would archive messages as they
+    /// are read and delete sessions and meetings as they end, so a user's `--older-than-days 0` is
+    /// a mistake, never a policy.
     pub fn check(&self) -> Result<()> {
         if self.archive_messages_after.is_zero() {
-            return Err(Error::InvalidRetention(
+            return Err(ProtocolError::InvalidRetention(
                 "a message retention age of zero would archive messages as they are read: use at \
                  least 1 day"
                     .to_owned(),
-            ));
+            )
+            .into());
         }
         if self.delete_ended_after.is_zero() {
-            return Err(Error::InvalidRetention(
+            return Err(ProtocolError::InvalidRetention(
                 "an ended-conversation retention age of zero would delete sessions and meetings \
                  as they end: use at least 1 day"
                     .to_owned(),
-            ));
+            )
+            .into());
         }
         Ok(())
     }
@@ -530,7 +537,7 @@ pub(crate) fn meeting_from_row(row: &AnyRow) -> Result<Meeting> {
         started_at: row.try_get::<Option<i64>, _>(9)?.map(from_ms),
         ended_at: row.try_get::<Option<i64>, _>(10)?.map(from_ms),
         policy: MeetingPolicy::parse(&row.try_get::<String, _>(11)?)
-            .map_err(|_| Error::Corrupt("unknown stored meeting policy".into()))?,
+            .map_err(|_| StorageError::Corrupt("unknown stored meeting policy".into()))?,
         chosen: opt_uuid(row, 12)?.map(AgentId),
     })
 }
@@ -566,13 +573,15 @@ pub(crate) fn event_from_row(row: &AnyRow) -> Result<MeetingEvent> {
     })
 }
 
-/// A turn duration must be 1 ms to [`MAX_TURN_DURATION`] ([`Error::InvalidProtocolMessage`]).
+/// A turn duration must be 1 ms to [`MAX_TURN_DURATION`]
+/// ([`ProtocolError::InvalidProtocolMessage`]).
 fn check_turn_duration(turn_duration: Option<Duration>) -> Result<()> {
     match turn_duration {
         Some(d) if d < Duration::from_millis(1) || d > MAX_TURN_DURATION => {
-            Err(Error::InvalidProtocolMessage(format!(
+            Err(ProtocolError::InvalidProtocolMessage(format!(
                 "a turn duration must be 1 ms to {MAX_TURN_DURATION:?}, got {d:?}"
-            )))
+            ))
+            .into())
         }
         _ => Ok(()),
     }
@@ -583,15 +592,17 @@ impl Database {
         match self.write(op).await? {
             ProtocolDone::Meeting(update) => Ok(*update),
             ProtocolDone::Refused(refused) => Err(refused.1),
-            ProtocolDone::Retention(_) => Err(Error::Corrupt(
+            ProtocolDone::Retention(_) => Err(StorageError::Corrupt(
                 "a meeting write answered with a retention report".into(),
-            )),
+            )
+            .into()),
         }
     }
 
     /// Creates a meeting hosted by `host`, who joins it at once (join order 1). `turn_duration`
     /// limits each turn (1 ms to [`MAX_TURN_DURATION`]; otherwise
-    /// [`Error::InvalidProtocolMessage`]). Unknown host: [`Error::ProtocolNotFound`].
+    /// [`ProtocolError::InvalidProtocolMessage`]). Unknown host:
+    /// [`ProtocolError::ProtocolNotFound`].
     pub async fn create_meeting(
         &self,
         host: AgentId,
@@ -620,9 +631,10 @@ impl Database {
     ) -> Result<MeetingUpdate> {
         let size = plan.to_string().len();
         if size > 64 * 1024 {
-            return Err(Error::InvalidProtocolMessage(format!(
+            return Err(ProtocolError::InvalidProtocolMessage(format!(
                 "a meeting plan may hold at most 64 KiB of JSON, got {size} bytes"
-            )));
+            ))
+            .into());
         }
         check_turn_duration(turn_duration)?;
         self.meeting_write(ProtocolOp::CreateMeeting {
@@ -636,9 +648,9 @@ impl Database {
 
     /// The host of a selector meeting, holding the turn, names `next` (a present participant,
     /// not itself) to speak after its turn; the choice takes effect when the host's turn ends
-    /// (it speaks, passes, times out or leaves). Not the host: [`Error::NotHost`]; not its turn:
-    /// [`Error::NotSpeaker`]; another policy: [`Error::MeetingState`]; `next` absent:
-    /// [`Error::NotMeetingParticipant`]; nothing stored on any refusal.
+    /// (it speaks, passes, times out or leaves). Not the host: [`ProtocolError::NotHost`]; not its
+    /// turn: [`ProtocolError::NotSpeaker`]; another policy: [`ProtocolError::MeetingState`]; `next`
+    /// absent: [`ProtocolError::NotMeetingParticipant`]; nothing stored on any refusal.
     pub async fn choose_speaker(
         &self,
         meeting: MeetingId,
@@ -656,7 +668,7 @@ impl Database {
     /// Speaks (`Some`) or passes (`None`) only in the turn that began at `turn_started_at`
     /// (the meeting's [`Meeting::turn_started_at`] when the caller read it): a driver that
     /// acts on a turn it read earlier never speaks into a later turn of the same agent.
-    /// Another turn, or not the speaker: [`Error::NotSpeaker`], nothing stored.
+    /// Another turn, or not the speaker: [`ProtocolError::NotSpeaker`], nothing stored.
     pub async fn speak_in_turn(
         &self,
         meeting: MeetingId,
@@ -676,8 +688,9 @@ impl Database {
         .await
     }
 
-    /// The host invites `agent` (optional: anyone may join). Not the host: [`Error::NotHost`];
-    /// already invited or present: [`Error::AlreadyParticipant`]; ended: [`Error::MeetingEnded`].
+    /// The host invites `agent` (optional: anyone may join). Not the host:
+    /// [`ProtocolError::NotHost`]; already invited or present:
+    /// [`ProtocolError::AlreadyParticipant`]; ended: [`ProtocolError::MeetingEnded`].
     pub async fn invite_to_meeting(
         &self,
         meeting: MeetingId,
@@ -693,22 +706,23 @@ impl Database {
     }
 
     /// `agent` joins (again, after leaving: at the end of the order). Present already:
-    /// [`Error::AlreadyParticipant`]; ended: [`Error::MeetingEnded`].
+    /// [`ProtocolError::AlreadyParticipant`]; ended: [`ProtocolError::MeetingEnded`].
     pub async fn join_meeting(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
         self.meeting_write(ProtocolOp::Join { meeting, agent })
             .await
     }
 
     /// The host starts a ready meeting; the first present participant in join order speaks.
-    /// Not ready or started already: [`Error::MeetingState`].
+    /// Not ready or started already: [`ProtocolError::MeetingState`].
     pub async fn start_meeting(&self, meeting: MeetingId, host: AgentId) -> Result<MeetingUpdate> {
         self.meeting_write(ProtocolOp::Start { meeting, host })
             .await
     }
 
     /// The current speaker says `message` and the turn passes on. Not the speaker:
-    /// [`Error::NotSpeaker`] (nothing stored); not present: [`Error::NotMeetingParticipant`];
-    /// not active: [`Error::MeetingState`] or [`Error::MeetingEnded`].
+    /// [`ProtocolError::NotSpeaker`] (nothing stored); not present:
+    /// [`ProtocolError::NotMeetingParticipant`]; not active: [`ProtocolError::MeetingState`] or
+    /// [`ProtocolError::MeetingEnded`].
     pub async fn speak(
         &self,
         meeting: MeetingId,
@@ -737,13 +751,14 @@ impl Database {
     }
 
     /// `agent` leaves; if it was speaking the turn passes on, and an active meeting that
-    /// everyone left ends. Not present: [`Error::NotMeetingParticipant`].
+    /// everyone left ends. Not present: [`ProtocolError::NotMeetingParticipant`].
     pub async fn leave_meeting(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
         self.meeting_write(ProtocolOp::Leave { meeting, agent })
             .await
     }
 
-    /// The host ends the meeting. Not the host: [`Error::NotHost`]; ended: [`Error::MeetingEnded`].
+    /// The host ends the meeting. Not the host: [`ProtocolError::NotHost`]; ended:
+    /// [`ProtocolError::MeetingEnded`].
     pub async fn end_meeting(&self, meeting: MeetingId, host: AgentId) -> Result<MeetingUpdate> {
         self.meeting_write(ProtocolOp::EndMeeting { meeting, host })
             .await
@@ -763,13 +778,13 @@ impl Database {
         policy.check()?;
         match self.write(ProtocolOp::Retention(policy)).await? {
             ProtocolDone::Retention(report) => Ok(*report),
-            ProtocolDone::Meeting(_) | ProtocolDone::Refused(_) => Err(Error::Corrupt(
-                "protocol retention answered with a meeting update".into(),
+            ProtocolDone::Meeting(_) | ProtocolDone::Refused(_) => Err(Error::Storage(
+                StorageError::Corrupt("protocol retention answered with a meeting update".into()),
             )),
         }
     }
 
-    /// The meeting with this id ([`Error::ProtocolNotFound`] otherwise).
+    /// The meeting with this id ([`ProtocolError::ProtocolNotFound`] otherwise).
     pub async fn meeting(&self, id: MeetingId) -> Result<Meeting> {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {MEETING_COLUMNS} FROM protocol_meetings WHERE id = $1"
@@ -779,10 +794,11 @@ impl Database {
         .await?;
         match row {
             Some(row) => meeting_from_row(&row),
-            None => Err(Error::ProtocolNotFound {
+            None => Err(ProtocolError::ProtocolNotFound {
                 kind: "meeting",
                 id: id.0,
-            }),
+            }
+            .into()),
         }
     }
 
@@ -814,7 +830,7 @@ impl Database {
     }
 
     /// Up to `limit` events of a meeting with a sequence number above `after`, in order. An
-    /// unknown meeting is [`Error::ProtocolNotFound`].
+    /// unknown meeting is [`ProtocolError::ProtocolNotFound`].
     pub async fn meeting_events_after(
         &self,
         meeting: MeetingId,
@@ -967,7 +983,7 @@ impl Database {
         }
         let mut inner = sqlx::postgres::PgListener::connect(self.url())
             .await
-            .map_err(|source| Error::Connect {
+            .map_err(|source| StorageError::Connect {
                 backend: "postgres",
                 url: crate::error::redact_url(self.url()),
                 source,

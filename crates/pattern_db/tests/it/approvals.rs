@@ -2,6 +2,7 @@
 //! organization walls (`ApprovalNotFound`), timeouts, the turn event stored with a request, and
 //! pending requests ended with their batch, also when its process died (never approved later).
 
+use pattern_db::ApprovalError;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -78,7 +79,7 @@ async fn one_decision_wins_among_concurrent_deciders(kind: Kind) {
         for t in tasks {
             match t.await.unwrap() {
                 Ok(a) => wins.push(a),
-                Err(Error::AlreadyDecided { id, state }) => {
+                Err(Error::Approval(ApprovalError::AlreadyDecided { id, state })) => {
                     assert_eq!(id, asked.id);
                     losses.push(state);
                 }
@@ -154,19 +155,22 @@ async fn another_organizations_request_is_not_found(kind: Kind) {
         .unwrap();
     assert!(matches!(
         db.approval(Some(evil.id), asked.id).await,
-        Err(Error::ApprovalNotFound(id)) if id == asked.id
+        Err(Error::Approval(ApprovalError::ApprovalNotFound(id))) if id == asked.id
     ));
     let e = db
         .decide_approval(Some(evil.id), asked.id, ApprovalDecision::Approve, "http")
         .await
         .unwrap_err();
-    assert!(matches!(e, Error::ApprovalNotFound(_)), "{e}");
+    assert!(
+        matches!(e, Error::Approval(ApprovalError::ApprovalNotFound(_))),
+        "{e}"
+    );
     assert_eq!(e.class(), pattern_db::ErrorClass::NotFound);
     let unknown = pattern_db::SnowflakeId(asked.id.get() + 12345);
     assert!(matches!(
         db.decide_approval(None, unknown, ApprovalDecision::Approve, "cli")
             .await,
-        Err(Error::ApprovalNotFound(_))
+        Err(Error::Approval(ApprovalError::ApprovalNotFound(_)))
     ));
     let evil_list = db
         .approvals(
@@ -222,10 +226,10 @@ async fn timeouts_are_marked_once(kind: Kind) {
     assert!(matches!(
         db.decide_approval(None, asked.id, ApprovalDecision::Approve, "cli")
             .await,
-        Err(Error::AlreadyDecided {
+        Err(Error::Approval(ApprovalError::AlreadyDecided {
             state: ApprovalState::TimedOut,
             ..
-        })
+        }))
     ));
     let approved = db
         .request_approval(new_approval(ada.id, None))
@@ -292,10 +296,10 @@ async fn a_request_ends_with_its_batch(kind: Kind) {
     assert!(matches!(
         db.decide_approval(None, asked.id, ApprovalDecision::Approve, "cli")
             .await,
-        Err(Error::AlreadyDecided {
+        Err(Error::Approval(ApprovalError::AlreadyDecided {
             state: ApprovalState::Abandoned,
             ..
-        })
+        }))
     ));
     db.close().await;
 }
@@ -343,10 +347,10 @@ async fn a_dead_runs_request_is_abandoned_never_approved(kind: Kind) {
     assert!(matches!(
         b.decide_approval(None, asked.id, ApprovalDecision::Approve, "http")
             .await,
-        Err(Error::AlreadyDecided {
+        Err(Error::Approval(ApprovalError::AlreadyDecided {
             state: ApprovalState::Abandoned,
             ..
-        })
+        }))
     ));
     b.close().await;
     tdb.cleanup().await.unwrap();

@@ -2,6 +2,7 @@
 //! and organization walls on every scoped read and delete.
 
 use pattern_db::testkit::{fetch_texts, refuse_inserts};
+use pattern_db::{AgentError, AuthError, ProtocolError};
 use pattern_db::{ApiKeyId, Error, NewAgent};
 use sha2::{Digest, Sha256};
 
@@ -60,7 +61,7 @@ async fn keys_authenticate_until_revoked_and_only_their_hash_is_stored(kind: Kin
     // Another organization cannot revoke it, and it stays live.
     assert!(matches!(
         db.revoke_api_key(other.id, issued.key.id).await,
-        Err(Error::ApiKeyNotFound(_))
+        Err(Error::Auth(AuthError::ApiKeyNotFound(_)))
     ));
     assert!(
         db.authenticate_api_key(&issued.secret)
@@ -82,7 +83,7 @@ async fn keys_authenticate_until_revoked_and_only_their_hash_is_stored(kind: Kin
     assert!(matches!(
         db.revoke_api_key(acme.id, ApiKeyId(uuid::Uuid::now_v7()))
             .await,
-        Err(Error::ApiKeyNotFound(_))
+        Err(Error::Auth(AuthError::ApiKeyNotFound(_)))
     ));
     assert_eq!(db.api_keys(acme.id).await.unwrap().len(), 1);
     assert!(db.api_keys(other.id).await.unwrap().is_empty());
@@ -117,18 +118,18 @@ async fn organization_agents_are_walled_off(kind: Kind) {
     assert!(matches!(
         db.create_org_agent(acme.id, NewAgent::named("helper"))
             .await,
-        Err(Error::AgentNameTaken(_))
+        Err(Error::Agent(AgentError::AgentNameTaken(_)))
     ));
     let mut by_external = NewAgent::named("helper2");
     by_external.external_id = Some("helper".into());
     assert!(matches!(
         db.create_org_agent(acme.id, by_external).await,
-        Err(Error::ExternalIdTaken { .. })
+        Err(Error::Protocol(ProtocolError::ExternalIdTaken { .. }))
     ));
     assert!(matches!(
         db.create_org_agent(acme.id, NewAgent::named("acme/helper"))
             .await,
-        Err(Error::InvalidName { field: "name", .. })
+        Err(Error::Agent(AgentError::InvalidName { field: "name", .. }))
     ));
     assert_eq!(
         db.agent_in_scope(Some(other.id), "helper")
@@ -140,7 +141,7 @@ async fn organization_agents_are_walled_off(kind: Kind) {
     assert_eq!(db.agent_by_name("local").await.unwrap().id, local.id);
     assert!(matches!(
         db.agent_in_scope(Some(acme.id), "local").await,
-        Err(Error::AgentNameNotFound(_))
+        Err(Error::Agent(AgentError::AgentNameNotFound(_)))
     ));
     db.delete_org_agent(other.id, theirs.id).await.unwrap();
     assert_eq!(
@@ -155,11 +156,11 @@ async fn organization_agents_are_walled_off(kind: Kind) {
     for id in [mine.id, local.id] {
         assert!(matches!(
             db.org_agent(other.id, id).await,
-            Err(Error::AgentNotFound(_))
+            Err(Error::Agent(AgentError::AgentNotFound(_)))
         ));
         assert!(matches!(
             db.delete_org_agent(other.id, id).await,
-            Err(Error::AgentNotFound(_))
+            Err(Error::Agent(AgentError::AgentNotFound(_)))
         ));
     }
     assert!(db.agent(mine.id).await.is_ok(), "nothing deleted");
@@ -167,7 +168,7 @@ async fn organization_agents_are_walled_off(kind: Kind) {
     db.delete_org_agent(acme.id, mine.id).await.unwrap();
     assert!(matches!(
         db.agent(mine.id).await,
-        Err(Error::AgentNotFound(_))
+        Err(Error::Agent(AgentError::AgentNotFound(_)))
     ));
     // A refused write leaves no agent behind.
     refuse_inserts(&db, "agents", "name", "fails")

@@ -1,6 +1,7 @@
 //! The store API, case by case, on both backends. Every case is written once and instantiated for
 //! SQLite and PostgreSQL by the macro at the bottom.
 
+use pattern_db::{AgentError, BatchError, BlockError, ProtocolError, StorageError};
 use std::time::Duration;
 
 use pattern_db::testkit::insert_raw_protocol_message;
@@ -56,15 +57,15 @@ async fn agents(kind: Kind) {
         ["ada", "bob"]
     );
     assert!(
-        matches!(db.create_agent(NewAgent::named("ada")).await, Err(Error::AgentNameTaken(n)) if n == "ada")
+        matches!(db.create_agent(NewAgent::named("ada")).await, Err(Error::Agent(AgentError::AgentNameTaken(n))) if n == "ada")
     );
     assert!(matches!(
         db.create_agent(NewAgent::named("")).await,
-        Err(Error::InvalidName { field: "name", .. })
+        Err(Error::Agent(AgentError::InvalidName { field: "name", .. }))
     ));
     assert!(matches!(
         db.agent_by_name("nobody").await,
-        Err(Error::AgentNameNotFound(_))
+        Err(Error::Agent(AgentError::AgentNameNotFound(_)))
     ));
 
     // Metadata is replaced whole and read back; an unknown agent is refused.
@@ -83,15 +84,18 @@ async fn agents(kind: Kind) {
         .await
         .unwrap();
     db.delete_agent(b.id).await.unwrap();
-    assert!(matches!(db.agent(b.id).await, Err(Error::AgentNotFound(_))));
+    assert!(matches!(
+        db.agent(b.id).await,
+        Err(Error::Agent(AgentError::AgentNotFound(_)))
+    ));
     assert!(store.get_recent(10).await.unwrap().is_empty());
     assert!(matches!(
         db.delete_agent(b.id).await,
-        Err(Error::AgentNotFound(_))
+        Err(Error::Agent(AgentError::AgentNotFound(_)))
     ));
     assert!(matches!(
         db.set_agent_metadata(b.id, json!({})).await,
-        Err(Error::AgentNotFound(_))
+        Err(Error::Agent(AgentError::AgentNotFound(_)))
     ));
     db.close().await;
     tdb.cleanup().await.unwrap();
@@ -141,7 +145,7 @@ async fn batch_lifecycle(kind: Kind) {
     assert_eq!(r1.stored.len(), 1);
     assert!(matches!(
         store.complete_batch(received.batch_id).await,
-        Err(Error::PendingToolCalls { pending, .. }) if pending == ["a", "b"]
+        Err(Error::Batch(BatchError::PendingToolCalls { pending, .. })) if pending == ["a", "b"]
     ));
     let r2 = store
         .append_step(
@@ -189,10 +193,10 @@ async fn batch_lifecycle(kind: Kind) {
     assert!(
         matches!(
             err,
-            Error::BatchNotOpen {
+            Error::Batch(BatchError::BatchNotOpen {
                 state: BatchState::Complete,
                 ..
-            }
+            })
         ),
         "{err}"
     );
@@ -226,22 +230,31 @@ async fn pairing_is_enforced(kind: Kind) {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, Error::UnpairedToolResult { tool_use_id, .. } if tool_use_id == "nope"),
+        matches!(&err, Error::Batch(BatchError::UnpairedToolResult { tool_use_id, .. }) if tool_use_id == "nope"),
         "{err}"
     );
     let err = store.append_step(b, vec![call("t1")]).await.unwrap_err();
-    assert!(matches!(err, Error::DuplicateToolUse { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Batch(BatchError::DuplicateToolUse { .. })),
+        "{err}"
+    );
     let err = store
         .append_step(b, vec![result("t1"), result("t1")])
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::DuplicateToolResult { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Batch(BatchError::DuplicateToolResult { .. })),
+        "{err}"
+    );
     // A step that fails is not stored in part: the valid first message of it is gone too.
     let err = store
         .append_step(b, vec![NewMessage::assistant("partial"), result("zz")])
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::UnpairedToolResult { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Batch(BatchError::UnpairedToolResult { .. })),
+        "{err}"
+    );
     assert_eq!(store.get_batch(b).await.unwrap().messages.len(), 2);
 
     // A result for a call of another batch is refused as well.
@@ -252,7 +265,7 @@ async fn pairing_is_enforced(kind: Kind) {
         .batch_id;
     assert!(matches!(
         store.append_step(other, vec![result("t1")]).await,
-        Err(Error::UnpairedToolResult { .. })
+        Err(Error::Batch(BatchError::UnpairedToolResult { .. }))
     ));
     // Roles: a user message cannot call tools; triggers cannot be assistant messages.
     let err = store
@@ -265,16 +278,19 @@ async fn pairing_is_enforced(kind: Kind) {
         )
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::InvalidContent(_)), "{err}");
+    assert!(
+        matches!(err, Error::Batch(BatchError::InvalidContent(_))),
+        "{err}"
+    );
     assert!(matches!(
         store
             .begin_batch(NewMessage::assistant("me first"), BeginBatch::default())
             .await,
-        Err(Error::InvalidContent(_))
+        Err(Error::Batch(BatchError::InvalidContent(_)))
     ));
     assert!(matches!(
         store.append_step(b, vec![]).await,
-        Err(Error::EmptyStep)
+        Err(Error::Batch(BatchError::EmptyStep))
     ));
     store
         .append_step(b, vec![result("t1"), NewMessage::assistant("ok")])
@@ -347,7 +363,7 @@ async fn continuation_keeps_the_batch(kind: Kind) {
                 }
             )
             .await,
-        Err(Error::InvalidContent(_))
+        Err(Error::Batch(BatchError::InvalidContent(_)))
     ));
     db.close().await;
     tdb.cleanup().await.unwrap();
@@ -398,20 +414,20 @@ async fn recovery_abandons_expired_open_batches(kind: Kind) {
     assert!(
         matches!(
             err,
-            Error::BatchNotOpen {
+            Error::Batch(BatchError::BatchNotOpen {
                 state: BatchState::Abandoned,
                 ..
-            }
+            })
         ),
         "{err}"
     );
     assert!(matches!(
         store.continue_batch(crashed).await,
-        Err(Error::InvalidBatchState { .. })
+        Err(Error::Batch(BatchError::InvalidBatchState { .. }))
     ));
     assert!(matches!(
         store.complete_batch(crashed).await,
-        Err(Error::InvalidBatchState { .. })
+        Err(Error::Batch(BatchError::InvalidBatchState { .. }))
     ));
     assert_eq!(
         store.recent_activity(10).await.unwrap()[0].kind,
@@ -567,12 +583,12 @@ async fn archive_and_summaries(kind: Kind) {
         .batch_id;
     assert!(matches!(
         store.archive_batches(vec![ids[4], open_one]).await,
-        Err(Error::InvalidBatchState { .. })
+        Err(Error::Batch(BatchError::InvalidBatchState { .. }))
     ));
     assert!(!store.batch_info(ids[4]).await.unwrap().archived);
     assert!(matches!(
         store.archive_batches(vec![SnowflakeId(7)]).await,
-        Err(Error::BatchNotFound { .. })
+        Err(Error::Batch(BatchError::BatchNotFound { .. }))
     ));
     store.complete_batch(open_one).await.unwrap();
     assert_eq!(store.archive_batches(vec![open_one]).await.unwrap(), 1);
@@ -647,7 +663,7 @@ async fn archive_and_summaries(kind: Kind) {
     };
     assert!(matches!(
         store.summarize_and_archive(empty).await,
-        Err(Error::InvalidContent(_))
+        Err(Error::Batch(BatchError::InvalidContent(_)))
     ));
     assert_eq!(store.get_summaries().await.unwrap().len(), 2);
     db.close().await;
@@ -675,12 +691,12 @@ async fn activity_log(kind: Kind) {
     );
     assert!(matches!(
         store.log_activity("", json!(null)).await,
-        Err(Error::InvalidContent(_))
+        Err(Error::Batch(BatchError::InvalidContent(_)))
     ));
     let ghost = db.messages(pattern_db::AgentId::new());
     assert!(matches!(
         ghost.log_activity("x", json!(1)).await,
-        Err(Error::AgentNotFound(_))
+        Err(Error::Agent(AgentError::AgentNotFound(_)))
     ));
     db.close().await;
     tdb.cleanup().await.unwrap();
@@ -825,8 +841,14 @@ async fn grouped_acknowledgements_fail_one_by_one(kind: Kind) {
     for t in tasks {
         let (i, r) = t.await.unwrap();
         match i % 5 {
-            3 => assert!(matches!(r, Err(Error::AgentNotFound(_))), "{i}: {r:?}"),
-            4 => assert!(matches!(r, Err(Error::InvalidContent(_))), "{i}: {r:?}"),
+            3 => assert!(
+                matches!(r, Err(Error::Agent(AgentError::AgentNotFound(_)))),
+                "{i}: {r:?}"
+            ),
+            4 => assert!(
+                matches!(r, Err(Error::Batch(BatchError::InvalidContent(_)))),
+                "{i}: {r:?}"
+            ),
             _ => {
                 r.unwrap();
                 ok += 1;
@@ -959,62 +981,65 @@ async fn bad_input_is_typed_and_changes_nothing(kind: Kind) {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, Error::ContentTooLarge { limit: 1000, .. }),
+        matches!(
+            err,
+            Error::Batch(BatchError::ContentTooLarge { limit: 1000, .. })
+        ),
         "{err}"
     );
     assert!(matches!(
         store
             .begin_batch(NewMessage::user("y".repeat(5000)), BeginBatch::default())
             .await,
-        Err(Error::ContentTooLarge { .. })
+        Err(Error::Batch(BatchError::ContentTooLarge { .. }))
     ));
     assert!(matches!(
         NewMessage::from_json(Role::User, "{not json"),
-        Err(Error::InvalidContent(_))
+        Err(Error::Batch(BatchError::InvalidContent(_)))
     ));
     assert!(matches!(
         NewMessage::from_json(Role::User, r#"[{"type":"video"}]"#),
-        Err(Error::InvalidContent(_))
+        Err(Error::Batch(BatchError::InvalidContent(_)))
     ));
     assert!(matches!(
         NewMessage::from_json(Role::User, "[]")
             .unwrap()
             .validate_shape(),
-        Err(Error::InvalidContent(_))
+        Err(Error::Batch(BatchError::InvalidContent(_)))
     ));
     let unknown = SnowflakeId(42);
     assert!(matches!(
         store
             .append_step(unknown, vec![NewMessage::assistant("x")])
             .await,
-        Err(Error::BatchNotFound { .. })
+        Err(Error::Batch(BatchError::BatchNotFound { .. }))
     ));
     assert!(matches!(
         store.get_batch(unknown).await,
-        Err(Error::BatchNotFound { .. })
+        Err(Error::Batch(BatchError::BatchNotFound { .. }))
     ));
     assert!(matches!(
         store.complete_batch(unknown).await,
-        Err(Error::BatchNotFound { .. })
+        Err(Error::Batch(BatchError::BatchNotFound { .. }))
     ));
     // Another agent's batch is not found through this agent's store.
     let other = db.create_agent(NewAgent::named("bob")).await.unwrap();
     assert!(matches!(
         db.messages(other.id).get_batch(b).await,
-        Err(Error::BatchNotFound { .. })
+        Err(Error::Batch(BatchError::BatchNotFound { .. }))
     ));
     assert!(matches!(
         db.messages(other.id)
             .append_step(b, vec![NewMessage::assistant("x")])
             .await,
-        Err(Error::BatchNotFound { .. })
+        Err(Error::Batch(BatchError::BatchNotFound { .. }))
     ));
     let ghost = db.messages(pattern_db::AgentId::new());
     assert!(matches!(
         ghost
             .begin_batch(NewMessage::user("x"), BeginBatch::default())
             .await,
-        Err(Error::AgentNotFound(_))
+        Err(Error::Agent(AgentError::AgentNotFound(_)))
     ));
     // Nothing of the above was stored.
     assert_eq!(store.get_all(None, 100, true).await.unwrap().len(), 1);
@@ -1063,7 +1088,10 @@ async fn migrations_are_checksummed_and_reversible(kind: Kind) {
     tamper_checksum(&tdb.url, kind).await;
     let err = tdb.open().await.unwrap_err();
     assert!(
-        matches!(err, Error::MigrationChecksumMismatch { version: 1 }),
+        matches!(
+            err,
+            Error::Storage(StorageError::MigrationChecksumMismatch { version: 1 })
+        ),
         "{err}"
     );
     tdb.cleanup().await.unwrap();
@@ -1113,7 +1141,10 @@ async fn engine_and_urls(kind: Kind) {
 async fn malformed_and_unreachable_urls_are_typed_errors() {
     for bad in ["", "nope", "mysql://x/y", "sqlite://", "sqlite::memory:"] {
         assert!(
-            matches!(Database::open_url(bad).await, Err(Error::InvalidUrl { .. })),
+            matches!(
+                Database::open_url(bad).await,
+                Err(Error::Storage(StorageError::InvalidUrl { .. }))
+            ),
             "{bad}"
         );
     }
@@ -1124,10 +1155,10 @@ async fn malformed_and_unreachable_urls_are_typed_errors() {
     assert!(
         matches!(
             err,
-            Error::Connect {
+            Error::Storage(StorageError::Connect {
                 backend: "postgres",
                 ..
-            }
+            })
         ),
         "{err}"
     );
@@ -1139,10 +1170,10 @@ async fn malformed_and_unreachable_urls_are_typed_errors() {
     assert!(
         matches!(
             err,
-            Error::Connect {
+            Error::Storage(StorageError::Connect {
                 backend: "sqlite",
                 ..
-            }
+            })
         ),
         "{err}"
     );
@@ -1227,7 +1258,7 @@ async fn blocks_lifecycle(kind: Kind) {
     assert!(history.iter().all(|v| v.changed_by == ada.id));
     assert!(matches!(
         db.undo_block(ada.id, "human", 1, WRITERS).await,
-        Err(Error::NothingToUndo { version: 1, .. })
+        Err(Error::Block(BlockError::NothingToUndo { version: 1, .. }))
     ));
 
     // Share: bob sees the block with his own permission; an append-only writer may not rewrite.
@@ -1241,12 +1272,12 @@ async fn blocks_lifecycle(kind: Kind) {
     );
     assert!(matches!(
         db.write_block(bob.id, "persona", 3, "x".into(), "replace", WRITERS).await,
-        Err(Error::PermissionDenied { ref permission, .. }) if permission == "read_only"
+        Err(Error::Block(BlockError::PermissionDenied { ref permission, .. })) if permission == "read_only"
     ));
     // Only an admin shares.
     assert!(matches!(
         db.share_block(bob.id, "persona", bob.id, "admin").await,
-        Err(Error::PermissionDenied { .. })
+        Err(Error::Block(BlockError::PermissionDenied { .. }))
     ));
     // Re-sharing changes the permission.
     db.share_block(ada.id, "persona", bob.id, "read_write")
@@ -1279,21 +1310,21 @@ async fn blocks_lifecycle(kind: Kind) {
         .unwrap();
     assert!(matches!(
         db.share_block(ada.id, "human", bob.id, "read_only").await,
-        Err(Error::BlockLabelTaken { agent, .. }) if agent == bob.id
+        Err(Error::Block(BlockError::BlockLabelTaken { agent, .. })) if agent == bob.id
     ));
     // Unshare: bob no longer sees it.
     db.unshare_block(ada.id, "persona", bob.id).await.unwrap();
     assert!(matches!(
         db.block(bob.id, "persona").await,
-        Err(Error::BlockNotFound { agent, .. }) if agent == bob.id
+        Err(Error::Block(BlockError::BlockNotFound { agent, .. })) if agent == bob.id
     ));
     assert!(matches!(
         db.unshare_block(ada.id, "persona", bob.id).await,
-        Err(Error::BlockNotFound { .. })
+        Err(Error::Block(BlockError::BlockNotFound { .. }))
     ));
     assert!(matches!(
         db.unshare_block(ada.id, "persona", ada.id).await,
-        Err(Error::InvalidBlock(_))
+        Err(Error::Block(BlockError::InvalidBlock(_)))
     ));
 
     // Delete: admin only; history goes too; the label is free again.
@@ -1302,16 +1333,16 @@ async fn blocks_lifecycle(kind: Kind) {
         .unwrap();
     assert!(matches!(
         db.delete_block(bob.id, "persona").await,
-        Err(Error::PermissionDenied { .. })
+        Err(Error::Block(BlockError::PermissionDenied { .. }))
     ));
     db.delete_block(ada.id, "persona").await.unwrap();
     assert!(matches!(
         db.block(ada.id, "persona").await,
-        Err(Error::BlockNotFound { .. })
+        Err(Error::Block(BlockError::BlockNotFound { .. }))
     ));
     assert!(matches!(
         db.block(bob.id, "persona").await,
-        Err(Error::BlockNotFound { .. })
+        Err(Error::Block(BlockError::BlockNotFound { .. }))
     ));
     db.create_block(ada.id, new_block("persona", "again", 10))
         .await
@@ -1344,41 +1375,41 @@ async fn bad_block_writes_are_typed_and_change_nothing(kind: Kind) {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, Error::BlockOverLimit { ref label, chars: 11, limit: 10 } if label == "notes"),
+        matches!(err, Error::Block(BlockError::BlockOverLimit { ref label, chars: 11, limit: 10 }) if label == "notes"),
         "{err}"
     );
     // Creating over the limit is refused too.
     assert!(matches!(
         db.create_block(ada.id, new_block("big", &"x".repeat(11), 10))
             .await,
-        Err(Error::BlockOverLimit { .. })
+        Err(Error::Block(BlockError::BlockOverLimit { .. }))
     ));
     // Unknown label.
     assert!(matches!(
         db.write_block(ada.id, "nope", 1, "x".into(), "replace", WRITERS).await,
-        Err(Error::BlockNotFound { ref label, .. }) if label == "nope"
+        Err(Error::Block(BlockError::BlockNotFound { ref label, .. })) if label == "nope"
     ));
     // Wrong permission (bob holds `append`, the caller allows only rewriters).
     assert!(matches!(
         db.write_block(bob.id, "notes", 1, "x".into(), "replace", &["read_write", "admin"]).await,
-        Err(Error::PermissionDenied { ref permission, .. }) if permission == "append"
+        Err(Error::Block(BlockError::PermissionDenied { ref permission, .. })) if permission == "append"
     ));
     // Stale version.
     assert!(matches!(
         db.write_block(ada.id, "notes", 0, "x".into(), "replace", WRITERS)
             .await,
-        Err(Error::VersionConflict {
+        Err(Error::Block(BlockError::VersionConflict {
             expected: 0,
             current: 1,
             ..
-        })
+        }))
     ));
     // Bad labels, limits, types, permissions, change kinds.
     for label in ["", "Notes", "a b", "ünï", &"x".repeat(101)] {
         assert!(
             matches!(
                 db.create_block(ada.id, new_block(label, "", 10)).await,
-                Err(Error::InvalidBlockLabel { .. })
+                Err(Error::Block(BlockError::InvalidBlockLabel { .. }))
             ),
             "{label:?}"
         );
@@ -1386,37 +1417,37 @@ async fn bad_block_writes_are_typed_and_change_nothing(kind: Kind) {
     for limit in [0, -1, 1_000_001] {
         assert!(matches!(
             db.create_block(ada.id, new_block("x", "", limit)).await,
-            Err(Error::InvalidBlock(_))
+            Err(Error::Block(BlockError::InvalidBlock(_)))
         ));
     }
     let mut odd = new_block("x", "", 10);
     odd.block_type = "weird".into();
     assert!(matches!(
         db.create_block(ada.id, odd).await,
-        Err(Error::InvalidBlock(_))
+        Err(Error::Block(BlockError::InvalidBlock(_)))
     ));
     assert!(matches!(
         db.share_block(ada.id, "notes", bob.id, "owner").await,
-        Err(Error::InvalidBlock(_))
+        Err(Error::Block(BlockError::InvalidBlock(_)))
     ));
     assert!(matches!(
         db.write_block(ada.id, "notes", 1, "x".into(), "rewrite", WRITERS)
             .await,
-        Err(Error::InvalidBlock(_))
+        Err(Error::Block(BlockError::InvalidBlock(_)))
     ));
     // Taken label, unknown agents.
     assert!(matches!(
         db.create_block(ada.id, new_block("notes", "", 10)).await,
-        Err(Error::BlockLabelTaken { .. })
+        Err(Error::Block(BlockError::BlockLabelTaken { .. }))
     ));
     let ghost = pattern_db::AgentId::new();
     assert!(matches!(
         db.create_block(ghost, new_block("notes", "", 10)).await,
-        Err(Error::AgentNotFound(_))
+        Err(Error::Agent(AgentError::AgentNotFound(_)))
     ));
     assert!(matches!(
         db.share_block(ada.id, "notes", ghost, "read_only").await,
-        Err(Error::AgentNotFound(_))
+        Err(Error::Agent(AgentError::AgentNotFound(_)))
     ));
 
     // Nothing changed.
@@ -1467,9 +1498,9 @@ async fn concurrent_block_writes_lose_nothing(kind: Kind) {
                     assert_eq!(new, v + 1);
                     successes.push((new, text));
                 }
-                Err(Error::VersionConflict {
+                Err(Error::Block(BlockError::VersionConflict {
                     expected, current, ..
-                }) => {
+                })) => {
                     assert_eq!(expected, v);
                     assert!(current > expected);
                     conflicts += 1;
@@ -1533,14 +1564,14 @@ async fn protocol_organizations_and_agents(kind: Kind) {
     assert_eq!(listed, [acme.clone(), beta.clone()]);
     assert!(matches!(
         db.create_organization("acme", "Again").await,
-        Err(Error::ExternalIdTaken { kind: "organization", external_id }) if external_id == "acme"
+        Err(Error::Protocol(ProtocolError::ExternalIdTaken { kind: "organization", external_id })) if external_id == "acme"
     ));
     assert!(matches!(
         db.organization_by_external_id("nope").await,
-        Err(Error::ExternalIdNotFound {
+        Err(Error::Protocol(ProtocolError::ExternalIdNotFound {
             kind: "organization",
             ..
-        })
+        }))
     ));
     for (external_id, name, field) in [
         ("", "Empty", "external_id"),
@@ -1549,7 +1580,7 @@ async fn protocol_organizations_and_agents(kind: Kind) {
     ] {
         let refused = db.create_organization(external_id, name).await;
         assert!(
-            matches!(&refused, Err(Error::InvalidName { field: f, .. }) if *f == field),
+            matches!(&refused, Err(Error::Agent(AgentError::InvalidName { field: f, .. })) if *f == field),
             "{refused:?}"
         );
     }
@@ -1575,7 +1606,10 @@ async fn protocol_organizations_and_agents(kind: Kind) {
     assert!(db.org_agents(beta.id).await.unwrap().is_empty());
     assert!(matches!(
         db.agent_by_external_id(beta.id, "ada@acme").await,
-        Err(Error::ExternalIdNotFound { kind: "agent", .. })
+        Err(Error::Protocol(ProtocolError::ExternalIdNotFound {
+            kind: "agent",
+            ..
+        }))
     ));
     // The same external id in another organization is another agent.
     let other_ada = db
@@ -1593,7 +1627,13 @@ async fn protocol_organizations_and_agents(kind: Kind) {
         })
         .await;
     assert!(
-        matches!(dup, Err(Error::ExternalIdTaken { kind: "agent", .. })),
+        matches!(
+            dup,
+            Err(Error::Protocol(ProtocolError::ExternalIdTaken {
+                kind: "agent",
+                ..
+            }))
+        ),
         "{dup:?}"
     );
     let orphan = db
@@ -1601,10 +1641,10 @@ async fn protocol_organizations_and_agents(kind: Kind) {
         .await;
     assert!(matches!(
         orphan,
-        Err(Error::ProtocolNotFound {
+        Err(Error::Protocol(ProtocolError::ProtocolNotFound {
             kind: "organization",
             ..
-        })
+        }))
     ));
 
     // Nothing crosses an organization's wall: no session, no meeting invitation or join.
@@ -1612,7 +1652,10 @@ async fn protocol_organizations_and_agents(kind: Kind) {
         .open_session(ada.id, other_ada.id, SessionType::Async)
         .await;
     assert!(
-        matches!(wall, Err(Error::OtherOrganization { .. })),
+        matches!(
+            wall,
+            Err(Error::Agent(AgentError::OtherOrganization { .. }))
+        ),
         "{wall:?}"
     );
     assert!(matches!(
@@ -1623,11 +1666,11 @@ async fn protocol_organizations_and_agents(kind: Kind) {
     assert!(matches!(
         db.invite_to_meeting(meeting.meeting.id, ada.id, other_ada.id)
             .await,
-        Err(Error::OtherOrganization { .. })
+        Err(Error::Agent(AgentError::OtherOrganization { .. }))
     ));
     assert!(matches!(
         db.join_meeting(meeting.meeting.id, other_ada.id).await,
-        Err(Error::OtherOrganization { .. })
+        Err(Error::Agent(AgentError::OtherOrganization { .. }))
     ));
     db.close().await;
     tdb.cleanup().await.unwrap();
@@ -1682,19 +1725,19 @@ async fn protocol_sessions_are_normalised_and_one_live(kind: Kind) {
 
     assert!(matches!(
         db.open_session(a.id, a.id, SessionType::Async).await,
-        Err(Error::SelfSession(x)) if x == a.id
+        Err(Error::Protocol(ProtocolError::SelfSession(x))) if x == a.id
     ));
     assert!(matches!(
         db.open_session(a.id, AgentId::new(), SessionType::Async)
             .await,
-        Err(Error::AgentNotFound(_))
+        Err(Error::Agent(AgentError::AgentNotFound(_)))
     ));
     assert!(matches!(
         db.session(SessionId::new()).await,
-        Err(Error::ProtocolNotFound {
+        Err(Error::Protocol(ProtocolError::ProtocolNotFound {
             kind: "session",
             ..
-        })
+        }))
     ));
     db.close().await;
     tdb.cleanup().await.unwrap();
@@ -1711,7 +1754,7 @@ async fn protocol_sync_sessions_alternate_strictly(kind: Kind) {
     // B opened: A is out of turn, and the refusal changes nothing.
     let refused = db.send_session_message(s.id, a.id, say("too early")).await;
     assert!(
-        matches!(&refused, Err(Error::OutOfTurn { agent, turn, .. }) if *agent == a.id && *turn == Some(b.id)),
+        matches!(&refused, Err(Error::Protocol(ProtocolError::OutOfTurn { agent, turn, .. })) if *agent == a.id && *turn == Some(b.id)),
         "{refused:?}"
     );
     assert_eq!(db.session(s.id).await.unwrap(), s);
@@ -1727,7 +1770,7 @@ async fn protocol_sync_sessions_alternate_strictly(kind: Kind) {
     assert_eq!(db.session(s.id).await.unwrap().turn, Some(a.id));
     assert!(matches!(
         db.send_session_message(s.id, b.id, say("twice")).await,
-        Err(Error::OutOfTurn { .. })
+        Err(Error::Protocol(ProtocolError::OutOfTurn { .. }))
     ));
     let m2 = db
         .send_session_message(s.id, a.id, say("two"))
@@ -1750,20 +1793,20 @@ async fn protocol_sync_sessions_alternate_strictly(kind: Kind) {
         .unwrap();
     assert!(matches!(
         db.send_session_message(s.id, eve.id, say("hi")).await,
-        Err(Error::NotParticipant { .. })
+        Err(Error::Protocol(ProtocolError::NotParticipant { .. }))
     ));
     assert!(matches!(
         db.end_session(s.id, eve.id).await,
-        Err(Error::NotParticipant { .. })
+        Err(Error::Protocol(ProtocolError::NotParticipant { .. }))
     ));
     assert!(matches!(
         db.send_session_message(s.id, a.id, NewProtocolMessage::new("", json!(1)))
             .await,
-        Err(Error::InvalidProtocolMessage(_))
+        Err(Error::Protocol(ProtocolError::InvalidProtocolMessage(_)))
     ));
     assert!(matches!(
         NewProtocolMessage::from_json_str("chat", "{not json"),
-        Err(Error::InvalidProtocolMessage(_))
+        Err(Error::Protocol(ProtocolError::InvalidProtocolMessage(_)))
     ));
     let parsed = NewProtocolMessage::from_json_str("chat", r#"{"k": [1, 2]}"#).unwrap();
     let m4 = db.send_session_message(s.id, a.id, parsed).await.unwrap();
@@ -1777,11 +1820,11 @@ async fn protocol_sync_sessions_alternate_strictly(kind: Kind) {
     assert_eq!(db.session(s.id).await.unwrap(), ended);
     assert!(matches!(
         db.send_session_message(s.id, b.id, say("late")).await,
-        Err(Error::SessionEnded(_))
+        Err(Error::Protocol(ProtocolError::SessionEnded(_)))
     ));
     assert!(matches!(
         db.end_session(s.id, b.id).await,
-        Err(Error::SessionEnded(_))
+        Err(Error::Protocol(ProtocolError::SessionEnded(_)))
     ));
     assert_eq!(db.session_messages(s.id).await.unwrap().len(), 4);
     db.close().await;
@@ -1838,13 +1881,13 @@ async fn protocol_async_inbox(kind: Kind) {
     assert!(read[3..].iter().all(|m| m.read_at.is_none()));
     assert!(matches!(
         db.mark_read(AgentId::new(), &ids).await,
-        Err(Error::AgentNotFound(_))
+        Err(Error::Agent(AgentError::AgentNotFound(_)))
     ));
 
     db.end_session(s.id, b.id).await.unwrap();
     assert!(matches!(
         db.send_session_message(s.id, a.id, say("late")).await,
-        Err(Error::SessionEnded(_))
+        Err(Error::Protocol(ProtocolError::SessionEnded(_)))
     ));
     // Unread messages outlive their session.
     assert_eq!(db.unread_count(b.id).await.unwrap(), 2);
@@ -1894,7 +1937,10 @@ async fn protocol_schema_guards_meetings(kind: Kind) {
     ];
     for sql in refused {
         let got = execute_raw(&db, &sql).await;
-        assert!(matches!(got, Err(Error::Database(_))), "{sql}: {got:?}");
+        assert!(
+            matches!(got, Err(Error::Storage(StorageError::Database(_)))),
+            "{sql}: {got:?}"
+        );
     }
     // The meeting is untouched.
     let meeting = db.meeting(m).await.unwrap();
@@ -1916,12 +1962,21 @@ async fn protocol_schema_refuses_recipient_and_meeting(kind: Kind) {
         .id
         .to_string();
     let both = insert_raw_protocol_message(&db, a.id, Some(b.id), Some(&meeting)).await;
-    assert!(matches!(both, Err(Error::Database(_))), "{both:?}");
+    assert!(
+        matches!(both, Err(Error::Storage(StorageError::Database(_)))),
+        "{both:?}"
+    );
     let neither = insert_raw_protocol_message(&db, a.id, None, None).await;
-    assert!(matches!(neither, Err(Error::Database(_))), "{neither:?}");
+    assert!(
+        matches!(neither, Err(Error::Storage(StorageError::Database(_)))),
+        "{neither:?}"
+    );
     // A meeting id must name a meeting (a foreign key on PostgreSQL, triggers on SQLite).
     let unknown = insert_raw_protocol_message(&db, a.id, None, Some("meeting-1")).await;
-    assert!(matches!(unknown, Err(Error::Database(_))), "{unknown:?}");
+    assert!(
+        matches!(unknown, Err(Error::Storage(StorageError::Database(_)))),
+        "{unknown:?}"
+    );
     // The same statement with exactly one of them is accepted: the CHECK is what refused.
     insert_raw_protocol_message(&db, a.id, Some(b.id), None)
         .await
@@ -1963,7 +2018,9 @@ async fn protocol_sync_turn_race_has_one_winner(kind: Kind) {
         for r in futures::future::join_all(sends).await {
             match r.unwrap() {
                 Ok(_) => won += 1,
-                Err(Error::OutOfTurn { turn, .. }) => assert_eq!(turn, Some(b.id)),
+                Err(Error::Protocol(ProtocolError::OutOfTurn { turn, .. })) => {
+                    assert_eq!(turn, Some(b.id))
+                }
                 Err(e) => panic!("unexpected error: {e}"),
             }
         }

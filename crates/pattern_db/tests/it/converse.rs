@@ -4,6 +4,7 @@
 //! (a crashed run's retry delivers the same message), a sync session's reply is the recipient's
 //! final answer, limits end sessions; and the selector meeting's chosen hand-over.
 
+use pattern_db::{AgentError, ProtocolError};
 use pattern_db::{
     AgentId, BatchType, Database, Delivery, Error, MeetingEventType, MeetingPolicy, NewAgent,
     NewMessage, NewProtocolMessage, OrganizationId, RunEnding, SessionOptions, SessionStatus,
@@ -139,7 +140,10 @@ async fn a_sync_session_is_held_by_the_agents(kind: Kind) {
         .send_session_message(session.id, ada, text("more"))
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::SessionEnded(_)), "{err}");
+    assert!(
+        matches!(err, Error::Protocol(ProtocolError::SessionEnded(_))),
+        "{err}"
+    );
     db.close().await;
     tdb.cleanup().await.unwrap();
 }
@@ -220,17 +224,23 @@ async fn sessions_refuse_bad_opens_with_nothing_stored(kind: Kind) {
         .unwrap_err(),
     ];
     assert!(
-        matches!(refusals[0], Error::OtherOrganization { .. }),
+        matches!(
+            refusals[0],
+            Error::Agent(AgentError::OtherOrganization { .. })
+        ),
         "{}",
         refusals[0]
     );
     assert!(
-        matches!(refusals[1], Error::SelfSession(_)),
+        matches!(refusals[1], Error::Protocol(ProtocolError::SelfSession(_))),
         "{}",
         refusals[1]
     );
     assert!(
-        matches!(refusals[2], Error::InvalidProtocolMessage(_)),
+        matches!(
+            refusals[2],
+            Error::Protocol(ProtocolError::InvalidProtocolMessage(_))
+        ),
         "{}",
         refusals[2]
     );
@@ -294,14 +304,24 @@ async fn the_selector_hands_the_turn_as_the_host_chose(kind: Kind) {
             .await
             .unwrap_err(),
     ];
-    assert!(matches!(errs[0], Error::NotHost { .. }), "{}", errs[0]);
     assert!(
-        matches!(errs[1], Error::InvalidProtocolMessage(_)),
+        matches!(errs[0], Error::Protocol(ProtocolError::NotHost { .. })),
+        "{}",
+        errs[0]
+    );
+    assert!(
+        matches!(
+            errs[1],
+            Error::Protocol(ProtocolError::InvalidProtocolMessage(_))
+        ),
         "{}",
         errs[1]
     );
     assert!(
-        matches!(errs[2], Error::NotMeetingParticipant { .. }),
+        matches!(
+            errs[2],
+            Error::Protocol(ProtocolError::NotMeetingParticipant { .. })
+        ),
         "{}",
         errs[2]
     );
@@ -311,7 +331,10 @@ async fn the_selector_hands_the_turn_as_the_host_chose(kind: Kind) {
     db.speak(m, host, text("cat, your view?")).await.unwrap();
     assert_eq!(db.meeting(m).await.unwrap().speaker, Some(cat));
     let err = db.choose_speaker(m, host, ann).await.unwrap_err();
-    assert!(matches!(err, Error::NotSpeaker { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Protocol(ProtocolError::NotSpeaker { .. })),
+        "{err}"
+    );
     db.speak(m, cat, text("meow")).await.unwrap();
     assert_eq!(db.meeting(m).await.unwrap().speaker, Some(host));
     // The chosen speaker leaves before its turn: the host's turn goes on in join order.
@@ -336,7 +359,10 @@ async fn the_selector_hands_the_turn_as_the_host_chose(kind: Kind) {
     db.join_meeting(rr, ann).await.unwrap();
     db.start_meeting(rr, host).await.unwrap();
     let err = db.choose_speaker(rr, host, ann).await.unwrap_err();
-    assert!(matches!(err, Error::MeetingState { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Protocol(ProtocolError::MeetingState { .. })),
+        "{err}"
+    );
     db.close().await;
     tdb.cleanup().await.unwrap();
 }

@@ -3,6 +3,7 @@
 
 use chrono::{TimeZone, Utc};
 use pattern_db::testkit::{allow_inserts, refuse_inserts};
+use pattern_db::{AgentError, BlockError};
 use pattern_db::{
     AgentImport, Anomaly, BatchState, BatchType, ContentBlock, Error, HistoryImport, ImportBatch,
     ImportBlock, ImportMessage, ImportPassage, ImportSummary, ImportVersion, LegacyMessage,
@@ -132,7 +133,7 @@ async fn a_whole_agent_is_imported_in_one_piece(kind: Kind) {
     // The name is taken now: a second import writes nothing.
     assert!(matches!(
         db.import_agent(sample("ada")).await,
-        Err(Error::AgentNameTaken(_))
+        Err(Error::Agent(AgentError::AgentNameTaken(_)))
     ));
     assert_eq!(db.agents().await.unwrap().len(), 1);
     db.close().await;
@@ -151,7 +152,7 @@ async fn a_failure_part_way_leaves_nothing(kind: Kind) {
     assert!(db.agents().await.unwrap().is_empty());
     assert!(matches!(
         db.agent_by_name("ada").await,
-        Err(Error::AgentNameNotFound(_))
+        Err(Error::Agent(AgentError::AgentNameNotFound(_)))
     ));
     allow_inserts(&db, "archival_memories").await.unwrap();
     // Batches the planner would rebuild differently are refused before anything is written.
@@ -161,20 +162,20 @@ async fn a_failure_part_way_leaves_nothing(kind: Kind) {
         .insert(0, message(Role::User, "two openers", 9));
     assert!(matches!(
         db.import_agent(odd).await,
-        Err(Error::InvalidImport(_))
+        Err(Error::Agent(AgentError::InvalidImport(_)))
     ));
     // Only an abandoned batch carries a retry time.
     let mut retried_complete = sample("retried");
     retried_complete.batches[0].retried_at = Some(Utc::now());
     assert!(matches!(
         db.import_agent(retried_complete).await,
-        Err(Error::InvalidImport(_))
+        Err(Error::Agent(AgentError::InvalidImport(_)))
     ));
     let mut bad_summary = sample("bad");
     bad_summary.summaries[0].through_batch = 9;
     assert!(matches!(
         db.import_agent(bad_summary).await,
-        Err(Error::InvalidImport(_))
+        Err(Error::Agent(AgentError::InvalidImport(_)))
     ));
     assert!(db.agents().await.unwrap().is_empty());
     // And with storage back, the same import works.
@@ -251,20 +252,20 @@ async fn a_history_agent_is_imported_in_one_piece_or_not_at_all(kind: Kind) {
     empty.blocks[0].versions.clear();
     assert!(matches!(
         db.import_history_agent(empty).await,
-        Err(Error::InvalidImport(_))
+        Err(Error::Agent(AgentError::InvalidImport(_)))
     ));
     // A block over its limit or with a bad label is refused by the block write, whole.
     let mut over = history("over");
     over.blocks[0].char_limit = 3;
     assert!(matches!(
         db.import_history_agent(over).await,
-        Err(Error::BlockOverLimit { .. })
+        Err(Error::Block(BlockError::BlockOverLimit { .. }))
     ));
     let mut label = history("label");
     label.blocks[0].label = "no spaces allowed".into();
     assert!(matches!(
         db.import_history_agent(label).await,
-        Err(Error::InvalidBlockLabel { .. })
+        Err(Error::Block(BlockError::InvalidBlockLabel { .. }))
     ));
     assert!(db.agents().await.unwrap().is_empty());
 
@@ -282,7 +283,7 @@ async fn a_history_agent_is_imported_in_one_piece_or_not_at_all(kind: Kind) {
     // The name is taken now: a second import is refused whole.
     assert!(matches!(
         db.import_history_agent(history("ada")).await,
-        Err(Error::AgentNameTaken(_))
+        Err(Error::Agent(AgentError::AgentNameTaken(_)))
     ));
     assert_eq!(db.agents().await.unwrap().len(), 1);
     db.close().await;

@@ -2,6 +2,7 @@
 //! name, listed by name, the whole set replaced in one write, removed (an unknown one is
 //! `McpServerNotFound`), refused input stores nothing, and an agent's servers go with it.
 
+use pattern_db::{AgentError, BatchError, McpError};
 use pattern_db::{Error, NewAgent};
 use serde_json::json;
 
@@ -38,7 +39,8 @@ async fn servers_are_stored_replaced_and_removed(kind: Kind) {
         assert!(
             matches!(
                 err,
-                Error::InvalidContent(_) | Error::ContentTooLarge { .. }
+                Error::Batch(BatchError::InvalidContent(_))
+                    | Error::Batch(BatchError::ContentTooLarge { .. })
             ),
             "{name}: {err}"
         );
@@ -63,12 +65,12 @@ async fn servers_are_stored_replaced_and_removed(kind: Kind) {
     db.remove_mcp_server(ada.id, "only").await.unwrap();
     assert!(matches!(
         db.remove_mcp_server(ada.id, "only").await,
-        Err(Error::McpServerNotFound { .. })
+        Err(Error::Mcp(McpError::McpServerNotFound { .. }))
     ));
     assert!(matches!(
         db.put_mcp_server(pattern_db::AgentId::new(), "x", &json!({"command": "x"}))
             .await,
-        Err(Error::AgentNotFound(_))
+        Err(Error::Agent(AgentError::AgentNotFound(_)))
     ));
 
     // An agent's servers go with it.

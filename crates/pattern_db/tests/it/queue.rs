@@ -1,6 +1,7 @@
 //! The agent queue and explicit abandonment, on both backends: entries are delivered exactly
 //! once (also when deliveries race), recurring wakeups move on, cancelled entries never run.
 
+use pattern_db::BatchError;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -174,7 +175,10 @@ async fn bad_queue_entries_are_typed(kind: Kind) {
     ];
     for case in cases {
         let err = db.enqueue(agent, case).await.unwrap_err();
-        assert!(matches!(err, Error::InvalidContent(_)), "{err}");
+        assert!(
+            matches!(err, Error::Batch(BatchError::InvalidContent(_))),
+            "{err}"
+        );
     }
     assert!(db.pending_queue(agent).await.unwrap().is_empty());
     tdb.cleanup().await.unwrap();
@@ -199,7 +203,10 @@ async fn abandon_batch_offers_the_trigger(kind: Kind) {
     assert_eq!(abandoned.batch.state, BatchState::Abandoned);
     assert_eq!(abandoned.trigger.id, r.message_id);
     let err = store.abandon_batch(r.batch_id, "again").await.unwrap_err();
-    assert!(matches!(err, Error::InvalidBatchState { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Batch(BatchError::InvalidBatchState { .. })),
+        "{err}"
+    );
     let events = store.recent_activity(5).await.unwrap();
     assert_eq!(events[0].kind, "batch_abandoned");
     assert_eq!(events[0].payload["reason"], "model failed");
@@ -226,7 +233,10 @@ async fn an_abandoned_batch_is_retried_at_most_once(kind: Kind) {
         .begin_batch(NewMessage::user("do it"), retry_of(first.batch_id))
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::InvalidBatchState { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Batch(BatchError::InvalidBatchState { .. })),
+        "{err}"
+    );
     store
         .abandon_batch(first.batch_id, "model failed")
         .await
@@ -254,7 +264,10 @@ async fn an_abandoned_batch_is_retried_at_most_once(kind: Kind) {
     for task in tasks {
         match task.await.unwrap() {
             Ok(received) => won.push(received),
-            Err(e) => assert!(matches!(e, Error::AlreadyRetried { .. }), "{e}"),
+            Err(e) => assert!(
+                matches!(e, Error::Batch(BatchError::AlreadyRetried { .. })),
+                "{e}"
+            ),
         }
     }
     assert_eq!(won.len(), 1, "exactly one retry begins a batch");
@@ -273,7 +286,10 @@ async fn an_abandoned_batch_is_retried_at_most_once(kind: Kind) {
         )
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::AlreadyRetried { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Batch(BatchError::AlreadyRetried { .. })),
+        "{err}"
+    );
     assert!(db.pending_queue(agent).await.unwrap().is_empty());
 
     // A second abandoned batch retried through the queue: the entry and the mark are one write.
@@ -309,7 +325,10 @@ async fn an_abandoned_batch_is_retried_at_most_once(kind: Kind) {
         .begin_batch(NewMessage::user("again"), retry_of(second.batch_id))
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::AlreadyRetried { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Batch(BatchError::AlreadyRetried { .. })),
+        "{err}"
+    );
     assert_eq!(db.pending_queue(agent).await.unwrap(), vec![entry]);
     // A recurring retry makes no sense: refused before anything is written.
     let err = db
@@ -323,13 +342,19 @@ async fn an_abandoned_batch_is_retried_at_most_once(kind: Kind) {
         )
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::InvalidContent(_)), "{err}");
+    assert!(
+        matches!(err, Error::Batch(BatchError::InvalidContent(_))),
+        "{err}"
+    );
     // Unknown batches are not found.
     let err = store
         .begin_batch(NewMessage::user("x"), retry_of(pattern_db::SnowflakeId(42)))
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::BatchNotFound { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Batch(BatchError::BatchNotFound { .. })),
+        "{err}"
+    );
     tdb.cleanup().await.unwrap();
 }
 

@@ -5,6 +5,7 @@
 //! the last of each day, the current one always; old activity goes; a dry run reports exactly what
 //! the apply then does and changes nothing; a zero age or zero `keep` is a typed error.
 
+use pattern_db::{ProtocolError, StorageError};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -340,7 +341,10 @@ async fn retention_keeps_what_is_needed(kind: Kind) {
         },
     ] {
         let e = db.retain_agent(a, policy).await.unwrap_err();
-        assert!(matches!(e, Error::InvalidRetention(_)), "{e:?}");
+        assert!(
+            matches!(e, Error::Protocol(ProtocolError::InvalidRetention(_))),
+            "{e:?}"
+        );
         assert_eq!(e.class(), pattern_db::ErrorClass::Invalid);
     }
     db.close().await;
@@ -400,7 +404,10 @@ async fn stored_policies_round_trip_and_refuse_bad_input(kind: Kind) {
         },
     ] {
         let e = db.set_retention_policy(a, bad).await.unwrap_err();
-        assert!(matches!(e, Error::InvalidRetention(_)), "{e:?}");
+        assert!(
+            matches!(e, Error::Protocol(ProtocolError::InvalidRetention(_))),
+            "{e:?}"
+        );
         assert_eq!(e.class(), pattern_db::ErrorClass::Invalid);
     }
     assert_eq!(db.retention_policy(a).await.unwrap().unwrap(), stored);
@@ -421,7 +428,10 @@ async fn stored_policies_round_trip_and_refuse_bad_input(kind: Kind) {
     .await
     .unwrap();
     let e = db.retention_policy(a).await.unwrap_err();
-    assert!(matches!(e, Error::Corrupt(_)), "{e:?}");
+    assert!(
+        matches!(e, Error::Storage(StorageError::Corrupt(_))),
+        "{e:?}"
+    );
     db.close().await;
     tdb.cleanup().await.unwrap();
 }
@@ -470,7 +480,7 @@ async fn archive_plans_are_finished_once(kind: Kind) {
     assert!(db.plan_archive(a, day).await.unwrap().is_empty());
     assert!(matches!(
         db.plan_archive(a, Duration::ZERO).await.unwrap_err(),
-        Error::InvalidRetention(_)
+        Error::Protocol(ProtocolError::InvalidRetention(_))
     ));
     assert_eq!(counts(&db, b).await, b_before, "agent b changed");
     db.close().await;

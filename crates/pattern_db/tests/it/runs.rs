@@ -4,6 +4,7 @@
 //! stand for two processes (each registers itself with its own liveness lock); `crash()` stops
 //! one as a kill would.
 
+use pattern_db::{BatchError, RunError, StorageError};
 use std::time::Duration;
 
 use pattern_db::queue::NewQueued;
@@ -68,7 +69,7 @@ async fn a_busy_agent_queues_and_the_run_hands_on(kind: Kind) {
         db.messages(ada.id)
             .begin_batch(NewMessage::user("sneaky"), BeginBatch::default())
             .await,
-        Err(Error::AgentBusy { .. })
+        Err(Error::Run(RunError::AgentBusy { .. }))
     ));
 
     db.run_step(
@@ -112,7 +113,7 @@ async fn a_busy_agent_queues_and_the_run_hands_on(kind: Kind) {
     assert!(matches!(
         db.append_turn_events(first.claim, first.turn.id, vec![event("late")])
             .await,
-        Err(Error::TurnFinished(_))
+        Err(Error::Run(RunError::TurnFinished(_)))
     ));
     let end = db
         .finish_run(
@@ -155,7 +156,7 @@ async fn a_run_that_lost_its_claim_writes_nothing(kind: Kind) {
     assert!(last.last().unwrap().data.contains("interrupted"));
 
     fn lost<T>(r: Result<T, Error>) -> bool {
-        matches!(r, Err(Error::ClaimLost { .. }))
+        matches!(r, Err(Error::Run(RunError::ClaimLost { .. })))
     }
     assert!(lost(
         a.run_step(
@@ -295,7 +296,7 @@ async fn idempotency_keys_find_the_first_turn(kind: Kind) {
     assert_eq!(turn.id, first.turn.id);
     assert!(matches!(
         b.submit(keyed("f2")).await,
-        Err(Error::IdempotencyKeyReused { .. })
+        Err(Error::Run(RunError::IdempotencyKeyReused { .. }))
     ));
     assert_eq!(
         a.turn_by_key(ada.id, "k-1").await.unwrap().unwrap().id,
@@ -335,7 +336,7 @@ async fn cancellations_and_bad_events(kind: Kind) {
     let other = db.create_agent(NewAgent::named("bob")).await.unwrap();
     assert!(matches!(
         db.cancel_turn(other.id, run.turn.id).await,
-        Err(Error::TurnNotFound { .. })
+        Err(Error::Run(RunError::TurnNotFound { .. }))
     ));
     for bad in [
         pattern_db::NewTurnEvent {
@@ -354,7 +355,7 @@ async fn cancellations_and_bad_events(kind: Kind) {
         assert!(matches!(
             db.append_turn_events(run.claim, run.turn.id, vec![event("ok"), bad])
                 .await,
-            Err(Error::InvalidContent(_))
+            Err(Error::Batch(BatchError::InvalidContent(_)))
         ));
     }
     assert_eq!(db.turn(ada.id, run.turn.id).await.unwrap().last_seq, 1);
@@ -451,7 +452,7 @@ async fn concurrent_writers_never_fail_on_lock_order(kind: Kind) {
                                     .await?;
                                 store.complete_batch(r.batch_id).await?;
                             }
-                            Err(Error::AgentBusy { .. }) => {}
+                            Err(Error::Run(RunError::AgentBusy { .. })) => {}
                             Err(e) => return Err(e),
                         }
                     }
@@ -531,7 +532,10 @@ async fn machine_ids_run_out_only_when_live_processes_hold_them() {
     }
     let err = Database::open(tdb.config()).await.unwrap_err();
     assert!(
-        matches!(err, Error::MachineIdsExhausted { live: 1024 }),
+        matches!(
+            err,
+            Error::Storage(StorageError::MachineIdsExhausted { live: 1024 })
+        ),
         "{err}"
     );
     assert!(err.to_string().contains("live processes"), "{err}");

@@ -3,6 +3,7 @@
 //! processes racing to deliver fire every schedule exactly once per fire time; a wakeup whose
 //! run's process died is queued again exactly once.
 
+use pattern_db::{BatchError, ScheduleError};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,7 +110,7 @@ async fn cron_schedules_store_their_next_time(kind: Kind) {
     assert_eq!(ids, [daily.id]);
     assert!(matches!(
         db.schedule(once.id).await.unwrap_err(),
-        Error::ScheduleNotFound(_)
+        Error::Schedule(ScheduleError::ScheduleNotFound(_))
     ));
     db.close().await;
     tdb.cleanup().await.unwrap();
@@ -123,20 +124,32 @@ async fn bad_schedules_are_typed_and_store_nothing(kind: Kind) {
         .add_schedule(agent, cron("not a cron", None))
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::InvalidCron { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Schedule(ScheduleError::InvalidCron { .. })),
+        "{err}"
+    );
     assert!(err.to_string().contains("cron"), "{err}");
     let err = db
         .add_schedule(agent, cron("61 * * * *", None))
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::InvalidCron { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Schedule(ScheduleError::InvalidCron { .. })),
+        "{err}"
+    );
     let err = db
         .add_schedule(agent, cron("* * * * *", Some("Mars/Olympus")))
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::UnknownTimeZone(_)), "{err}");
+    assert!(
+        matches!(err, Error::Schedule(ScheduleError::UnknownTimeZone(_))),
+        "{err}"
+    );
     let err = db.add_schedule(agent, at(-3600)).await.unwrap_err();
-    assert!(matches!(err, Error::ScheduleInPast { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Schedule(ScheduleError::ScheduleInPast { .. })),
+        "{err}"
+    );
     let err = db
         .add_schedule(
             agent,
@@ -150,10 +163,10 @@ async fn bad_schedules_are_typed_and_store_nothing(kind: Kind) {
     assert!(
         matches!(
             err,
-            Error::InvalidSchedule {
+            Error::Schedule(ScheduleError::InvalidSchedule {
                 field: "message",
                 ..
-            }
+            })
         ),
         "{err}"
     );
@@ -166,7 +179,10 @@ async fn bad_schedules_are_typed_and_store_nothing(kind: Kind) {
         db.add_schedule(agent, at(3600)).await.unwrap();
     }
     let err = db.add_schedule(agent, at(3600)).await.unwrap_err();
-    assert!(matches!(err, Error::TooManySchedules { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Schedule(ScheduleError::TooManySchedules { .. })),
+        "{err}"
+    );
     assert_eq!(err.class(), pattern_db::ErrorClass::Refused);
     assert_eq!(
         db.schedules(agent).await.unwrap().len(),
@@ -190,7 +206,10 @@ async fn schedules_are_removed_only_by_their_agent(kind: Kind) {
     let s = db.add_schedule(a, cron("0 * * * *", None)).await.unwrap();
     let t = db.add_schedule(b, at(600)).await.unwrap();
     let err = db.remove_schedule(b, s.id).await.unwrap_err();
-    assert!(matches!(err, Error::ScheduleNotFound(_)), "{err}");
+    assert!(
+        matches!(err, Error::Schedule(ScheduleError::ScheduleNotFound(_))),
+        "{err}"
+    );
     assert_eq!(db.schedule(s.id).await.unwrap().agent_id, a);
     let all: BTreeSet<_> = db
         .all_schedules()
@@ -204,7 +223,10 @@ async fn schedules_are_removed_only_by_their_agent(kind: Kind) {
     assert_eq!(removed.id, s.id);
     assert!(db.schedules(a).await.unwrap().is_empty());
     let err = db.remove_schedule(a, s.id).await.unwrap_err();
-    assert!(matches!(err, Error::ScheduleNotFound(_)), "{err}");
+    assert!(
+        matches!(err, Error::Schedule(ScheduleError::ScheduleNotFound(_))),
+        "{err}"
+    );
     assert_eq!(err.class(), pattern_db::ErrorClass::NotFound);
     // Plain queue entries are no schedules: `remove_schedule` never cancels one.
     let q = db
@@ -378,7 +400,10 @@ async fn a_crashed_wakeup_is_retried_once(kind: Kind) {
         )
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::AlreadyRetried { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Batch(BatchError::AlreadyRetried { .. })),
+        "{err}"
+    );
     third.close().await;
     tdb.cleanup().await.unwrap();
 }

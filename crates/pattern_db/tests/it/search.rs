@@ -2,6 +2,7 @@
 //! content resolution and full-text search. Every case is written once and instantiated for
 //! SQLite and PostgreSQL by the macro at the bottom.
 
+use pattern_db::{AgentError, ArchivalError, BatchError, SearchError};
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -75,7 +76,7 @@ async fn archival_crud(kind: Kind) {
     // Another agent does not see it.
     assert!(matches!(
         db.archival(b.id, first.id).await,
-        Err(Error::ArchivalNotFound { .. })
+        Err(Error::Archival(ArchivalError::ArchivalNotFound { .. }))
     ));
 
     // Dedupe keys: the same key returns the stored entry and stores nothing.
@@ -156,10 +157,10 @@ async fn archival_crud(kind: Kind) {
     assert!(
         matches!(
             err,
-            Error::ContentTooLarge {
+            Error::Batch(BatchError::ContentTooLarge {
                 size: 1001,
                 limit: 1000
-            }
+            })
         ),
         "{err}"
     );
@@ -175,13 +176,13 @@ async fn archival_crud(kind: Kind) {
     ] {
         assert!(matches!(
             db.insert_archival(a.id, bad).await,
-            Err(Error::InvalidArchival(_))
+            Err(Error::Archival(ArchivalError::InvalidArchival(_)))
         ));
     }
     assert!(matches!(
         db.insert_archival(pattern_db::AgentId::new(), NewArchival::text("t"))
             .await,
-        Err(Error::AgentNotFound(_))
+        Err(Error::Agent(AgentError::AgentNotFound(_)))
     ));
     assert!(matches!(
         db.list_archival(
@@ -192,7 +193,7 @@ async fn archival_crud(kind: Kind) {
             }
         )
         .await,
-        Err(Error::InvalidArchival(_))
+        Err(Error::Archival(ArchivalError::InvalidArchival(_)))
     ));
 
     // Delete: true once, then false; other agents cannot delete it.
@@ -257,7 +258,10 @@ async fn jobs_are_recorded_with_their_content(kind: Kind) {
         )
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::UnpairedToolResult { .. }));
+    assert!(matches!(
+        err,
+        Error::Batch(BatchError::UnpairedToolResult { .. })
+    ));
     assert_eq!(db.pending_embedding_jobs().await.unwrap(), 2);
 
     // Blocks: create and write refresh one job per block.
@@ -341,7 +345,7 @@ async fn claim_store_fail(kind: Kind) {
     let first = v(&jobs[0].content, &jobs[0].text_hash, 0.5);
     assert!(matches!(
         db.store_embeddings(vec![first.clone()]).await,
-        Err(Error::EmbeddingModelNotRegistered)
+        Err(Error::Search(SearchError::EmbeddingModelNotRegistered))
     ));
     db.register_embedding_model(model("m", 2)).await.unwrap();
     // Wrong dimension or non-finite values: nothing stored.
@@ -349,17 +353,17 @@ async fn claim_store_fail(kind: Kind) {
     wrong.vector.push(0.0);
     assert!(matches!(
         db.store_embeddings(vec![first.clone(), wrong]).await,
-        Err(Error::EmbeddingDimension {
+        Err(Error::Search(SearchError::EmbeddingDimension {
             expected: 2,
             got: 3,
             ..
-        })
+        }))
     ));
     let mut nan = first.clone();
     nan.vector[0] = f32::NAN;
     assert!(matches!(
         db.store_embeddings(vec![nan]).await,
-        Err(Error::InvalidEmbedding(_))
+        Err(Error::Search(SearchError::InvalidEmbedding(_)))
     ));
     assert!(db.vectors_page(None, 10).await.unwrap().is_empty());
 
@@ -489,14 +493,14 @@ async fn model_mismatch_and_reembed(kind: Kind) {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, Error::EmbeddingModelMismatch { stored, requested } if stored.name == "mini" && requested.dimension == 3)
+        matches!(&err, Error::Search(SearchError::EmbeddingModelMismatch { stored, requested }) if stored.name == "mini" && requested.dimension == 3)
     );
     assert!(err.to_string().contains("re-embed"), "{err}");
     let mut changed_file = model("mini", 2);
     changed_file.file_hash = "other".into();
     assert!(matches!(
         db.register_embedding_model(changed_file).await,
-        Err(Error::EmbeddingModelMismatch { .. })
+        Err(Error::Search(SearchError::EmbeddingModelMismatch { .. }))
     ));
 
     // Jobs are off here: backfill queues what lacks a vector.
@@ -537,7 +541,7 @@ async fn model_mismatch_and_reembed(kind: Kind) {
     let unknown = ContentRef::new(ContentType::Block, uuid::Uuid::now_v7().to_string());
     assert!(matches!(
         db.enqueue_embedding(unknown).await,
-        Err(Error::ContentNotFound(_))
+        Err(Error::Search(SearchError::ContentNotFound(_)))
     ));
 
     // Re-embed: all vectors go (logged), the new model is stored, jobs for all live content.
@@ -793,7 +797,7 @@ async fn full_text_search(kind: Kind) {
     assert!(!ids(&db, &long, &search(10)).await.is_empty());
     assert!(matches!(
         db.search_text("   ", &search(10)).await,
-        Err(Error::EmptyQuery)
+        Err(Error::Search(SearchError::EmptyQuery))
     ));
     assert!(matches!(
         db.search_text(
@@ -801,7 +805,7 @@ async fn full_text_search(kind: Kind) {
             &search(10)
         )
         .await,
-        Err(Error::QueryTooLong { .. })
+        Err(Error::Search(SearchError::QueryTooLong { .. }))
     ));
 
     // Filters: agent (blocks through access), content type, time.
@@ -897,7 +901,7 @@ async fn full_text_search(kind: Kind) {
     assert!(ids(&db, "zebras", &search(10)).await.is_empty());
     assert!(matches!(
         db.search_text("x", &search(0)).await,
-        Err(Error::InvalidSearch(_))
+        Err(Error::Search(SearchError::InvalidSearch(_)))
     ));
     db.close().await;
     tdb.cleanup().await.unwrap();
@@ -984,7 +988,9 @@ async fn arbitrary_queries_never_fail_otherwise(kind: Kind) {
         let long: String = chars.into_iter().collect();
         for q in [any.as_str(), syntax.as_str(), long.as_str()] {
             match db.search_text(q, &search(5)).await {
-                Ok(_) | Err(Error::EmptyQuery) | Err(Error::QueryTooLong { .. }) => {}
+                Ok(_)
+                | Err(Error::Search(SearchError::EmptyQuery))
+                | Err(Error::Search(SearchError::QueryTooLong { .. })) => {}
                 Err(e) => panic!("query {q:?}: {e}"),
             }
         }
@@ -1127,7 +1133,10 @@ async fn archival_occurred_at_is_its_time(kind: Kind) {
             .insert_archival_many(a.id, vec![tagged("kept out", &[], None), at("bad", bad)])
             .await
             .unwrap_err();
-        assert!(matches!(err, Error::InvalidArchival(_)), "{err}");
+        assert!(
+            matches!(err, Error::Archival(ArchivalError::InvalidArchival(_))),
+            "{err}"
+        );
     }
     assert_eq!(db.count_archival(a.id).await.unwrap(), 2);
 }

@@ -104,7 +104,9 @@ async fn check(p: &Protocol, ids: &[AgentId], steps: Vec<Step>) {
                 if model.order_of(who).is_some() {
                     assert!(matches!(
                         got,
-                        Err(Error::Db(DbError::AlreadyParticipant { .. }))
+                        Err(Error::Db(DbError::Protocol(
+                            pattern_db::ProtocolError::AlreadyParticipant { .. }
+                        )))
                     ));
                 } else {
                     got.unwrap();
@@ -117,7 +119,9 @@ async fn check(p: &Protocol, ids: &[AgentId], steps: Vec<Step>) {
                 let Some(order) = model.order_of(who) else {
                     assert!(matches!(
                         got,
-                        Err(Error::Db(DbError::NotMeetingParticipant { .. }))
+                        Err(Error::Db(DbError::Protocol(
+                            pattern_db::ProtocolError::NotMeetingParticipant { .. }
+                        )))
                     ));
                     continue;
                 };
@@ -140,10 +144,17 @@ async fn check(p: &Protocol, ids: &[AgentId], steps: Vec<Step>) {
                 } else if model.order_of(who).is_none() {
                     assert!(matches!(
                         got,
-                        Err(Error::Db(DbError::NotMeetingParticipant { .. }))
+                        Err(Error::Db(DbError::Protocol(
+                            pattern_db::ProtocolError::NotMeetingParticipant { .. }
+                        )))
                     ));
                 } else {
-                    assert!(matches!(got, Err(Error::Db(DbError::NotSpeaker { .. }))));
+                    assert!(matches!(
+                        got,
+                        Err(Error::Db(DbError::Protocol(
+                            pattern_db::ProtocolError::NotSpeaker { .. }
+                        )))
+                    ));
                 }
             }
         }

@@ -54,44 +54,50 @@ async fn lifecycle_and_round_robin(kind: Kind) {
     );
     // Not ready with the host alone.
     let refused = db(p.start_meeting(m, a.id).await.unwrap_err());
-    assert!(matches!(refused, DbError::MeetingState { .. }), "{refused}");
+    assert!(
+        matches!(
+            refused,
+            DbError::Protocol(pattern_db::ProtocolError::MeetingState { .. })
+        ),
+        "{refused}"
+    );
     p.invite(m, a.id, b.id).await.unwrap();
     assert!(matches!(
         db(p.invite(m, b.id, c.id).await.unwrap_err()),
-        DbError::NotHost { .. }
+        DbError::Protocol(pattern_db::ProtocolError::NotHost { .. })
     ));
     assert!(matches!(
         db(p.invite(m, a.id, b.id).await.unwrap_err()),
-        DbError::AlreadyParticipant { .. }
+        DbError::Protocol(pattern_db::ProtocolError::AlreadyParticipant { .. })
     ));
     let joined = p.join_meeting(m, b.id).await.unwrap();
     assert_eq!(joined.meeting.status, MeetingStatus::Ready);
     assert!(matches!(
         db(p.join_meeting(m, b.id).await.unwrap_err()),
-        DbError::AlreadyParticipant { .. }
+        DbError::Protocol(pattern_db::ProtocolError::AlreadyParticipant { .. })
     ));
     // Anyone may join, invited or not.
     p.join_meeting(m, c.id).await.unwrap();
     assert!(matches!(
         db(p.speak(m, a.id, say("early")).await.unwrap_err()),
-        DbError::MeetingState { .. }
+        DbError::Protocol(pattern_db::ProtocolError::MeetingState { .. })
     ));
     assert!(matches!(
         db(p.start_meeting(m, b.id).await.unwrap_err()),
-        DbError::NotHost { .. }
+        DbError::Protocol(pattern_db::ProtocolError::NotHost { .. })
     ));
     let started = p.start_meeting(m, a.id).await.unwrap();
     assert_eq!(started.meeting.status, MeetingStatus::Active);
     assert_eq!(started.meeting.speaker, Some(a.id));
     assert!(matches!(
         db(p.start_meeting(m, a.id).await.unwrap_err()),
-        DbError::MeetingState { .. }
+        DbError::Protocol(pattern_db::ProtocolError::MeetingState { .. })
     ));
 
     // Round robin in join order, wrapping; only the speaker speaks.
     let out = db(p.speak(m, b.id, say("me first")).await.unwrap_err());
     assert!(
-        matches!(out, DbError::NotSpeaker { speaker: Some(s), .. } if s == a.id),
+        matches!(out, DbError::Protocol(pattern_db::ProtocolError::NotSpeaker { speaker: Some(s), .. }) if s == a.id),
         "{out}"
     );
     let mut said = Vec::new();
@@ -104,7 +110,7 @@ async fn lifecycle_and_round_robin(kind: Kind) {
     p.leave_meeting(m, c.id).await.unwrap();
     assert!(matches!(
         db(p.leave_meeting(m, c.id).await.unwrap_err()),
-        DbError::NotMeetingParticipant { .. }
+        DbError::Protocol(pattern_db::ProtocolError::NotMeetingParticipant { .. })
     ));
     assert_eq!(
         p.speak(m, b.id, say("b")).await.unwrap().meeting.speaker,
@@ -147,7 +153,7 @@ async fn lifecycle_and_round_robin(kind: Kind) {
     // Only the host ends; an ended meeting refuses everything.
     assert!(matches!(
         db(p.end_meeting(m, b.id).await.unwrap_err()),
-        DbError::NotHost { .. }
+        DbError::Protocol(pattern_db::ProtocolError::NotHost { .. })
     ));
     let ended = p.end_meeting(m, a.id).await.unwrap();
     assert_eq!(ended.meeting.status, MeetingStatus::Ended);
@@ -158,7 +164,9 @@ async fn lifecycle_and_round_robin(kind: Kind) {
         p.end_meeting(m, a.id).await.unwrap_err(),
         p.invite(m, a.id, c.id).await.unwrap_err(),
     ] {
-        assert!(matches!(db(refused), DbError::MeetingEnded(x) if x == m));
+        assert!(
+            matches!(db(refused), DbError::Protocol(pattern_db::ProtocolError::MeetingEnded(x)) if x == m)
+        );
     }
 
     // The log: dense from 1, ending with meeting_ended.
@@ -182,39 +190,39 @@ async fn bad_input_is_typed(kind: Kind) {
     let ghost = AgentId::new();
     assert!(matches!(
         db(p.create_meeting(ghost, None).await.unwrap_err()),
-        DbError::AgentNotFound(_)
+        DbError::Agent(pattern_db::AgentError::AgentNotFound(_))
     ));
     for bad in [Duration::ZERO, Duration::from_secs(8 * 24 * 3600)] {
         assert!(matches!(
             db(p.create_meeting(a.id, Some(bad)).await.unwrap_err()),
-            DbError::InvalidProtocolMessage(_)
+            DbError::Protocol(pattern_db::ProtocolError::InvalidProtocolMessage(_))
         ));
     }
     let m = p.create_meeting(a.id, None).await.unwrap().meeting.id;
     assert!(matches!(
         db(p.join_meeting(m, ghost).await.unwrap_err()),
-        DbError::AgentNotFound(_)
+        DbError::Agent(pattern_db::AgentError::AgentNotFound(_))
     ));
     let unknown = pattern_protocol::MeetingId::new();
     assert!(matches!(
         db(p.join_meeting(unknown, a.id).await.unwrap_err()),
-        DbError::ProtocolNotFound { .. }
+        DbError::Protocol(pattern_db::ProtocolError::ProtocolNotFound { .. })
     ));
     assert!(matches!(
         db(p.events_after(unknown, 0, 10).await.unwrap_err()),
-        DbError::ProtocolNotFound { .. }
+        DbError::Protocol(pattern_db::ProtocolError::ProtocolNotFound { .. })
     ));
     assert!(matches!(
         db(p.speak(m, a.id, NewProtocolMessage::new("", json!(1)))
             .await
             .unwrap_err()),
-        DbError::InvalidProtocolMessage(_)
+        DbError::Protocol(pattern_db::ProtocolError::InvalidProtocolMessage(_))
     ));
     assert!(matches!(
         db(NewProtocolMessage::from_json_str("chat", "{not json")
             .unwrap_err()
             .into()),
-        DbError::InvalidProtocolMessage(_)
+        DbError::Protocol(pattern_db::ProtocolError::InvalidProtocolMessage(_))
     ));
     // Nothing of the refused writes left a trace: two events (created, host joined).
     assert_eq!(p.meeting(m).await.unwrap().last_event_seq, 2);
@@ -266,7 +274,7 @@ async fn timeouts_apply_without_a_watcher(kind: Kind) {
     // Ada, timed out, is refused.
     assert!(matches!(
         db(p.speak(m, ids[0], say("too late")).await.unwrap_err()),
-        DbError::NotSpeaker { .. }
+        DbError::Protocol(pattern_db::ProtocolError::NotSpeaker { .. })
     ));
 
     // The sweeper times out cy (nobody else acts).
@@ -327,12 +335,12 @@ async fn wait_for_meeting_turn_wakes(kind: Kind) {
     let eve = agent(&p, "eve").await;
     assert!(matches!(
         db(p.wait_for_meeting_turn(m, eve.id, LONG).await.unwrap_err()),
-        DbError::NotMeetingParticipant { .. }
+        DbError::Protocol(pattern_db::ProtocolError::NotMeetingParticipant { .. })
     ));
     p.end_meeting(m, ids[0]).await.unwrap();
     assert!(matches!(
         db(waiter.await.unwrap().unwrap_err()),
-        DbError::MeetingEnded(_)
+        DbError::Protocol(pattern_db::ProtocolError::MeetingEnded(_))
     ));
     p.db().clone().close().await;
     tdb.cleanup().await.unwrap();

@@ -28,7 +28,12 @@ async fn handles(tdb: &TestDb, n: usize) -> Vec<Protocol> {
 }
 
 fn is_not_speaker(r: &Result<pattern_protocol::MeetingUpdate, Error>) -> bool {
-    matches!(r, Err(Error::Db(DbError::NotSpeaker { .. })))
+    matches!(
+        r,
+        Err(Error::Db(DbError::Protocol(
+            pattern_db::ProtocolError::NotSpeaker { .. }
+        )))
+    )
 }
 
 /// The event log is dense from 1 and each turn_passed names the speaker that follows.
@@ -131,7 +136,15 @@ async fn timeout_fires_while_the_speaker_answers(kind: Kind) {
                 spoke += 1;
             }
             Err(e) => {
-                assert!(matches!(e, Error::Db(DbError::NotSpeaker { .. })), "{e}");
+                assert!(
+                    matches!(
+                        e,
+                        Error::Db(DbError::Protocol(
+                            pattern_db::ProtocolError::NotSpeaker { .. }
+                        ))
+                    ),
+                    "{e}"
+                );
                 assert!(out && !said, "{events:?}");
                 timed_out += 1;
             }
@@ -348,7 +361,9 @@ fn race_child() {
         let outcome = match parts[0] {
             "speak" => match p.speak(meeting, agent, say("from a child")).await {
                 Ok(_) => "OK".to_owned(),
-                Err(Error::Db(DbError::NotSpeaker { .. })) => "NOT_SPEAKER".to_owned(),
+                Err(Error::Db(DbError::Protocol(pattern_db::ProtocolError::NotSpeaker {
+                    ..
+                }))) => "NOT_SPEAKER".to_owned(),
                 Err(e) => format!("ERROR {e}"),
             },
             "wait" => {

@@ -295,7 +295,9 @@ async fn start(
     // durable ack.
     let submission = match agent.clone().submit(message, options).await {
         Ok(s) => s,
-        Err(pattern::core::Error::Db(pattern::db::Error::IdempotencyKeyReused { .. })) => {
+        Err(pattern::core::Error::Db(pattern::db::Error::Run(
+            pattern::db::RunError::IdempotencyKeyReused { .. },
+        ))) => {
             return Err(ApiError::new(
                 ErrorCode::Conflict,
                 "this Idempotency-Key was used for a different request",
@@ -601,7 +603,7 @@ async fn turn_of(
     let id: TurnId = turn_id.parse().map_err(|_| missing())?;
     match state.pattern().db().turn(agent, id).await {
         Ok(turn) => Ok(turn),
-        Err(pattern::db::Error::TurnNotFound { .. }) => Err(missing()),
+        Err(pattern::db::Error::Run(pattern::db::RunError::TurnNotFound { .. })) => Err(missing()),
         Err(e) => Err(e.into()),
     }
 }
