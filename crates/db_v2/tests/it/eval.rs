@@ -762,7 +762,14 @@ type Variant = (
 );
 
 /// One question's row of a dump: kind, question, evidence, full-text list, its texts, vector list.
-type DumpRow<'a> = (&'a str, &'a str, &'a [usize], &'a [usize], &'a [&'a str], &'a [usize]);
+type DumpRow<'a> = (
+    &'a str,
+    &'a str,
+    &'a [usize],
+    &'a [usize],
+    &'a [&'a str],
+    &'a [usize],
+);
 
 /// With `PATTERN_EVAL_DUMP=FILE`, writes one JSON line per question (kind, evidence, the
 /// full-text and vector lists, the coverage of each full-text hit) so fusion rules can be
@@ -776,7 +783,7 @@ fn dump_lists(rows: &[DumpRow<'_>]) {
         let coverage: Vec<f32> = texts.iter().map(|t| term_coverage(q, t)).collect();
         out.push_str(
             &json!({"kind": kind, "question": q, "evidence": evidence, "fts": f,
-                    "coverage": coverage, "vector": v})
+                    "fts_texts": texts, "coverage": coverage, "vector": v})
             .to_string(),
         );
         out.push('\n');
