@@ -184,10 +184,10 @@ impl From<pattern_db::Error> for Error {
     fn from(e: pattern_db::Error) -> Self {
         use pattern_db::Error as D;
         match e {
-            D::Block(pattern_db::BlockError::BlockNotFound { agent, label }) => {
+            D::Block(pattern_db::BlockError::NotFound { agent, label }) => {
                 Error::UnknownBlock { agent, label }
             }
-            D::Block(pattern_db::BlockError::BlockOverLimit {
+            D::Block(pattern_db::BlockError::OverLimit {
                 label,
                 chars,
                 limit,
@@ -215,20 +215,20 @@ impl From<pattern_db::Error> for Error {
                     Err(e) => e,
                 }
             }
-            D::Block(pattern_db::BlockError::BlockLabelTaken { agent, label }) => {
+            D::Block(pattern_db::BlockError::LabelTaken { agent, label }) => {
                 Error::LabelTaken { agent, label }
             }
             D::Block(pattern_db::BlockError::NothingToUndo { label, .. }) => {
                 Error::NothingToUndo { label }
             }
-            D::Block(pattern_db::BlockError::InvalidBlockLabel { label, reason }) => {
+            D::Block(pattern_db::BlockError::InvalidLabel { label, reason }) => {
                 Error::Invalid(format!("label `{label}`: {reason}"))
             }
-            D::Block(pattern_db::BlockError::InvalidBlock(reason)) => Error::Invalid(reason),
-            D::Archival(pattern_db::ArchivalError::ArchivalNotFound { agent, id }) => {
+            D::Block(pattern_db::BlockError::Invalid(reason)) => Error::Invalid(reason),
+            D::Archival(pattern_db::ArchivalError::NotFound { agent, id }) => {
                 Error::UnknownPassage { agent, id }
             }
-            D::Archival(pattern_db::ArchivalError::InvalidArchival(reason)) => {
+            D::Archival(pattern_db::ArchivalError::Invalid(reason)) => {
                 Error::Invalid(reason)
             }
             other => Error::Db(other),

@@ -523,7 +523,7 @@ impl AgentRuntime {
     }
 
     /// The agent `name` names, looked up only among the agents of this agent's organization:
-    /// any other name, another organization's agent included, is `AgentNameNotFound`, the same
+    /// any other name, another organization's agent included, is `AgentError::NameNotFound`, the same
     /// answer as for a name that exists nowhere.
     async fn agent_in_my_organization(&self, name: &str) -> Result<pattern_db::Agent> {
         let org = self.db.agent_organization(self.agent).await?;

@@ -137,7 +137,7 @@ async fn demo(db: &Database) -> DemoResult<()> {
 
     let (agent, created) = match db.agent_by_name(AGENT).await {
         Ok(agent) => (agent, false),
-        Err(Error::Agent(AgentError::AgentNameNotFound(_))) => {
+        Err(Error::Agent(AgentError::NameNotFound(_))) => {
             (db.create_agent(NewAgent::named(AGENT)).await?, true)
         }
         Err(e) => return Err(e.into()),

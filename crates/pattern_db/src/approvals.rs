@@ -7,7 +7,7 @@
 //! transaction; it is a write of the run (fenced by its claim like the others).
 //! [`Database::decide_approval`] is `UPDATE ... WHERE state = 'pending'`: exactly one decision
 //! wins, a second answer is [`ApprovalError::AlreadyDecided`], an unknown id (or another
-//! organization's) [`ApprovalError::ApprovalNotFound`]. [`Database::expire_approval`] marks a
+//! organization's) [`ApprovalError::NotFound`]. [`Database::expire_approval`] marks a
 //! pending request `timed_out` the same way. Every decision wakes [`WakeKey::Approval`] (in this
 //! process, and on PostgreSQL in every process through `NOTIFY`), so the waiting run learns it
 //! wherever it runs. A batch that ends (completed, abandoned, recovered) marks its still-pending
@@ -254,7 +254,7 @@ impl Database {
 
     /// Decides pending request `id` (only within `organization` when it is given): exactly one
     /// decision wins; a request that is not pending is [`ApprovalError::AlreadyDecided`], an
-    /// unknown one (or another organization's) [`ApprovalError::ApprovalNotFound`]. `by` says who
+    /// unknown one (or another organization's) [`ApprovalError::NotFound`]. `by` says who
     /// answered.
     pub async fn decide_approval(
         &self,
@@ -319,7 +319,7 @@ impl Database {
 pub enum ApprovalError {
     /// No approval request with this id (or not the caller's organization's).
     #[error("unknown approval request {0}")]
-    ApprovalNotFound(crate::SnowflakeId),
+    NotFound(crate::SnowflakeId),
     /// The approval request is not pending any more: another answer (or its deadline, or the
     /// end of its run) decided it first.
     #[error("approval request {id} is already decided ({state})")]
@@ -336,7 +336,7 @@ impl ApprovalError {
     pub fn class(&self) -> crate::ErrorClass {
         use crate::ErrorClass as C;
         match self {
-            ApprovalError::ApprovalNotFound(_) => C::NotFound,
+            ApprovalError::NotFound(_) => C::NotFound,
             ApprovalError::AlreadyDecided { .. } => C::Conflict,
         }
     }

@@ -85,13 +85,13 @@ impl NewArchival {
 
     /// When the content happened, from metadata [`OCCURRED_AT_KEY`] (whole milliseconds);
     /// `None` without it. A value that is not an RFC 3339 time string is
-    /// [`ArchivalError::InvalidArchival`].
+    /// [`ArchivalError::Invalid`].
     pub fn occurred_at(&self) -> Result<Option<DateTime<Utc>>> {
         let Some(value) = self.metadata.get(OCCURRED_AT_KEY) else {
             return Ok(None);
         };
         let bad = || {
-            Error::Archival(ArchivalError::InvalidArchival(format!(
+            Error::Archival(ArchivalError::Invalid(format!(
                 "metadata `{OCCURRED_AT_KEY}` must be an RFC 3339 time, got {value}"
             )))
         };
@@ -104,7 +104,7 @@ impl NewArchival {
     pub(crate) fn validate(&self, max_content_bytes: usize) -> Result<()> {
         self.occurred_at()?;
         if self.content.is_empty() {
-            return Err(ArchivalError::InvalidArchival("content is empty".into()).into());
+            return Err(ArchivalError::Invalid("content is empty".into()).into());
         }
         if self.content.len() > max_content_bytes {
             return Err(BatchError::ContentTooLarge {
@@ -114,7 +114,7 @@ impl NewArchival {
             .into());
         }
         if self.tags.len() > MAX_TAGS {
-            return Err(ArchivalError::InvalidArchival(format!(
+            return Err(ArchivalError::Invalid(format!(
                 "{} tags, at most {MAX_TAGS} allowed",
                 self.tags.len()
             ))
@@ -123,34 +123,34 @@ impl NewArchival {
         for (i, tag) in self.tags.iter().enumerate() {
             let chars = tag.chars().count();
             if chars == 0 || chars > MAX_TAG_CHARS {
-                return Err(ArchivalError::InvalidArchival(format!(
+                return Err(ArchivalError::Invalid(format!(
                     "tag {i} has {chars} characters; tags hold 1 to {MAX_TAG_CHARS}"
                 ))
                 .into());
             }
             if tag.trim() != tag || tag.chars().any(char::is_control) {
-                return Err(ArchivalError::InvalidArchival(format!(
+                return Err(ArchivalError::Invalid(format!(
                     "tag `{tag}` has leading/trailing spaces or control characters"
                 ))
                 .into());
             }
             if self.tags[..i].contains(tag) {
                 return Err(
-                    ArchivalError::InvalidArchival(format!("tag `{tag}` appears twice")).into(),
+                    ArchivalError::Invalid(format!("tag `{tag}` appears twice")).into(),
                 );
             }
         }
         if let Some(key) = &self.dedupe_key
             && (key.is_empty() || key.len() > MAX_DEDUPE_KEY_BYTES)
         {
-            return Err(ArchivalError::InvalidArchival(format!(
+            return Err(ArchivalError::Invalid(format!(
                 "dedupe key must be 1 to {MAX_DEDUPE_KEY_BYTES} bytes, got {}",
                 key.len()
             ))
             .into());
         }
         let metadata = serde_json::to_string(&self.metadata)
-            .map_err(|e| ArchivalError::InvalidArchival(e.to_string()))?;
+            .map_err(|e| ArchivalError::Invalid(e.to_string()))?;
         if metadata.len() > max_content_bytes {
             return Err(BatchError::ContentTooLarge {
                 size: metadata.len(),
@@ -264,7 +264,7 @@ impl Database {
         .await?;
         match row {
             Some(row) => archival_from_row(&row),
-            None => Err(ArchivalError::ArchivalNotFound { agent, id }.into()),
+            None => Err(ArchivalError::NotFound { agent, id }.into()),
         }
     }
 
@@ -275,7 +275,7 @@ impl Database {
         opts: ListArchival,
     ) -> Result<Vec<ArchivalEntry>> {
         if opts.limit == 0 || opts.limit > MAX_LIST {
-            return Err(ArchivalError::InvalidArchival(format!(
+            return Err(ArchivalError::Invalid(format!(
                 "list limit must be 1 to {MAX_LIST}, got {}",
                 opts.limit
             ))
@@ -337,7 +337,7 @@ impl Database {
 pub enum ArchivalError {
     /// No archival passage with this id for this agent.
     #[error("no archival passage {id} for agent {agent}")]
-    ArchivalNotFound {
+    NotFound {
         /// The agent.
         agent: crate::AgentId,
         /// The id asked for.
@@ -345,7 +345,7 @@ pub enum ArchivalError {
     },
     /// An archival passage or listing request is invalid (empty content, bad tags or key).
     #[error("invalid archival memory request: {0}")]
-    InvalidArchival(String),
+    Invalid(String),
 }
 
 impl ArchivalError {
@@ -353,8 +353,8 @@ impl ArchivalError {
     pub fn class(&self) -> crate::ErrorClass {
         use crate::ErrorClass as C;
         match self {
-            ArchivalError::ArchivalNotFound { .. } => C::NotFound,
-            ArchivalError::InvalidArchival(_) => C::Invalid,
+            ArchivalError::NotFound { .. } => C::NotFound,
+            ArchivalError::Invalid(_) => C::Invalid,
         }
     }
 }
@@ -369,7 +369,7 @@ mod tests {
         assert!(ok.validate(10).is_ok());
         assert!(matches!(
             NewArchival::text("").validate(10),
-            Err(Error::Archival(ArchivalError::InvalidArchival(_)))
+            Err(Error::Archival(ArchivalError::Invalid(_)))
         ));
         assert!(matches!(
             NewArchival::text("x".repeat(11)).validate(10),

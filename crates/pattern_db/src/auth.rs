@@ -5,7 +5,7 @@
 //! source (256 bits); only its SHA-256 is stored, with the first 12 characters for display.
 //! Authenticating is one indexed read of the hash on the read pool; `last_used_at` is not kept
 //! (it would turn every request into a write). An agent with an organization belongs to it alone:
-//! the organization-scoped reads answer [`AgentError::AgentNotFound`] for another organization's
+//! the organization-scoped reads answer [`AgentError::NotFound`] for another organization's
 //! agent exactly as for an unknown one. This module must never store, log or print a secret, and
 //! never answer an organization-scoped read with a row of another organization.
 
@@ -218,7 +218,7 @@ impl Database {
         self.write(RevokeKey { org, id }).await
     }
 
-    /// Creates an agent owned by `org` (the name rule, [`AgentError::AgentNameTaken`] and
+    /// Creates an agent owned by `org` (the name rule, [`AgentError::NameTaken`] and
     /// [`ProtocolError::ExternalIdTaken`](crate::ProtocolError::ExternalIdTaken) as
     /// [`Database::create_agent`]).
     pub async fn create_org_agent(&self, org: OrganizationId, new: NewAgent) -> Result<Agent> {
@@ -239,7 +239,7 @@ impl Database {
         .collect()
     }
 
-    /// The organization's agent `id`; [`AgentError::AgentNotFound`] when it does not exist or
+    /// The organization's agent `id`; [`AgentError::NotFound`] when it does not exist or
     /// belongs to anyone else.
     pub async fn org_agent(&self, org: OrganizationId, id: AgentId) -> Result<Agent> {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -253,18 +253,18 @@ impl Database {
         row.as_ref()
             .map(ops::agent_from_row)
             .transpose()?
-            .ok_or(Error::Agent(AgentError::AgentNotFound(id)))
+            .ok_or(Error::Agent(AgentError::NotFound(id)))
     }
 
     /// Deletes the organization's agent `id` and everything stored for it, checked and deleted
-    /// in one transaction; [`AgentError::AgentNotFound`] (nothing deleted) otherwise.
+    /// in one transaction; [`AgentError::NotFound`] (nothing deleted) otherwise.
     pub async fn delete_org_agent(&self, org: OrganizationId, id: AgentId) -> Result<()> {
         self.write(DeleteOrgAgent { org, agent: id }).await
     }
 
     /// The agent named `name` in one organization: `Some(org)` that one, `None` the local
     /// organization ([`crate::LOCAL_ORGANIZATION`]). An agent of any other organization is
-    /// [`AgentError::AgentNameNotFound`], exactly like an unknown name, so a scoped lookup never
+    /// [`AgentError::NameNotFound`], exactly like an unknown name, so a scoped lookup never
     /// reveals what exists elsewhere.
     pub async fn agent_in_scope(&self, org: Option<OrganizationId>, name: &str) -> Result<Agent> {
         let row = match org {
@@ -293,7 +293,7 @@ impl Database {
         row.as_ref()
             .map(ops::agent_from_row)
             .transpose()?
-            .ok_or_else(|| Error::Agent(AgentError::AgentNameNotFound(name.to_owned())))
+            .ok_or_else(|| Error::Agent(AgentError::NameNotFound(name.to_owned())))
     }
 
     /// The organization owning agent `id`.

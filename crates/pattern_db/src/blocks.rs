@@ -5,7 +5,7 @@
 //! methods that queue block writes to the writer (their SQL is in `ops::blocks`). Invariants:
 //!
 //! - an agent only ever sees (and changes) blocks it has an access row for;
-//! - a value is never cut to fit its limit: a longer value is [`BlockError::BlockOverLimit`];
+//! - a value is never cut to fit its limit: a longer value is [`BlockError::OverLimit`];
 //! - no lost update: a write names the version it read, and a stale one is
 //!   [`BlockError::VersionConflict`], checked in the same transaction as the update;
 //! - every change is a new version with its row in the history, written in that transaction.
@@ -110,7 +110,7 @@ pub fn char_count(text: &str) -> usize {
 pub fn validate_label(label: &str) -> Result<()> {
     let len = label.chars().count();
     if len == 0 || len > MAX_LABEL_CHARS {
-        return Err(BlockError::InvalidBlockLabel {
+        return Err(BlockError::InvalidLabel {
             label: label.to_owned(),
             reason: format!("must be 1 to {MAX_LABEL_CHARS} characters, got {len}"),
         }
@@ -120,7 +120,7 @@ pub fn validate_label(label: &str) -> Result<()> {
         .chars()
         .find(|c| !matches!(c, 'a'..='z' | '0'..='9' | '_' | '-'))
     {
-        return Err(BlockError::InvalidBlockLabel {
+        return Err(BlockError::InvalidLabel {
             label: label.to_owned(),
             reason: format!("only a-z, 0-9, `_` and `-` are allowed, found {c:?}"),
         }
@@ -133,7 +133,7 @@ pub(crate) fn validate_one_of(what: &'static str, value: &str, allowed: &[&str])
     if allowed.contains(&value) {
         Ok(())
     } else {
-        Err(BlockError::InvalidBlock(format!(
+        Err(BlockError::Invalid(format!(
             "unknown {what} `{value}`; expected one of {allowed:?}"
         ))
         .into())
@@ -144,7 +144,7 @@ pub(crate) fn validate_one_of(what: &'static str, value: &str, allowed: &[&str])
 pub(crate) fn validate_new(new: &NewBlock) -> Result<()> {
     validate_label(&new.label)?;
     if !(1..=MAX_CHAR_LIMIT).contains(&new.char_limit) {
-        return Err(BlockError::InvalidBlock(format!(
+        return Err(BlockError::Invalid(format!(
             "char_limit must be 1 to {MAX_CHAR_LIMIT}, got {}",
             new.char_limit
         ))
@@ -154,12 +154,12 @@ pub(crate) fn validate_new(new: &NewBlock) -> Result<()> {
     check_limit(&new.label, &new.value, new.char_limit)
 }
 
-/// [`BlockError::BlockOverLimit`] when `value` has more characters than `limit`.
+/// [`BlockError::OverLimit`] when `value` has more characters than `limit`.
 pub(crate) fn check_limit(label: &str, value: &str, limit: i64) -> Result<()> {
     let chars = char_count(value);
     let limit = usize::try_from(limit).unwrap_or(0);
     if chars > limit {
-        return Err(BlockError::BlockOverLimit {
+        return Err(BlockError::OverLimit {
             label: label.to_owned(),
             chars,
             limit,
@@ -204,9 +204,9 @@ fn version_from_row(row: &AnyRow) -> Result<BlockVersion> {
 
 impl Database {
     /// Creates a block owned by `owner`, who gets `admin` access; version 1 is its first history
-    /// row. Bad fields are [`BlockError::InvalidBlockLabel`], [`BlockError::InvalidBlock`] or
-    /// [`BlockError::BlockOverLimit`]; a label the owner already sees is
-    /// [`BlockError::BlockLabelTaken`].
+    /// row. Bad fields are [`BlockError::InvalidLabel`], [`BlockError::Invalid`] or
+    /// [`BlockError::OverLimit`]; a label the owner already sees is
+    /// [`BlockError::LabelTaken`].
     pub async fn create_block(&self, owner: AgentId, new: NewBlock) -> Result<StoredBlock> {
         // The write checks the block (`validate_new`), composed into an import or not.
         self.write(CreateBlock { owner, new }).await
@@ -224,7 +224,7 @@ impl Database {
         .await?;
         match row {
             Some(row) => block_from_row(&row),
-            None => Err(BlockError::BlockNotFound {
+            None => Err(BlockError::NotFound {
                 agent,
                 label: label.to_owned(),
             }
@@ -249,8 +249,8 @@ impl Database {
     /// Sets the value of the block `agent` sees as `label`, if its current version is
     /// `expected_version` and `agent`'s permission is one of `allowed_permissions`; records the
     /// change (one of [`CHANGES`]) as a new version and returns it. One transaction: on any error
-    /// nothing changes. Errors: [`BlockError::BlockNotFound`], [`BlockError::PermissionDenied`],
-    /// [`BlockError::BlockOverLimit`] (the value is never cut), [`BlockError::VersionConflict`].
+    /// nothing changes. Errors: [`BlockError::NotFound`], [`BlockError::PermissionDenied`],
+    /// [`BlockError::OverLimit`] (the value is never cut), [`BlockError::VersionConflict`].
     pub async fn write_block(
         &self,
         agent: AgentId,
@@ -321,7 +321,7 @@ impl Database {
     /// Gives `with` access to the block `agent` sees as `label`, under the same label, with
     /// `permission` (or changes the permission `with` has). Only an `admin` of the block may share
     /// ([`BlockError::PermissionDenied`]); a label `with` already uses for another block is
-    /// [`BlockError::BlockLabelTaken`].
+    /// [`BlockError::LabelTaken`].
     pub async fn share_block(
         &self,
         agent: AgentId,
@@ -342,8 +342,8 @@ impl Database {
     }
 
     /// Takes away the access `with` has to the block `agent` (an `admin`) sees as `label`. The
-    /// owner's own access cannot be taken away ([`BlockError::InvalidBlock`]); delete the block
-    /// instead. `with` without access is [`BlockError::BlockNotFound`] for `with`.
+    /// owner's own access cannot be taken away ([`BlockError::Invalid`]); delete the block
+    /// instead. `with` without access is [`BlockError::NotFound`] for `with`.
     pub async fn unshare_block(&self, agent: AgentId, label: &str, with: AgentId) -> Result<()> {
         let owner = self.block_owner(agent, label).await?;
         self.write(Share {
@@ -381,7 +381,7 @@ impl Database {
         .await?;
         match row {
             Some(row) => Ok(AgentId(parse_uuid(&row.try_get::<String, _>(0)?)?)),
-            None => Err(BlockError::BlockNotFound {
+            None => Err(BlockError::NotFound {
                 agent,
                 label: label.to_owned(),
             }
@@ -396,7 +396,7 @@ impl Database {
 pub enum BlockError {
     /// No memory block with this label is visible to this agent.
     #[error("no memory block labelled `{label}` for agent {agent}")]
-    BlockNotFound {
+    NotFound {
         /// The agent.
         agent: crate::AgentId,
         /// The label asked for.
@@ -412,7 +412,7 @@ pub enum BlockError {
     },
     /// A value longer than the block's limit (never cut to fit).
     #[error("block `{label}` holds at most {limit} characters; the new value has {chars}")]
-    BlockOverLimit {
+    OverLimit {
         /// The block's label.
         label: String,
         /// Characters (Unicode scalar values) in the refused value.
@@ -434,7 +434,7 @@ pub enum BlockError {
     },
     /// The agent already sees another block under this label.
     #[error("agent {agent} already has a memory block labelled `{label}`")]
-    BlockLabelTaken {
+    LabelTaken {
         /// The agent.
         agent: crate::AgentId,
         /// The label.
@@ -442,7 +442,7 @@ pub enum BlockError {
     },
     /// A block label is malformed.
     #[error("invalid block label `{label}`: {reason}")]
-    InvalidBlockLabel {
+    InvalidLabel {
         /// The label given.
         label: String,
         /// What is wrong with it.
@@ -450,7 +450,7 @@ pub enum BlockError {
     },
     /// A block field or request is invalid (limit, type, permission, change kind).
     #[error("invalid memory block request: {0}")]
-    InvalidBlock(String),
+    Invalid(String),
     /// The block has no earlier version to go back to.
     #[error("block `{label}` is at version {version}, which has no earlier version to undo to")]
     NothingToUndo {
@@ -466,12 +466,12 @@ impl BlockError {
     pub fn class(&self) -> crate::ErrorClass {
         use crate::ErrorClass as C;
         match self {
-            BlockError::BlockNotFound { .. } => C::NotFound,
-            BlockError::PermissionDenied { .. } | BlockError::BlockOverLimit { .. } => C::Refused,
+            BlockError::NotFound { .. } => C::NotFound,
+            BlockError::PermissionDenied { .. } | BlockError::OverLimit { .. } => C::Refused,
             BlockError::VersionConflict { .. }
-            | BlockError::BlockLabelTaken { .. }
+            | BlockError::LabelTaken { .. }
             | BlockError::NothingToUndo { .. } => C::Conflict,
-            BlockError::InvalidBlockLabel { .. } | BlockError::InvalidBlock(_) => C::Invalid,
+            BlockError::InvalidLabel { .. } | BlockError::Invalid(_) => C::Invalid,
         }
     }
 }
@@ -497,7 +497,7 @@ mod tests {
         assert!(check_limit("l", "héllo", 5).is_ok());
         assert!(matches!(
             check_limit("l", "héllo!", 5),
-            Err(Error::Block(BlockError::BlockOverLimit {
+            Err(Error::Block(BlockError::OverLimit {
                 chars: 6,
                 limit: 5,
                 ..

@@ -489,13 +489,13 @@ impl Database {
 
     // -- agents --------------------------------------------------------------------------------
 
-    /// Creates an agent. A taken name is [`AgentError::AgentNameTaken`].
+    /// Creates an agent. A taken name is [`AgentError::NameTaken`].
     pub async fn create_agent(&self, new: NewAgent) -> Result<Agent> {
         self.write(ops::agents::CreateAgent(new)).await
     }
 
     /// Replaces an agent's metadata (one transaction under the agent's row lock) and returns the
-    /// agent as stored. An unknown agent is [`AgentError::AgentNotFound`].
+    /// agent as stored. An unknown agent is [`AgentError::NotFound`].
     pub async fn set_agent_metadata(
         &self,
         agent: AgentId,
@@ -522,7 +522,7 @@ impl Database {
         row.as_ref()
             .map(ops::agent_from_row)
             .transpose()?
-            .ok_or(Error::Agent(AgentError::AgentNotFound(agent)))
+            .ok_or(Error::Agent(AgentError::NotFound(agent)))
     }
 
     /// The agent with this name in the local organization ([`crate::LOCAL_ORGANIZATION`]); see

@@ -163,7 +163,7 @@ fn check_blocks(blocks: &[ImportBlock]) -> Result<()> {
 
 impl Database {
     /// Imports a whole agent in one transaction (module doc). A taken name is
-    /// [`AgentError::AgentNameTaken`]; batches the planner would rebuild differently, summaries
+    /// [`AgentError::NameTaken`]; batches the planner would rebuild differently, summaries
     /// naming missing batches, or any refused write fail the import with nothing written.
     pub async fn import_agent(&self, import: AgentImport) -> Result<ImportedAgent> {
         let mut messages = Vec::new();
@@ -240,7 +240,7 @@ impl Database {
     /// reported in the plan), then the agent row, its blocks, its batches and its passages are
     /// written by one write, so a failure or a crash leaves no part of the agent. Returns what
     /// was written and the plan (with its anomalies). A taken name is
-    /// [`AgentError::AgentNameTaken`].
+    /// [`AgentError::NameTaken`].
     pub async fn import_history_agent(
         &self,
         import: HistoryImport,

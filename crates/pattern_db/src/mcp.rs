@@ -119,7 +119,7 @@ impl Database {
         .await
     }
 
-    /// Removes server `name` of `agent`; an unknown one is [`McpError::McpServerNotFound`].
+    /// Removes server `name` of `agent`; an unknown one is [`McpError::ServerNotFound`].
     pub async fn remove_mcp_server(&self, agent: AgentId, name: &str) -> Result<()> {
         self.write(RemoveServer {
             agent,
@@ -140,7 +140,7 @@ impl Database {
 pub enum McpError {
     /// The agent has no MCP server of this name.
     #[error("agent {agent} has no MCP server `{name}`")]
-    McpServerNotFound {
+    ServerNotFound {
         /// The agent.
         agent: crate::AgentId,
         /// The name asked for.
@@ -153,7 +153,7 @@ impl McpError {
     pub fn class(&self) -> crate::ErrorClass {
         use crate::ErrorClass as C;
         match self {
-            McpError::McpServerNotFound { .. } => C::NotFound,
+            McpError::ServerNotFound { .. } => C::NotFound,
         }
     }
 }

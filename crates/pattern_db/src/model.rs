@@ -694,13 +694,13 @@ pub struct ActivityEvent {
 pub enum AgentError {
     /// No agent with this id.
     #[error("unknown agent {0}")]
-    AgentNotFound(crate::AgentId),
+    NotFound(crate::AgentId),
     /// No agent with this name.
     #[error("unknown agent `{0}`")]
-    AgentNameNotFound(String),
+    NameNotFound(String),
     /// An agent with this name exists already.
     #[error("an agent named `{0}` exists already")]
-    AgentNameTaken(String),
+    NameTaken(String),
     /// A name or external id that breaks the naming rule ([`crate::check_name`]).
     #[error("`{field}` {reason}")]
     InvalidName {
@@ -727,10 +727,10 @@ impl AgentError {
     pub fn class(&self) -> crate::ErrorClass {
         use crate::ErrorClass as C;
         match self {
-            AgentError::AgentNotFound(_)
-            | AgentError::AgentNameNotFound(_)
+            AgentError::NotFound(_)
+            | AgentError::NameNotFound(_)
             | AgentError::OtherOrganization { .. } => C::NotFound,
-            AgentError::AgentNameTaken(_) => C::Conflict,
+            AgentError::NameTaken(_) => C::Conflict,
             AgentError::InvalidName { .. } => C::Invalid,
             AgentError::InvalidImport(_) => C::Refused,
         }

@@ -117,7 +117,7 @@ async fn create_agent(conn: &mut AnyConnection, new: &NewAgent) -> Result<Agent>
                 .await?
                 .is_none()
             {
-                return Err(ProtocolError::ProtocolNotFound {
+                return Err(ProtocolError::NotFound {
                     kind: "organization",
                     id: org.0,
                 }
@@ -138,7 +138,7 @@ async fn create_agent(conn: &mut AnyConnection, new: &NewAgent) -> Result<Agent>
     .await?;
     let taken = |by_name: bool| {
         if by_name {
-            Error::Agent(AgentError::AgentNameTaken(new.name.clone()))
+            Error::Agent(AgentError::NameTaken(new.name.clone()))
         } else {
             Error::Protocol(ProtocolError::ExternalIdTaken {
                 kind: "agent",
@@ -192,7 +192,7 @@ async fn set_agent_metadata(
         .execute(&mut *conn)
         .await?;
     if updated.rows_affected() == 0 {
-        return Err(AgentError::AgentNotFound(agent).into());
+        return Err(AgentError::NotFound(agent).into());
     }
     let row = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT {AGENT_COLUMNS} FROM agents WHERE id = $1"
@@ -230,19 +230,19 @@ async fn lock_agent_position(conn: &mut AnyConnection, agent: AgentId) -> Result
     .await?;
     match row {
         Some(row) => Ok(row.try_get::<Option<i64>, _>(0)?),
-        None => Err(AgentError::AgentNotFound(agent).into()),
+        None => Err(AgentError::NotFound(agent).into()),
     }
 }
 
 /// Bumps the agent's `revision` (readers' caches key on it) and so, on PostgreSQL, takes the
-/// agent's row lock until the transaction ends. Unknown agent: [`AgentError::AgentNotFound`].
+/// agent's row lock until the transaction ends. Unknown agent: [`AgentError::NotFound`].
 pub(crate) async fn lock_agent(conn: &mut AnyConnection, agent: AgentId) -> Result<()> {
     let done = sqlx::query("UPDATE agents SET revision = revision + 1 WHERE id = $1")
         .bind(agent.to_string())
         .execute(&mut *conn)
         .await?;
     if done.rows_affected() == 0 {
-        return Err(AgentError::AgentNotFound(agent).into());
+        return Err(AgentError::NotFound(agent).into());
     }
     Ok(())
 }
@@ -474,7 +474,7 @@ pub(crate) async fn load_batch(
         .await?;
     match row {
         Some(row) => batch_from_row(&row),
-        None => Err(BatchError::BatchNotFound { agent, batch }.into()),
+        None => Err(BatchError::NotFound { agent, batch }.into()),
     }
 }
 
@@ -632,7 +632,7 @@ pub(crate) async fn claim_retry(
     let info = load_batch(conn, agent, batch).await?;
     Err(match info.retried_at {
         Some(retried_at) => Error::Batch(BatchError::AlreadyRetried { batch, retried_at }),
-        None => Error::Batch(BatchError::InvalidBatchState {
+        None => Error::Batch(BatchError::InvalidState {
             batch,
             state: info.state,
             action: "a retry (only an abandoned batch can be retried)",
@@ -671,7 +671,7 @@ pub(crate) async fn begin_batches_bulk(
         match prepare_trigger(ctx, trigger, opts) {
             Ok(p) => {
                 prepared.push(Some(p));
-                out.push(Err(Error::Agent(AgentError::AgentNotFound(*agent))));
+                out.push(Err(Error::Agent(AgentError::NotFound(*agent))));
             }
             Err(e) => {
                 prepared.push(None);
@@ -878,7 +878,7 @@ async fn append_step(
     let max = lock_agent_position(conn, agent).await?;
     let info = load_batch(conn, agent, batch).await?;
     if info.state != BatchState::Open {
-        return Err(BatchError::BatchNotOpen {
+        return Err(BatchError::NotOpen {
             batch,
             state: info.state,
         }
@@ -981,7 +981,7 @@ pub(crate) async fn complete_batch(
     match info.state {
         BatchState::Complete => return Ok(info),
         BatchState::Abandoned => {
-            return Err(BatchError::InvalidBatchState {
+            return Err(BatchError::InvalidState {
                 batch,
                 state: info.state,
                 action: "completing it",
@@ -1028,7 +1028,7 @@ async fn continue_batch(
     let info = load_batch(conn, agent, batch).await?;
     runs::check_batch_owner(&info, fence)?;
     if info.state == BatchState::Abandoned {
-        return Err(BatchError::InvalidBatchState {
+        return Err(BatchError::InvalidState {
             batch,
             state: info.state,
             action: "continuing it",
@@ -1036,7 +1036,7 @@ async fn continue_batch(
         .into());
     }
     if info.archived {
-        return Err(BatchError::InvalidBatchState {
+        return Err(BatchError::InvalidState {
             batch,
             state: info.state,
             action: "continuing an archived batch",
@@ -1055,7 +1055,7 @@ async fn continue_batch(
     match reopened {
         // `batches_one_run`: a newer batch of the run is open; an old one is not reopened.
         Err(e) if is_unique_violation(&e) => {
-            return Err(BatchError::InvalidBatchState {
+            return Err(BatchError::InvalidState {
                 batch,
                 state: info.state,
                 action: "continuing it while another batch of the agent is open",
@@ -1077,7 +1077,7 @@ async fn renew_lease(
     lock_agent(conn, agent).await?;
     let info = load_batch(conn, agent, batch).await?;
     if info.state != BatchState::Open {
-        return Err(BatchError::BatchNotOpen {
+        return Err(BatchError::NotOpen {
             batch,
             state: info.state,
         }
@@ -1110,7 +1110,7 @@ pub(crate) async fn abandon_batch(
     lock_agent(conn, agent).await?;
     let info = load_batch(conn, agent, batch).await?;
     if info.state != BatchState::Open {
-        return Err(BatchError::InvalidBatchState {
+        return Err(BatchError::InvalidState {
             batch,
             state: info.state,
             action: "abandoning",
@@ -1205,7 +1205,7 @@ async fn archive_chosen(
     for &batch in batches {
         let info = load_batch(conn, agent, batch).await?;
         if info.state == BatchState::Open {
-            return Err(BatchError::InvalidBatchState {
+            return Err(BatchError::InvalidState {
                 batch,
                 state: info.state,
                 action: "archiving an open batch",
@@ -1324,7 +1324,7 @@ pub(crate) async fn log_activity(
             if e.as_database_error()
                 .is_some_and(|d| d.kind() == sqlx::error::ErrorKind::ForeignKeyViolation) =>
         {
-            Err(AgentError::AgentNotFound(agent).into())
+            Err(AgentError::NotFound(agent).into())
         }
         Err(e) => Err(e.into()),
     }

@@ -312,10 +312,10 @@ impl NewProtocolMessage {
     }
 
     /// A message whose content is given as JSON text; text that is not JSON is
-    /// [`ProtocolError::InvalidProtocolMessage`].
+    /// [`ProtocolError::InvalidMessage`].
     pub fn from_json_str(message_type: impl Into<String>, content: &str) -> Result<Self> {
         let content = serde_json::from_str(content).map_err(|e| {
-            ProtocolError::InvalidProtocolMessage(format!("content is not valid JSON: {e}"))
+            ProtocolError::InvalidMessage(format!("content is not valid JSON: {e}"))
         })?;
         Ok(Self::new(message_type, content))
     }
@@ -365,13 +365,13 @@ pub fn content_text(content: &serde_json::Value) -> String {
 pub(crate) fn validate_name(what: &str, text: &str) -> Result<()> {
     let len = text.chars().count();
     if len == 0 || len > MAX_PROTOCOL_NAME_CHARS {
-        return Err(ProtocolError::InvalidProtocolMessage(format!(
+        return Err(ProtocolError::InvalidMessage(format!(
             "{what} must be 1 to {MAX_PROTOCOL_NAME_CHARS} characters, got {len}"
         ))
         .into());
     }
     if text.chars().any(char::is_control) {
-        return Err(ProtocolError::InvalidProtocolMessage(format!(
+        return Err(ProtocolError::InvalidMessage(format!(
             "{what} must not contain control characters"
         ))
         .into());
@@ -532,7 +532,7 @@ impl Database {
     /// The live session of `opener` and `other` of this type, or a new one. The pair is unordered
     /// (A-B is B-A). A new sync session gives the first turn to `opener`; an existing session is
     /// returned as it is (whoever holds its turn). A session with oneself is
-    /// [`ProtocolError::SelfSession`]; unknown agents are [`ProtocolError::ProtocolNotFound`].
+    /// [`ProtocolError::SelfSession`]; unknown agents are [`ProtocolError::NotFound`].
     /// Messages wait in the inbox ([`Delivery::Inbox`]); see [`Self::open_session_with`] for
     /// sessions the agents answer themselves.
     pub async fn open_session(
@@ -550,7 +550,7 @@ impl Database {
     /// with `first`, `opener`'s first message sent in the same transaction (refused whole, the
     /// session unopened, if the message is: out of turn in a live sync session the other agent
     /// holds, say). A live inbox session opened for agents becomes one (decision 0020). A limit
-    /// outside 1..=[`MAX_SESSION_MESSAGES`] is [`ProtocolError::InvalidProtocolMessage`].
+    /// outside 1..=[`MAX_SESSION_MESSAGES`] is [`ProtocolError::InvalidMessage`].
     pub async fn open_session_with(
         &self,
         opener: AgentId,
@@ -565,7 +565,7 @@ impl Database {
         if let Some(limit) = options.message_limit
             && !(1..=MAX_SESSION_MESSAGES).contains(&limit)
         {
-            return Err(ProtocolError::InvalidProtocolMessage(format!(
+            return Err(ProtocolError::InvalidMessage(format!(
                 "a session's message limit is 1 to {MAX_SESSION_MESSAGES}, got {limit}"
             ))
             .into());
@@ -588,7 +588,7 @@ impl Database {
         Ok((session, sent))
     }
 
-    /// The session with this id ([`ProtocolError::ProtocolNotFound`] otherwise).
+    /// The session with this id ([`ProtocolError::NotFound`] otherwise).
     pub async fn session(&self, id: SessionId) -> Result<Session> {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {SESSION_COLUMNS} FROM protocol_sessions WHERE id = $1"
@@ -598,7 +598,7 @@ impl Database {
         .await?;
         match row {
             Some(row) => session_from_row(&row),
-            None => Err(ProtocolError::ProtocolNotFound {
+            None => Err(ProtocolError::NotFound {
                 kind: "session",
                 id: id.0,
             }
@@ -616,7 +616,7 @@ impl Database {
     /// only the agent holding the turn may send ([`ProtocolError::OutOfTurn`], nothing stored) and
     /// the turn passes to the other agent in the same transaction. Also
     /// [`ProtocolError::NotParticipant`], [`ProtocolError::SessionEnded`],
-    /// [`ProtocolError::ProtocolNotFound`] and [`ProtocolError::InvalidProtocolMessage`] (bad
+    /// [`ProtocolError::NotFound`] and [`ProtocolError::InvalidMessage`] (bad
     /// message type).
     pub async fn send_session_message(
         &self,
@@ -703,7 +703,7 @@ impl Database {
     /// Marks messages read for `agent`. Only messages whose recipient is `agent` and that are
     /// still unread change: ids of other agents' messages, unknown ids and messages read already
     /// are left alone, so marking twice is harmless. Returns how many changed. An unknown agent
-    /// is [`ProtocolError::ProtocolNotFound`].
+    /// is [`ProtocolError::NotFound`].
     pub async fn mark_read(&self, agent: AgentId, messages: &[ProtocolMessageId]) -> Result<u64> {
         self.write(MarkRead {
             agent,
@@ -736,7 +736,7 @@ pub enum ProtocolError {
     },
     /// No protocol row (organization, protocol agent, session) with this id.
     #[error("unknown {kind} {id}")]
-    ProtocolNotFound {
+    NotFound {
         /// `organization`, `protocol agent` or `session`.
         kind: &'static str,
         /// The id asked for.
@@ -768,7 +768,7 @@ pub enum ProtocolError {
     SessionEnded(crate::SessionId),
     /// A protocol message, external id or name is not acceptable (e.g. content that is not JSON).
     #[error("invalid protocol message: {0}")]
-    InvalidProtocolMessage(String),
+    InvalidMessage(String),
     /// The meeting has ended: nothing more happens in it.
     #[error("meeting {0} has ended")]
     MeetingEnded(crate::MeetingId),
@@ -837,11 +837,11 @@ impl ProtocolError {
             | ProtocolError::AlreadyParticipant { .. }
             | ProtocolError::NotSpeaker { .. }
             | ProtocolError::MeetingState { .. } => C::Conflict,
-            ProtocolError::ExternalIdNotFound { .. } | ProtocolError::ProtocolNotFound { .. } => {
+            ProtocolError::ExternalIdNotFound { .. } | ProtocolError::NotFound { .. } => {
                 C::NotFound
             }
             ProtocolError::SelfSession(_)
-            | ProtocolError::InvalidProtocolMessage(_)
+            | ProtocolError::InvalidMessage(_)
             | ProtocolError::InvalidRetention(_) => C::Invalid,
         }
     }

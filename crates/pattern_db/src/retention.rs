@@ -250,7 +250,7 @@ impl Database {
     }
 
     /// Stores `agent`'s policy (replacing any), checked first; an unknown agent is
-    /// [`AgentError::AgentNotFound`](crate::AgentError::AgentNotFound).
+    /// [`AgentError::NotFound`](crate::AgentError::NotFound).
     pub async fn set_retention_policy(
         &self,
         agent: AgentId,

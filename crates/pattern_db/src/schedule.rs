@@ -24,7 +24,7 @@ use crate::model::{AgentId, BatchId, ContentBlock};
 use crate::ops::queue::{AddSchedule, RemoveSchedule};
 use crate::queue::{QUEUE_COLUMNS, QueuedMessage, queued_from_row};
 
-/// The most live schedules one agent may have; one more is [`ScheduleError::TooManySchedules`].
+/// The most live schedules one agent may have; one more is [`ScheduleError::TooMany`].
 pub const MAX_SCHEDULES_PER_AGENT: usize = 100;
 /// How far in the past a one-off `at` may be and still be taken (it fires at once).
 pub const AT_GRACE: Duration = Duration::from_secs(60);
@@ -58,26 +58,26 @@ impl When {
     /// (RFC 3339) and `cron`; `tz` only with `cron`. Typed errors name the field.
     pub fn from_fields(at: Option<&str>, cron: Option<&str>, tz: Option<&str>) -> Result<When> {
         match (at, cron) {
-            (Some(_), Some(_)) => Err(ScheduleError::InvalidSchedule {
+            (Some(_), Some(_)) => Err(ScheduleError::Invalid {
                 field: "cron",
                 reason: "give either `at` or `cron`, not both".into(),
             }
             .into()),
-            (None, None) => Err(ScheduleError::InvalidSchedule {
+            (None, None) => Err(ScheduleError::Invalid {
                 field: "at",
                 reason: "give `at` (an RFC 3339 time) or `cron` (an expression)".into(),
             }
             .into()),
             (Some(at), None) => {
                 if tz.is_some() {
-                    return Err(ScheduleError::InvalidSchedule {
+                    return Err(ScheduleError::Invalid {
                         field: "tz",
                         reason: "a time zone goes with `cron`; `at` carries its own offset".into(),
                     }
                     .into());
                 }
                 let at = DateTime::parse_from_rfc3339(at.trim()).map_err(|e| {
-                    ScheduleError::InvalidSchedule {
+                    ScheduleError::Invalid {
                         field: "at",
                         reason: format!(
                             "`{at}` is not an RFC 3339 time such as 2030-01-31T09:30:00Z ({e})"
@@ -242,7 +242,7 @@ impl NewSchedule {
     pub(crate) fn validate(&self, now: DateTime<Utc>) -> Result<ValidSchedule> {
         let chars = self.message.chars().count();
         if self.message.trim().is_empty() || chars > MAX_MESSAGE_CHARS {
-            return Err(ScheduleError::InvalidSchedule {
+            return Err(ScheduleError::Invalid {
                 field: "message",
                 reason: format!("must be 1 to {MAX_MESSAGE_CHARS} characters, not blank"),
             }
@@ -251,7 +251,7 @@ impl NewSchedule {
         if let Some(name) = &self.name
             && (name.trim().is_empty() || name.chars().count() > MAX_NAME_CHARS)
         {
-            return Err(ScheduleError::InvalidSchedule {
+            return Err(ScheduleError::Invalid {
                 field: "name",
                 reason: format!("must be 1 to {MAX_NAME_CHARS} characters, not blank"),
             }
@@ -261,7 +261,7 @@ impl NewSchedule {
             When::At(at) => {
                 let grace = chrono::Duration::from_std(AT_GRACE).unwrap_or_default();
                 if *at < now - grace {
-                    return Err(ScheduleError::ScheduleInPast { at: *at, now }.into());
+                    return Err(ScheduleError::InPast { at: *at, now }.into());
                 }
                 (ScheduleKind::At, None, None, *at)
             }
@@ -306,14 +306,14 @@ impl Database {
         let q = self.write(AddSchedule { agent, valid }).await?;
         self.hub().wake(crate::wake::WakeKey::Agent(agent));
         self.hub().wake(crate::wake::WakeKey::Queue);
-        Schedule::from_entry(&q).ok_or(Error::Schedule(ScheduleError::ScheduleNotFound(q.id)))
+        Schedule::from_entry(&q).ok_or(Error::Schedule(ScheduleError::NotFound(q.id)))
     }
 
-    /// Removes `agent`'s live schedule `id`; [`ScheduleError::ScheduleNotFound`] when it has none
+    /// Removes `agent`'s live schedule `id`; [`ScheduleError::NotFound`] when it has none
     /// such (another agent's, fired already, removed already).
     pub async fn remove_schedule(&self, agent: AgentId, id: SnowflakeId) -> Result<Schedule> {
         let q = self.write(RemoveSchedule { agent, id }).await?;
-        Schedule::from_entry(&q).ok_or(Error::Schedule(ScheduleError::ScheduleNotFound(id)))
+        Schedule::from_entry(&q).ok_or(Error::Schedule(ScheduleError::NotFound(id)))
     }
 
     /// `agent`'s live schedules, in the order they were added.
@@ -362,9 +362,9 @@ impl Database {
         .await?;
         match row {
             Some(row) => {
-                schedule_from_row(&row)?.ok_or(Error::Schedule(ScheduleError::ScheduleNotFound(id)))
+                schedule_from_row(&row)?.ok_or(Error::Schedule(ScheduleError::NotFound(id)))
             }
-            None => Err(ScheduleError::ScheduleNotFound(id).into()),
+            None => Err(ScheduleError::NotFound(id).into()),
         }
     }
 
@@ -382,7 +382,7 @@ impl Database {
                 let entry = queued_from_row(row)?;
                 let of = entry
                     .retry_of
-                    .ok_or(ScheduleError::ScheduleNotFound(entry.id))?;
+                    .ok_or(ScheduleError::NotFound(entry.id))?;
                 Ok((entry, of))
             })
             .collect()
@@ -406,7 +406,7 @@ pub enum ScheduleError {
     UnknownTimeZone(String),
     /// A one-off schedule's time has passed (beyond the grace of [`crate::schedule::AT_GRACE`]).
     #[error("`at`: {at} is in the past (now is {now})")]
-    ScheduleInPast {
+    InPast {
         /// The time asked for.
         at: chrono::DateTime<chrono::Utc>,
         /// The time it was checked at.
@@ -414,7 +414,7 @@ pub enum ScheduleError {
     },
     /// A schedule's other fields are not valid (which field, and why).
     #[error("`{field}`: {reason}")]
-    InvalidSchedule {
+    Invalid {
         /// The field: `message`, `name`, `at`/`cron`.
         field: &'static str,
         /// What is wrong.
@@ -422,7 +422,7 @@ pub enum ScheduleError {
     },
     /// The agent has as many live schedules as it may have.
     #[error("agent {agent} has {limit} schedules already, the most it may have; remove one first")]
-    TooManySchedules {
+    TooMany {
         /// The agent.
         agent: crate::AgentId,
         /// The cap ([`crate::schedule::MAX_SCHEDULES_PER_AGENT`]).
@@ -430,7 +430,7 @@ pub enum ScheduleError {
     },
     /// No live schedule with this id (of this agent, when an agent was given).
     #[error("unknown schedule {0}")]
-    ScheduleNotFound(crate::SnowflakeId),
+    NotFound(crate::SnowflakeId),
 }
 
 impl ScheduleError {
@@ -440,10 +440,10 @@ impl ScheduleError {
         match self {
             ScheduleError::InvalidCron { .. }
             | ScheduleError::UnknownTimeZone(_)
-            | ScheduleError::ScheduleInPast { .. }
-            | ScheduleError::InvalidSchedule { .. } => C::Invalid,
-            ScheduleError::TooManySchedules { .. } => C::Refused,
-            ScheduleError::ScheduleNotFound(_) => C::NotFound,
+            | ScheduleError::InPast { .. }
+            | ScheduleError::Invalid { .. } => C::Invalid,
+            ScheduleError::TooMany { .. } => C::Refused,
+            ScheduleError::NotFound(_) => C::NotFound,
         }
     }
 }
@@ -498,7 +498,7 @@ mod tests {
         let past = new(When::At(now - chrono::Duration::seconds(120)));
         assert!(matches!(
             past.validate(now),
-            Err(Error::Schedule(ScheduleError::ScheduleInPast { .. }))
+            Err(Error::Schedule(ScheduleError::InPast { .. }))
         ));
         let grace = new(When::At(now - chrono::Duration::seconds(5)));
         assert!(grace.validate(now).is_ok());
@@ -508,7 +508,7 @@ mod tests {
         };
         assert!(matches!(
             blank.validate(now),
-            Err(Error::Schedule(ScheduleError::InvalidSchedule {
+            Err(Error::Schedule(ScheduleError::Invalid {
                 field: "message",
                 ..
             }))

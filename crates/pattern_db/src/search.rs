@@ -381,7 +381,7 @@ pub(crate) fn check_query(query: &str, opts: &TextSearch) -> Result<()> {
         .into());
     }
     if opts.limit == 0 || opts.limit > MAX_SEARCH_LIMIT {
-        return Err(SearchError::InvalidSearch(format!(
+        return Err(SearchError::Invalid(format!(
             "limit must be 1 to {MAX_SEARCH_LIMIT}, got {}",
             opts.limit
         ))
@@ -391,7 +391,7 @@ pub(crate) fn check_query(query: &str, opts: &TextSearch) -> Result<()> {
         && from > to
     {
         return Err(
-            SearchError::InvalidSearch("time range is empty: `from` is after `to`".into()).into(),
+            SearchError::Invalid("time range is empty: `from` is after `to`".into()).into(),
         );
     }
     Ok(())
@@ -692,7 +692,7 @@ pub enum SearchError {
     },
     /// Search options are invalid (limit, empty time range).
     #[error("invalid search: {0}")]
-    InvalidSearch(String),
+    Invalid(String),
 }
 
 impl SearchError {
@@ -707,7 +707,7 @@ impl SearchError {
             | SearchError::InvalidEmbedding(_) => C::Internal,
             SearchError::EmptyQuery
             | SearchError::QueryTooLong { .. }
-            | SearchError::InvalidSearch(_) => C::Invalid,
+            | SearchError::Invalid(_) => C::Invalid,
         }
     }
 }
@@ -770,7 +770,7 @@ mod tests {
         };
         assert!(matches!(
             check_query("x", &zero),
-            Err(Error::Search(SearchError::InvalidSearch(_)))
+            Err(Error::Search(SearchError::Invalid(_)))
         ));
     }
 }

@@ -245,7 +245,7 @@ impl MessageStore {
     }
 
     /// One batch with its messages. Unknown (or another agent's) batch is
-    /// [`BatchError::BatchNotFound`].
+    /// [`BatchError::NotFound`].
     pub async fn get_batch(&self, batch: BatchId) -> Result<StoredBatch> {
         let info = self.batch_info(batch).await?;
         let sql =
@@ -271,7 +271,7 @@ impl MessageStore {
             .await?;
         match row {
             Some(row) => ops::batch_from_row(&row),
-            None => Err(BatchError::BatchNotFound {
+            None => Err(BatchError::NotFound {
                 agent: self.agent,
                 batch,
             }
@@ -509,7 +509,7 @@ fn group(infos: Vec<BatchInfo>, messages: Vec<Message>) -> Result<Vec<StoredBatc
 pub enum BatchError {
     /// No batch with this id for this agent.
     #[error("unknown batch {batch} for agent {agent}")]
-    BatchNotFound {
+    NotFound {
         /// The agent.
         agent: crate::AgentId,
         /// The batch asked for.
@@ -517,7 +517,7 @@ pub enum BatchError {
     },
     /// The batch is not open, so nothing can be appended to it.
     #[error("batch {batch} is {state}, not open: nothing can be appended to it")]
-    BatchNotOpen {
+    NotOpen {
         /// The batch.
         batch: crate::SnowflakeId,
         /// Its state.
@@ -525,7 +525,7 @@ pub enum BatchError {
     },
     /// The operation needs a batch in another state.
     #[error("batch {batch} is {state}: {action} is not possible")]
-    InvalidBatchState {
+    InvalidState {
         /// The batch.
         batch: crate::SnowflakeId,
         /// Its state.
@@ -602,9 +602,9 @@ impl BatchError {
     pub fn class(&self) -> crate::ErrorClass {
         use crate::ErrorClass as C;
         match self {
-            BatchError::BatchNotFound { .. } => C::NotFound,
-            BatchError::BatchNotOpen { .. }
-            | BatchError::InvalidBatchState { .. }
+            BatchError::NotFound { .. } => C::NotFound,
+            BatchError::NotOpen { .. }
+            | BatchError::InvalidState { .. }
             | BatchError::AlreadyRetried { .. } => C::Conflict,
             BatchError::UnpairedToolResult { .. }
             | BatchError::DuplicateToolUse { .. }

@@ -77,7 +77,7 @@ impl Caller {
             .await
         {
             Ok(agent) => Ok(agent),
-            Err(pattern::db::Error::Agent(pattern::db::AgentError::AgentNotFound(_))) => {
+            Err(pattern::db::Error::Agent(pattern::db::AgentError::NotFound(_))) => {
                 Err(not_found())
             }
             Err(e) => Err(e.into()),

@@ -173,7 +173,7 @@ impl AgentLoader for Loader {
         let row = match state.inner.pattern.db().agent(id).await {
             Ok(row) => row,
             // Deleted meanwhile: its queue went with it.
-            Err(pattern::db::Error::Agent(pattern::db::AgentError::AgentNotFound(_))) => {
+            Err(pattern::db::Error::Agent(pattern::db::AgentError::NotFound(_))) => {
                 return Ok(None);
             }
             Err(e) => return Err(e.into()),
@@ -406,7 +406,7 @@ impl AppState {
             }
             let row = match db.agent(id).await {
                 Ok(row) => row,
-                Err(pattern::db::Error::Agent(pattern::db::AgentError::AgentNotFound(_))) => {
+                Err(pattern::db::Error::Agent(pattern::db::AgentError::NotFound(_))) => {
                     continue;
                 }
                 Err(e) => return Err(e.into()),

@@ -343,7 +343,7 @@ async fn import_sections(
                  --rename NEW"
             )));
         }
-        Err(pattern::db::Error::Agent(pattern::db::AgentError::AgentNameNotFound(_))) => {}
+        Err(pattern::db::Error::Agent(pattern::db::AgentError::NameNotFound(_))) => {}
         Err(e) => return Err(e.into()),
     }
     let n_messages = batches.iter().map(|b| b.messages.len()).sum();
@@ -426,7 +426,7 @@ async fn import_sections(
         .import_agent(import)
         .await
         .map_err(|e| match e {
-            pattern::db::Error::Agent(pattern::db::AgentError::AgentNameTaken(_)) => {
+            pattern::db::Error::Agent(pattern::db::AgentError::NameTaken(_)) => {
                 CliError::conflict(format!(
                     "an agent named `{name}` exists already: import it under another name with \
                  --rename NEW"

@@ -108,7 +108,7 @@ async fn request(conn: &mut AnyConnection, ctx: &Ctx, new: &NewApproval) -> Resu
         .bind(new.agent.to_string())
         .fetch_optional(&mut *conn)
         .await?
-        .ok_or(AgentError::AgentNotFound(new.agent))?;
+        .ok_or(AgentError::NotFound(new.agent))?;
     let org: Option<String> = org.try_get(0)?;
     let turn: Option<TurnId> = match new.batch {
         Some(batch) => {
@@ -277,7 +277,7 @@ async fn read_in(
     let row = q
         .fetch_optional(&mut *conn)
         .await?
-        .ok_or(ApprovalError::ApprovalNotFound(id))?;
+        .ok_or(ApprovalError::NotFound(id))?;
     approval_from_row(&row)
 }
 
@@ -309,7 +309,7 @@ pub(crate) async fn read(
     let row = q
         .fetch_optional(pool)
         .await?
-        .ok_or(ApprovalError::ApprovalNotFound(id))?;
+        .ok_or(ApprovalError::NotFound(id))?;
     approval_from_row(&row)
 }
 

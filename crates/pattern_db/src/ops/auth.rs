@@ -94,7 +94,7 @@ async fn create_key(conn: &mut AnyConnection, row: &NewKeyRow) -> Result<ApiKey>
         .fetch_optional(&mut *conn)
         .await?;
     if org.is_none() {
-        return Err(ProtocolError::ProtocolNotFound {
+        return Err(ProtocolError::NotFound {
             kind: "organization",
             id: row.key.organization.0,
         }
@@ -135,16 +135,16 @@ async fn revoke_key(conn: &mut AnyConnection, org: OrganizationId, id: ApiKeyId)
     key_from_row(&row)
 }
 
-/// [`AgentError::AgentNotFound`] unless `agent` belongs to `org`.
+/// [`AgentError::NotFound`] unless `agent` belongs to `org`.
 async fn check_owner(conn: &mut AnyConnection, org: OrganizationId, agent: AgentId) -> Result<()> {
     let row = sqlx::query("SELECT organization_id FROM agents WHERE id = $1")
         .bind(agent.to_string())
         .fetch_optional(&mut *conn)
         .await?
-        .ok_or(AgentError::AgentNotFound(agent))?;
+        .ok_or(AgentError::NotFound(agent))?;
     let owner: Option<String> = row.try_get(0)?;
     if owner.as_deref() != Some(org.to_string().as_str()) {
-        return Err(AgentError::AgentNotFound(agent).into());
+        return Err(AgentError::NotFound(agent).into());
     }
     Ok(())
 }

@@ -156,7 +156,7 @@ async fn lock_owner(
     label: &str,
 ) -> Result<()> {
     match lock_agent(conn, owner).await {
-        Err(Error::Agent(AgentError::AgentNotFound(_))) => Err(BlockError::BlockNotFound {
+        Err(Error::Agent(AgentError::NotFound(_))) => Err(BlockError::NotFound {
             agent,
             label: label.to_owned(),
         }
@@ -177,7 +177,7 @@ async fn access(conn: &mut AnyConnection, agent: AgentId, label: &str) -> Result
     .await?;
     match row {
         Some(row) => block_from_row(&row),
-        None => Err(BlockError::BlockNotFound {
+        None => Err(BlockError::NotFound {
             agent,
             label: label.to_owned(),
         }
@@ -261,7 +261,7 @@ async fn create_block(
 ) -> Result<StoredBlock> {
     lock_agent(conn, owner).await?;
     let taken = || {
-        Error::Block(BlockError::BlockLabelTaken {
+        Error::Block(BlockError::LabelTaken {
             agent: owner,
             label: new.label.clone(),
         })
@@ -448,7 +448,7 @@ async fn share_block(
     require_admin(&block)?;
     let Some(permission) = permission else {
         if with == block.owner {
-            return Err(BlockError::InvalidBlock(format!(
+            return Err(BlockError::Invalid(format!(
                 "the owner's access to block `{label}` cannot be taken away; delete the block instead"
             )).into());
         }
@@ -459,7 +459,7 @@ async fn share_block(
                 .execute(&mut *conn)
                 .await?;
         if removed.rows_affected() == 0 {
-            return Err(BlockError::BlockNotFound {
+            return Err(BlockError::NotFound {
                 agent: with,
                 label: label.to_owned(),
             }
@@ -468,7 +468,7 @@ async fn share_block(
         return search::block_access_changed(conn, ctx, block.id, block.owner).await;
     };
     if with == block.owner && permission != "admin" {
-        return Err(BlockError::InvalidBlock(format!(
+        return Err(BlockError::Invalid(format!(
             "the owner of block `{label}` keeps `admin`"
         ))
         .into());
@@ -478,7 +478,7 @@ async fn share_block(
         .fetch_optional(&mut *conn)
         .await?;
     if exists.is_none() {
-        return Err(AgentError::AgentNotFound(with).into());
+        return Err(AgentError::NotFound(with).into());
     }
     let current =
         sqlx::query("SELECT block_id FROM memory_block_access WHERE agent_id = $1 AND label = $2")
@@ -498,7 +498,7 @@ async fn share_block(
             .await?;
         }
         Some(_) => {
-            return Err(BlockError::BlockLabelTaken {
+            return Err(BlockError::LabelTaken {
                 agent: with,
                 label: block.label,
             }
@@ -518,7 +518,7 @@ async fn share_block(
             match inserted {
                 Ok(_) => {}
                 Err(e) if is_unique_violation(&e) => {
-                    return Err(BlockError::BlockLabelTaken {
+                    return Err(BlockError::LabelTaken {
                         agent: with,
                         label: block.label,
                     }

@@ -140,7 +140,7 @@ async fn remove(conn: &mut AnyConnection, agent: AgentId, name: &str) -> Result<
         .execute(&mut *conn)
         .await?;
     if done.rows_affected() == 0 {
-        return Err(McpError::McpServerNotFound {
+        return Err(McpError::ServerNotFound {
             agent,
             name: name.chars().take(64).collect(),
         }

@@ -338,7 +338,7 @@ pub(crate) async fn create_organization(
     }
 }
 
-/// The agent `id` ([`AgentError::AgentNotFound`] otherwise).
+/// The agent `id` ([`AgentError::NotFound`] otherwise).
 pub(crate) async fn require_agent(conn: &mut AnyConnection, id: AgentId) -> Result<Agent> {
     let row = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT {AGENT_COLUMNS} FROM agents WHERE id = $1"
@@ -348,12 +348,12 @@ pub(crate) async fn require_agent(conn: &mut AnyConnection, id: AgentId) -> Resu
     .await?;
     match row {
         Some(row) => agent_from_row(&row),
-        None => Err(AgentError::AgentNotFound(id).into()),
+        None => Err(AgentError::NotFound(id).into()),
     }
 }
 
 /// `other`, when it is in the organization of `agent` (the acting one);
-/// [`AgentError::OtherOrganization`] when it is not, [`AgentError::AgentNotFound`] when either is
+/// [`AgentError::OtherOrganization`] when it is not, [`AgentError::NotFound`] when either is
 /// unknown.
 pub(crate) async fn require_same_organization(
     conn: &mut AnyConnection,
@@ -385,7 +385,7 @@ async fn lock_session(conn: &mut AnyConnection, ctx: &Ctx, id: SessionId) -> Res
     .await?;
     match row {
         Some(row) => session_from_row(&row),
-        None => Err(ProtocolError::ProtocolNotFound {
+        None => Err(ProtocolError::NotFound {
             kind: "session",
             id: id.0,
         }
@@ -612,7 +612,7 @@ async fn store_message(
         .into());
     }
     let content = serde_json::to_string(&message.content).map_err(|e| {
-        ProtocolError::InvalidProtocolMessage(format!("content does not encode: {e}"))
+        ProtocolError::InvalidMessage(format!("content does not encode: {e}"))
     })?;
     let metadata = message
         .metadata
@@ -620,7 +620,7 @@ async fn store_message(
         .map(serde_json::to_string)
         .transpose()
         .map_err(|e| {
-            ProtocolError::InvalidProtocolMessage(format!("metadata does not encode: {e}"))
+            ProtocolError::InvalidMessage(format!("metadata does not encode: {e}"))
         })?;
     let sender_name = match session.delivery {
         Delivery::Agents => Some(require_agent(conn, sender).await?.name),

@@ -407,7 +407,7 @@ async fn add_schedule(
     .await?
     .try_get(0)?;
     if usize::try_from(live).unwrap_or(usize::MAX) >= MAX_SCHEDULES_PER_AGENT {
-        return Err(ScheduleError::TooManySchedules {
+        return Err(ScheduleError::TooMany {
             agent,
             limit: MAX_SCHEDULES_PER_AGENT,
         }
@@ -457,7 +457,7 @@ async fn remove_schedule(
     .await?;
     match row {
         Some(row) => queued_from_row(&row),
-        None => Err(ScheduleError::ScheduleNotFound(id).into()),
+        None => Err(ScheduleError::NotFound(id).into()),
     }
 }
 

@@ -708,7 +708,7 @@ pub(crate) async fn recover(
     for agent in agents {
         match lock_agent(conn, agent).await {
             Ok(()) => {}
-            Err(Error::Agent(AgentError::AgentNotFound(_))) => continue,
+            Err(Error::Agent(AgentError::NotFound(_))) => continue,
             Err(e) => return Err(e),
         }
         let (_, holder) = claim_row(conn, agent).await?;

@@ -329,9 +329,9 @@ pub(crate) async fn insert_archival(
             created_at: entry.occurred_at()?.unwrap_or(now),
         };
         let metadata = serde_json::to_string(&stored.metadata)
-            .map_err(|e| ArchivalError::InvalidArchival(e.to_string()))?;
+            .map_err(|e| ArchivalError::Invalid(e.to_string()))?;
         let tags = serde_json::to_string(&stored.tags)
-            .map_err(|e| ArchivalError::InvalidArchival(e.to_string()))?;
+            .map_err(|e| ArchivalError::Invalid(e.to_string()))?;
         if let Some(key) = &stored.dedupe_key {
             existing.insert(key.clone(), stored.clone());
         }

@@ -75,7 +75,7 @@ impl MeetingPolicy {
             "round_robin" | "round-robin" => Ok(MeetingPolicy::RoundRobin),
             "selector" => Ok(MeetingPolicy::Selector),
             "broadcast" => Ok(MeetingPolicy::Broadcast),
-            other => Err(ProtocolError::InvalidProtocolMessage(format!(
+            other => Err(ProtocolError::InvalidMessage(format!(
                 "unknown meeting policy `{other}` (round-robin, selector, broadcast)"
             ))
             .into()),
@@ -574,11 +574,11 @@ pub(crate) fn event_from_row(row: &AnyRow) -> Result<MeetingEvent> {
 }
 
 /// A turn duration must be 1 ms to [`MAX_TURN_DURATION`]
-/// ([`ProtocolError::InvalidProtocolMessage`]).
+/// ([`ProtocolError::InvalidMessage`]).
 fn check_turn_duration(turn_duration: Option<Duration>) -> Result<()> {
     match turn_duration {
         Some(d) if d < Duration::from_millis(1) || d > MAX_TURN_DURATION => {
-            Err(ProtocolError::InvalidProtocolMessage(format!(
+            Err(ProtocolError::InvalidMessage(format!(
                 "a turn duration must be 1 ms to {MAX_TURN_DURATION:?}, got {d:?}"
             ))
             .into())
@@ -601,8 +601,8 @@ impl Database {
 
     /// Creates a meeting hosted by `host`, who joins it at once (join order 1). `turn_duration`
     /// limits each turn (1 ms to [`MAX_TURN_DURATION`]; otherwise
-    /// [`ProtocolError::InvalidProtocolMessage`]). Unknown host:
-    /// [`ProtocolError::ProtocolNotFound`].
+    /// [`ProtocolError::InvalidMessage`]). Unknown host:
+    /// [`ProtocolError::NotFound`].
     pub async fn create_meeting(
         &self,
         host: AgentId,
@@ -631,7 +631,7 @@ impl Database {
     ) -> Result<MeetingUpdate> {
         let size = plan.to_string().len();
         if size > 64 * 1024 {
-            return Err(ProtocolError::InvalidProtocolMessage(format!(
+            return Err(ProtocolError::InvalidMessage(format!(
                 "a meeting plan may hold at most 64 KiB of JSON, got {size} bytes"
             ))
             .into());
@@ -784,7 +784,7 @@ impl Database {
         }
     }
 
-    /// The meeting with this id ([`ProtocolError::ProtocolNotFound`] otherwise).
+    /// The meeting with this id ([`ProtocolError::NotFound`] otherwise).
     pub async fn meeting(&self, id: MeetingId) -> Result<Meeting> {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {MEETING_COLUMNS} FROM protocol_meetings WHERE id = $1"
@@ -794,7 +794,7 @@ impl Database {
         .await?;
         match row {
             Some(row) => meeting_from_row(&row),
-            None => Err(ProtocolError::ProtocolNotFound {
+            None => Err(ProtocolError::NotFound {
                 kind: "meeting",
                 id: id.0,
             }
@@ -830,7 +830,7 @@ impl Database {
     }
 
     /// Up to `limit` events of a meeting with a sequence number above `after`, in order. An
-    /// unknown meeting is [`ProtocolError::ProtocolNotFound`].
+    /// unknown meeting is [`ProtocolError::NotFound`].
     pub async fn meeting_events_after(
         &self,
         meeting: MeetingId,

@@ -1,5 +1,5 @@
 //! Approval requests: exactly one of concurrent deciders wins (the others get `AlreadyDecided`),
-//! organization walls (`ApprovalNotFound`), timeouts, the turn event stored with a request, and
+//! organization walls (`ApprovalError::NotFound`), timeouts, the turn event stored with a request, and
 //! pending requests ended with their batch, also when its process died (never approved later).
 
 use pattern_db::ApprovalError;
@@ -155,14 +155,14 @@ async fn another_organizations_request_is_not_found(kind: Kind) {
         .unwrap();
     assert!(matches!(
         db.approval(Some(evil.id), asked.id).await,
-        Err(Error::Approval(ApprovalError::ApprovalNotFound(id))) if id == asked.id
+        Err(Error::Approval(ApprovalError::NotFound(id))) if id == asked.id
     ));
     let e = db
         .decide_approval(Some(evil.id), asked.id, ApprovalDecision::Approve, "http")
         .await
         .unwrap_err();
     assert!(
-        matches!(e, Error::Approval(ApprovalError::ApprovalNotFound(_))),
+        matches!(e, Error::Approval(ApprovalError::NotFound(_))),
         "{e}"
     );
     assert_eq!(e.class(), pattern_db::ErrorClass::NotFound);
@@ -170,7 +170,7 @@ async fn another_organizations_request_is_not_found(kind: Kind) {
     assert!(matches!(
         db.decide_approval(None, unknown, ApprovalDecision::Approve, "cli")
             .await,
-        Err(Error::Approval(ApprovalError::ApprovalNotFound(_)))
+        Err(Error::Approval(ApprovalError::NotFound(_)))
     ));
     let evil_list = db
         .approvals(

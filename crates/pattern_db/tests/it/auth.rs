@@ -118,7 +118,7 @@ async fn organization_agents_are_walled_off(kind: Kind) {
     assert!(matches!(
         db.create_org_agent(acme.id, NewAgent::named("helper"))
             .await,
-        Err(Error::Agent(AgentError::AgentNameTaken(_)))
+        Err(Error::Agent(AgentError::NameTaken(_)))
     ));
     let mut by_external = NewAgent::named("helper2");
     by_external.external_id = Some("helper".into());
@@ -141,7 +141,7 @@ async fn organization_agents_are_walled_off(kind: Kind) {
     assert_eq!(db.agent_by_name("local").await.unwrap().id, local.id);
     assert!(matches!(
         db.agent_in_scope(Some(acme.id), "local").await,
-        Err(Error::Agent(AgentError::AgentNameNotFound(_)))
+        Err(Error::Agent(AgentError::NameNotFound(_)))
     ));
     db.delete_org_agent(other.id, theirs.id).await.unwrap();
     assert_eq!(
@@ -156,11 +156,11 @@ async fn organization_agents_are_walled_off(kind: Kind) {
     for id in [mine.id, local.id] {
         assert!(matches!(
             db.org_agent(other.id, id).await,
-            Err(Error::Agent(AgentError::AgentNotFound(_)))
+            Err(Error::Agent(AgentError::NotFound(_)))
         ));
         assert!(matches!(
             db.delete_org_agent(other.id, id).await,
-            Err(Error::Agent(AgentError::AgentNotFound(_)))
+            Err(Error::Agent(AgentError::NotFound(_)))
         ));
     }
     assert!(db.agent(mine.id).await.is_ok(), "nothing deleted");
@@ -168,7 +168,7 @@ async fn organization_agents_are_walled_off(kind: Kind) {
     db.delete_org_agent(acme.id, mine.id).await.unwrap();
     assert!(matches!(
         db.agent(mine.id).await,
-        Err(Error::Agent(AgentError::AgentNotFound(_)))
+        Err(Error::Agent(AgentError::NotFound(_)))
     ));
     // A refused write leaves no agent behind.
     refuse_inserts(&db, "agents", "name", "fails")

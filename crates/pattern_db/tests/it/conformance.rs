@@ -57,7 +57,7 @@ async fn agents(kind: Kind) {
         ["ada", "bob"]
     );
     assert!(
-        matches!(db.create_agent(NewAgent::named("ada")).await, Err(Error::Agent(AgentError::AgentNameTaken(n))) if n == "ada")
+        matches!(db.create_agent(NewAgent::named("ada")).await, Err(Error::Agent(AgentError::NameTaken(n))) if n == "ada")
     );
     assert!(matches!(
         db.create_agent(NewAgent::named("")).await,
@@ -65,7 +65,7 @@ async fn agents(kind: Kind) {
     ));
     assert!(matches!(
         db.agent_by_name("nobody").await,
-        Err(Error::Agent(AgentError::AgentNameNotFound(_)))
+        Err(Error::Agent(AgentError::NameNotFound(_)))
     ));
 
     // Metadata is replaced whole and read back; an unknown agent is refused.
@@ -86,16 +86,16 @@ async fn agents(kind: Kind) {
     db.delete_agent(b.id).await.unwrap();
     assert!(matches!(
         db.agent(b.id).await,
-        Err(Error::Agent(AgentError::AgentNotFound(_)))
+        Err(Error::Agent(AgentError::NotFound(_)))
     ));
     assert!(store.get_recent(10).await.unwrap().is_empty());
     assert!(matches!(
         db.delete_agent(b.id).await,
-        Err(Error::Agent(AgentError::AgentNotFound(_)))
+        Err(Error::Agent(AgentError::NotFound(_)))
     ));
     assert!(matches!(
         db.set_agent_metadata(b.id, json!({})).await,
-        Err(Error::Agent(AgentError::AgentNotFound(_)))
+        Err(Error::Agent(AgentError::NotFound(_)))
     ));
     db.close().await;
     tdb.cleanup().await.unwrap();
@@ -193,7 +193,7 @@ async fn batch_lifecycle(kind: Kind) {
     assert!(
         matches!(
             err,
-            Error::Batch(BatchError::BatchNotOpen {
+            Error::Batch(BatchError::NotOpen {
                 state: BatchState::Complete,
                 ..
             })
@@ -414,7 +414,7 @@ async fn recovery_abandons_expired_open_batches(kind: Kind) {
     assert!(
         matches!(
             err,
-            Error::Batch(BatchError::BatchNotOpen {
+            Error::Batch(BatchError::NotOpen {
                 state: BatchState::Abandoned,
                 ..
             })
@@ -423,11 +423,11 @@ async fn recovery_abandons_expired_open_batches(kind: Kind) {
     );
     assert!(matches!(
         store.continue_batch(crashed).await,
-        Err(Error::Batch(BatchError::InvalidBatchState { .. }))
+        Err(Error::Batch(BatchError::InvalidState { .. }))
     ));
     assert!(matches!(
         store.complete_batch(crashed).await,
-        Err(Error::Batch(BatchError::InvalidBatchState { .. }))
+        Err(Error::Batch(BatchError::InvalidState { .. }))
     ));
     assert_eq!(
         store.recent_activity(10).await.unwrap()[0].kind,
@@ -583,12 +583,12 @@ async fn archive_and_summaries(kind: Kind) {
         .batch_id;
     assert!(matches!(
         store.archive_batches(vec![ids[4], open_one]).await,
-        Err(Error::Batch(BatchError::InvalidBatchState { .. }))
+        Err(Error::Batch(BatchError::InvalidState { .. }))
     ));
     assert!(!store.batch_info(ids[4]).await.unwrap().archived);
     assert!(matches!(
         store.archive_batches(vec![SnowflakeId(7)]).await,
-        Err(Error::Batch(BatchError::BatchNotFound { .. }))
+        Err(Error::Batch(BatchError::NotFound { .. }))
     ));
     store.complete_batch(open_one).await.unwrap();
     assert_eq!(store.archive_batches(vec![open_one]).await.unwrap(), 1);
@@ -696,7 +696,7 @@ async fn activity_log(kind: Kind) {
     let ghost = db.messages(pattern_db::AgentId::new());
     assert!(matches!(
         ghost.log_activity("x", json!(1)).await,
-        Err(Error::Agent(AgentError::AgentNotFound(_)))
+        Err(Error::Agent(AgentError::NotFound(_)))
     ));
     db.close().await;
     tdb.cleanup().await.unwrap();
@@ -842,7 +842,7 @@ async fn grouped_acknowledgements_fail_one_by_one(kind: Kind) {
         let (i, r) = t.await.unwrap();
         match i % 5 {
             3 => assert!(
-                matches!(r, Err(Error::Agent(AgentError::AgentNotFound(_)))),
+                matches!(r, Err(Error::Agent(AgentError::NotFound(_)))),
                 "{i}: {r:?}"
             ),
             4 => assert!(
@@ -1012,34 +1012,34 @@ async fn bad_input_is_typed_and_changes_nothing(kind: Kind) {
         store
             .append_step(unknown, vec![NewMessage::assistant("x")])
             .await,
-        Err(Error::Batch(BatchError::BatchNotFound { .. }))
+        Err(Error::Batch(BatchError::NotFound { .. }))
     ));
     assert!(matches!(
         store.get_batch(unknown).await,
-        Err(Error::Batch(BatchError::BatchNotFound { .. }))
+        Err(Error::Batch(BatchError::NotFound { .. }))
     ));
     assert!(matches!(
         store.complete_batch(unknown).await,
-        Err(Error::Batch(BatchError::BatchNotFound { .. }))
+        Err(Error::Batch(BatchError::NotFound { .. }))
     ));
     // Another agent's batch is not found through this agent's store.
     let other = db.create_agent(NewAgent::named("bob")).await.unwrap();
     assert!(matches!(
         db.messages(other.id).get_batch(b).await,
-        Err(Error::Batch(BatchError::BatchNotFound { .. }))
+        Err(Error::Batch(BatchError::NotFound { .. }))
     ));
     assert!(matches!(
         db.messages(other.id)
             .append_step(b, vec![NewMessage::assistant("x")])
             .await,
-        Err(Error::Batch(BatchError::BatchNotFound { .. }))
+        Err(Error::Batch(BatchError::NotFound { .. }))
     ));
     let ghost = db.messages(pattern_db::AgentId::new());
     assert!(matches!(
         ghost
             .begin_batch(NewMessage::user("x"), BeginBatch::default())
             .await,
-        Err(Error::Agent(AgentError::AgentNotFound(_)))
+        Err(Error::Agent(AgentError::NotFound(_)))
     ));
     // Nothing of the above was stored.
     assert_eq!(store.get_all(None, 100, true).await.unwrap().len(), 1);
@@ -1310,21 +1310,21 @@ async fn blocks_lifecycle(kind: Kind) {
         .unwrap();
     assert!(matches!(
         db.share_block(ada.id, "human", bob.id, "read_only").await,
-        Err(Error::Block(BlockError::BlockLabelTaken { agent, .. })) if agent == bob.id
+        Err(Error::Block(BlockError::LabelTaken { agent, .. })) if agent == bob.id
     ));
     // Unshare: bob no longer sees it.
     db.unshare_block(ada.id, "persona", bob.id).await.unwrap();
     assert!(matches!(
         db.block(bob.id, "persona").await,
-        Err(Error::Block(BlockError::BlockNotFound { agent, .. })) if agent == bob.id
+        Err(Error::Block(BlockError::NotFound { agent, .. })) if agent == bob.id
     ));
     assert!(matches!(
         db.unshare_block(ada.id, "persona", bob.id).await,
-        Err(Error::Block(BlockError::BlockNotFound { .. }))
+        Err(Error::Block(BlockError::NotFound { .. }))
     ));
     assert!(matches!(
         db.unshare_block(ada.id, "persona", ada.id).await,
-        Err(Error::Block(BlockError::InvalidBlock(_)))
+        Err(Error::Block(BlockError::Invalid(_)))
     ));
 
     // Delete: admin only; history goes too; the label is free again.
@@ -1338,11 +1338,11 @@ async fn blocks_lifecycle(kind: Kind) {
     db.delete_block(ada.id, "persona").await.unwrap();
     assert!(matches!(
         db.block(ada.id, "persona").await,
-        Err(Error::Block(BlockError::BlockNotFound { .. }))
+        Err(Error::Block(BlockError::NotFound { .. }))
     ));
     assert!(matches!(
         db.block(bob.id, "persona").await,
-        Err(Error::Block(BlockError::BlockNotFound { .. }))
+        Err(Error::Block(BlockError::NotFound { .. }))
     ));
     db.create_block(ada.id, new_block("persona", "again", 10))
         .await
@@ -1375,19 +1375,19 @@ async fn bad_block_writes_are_typed_and_change_nothing(kind: Kind) {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, Error::Block(BlockError::BlockOverLimit { ref label, chars: 11, limit: 10 }) if label == "notes"),
+        matches!(err, Error::Block(BlockError::OverLimit { ref label, chars: 11, limit: 10 }) if label == "notes"),
         "{err}"
     );
     // Creating over the limit is refused too.
     assert!(matches!(
         db.create_block(ada.id, new_block("big", &"x".repeat(11), 10))
             .await,
-        Err(Error::Block(BlockError::BlockOverLimit { .. }))
+        Err(Error::Block(BlockError::OverLimit { .. }))
     ));
     // Unknown label.
     assert!(matches!(
         db.write_block(ada.id, "nope", 1, "x".into(), "replace", WRITERS).await,
-        Err(Error::Block(BlockError::BlockNotFound { ref label, .. })) if label == "nope"
+        Err(Error::Block(BlockError::NotFound { ref label, .. })) if label == "nope"
     ));
     // Wrong permission (bob holds `append`, the caller allows only rewriters).
     assert!(matches!(
@@ -1409,7 +1409,7 @@ async fn bad_block_writes_are_typed_and_change_nothing(kind: Kind) {
         assert!(
             matches!(
                 db.create_block(ada.id, new_block(label, "", 10)).await,
-                Err(Error::Block(BlockError::InvalidBlockLabel { .. }))
+                Err(Error::Block(BlockError::InvalidLabel { .. }))
             ),
             "{label:?}"
         );
@@ -1417,37 +1417,37 @@ async fn bad_block_writes_are_typed_and_change_nothing(kind: Kind) {
     for limit in [0, -1, 1_000_001] {
         assert!(matches!(
             db.create_block(ada.id, new_block("x", "", limit)).await,
-            Err(Error::Block(BlockError::InvalidBlock(_)))
+            Err(Error::Block(BlockError::Invalid(_)))
         ));
     }
     let mut odd = new_block("x", "", 10);
     odd.block_type = "weird".into();
     assert!(matches!(
         db.create_block(ada.id, odd).await,
-        Err(Error::Block(BlockError::InvalidBlock(_)))
+        Err(Error::Block(BlockError::Invalid(_)))
     ));
     assert!(matches!(
         db.share_block(ada.id, "notes", bob.id, "owner").await,
-        Err(Error::Block(BlockError::InvalidBlock(_)))
+        Err(Error::Block(BlockError::Invalid(_)))
     ));
     assert!(matches!(
         db.write_block(ada.id, "notes", 1, "x".into(), "rewrite", WRITERS)
             .await,
-        Err(Error::Block(BlockError::InvalidBlock(_)))
+        Err(Error::Block(BlockError::Invalid(_)))
     ));
     // Taken label, unknown agents.
     assert!(matches!(
         db.create_block(ada.id, new_block("notes", "", 10)).await,
-        Err(Error::Block(BlockError::BlockLabelTaken { .. }))
+        Err(Error::Block(BlockError::LabelTaken { .. }))
     ));
     let ghost = pattern_db::AgentId::new();
     assert!(matches!(
         db.create_block(ghost, new_block("notes", "", 10)).await,
-        Err(Error::Agent(AgentError::AgentNotFound(_)))
+        Err(Error::Agent(AgentError::NotFound(_)))
     ));
     assert!(matches!(
         db.share_block(ada.id, "notes", ghost, "read_only").await,
-        Err(Error::Agent(AgentError::AgentNotFound(_)))
+        Err(Error::Agent(AgentError::NotFound(_)))
     ));
 
     // Nothing changed.
@@ -1641,7 +1641,7 @@ async fn protocol_organizations_and_agents(kind: Kind) {
         .await;
     assert!(matches!(
         orphan,
-        Err(Error::Protocol(ProtocolError::ProtocolNotFound {
+        Err(Error::Protocol(ProtocolError::NotFound {
             kind: "organization",
             ..
         }))
@@ -1730,11 +1730,11 @@ async fn protocol_sessions_are_normalised_and_one_live(kind: Kind) {
     assert!(matches!(
         db.open_session(a.id, AgentId::new(), SessionType::Async)
             .await,
-        Err(Error::Agent(AgentError::AgentNotFound(_)))
+        Err(Error::Agent(AgentError::NotFound(_)))
     ));
     assert!(matches!(
         db.session(SessionId::new()).await,
-        Err(Error::Protocol(ProtocolError::ProtocolNotFound {
+        Err(Error::Protocol(ProtocolError::NotFound {
             kind: "session",
             ..
         }))
@@ -1802,11 +1802,11 @@ async fn protocol_sync_sessions_alternate_strictly(kind: Kind) {
     assert!(matches!(
         db.send_session_message(s.id, a.id, NewProtocolMessage::new("", json!(1)))
             .await,
-        Err(Error::Protocol(ProtocolError::InvalidProtocolMessage(_)))
+        Err(Error::Protocol(ProtocolError::InvalidMessage(_)))
     ));
     assert!(matches!(
         NewProtocolMessage::from_json_str("chat", "{not json"),
-        Err(Error::Protocol(ProtocolError::InvalidProtocolMessage(_)))
+        Err(Error::Protocol(ProtocolError::InvalidMessage(_)))
     ));
     let parsed = NewProtocolMessage::from_json_str("chat", r#"{"k": [1, 2]}"#).unwrap();
     let m4 = db.send_session_message(s.id, a.id, parsed).await.unwrap();
@@ -1881,7 +1881,7 @@ async fn protocol_async_inbox(kind: Kind) {
     assert!(read[3..].iter().all(|m| m.read_at.is_none()));
     assert!(matches!(
         db.mark_read(AgentId::new(), &ids).await,
-        Err(Error::Agent(AgentError::AgentNotFound(_)))
+        Err(Error::Agent(AgentError::NotFound(_)))
     ));
 
     db.end_session(s.id, b.id).await.unwrap();

@@ -239,7 +239,7 @@ async fn sessions_refuse_bad_opens_with_nothing_stored(kind: Kind) {
     assert!(
         matches!(
             refusals[2],
-            Error::Protocol(ProtocolError::InvalidProtocolMessage(_))
+            Error::Protocol(ProtocolError::InvalidMessage(_))
         ),
         "{}",
         refusals[2]
@@ -312,7 +312,7 @@ async fn the_selector_hands_the_turn_as_the_host_chose(kind: Kind) {
     assert!(
         matches!(
             errs[1],
-            Error::Protocol(ProtocolError::InvalidProtocolMessage(_))
+            Error::Protocol(ProtocolError::InvalidMessage(_))
         ),
         "{}",
         errs[1]

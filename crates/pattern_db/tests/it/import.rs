@@ -133,7 +133,7 @@ async fn a_whole_agent_is_imported_in_one_piece(kind: Kind) {
     // The name is taken now: a second import writes nothing.
     assert!(matches!(
         db.import_agent(sample("ada")).await,
-        Err(Error::Agent(AgentError::AgentNameTaken(_)))
+        Err(Error::Agent(AgentError::NameTaken(_)))
     ));
     assert_eq!(db.agents().await.unwrap().len(), 1);
     db.close().await;
@@ -152,7 +152,7 @@ async fn a_failure_part_way_leaves_nothing(kind: Kind) {
     assert!(db.agents().await.unwrap().is_empty());
     assert!(matches!(
         db.agent_by_name("ada").await,
-        Err(Error::Agent(AgentError::AgentNameNotFound(_)))
+        Err(Error::Agent(AgentError::NameNotFound(_)))
     ));
     allow_inserts(&db, "archival_memories").await.unwrap();
     // Batches the planner would rebuild differently are refused before anything is written.
@@ -259,13 +259,13 @@ async fn a_history_agent_is_imported_in_one_piece_or_not_at_all(kind: Kind) {
     over.blocks[0].char_limit = 3;
     assert!(matches!(
         db.import_history_agent(over).await,
-        Err(Error::Block(BlockError::BlockOverLimit { .. }))
+        Err(Error::Block(BlockError::OverLimit { .. }))
     ));
     let mut label = history("label");
     label.blocks[0].label = "no spaces allowed".into();
     assert!(matches!(
         db.import_history_agent(label).await,
-        Err(Error::Block(BlockError::InvalidBlockLabel { .. }))
+        Err(Error::Block(BlockError::InvalidLabel { .. }))
     ));
     assert!(db.agents().await.unwrap().is_empty());
 
@@ -283,7 +283,7 @@ async fn a_history_agent_is_imported_in_one_piece_or_not_at_all(kind: Kind) {
     // The name is taken now: a second import is refused whole.
     assert!(matches!(
         db.import_history_agent(history("ada")).await,
-        Err(Error::Agent(AgentError::AgentNameTaken(_)))
+        Err(Error::Agent(AgentError::NameTaken(_)))
     ));
     assert_eq!(db.agents().await.unwrap().len(), 1);
     db.close().await;

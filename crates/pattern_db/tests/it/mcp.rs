@@ -1,6 +1,6 @@
 //! Per-agent MCP servers (migration `0013_mcp_servers`) on both backends: stored, replaced by
 //! name, listed by name, the whole set replaced in one write, removed (an unknown one is
-//! `McpServerNotFound`), refused input stores nothing, and an agent's servers go with it.
+//! `McpError::ServerNotFound`), refused input stores nothing, and an agent's servers go with it.
 
 use pattern_db::{AgentError, BatchError, McpError};
 use pattern_db::{Error, NewAgent};
@@ -65,12 +65,12 @@ async fn servers_are_stored_replaced_and_removed(kind: Kind) {
     db.remove_mcp_server(ada.id, "only").await.unwrap();
     assert!(matches!(
         db.remove_mcp_server(ada.id, "only").await,
-        Err(Error::Mcp(McpError::McpServerNotFound { .. }))
+        Err(Error::Mcp(McpError::ServerNotFound { .. }))
     ));
     assert!(matches!(
         db.put_mcp_server(pattern_db::AgentId::new(), "x", &json!({"command": "x"}))
             .await,
-        Err(Error::Agent(AgentError::AgentNotFound(_)))
+        Err(Error::Agent(AgentError::NotFound(_)))
     ));
 
     // An agent's servers go with it.

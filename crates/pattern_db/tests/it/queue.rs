@@ -204,7 +204,7 @@ async fn abandon_batch_offers_the_trigger(kind: Kind) {
     assert_eq!(abandoned.trigger.id, r.message_id);
     let err = store.abandon_batch(r.batch_id, "again").await.unwrap_err();
     assert!(
-        matches!(err, Error::Batch(BatchError::InvalidBatchState { .. })),
+        matches!(err, Error::Batch(BatchError::InvalidState { .. })),
         "{err}"
     );
     let events = store.recent_activity(5).await.unwrap();
@@ -234,7 +234,7 @@ async fn an_abandoned_batch_is_retried_at_most_once(kind: Kind) {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, Error::Batch(BatchError::InvalidBatchState { .. })),
+        matches!(err, Error::Batch(BatchError::InvalidState { .. })),
         "{err}"
     );
     store
@@ -352,7 +352,7 @@ async fn an_abandoned_batch_is_retried_at_most_once(kind: Kind) {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, Error::Batch(BatchError::BatchNotFound { .. })),
+        matches!(err, Error::Batch(BatchError::NotFound { .. })),
         "{err}"
     );
     tdb.cleanup().await.unwrap();

@@ -110,7 +110,7 @@ async fn cron_schedules_store_their_next_time(kind: Kind) {
     assert_eq!(ids, [daily.id]);
     assert!(matches!(
         db.schedule(once.id).await.unwrap_err(),
-        Error::Schedule(ScheduleError::ScheduleNotFound(_))
+        Error::Schedule(ScheduleError::NotFound(_))
     ));
     db.close().await;
     tdb.cleanup().await.unwrap();
@@ -147,7 +147,7 @@ async fn bad_schedules_are_typed_and_store_nothing(kind: Kind) {
     );
     let err = db.add_schedule(agent, at(-3600)).await.unwrap_err();
     assert!(
-        matches!(err, Error::Schedule(ScheduleError::ScheduleInPast { .. })),
+        matches!(err, Error::Schedule(ScheduleError::InPast { .. })),
         "{err}"
     );
     let err = db
@@ -163,7 +163,7 @@ async fn bad_schedules_are_typed_and_store_nothing(kind: Kind) {
     assert!(
         matches!(
             err,
-            Error::Schedule(ScheduleError::InvalidSchedule {
+            Error::Schedule(ScheduleError::Invalid {
                 field: "message",
                 ..
             })
@@ -180,7 +180,7 @@ async fn bad_schedules_are_typed_and_store_nothing(kind: Kind) {
     }
     let err = db.add_schedule(agent, at(3600)).await.unwrap_err();
     assert!(
-        matches!(err, Error::Schedule(ScheduleError::TooManySchedules { .. })),
+        matches!(err, Error::Schedule(ScheduleError::TooMany { .. })),
         "{err}"
     );
     assert_eq!(err.class(), pattern_db::ErrorClass::Refused);
@@ -207,7 +207,7 @@ async fn schedules_are_removed_only_by_their_agent(kind: Kind) {
     let t = db.add_schedule(b, at(600)).await.unwrap();
     let err = db.remove_schedule(b, s.id).await.unwrap_err();
     assert!(
-        matches!(err, Error::Schedule(ScheduleError::ScheduleNotFound(_))),
+        matches!(err, Error::Schedule(ScheduleError::NotFound(_))),
         "{err}"
     );
     assert_eq!(db.schedule(s.id).await.unwrap().agent_id, a);
@@ -224,7 +224,7 @@ async fn schedules_are_removed_only_by_their_agent(kind: Kind) {
     assert!(db.schedules(a).await.unwrap().is_empty());
     let err = db.remove_schedule(a, s.id).await.unwrap_err();
     assert!(
-        matches!(err, Error::Schedule(ScheduleError::ScheduleNotFound(_))),
+        matches!(err, Error::Schedule(ScheduleError::NotFound(_))),
         "{err}"
     );
     assert_eq!(err.class(), pattern_db::ErrorClass::NotFound);

@@ -76,7 +76,7 @@ async fn archival_crud(kind: Kind) {
     // Another agent does not see it.
     assert!(matches!(
         db.archival(b.id, first.id).await,
-        Err(Error::Archival(ArchivalError::ArchivalNotFound { .. }))
+        Err(Error::Archival(ArchivalError::NotFound { .. }))
     ));
 
     // Dedupe keys: the same key returns the stored entry and stores nothing.
@@ -176,13 +176,13 @@ async fn archival_crud(kind: Kind) {
     ] {
         assert!(matches!(
             db.insert_archival(a.id, bad).await,
-            Err(Error::Archival(ArchivalError::InvalidArchival(_)))
+            Err(Error::Archival(ArchivalError::Invalid(_)))
         ));
     }
     assert!(matches!(
         db.insert_archival(pattern_db::AgentId::new(), NewArchival::text("t"))
             .await,
-        Err(Error::Agent(AgentError::AgentNotFound(_)))
+        Err(Error::Agent(AgentError::NotFound(_)))
     ));
     assert!(matches!(
         db.list_archival(
@@ -193,7 +193,7 @@ async fn archival_crud(kind: Kind) {
             }
         )
         .await,
-        Err(Error::Archival(ArchivalError::InvalidArchival(_)))
+        Err(Error::Archival(ArchivalError::Invalid(_)))
     ));
 
     // Delete: true once, then false; other agents cannot delete it.
@@ -901,7 +901,7 @@ async fn full_text_search(kind: Kind) {
     assert!(ids(&db, "zebras", &search(10)).await.is_empty());
     assert!(matches!(
         db.search_text("x", &search(0)).await,
-        Err(Error::Search(SearchError::InvalidSearch(_)))
+        Err(Error::Search(SearchError::Invalid(_)))
     ));
     db.close().await;
     tdb.cleanup().await.unwrap();
@@ -1134,7 +1134,7 @@ async fn archival_occurred_at_is_its_time(kind: Kind) {
             .await
             .unwrap_err();
         assert!(
-            matches!(err, Error::Archival(ArchivalError::InvalidArchival(_))),
+            matches!(err, Error::Archival(ArchivalError::Invalid(_))),
             "{err}"
         );
     }

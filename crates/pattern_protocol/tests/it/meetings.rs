@@ -190,39 +190,39 @@ async fn bad_input_is_typed(kind: Kind) {
     let ghost = AgentId::new();
     assert!(matches!(
         db(p.create_meeting(ghost, None).await.unwrap_err()),
-        DbError::Agent(pattern_db::AgentError::AgentNotFound(_))
+        DbError::Agent(pattern_db::AgentError::NotFound(_))
     ));
     for bad in [Duration::ZERO, Duration::from_secs(8 * 24 * 3600)] {
         assert!(matches!(
             db(p.create_meeting(a.id, Some(bad)).await.unwrap_err()),
-            DbError::Protocol(pattern_db::ProtocolError::InvalidProtocolMessage(_))
+            DbError::Protocol(pattern_db::ProtocolError::InvalidMessage(_))
         ));
     }
     let m = p.create_meeting(a.id, None).await.unwrap().meeting.id;
     assert!(matches!(
         db(p.join_meeting(m, ghost).await.unwrap_err()),
-        DbError::Agent(pattern_db::AgentError::AgentNotFound(_))
+        DbError::Agent(pattern_db::AgentError::NotFound(_))
     ));
     let unknown = pattern_protocol::MeetingId::new();
     assert!(matches!(
         db(p.join_meeting(unknown, a.id).await.unwrap_err()),
-        DbError::Protocol(pattern_db::ProtocolError::ProtocolNotFound { .. })
+        DbError::Protocol(pattern_db::ProtocolError::NotFound { .. })
     ));
     assert!(matches!(
         db(p.events_after(unknown, 0, 10).await.unwrap_err()),
-        DbError::Protocol(pattern_db::ProtocolError::ProtocolNotFound { .. })
+        DbError::Protocol(pattern_db::ProtocolError::NotFound { .. })
     ));
     assert!(matches!(
         db(p.speak(m, a.id, NewProtocolMessage::new("", json!(1)))
             .await
             .unwrap_err()),
-        DbError::Protocol(pattern_db::ProtocolError::InvalidProtocolMessage(_))
+        DbError::Protocol(pattern_db::ProtocolError::InvalidMessage(_))
     ));
     assert!(matches!(
         db(NewProtocolMessage::from_json_str("chat", "{not json")
             .unwrap_err()
             .into()),
-        DbError::Protocol(pattern_db::ProtocolError::InvalidProtocolMessage(_))
+        DbError::Protocol(pattern_db::ProtocolError::InvalidMessage(_))
     ));
     // Nothing of the refused writes left a trace: two events (created, host joined).
     assert_eq!(p.meeting(m).await.unwrap().last_event_seq, 2);

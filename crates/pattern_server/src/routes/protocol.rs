@@ -343,7 +343,7 @@ impl Ids {
         }
         let agent = match self.state.pattern().db().agent(id).await {
             Ok(agent) => agent,
-            Err(DbError::Agent(pattern::db::AgentError::AgentNotFound(_))) => return Ok(None),
+            Err(DbError::Agent(pattern::db::AgentError::NotFound(_))) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
         if agent.organization != self.caller.org {

@@ -253,7 +253,7 @@ async fn lock_meeting(conn: &mut AnyConnection, ctx: &Ctx, id: MeetingId) -> Res
     let meeting = match row {
         Some(row) => meeting_from_row(&row)?,
         None => {
-            return Err(ProtocolError::ProtocolNotFound {
+            return Err(ProtocolError::NotFound {
                 kind: "meeting",
                 id: id.0,
             }
@@ -642,7 +642,7 @@ async fn speak(
     let mut stored = None;
     if let Some(message) = message {
         let content = serde_json::to_string(&message.content).map_err(|e| {
-            ProtocolError::InvalidProtocolMessage(format!("content does not encode: {e}"))
+            ProtocolError::InvalidMessage(format!("content does not encode: {e}"))
         })?;
         let metadata = message
             .metadata
@@ -650,7 +650,7 @@ async fn speak(
             .map(serde_json::to_string)
             .transpose()
             .map_err(|e| {
-                ProtocolError::InvalidProtocolMessage(format!("metadata does not encode: {e}"))
+                ProtocolError::InvalidMessage(format!("metadata does not encode: {e}"))
             })?;
         let row = ProtocolMessage {
             id: ProtocolMessageId::new(),
@@ -765,7 +765,7 @@ async fn choose(
         .into());
     }
     if next == host {
-        return Err(ProtocolError::InvalidProtocolMessage(
+        return Err(ProtocolError::InvalidMessage(
             "the host chooses another participant, not itself".into(),
         )
         .into());
@@ -803,8 +803,8 @@ fn is_refusal(e: &Error) -> bool {
             | Error::Protocol(ProtocolError::AlreadyParticipant { .. })
             | Error::Protocol(ProtocolError::NotSpeaker { .. })
             | Error::Protocol(ProtocolError::MeetingState { .. })
-            | Error::Protocol(ProtocolError::ProtocolNotFound { .. })
-            | Error::Protocol(ProtocolError::InvalidProtocolMessage(_))
+            | Error::Protocol(ProtocolError::NotFound { .. })
+            | Error::Protocol(ProtocolError::InvalidMessage(_))
     )
 }
 
