@@ -228,9 +228,7 @@ impl From<pattern_db::Error> for Error {
             D::Archival(pattern_db::ArchivalError::NotFound { agent, id }) => {
                 Error::UnknownPassage { agent, id }
             }
-            D::Archival(pattern_db::ArchivalError::Invalid(reason)) => {
-                Error::Invalid(reason)
-            }
+            D::Archival(pattern_db::ArchivalError::Invalid(reason)) => Error::Invalid(reason),
             other => Error::Db(other),
         }
     }

@@ -135,9 +135,7 @@ impl NewArchival {
                 .into());
             }
             if self.tags[..i].contains(tag) {
-                return Err(
-                    ArchivalError::Invalid(format!("tag `{tag}` appears twice")).into(),
-                );
+                return Err(ArchivalError::Invalid(format!("tag `{tag}` appears twice")).into());
             }
         }
         if let Some(key) = &self.dedupe_key

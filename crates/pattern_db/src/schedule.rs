@@ -380,9 +380,7 @@ impl Database {
         rows.iter()
             .map(|row| {
                 let entry = queued_from_row(row)?;
-                let of = entry
-                    .retry_of
-                    .ok_or(ScheduleError::NotFound(entry.id))?;
+                let of = entry.retry_of.ok_or(ScheduleError::NotFound(entry.id))?;
                 Ok((entry, of))
             })
             .collect()

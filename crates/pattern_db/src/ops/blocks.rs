@@ -468,10 +468,9 @@ async fn share_block(
         return search::block_access_changed(conn, ctx, block.id, block.owner).await;
     };
     if with == block.owner && permission != "admin" {
-        return Err(BlockError::Invalid(format!(
-            "the owner of block `{label}` keeps `admin`"
-        ))
-        .into());
+        return Err(
+            BlockError::Invalid(format!("the owner of block `{label}` keeps `admin`")).into(),
+        );
     }
     let exists = sqlx::query("SELECT id FROM agents WHERE id = $1")
         .bind(with.to_string())

@@ -611,17 +611,14 @@ async fn store_message(
         }
         .into());
     }
-    let content = serde_json::to_string(&message.content).map_err(|e| {
-        ProtocolError::InvalidMessage(format!("content does not encode: {e}"))
-    })?;
+    let content = serde_json::to_string(&message.content)
+        .map_err(|e| ProtocolError::InvalidMessage(format!("content does not encode: {e}")))?;
     let metadata = message
         .metadata
         .as_ref()
         .map(serde_json::to_string)
         .transpose()
-        .map_err(|e| {
-            ProtocolError::InvalidMessage(format!("metadata does not encode: {e}"))
-        })?;
+        .map_err(|e| ProtocolError::InvalidMessage(format!("metadata does not encode: {e}")))?;
     let sender_name = match session.delivery {
         Delivery::Agents => Some(require_agent(conn, sender).await?.name),
         Delivery::Inbox => None,

@@ -310,10 +310,7 @@ async fn the_selector_hands_the_turn_as_the_host_chose(kind: Kind) {
         errs[0]
     );
     assert!(
-        matches!(
-            errs[1],
-            Error::Protocol(ProtocolError::InvalidMessage(_))
-        ),
+        matches!(errs[1], Error::Protocol(ProtocolError::InvalidMessage(_))),
         "{}",
         errs[1]
     );

@@ -641,17 +641,14 @@ async fn speak(
     }
     let mut stored = None;
     if let Some(message) = message {
-        let content = serde_json::to_string(&message.content).map_err(|e| {
-            ProtocolError::InvalidMessage(format!("content does not encode: {e}"))
-        })?;
+        let content = serde_json::to_string(&message.content)
+            .map_err(|e| ProtocolError::InvalidMessage(format!("content does not encode: {e}")))?;
         let metadata = message
             .metadata
             .as_ref()
             .map(serde_json::to_string)
             .transpose()
-            .map_err(|e| {
-                ProtocolError::InvalidMessage(format!("metadata does not encode: {e}"))
-            })?;
+            .map_err(|e| ProtocolError::InvalidMessage(format!("metadata does not encode: {e}")))?;
         let row = ProtocolMessage {
             id: ProtocolMessageId::new(),
             sender: agent,
