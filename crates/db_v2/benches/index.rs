@@ -3,13 +3,14 @@
 //! the default search (sign-code scan above 20k entries, int8 ranking, exact re-rank) against
 //! the int8 scan alone and a plain f32 scan. Before timing, it prints how many of the exact
 //! top-10 hits the default search keeps on these structureless vectors (the worst case for the
-//! sign scan; real embeddings are measured by `db_v2`'s `sign_scan_*` tests). It must never touch
-//! a database or the model (those are in `pipeline.rs`).
+//! sign scan; real embeddings are measured by `db_v2`'s `sign_scan_*` tests). Also hybrid's
+//! per-query weights (`hybrid_weights`: the coverage of five full-text hits) on short turns and
+//! on long passages. It must never touch a database or the model (those are in `pipeline.rs`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use db_v2::{EntryMeta, IndexFilter, SignScan, VectorIndex};
+use db_v2::{EntryMeta, IndexFilter, SignScan, VectorIndex, hybrid_weights};
 use rand::{Rng, SeedableRng};
 
 const DIM: usize = 384;
@@ -82,5 +83,43 @@ fn search(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, search);
+/// Hybrid's weights from five hits: short conversation turns, and long passages (2,000 words,
+/// the size document ingestion makes) where the question's words are rare.
+fn weights(c: &mut Criterion) {
+    const WORDS: &[&str] = &[
+        "river", "budget", "kitten", "server", "garden", "concert", "invoice", "mountain",
+        "recipe", "deploy", "teacher", "harbor", "window", "battery", "novel", "storm", "the",
+        "and", "painting", "groups",
+    ];
+    // Made-up words of 4-9 letters (about 700 distinct in a long passage), with the common
+    // ones and a few of the question's stems among them.
+    let text = |n: usize, seed: usize| -> String {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed as u64);
+        (0..n)
+            .map(|i| {
+                if i % 3 == 0 {
+                    WORDS[(i * 7 + seed * 13) % WORDS.len()].to_owned()
+                } else {
+                    let len = rng.random_range(4..10);
+                    let pick = rng.random_range(0..700u32);
+                    (0..len)
+                        .map(|k| (b'a' + ((pick * 7 + k * 11) % 26) as u8) as char)
+                        .collect()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let query = "When did Caroline paint the sunrise for her support group?";
+    let mut group = c.benchmark_group("hybrid_weights");
+    for (label, n) in [("turns_20_words", 20), ("passages_2000_words", 2000)] {
+        let hits: Vec<String> = (0..5).map(|s| text(n, s)).collect();
+        group.bench_function(label, |b| {
+            b.iter(|| hybrid_weights(query, hits.iter().map(String::as_str)))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, search, weights);
 criterion_main!(benches);

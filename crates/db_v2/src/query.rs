@@ -10,6 +10,9 @@
 //! It must never return an empty query for a non-empty one: a question made only of function
 //! words is searched as given (the user may mean them).
 
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+
 /// English function words and question words dropped from full-text queries (lower case).
 /// Sorted, so membership is a binary search.
 const STOP_WORDS: &[&str] = &[
@@ -69,34 +72,67 @@ pub fn has_identifier(query: &str) -> bool {
 /// light rule (a shared prefix of all but the last two letters of the shorter, at least four
 /// letters: "painted"/"painting", "group"/"groups"). 0 when the query has no content words.
 pub fn term_coverage(query: &str, text: &str) -> f32 {
-    let words = |s: &str| -> Vec<String> {
-        s.split(|c: char| !c.is_alphanumeric())
-            .filter(|w| !w.is_empty())
-            .map(str::to_lowercase)
-            .collect()
-    };
-    let mut wanted = words(&content_words(query));
-    wanted.retain(|w| !is_stop_word(w));
+    let content = content_words(query);
+    let mut wanted: Vec<Cow<'_, str>> = words(&content).filter(|w| !is_stop_word(w)).collect();
     wanted.sort();
     wanted.dedup();
     if wanted.is_empty() {
         return 0.0;
     }
-    let have = words(text);
-    let same_stem = |a: &str, b: &str| {
-        if a == b {
-            return true;
+    // Each distinct word of the text once (a long passage repeats most of its words), and the
+    // words of four letters or more by their first four: a shared stem needs those, so a word is
+    // compared only with the few that have them.
+    let have: HashSet<Cow<'_, str>> = words(text).collect();
+    let mut by_start: HashMap<&str, Vec<&str>> = HashMap::new();
+    for h in &have {
+        if let Some((i, _)) = h.char_indices().nth(4) {
+            by_start.entry(&h[..i]).or_default().push(h);
+        } else if h.chars().count() == 4 {
+            by_start.entry(h).or_default().push(h);
         }
-        let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-        let shorter = a.len().min(b.len());
-        let prefix = shorter.saturating_sub(2).max(4);
-        shorter >= 4 && prefix <= shorter && a[..prefix] == b[..prefix]
+    }
+    let start = |w: &str| -> Option<usize> {
+        match w.char_indices().nth(4) {
+            Some((i, _)) => Some(i),
+            None => (w.chars().count() == 4).then_some(w.len()),
+        }
     };
     let found = wanted
         .iter()
-        .filter(|w| have.iter().any(|h| same_stem(w, h)))
+        .filter(|w| {
+            have.contains(*w)
+                || start(w).is_some_and(|i| {
+                    by_start
+                        .get(&w[..i])
+                        .is_some_and(|hs| hs.iter().any(|h| same_stem(w, h)))
+                })
+        })
         .count();
     found as f32 / wanted.len() as f32
+}
+
+/// The lower-cased alphanumeric words of `s` (borrowed when already lower case).
+fn words(s: &str) -> impl Iterator<Item = Cow<'_, str>> + '_ {
+    s.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            if w.chars().any(char::is_uppercase) {
+                Cow::Owned(w.to_lowercase())
+            } else {
+                Cow::Borrowed(w)
+            }
+        })
+}
+
+/// Whether two lower-case words share a stem by [`term_coverage`]'s rule: a common prefix of all
+/// but the last two letters of the shorter, at least four letters. Allocates nothing.
+fn same_stem(a: &str, b: &str) -> bool {
+    let shorter = a.chars().count().min(b.chars().count());
+    if shorter < 4 {
+        return false;
+    }
+    let prefix = shorter.saturating_sub(2).max(4);
+    a.chars().take(prefix).eq(b.chars().take(prefix))
 }
 
 #[cfg(test)]
