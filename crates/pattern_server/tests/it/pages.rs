@@ -192,7 +192,7 @@ async fn pages_read_with_a_session_cookie_that_never_opens_the_api(backend: Back
         )
         .await;
     assert_eq!(status, StatusCode::CREATED);
-    let theirs = s.agent(&s.key_b, "bea").await;
+    let theirs = s.agent(&s.key_b, "quill").await;
     let bo = s.agent(&s.key_b, "bo").await;
     let (_, their_session) = s
         .post(
@@ -260,7 +260,7 @@ async fn pages_read_with_a_session_cookie_that_never_opens_the_api(backend: Back
         "{agents}"
     );
     assert!(!agents.contains("<img"), "no markup from data");
-    assert!(!agents.contains("bea"), "B's agent is not listed");
+    assert!(!agents.contains("quill"), "B's agent is not listed");
     let (status, _, block) = page(
         &s,
         Some(&cookie),
@@ -299,7 +299,10 @@ async fn pages_read_with_a_session_cookie_that_never_opens_the_api(backend: Back
         let (status, _, body) = page(&s, Some(&cookie), &path).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
         assert!(body.contains("<h1>Not found</h1>"), "{path}: {body}");
-        assert!(!body.contains("bea"));
+        assert!(
+            !body.contains("quill"),
+            "{path}: another organization's agent named"
+        );
     }
     // Archival search by a GET form (a read), hits as text with scores; the context page.
     let (status, body) = s
