@@ -44,8 +44,6 @@ use support::quick;
 
 /// Bytes of every message's text.
 const MESSAGE_BYTES: usize = 387;
-/// Messages per `import_legacy` call.
-const IMPORT_CHUNK: usize = 20_000;
 /// Concurrent writers of `acks_100_writers`.
 const WRITERS: usize = 100;
 
@@ -143,16 +141,7 @@ fn history_chunk(first: usize, len: usize) -> Vec<LegacyMessage> {
 }
 
 async fn import(store: &MessageStore, messages: usize) {
-    let mut first = 0;
-    while first < messages {
-        let len = IMPORT_CHUNK.min(messages - first);
-        let plan = store
-            .import_legacy(history_chunk(first, len))
-            .await
-            .expect("import_legacy");
-        assert!(plan.anomalies.is_empty(), "anomalies: {:?}", plan.anomalies);
-        first += len;
-    }
+    support::import_history(store, messages, history_chunk).await;
 }
 
 /// Two-word queries over middling words, cycled.

@@ -51,8 +51,6 @@ const ASSISTANT_TEXT: &str = "The build failed in the integration tests: the con
 const AGENTS: usize = 100;
 /// Steps appended to one batch before `append_step` opens a fresh one.
 const STEPS_PER_BATCH: usize = 20;
-/// Messages per `import_legacy` call while building a history.
-const IMPORT_CHUNK: usize = 20_000;
 
 /// Calls of each kind timed outside criterion for the printed ratios.
 fn side_calls() -> usize {
@@ -557,20 +555,7 @@ impl RecentFx {
         let fx = Fixture::open(engine).await;
         let store = fx.agent(&format!("history-{label}")).await;
         let start = Instant::now();
-        let mut first = 0;
-        while first < messages {
-            let len = IMPORT_CHUNK.min(messages - first);
-            let plan = store
-                .import_legacy(history_chunk(first, len))
-                .await
-                .expect("import_legacy");
-            assert!(
-                plan.anomalies.is_empty(),
-                "unexpected import anomalies: {:?}",
-                plan.anomalies
-            );
-            first += len;
-        }
+        support::import_history(&store, messages, history_chunk).await;
         let built = start.elapsed();
         println!(
             "get_recent_20/{label}/{}: built {messages} messages in {:.1} s ({:.0} messages/s)",

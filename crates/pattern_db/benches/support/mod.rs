@@ -1,5 +1,5 @@
-//! What the `store` and `goals` benches share: whether to run the quick form, and the bare
-//! single-row insert they measure an acknowledgement against. It must never touch a table of the
+//! What the `store` and `goals` benches share: whether to run the quick form, the bare
+//! single-row insert they measure an acknowledgement against, and a history imported in chunks. It must never touch a table of the
 //! schema (it makes its own).
 
 #![allow(clippy::expect_used)]
@@ -7,6 +7,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use pattern_db::{LegacyMessage, MessageStore};
 use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
@@ -41,4 +42,30 @@ pub(crate) async fn sqlite_bare_pool(url: &str) -> SqlitePool {
     .await
     .expect("create bench_bare");
     pool
+}
+
+/// Messages per `import_legacy` call while building a history.
+pub(crate) const IMPORT_CHUNK: usize = 20_000;
+
+/// Imports `messages` messages into `store`, [`IMPORT_CHUNK`] per call, `chunk(first, len)`
+/// giving each call's messages; a history with anything the importer could not pair fails.
+pub(crate) async fn import_history(
+    store: &MessageStore,
+    messages: usize,
+    chunk: impl Fn(usize, usize) -> Vec<LegacyMessage>,
+) {
+    let mut first = 0;
+    while first < messages {
+        let len = IMPORT_CHUNK.min(messages - first);
+        let plan = store
+            .import_legacy(chunk(first, len))
+            .await
+            .expect("import_legacy");
+        assert!(
+            plan.anomalies.is_empty(),
+            "unexpected import anomalies: {:?}",
+            plan.anomalies
+        );
+        first += len;
+    }
 }
