@@ -5,10 +5,13 @@
 //! async worker thread (it runs in `spawn_blocking`, behind a mutex, because fastembed's `embed`
 //! takes `&mut self`). Search queries never wait behind bulk embedding: a query takes the bulk
 //! session when it is idle and otherwise a session of its own (one intra-op thread), so it
-//! embeds in milliseconds while the background pipeline holds the bulk session for a batch.
+//! embeds in milliseconds while the background pipeline holds the bulk session for a batch. The
+//! query session is loaded in the background the first time bulk embedding runs, so a process
+//! that only searches (a one-shot command) never pays for it.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -89,8 +92,12 @@ pub const QUERY_THREADS: usize = 1;
 pub struct FastEmbedder {
     /// Bulk embedding (the pipeline, backfills): every core.
     model: Arc<Mutex<TextEmbedding>>,
-    /// Search queries while the bulk session is busy, one at a time: [`QUERY_THREADS`].
-    queries: Arc<Mutex<TextEmbedding>>,
+    /// Search queries while the bulk session is busy, one at a time: [`QUERY_THREADS`]. Empty
+    /// until bulk embedding first runs (then loaded on a thread of its own).
+    queries: Arc<OnceLock<Mutex<TextEmbedding>>>,
+    /// Set once the query session's loading has started (it is tried once per process).
+    queries_started: Arc<AtomicBool>,
+    paths: ModelPaths,
     dimension: usize,
     hash: String,
     timeout: Duration,
@@ -106,18 +113,20 @@ impl std::fmt::Debug for FastEmbedder {
 }
 
 impl FastEmbedder {
-    /// Load the runtime and the model's two sessions (bulk and queries; about 0.6 s each), then
-    /// embed a probe sentence to learn the dimension and prove the model runs. `timeout` bounds
-    /// every later `embed` call.
+    /// Load the runtime and the model's bulk session (about 0.6 s), then embed a probe sentence
+    /// to learn the dimension and prove the model runs. `timeout` bounds every later `embed`
+    /// call. The query session is loaded later, when bulk embedding first runs.
     pub async fn load(paths: &ModelPaths, timeout: Duration) -> Result<Self> {
-        let paths = paths.clone();
-        let loaded = tokio::task::spawn_blocking(move || load_blocking(&paths))
+        let owned = paths.clone();
+        let loaded = tokio::task::spawn_blocking(move || load_blocking(&owned))
             .await
             .map_err(|e| Error::Embed(format!("model loading task failed: {e}")))??;
-        let (model, queries, dimension, hash) = loaded;
+        let (model, dimension, hash) = loaded;
         Ok(Self {
             model: Arc::new(Mutex::new(model)),
-            queries: Arc::new(Mutex::new(queries)),
+            queries: Arc::new(OnceLock::new()),
+            queries_started: Arc::new(AtomicBool::new(false)),
+            paths: paths.clone(),
             dimension,
             hash,
             timeout,
@@ -131,17 +140,33 @@ fn read(path: &Path) -> Result<Vec<u8>> {
     })
 }
 
-fn load_blocking(paths: &ModelPaths) -> Result<(TextEmbedding, TextEmbedding, usize, String)> {
+/// Reads the model files and builds one session (`threads`: ONNX Runtime's intra-op threads,
+/// `None` for every core); returns it with the sha256 of the model file.
+fn session(paths: &ModelPaths, threads: Option<usize>) -> Result<(TextEmbedding, String)> {
     let dir = &paths.model_dir;
     let onnx = read(&dir.join("model.onnx"))?;
-    let tokenizer_files = || -> Result<TokenizerFiles> {
-        Ok(TokenizerFiles {
-            tokenizer_file: read(&dir.join("tokenizer.json"))?,
-            config_file: read(&dir.join("config.json"))?,
-            special_tokens_map_file: read(&dir.join("special_tokens_map.json"))?,
-            tokenizer_config_file: read(&dir.join("tokenizer_config.json"))?,
-        })
+    let tokenizer_files = TokenizerFiles {
+        tokenizer_file: read(&dir.join("tokenizer.json"))?,
+        config_file: read(&dir.join("config.json"))?,
+        special_tokens_map_file: read(&dir.join("special_tokens_map.json"))?,
+        tokenizer_config_file: read(&dir.join("tokenizer_config.json"))?,
     };
+    let hash = hex(&Sha256::digest(&onnx));
+    let model = UserDefinedEmbeddingModel::new(onnx, tokenizer_files).with_pooling(Pooling::Mean);
+    let mut options = InitOptionsUserDefined::new().with_max_length(MAX_TOKENS);
+    if let Some(threads) = threads {
+        options = options.with_intra_threads(threads);
+    }
+    let embedding =
+        TextEmbedding::try_new_from_user_defined(model, options).map_err(|e| Error::ModelLoad {
+            dir: dir.clone(),
+            reason: e.to_string(),
+        })?;
+    Ok((embedding, hash))
+}
+
+fn load_blocking(paths: &ModelPaths) -> Result<(TextEmbedding, usize, String)> {
+    let dir = &paths.model_dir;
     if !paths.runtime_library.is_file() {
         return Err(Error::RuntimeLibraryMissing {
             path: paths.runtime_library.clone(),
@@ -154,21 +179,7 @@ fn load_blocking(paths: &ModelPaths) -> Result<(TextEmbedding, TextEmbedding, us
         path: paths.runtime_library.clone(),
         reason: e.to_string(),
     })?;
-    let hash = hex(&Sha256::digest(&onnx));
-    let session = |onnx: Vec<u8>, threads: Option<usize>| -> Result<TextEmbedding> {
-        let model =
-            UserDefinedEmbeddingModel::new(onnx, tokenizer_files()?).with_pooling(Pooling::Mean);
-        let mut options = InitOptionsUserDefined::new().with_max_length(MAX_TOKENS);
-        if let Some(threads) = threads {
-            options = options.with_intra_threads(threads);
-        }
-        TextEmbedding::try_new_from_user_defined(model, options).map_err(|e| Error::ModelLoad {
-            dir: dir.clone(),
-            reason: e.to_string(),
-        })
-    };
-    let queries = session(onnx.clone(), Some(QUERY_THREADS))?;
-    let mut embedding = session(onnx, None)?;
+    let (mut embedding, hash) = session(paths, None)?;
     let probe = embedding
         .embed(["dimension probe"], Some(1))
         .map_err(|e| Error::ModelLoad {
@@ -182,7 +193,7 @@ fn load_blocking(paths: &ModelPaths) -> Result<(TextEmbedding, TextEmbedding, us
             reason: "the model returned no vector".to_owned(),
         });
     }
-    Ok((embedding, queries, dimension, hash))
+    Ok((embedding, dimension, hash))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -228,6 +239,41 @@ impl Embedder for FastEmbedder {
     }
 }
 
+impl FastEmbedder {
+    /// Loads the query session on a thread of its own, once per process (bulk embedding calls
+    /// this: only then can a query find the bulk session busy). The session must be of the same
+    /// model file as the bulk one; otherwise, or when loading fails, it stays unloaded (logged)
+    /// and queries wait for the bulk session as they would without it.
+    fn start_query_session(&self) {
+        if self.queries_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (paths, queries, hash) = (
+            self.paths.clone(),
+            Arc::clone(&self.queries),
+            self.hash.clone(),
+        );
+        let spawned = std::thread::Builder::new()
+            .name("embed-query-session".to_owned())
+            .spawn(move || match session(&paths, Some(QUERY_THREADS)) {
+                Ok((loaded, h)) if h == hash => {
+                    let _ = queries.set(Mutex::new(loaded));
+                }
+                Ok(_) => tracing::warn!(
+                    "the model file changed since it was loaded: no query session; queries share \
+                     the bulk session"
+                ),
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "could not load the query session; queries share the bulk session"
+                ),
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "could not start loading the query session");
+        }
+    }
+}
+
 /// Which session a call runs on.
 #[derive(Debug, Clone, Copy)]
 enum Session {
@@ -241,15 +287,20 @@ enum Session {
 impl FastEmbedder {
     /// Embed `texts` on `session`, off the async workers, within the timeout.
     async fn run(&self, session: Session, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
+        if matches!(session, Session::Bulk) {
+            self.start_query_session();
+        }
         let bulk = Arc::clone(&self.model);
         let queries = Arc::clone(&self.queries);
         let task = tokio::task::spawn_blocking(move || {
             let poisoned = |_| Error::Embed("a previous embedding call panicked".to_owned());
             let mut guard = match session {
                 Session::Bulk => bulk.lock().map_err(poisoned)?,
-                Session::QueryOrIdleBulk => match bulk.try_lock() {
-                    Ok(idle) => idle,
-                    Err(_) => queries.lock().map_err(poisoned)?,
+                Session::QueryOrIdleBulk => match (bulk.try_lock(), queries.get()) {
+                    (Ok(idle), _) => idle,
+                    (Err(_), Some(query_session)) => query_session.lock().map_err(poisoned)?,
+                    // Not loaded yet (or failed to load): wait for the bulk session.
+                    (Err(_), None) => bulk.lock().map_err(poisoned)?,
                 },
             };
             guard
