@@ -639,12 +639,9 @@ async fn evaluate(backend: Backend, set: &EvalSet) -> BTreeMap<String, ModeResul
     out
 }
 
-fn print(backend: Backend, set: &EvalSet, results: &BTreeMap<String, ModeResult>) {
-    println!(
-        "eval recall ({backend:?}): {} turns, {} questions",
-        set.turns.len(),
-        set.questions.len()
-    );
+/// Prints the table of `results` under a line naming the backend and the set's size.
+fn print(backend: Backend, turns: usize, questions: usize, results: &BTreeMap<String, ModeResult>) {
+    println!("eval recall ({backend:?}): {turns} turns, {questions} questions");
     println!("mode    kind         n    r@5    r@10   MRR    p50 ms  p95 ms");
     for (mode, r) in results {
         let mut l = r.latencies.clone();
@@ -712,7 +709,12 @@ fn the_generated_set_is_as_large_as_promised_and_consistent() {
 async fn eval_recall_quick() {
     let set = generate(6, SCORED_SEED);
     let results = evaluate(Backend::Sqlite, &set).await;
-    print(Backend::Sqlite, &set, &results);
+    print(
+        Backend::Sqlite,
+        set.turns.len(),
+        set.questions.len(),
+        &results,
+    );
     for (mode, floor10) in [
         ("Fts", FLOOR_FTS),
         ("Vector", FLOOR_VECTOR),
@@ -751,7 +753,7 @@ async fn eval_recall_full() {
         _ => Backend::Sqlite,
     };
     let results = evaluate(backend, &set).await;
-    print(backend, &set, &results);
+    print(backend, set.turns.len(), set.questions.len(), &results);
 }
 
 /// One way to fuse a question's full-text list (turn ids and texts, best first) and vector list
@@ -1281,11 +1283,7 @@ async fn eval_external() {
         }
         results.insert(format!("{mode:?}"), result);
     }
-    let fake = EvalSet {
-        turns: Vec::new(),
-        questions: Vec::new(),
-    };
-    print(backend, &fake, &results);
+    print(backend, base, questions.len(), &results);
     let texts: Vec<&str> = set
         .conversations
         .iter()
