@@ -22,8 +22,8 @@ use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::Row;
-use sqlx::any::AnyRow;
+
+use crate::sql::Row;
 
 use crate::db::Database;
 use crate::error::{Error, Result};
@@ -193,7 +193,7 @@ pub(crate) const APPROVAL_COLUMNS: &str = "id, organization_id, agent_id, batch_
      tool, call_id, input, reason, requested_at, deadline, state, decided_at, decided_by, \
      denial_reason";
 
-pub(crate) fn approval_from_row(row: &AnyRow) -> Result<Approval> {
+pub(crate) fn approval_from_row(row: &Row) -> Result<Approval> {
     let org: Option<String> = row.try_get(1)?;
     let agent: String = row.try_get(2)?;
     let batch: Option<i64> = row.try_get(3)?;

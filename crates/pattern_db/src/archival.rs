@@ -14,8 +14,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-use sqlx::Row;
-use sqlx::any::AnyRow;
+
+use crate::sql::Row;
 use uuid::Uuid;
 
 use crate::db::Database;
@@ -203,7 +203,7 @@ impl Default for ListArchival {
 pub(crate) const ARCHIVAL_COLUMNS: &str =
     "a.id, a.agent_id, a.content, a.metadata, a.tags, a.dedupe_key, a.created_at";
 
-pub(crate) fn archival_from_row(row: &AnyRow) -> Result<ArchivalEntry> {
+pub(crate) fn archival_from_row(row: &Row) -> Result<ArchivalEntry> {
     let id: String = row.try_get(0)?;
     let agent: String = row.try_get(1)?;
     let metadata: String = row.try_get(3)?;
@@ -253,7 +253,7 @@ impl Database {
 
     /// The passage `id` of `agent`.
     pub async fn archival(&self, agent: AgentId, id: ArchivalId) -> Result<ArchivalEntry> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {ARCHIVAL_COLUMNS} FROM archival_memories a WHERE a.id = $1 AND a.agent_id = $2"
         )))
         .bind(id.to_string())
@@ -294,7 +294,7 @@ impl Database {
         }
         n += 1;
         sql.push_str(&format!(" ORDER BY a.id DESC LIMIT ${n}"));
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(agent.to_string());
+        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(agent.to_string());
         if let Some(before) = opts.before {
             q = q.bind(before.to_string());
         }
@@ -311,11 +311,12 @@ impl Database {
 
     /// How many passages the agent has.
     pub async fn count_archival(&self, agent: AgentId) -> Result<u64> {
-        let n: i64 = sqlx::query("SELECT COUNT(*) FROM archival_memories WHERE agent_id = $1")
-            .bind(agent.to_string())
-            .fetch_one(self.reader())
-            .await?
-            .try_get(0)?;
+        let n: i64 =
+            crate::sql::query("SELECT COUNT(*) FROM archival_memories WHERE agent_id = $1")
+                .bind(agent.to_string())
+                .fetch_one(self.reader())
+                .await?
+                .try_get(0)?;
         Ok(u64::try_from(n).unwrap_or(0))
     }
 

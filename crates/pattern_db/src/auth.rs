@@ -15,8 +15,8 @@ use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
-use sqlx::Row;
-use sqlx::any::AnyRow;
+
+use crate::sql::Row;
 use uuid::Uuid;
 
 use crate::db::Database;
@@ -128,7 +128,7 @@ pub(crate) struct NewKeyRow {
 
 pub(crate) const KEY_COLUMNS: &str = "id, organization_id, name, prefix, created_at, revoked_at";
 
-pub(crate) fn key_from_row(row: &AnyRow) -> Result<ApiKey> {
+pub(crate) fn key_from_row(row: &Row) -> Result<ApiKey> {
     let id: String = row.try_get(0)?;
     let org: String = row.try_get(1)?;
     let revoked: Option<i64> = row.try_get(5)?;
@@ -190,7 +190,7 @@ impl Database {
         let sql = format!(
             "SELECT {KEY_COLUMNS} FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL"
         );
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let row = crate::sql::query(sqlx::AssertSqlSafe(sql))
             .bind(hash(secret))
             .fetch_optional(self.reader())
             .await?;
@@ -203,7 +203,7 @@ impl Database {
             "SELECT {KEY_COLUMNS} FROM api_keys WHERE organization_id = $1 \
              ORDER BY created_at DESC, id DESC"
         );
-        sqlx::query(sqlx::AssertSqlSafe(sql))
+        crate::sql::query(sqlx::AssertSqlSafe(sql))
             .bind(org.to_string())
             .fetch_all(self.reader())
             .await?
@@ -227,7 +227,7 @@ impl Database {
 
     /// The organization's agents, by name.
     pub async fn org_agents(&self, org: OrganizationId) -> Result<Vec<Agent>> {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
+        crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {} FROM agents WHERE organization_id = $1 ORDER BY name",
             ops::AGENT_COLUMNS
         )))
@@ -242,7 +242,7 @@ impl Database {
     /// The organization's agent `id`; [`AgentError::NotFound`] when it does not exist or
     /// belongs to anyone else.
     pub async fn org_agent(&self, org: OrganizationId, id: AgentId) -> Result<Agent> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {} FROM agents WHERE id = $1 AND organization_id = $2",
             ops::AGENT_COLUMNS
         )))
@@ -269,7 +269,7 @@ impl Database {
     pub async fn agent_in_scope(&self, org: Option<OrganizationId>, name: &str) -> Result<Agent> {
         let row = match org {
             Some(org) => {
-                sqlx::query(sqlx::AssertSqlSafe(format!(
+                crate::sql::query(sqlx::AssertSqlSafe(format!(
                     "SELECT {} FROM agents WHERE name = $1 AND organization_id = $2",
                     ops::AGENT_COLUMNS
                 )))
@@ -279,7 +279,7 @@ impl Database {
                 .await?
             }
             None => {
-                sqlx::query(sqlx::AssertSqlSafe(format!(
+                crate::sql::query(sqlx::AssertSqlSafe(format!(
                     "SELECT {} FROM agents a WHERE name = $1 AND organization_id = \
                      (SELECT o.id FROM protocol_organizations o WHERE o.external_id = $2)",
                     ops::AGENT_COLUMNS

@@ -16,8 +16,8 @@
 //! This module must never write outside the writer.
 
 use chrono::{DateTime, Utc};
-use sqlx::Row;
-use sqlx::any::AnyRow;
+
+use crate::sql::Row;
 use uuid::Uuid;
 
 use crate::db::Database;
@@ -173,7 +173,7 @@ pub(crate) fn check_limit(label: &str, value: &str, limit: i64) -> Result<()> {
 pub(crate) const BLOCK_COLUMNS: &str = "b.id, b.owner_agent_id, a.label, b.description, b.value, \
     b.char_limit, b.block_type, a.permission, b.version, b.updated_at";
 
-pub(crate) fn block_from_row(row: &AnyRow) -> Result<StoredBlock> {
+pub(crate) fn block_from_row(row: &Row) -> Result<StoredBlock> {
     let id: String = row.try_get(0)?;
     let owner: String = row.try_get(1)?;
     Ok(StoredBlock {
@@ -190,7 +190,7 @@ pub(crate) fn block_from_row(row: &AnyRow) -> Result<StoredBlock> {
     })
 }
 
-fn version_from_row(row: &AnyRow) -> Result<BlockVersion> {
+fn version_from_row(row: &Row) -> Result<BlockVersion> {
     let by: String = row.try_get(3)?;
     Ok(BlockVersion {
         version: row.try_get(0)?,
@@ -214,7 +214,7 @@ impl Database {
 
     /// The block `agent` sees under `label`, with `agent`'s permission.
     pub async fn block(&self, agent: AgentId, label: &str) -> Result<StoredBlock> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {BLOCK_COLUMNS} FROM memory_block_access a \
              JOIN memory_blocks b ON b.id = a.block_id WHERE a.agent_id = $1 AND a.label = $2"
         )))
@@ -234,7 +234,7 @@ impl Database {
 
     /// Every block `agent` has access to, sorted by label.
     pub async fn blocks_for(&self, agent: AgentId) -> Result<Vec<StoredBlock>> {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
+        crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {BLOCK_COLUMNS} FROM memory_block_access a \
              JOIN memory_blocks b ON b.id = a.block_id WHERE a.agent_id = $1 ORDER BY a.label"
         )))
@@ -306,7 +306,7 @@ impl Database {
     /// Every version of the block `agent` sees as `label`, newest first.
     pub async fn block_history(&self, agent: AgentId, label: &str) -> Result<Vec<BlockVersion>> {
         let block = self.block(agent, label).await?;
-        sqlx::query(
+        crate::sql::query(
             "SELECT version, value, description, changed_by, change, created_at \
              FROM memory_block_versions WHERE block_id = $1 ORDER BY version DESC",
         )
@@ -371,7 +371,7 @@ impl Database {
     /// The owner of the block `agent` sees as `label`: the write locks the owner's agent row
     /// first, so every write of one block is serialised and write groups keep their lock order.
     async fn block_owner(&self, agent: AgentId, label: &str) -> Result<AgentId> {
-        let row = sqlx::query(
+        let row = crate::sql::query(
             "SELECT b.owner_agent_id FROM memory_block_access a \
              JOIN memory_blocks b ON b.id = a.block_id WHERE a.agent_id = $1 AND a.label = $2",
         )

@@ -14,7 +14,6 @@ use std::fmt;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::Row;
 
 use crate::auth::{ApiKey, KEY_COLUMNS, hash, key_from_row, random_token, well_formed_token};
 use crate::db::Database;
@@ -121,7 +120,7 @@ impl Database {
              JOIN api_keys k ON k.id = s.api_key_id \
              WHERE s.token_hash = $1 AND s.expires_at > $2 AND k.revoked_at IS NULL"
         );
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let row = crate::sql::query(sqlx::AssertSqlSafe(sql))
             .bind(hash(token))
             .bind(ops::now_ms())
             .fetch_optional(self.reader())

@@ -11,8 +11,10 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
-use sqlx::{AnyPool, ConnectOptions, Executor, Row};
+use crate::sql::Pool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+use sqlx::{ConnectOptions, Executor};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
@@ -41,8 +43,8 @@ pub struct Database {
 struct Inner {
     backend: Backend,
     url: String,
-    read: AnyPool,
-    write_pool: AnyPool,
+    read: Pool,
+    write_pool: Pool,
     writer: Writer,
     ctx: Arc<Ctx>,
     /// The heartbeat of this process's registration and machine-id lease.
@@ -90,9 +92,16 @@ impl Drop for Inner {
     }
 }
 
+/// Parsed connection options of either engine.
+#[derive(Clone, Debug)]
+enum Options {
+    Sqlite(SqliteConnectOptions),
+    Postgres(PgConnectOptions),
+}
+
 /// Options shared by every connection: SQLite pragmas that make commits durable and readers
 /// concurrent.
-fn connect_options(config: &DbConfig, backend: Backend) -> Result<AnyConnectOptions> {
+fn connect_options(config: &DbConfig, backend: Backend) -> Result<Options> {
     let mut url = config.url.clone();
     if backend == Backend::Sqlite {
         // Create the file when missing.
@@ -101,11 +110,22 @@ fn connect_options(config: &DbConfig, backend: Backend) -> Result<AnyConnectOpti
             url.push_str("mode=rwc");
         }
     }
-    let options = AnyConnectOptions::from_str(&url).map_err(|e| StorageError::InvalidUrl {
+    let invalid = |e: sqlx::Error| StorageError::InvalidUrl {
         url: redact_url(&config.url),
         reason: e.to_string(),
-    })?;
-    Ok(options.disable_statement_logging())
+    };
+    Ok(match backend {
+        Backend::Sqlite => Options::Sqlite(
+            SqliteConnectOptions::from_str(&url)
+                .map_err(invalid)?
+                .disable_statement_logging(),
+        ),
+        Backend::Postgres => Options::Postgres(
+            PgConnectOptions::from_str(&url)
+                .map_err(invalid)?
+                .disable_statement_logging(),
+        ),
+    })
 }
 
 fn sqlite_pragmas(durability: Durability) -> &'static str {
@@ -121,39 +141,47 @@ fn sqlite_pragmas(durability: Durability) -> &'static str {
     }
 }
 
-async fn pool(
-    config: &DbConfig,
-    backend: Backend,
-    options: &AnyConnectOptions,
-    size: u32,
-) -> Result<AnyPool> {
+async fn pool(config: &DbConfig, options: &Options, size: u32) -> Result<Pool> {
     let durability = config.durability;
-    let mut builder = AnyPoolOptions::new()
-        .max_connections(size)
-        .min_connections(0)
-        .acquire_timeout(config.connect_timeout);
-    if backend == Backend::Sqlite {
-        // A file connection cannot lose its server: the ping sqlx sends before handing out an
-        // idle connection is a round trip to the connection's worker thread for nothing (one per
-        // acquire: per write group, per read statement).
-        builder = builder.test_before_acquire(false);
-        builder = builder.after_connect(move |conn, _meta| {
-            Box::pin(async move {
-                conn.execute(sqlite_pragmas(durability)).await?;
-                Ok(())
-            })
-        });
-    }
-    builder
-        .connect_with(options.clone())
-        .await
-        .map_err(|source| {
+    let failed = |backend: Backend| {
+        move |source| {
             Error::Storage(StorageError::Connect {
                 backend: backend.name(),
                 url: redact_url(&config.url),
                 source,
             })
-        })
+        }
+    };
+    Ok(match options {
+        Options::Sqlite(options) => Pool::Sqlite(
+            SqlitePoolOptions::new()
+                .max_connections(size)
+                .min_connections(0)
+                .acquire_timeout(config.connect_timeout)
+                // A file connection cannot lose its server: the ping sqlx sends before handing
+                // out an idle connection is a round trip to the connection's worker thread for
+                // nothing (one per acquire: per write group, per read statement).
+                .test_before_acquire(false)
+                .after_connect(move |conn, _meta| {
+                    Box::pin(async move {
+                        conn.execute(sqlite_pragmas(durability)).await?;
+                        Ok(())
+                    })
+                })
+                .connect_with(options.clone())
+                .await
+                .map_err(failed(Backend::Sqlite))?,
+        ),
+        Options::Postgres(options) => Pool::Postgres(
+            PgPoolOptions::new()
+                .max_connections(size)
+                .min_connections(0)
+                .acquire_timeout(config.connect_timeout)
+                .connect_with(options.clone())
+                .await
+                .map_err(failed(Backend::Postgres))?,
+        ),
+    })
 }
 
 /// Parses `3.51.3` into a comparable triple.
@@ -176,15 +204,14 @@ impl Database {
     /// machine id and starts the writer.
     pub async fn open(config: DbConfig) -> Result<Self> {
         let backend = config.validate()?;
-        sqlx::any::install_default_drivers();
         let options = connect_options(&config, backend)?;
         let (read_size, write_size) = match backend {
             Backend::Sqlite => (config.read_connections, 1),
             Backend::Postgres => (config.read_connections, config.pg_write_connections),
         };
-        let write_pool = pool(&config, backend, &options, write_size).await?;
+        let write_pool = pool(&config, &options, write_size).await?;
         if backend == Backend::Sqlite {
-            let version: String = sqlx::query("SELECT sqlite_version()")
+            let version: String = crate::sql::query("SELECT sqlite_version()")
                 .fetch_one(&write_pool)
                 .await?
                 .try_get(0)?;
@@ -199,7 +226,7 @@ impl Database {
         if config.migrate_on_open {
             migrate::up(&write_pool, backend).await?;
         }
-        let read = pool(&config, backend, &options, read_size).await?;
+        let read = pool(&config, &options, read_size).await?;
 
         let judge = Judge {
             backend,
@@ -331,7 +358,7 @@ impl Database {
             Backend::Sqlite => "SELECT sqlite_version()",
             Backend::Postgres => "SELECT version()",
         };
-        Ok(sqlx::query(sql)
+        Ok(crate::sql::query(sql)
             .fetch_one(&self.inner.read)
             .await?
             .try_get(0)?)
@@ -408,7 +435,7 @@ impl Database {
     }
 
     #[cfg(feature = "testkit")]
-    pub(crate) fn write_pool(&self) -> &AnyPool {
+    pub(crate) fn write_pool(&self) -> &Pool {
         &self.inner.write_pool
     }
 
@@ -436,7 +463,7 @@ impl Database {
             .copied()
     }
 
-    pub(crate) fn reader(&self) -> &AnyPool {
+    pub(crate) fn reader(&self) -> &Pool {
         &self.inner.read
     }
 
@@ -512,7 +539,7 @@ impl Database {
 
     /// The agent with this id.
     pub async fn agent(&self, agent: AgentId) -> Result<Agent> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {} FROM agents WHERE id = $1",
             ops::AGENT_COLUMNS
         )))
@@ -533,7 +560,7 @@ impl Database {
 
     /// Every agent of every organization, by organization and name.
     pub async fn agents(&self) -> Result<Vec<Agent>> {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
+        crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {} FROM agents ORDER BY organization_id, name",
             ops::AGENT_COLUMNS
         )))
@@ -601,7 +628,7 @@ impl Database {
                 statements.push("DELETE FROM machine_leases WHERE holder = $1");
             }
             for sql in statements {
-                if let Err(e) = sqlx::query(sql)
+                if let Err(e) = crate::sql::query(sql)
                     .bind(holder)
                     .execute(&inner.write_pool)
                     .await
@@ -638,7 +665,7 @@ async fn take_liveness(inner: &Inner) -> Option<Liveness> {
 /// What the heartbeat task needs.
 struct Heartbeat {
     writer: Writer,
-    pool: AnyPool,
+    pool: Pool,
     ctx: Arc<Ctx>,
     liveness: Arc<Liveness>,
     url: String,

@@ -280,7 +280,8 @@ impl FtsIndex {
         // again by the next catch-up (harmless: changes re-read the current state).
         let head = db.search_changes_head().await?;
         let mut docs = Vec::new();
-        let mut conn = db.reader().acquire().await?;
+        let mut pooled = db.reader().acquire().await?;
+        let mut conn = pooled.conn();
         for t in ContentType::ALL {
             let mut after = String::new();
             loop {
@@ -294,7 +295,7 @@ impl FtsIndex {
                 }
             }
         }
-        drop(conn);
+        drop(pooled);
         let n = docs.len() as u64;
         self.apply(Vec::new(), docs, head, true).await?;
         Ok((head, n))
@@ -489,14 +490,15 @@ async fn load_docs(db: &Database, refs: &[ContentRef]) -> Result<Vec<Doc>> {
     if refs.is_empty() {
         return Ok(Vec::new());
     }
-    let mut conn = db.reader().acquire().await?;
+    let mut pooled = db.reader().acquire().await?;
+    let mut conn = pooled.conn();
     let live = sql::load_live(&mut conn, refs, None).await?;
     let rows: Vec<ContentRow> = crate::search::in_order(refs, live);
     with_agents(&mut conn, rows).await
 }
 
 /// Adds who sees each row: its agent, or for a block every agent with an access row.
-async fn with_agents(conn: &mut sqlx::AnyConnection, rows: Vec<ContentRow>) -> Result<Vec<Doc>> {
+async fn with_agents(conn: &mut crate::sql::Conn<'_>, rows: Vec<ContentRow>) -> Result<Vec<Doc>> {
     let blocks: Vec<&str> = rows
         .iter()
         .filter(|r| r.content.content_type == ContentType::Block)

@@ -71,6 +71,7 @@ pub mod retention;
 pub mod runs;
 pub mod schedule;
 pub mod search;
+pub mod sql;
 mod stats;
 mod store;
 #[cfg(feature = "testkit")]

@@ -16,9 +16,10 @@
 use crate::StorageError;
 use std::borrow::Cow;
 
+use crate::sql::Pool;
 use serde::Serialize;
+use sqlx::SqlSafeStr;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
-use sqlx::{AnyPool, Row, SqlSafeStr};
 
 use crate::Backend;
 use crate::error::Result;
@@ -65,56 +66,79 @@ fn foreign_keys_off(migrator: &Migrator, kind: MigrationType) -> Vec<&Migration>
 }
 
 /// Applies every pending migration.
-pub(crate) async fn up(pool: &AnyPool, backend: Backend) -> Result<()> {
+pub(crate) async fn up(pool: &Pool, backend: Backend) -> Result<()> {
     let migrator = migrator(backend);
     if backend == Backend::Sqlite {
         for m in foreign_keys_off(&migrator, MigrationType::ReversibleUp) {
-            migrator.run_to(m.version - 1, pool).await?;
+            run_to(&migrator, pool, m.version - 1).await?;
             apply_without_foreign_keys(pool, m, true).await?;
         }
     }
-    migrator.run(pool).await?;
+    match pool {
+        Pool::Sqlite(p) => migrator.run(p).await?,
+        Pool::Postgres(p) => migrator.run(p).await?,
+    }
+    Ok(())
+}
+
+/// Applies pending migrations up to (and including) `version`.
+async fn run_to(migrator: &Migrator, pool: &Pool, version: i64) -> Result<()> {
+    match pool {
+        Pool::Sqlite(p) => migrator.run_to(version, p).await?,
+        Pool::Postgres(p) => migrator.run_to(version, p).await?,
+    }
+    Ok(())
+}
+
+/// Reverts applied migrations down to (and keeping) `version`.
+async fn undo(migrator: &Migrator, pool: &Pool, version: i64) -> Result<()> {
+    match pool {
+        Pool::Sqlite(p) => migrator.undo(p, version).await?,
+        Pool::Postgres(p) => migrator.undo(p, version).await?,
+    }
     Ok(())
 }
 
 /// Reverts applied migrations down to (and keeping) `target`; `0` reverts everything.
-pub(crate) async fn down_to(pool: &AnyPool, backend: Backend, target: i64) -> Result<()> {
+pub(crate) async fn down_to(pool: &Pool, backend: Backend, target: i64) -> Result<()> {
     let migrator = migrator(backend);
     if backend == Backend::Sqlite {
         let mut downs = foreign_keys_off(&migrator, MigrationType::ReversibleDown);
         downs.retain(|m| m.version > target);
         downs.sort_by_key(|m| std::cmp::Reverse(m.version));
         for m in downs {
-            migrator.undo(pool, m.version).await?;
+            undo(&migrator, pool, m.version).await?;
             apply_without_foreign_keys(pool, m, false).await?;
         }
     }
-    migrator.undo(pool, target).await?;
+    undo(&migrator, pool, target).await?;
     Ok(())
 }
 
 /// Runs one SQLite migration (`up`: apply and record; otherwise: revert and forget) with
 /// foreign keys off, in one transaction with its bookkeeping; nothing when it is already in the
 /// wanted state. Foreign keys are switched on again whatever happens.
-async fn apply_without_foreign_keys(pool: &AnyPool, m: &Migration, up: bool) -> Result<()> {
+async fn apply_without_foreign_keys(pool: &Pool, m: &Migration, up: bool) -> Result<()> {
     let mut conn = pool.acquire().await?;
-    sqlx::query("PRAGMA foreign_keys = OFF")
-        .execute(&mut *conn)
+    crate::sql::query("PRAGMA foreign_keys = OFF")
+        .execute(&mut conn)
         .await?;
     let outcome = async {
-        sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+        crate::sql::query("BEGIN IMMEDIATE")
+            .execute(&mut conn)
+            .await?;
         let inner = async {
             let applied =
-                sqlx::query("SELECT COUNT(*) AS n FROM _sqlx_migrations WHERE version = $1")
+                crate::sql::query("SELECT COUNT(*) AS n FROM _sqlx_migrations WHERE version = $1")
                     .bind(m.version)
-                    .fetch_one(&mut *conn)
+                    .fetch_one(&mut conn)
                     .await?
                     .try_get::<i64, _>("n")?
                     > 0;
             if applied != up {
-                sqlx::raw_sql(m.sql.clone()).execute(&mut *conn).await?;
-                let dangling = sqlx::query("PRAGMA foreign_key_check")
-                    .fetch_all(&mut *conn)
+                conn.conn().execute_raw(m.sql.clone()).await?;
+                let dangling = crate::sql::query("PRAGMA foreign_key_check")
+                    .fetch_all(&mut conn)
                     .await?;
                 if let Some(row) = dangling.first() {
                     let table: String = row.try_get(0).unwrap_or_default();
@@ -125,7 +149,7 @@ async fn apply_without_foreign_keys(pool: &AnyPool, m: &Migration, up: bool) -> 
                     }));
                 }
                 if up {
-                    sqlx::query(
+                    crate::sql::query(
                         "INSERT INTO _sqlx_migrations \
                          (version, description, success, checksum, execution_time) \
                          VALUES ($1, $2, TRUE, $3, -1)",
@@ -133,12 +157,12 @@ async fn apply_without_foreign_keys(pool: &AnyPool, m: &Migration, up: bool) -> 
                     .bind(m.version)
                     .bind(m.description.to_string())
                     .bind(m.checksum.to_vec())
-                    .execute(&mut *conn)
+                    .execute(&mut conn)
                     .await?;
                 } else {
-                    sqlx::query("DELETE FROM _sqlx_migrations WHERE version = $1")
+                    crate::sql::query("DELETE FROM _sqlx_migrations WHERE version = $1")
                         .bind(m.version)
-                        .execute(&mut *conn)
+                        .execute(&mut conn)
                         .await?;
                 }
             }
@@ -147,18 +171,18 @@ async fn apply_without_foreign_keys(pool: &AnyPool, m: &Migration, up: bool) -> 
         .await;
         match inner {
             Ok(()) => {
-                sqlx::query("COMMIT").execute(&mut *conn).await?;
+                crate::sql::query("COMMIT").execute(&mut conn).await?;
                 Ok(())
             }
             Err(e) => {
-                let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+                let _ = crate::sql::query("ROLLBACK").execute(&mut conn).await;
                 Err(e)
             }
         }
     }
     .await;
-    let restored = sqlx::query("PRAGMA foreign_keys = ON")
-        .execute(&mut *conn)
+    let restored = crate::sql::query("PRAGMA foreign_keys = ON")
+        .execute(&mut conn)
         .await;
     outcome?;
     restored?;
@@ -177,23 +201,23 @@ pub struct MigrationStatus {
 }
 
 /// Every migration shipped in this build and whether the database has applied it.
-pub(crate) async fn status(pool: &AnyPool, backend: Backend) -> Result<Vec<MigrationStatus>> {
+pub(crate) async fn status(pool: &Pool, backend: Backend) -> Result<Vec<MigrationStatus>> {
     let exists: bool = match backend {
-        Backend::Sqlite => sqlx::query(
+        Backend::Sqlite => crate::sql::query(
             "SELECT COUNT(*) AS n FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
         )
         .fetch_one(pool)
         .await?
         .try_get::<i64, _>("n")?
             > 0,
-        Backend::Postgres => sqlx::query("SELECT COUNT(*) AS n FROM pg_tables WHERE tablename = '_sqlx_migrations'")
+        Backend::Postgres => crate::sql::query("SELECT COUNT(*) AS n FROM pg_tables WHERE tablename = '_sqlx_migrations'")
             .fetch_one(pool)
             .await?
             .try_get::<i64, _>("n")?
             > 0,
     };
     let applied: Vec<i64> = if exists {
-        sqlx::query("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+        crate::sql::query("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
             .fetch_all(pool)
             .await?
             .iter()

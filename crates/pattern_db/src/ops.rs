@@ -1,9 +1,10 @@
 //! The SQL of every write, run by the writer inside a transaction, and the row decoders shared
 //! with reads.
 //!
-//! One SQL text serves both backends: sqlx's `Any` driver, `$N` placeholders, portable column
-//! types (TEXT ids and JSON, BIGINT times, BOOLEAN flags). Where the dialects differ (row locks),
-//! the statement is chosen by [`Backend`]. Every function here runs inside the caller's
+//! One SQL text serves both backends: it runs on sqlx's SQLite or PostgreSQL driver through
+//! [`crate::sql`], with `$N` placeholders and portable column types (TEXT ids and JSON, BIGINT
+//! times, BOOLEAN flags). Where the dialects differ (row locks), the statement is chosen by
+//! [`Backend`]. Every function here runs inside the caller's
 //! transaction and must never commit, roll back or open a transaction of its own.
 
 use crate::{AgentError, BatchError, ProtocolError, RunError, StorageError};
@@ -11,9 +12,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::sql::Conn;
+use crate::sql::Row;
 use chrono::{DateTime, TimeZone, Utc};
-use sqlx::any::AnyRow;
-use sqlx::{AnyConnection, Row};
 
 use crate::config::Backend;
 use crate::error::{Error, Result};
@@ -82,10 +83,10 @@ pub(crate) const AGENT_COLUMNS: &str =
 /// The id of the organization with this external id, created when it is the local one and
 /// missing (an unknown other one is [`ProtocolError::ExternalIdNotFound`]).
 pub(crate) async fn organization_by_external_id(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     external_id: &str,
 ) -> Result<OrganizationId> {
-    let row = sqlx::query("SELECT id FROM protocol_organizations WHERE external_id = $1")
+    let row = crate::sql::query("SELECT id FROM protocol_organizations WHERE external_id = $1")
         .bind(external_id)
         .fetch_optional(&mut *conn)
         .await?;
@@ -105,13 +106,13 @@ pub(crate) async fn organization_by_external_id(
     .into())
 }
 
-async fn create_agent(conn: &mut AnyConnection, new: &NewAgent) -> Result<Agent> {
+async fn create_agent(conn: &mut Conn<'_>, new: &NewAgent) -> Result<Agent> {
     crate::check_name("name", &new.name)?;
     let external_id = new.external_id.clone().unwrap_or_else(|| new.name.clone());
     crate::check_name("external_id", &external_id)?;
     let organization = match new.organization {
         Some(org) => {
-            if sqlx::query("SELECT id FROM protocol_organizations WHERE id = $1")
+            if crate::sql::query("SELECT id FROM protocol_organizations WHERE id = $1")
                 .bind(org.to_string())
                 .fetch_optional(&mut *conn)
                 .await?
@@ -127,7 +128,7 @@ async fn create_agent(conn: &mut AnyConnection, new: &NewAgent) -> Result<Agent>
         }
         None => organization_by_external_id(conn, crate::LOCAL_ORGANIZATION).await?,
     };
-    let clash = sqlx::query(
+    let clash = crate::sql::query(
         "SELECT CASE WHEN name = $2 THEN 1 ELSE 0 END AS by_name FROM agents \
          WHERE organization_id = $1 AND (name = $2 OR external_id = $3) ORDER BY by_name DESC LIMIT 1",
     )
@@ -159,7 +160,7 @@ async fn create_agent(conn: &mut AnyConnection, new: &NewAgent) -> Result<Agent>
     };
     let metadata = serde_json::to_string(&agent.metadata)
         .map_err(|e| BatchError::InvalidContent(e.to_string()))?;
-    let inserted = sqlx::query(
+    let inserted = crate::sql::query(
         "INSERT INTO agents (id, name, metadata, created_at, organization_id, external_id) \
          VALUES ($1, $2, $3, $4, $5, $6)",
     )
@@ -180,13 +181,13 @@ async fn create_agent(conn: &mut AnyConnection, new: &NewAgent) -> Result<Agent>
 }
 
 async fn set_agent_metadata(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     agent: AgentId,
     metadata: &serde_json::Value,
 ) -> Result<Agent> {
     let text =
         serde_json::to_string(metadata).map_err(|e| BatchError::InvalidContent(e.to_string()))?;
-    let updated = sqlx::query("UPDATE agents SET metadata = $1 WHERE id = $2")
+    let updated = crate::sql::query("UPDATE agents SET metadata = $1 WHERE id = $2")
         .bind(text)
         .bind(agent.to_string())
         .execute(&mut *conn)
@@ -194,7 +195,7 @@ async fn set_agent_metadata(
     if updated.rows_affected() == 0 {
         return Err(AgentError::NotFound(agent).into());
     }
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+    let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
         "SELECT {AGENT_COLUMNS} FROM agents WHERE id = $1"
     )))
     .bind(agent.to_string())
@@ -208,10 +209,10 @@ fn is_unique_violation(e: &sqlx::Error) -> bool {
         .is_some_and(|d| d.kind() == sqlx::error::ErrorKind::UniqueViolation)
 }
 
-async fn delete_agent(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId) -> Result<()> {
+async fn delete_agent(conn: &mut Conn<'_>, ctx: &Ctx, agent: AgentId) -> Result<()> {
     lock_agent(conn, agent).await?;
     search::agent_removed(conn, ctx, agent).await?;
-    sqlx::query("DELETE FROM agents WHERE id = $1")
+    crate::sql::query("DELETE FROM agents WHERE id = $1")
         .bind(agent.to_string())
         .execute(&mut *conn)
         .await?;
@@ -219,9 +220,9 @@ async fn delete_agent(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId) -> Re
 }
 
 /// Like [`lock_agent`], and returns the agent's highest stored position.
-async fn lock_agent_position(conn: &mut AnyConnection, agent: AgentId) -> Result<Option<i64>> {
+async fn lock_agent_position(conn: &mut Conn<'_>, agent: AgentId) -> Result<Option<i64>> {
     // One statement: the revision bump (and so, on PostgreSQL, the row lock) and the lookup.
-    let row = sqlx::query(
+    let row = crate::sql::query(
         "UPDATE agents SET revision = revision + 1 WHERE id = $1 RETURNING \
          (SELECT m.position FROM messages m WHERE m.agent_id = agents.id ORDER BY m.position DESC LIMIT 1)",
     )
@@ -236,8 +237,8 @@ async fn lock_agent_position(conn: &mut AnyConnection, agent: AgentId) -> Result
 
 /// Bumps the agent's `revision` (readers' caches key on it) and so, on PostgreSQL, takes the
 /// agent's row lock until the transaction ends. Unknown agent: [`AgentError::NotFound`].
-pub(crate) async fn lock_agent(conn: &mut AnyConnection, agent: AgentId) -> Result<()> {
-    let done = sqlx::query("UPDATE agents SET revision = revision + 1 WHERE id = $1")
+pub(crate) async fn lock_agent(conn: &mut Conn<'_>, agent: AgentId) -> Result<()> {
+    let done = crate::sql::query("UPDATE agents SET revision = revision + 1 WHERE id = $1")
         .bind(agent.to_string())
         .execute(&mut *conn)
         .await?;
@@ -295,9 +296,8 @@ struct MessageRow<'a> {
     created_at: i64,
 }
 
-/// `(` `$a, $b, ...` `)` groups for a multi-row VALUES or an IN list. sqlx's `QueryBuilder`
-/// writes `?` placeholders for the `Any` driver, which PostgreSQL rejects, so the numbered form
-/// is built here.
+/// `(` `$a, $b, ...` `)` groups for a multi-row VALUES or an IN list, in the numbered form both
+/// engines read (sqlx's `QueryBuilder` is typed to one engine; one SQL text serves both here).
 pub(crate) fn placeholders(rows: usize, columns: usize, first: usize) -> String {
     let mut out = String::with_capacity(rows * columns * 5);
     for r in 0..rows {
@@ -323,8 +323,8 @@ pub(crate) fn placeholders(rows: usize, columns: usize, first: usize) -> String 
 /// O(n^2) per statement (a fifth of an import's time at 64 rows of 12 columns); anonymous ones
 /// are bound by position. Only for statements with no other parameter: sqlx numbers anonymous
 /// parameters from 1 regardless of numbered ones before them.
-pub(crate) fn value_rows(conn: &AnyConnection, rows: usize, columns: usize) -> String {
-    if conn.backend_name() != "SQLite" {
+pub(crate) fn value_rows(conn: &Conn<'_>, rows: usize, columns: usize) -> String {
+    if conn.backend() != Backend::Sqlite {
         return placeholders(rows, columns, 1);
     }
     let row = format!("({})", vec!["?"; columns].join(", "));
@@ -347,18 +347,14 @@ pub(crate) fn fixed_chunks<T>(mut rows: &[T]) -> Vec<&[T]> {
     out
 }
 
-async fn insert_messages(
-    conn: &mut AnyConnection,
-    ctx: &Ctx,
-    rows: &[MessageRow<'_>],
-) -> Result<()> {
+async fn insert_messages(conn: &mut Conn<'_>, ctx: &Ctx, rows: &[MessageRow<'_>]) -> Result<()> {
     for chunk in fixed_chunks(rows) {
         let sql = format!(
             "INSERT INTO messages (id, agent_id, position, batch_id, sequence_num, batch_type, role, content, \
              token_estimate, archived, deleted, created_at) VALUES {}",
             value_rows(&*conn, chunk.len(), 12)
         );
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
         for row in chunk {
             q = q
                 .bind(row.id.to_string())
@@ -396,14 +392,14 @@ struct BatchRow {
     claim_token: Option<i64>,
 }
 
-async fn insert_batches(conn: &mut AnyConnection, rows: &[BatchRow]) -> Result<()> {
+async fn insert_batches(conn: &mut Conn<'_>, rows: &[BatchRow]) -> Result<()> {
     for chunk in fixed_chunks(rows) {
         let sql = format!(
             "INSERT INTO batches (id, agent_id, batch_type, state, parent_batch, run_owner, lease_expires_at, \
              next_sequence, continuations, archived, started_at, completed_at, retried_at, claim_token) VALUES {}",
             value_rows(&*conn, chunk.len(), 14)
         );
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
         for row in chunk {
             q = q
                 .bind(row.id.get())
@@ -429,14 +425,14 @@ async fn insert_batches(conn: &mut AnyConnection, rows: &[BatchRow]) -> Result<(
 /// A tool call row: `(batch, call id, call position, ordinal in its message, result position)`.
 type CallRow = (BatchId, String, SnowflakeId, i64, Option<SnowflakeId>);
 
-async fn insert_calls(conn: &mut AnyConnection, rows: &[CallRow]) -> Result<()> {
+async fn insert_calls(conn: &mut Conn<'_>, rows: &[CallRow]) -> Result<()> {
     for chunk in fixed_chunks(rows) {
         let sql = format!(
             "INSERT INTO tool_calls (batch_id, tool_use_id, call_position, ordinal, result_position) VALUES {} \
              ON CONFLICT (batch_id, tool_use_id) DO NOTHING",
             value_rows(&*conn, chunk.len(), 5)
         );
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
         for (batch, id, position, ordinal, result) in chunk {
             q = q
                 .bind(batch.get())
@@ -462,12 +458,12 @@ pub(crate) fn batch_select(tail: &str) -> String {
 }
 
 pub(crate) async fn load_batch(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     agent: AgentId,
     batch: BatchId,
 ) -> Result<BatchInfo> {
     let sql = batch_select("WHERE b.id = $1 AND b.agent_id = $2");
-    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+    let row = crate::sql::query(sqlx::AssertSqlSafe(sql))
         .bind(batch.get())
         .bind(agent.to_string())
         .fetch_optional(&mut *conn)
@@ -544,7 +540,7 @@ fn open_batch_row(
 /// Begins a batch: under the run claim `claim_token` (the caller holds it), or without a claim,
 /// which is refused while a live run holds the agent.
 pub(crate) async fn begin_batch(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     trigger: &NewMessage,
@@ -612,12 +608,12 @@ pub(crate) async fn begin_batch(
 /// abandoned, or was retried already (by this caller or a concurrent one: on PostgreSQL the row
 /// lock makes the second claim wait and then find `retried_at` set), refuses the whole write.
 pub(crate) async fn claim_retry(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     agent: AgentId,
     batch: BatchId,
     now: i64,
 ) -> Result<()> {
-    let claimed = sqlx::query(
+    let claimed = crate::sql::query(
         "UPDATE batches SET retried_at = $1 \
          WHERE id = $2 AND agent_id = $3 AND state = 'abandoned' AND retried_at IS NULL",
     )
@@ -641,12 +637,13 @@ pub(crate) async fn claim_retry(
 }
 
 /// Refuses a batch begun without a claim while a live run holds `agent`.
-async fn refuse_while_claimed(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId) -> Result<()> {
-    let row =
-        sqlx::query("SELECT holder FROM agent_runs WHERE agent_id = $1 AND holder IS NOT NULL")
-            .bind(agent.to_string())
-            .fetch_optional(&mut *conn)
-            .await?;
+async fn refuse_while_claimed(conn: &mut Conn<'_>, ctx: &Ctx, agent: AgentId) -> Result<()> {
+    let row = crate::sql::query(
+        "SELECT holder FROM agent_runs WHERE agent_id = $1 AND holder IS NOT NULL",
+    )
+    .bind(agent.to_string())
+    .fetch_optional(&mut *conn)
+    .await?;
     if let Some(row) = row {
         let holder: String = row.try_get(0)?;
         if ctx.judge.status(conn, &holder).await? == crate::process::HolderStatus::Alive {
@@ -661,7 +658,7 @@ async fn refuse_while_claimed(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentI
 /// trigger is inserted by one multi-row statement each. The outer error means the statements
 /// failed and the caller must redo the calls one by one; the inner results are per call.
 pub(crate) async fn begin_batches_bulk(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     calls: &[(AgentId, &NewMessage, &BeginBatch)],
 ) -> Result<Vec<Result<Received>>> {
@@ -707,7 +704,7 @@ pub(crate) async fn begin_batches_bulk(
              FROM agents a WHERE a.id IN {} ORDER BY a.id{lock}",
             placeholders(1, width, 1)
         );
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
         for i in 0..width {
             q = q.bind(chunk[i.min(chunk.len() - 1)].to_string());
         }
@@ -719,7 +716,7 @@ pub(crate) async fn begin_batches_bulk(
             "UPDATE agents SET revision = revision + 1 WHERE id IN {}",
             placeholders(1, width, 1)
         );
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
         for i in 0..width {
             q = q.bind(chunk[i.min(chunk.len() - 1)].to_string());
         }
@@ -731,7 +728,7 @@ pub(crate) async fn begin_batches_bulk(
             "SELECT COUNT(*) FROM agent_runs WHERE holder IS NOT NULL AND agent_id IN {}",
             placeholders(1, chunk.len(), 1)
         );
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
         for a in chunk {
             q = q.bind(a.to_string());
         }
@@ -836,7 +833,7 @@ pub(crate) fn check_step_pairing(
 
 /// What the batch holds of the given call ids: id -> has its result.
 async fn known_calls(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     batch: BatchId,
     ids: &[&str],
 ) -> Result<std::collections::HashMap<String, bool>> {
@@ -846,7 +843,7 @@ async fn known_calls(
             "SELECT tool_use_id, result_position FROM tool_calls WHERE batch_id = $1 AND tool_use_id IN {}",
             placeholders(1, chunk.len(), 2)
         );
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(batch.get());
+        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(batch.get());
         for id in chunk {
             q = q.bind(*id);
         }
@@ -861,7 +858,7 @@ async fn known_calls(
 }
 
 async fn append_step(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     batch: BatchId,
@@ -931,7 +928,7 @@ async fn append_step(
     }
     insert_calls(conn, &calls).await?;
     for (id, position) in results {
-        sqlx::query(
+        crate::sql::query(
             "UPDATE tool_calls SET result_position = $1 WHERE batch_id = $2 AND tool_use_id = $3",
         )
         .bind(position.get())
@@ -940,7 +937,7 @@ async fn append_step(
         .execute(&mut *conn)
         .await?;
     }
-    sqlx::query("UPDATE batches SET next_sequence = next_sequence + $1, lease_expires_at = $2 WHERE id = $3")
+    crate::sql::query("UPDATE batches SET next_sequence = next_sequence + $1, lease_expires_at = $2 WHERE id = $3")
         .bind(messages.len() as i64)
         .bind(info.claim_token.is_none().then(|| now + lease_ms(ctx.batch_lease)))
         .bind(batch.get())
@@ -953,8 +950,8 @@ async fn append_step(
 }
 
 /// Call ids of the batch still waiting for a result, in call order.
-pub(crate) async fn pending_calls(conn: &mut AnyConnection, batch: BatchId) -> Result<Vec<String>> {
-    sqlx::query(
+pub(crate) async fn pending_calls(conn: &mut Conn<'_>, batch: BatchId) -> Result<Vec<String>> {
+    crate::sql::query(
         "SELECT tool_use_id FROM tool_calls WHERE batch_id = $1 AND result_position IS NULL \
          ORDER BY call_position, ordinal",
     )
@@ -967,7 +964,7 @@ pub(crate) async fn pending_calls(conn: &mut AnyConnection, batch: BatchId) -> R
 }
 
 pub(crate) async fn complete_batch(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     batch: BatchId,
@@ -994,7 +991,7 @@ pub(crate) async fn complete_batch(
     if !pending.is_empty() {
         return Err(BatchError::PendingToolCalls { batch, pending }.into());
     }
-    sqlx::query(
+    crate::sql::query(
         "UPDATE batches SET state = 'complete', completed_at = $1, run_owner = NULL, lease_expires_at = NULL \
          WHERE id = $2",
     )
@@ -1018,7 +1015,7 @@ pub(crate) async fn complete_batch(
 }
 
 async fn continue_batch(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     batch: BatchId,
@@ -1043,7 +1040,7 @@ async fn continue_batch(
         }
         .into());
     }
-    let reopened = sqlx::query(
+    let reopened = crate::sql::query(
         "UPDATE batches SET state = 'open', completed_at = NULL, run_owner = $1, lease_expires_at = $2, \
          continuations = continuations + 1 WHERE id = $3",
     )
@@ -1068,7 +1065,7 @@ async fn continue_batch(
 }
 
 async fn renew_lease(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     batch: BatchId,
@@ -1088,7 +1085,7 @@ async fn renew_lease(
         // A run's batch lives as long as its claim: nothing to renew.
         return Ok(info);
     }
-    sqlx::query("UPDATE batches SET lease_expires_at = $1, run_owner = $2 WHERE id = $3")
+    crate::sql::query("UPDATE batches SET lease_expires_at = $1, run_owner = $2 WHERE id = $3")
         .bind(now_ms() + lease_ms(ctx.batch_lease))
         .bind(&ctx.run_owner)
         .bind(batch.get())
@@ -1100,7 +1097,7 @@ async fn renew_lease(
 /// Turns one open batch of `agent` into `abandoned` (its run gave up: the model failed, the
 /// caller cancelled), logs why, and returns it with its trigger for retry.
 pub(crate) async fn abandon_batch(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     batch: BatchId,
@@ -1118,7 +1115,7 @@ pub(crate) async fn abandon_batch(
         .into());
     }
     runs::check_batch_owner(&info, fence)?;
-    sqlx::query("UPDATE batches SET state = 'abandoned', completed_at = $1 WHERE id = $2")
+    crate::sql::query("UPDATE batches SET state = 'abandoned', completed_at = $1 WHERE id = $2")
         .bind(now_ms())
         .bind(batch.get())
         .execute(&mut *conn)
@@ -1132,7 +1129,7 @@ pub(crate) async fn abandon_batch(
     )
     .await?;
     let info = load_batch(conn, agent, batch).await?;
-    let trigger = sqlx::query(sqlx::AssertSqlSafe(message_select(
+    let trigger = crate::sql::query(sqlx::AssertSqlSafe(message_select(
         "WHERE m.batch_id = $1 AND m.sequence_num = 0",
     )))
     .bind(batch.get())
@@ -1148,7 +1145,7 @@ pub(crate) async fn abandon_batch(
 }
 
 /// Marks whole batches archived (and their messages); returns the number of messages archived.
-async fn archive_batches(conn: &mut AnyConnection, ctx: &Ctx, batches: &[i64]) -> Result<u64> {
+async fn archive_batches(conn: &mut Conn<'_>, ctx: &Ctx, batches: &[i64]) -> Result<u64> {
     search::batches_archived(conn, ctx, batches).await?;
     let mut archived = 0;
     for chunk in batches.chunks(500) {
@@ -1156,7 +1153,7 @@ async fn archive_batches(conn: &mut AnyConnection, ctx: &Ctx, batches: &[i64]) -
         for table in ["batches", "messages"] {
             let column = if table == "batches" { "id" } else { "batch_id" };
             let sql = format!("UPDATE {table} SET archived = $1 WHERE {column} IN {list}");
-            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(true);
+            let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(true);
             for id in chunk {
                 q = q.bind(*id);
             }
@@ -1170,7 +1167,7 @@ async fn archive_batches(conn: &mut AnyConnection, ctx: &Ctx, batches: &[i64]) -
 }
 
 async fn archive_before(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     position: SnowflakeId,
@@ -1178,7 +1175,7 @@ async fn archive_before(
     lock_agent(conn, agent).await?;
     // Whole batches only: a batch that has any message at or after `position` stays, and so does
     // an open one.
-    let ids: Vec<i64> = sqlx::query(
+    let ids: Vec<i64> = crate::sql::query(
         "SELECT b.id FROM batches b WHERE b.agent_id = $1 AND b.id < $2 AND b.state <> 'open' AND NOT b.archived \
          AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.batch_id = b.id AND m.position >= $2) ORDER BY b.id",
     )
@@ -1195,7 +1192,7 @@ async fn archive_before(
 /// Archives the given whole batches of `agent`; refuses (changing nothing) if any is unknown,
 /// another agent's, or open.
 async fn archive_chosen(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     batches: &[BatchId],
@@ -1220,7 +1217,7 @@ async fn archive_chosen(
 }
 
 async fn summarize_and_archive(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     summary: &Summary,
 ) -> Result<Vec<BatchId>> {
@@ -1231,7 +1228,7 @@ async fn summarize_and_archive(
         )
         .into());
     }
-    let rows = sqlx::query(
+    let rows = crate::sql::query(
         "SELECT id, state FROM batches WHERE agent_id = $1 AND id >= $2 AND id <= $3 AND NOT archived ORDER BY id",
     )
     .bind(summary.agent_id.to_string())
@@ -1254,7 +1251,7 @@ async fn summarize_and_archive(
     Ok(ids.into_iter().map(SnowflakeId).collect())
 }
 
-async fn upsert_summary(conn: &mut AnyConnection, ctx: &Ctx, s: &Summary) -> Result<()> {
+async fn upsert_summary(conn: &mut Conn<'_>, ctx: &Ctx, s: &Summary) -> Result<()> {
     lock_agent(conn, s.agent_id).await?;
     if s.from_batch > s.through_batch {
         return Err(BatchError::InvalidContent(
@@ -1269,7 +1266,7 @@ async fn upsert_summary(conn: &mut AnyConnection, ctx: &Ctx, s: &Summary) -> Res
         }
         .into());
     }
-    sqlx::query(
+    crate::sql::query(
         "INSERT INTO summaries (id, agent_id, content, from_batch, through_batch, message_count, depth, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
          ON CONFLICT (id) DO UPDATE SET content = excluded.content, from_batch = excluded.from_batch, \
@@ -1289,7 +1286,7 @@ async fn upsert_summary(conn: &mut AnyConnection, ctx: &Ctx, s: &Summary) -> Res
 }
 
 pub(crate) async fn log_activity(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     kind: &str,
@@ -1310,7 +1307,7 @@ pub(crate) async fn log_activity(
         .into());
     }
     let id = ctx.ids.next_id()?;
-    let inserted = sqlx::query("INSERT INTO activity_events (id, agent_id, kind, payload, created_at) VALUES ($1, $2, $3, $4, $5)")
+    let inserted = crate::sql::query("INSERT INTO activity_events (id, agent_id, kind, payload, created_at) VALUES ($1, $2, $3, $4, $5)")
         .bind(id.get())
         .bind(agent.to_string())
         .bind(kind)
@@ -1333,7 +1330,7 @@ pub(crate) async fn log_activity(
 /// Writes a planned agent import (see `crate::import`): every part through the same functions
 /// as the single writes, inside the one transaction.
 async fn import_agent(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     planned: &crate::import::PlannedImport,
 ) -> Result<crate::import::ImportedAgent> {
@@ -1404,7 +1401,7 @@ async fn import_agent(
             ))
             .into());
         }
-        sqlx::query("UPDATE batches SET retried_at = $1 WHERE id = $2")
+        crate::sql::query("UPDATE batches SET retried_at = $1 WHERE id = $2")
             .bind(retried_at.timestamp_millis())
             .bind(id.get())
             .execute(&mut *conn)
@@ -1431,7 +1428,7 @@ async fn import_agent(
         import.archival.iter().map(|p| p.passage.clone()).collect();
     let stored = search::insert_archival(conn, ctx, agent.id, &passages).await?;
     for (entry, given) in stored.iter().zip(&import.archival) {
-        sqlx::query("UPDATE archival_memories SET created_at = $1 WHERE id = $2")
+        crate::sql::query("UPDATE archival_memories SET created_at = $1 WHERE id = $2")
             .bind(given.created_at.timestamp_millis())
             .bind(entry.id.to_string())
             .execute(&mut *conn)
@@ -1445,7 +1442,7 @@ async fn import_agent(
 }
 
 async fn import_legacy(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     messages: &[LegacyMessage],
@@ -1557,21 +1554,12 @@ pub(crate) fn parse_uuid(text: &str) -> Result<uuid::Uuid> {
     })
 }
 
-/// Reads a flag column: BOOLEAN on PostgreSQL, INTEGER 0/1 on SQLite (the `Any` driver decodes
-/// neither as the other).
-fn flag(row: &AnyRow, index: usize) -> Result<bool> {
-    use sqlx::ValueRef;
-    // Look at the value's kind first: a failed `try_get` builds an error (with its message)
-    // for every row.
-    let is_bool = row.try_get_raw(index)?.type_info().kind() == sqlx::any::AnyTypeInfoKind::Bool;
-    if is_bool {
-        Ok(row.try_get::<bool, _>(index)?)
-    } else {
-        Ok(row.try_get::<i64, _>(index)? != 0)
-    }
+/// Reads a flag column: BOOLEAN on PostgreSQL, INTEGER 0/1 on SQLite.
+fn flag(row: &Row, index: usize) -> Result<bool> {
+    Ok(row.try_get::<bool, _>(index)?)
 }
 
-pub(crate) fn message_from_row(row: &AnyRow) -> Result<Message> {
+pub(crate) fn message_from_row(row: &Row) -> Result<Message> {
     let id: String = row.try_get(0)?;
     let agent: String = row.try_get(1)?;
     let batch_type: String = row.try_get(5)?;
@@ -1595,7 +1583,7 @@ pub(crate) fn message_from_row(row: &AnyRow) -> Result<Message> {
     })
 }
 
-pub(crate) fn batch_from_row(row: &AnyRow) -> Result<BatchInfo> {
+pub(crate) fn batch_from_row(row: &Row) -> Result<BatchInfo> {
     let agent: String = row.try_get(1)?;
     let batch_type: String = row.try_get(2)?;
     let state: String = row.try_get(3)?;
@@ -1617,7 +1605,7 @@ pub(crate) fn batch_from_row(row: &AnyRow) -> Result<BatchInfo> {
     })
 }
 
-pub(crate) fn agent_from_row(row: &AnyRow) -> Result<Agent> {
+pub(crate) fn agent_from_row(row: &Row) -> Result<Agent> {
     let id: String = row.try_get(0)?;
     let metadata: String = row.try_get(2)?;
     let organization: String = row.try_get(4)?;
@@ -1632,7 +1620,7 @@ pub(crate) fn agent_from_row(row: &AnyRow) -> Result<Agent> {
     })
 }
 
-pub(crate) fn summary_from_row(row: &AnyRow) -> Result<Summary> {
+pub(crate) fn summary_from_row(row: &Row) -> Result<Summary> {
     let agent: String = row.try_get(1)?;
     Ok(Summary {
         id: SnowflakeId(row.try_get(0)?),

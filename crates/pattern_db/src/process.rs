@@ -21,7 +21,9 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sqlx::{Any, AnyConnection, AnyPool, Connection, Row, Transaction};
+use crate::sql::Conn;
+use crate::sql::Pool;
+use sqlx::Connection;
 use tokio::sync::Mutex;
 use tracing::warn;
 
@@ -71,7 +73,7 @@ fn lock_file(dir: &Path, key: i64) -> PathBuf {
 #[derive(Debug)]
 pub(crate) struct Liveness {
     /// The PostgreSQL session holding the advisory lock.
-    pub(crate) pg: Option<Mutex<AnyConnection>>,
+    pub(crate) pg: Option<Mutex<sqlx::PgConnection>>,
     /// The locked SQLite lock file and its path.
     pub(crate) file: Option<(File, PathBuf)>,
     /// The second advisory-lock key, also the lock file's name.
@@ -89,7 +91,7 @@ fn random_key() -> Result<i64> {
 /// Takes this process's liveness lock (trying fresh keys on the rare collision) and inserts its
 /// row. Runs at open, before the writer starts.
 pub(crate) async fn register(
-    pool: &AnyPool,
+    pool: &Pool,
     backend: Backend,
     url: &str,
     holder: &str,
@@ -101,8 +103,8 @@ pub(crate) async fn register(
         let key = random_key()?;
         match backend {
             Backend::Postgres => {
-                let mut conn = AnyConnection::connect(url).await?;
-                let got: bool = sqlx::query("SELECT pg_try_advisory_lock($1::int, $2::int)")
+                let mut conn = sqlx::PgConnection::connect(url).await?;
+                let got: bool = crate::sql::query("SELECT pg_try_advisory_lock($1::int, $2::int)")
                     .bind(LOCK_NAMESPACE)
                     .bind(key)
                     .fetch_one(&mut conn)
@@ -156,7 +158,7 @@ pub(crate) async fn register(
     };
     let now = now_ms();
     let host = hostname();
-    sqlx::query(
+    crate::sql::query(
         "INSERT INTO processes (holder, lock_key, pid, host, started_at, expires_at) \
          VALUES ($1, $2, $3, $4, $5, $6) \
          ON CONFLICT (holder) DO UPDATE SET lock_key = excluded.lock_key, \
@@ -179,14 +181,17 @@ pub(crate) async fn register(
 pub(crate) async fn keep_alive(liveness: &Liveness, url: &str) {
     let Some(pg) = &liveness.pg else { return };
     let mut conn = pg.lock().await;
-    let ok = sqlx::query("SELECT 1").execute(&mut *conn).await.is_ok();
+    let ok = crate::sql::query("SELECT 1")
+        .execute(&mut *conn)
+        .await
+        .is_ok();
     if ok {
         return;
     }
     warn!("the process liveness session was lost; taking the lock again");
-    match AnyConnection::connect(url).await {
+    match sqlx::PgConnection::connect(url).await {
         Ok(mut fresh) => {
-            let taken = sqlx::query("SELECT pg_advisory_lock($1::int, $2::int)")
+            let taken = crate::sql::query("SELECT pg_advisory_lock($1::int, $2::int)")
                 .bind(LOCK_NAMESPACE)
                 .bind(liveness.lock_key)
                 .execute(&mut fresh)
@@ -249,15 +254,11 @@ pub(crate) enum HolderStatus {
 
 impl Judge {
     /// What is known of `holder`, read inside the caller's transaction.
-    pub(crate) async fn status(
-        &self,
-        conn: &mut AnyConnection,
-        holder: &str,
-    ) -> Result<HolderStatus> {
+    pub(crate) async fn status(&self, conn: &mut Conn<'_>, holder: &str) -> Result<HolderStatus> {
         if holder == self.me {
             return Ok(HolderStatus::Alive);
         }
-        let row = sqlx::query("SELECT lock_key, expires_at FROM processes WHERE holder = $1")
+        let row = crate::sql::query("SELECT lock_key, expires_at FROM processes WHERE holder = $1")
             .bind(holder)
             .fetch_optional(&mut *conn)
             .await?;
@@ -267,7 +268,7 @@ impl Judge {
         let key: i64 = row.try_get(0)?;
         let expires: i64 = row.try_get(1)?;
         let locked = match self.backend {
-            Backend::Postgres => sqlx::query(
+            Backend::Postgres => crate::sql::query(
                 "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted \
                  AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
                  AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 2)",
@@ -310,12 +311,12 @@ fn file_held(path: &Path) -> bool {
 }
 
 /// Forgets a dead holder: its row and its machine-id lease, so both are free at once.
-pub(crate) async fn forget(conn: &mut AnyConnection, holder: &str) -> Result<()> {
-    sqlx::query("DELETE FROM processes WHERE holder = $1")
+pub(crate) async fn forget(conn: &mut Conn<'_>, holder: &str) -> Result<()> {
+    crate::sql::query("DELETE FROM processes WHERE holder = $1")
         .bind(holder)
         .execute(&mut *conn)
         .await?;
-    sqlx::query("DELETE FROM machine_leases WHERE holder = $1")
+    crate::sql::query("DELETE FROM machine_leases WHERE holder = $1")
         .bind(holder)
         .execute(&mut *conn)
         .await?;
@@ -326,7 +327,7 @@ pub(crate) async fn forget(conn: &mut AnyConnection, holder: &str) -> Result<()>
 /// Returns whether the row was still there: `false` means another process judged this one dead
 /// and forgot it, so it was written again (its runs' claims may be gone; their writes are fenced).
 pub(crate) async fn renew(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     holder: &str,
     lock_key: i64,
     machine: Option<(u16, Duration)>,
@@ -334,7 +335,7 @@ pub(crate) async fn renew(
 ) -> Result<HeartbeatReport> {
     let now = now_ms();
     let expires = now + lease_ms(lease);
-    let renewed = sqlx::query("UPDATE processes SET expires_at = $1 WHERE holder = $2")
+    let renewed = crate::sql::query("UPDATE processes SET expires_at = $1 WHERE holder = $2")
         .bind(expires)
         .bind(holder)
         .execute(&mut *conn)
@@ -342,7 +343,7 @@ pub(crate) async fn renew(
         .rows_affected()
         == 1;
     if !renewed {
-        sqlx::query(
+        crate::sql::query(
             "INSERT INTO processes (holder, lock_key, pid, host, started_at, expires_at) \
              VALUES ($1, $2, $3, $4, $5, $6)",
         )
@@ -357,7 +358,7 @@ pub(crate) async fn renew(
     }
     let machine_kept =
         match machine {
-            Some((id, machine_lease)) => sqlx::query(
+            Some((id, machine_lease)) => crate::sql::query(
                 "UPDATE machine_leases SET expires_at = $1 WHERE machine_id = $2 AND holder = $3",
             )
             .bind(now + lease_ms(machine_lease))
@@ -387,23 +388,20 @@ pub(crate) struct HeartbeatReport {
 /// Leases the lowest machine id that is free: never leased, expired, or leased by a holder that
 /// is dead. Runs at open (and again after a lease was lost), on the pool, in its own transaction.
 pub(crate) async fn lease_machine_id(
-    pool: &AnyPool,
+    pool: &Pool,
     judge: &Judge,
     holder: &str,
     lease: Duration,
 ) -> Result<u16> {
-    let mut tx: Transaction<'static, Any> = match judge.backend {
-        Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await?,
-        Backend::Postgres => pool.begin().await?,
-    };
+    let mut tx = pool.begin_write().await?;
     if judge.backend == Backend::Postgres {
         // One leaser at a time across processes; released at commit.
-        sqlx::query("SELECT pg_advisory_xact_lock(7061747465)")
-            .execute(&mut *tx)
+        crate::sql::query("SELECT pg_advisory_xact_lock(7061747465)")
+            .execute(&mut tx)
             .await?;
     }
-    let rows = sqlx::query("SELECT machine_id, holder, expires_at FROM machine_leases")
-        .fetch_all(&mut *tx)
+    let rows = crate::sql::query("SELECT machine_id, holder, expires_at FROM machine_leases")
+        .fetch_all(&mut tx)
         .await?;
     let max = usize::from(crate::id::MAX_MACHINE_ID);
     let mut taken = vec![false; max + 1];
@@ -419,7 +417,7 @@ pub(crate) async fn lease_machine_id(
         if owner == holder {
             continue;
         }
-        if expires > now && judge.status(&mut tx, &owner).await? == HolderStatus::Alive {
+        if expires > now && judge.status(&mut tx.conn(), &owner).await? == HolderStatus::Alive {
             taken[slot] = true;
             live += 1;
         }
@@ -427,18 +425,18 @@ pub(crate) async fn lease_machine_id(
     let Some(free) = taken.iter().position(|t| !t) else {
         return Err(StorageError::MachineIdsExhausted { live }.into());
     };
-    sqlx::query("DELETE FROM machine_leases WHERE holder = $1")
+    crate::sql::query("DELETE FROM machine_leases WHERE holder = $1")
         .bind(holder)
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await?;
-    sqlx::query(
+    crate::sql::query(
         "INSERT INTO machine_leases (machine_id, holder, expires_at) VALUES ($1, $2, $3) \
          ON CONFLICT (machine_id) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at",
     )
     .bind(free as i64)
     .bind(holder)
     .bind(now + lease_ms(lease))
-    .execute(&mut *tx)
+    .execute(&mut tx)
     .await?;
     tx.commit().await?;
     Ok(free as u16)

@@ -26,8 +26,8 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::Row;
-use sqlx::any::AnyRow;
+
+use crate::sql::Row;
 use uuid::Uuid;
 
 use crate::db::Database;
@@ -385,7 +385,7 @@ pub(crate) const SESSION_COLUMNS: &str = "id, agent_a_id, agent_b_id, session_ty
 pub(crate) const MESSAGE_COLUMNS: &str = "id, sender_id, recipient_id, session_id, message_type, \
     content, metadata, read_at, seq, created_at, meeting_id";
 
-fn opt_uuid(row: &AnyRow, index: usize) -> Result<Option<Uuid>> {
+fn opt_uuid(row: &Row, index: usize) -> Result<Option<Uuid>> {
     row.try_get::<Option<String>, _>(index)?
         .map(|s| parse_uuid(&s))
         .transpose()
@@ -399,7 +399,7 @@ fn json(text: &str) -> Result<serde_json::Value> {
     })
 }
 
-pub(crate) fn org_from_row(row: &AnyRow) -> Result<Organization> {
+pub(crate) fn org_from_row(row: &Row) -> Result<Organization> {
     let id: String = row.try_get(0)?;
     Ok(Organization {
         id: OrganizationId(parse_uuid(&id)?),
@@ -409,7 +409,7 @@ pub(crate) fn org_from_row(row: &AnyRow) -> Result<Organization> {
     })
 }
 
-pub(crate) fn session_from_row(row: &AnyRow) -> Result<Session> {
+pub(crate) fn session_from_row(row: &Row) -> Result<Session> {
     let id: String = row.try_get(0)?;
     let a: String = row.try_get(1)?;
     let b: String = row.try_get(2)?;
@@ -433,7 +433,7 @@ pub(crate) fn session_from_row(row: &AnyRow) -> Result<Session> {
     })
 }
 
-pub(crate) fn message_from_row(row: &AnyRow) -> Result<ProtocolMessage> {
+pub(crate) fn message_from_row(row: &Row) -> Result<ProtocolMessage> {
     let id: String = row.try_get(0)?;
     let sender: String = row.try_get(1)?;
     let content: String = row.try_get(5)?;
@@ -473,7 +473,7 @@ impl Database {
 
     /// The organization with this external id ([`ProtocolError::ExternalIdNotFound`] otherwise).
     pub async fn organization_by_external_id(&self, external_id: &str) -> Result<Organization> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {ORG_COLUMNS} FROM protocol_organizations WHERE external_id = $1"
         )))
         .bind(external_id)
@@ -491,7 +491,7 @@ impl Database {
 
     /// Every organization, by external id.
     pub async fn organizations(&self) -> Result<Vec<Organization>> {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
+        crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {ORG_COLUMNS} FROM protocol_organizations ORDER BY external_id"
         )))
         .fetch_all(self.reader())
@@ -510,7 +510,7 @@ impl Database {
         organization: OrganizationId,
         external_id: &str,
     ) -> Result<Agent> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {AGENT_COLUMNS} FROM agents WHERE organization_id = $1 AND external_id = $2"
         )))
         .bind(organization.to_string())
@@ -590,7 +590,7 @@ impl Database {
 
     /// The session with this id ([`ProtocolError::NotFound`] otherwise).
     pub async fn session(&self, id: SessionId) -> Result<Session> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {SESSION_COLUMNS} FROM protocol_sessions WHERE id = $1"
         )))
         .bind(id.to_string())
@@ -647,7 +647,7 @@ impl Database {
 
     /// Every message of a session, in arrival order.
     pub async fn session_messages(&self, session: SessionId) -> Result<Vec<ProtocolMessage>> {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
+        crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {MESSAGE_COLUMNS} FROM protocol_messages WHERE session_id = $1 ORDER BY seq"
         )))
         .bind(session.to_string())
@@ -662,7 +662,7 @@ impl Database {
 
     /// The unread messages of `agent`, oldest first (arrival order).
     pub async fn unread(&self, agent: AgentId) -> Result<Vec<ProtocolMessage>> {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
+        crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {MESSAGE_COLUMNS} FROM protocol_messages \
              WHERE recipient_id = $1 AND read_at IS NULL ORDER BY seq"
         )))
@@ -676,7 +676,7 @@ impl Database {
 
     /// The oldest unread message of `agent`, if any.
     pub async fn oldest_unread(&self, agent: AgentId) -> Result<Option<ProtocolMessage>> {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
+        crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {MESSAGE_COLUMNS} FROM protocol_messages \
              WHERE recipient_id = $1 AND read_at IS NULL ORDER BY seq LIMIT 1"
         )))
@@ -690,7 +690,7 @@ impl Database {
 
     /// How many unread messages `agent` has.
     pub async fn unread_count(&self, agent: AgentId) -> Result<u64> {
-        let n: i64 = sqlx::query(
+        let n: i64 = crate::sql::query(
             "SELECT COUNT(*) FROM protocol_messages WHERE recipient_id = $1 AND read_at IS NULL",
         )
         .bind(agent.to_string())

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::Row;
-use sqlx::any::AnyRow;
+
+use crate::sql::Row;
 
 use crate::db::Database;
 use crate::error::Result;
@@ -124,7 +124,7 @@ pub(crate) const QUEUE_COLUMNS: &str = "id, agent_id, batch_type, role, content,
      deliver_at, every_ms, delivered_at, delivered_batch, deliveries, created_at, schedule, cron, \
      time_zone, name, retry_of, protocol_message_id";
 
-pub(crate) fn queued_from_row(row: &AnyRow) -> Result<QueuedMessage> {
+pub(crate) fn queued_from_row(row: &Row) -> Result<QueuedMessage> {
     let agent: String = row.try_get(1)?;
     let batch_type: String = row.try_get(2)?;
     let role: String = row.try_get(3)?;
@@ -215,7 +215,7 @@ impl Database {
 
     /// `agent`'s pending entries (due or not) in arrival order.
     pub async fn pending_queue(&self, agent: AgentId) -> Result<Vec<QueuedMessage>> {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
+        crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {QUEUE_COLUMNS} FROM agent_queue WHERE agent_id = $1 AND delivered_at IS NULL \
              ORDER BY id"
         )))
@@ -230,7 +230,7 @@ impl Database {
     /// Pending entries of every agent that are due at `now`, by due time then arrival, at most
     /// `limit`.
     pub async fn due_queue(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<QueuedMessage>> {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
+        crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {QUEUE_COLUMNS} FROM agent_queue WHERE delivered_at IS NULL AND deliver_at <= $1 \
              ORDER BY deliver_at, id LIMIT $2"
         )))
@@ -246,7 +246,7 @@ impl Database {
     /// When the next pending entry of any agent becomes due after now, if one will (entries
     /// due already wait for their agent's claim, whose release wakes the deliverers).
     pub async fn next_queue_due(&self) -> Result<Option<DateTime<Utc>>> {
-        let row = sqlx::query(
+        let row = crate::sql::query(
             "SELECT MIN(deliver_at) FROM agent_queue WHERE delivered_at IS NULL AND deliver_at > $1",
         )
         .bind(Utc::now().timestamp_millis())

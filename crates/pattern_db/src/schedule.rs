@@ -13,9 +13,9 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::sql::Row;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::any::AnyRow;
 
 use crate::db::Database;
 use crate::error::{Error, Result};
@@ -294,7 +294,7 @@ impl NewSchedule {
     }
 }
 
-pub(crate) fn schedule_from_row(row: &AnyRow) -> Result<Option<Schedule>> {
+pub(crate) fn schedule_from_row(row: &Row) -> Result<Option<Schedule>> {
     Ok(Schedule::from_entry(&queued_from_row(row)?))
 }
 
@@ -318,7 +318,7 @@ impl Database {
 
     /// `agent`'s live schedules, in the order they were added.
     pub async fn schedules(&self, agent: AgentId) -> Result<Vec<Schedule>> {
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let rows = crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {QUEUE_COLUMNS} FROM agent_queue \
              WHERE agent_id = $1 AND schedule IS NOT NULL AND delivered_at IS NULL ORDER BY id"
         )))
@@ -336,7 +336,7 @@ impl Database {
 
     /// Every agent's live schedules, by next fire time.
     pub async fn all_schedules(&self) -> Result<Vec<Schedule>> {
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let rows = crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {QUEUE_COLUMNS} FROM agent_queue \
              WHERE schedule IS NOT NULL AND delivered_at IS NULL ORDER BY deliver_at, id"
         )))
@@ -353,7 +353,7 @@ impl Database {
 
     /// The live schedule `id`, whichever agent it belongs to.
     pub async fn schedule(&self, id: SnowflakeId) -> Result<Schedule> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {QUEUE_COLUMNS} FROM agent_queue \
              WHERE id = $1 AND schedule IS NOT NULL AND delivered_at IS NULL"
         )))
@@ -370,7 +370,7 @@ impl Database {
 
     /// The queue entries of `agent` that retry a crashed wakeup (for inspection and tests).
     pub async fn queue_retries(&self, agent: AgentId) -> Result<Vec<(QueuedMessage, BatchId)>> {
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let rows = crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {QUEUE_COLUMNS} FROM agent_queue \
              WHERE agent_id = $1 AND retry_of IS NOT NULL ORDER BY id"
         )))

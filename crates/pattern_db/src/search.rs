@@ -29,7 +29,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
-use sqlx::Row;
 
 use crate::config::Backend;
 use crate::db::Database;
@@ -402,7 +401,8 @@ impl Database {
 
     /// The registered embedding model, if any.
     pub async fn embedding_model(&self) -> Result<Option<EmbeddingModelInfo>> {
-        let mut conn = self.reader().acquire().await?;
+        let mut pooled = self.reader().acquire().await?;
+        let mut conn = pooled.conn();
         sql::load_model(&mut conn).await
     }
 
@@ -454,7 +454,7 @@ impl Database {
 
     /// How many embedding jobs are waiting (claimed or not).
     pub async fn pending_embedding_jobs(&self) -> Result<u64> {
-        let n: i64 = sqlx::query("SELECT COUNT(*) FROM embedding_jobs")
+        let n: i64 = crate::sql::query("SELECT COUNT(*) FROM embedding_jobs")
             .fetch_one(self.reader())
             .await?
             .try_get(0)?;
@@ -511,13 +511,15 @@ impl Database {
         cursor: i64,
         limit: usize,
     ) -> Result<Vec<SearchChange>> {
-        let mut conn = self.reader().acquire().await?;
+        let mut pooled = self.reader().acquire().await?;
+        let mut conn = pooled.conn();
         sql::changes_after(&mut conn, cursor, limit).await
     }
 
     /// The highest `seq` in the change log (0 when empty).
     pub async fn search_changes_head(&self) -> Result<i64> {
-        let mut conn = self.reader().acquire().await?;
+        let mut pooled = self.reader().acquire().await?;
+        let mut conn = pooled.conn();
         sql::changes_head(&mut conn).await
     }
 
@@ -537,7 +539,7 @@ impl Database {
     /// was pruned past it. Returns how many entries went.
     pub async fn prune_applied_search_changes(&self) -> Result<u64> {
         let floor: Option<i64> =
-            sqlx::query("SELECT MIN(seq) FROM search_consumers WHERE name <> $1")
+            crate::sql::query("SELECT MIN(seq) FROM search_consumers WHERE name <> $1")
                 .bind(crate::ops::search::PRUNED_MARK)
                 .fetch_one(self.reader())
                 .await?
@@ -557,7 +559,8 @@ impl Database {
     /// The highest `seq` pruned from the change log (0 when never pruned): a follower whose
     /// cursor is below it has missed changes and must reload from the stored content.
     pub async fn search_pruned_through(&self) -> Result<i64> {
-        let mut conn = self.reader().acquire().await?;
+        let mut pooled = self.reader().acquire().await?;
+        let mut conn = pooled.conn();
         crate::ops::search::pruned_through(&mut conn).await
     }
 
@@ -578,13 +581,15 @@ impl Database {
         after: Option<ContentRef>,
         limit: usize,
     ) -> Result<Vec<VectorRow>> {
-        let mut conn = self.reader().acquire().await?;
+        let mut pooled = self.reader().acquire().await?;
+        let mut conn = pooled.conn();
         sql::vectors_page(&mut conn, after.as_ref(), limit).await
     }
 
     /// The stored vectors of these contents (those that have one), in input order.
     pub async fn vectors_for(&self, contents: &[ContentRef]) -> Result<Vec<VectorRow>> {
-        let mut conn = self.reader().acquire().await?;
+        let mut pooled = self.reader().acquire().await?;
+        let mut conn = pooled.conn();
         sql::vectors_for(&mut conn, contents).await
     }
 
@@ -596,7 +601,8 @@ impl Database {
         contents: &[ContentRef],
         agent: Option<AgentId>,
     ) -> Result<Vec<ContentRow>> {
-        let mut conn = self.reader().acquire().await?;
+        let mut pooled = self.reader().acquire().await?;
+        let mut conn = pooled.conn();
         let found = sql::load_live(&mut conn, contents, agent).await?;
         Ok(in_order(contents, found))
     }

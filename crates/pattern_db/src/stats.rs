@@ -5,8 +5,6 @@
 //! This module must never write, and never count per organization or per agent (a scrape reads
 //! the whole database; per-agent detail belongs to the agent's own routes).
 
-use sqlx::Row;
-
 use crate::db::Database;
 use crate::error::Result;
 use crate::ops::now_ms;
@@ -30,7 +28,7 @@ impl Database {
     /// Reads the [`Gauges`].
     pub async fn gauges(&self) -> Result<Gauges> {
         let pool = self.reader();
-        let row = sqlx::query(
+        let row = crate::sql::query(
             "SELECT \
                (SELECT COUNT(*) FROM batches WHERE state = 'open'), \
                (SELECT COUNT(*) FROM agent_queue WHERE delivered_at IS NULL), \

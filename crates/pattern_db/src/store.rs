@@ -15,8 +15,6 @@
 use crate::StorageError;
 use std::collections::BTreeMap;
 
-use sqlx::Row;
-
 use crate::db::Database;
 use crate::error::Result;
 use crate::id::SnowflakeId;
@@ -170,12 +168,14 @@ impl MessageStore {
 
     /// The agent's revision: bumped by every write of its history. `None` for an unknown agent.
     pub async fn revision(&self) -> Result<Option<i64>> {
-        Ok(sqlx::query("SELECT revision FROM agents WHERE id = $1")
-            .bind(self.agent.to_string())
-            .fetch_optional(self.db.reader())
-            .await?
-            .map(|r| r.try_get::<i64, _>(0))
-            .transpose()?)
+        Ok(
+            crate::sql::query("SELECT revision FROM agents WHERE id = $1")
+                .bind(self.agent.to_string())
+                .fetch_optional(self.db.reader())
+                .await?
+                .map(|r| r.try_get::<i64, _>(0))
+                .transpose()?,
+        )
     }
 
     async fn fetch_recent(&self, n_batches: usize) -> Result<Vec<StoredBatch>> {
@@ -183,7 +183,7 @@ impl MessageStore {
         let sql = ops::batch_select(
             "WHERE b.agent_id = $1 AND NOT b.archived ORDER BY b.id DESC LIMIT $2",
         );
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let rows = crate::sql::query(sqlx::AssertSqlSafe(sql))
             .bind(self.agent.to_string())
             .bind(limit)
             .fetch_all(self.db.reader())
@@ -206,7 +206,7 @@ impl MessageStore {
             "WHERE m.agent_id = $1 AND m.batch_id >= $2 AND m.batch_id <= $3 AND NOT m.deleted \
              ORDER BY m.batch_id, m.sequence_num",
         );
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let rows = crate::sql::query(sqlx::AssertSqlSafe(sql))
             .bind(self.agent.to_string())
             .bind(first.id.get())
             .bind(last.id.get())
@@ -233,7 +233,7 @@ impl MessageStore {
         } else {
             "WHERE m.agent_id = $1 AND m.position > $2 AND NOT m.deleted AND NOT m.archived ORDER BY m.position LIMIT $3"
         });
-        sqlx::query(sqlx::AssertSqlSafe(sql))
+        crate::sql::query(sqlx::AssertSqlSafe(sql))
             .bind(self.agent.to_string())
             .bind(after.map_or(-1, SnowflakeId::get))
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
@@ -250,7 +250,7 @@ impl MessageStore {
         let info = self.batch_info(batch).await?;
         let sql =
             ops::message_select("WHERE m.batch_id = $1 AND NOT m.deleted ORDER BY m.sequence_num");
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let rows = crate::sql::query(sqlx::AssertSqlSafe(sql))
             .bind(batch.get())
             .fetch_all(self.db.reader())
             .await?;
@@ -264,7 +264,7 @@ impl MessageStore {
     /// One batch's row.
     pub async fn batch_info(&self, batch: BatchId) -> Result<BatchInfo> {
         let sql = ops::batch_select("WHERE b.id = $1 AND b.agent_id = $2");
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let row = crate::sql::query(sqlx::AssertSqlSafe(sql))
             .bind(batch.get())
             .bind(self.agent.to_string())
             .fetch_optional(self.db.reader())
@@ -284,7 +284,7 @@ impl MessageStore {
         let sql = ops::batch_select(
             "WHERE b.agent_id = $1 AND b.state = 'open' ORDER BY b.id DESC LIMIT 1",
         );
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let row = crate::sql::query(sqlx::AssertSqlSafe(sql))
             .bind(self.agent.to_string())
             .fetch_optional(self.db.reader())
             .await?;
@@ -299,7 +299,7 @@ impl MessageStore {
     ) -> Result<Vec<BatchInfo>> {
         let sql =
             ops::batch_select("WHERE b.agent_id = $1 AND b.id < $2 ORDER BY b.id DESC LIMIT $3");
-        sqlx::query(sqlx::AssertSqlSafe(sql))
+        crate::sql::query(sqlx::AssertSqlSafe(sql))
             .bind(self.agent.to_string())
             .bind(before.map_or(i64::MAX, SnowflakeId::get))
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
@@ -321,7 +321,7 @@ impl MessageStore {
         let sql = ops::batch_select(
             "WHERE b.agent_id = $1 AND b.id < $2 AND NOT b.archived ORDER BY b.id LIMIT $3",
         );
-        let infos = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let infos = crate::sql::query(sqlx::AssertSqlSafe(sql))
             .bind(self.agent.to_string())
             .bind(before.get())
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
@@ -335,7 +335,7 @@ impl MessageStore {
 
     /// Number of live (not archived, not deleted) messages.
     pub async fn count_live(&self) -> Result<i64> {
-        Ok(sqlx::query(
+        Ok(crate::sql::query(
             "SELECT COUNT(*) FROM messages WHERE agent_id = $1 AND NOT archived AND NOT deleted",
         )
         .bind(self.agent.to_string())
@@ -401,7 +401,7 @@ impl MessageStore {
 
     /// Every summary, oldest coverage first.
     pub async fn get_summaries(&self) -> Result<Vec<Summary>> {
-        sqlx::query(
+        crate::sql::query(
             "SELECT id, agent_id, content, from_batch, through_batch, message_count, depth, created_at \
              FROM summaries WHERE agent_id = $1 ORDER BY through_batch, id",
         )
@@ -436,7 +436,7 @@ impl MessageStore {
 
     /// The latest `limit` events, newest first.
     pub async fn recent_activity(&self, limit: usize) -> Result<Vec<ActivityEvent>> {
-        let rows = sqlx::query(
+        let rows = crate::sql::query(
             "SELECT id, agent_id, kind, payload, created_at FROM activity_events WHERE agent_id = $1 \
              ORDER BY id DESC LIMIT $2",
         )

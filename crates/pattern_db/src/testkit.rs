@@ -126,7 +126,7 @@ pub async fn insert_raw_protocol_message(
     meeting: Option<&str>,
 ) -> Result<()> {
     let mut conn = db.write_pool().acquire().await?;
-    crate::ops::protocol::insert_raw_message(&mut conn, sender, recipient, meeting).await?;
+    crate::ops::protocol::insert_raw_message(&mut conn.conn(), sender, recipient, meeting).await?;
     Ok(())
 }
 
@@ -154,8 +154,8 @@ pub async fn refuse_inserts(db: &Database, table: &str, column: &str, value: &st
     };
     let mut conn = db.write_pool().acquire().await?;
     for sql in statements {
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .execute(&mut *conn)
+        crate::sql::query(sqlx::AssertSqlSafe(sql))
+            .execute(&mut conn)
             .await?;
     }
     Ok(())
@@ -169,8 +169,8 @@ pub async fn allow_inserts(db: &Database, table: &str) -> Result<()> {
         Backend::Postgres => format!("DROP TRIGGER IF EXISTS {name} ON {table}"),
     };
     let mut conn = db.write_pool().acquire().await?;
-    sqlx::query(sqlx::AssertSqlSafe(sql))
-        .execute(&mut *conn)
+    crate::sql::query(sqlx::AssertSqlSafe(sql))
+        .execute(&mut conn)
         .await?;
     Ok(())
 }
@@ -187,7 +187,7 @@ pub async fn insert_bulk_protocol_messages(
     unread_every: usize,
 ) -> Result<()> {
     const CHUNK: usize = 64;
-    let mut tx = db.write_pool().begin().await?;
+    let mut tx = db.write_pool().begin_write().await?;
     let now = chrono::Utc::now().timestamp_millis();
     let mut done = 0;
     while done < count {
@@ -197,7 +197,7 @@ pub async fn insert_bulk_protocol_messages(
              message_type, content, read_at, seq, created_at) VALUES {}",
             crate::ops::placeholders(rows, 10, 1)
         );
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        let mut query = crate::sql::query(sqlx::AssertSqlSafe(sql));
         for k in 0..rows {
             let n = done + k;
             let read = unread_every == 0 || n % unread_every != 0;
@@ -213,7 +213,7 @@ pub async fn insert_bulk_protocol_messages(
                 .bind(db.next_id()?.get())
                 .bind(now);
         }
-        query.execute(&mut *tx).await?;
+        query.execute(&mut tx).await?;
         done += rows;
     }
     tx.commit().await?;
@@ -224,8 +224,8 @@ pub async fn insert_bulk_protocol_messages(
 /// API: for tests that the schema's own constraints refuse rows the API never writes.
 pub async fn execute_raw(db: &Database, sql: &str) -> Result<()> {
     let mut conn = db.write_pool().acquire().await?;
-    sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
-        .execute(&mut *conn)
+    crate::sql::query(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(&mut conn)
         .await?;
     Ok(())
 }
@@ -265,10 +265,9 @@ pub async fn backdate(db: &Database, by: std::time::Duration) -> Result<()> {
 /// The first column (text) of every row `sql` returns, read straight from the database: for
 /// tests that look at what is stored, not at what the API shows.
 pub async fn fetch_texts(db: &Database, sql: &str) -> Result<Vec<String>> {
-    use sqlx::Row;
     let mut conn = db.write_pool().acquire().await?;
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
-        .fetch_all(&mut *conn)
+    let rows = crate::sql::query(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_all(&mut conn)
         .await?;
     rows.iter()
         .map(|r| r.try_get::<String, _>(0).map_err(Error::from))

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use sqlx::AnyConnection;
+use crate::sql::Conn;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tracing::warn;
@@ -244,16 +244,12 @@ async fn listen(hub: Weak<Hub>, url: String) {
 
 /// On PostgreSQL, queues `NOTIFY`s for `keys` inside the current transaction (delivered when,
 /// and only if, it commits). Nothing on SQLite.
-pub(crate) async fn notify(
-    conn: &mut AnyConnection,
-    backend: Backend,
-    keys: &[WakeKey],
-) -> Result<()> {
+pub(crate) async fn notify(conn: &mut Conn<'_>, backend: Backend, keys: &[WakeKey]) -> Result<()> {
     if backend != Backend::Postgres {
         return Ok(());
     }
     for key in keys {
-        sqlx::query("SELECT pg_notify($1, $2)")
+        crate::sql::query("SELECT pg_notify($1, $2)")
             .bind(RUNS_CHANNEL)
             .bind(key.payload())
             .execute(&mut *conn)

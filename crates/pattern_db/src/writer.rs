@@ -27,8 +27,9 @@ use crate::StorageError;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::sql::Conn;
+use crate::sql::Pool;
 use futures::future::BoxFuture;
-use sqlx::{Any, AnyConnection, AnyPool, Transaction};
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tracing::{debug, warn};
 
@@ -107,7 +108,7 @@ pub(crate) trait Write: Send + Sync + 'static {
     /// (already checked), for writes that belong to runs.
     fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         fence: Option<&RunClaim>,
     ) -> impl Future<Output = Result<Self::Output>> + Send;
@@ -128,9 +129,9 @@ trait Pending: Send + Sync {
     fn locks(&self) -> Locks;
     fn bulk_begin(&self) -> Option<(AgentId, &NewMessage, &BeginBatch)>;
     /// Runs the write and keeps its output until the reply (a later attempt replaces it).
-    fn run<'a>(
+    fn run<'a, 'c: 'a>(
         &'a self,
-        conn: &'a mut AnyConnection,
+        conn: &'a mut Conn<'c>,
         ctx: &'a Ctx,
         fence: Option<&'a RunClaim>,
     ) -> BoxFuture<'a, Result<()>>;
@@ -166,9 +167,9 @@ impl<W: Write> Pending for Typed<W> {
         self.write.bulk_begin()
     }
 
-    fn run<'a>(
+    fn run<'a, 'c: 'a>(
         &'a self,
-        conn: &'a mut AnyConnection,
+        conn: &'a mut Conn<'c>,
         ctx: &'a Ctx,
         fence: Option<&'a RunClaim>,
     ) -> BoxFuture<'a, Result<()>> {
@@ -224,7 +225,7 @@ impl std::fmt::Debug for Writer {
 impl Writer {
     /// Starts `tasks` writer tasks over `pool`.
     pub(crate) fn start(
-        pool: AnyPool,
+        pool: Pool,
         ctx: Arc<Ctx>,
         tasks: usize,
         capacity: usize,
@@ -280,7 +281,7 @@ impl Job {
 
 async fn run(
     n: usize,
-    pool: AnyPool,
+    pool: Pool,
     ctx: Arc<Ctx>,
     rx: Arc<Mutex<mpsc::Receiver<Job>>>,
     max_group: usize,
@@ -327,16 +328,14 @@ async fn run(
     debug!(writer = n, "writer stopped: every handle dropped");
 }
 
-async fn begin(pool: &AnyPool, backend: Backend) -> Result<Transaction<'static, Any>> {
-    Ok(match backend {
-        // IMMEDIATE takes the write lock up front: no lock upgrade can fail half-way.
-        Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await?,
-        Backend::Postgres => pool.begin().await?,
-    })
+async fn begin(pool: &Pool, backend: Backend) -> Result<crate::sql::Tx> {
+    // IMMEDIATE on SQLite: the write lock up front, so no lock upgrade can fail half-way.
+    debug_assert_eq!(pool.backend(), backend);
+    Ok(pool.begin_write().await?)
 }
 
 /// Runs a group, again when it hit a lock conflict, and replies to every job.
-async fn commit_group(pool: &AnyPool, ctx: &Ctx, group: Vec<Job>) {
+async fn commit_group(pool: &Pool, ctx: &Ctx, group: Vec<Job>) {
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -372,7 +371,7 @@ fn jitter() -> u8 {
 
 /// One attempt: the outcome of every job. When a lock conflict aborted the attempt, nothing of
 /// it is committed and every outcome is an error (the conflict for at least one).
-async fn attempt_group(pool: &AnyPool, ctx: &Ctx, group: &[Job]) -> Vec<Result<()>> {
+async fn attempt_group(pool: &Pool, ctx: &Ctx, group: &[Job]) -> Vec<Result<()>> {
     let mut tx = match begin(pool, ctx.backend).await {
         Ok(tx) => tx,
         Err(e) => return fail_all(group, &e),
@@ -462,11 +461,11 @@ fn same_error(e: &Error) -> Error {
 
 /// PostgreSQL: the change-log advisory lock (when needed), then the row locks of every agent
 /// the group writes, in agent order, in one statement.
-async fn lock_up_front(tx: &mut Transaction<'static, Any>, ctx: &Ctx, group: &[Job]) -> Result<()> {
+async fn lock_up_front(tx: &mut crate::sql::Tx, ctx: &Ctx, group: &[Job]) -> Result<()> {
     if group.iter().any(|job| job.write.locks().logs_changes) {
         // PostgreSQL: the search change-log lock before any agent row lock (see
         // `Locks::logs_changes`).
-        ops::search::change_lock(tx, ctx.backend).await?;
+        ops::search::change_lock(&mut tx.conn(), ctx.backend).await?;
     }
     if ctx.backend != Backend::Postgres {
         return Ok(());
@@ -488,21 +487,21 @@ async fn lock_up_front(tx: &mut Transaction<'static, Any>, ctx: &Ctx, group: &[J
             "SELECT id FROM agents WHERE id IN {} ORDER BY id FOR NO KEY UPDATE",
             ops::placeholders(1, width, 1)
         );
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
         for i in 0..width {
             q = q.bind(chunk[i.min(chunk.len() - 1)].to_string());
         }
-        q.fetch_all(&mut **tx).await?;
+        q.fetch_all(&mut *tx).await?;
     }
     Ok(())
 }
 
 /// One job: its fence (when a run writes it), then the write.
-async fn run_job(tx: &mut Transaction<'static, Any>, ctx: &Ctx, job: &Job) -> Result<()> {
+async fn run_job(tx: &mut crate::sql::Tx, ctx: &Ctx, job: &Job) -> Result<()> {
     if let Some(fence) = &job.fence {
-        ops::runs::check_fence(tx, ctx, fence).await?;
+        ops::runs::check_fence(&mut tx.conn(), ctx, fence).await?;
     }
-    job.write.run(tx, ctx, job.fence.as_ref()).await
+    job.write.run(&mut tx.conn(), ctx, job.fence.as_ref()).await
 }
 
 /// Runs every op of a group inside `tx`, each isolated by a savepoint so that one failing op
@@ -510,7 +509,7 @@ async fn run_job(tx: &mut Transaction<'static, Any>, ctx: &Ctx, job: &Job) -> Re
 /// the bulk path (three statements for the lot); if that fails they are retried one by one.
 /// Stops at the first lock conflict (the caller runs the whole group again).
 async fn run_group(
-    tx: &mut Transaction<'static, Any>,
+    tx: &mut crate::sql::Tx,
     ctx: &Ctx,
     group: &[Job],
     outcomes: &mut [Option<Result<()>>],
@@ -528,13 +527,13 @@ async fn run_group(
         }
     }
     if begins.len() >= 2 {
-        sqlx::query("SAVEPOINT pattern_bulk")
-            .execute(&mut **tx)
+        crate::sql::query("SAVEPOINT pattern_bulk")
+            .execute(&mut *tx)
             .await?;
-        match ops::begin_batches_bulk(tx, ctx, &calls).await {
+        match ops::begin_batches_bulk(&mut tx.conn(), ctx, &calls).await {
             Ok(results) => {
-                sqlx::query("RELEASE SAVEPOINT pattern_bulk")
-                    .execute(&mut **tx)
+                crate::sql::query("RELEASE SAVEPOINT pattern_bulk")
+                    .execute(&mut *tx)
                     .await?;
                 for (i, result) in begins.into_iter().zip(results) {
                     outcomes[i] = Some(result.and_then(|r| group[i].write.set_received(r)));
@@ -542,11 +541,11 @@ async fn run_group(
             }
             Err(e) => {
                 debug!(error = %e, "bulk begin_batch failed; running the calls one by one");
-                sqlx::query("ROLLBACK TO SAVEPOINT pattern_bulk")
-                    .execute(&mut **tx)
+                crate::sql::query("ROLLBACK TO SAVEPOINT pattern_bulk")
+                    .execute(&mut *tx)
                     .await?;
-                sqlx::query("RELEASE SAVEPOINT pattern_bulk")
-                    .execute(&mut **tx)
+                crate::sql::query("RELEASE SAVEPOINT pattern_bulk")
+                    .execute(&mut *tx)
                     .await?;
                 if e.is_lock_conflict() {
                     outcomes[begins[0]] = Some(Err(e));
@@ -559,17 +558,17 @@ async fn run_group(
         if outcome.is_some() {
             continue;
         }
-        sqlx::query("SAVEPOINT pattern_op")
-            .execute(&mut **tx)
+        crate::sql::query("SAVEPOINT pattern_op")
+            .execute(&mut *tx)
             .await?;
         let result = run_job(tx, ctx, job).await;
         if result.is_err() {
-            sqlx::query("ROLLBACK TO SAVEPOINT pattern_op")
-                .execute(&mut **tx)
+            crate::sql::query("ROLLBACK TO SAVEPOINT pattern_op")
+                .execute(&mut *tx)
                 .await?;
         }
-        sqlx::query("RELEASE SAVEPOINT pattern_op")
-            .execute(&mut **tx)
+        crate::sql::query("RELEASE SAVEPOINT pattern_op")
+            .execute(&mut *tx)
             .await?;
         let conflict = matches!(&result, Err(e) if e.is_lock_conflict());
         *outcome = Some(result);

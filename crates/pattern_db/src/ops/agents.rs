@@ -5,7 +5,7 @@
 //!
 //! They run inside the writer's transaction and must never commit.
 
-use sqlx::AnyConnection;
+use crate::sql::Conn;
 
 use super::Ctx;
 use crate::error::Result;
@@ -27,7 +27,7 @@ impl Write for CreateAgent {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         _ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<Agent> {
@@ -51,7 +51,7 @@ impl Write for SetMetadata {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         _ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<Agent> {
@@ -71,12 +71,7 @@ impl Write for DeleteAgent {
         Locks::agent(self.0).logging_changes()
     }
 
-    async fn apply(
-        &self,
-        conn: &mut AnyConnection,
-        ctx: &Ctx,
-        _fence: Option<&RunClaim>,
-    ) -> Result<()> {
+    async fn apply(&self, conn: &mut Conn<'_>, ctx: &Ctx, _fence: Option<&RunClaim>) -> Result<()> {
         super::delete_agent(conn, ctx, self.0).await
     }
 }
@@ -98,7 +93,7 @@ impl Write for LogActivity {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<SnowflakeId> {
@@ -120,7 +115,7 @@ impl Write for ImportAgent {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<Self::Output> {

@@ -5,8 +5,9 @@
 //! Writes run inside the writer's transaction (reads on the reader pool); they must never
 //! commit, and never change a request that is not pending.
 
+use crate::sql::Conn;
+use crate::sql::Pool;
 use crate::{AgentError, ApprovalError, BatchError};
-use sqlx::{AnyConnection, AnyPool, Row};
 
 use super::{Ctx, now_ms, runs};
 use crate::approvals::{
@@ -35,7 +36,7 @@ impl Write for Request {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<Approval> {
@@ -63,7 +64,7 @@ impl Write for Decide {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<Approval> {
@@ -95,7 +96,7 @@ impl Write for Expire {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<Approval> {
@@ -103,8 +104,8 @@ impl Write for Expire {
     }
 }
 
-async fn request(conn: &mut AnyConnection, ctx: &Ctx, new: &NewApproval) -> Result<Approval> {
-    let org = sqlx::query("SELECT organization_id FROM agents WHERE id = $1")
+async fn request(conn: &mut Conn<'_>, ctx: &Ctx, new: &NewApproval) -> Result<Approval> {
+    let org = crate::sql::query("SELECT organization_id FROM agents WHERE id = $1")
         .bind(new.agent.to_string())
         .fetch_optional(&mut *conn)
         .await?
@@ -112,7 +113,7 @@ async fn request(conn: &mut AnyConnection, ctx: &Ctx, new: &NewApproval) -> Resu
     let org: Option<String> = org.try_get(0)?;
     let turn: Option<TurnId> = match new.batch {
         Some(batch) => {
-            let row = sqlx::query(
+            let row = crate::sql::query(
                 "SELECT id FROM turns WHERE batch_id = $1 AND agent_id = $2 AND state = 'running' \
                  ORDER BY created_at DESC LIMIT 1",
             )
@@ -137,7 +138,7 @@ async fn request(conn: &mut AnyConnection, ctx: &Ctx, new: &NewApproval) -> Resu
         }
         .into());
     }
-    sqlx::query(
+    crate::sql::query(
         "INSERT INTO approvals (id, organization_id, agent_id, batch_id, turn_id, tool, call_id, \
          input, reason, requested_at, deadline, state) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'pending')",
@@ -170,7 +171,7 @@ async fn request(conn: &mut AnyConnection, ctx: &Ctx, new: &NewApproval) -> Resu
 }
 
 async fn decide(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     organization: Option<OrganizationId>,
     id: SnowflakeId,
@@ -190,7 +191,7 @@ async fn decide(
         "UPDATE approvals SET state = $1, decided_at = $2, decided_by = $3, denial_reason = $4 \
          WHERE id = $5 AND state = 'pending'{scope}"
     );
-    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql))
+    let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql))
         .bind(state.as_str())
         .bind(now_ms())
         .bind(by.to_owned())
@@ -212,8 +213,8 @@ async fn decide(
     Ok(approval)
 }
 
-async fn expire(conn: &mut AnyConnection, ctx: &Ctx, id: SnowflakeId) -> Result<Approval> {
-    let changed = sqlx::query(
+async fn expire(conn: &mut Conn<'_>, ctx: &Ctx, id: SnowflakeId) -> Result<Approval> {
+    let changed = crate::sql::query(
         "UPDATE approvals SET state = 'timed_out', decided_at = $1, decided_by = 'timeout', \
          denial_reason = 'no answer before the deadline' WHERE id = $2 AND state = 'pending'",
     )
@@ -230,14 +231,14 @@ async fn expire(conn: &mut AnyConnection, ctx: &Ctx, id: SnowflakeId) -> Result<
 
 /// Marks the pending requests of `batch` (which is ending) `abandoned`, waking their waiters.
 pub(crate) async fn end_batch(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     batch: BatchId,
     by: &str,
     reason: &str,
 ) -> Result<()> {
     let pending: Vec<i64> =
-        sqlx::query("SELECT id FROM approvals WHERE batch_id = $1 AND state = 'pending'")
+        crate::sql::query("SELECT id FROM approvals WHERE batch_id = $1 AND state = 'pending'")
             .bind(batch.get())
             .fetch_all(&mut *conn)
             .await?
@@ -247,7 +248,7 @@ pub(crate) async fn end_batch(
     if pending.is_empty() {
         return Ok(());
     }
-    sqlx::query(
+    crate::sql::query(
         "UPDATE approvals SET state = 'abandoned', decided_at = $1, decided_by = $2, \
          denial_reason = $3 WHERE batch_id = $4 AND state = 'pending'",
     )
@@ -265,12 +266,12 @@ pub(crate) async fn end_batch(
 }
 
 async fn read_in(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     organization: Option<OrganizationId>,
     id: SnowflakeId,
 ) -> Result<Approval> {
     let (sql, org) = scoped(organization);
-    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(id.get());
+    let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(id.get());
     if let Some(org) = org {
         q = q.bind(org);
     }
@@ -297,12 +298,12 @@ fn scoped(organization: Option<OrganizationId>) -> (String, Option<String>) {
 }
 
 pub(crate) async fn read(
-    pool: &AnyPool,
+    pool: &Pool,
     organization: Option<OrganizationId>,
     id: SnowflakeId,
 ) -> Result<Approval> {
     let (sql, org) = scoped(organization);
-    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(id.get());
+    let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(id.get());
     if let Some(org) = org {
         q = q.bind(org);
     }
@@ -314,7 +315,7 @@ pub(crate) async fn read(
 }
 
 pub(crate) async fn list(
-    pool: &AnyPool,
+    pool: &Pool,
     organization: Option<OrganizationId>,
     filter: ApprovalFilter,
 ) -> Result<Vec<Approval>> {
@@ -337,7 +338,7 @@ pub(crate) async fn list(
         "SELECT {APPROVAL_COLUMNS} FROM approvals {where_clause} ORDER BY id DESC LIMIT ${}",
         n + 1
     );
-    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+    let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
     if let Some(org) = organization {
         q = q.bind(org.to_string());
     }

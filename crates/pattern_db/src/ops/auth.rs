@@ -4,8 +4,8 @@
 //! Writes run inside the writer's transaction; they must never commit, and never write a
 //! secret (only its hash arrives here).
 
+use crate::sql::Conn;
 use crate::{AgentError, AuthError, ProtocolError};
-use sqlx::{AnyConnection, Row};
 
 use super::{Ctx, now_ms};
 use crate::auth::{ApiKey, ApiKeyId, KEY_COLUMNS, NewKeyRow, key_from_row};
@@ -29,7 +29,7 @@ impl Write for CreateKey {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         _ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<ApiKey> {
@@ -54,7 +54,7 @@ impl Write for RevokeKey {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         _ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<ApiKey> {
@@ -77,19 +77,14 @@ impl Write for DeleteOrgAgent {
         Locks::agent(self.agent).logging_changes()
     }
 
-    async fn apply(
-        &self,
-        conn: &mut AnyConnection,
-        ctx: &Ctx,
-        _fence: Option<&RunClaim>,
-    ) -> Result<()> {
+    async fn apply(&self, conn: &mut Conn<'_>, ctx: &Ctx, _fence: Option<&RunClaim>) -> Result<()> {
         check_owner(conn, self.org, self.agent).await?;
         super::delete_agent(conn, ctx, self.agent).await
     }
 }
 
-async fn create_key(conn: &mut AnyConnection, row: &NewKeyRow) -> Result<ApiKey> {
-    let org = sqlx::query("SELECT id FROM protocol_organizations WHERE id = $1")
+async fn create_key(conn: &mut Conn<'_>, row: &NewKeyRow) -> Result<ApiKey> {
+    let org = crate::sql::query("SELECT id FROM protocol_organizations WHERE id = $1")
         .bind(row.key.organization.to_string())
         .fetch_optional(&mut *conn)
         .await?;
@@ -100,7 +95,7 @@ async fn create_key(conn: &mut AnyConnection, row: &NewKeyRow) -> Result<ApiKey>
         }
         .into());
     }
-    sqlx::query(
+    crate::sql::query(
         "INSERT INTO api_keys (id, organization_id, name, prefix, key_hash, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6)",
     )
@@ -115,8 +110,8 @@ async fn create_key(conn: &mut AnyConnection, row: &NewKeyRow) -> Result<ApiKey>
     Ok(row.key.clone())
 }
 
-async fn revoke_key(conn: &mut AnyConnection, org: OrganizationId, id: ApiKeyId) -> Result<ApiKey> {
-    sqlx::query(
+async fn revoke_key(conn: &mut Conn<'_>, org: OrganizationId, id: ApiKeyId) -> Result<ApiKey> {
+    crate::sql::query(
         "UPDATE api_keys SET revoked_at = $1 \
          WHERE id = $2 AND organization_id = $3 AND revoked_at IS NULL",
     )
@@ -126,7 +121,7 @@ async fn revoke_key(conn: &mut AnyConnection, org: OrganizationId, id: ApiKeyId)
     .execute(&mut *conn)
     .await?;
     let sql = format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE id = $1 AND organization_id = $2");
-    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+    let row = crate::sql::query(sqlx::AssertSqlSafe(sql))
         .bind(id.to_string())
         .bind(org.to_string())
         .fetch_optional(&mut *conn)
@@ -136,8 +131,8 @@ async fn revoke_key(conn: &mut AnyConnection, org: OrganizationId, id: ApiKeyId)
 }
 
 /// [`AgentError::NotFound`] unless `agent` belongs to `org`.
-async fn check_owner(conn: &mut AnyConnection, org: OrganizationId, agent: AgentId) -> Result<()> {
-    let row = sqlx::query("SELECT organization_id FROM agents WHERE id = $1")
+async fn check_owner(conn: &mut Conn<'_>, org: OrganizationId, agent: AgentId) -> Result<()> {
+    let row = crate::sql::query("SELECT organization_id FROM agents WHERE id = $1")
         .bind(agent.to_string())
         .fetch_optional(&mut *conn)
         .await?

@@ -6,7 +6,7 @@
 //! They run inside the writer's transaction and must never commit. Every batch write locks
 //! its agent; writes that archive log search changes.
 
-use sqlx::AnyConnection;
+use crate::sql::Conn;
 
 use super::Ctx;
 use crate::error::Result;
@@ -36,7 +36,7 @@ impl Write for BeginBatch {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         fence: Option<&RunClaim>,
     ) -> Result<Received> {
@@ -71,7 +71,7 @@ impl Write for AppendStep {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         fence: Option<&RunClaim>,
     ) -> Result<StepReceipt> {
@@ -112,7 +112,7 @@ impl Write for BatchChange {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         fence: Option<&RunClaim>,
     ) -> Result<BatchInfo> {
@@ -142,7 +142,7 @@ impl Write for AbandonBatch {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         fence: Option<&RunClaim>,
     ) -> Result<Abandoned> {
@@ -172,7 +172,7 @@ impl Write for Recover {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<Vec<Abandoned>> {
@@ -196,7 +196,7 @@ impl Write for ArchiveBefore {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<u64> {
@@ -220,7 +220,7 @@ impl Write for ArchiveBatches {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<u64> {
@@ -241,7 +241,7 @@ impl Write for SummarizeAndArchive {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<Vec<BatchId>> {
@@ -260,12 +260,7 @@ impl Write for UpsertSummary {
         Locks::agent(self.0.agent_id)
     }
 
-    async fn apply(
-        &self,
-        conn: &mut AnyConnection,
-        ctx: &Ctx,
-        _fence: Option<&RunClaim>,
-    ) -> Result<()> {
+    async fn apply(&self, conn: &mut Conn<'_>, ctx: &Ctx, _fence: Option<&RunClaim>) -> Result<()> {
         super::upsert_summary(conn, ctx, &self.0).await
     }
 }
@@ -287,7 +282,7 @@ impl Write for ImportLegacy {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<Vec<BatchId>> {

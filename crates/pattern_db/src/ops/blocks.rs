@@ -7,9 +7,9 @@
 //! no trace. Like the rest of `ops`, these functions must never commit, roll back or open a
 //! transaction of their own.
 
+use crate::sql::Conn;
+use crate::sql::Row;
 use crate::{AgentError, BlockError};
-use sqlx::any::AnyRow;
-use sqlx::{AnyConnection, Row};
 use uuid::Uuid;
 
 use super::{Ctx, is_unique_violation, lock_agent, now_ms, search};
@@ -37,7 +37,7 @@ impl Write for CreateBlock {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<StoredBlock> {
@@ -68,7 +68,7 @@ impl Write for SetValue {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<i64> {
@@ -102,12 +102,7 @@ impl Write for Share {
         Locks::agent(self.owner)
     }
 
-    async fn apply(
-        &self,
-        conn: &mut AnyConnection,
-        ctx: &Ctx,
-        _fence: Option<&RunClaim>,
-    ) -> Result<()> {
+    async fn apply(&self, conn: &mut Conn<'_>, ctx: &Ctx, _fence: Option<&RunClaim>) -> Result<()> {
         share_block(
             conn,
             ctx,
@@ -137,12 +132,7 @@ impl Write for DeleteBlock {
         Locks::agent(self.owner).logging_changes()
     }
 
-    async fn apply(
-        &self,
-        conn: &mut AnyConnection,
-        ctx: &Ctx,
-        _fence: Option<&RunClaim>,
-    ) -> Result<()> {
+    async fn apply(&self, conn: &mut Conn<'_>, ctx: &Ctx, _fence: Option<&RunClaim>) -> Result<()> {
         delete_block(conn, ctx, self.agent, self.owner, &self.label).await
     }
 }
@@ -150,7 +140,7 @@ impl Write for DeleteBlock {
 /// Locks `owner` (the block's owner as read before the write was queued). An owner that is gone
 /// took its blocks with it: the block is not found.
 async fn lock_owner(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     owner: AgentId,
     agent: AgentId,
     label: &str,
@@ -166,8 +156,8 @@ async fn lock_owner(
 }
 
 /// The block `agent` sees as `label`, read inside the transaction.
-async fn access(conn: &mut AnyConnection, agent: AgentId, label: &str) -> Result<StoredBlock> {
-    let row: Option<AnyRow> = sqlx::query(sqlx::AssertSqlSafe(format!(
+async fn access(conn: &mut Conn<'_>, agent: AgentId, label: &str) -> Result<StoredBlock> {
+    let row: Option<Row> = crate::sql::query(sqlx::AssertSqlSafe(format!(
         "SELECT {BLOCK_COLUMNS} FROM memory_block_access a \
          JOIN memory_blocks b ON b.id = a.block_id WHERE a.agent_id = $1 AND a.label = $2"
     )))
@@ -188,7 +178,7 @@ async fn access(conn: &mut AnyConnection, agent: AgentId, label: &str) -> Result
 /// Locks the owner and reads the block `agent` sees as `label`. Should the block have changed
 /// hands since `owner` was read, its real owner is locked too.
 async fn locked_access(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     agent: AgentId,
     owner: AgentId,
     label: &str,
@@ -213,20 +203,20 @@ fn require_admin(block: &StoredBlock) -> Result<()> {
     }
 }
 
-async fn label_used_by(conn: &mut AnyConnection, agent: AgentId, label: &str) -> Result<bool> {
-    Ok(
-        sqlx::query("SELECT block_id FROM memory_block_access WHERE agent_id = $1 AND label = $2")
-            .bind(agent.to_string())
-            .bind(label)
-            .fetch_optional(&mut *conn)
-            .await?
-            .is_some(),
+async fn label_used_by(conn: &mut Conn<'_>, agent: AgentId, label: &str) -> Result<bool> {
+    Ok(crate::sql::query(
+        "SELECT block_id FROM memory_block_access WHERE agent_id = $1 AND label = $2",
     )
+    .bind(agent.to_string())
+    .bind(label)
+    .fetch_optional(&mut *conn)
+    .await?
+    .is_some())
 }
 
 #[allow(clippy::too_many_arguments)]
 async fn insert_version(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     block: Uuid,
     version: i64,
     value: &str,
@@ -235,7 +225,7 @@ async fn insert_version(
     change: &str,
     at: i64,
 ) -> Result<()> {
-    sqlx::query(
+    crate::sql::query(
         "INSERT INTO memory_block_versions \
          (block_id, version, value, description, changed_by, change, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -254,7 +244,7 @@ async fn insert_version(
 
 /// Creates a block, the owner's `admin` access row and version 1.
 async fn create_block(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     owner: AgentId,
     new: &NewBlock,
@@ -271,7 +261,7 @@ async fn create_block(
     }
     let id = Uuid::now_v7();
     let now = now_ms();
-    let inserted = sqlx::query(
+    let inserted = crate::sql::query(
         "INSERT INTO memory_blocks (id, owner_agent_id, label, description, value, char_limit, \
          block_type, version, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, $8)",
     )
@@ -290,7 +280,7 @@ async fn create_block(
         Err(e) if is_unique_violation(&e) => return Err(taken()),
         Err(e) => return Err(e.into()),
     }
-    sqlx::query(
+    crate::sql::query(
         "INSERT INTO memory_block_access (block_id, agent_id, label, permission) \
          VALUES ($1, $2, $3, 'admin')",
     )
@@ -348,7 +338,7 @@ struct ValueChange<'a> {
 }
 
 /// Writes a new version of a block; returns its number.
-async fn write_block(conn: &mut AnyConnection, ctx: &Ctx, w: ValueChange<'_>) -> Result<i64> {
+async fn write_block(conn: &mut Conn<'_>, ctx: &Ctx, w: ValueChange<'_>) -> Result<i64> {
     let block = locked_access(conn, w.agent, w.owner, w.label).await?;
     if !w.allowed.contains(&block.permission) {
         return Err(BlockError::PermissionDenied {
@@ -373,7 +363,7 @@ async fn write_block(conn: &mut AnyConnection, ctx: &Ctx, w: ValueChange<'_>) ->
     };
     check_limit(&block.label, &value, block.char_limit)?;
     let now = now_ms();
-    let updated = sqlx::query(
+    let updated = crate::sql::query(
         "UPDATE memory_blocks SET value = $1, version = version + 1, updated_at = $2 \
          WHERE id = $3 AND version = $4",
     )
@@ -384,7 +374,7 @@ async fn write_block(conn: &mut AnyConnection, ctx: &Ctx, w: ValueChange<'_>) ->
     .execute(&mut *conn)
     .await?;
     if updated.rows_affected() == 0 {
-        let current: i64 = sqlx::query("SELECT version FROM memory_blocks WHERE id = $1")
+        let current: i64 = crate::sql::query("SELECT version FROM memory_blocks WHERE id = $1")
             .bind(block.id.to_string())
             .fetch_one(&mut *conn)
             .await?
@@ -417,13 +407,14 @@ async fn write_block(conn: &mut AnyConnection, ctx: &Ctx, w: ValueChange<'_>) ->
     Ok(version)
 }
 
-async fn previous_value(conn: &mut AnyConnection, block: &StoredBlock) -> Result<String> {
-    let row =
-        sqlx::query("SELECT value FROM memory_block_versions WHERE block_id = $1 AND version = $2")
-            .bind(block.id.to_string())
-            .bind(block.version - 1)
-            .fetch_optional(&mut *conn)
-            .await?;
+async fn previous_value(conn: &mut Conn<'_>, block: &StoredBlock) -> Result<String> {
+    let row = crate::sql::query(
+        "SELECT value FROM memory_block_versions WHERE block_id = $1 AND version = $2",
+    )
+    .bind(block.id.to_string())
+    .bind(block.version - 1)
+    .fetch_optional(&mut *conn)
+    .await?;
     match row {
         Some(row) => Ok(row.try_get(0)?),
         None => Err(BlockError::NothingToUndo {
@@ -436,7 +427,7 @@ async fn previous_value(conn: &mut AnyConnection, block: &StoredBlock) -> Result
 
 /// Gives `with` access with `permission`, or takes it away (`None`).
 async fn share_block(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     owner: AgentId,
@@ -452,12 +443,13 @@ async fn share_block(
                 "the owner's access to block `{label}` cannot be taken away; delete the block instead"
             )).into());
         }
-        let removed =
-            sqlx::query("DELETE FROM memory_block_access WHERE block_id = $1 AND agent_id = $2")
-                .bind(block.id.to_string())
-                .bind(with.to_string())
-                .execute(&mut *conn)
-                .await?;
+        let removed = crate::sql::query(
+            "DELETE FROM memory_block_access WHERE block_id = $1 AND agent_id = $2",
+        )
+        .bind(block.id.to_string())
+        .bind(with.to_string())
+        .execute(&mut *conn)
+        .await?;
         if removed.rows_affected() == 0 {
             return Err(BlockError::NotFound {
                 agent: with,
@@ -472,22 +464,23 @@ async fn share_block(
             BlockError::Invalid(format!("the owner of block `{label}` keeps `admin`")).into(),
         );
     }
-    let exists = sqlx::query("SELECT id FROM agents WHERE id = $1")
+    let exists = crate::sql::query("SELECT id FROM agents WHERE id = $1")
         .bind(with.to_string())
         .fetch_optional(&mut *conn)
         .await?;
     if exists.is_none() {
         return Err(AgentError::NotFound(with).into());
     }
-    let current =
-        sqlx::query("SELECT block_id FROM memory_block_access WHERE agent_id = $1 AND label = $2")
-            .bind(with.to_string())
-            .bind(&block.label)
-            .fetch_optional(&mut *conn)
-            .await?;
+    let current = crate::sql::query(
+        "SELECT block_id FROM memory_block_access WHERE agent_id = $1 AND label = $2",
+    )
+    .bind(with.to_string())
+    .bind(&block.label)
+    .fetch_optional(&mut *conn)
+    .await?;
     match current {
         Some(row) if row.try_get::<String, _>(0)? == block.id.to_string() => {
-            sqlx::query(
+            crate::sql::query(
                 "UPDATE memory_block_access SET permission = $1 WHERE block_id = $2 AND agent_id = $3",
             )
             .bind(permission)
@@ -504,7 +497,7 @@ async fn share_block(
             .into());
         }
         None => {
-            let inserted = sqlx::query(
+            let inserted = crate::sql::query(
                 "INSERT INTO memory_block_access (block_id, agent_id, label, permission) \
                  VALUES ($1, $2, $3, $4)",
             )
@@ -532,7 +525,7 @@ async fn share_block(
 
 /// Deletes a block with its access rows and history.
 async fn delete_block(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     owner: AgentId,
@@ -549,7 +542,7 @@ async fn delete_block(
         "DELETE FROM memory_block_access WHERE block_id = $1",
         "DELETE FROM memory_blocks WHERE id = $1",
     ] {
-        sqlx::query(sql).bind(&id).execute(&mut *conn).await?;
+        crate::sql::query(sql).bind(&id).execute(&mut *conn).await?;
     }
     Ok(())
 }

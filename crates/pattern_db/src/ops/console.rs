@@ -4,7 +4,7 @@
 //! They run inside the writer's transaction; it must never commit, and never see a
 //! token (only its hash arrives here).
 
-use sqlx::AnyConnection;
+use crate::sql::Conn;
 
 use super::{Ctx, now_ms};
 use crate::console::NewConsoleSession;
@@ -26,7 +26,7 @@ impl Write for OpenSession {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         _ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<bool> {
@@ -49,7 +49,7 @@ impl Write for EndSession {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         _ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<bool> {
@@ -57,8 +57,8 @@ impl Write for EndSession {
     }
 }
 
-async fn delete_expired(conn: &mut AnyConnection) -> Result<()> {
-    sqlx::query("DELETE FROM console_sessions WHERE expires_at <= $1")
+async fn delete_expired(conn: &mut Conn<'_>) -> Result<()> {
+    crate::sql::query("DELETE FROM console_sessions WHERE expires_at <= $1")
         .bind(now_ms())
         .execute(&mut *conn)
         .await?;
@@ -66,9 +66,9 @@ async fn delete_expired(conn: &mut AnyConnection) -> Result<()> {
 }
 
 /// Stores the session when its key is still live; whether it did.
-async fn open(conn: &mut AnyConnection, new: &NewConsoleSession) -> Result<bool> {
+async fn open(conn: &mut Conn<'_>, new: &NewConsoleSession) -> Result<bool> {
     delete_expired(conn).await?;
-    let done = sqlx::query(
+    let done = crate::sql::query(
         "INSERT INTO console_sessions (token_hash, api_key_id, created_at, expires_at) \
          SELECT $1, id, $2, $3 FROM api_keys WHERE id = $4 AND revoked_at IS NULL",
     )
@@ -82,9 +82,9 @@ async fn open(conn: &mut AnyConnection, new: &NewConsoleSession) -> Result<bool>
 }
 
 /// Deletes the session; whether it existed (and had not expired).
-async fn end(conn: &mut AnyConnection, token_hash: &str) -> Result<bool> {
+async fn end(conn: &mut Conn<'_>, token_hash: &str) -> Result<bool> {
     delete_expired(conn).await?;
-    let done = sqlx::query("DELETE FROM console_sessions WHERE token_hash = $1")
+    let done = crate::sql::query("DELETE FROM console_sessions WHERE token_hash = $1")
         .bind(token_hash)
         .execute(&mut *conn)
         .await?;

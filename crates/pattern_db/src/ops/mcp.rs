@@ -4,9 +4,10 @@
 //! Writes run inside the writer's transaction (reads on the reader pool); they must never
 //! commit, and never write a server of an agent they did not lock first.
 
+use crate::sql::Conn;
+use crate::sql::Pool;
+use crate::sql::Row;
 use crate::{BatchError, McpError, StorageError};
-use sqlx::any::AnyRow;
-use sqlx::{AnyConnection, AnyPool, Row};
 
 use super::{Ctx, from_ms, lock_agent, now_ms, parse_uuid};
 use crate::error::Result;
@@ -33,7 +34,7 @@ impl Write for PutServers {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         _ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<Self::Output> {
@@ -57,7 +58,7 @@ impl Write for RemoveServer {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         _ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<Self::Output> {
@@ -67,7 +68,7 @@ impl Write for RemoveServer {
 
 const COLUMNS: &str = "agent_id, name, config, updated_at";
 
-fn from_row(row: &AnyRow) -> Result<McpServerRow> {
+fn from_row(row: &Row) -> Result<McpServerRow> {
     let agent: String = row.try_get(0)?;
     let config: String = row.try_get(2)?;
     Ok(McpServerRow {
@@ -81,21 +82,21 @@ fn from_row(row: &AnyRow) -> Result<McpServerRow> {
 }
 
 async fn put(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     agent: AgentId,
     servers: &[(String, String)],
     replace_all: bool,
 ) -> Result<Vec<McpServerRow>> {
     lock_agent(conn, agent).await?;
     if replace_all {
-        sqlx::query("DELETE FROM mcp_servers WHERE agent_id = $1")
+        crate::sql::query("DELETE FROM mcp_servers WHERE agent_id = $1")
             .bind(agent.to_string())
             .execute(&mut *conn)
             .await?;
     }
     let now = now_ms();
     for (name, config) in servers {
-        sqlx::query(
+        crate::sql::query(
             "INSERT INTO mcp_servers (agent_id, name, config, updated_at) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (agent_id, name) DO UPDATE SET config = excluded.config, \
              updated_at = excluded.updated_at",
@@ -107,7 +108,7 @@ async fn put(
         .execute(&mut *conn)
         .await?;
     }
-    let count: i64 = sqlx::query("SELECT COUNT(*) FROM mcp_servers WHERE agent_id = $1")
+    let count: i64 = crate::sql::query("SELECT COUNT(*) FROM mcp_servers WHERE agent_id = $1")
         .bind(agent.to_string())
         .fetch_one(&mut *conn)
         .await?
@@ -120,7 +121,7 @@ async fn put(
     }
     let mut out = Vec::with_capacity(servers.len());
     for (name, _) in servers {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {COLUMNS} FROM mcp_servers WHERE agent_id = $1 AND name = $2"
         )))
         .bind(agent.to_string())
@@ -132,9 +133,9 @@ async fn put(
     Ok(out)
 }
 
-async fn remove(conn: &mut AnyConnection, agent: AgentId, name: &str) -> Result<()> {
+async fn remove(conn: &mut Conn<'_>, agent: AgentId, name: &str) -> Result<()> {
     lock_agent(conn, agent).await?;
-    let done = sqlx::query("DELETE FROM mcp_servers WHERE agent_id = $1 AND name = $2")
+    let done = crate::sql::query("DELETE FROM mcp_servers WHERE agent_id = $1 AND name = $2")
         .bind(agent.to_string())
         .bind(name)
         .execute(&mut *conn)
@@ -149,8 +150,8 @@ async fn remove(conn: &mut AnyConnection, agent: AgentId, name: &str) -> Result<
     Ok(())
 }
 
-pub(crate) async fn list(pool: &AnyPool, agent: AgentId) -> Result<Vec<McpServerRow>> {
-    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+pub(crate) async fn list(pool: &Pool, agent: AgentId) -> Result<Vec<McpServerRow>> {
+    let rows = crate::sql::query(sqlx::AssertSqlSafe(format!(
         "SELECT {COLUMNS} FROM mcp_servers WHERE agent_id = $1 ORDER BY name"
     )))
     .bind(agent.to_string())

@@ -13,7 +13,7 @@
 use crate::{AgentError, ProtocolError, StorageError};
 use std::time::Duration;
 
-use sqlx::{AnyConnection, Row};
+use crate::sql::Conn;
 
 use super::{AGENT_COLUMNS, agent_from_row};
 use super::{Ctx, from_ms, is_unique_violation, now_ms};
@@ -48,7 +48,7 @@ impl Write for CreateOrganization {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         _ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<Organization> {
@@ -76,7 +76,7 @@ impl Write for OpenSession {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<Self::Output> {
@@ -109,7 +109,7 @@ impl Write for EndSession {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<Session> {
@@ -134,7 +134,7 @@ impl Write for SendSessionMessage {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<ProtocolMessage> {
@@ -158,7 +158,7 @@ impl Write for MarkRead {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         _ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<u64> {
@@ -175,7 +175,7 @@ impl Write for ProtocolOp {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<ProtocolDone> {
@@ -262,7 +262,7 @@ impl ProtocolOp {
 }
 
 /// Runs one [`ProtocolOp`] inside the writer's transaction.
-async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &ProtocolOp) -> Result<ProtocolDone> {
+async fn apply(conn: &mut Conn<'_>, ctx: &Ctx, op: &ProtocolOp) -> Result<ProtocolDone> {
     match op {
         ProtocolOp::CreateMeeting {
             host,
@@ -282,12 +282,12 @@ async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &ProtocolOp) -> Result<P
 
 /// On PostgreSQL, queues `NOTIFY`s for the wake-ups inside the current transaction: they are
 /// delivered when (and only if) it commits. Nothing on SQLite (the handle wakes in-process).
-pub(crate) async fn notify(conn: &mut AnyConnection, ctx: &Ctx, wakeups: &[Wakeup]) -> Result<()> {
+pub(crate) async fn notify(conn: &mut Conn<'_>, ctx: &Ctx, wakeups: &[Wakeup]) -> Result<()> {
     if ctx.backend != Backend::Postgres {
         return Ok(());
     }
     for wakeup in wakeups {
-        sqlx::query("SELECT pg_notify($1, $2)")
+        crate::sql::query("SELECT pg_notify($1, $2)")
             .bind(WAKEUP_CHANNEL)
             .bind(wakeup.payload())
             .execute(&mut *conn)
@@ -297,7 +297,7 @@ pub(crate) async fn notify(conn: &mut AnyConnection, ctx: &Ctx, wakeups: &[Wakeu
 }
 
 pub(crate) async fn create_organization(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     external_id: &str,
     name: &str,
 ) -> Result<Organization> {
@@ -307,7 +307,7 @@ pub(crate) async fn create_organization(
             external_id: external_id.to_owned(),
         })
     };
-    if sqlx::query("SELECT id FROM protocol_organizations WHERE external_id = $1")
+    if crate::sql::query("SELECT id FROM protocol_organizations WHERE external_id = $1")
         .bind(external_id)
         .fetch_optional(&mut *conn)
         .await?
@@ -321,7 +321,7 @@ pub(crate) async fn create_organization(
         name: name.to_owned(),
         created_at: from_ms(now_ms()),
     };
-    let inserted = sqlx::query(
+    let inserted = crate::sql::query(
         "INSERT INTO protocol_organizations (id, external_id, name, created_at) \
          VALUES ($1, $2, $3, $4)",
     )
@@ -339,8 +339,8 @@ pub(crate) async fn create_organization(
 }
 
 /// The agent `id` ([`AgentError::NotFound`] otherwise).
-pub(crate) async fn require_agent(conn: &mut AnyConnection, id: AgentId) -> Result<Agent> {
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+pub(crate) async fn require_agent(conn: &mut Conn<'_>, id: AgentId) -> Result<Agent> {
+    let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
         "SELECT {AGENT_COLUMNS} FROM agents WHERE id = $1"
     )))
     .bind(id.to_string())
@@ -356,7 +356,7 @@ pub(crate) async fn require_agent(conn: &mut AnyConnection, id: AgentId) -> Resu
 /// [`AgentError::OtherOrganization`] when it is not, [`AgentError::NotFound`] when either is
 /// unknown.
 pub(crate) async fn require_same_organization(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     agent: &Agent,
     other: AgentId,
 ) -> Result<Agent> {
@@ -372,12 +372,12 @@ pub(crate) async fn require_same_organization(
 }
 
 /// Reads a session and, on PostgreSQL, locks its row until the transaction ends.
-async fn lock_session(conn: &mut AnyConnection, ctx: &Ctx, id: SessionId) -> Result<Session> {
+async fn lock_session(conn: &mut Conn<'_>, ctx: &Ctx, id: SessionId) -> Result<Session> {
     let lock = match ctx.backend {
         Backend::Postgres => " FOR UPDATE",
         Backend::Sqlite => "",
     };
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+    let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
         "SELECT {SESSION_COLUMNS} FROM protocol_sessions WHERE id = $1{lock}"
     )))
     .bind(id.to_string())
@@ -394,12 +394,12 @@ async fn lock_session(conn: &mut AnyConnection, ctx: &Ctx, id: SessionId) -> Res
 }
 
 async fn live_session(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     a: AgentId,
     b: AgentId,
     session_type: SessionType,
 ) -> Result<Option<Session>> {
-    sqlx::query(sqlx::AssertSqlSafe(format!(
+    crate::sql::query(sqlx::AssertSqlSafe(format!(
         "SELECT {SESSION_COLUMNS} FROM protocol_sessions \
          WHERE agent_a_id = $1 AND agent_b_id = $2 AND session_type = $3 AND status <> 'ended'"
     )))
@@ -417,7 +417,7 @@ async fn live_session(
 /// a sync session) with `options`; a live inbox session opened again for agents becomes one
 /// (decision 0020). With `first`, `opener` sends it into the session in the same transaction.
 async fn open_session(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     opener: AgentId,
     other: AgentId,
@@ -444,7 +444,7 @@ async fn open_session(
         let limit = options
             .message_limit
             .map(|l| l.saturating_add(session.messages_sent));
-        sqlx::query(
+        crate::sql::query(
             "UPDATE protocol_sessions SET delivery = 'agents', \
              message_limit = COALESCE(message_limit, $1) WHERE id = $2",
         )
@@ -468,7 +468,7 @@ async fn open_session(
 }
 
 async fn insert_session(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     opener: AgentId,
     a: AgentId,
     b: AgentId,
@@ -492,7 +492,7 @@ async fn insert_session(
     };
     // A concurrent open in another process may win the race for the partial unique index: the
     // insert then does nothing (no failed statement), and the winner's session is read back.
-    let inserted = sqlx::query(
+    let inserted = crate::sql::query(
         "INSERT INTO protocol_sessions (id, agent_a_id, agent_b_id, session_type, status, \
          locked_agent_id, created_at, updated_at, ended_at, delivery, message_limit, messages_sent) \
          VALUES ($1, $2, $3, $4, 'active', $5, $6, $6, NULL, $7, $8, 0) ON CONFLICT DO NOTHING",
@@ -524,7 +524,7 @@ async fn insert_session(
 }
 
 async fn end_session(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     id: SessionId,
     agent: AgentId,
@@ -541,9 +541,9 @@ async fn end_session(
 }
 
 /// Ends a locked, live session and wakes both participants.
-async fn close_session(conn: &mut AnyConnection, ctx: &Ctx, session: &mut Session) -> Result<()> {
+async fn close_session(conn: &mut Conn<'_>, ctx: &Ctx, session: &mut Session) -> Result<()> {
     let now = now_ms();
-    sqlx::query(
+    crate::sql::query(
         "UPDATE protocol_sessions SET status = 'ended', locked_agent_id = NULL, updated_at = $1, \
          ended_at = $1 WHERE id = $2",
     )
@@ -568,7 +568,7 @@ async fn close_session(conn: &mut AnyConnection, ctx: &Ctx, session: &mut Sessio
 }
 
 async fn send_session_message(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     id: SessionId,
     sender: AgentId,
@@ -582,7 +582,7 @@ async fn send_session_message(
 /// turn, limit), passes a sync session's turn, counts it (ending the session at its limit) and,
 /// when the agents answer, queues the recipient's trigger: all in the caller's transaction.
 async fn store_message(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     session: &mut Session,
     sender: AgentId,
@@ -637,7 +637,7 @@ async fn store_message(
         seq: ctx.ids.next_id()?,
         created_at: from_ms(now),
     };
-    sqlx::query(
+    crate::sql::query(
         "INSERT INTO protocol_messages (id, sender_id, recipient_id, session_id, meeting_id, \
          message_type, content, metadata, read_at, seq, created_at) \
          VALUES ($1, $2, $3, $4, NULL, $5, $6, $7, NULL, $8, $9)",
@@ -659,7 +659,7 @@ async fn store_message(
         SessionType::Async => None,
     };
     session.updated_at = from_ms(now);
-    sqlx::query(
+    crate::sql::query(
         "UPDATE protocol_sessions SET locked_agent_id = $1, updated_at = $2, \
          messages_sent = messages_sent + 1 WHERE id = $3",
     )
@@ -717,12 +717,12 @@ fn trigger_for(session: &Session, sender: &str, message: &ProtocolMessage) -> Ne
 /// whose turn `agent` holds, its final answer (`reply`) goes back into the session as its
 /// reply (an empty answer ends the session: nothing would ever move it on).
 pub(crate) async fn complete_delivery(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     batch: crate::model::BatchId,
 ) -> Result<()> {
-    let row = sqlx::query(
+    let row = crate::sql::query(
         "SELECT q.protocol_message_id, m.session_id FROM agent_queue q \
          JOIN protocol_messages m ON m.id = q.protocol_message_id \
          WHERE q.delivered_batch = $1 AND q.agent_id = $2",
@@ -736,7 +736,7 @@ pub(crate) async fn complete_delivery(
     };
     let message: String = row.try_get(0)?;
     let session: Option<String> = row.try_get(1)?;
-    sqlx::query(
+    crate::sql::query(
         "UPDATE protocol_messages SET read_at = $1 \
          WHERE id = $2 AND recipient_id = $3 AND read_at IS NULL",
     )
@@ -767,8 +767,8 @@ pub(crate) async fn complete_delivery(
 }
 
 /// The text of the last assistant message of `batch` (its final answer).
-async fn final_answer(conn: &mut AnyConnection, batch: crate::model::BatchId) -> Result<String> {
-    let row = sqlx::query(
+async fn final_answer(conn: &mut Conn<'_>, batch: crate::model::BatchId) -> Result<String> {
+    let row = crate::sql::query(
         "SELECT content FROM messages WHERE batch_id = $1 AND role = 'assistant' \
          ORDER BY sequence_num DESC LIMIT 1",
     )
@@ -790,7 +790,7 @@ async fn final_answer(conn: &mut AnyConnection, batch: crate::model::BatchId) ->
 }
 
 async fn mark_read(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     agent: AgentId,
     messages: &[ProtocolMessageId],
 ) -> Result<u64> {
@@ -798,7 +798,7 @@ async fn mark_read(
     let now = now_ms();
     let mut changed = 0;
     for message in messages {
-        changed += sqlx::query(
+        changed += crate::sql::query(
             "UPDATE protocol_messages SET read_at = $1 \
              WHERE id = $2 AND recipient_id = $3 AND read_at IS NULL",
         )
@@ -816,12 +816,12 @@ async fn mark_read(
 /// CHECK on recipient and meeting holds by itself). Returns the driver's answer.
 #[cfg(feature = "testkit")]
 pub(crate) async fn insert_raw_message(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     sender: AgentId,
     recipient: Option<AgentId>,
     meeting: Option<&str>,
 ) -> std::result::Result<(), sqlx::Error> {
-    sqlx::query(
+    crate::sql::query(
         "INSERT INTO protocol_messages (id, sender_id, recipient_id, session_id, meeting_id, \
          message_type, content, metadata, read_at, seq, created_at) \
          VALUES ($1, $2, $3, NULL, $4, 'raw', '{}', NULL, NULL, 1, 0)",

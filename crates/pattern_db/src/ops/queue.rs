@@ -5,11 +5,10 @@
 //! Each write locks its agent. Runs inside the writer's transaction; it must never commit, and
 //! never claim an entry without beginning its batch in the same transaction.
 
+use crate::sql::Conn;
 use crate::{BatchError, ScheduleError};
-use sqlx::AnyConnection;
 
 use super::{Ctx, begin_batch, claim_retry, encode_content, lock_agent, now_ms};
-use sqlx::Row;
 
 use crate::error::Result;
 use crate::id::SnowflakeId;
@@ -35,7 +34,7 @@ impl Write for Enqueue {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<QueuedMessage> {
@@ -59,7 +58,7 @@ impl Write for BeginQueued {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<Option<Delivered>> {
@@ -83,7 +82,7 @@ impl Write for CancelQueued {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         _ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<u64> {
@@ -107,7 +106,7 @@ impl Write for AddSchedule {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<QueuedMessage> {
@@ -131,7 +130,7 @@ impl Write for RemoveSchedule {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         _ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<QueuedMessage> {
@@ -140,7 +139,7 @@ impl Write for RemoveSchedule {
 }
 
 pub(crate) async fn enqueue(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     entry: &NewQueued,
@@ -152,7 +151,7 @@ pub(crate) async fn enqueue(
     if let Some(abandoned) = entry.retry_of {
         claim_retry(conn, agent, abandoned, now).await?;
         // A retry delivers the same session message as the entry whose batch it runs again.
-        delivers = sqlx::query(
+        delivers = crate::sql::query(
             "SELECT protocol_message_id FROM agent_queue WHERE delivered_batch = $1 AND agent_id = $2",
         )
         .bind(abandoned.get())
@@ -170,7 +169,7 @@ pub(crate) async fn enqueue(
 /// Takes no agent lock (the session row is this write's lock; an agent lock after it would break
 /// the writer's lock order), so it only inserts: whoever claims `agent` next sees the entry.
 pub(crate) async fn enqueue_session_message(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     entry: &NewQueued,
@@ -215,7 +214,7 @@ fn check_entry(ctx: &Ctx, entry: &NewQueued) -> Result<String> {
 }
 
 async fn insert_entry(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     entry: &NewQueued,
@@ -228,7 +227,7 @@ async fn insert_entry(
     let every = entry
         .every
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+    let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO agent_queue (id, agent_id, batch_type, role, content, source, deliver_at, \
          every_ms, deliveries, created_at, retry_of, protocol_message_id) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, $9, $10, $11) \
@@ -253,7 +252,7 @@ async fn insert_entry(
 
 /// Wakes whoever waits on `agent`'s queue or on any queue (after a new entry, in its
 /// transaction: on PostgreSQL the notification goes out at commit).
-async fn wake_queue(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId) -> Result<()> {
+async fn wake_queue(conn: &mut Conn<'_>, ctx: &Ctx, agent: AgentId) -> Result<()> {
     crate::wake::notify(
         conn,
         ctx.backend,
@@ -266,7 +265,7 @@ async fn wake_queue(conn: &mut AnyConnection, ctx: &Ctx, agent: AgentId) -> Resu
 }
 
 async fn begin_queued(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     id: SnowflakeId,
@@ -288,7 +287,7 @@ async fn begin_queued(
         None,
     )
     .await?;
-    sqlx::query("UPDATE agent_queue SET delivered_batch = $1 WHERE id = $2")
+    crate::sql::query("UPDATE agent_queue SET delivered_batch = $1 WHERE id = $2")
         .bind(received.batch_id.get())
         .bind(id.get())
         .execute(&mut *conn)
@@ -297,9 +296,9 @@ async fn begin_queued(
     Ok(Some(Delivered { entry, received }))
 }
 
-async fn cancel_queued(conn: &mut AnyConnection, agent: AgentId, id: SnowflakeId) -> Result<u64> {
+async fn cancel_queued(conn: &mut Conn<'_>, agent: AgentId, id: SnowflakeId) -> Result<u64> {
     lock_agent(conn, agent).await?;
-    let done = sqlx::query(
+    let done = crate::sql::query(
         "DELETE FROM agent_queue WHERE id = $1 AND agent_id = $2 AND delivered_at IS NULL",
     )
     .bind(id.get())
@@ -316,13 +315,13 @@ async fn cancel_queued(conn: &mut AnyConnection, agent: AgentId, id: SnowflakeId
 /// pending (or another transaction claimed it first: the update is conditional on what was read,
 /// and on PostgreSQL waits for a concurrent claim's row lock, then finds it changed).
 pub(crate) async fn claim_entry(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     agent: AgentId,
     id: SnowflakeId,
     now: i64,
     due_only: bool,
 ) -> Result<Option<QueuedMessage>> {
-    let current = sqlx::query(
+    let current = crate::sql::query(
         "SELECT deliver_at, cron, time_zone FROM agent_queue \
          WHERE id = $1 AND agent_id = $2 AND delivered_at IS NULL",
     )
@@ -359,7 +358,7 @@ pub(crate) async fn claim_entry(
                      RETURNING {QUEUE_COLUMNS}"
                 ),
             };
-            sqlx::query(sqlx::AssertSqlSafe(sql))
+            crate::sql::query(sqlx::AssertSqlSafe(sql))
                 .bind(next.unwrap_or(now))
                 .bind(id.get())
                 .bind(agent.to_string())
@@ -368,7 +367,7 @@ pub(crate) async fn claim_entry(
                 .await?
         }
         None => {
-            sqlx::query(sqlx::AssertSqlSafe(format!(
+            crate::sql::query(sqlx::AssertSqlSafe(format!(
                 "UPDATE agent_queue SET \
                    delivered_at = CASE WHEN every_ms IS NULL THEN $1 ELSE NULL END, \
                    deliver_at = CASE WHEN every_ms IS NULL THEN deliver_at \
@@ -390,7 +389,7 @@ pub(crate) async fn claim_entry(
 
 /// Stores a checked schedule as a queue entry, under the agent's lock, after checking its cap.
 async fn add_schedule(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     valid: &ValidSchedule,
@@ -398,7 +397,7 @@ async fn add_schedule(
     let message = NewMessage::new(Role::System, vec![ContentBlock::text(&valid.message)]);
     let content = encode_content(ctx.max_content_bytes, &message)?;
     lock_agent(conn, agent).await?;
-    let live: i64 = sqlx::query(
+    let live: i64 = crate::sql::query(
         "SELECT COUNT(*) FROM agent_queue \
          WHERE agent_id = $1 AND schedule IS NOT NULL AND delivered_at IS NULL",
     )
@@ -415,7 +414,7 @@ async fn add_schedule(
     }
     let id = ctx.ids.next_id()?;
     let now = now_ms();
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+    let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO agent_queue (id, agent_id, batch_type, role, content, source, deliver_at, \
          deliveries, created_at, schedule, cron, time_zone, name) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $9, $10, $11, $12) \
@@ -441,12 +440,12 @@ async fn add_schedule(
 
 /// Deletes `agent`'s live schedule `id`; returns it.
 async fn remove_schedule(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     agent: AgentId,
     id: SnowflakeId,
 ) -> Result<QueuedMessage> {
     lock_agent(conn, agent).await?;
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+    let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
         "DELETE FROM agent_queue \
          WHERE id = $1 AND agent_id = $2 AND schedule IS NOT NULL AND delivered_at IS NULL \
          RETURNING {QUEUE_COLUMNS}"
@@ -475,13 +474,13 @@ fn earns_retry(entry: &QueuedMessage) -> bool {
 /// wakeup again, once (`retry_of` marks the batch in this transaction, so a second attempt is
 /// refused). Runs under the agent's lock, in the transaction that abandons the batch.
 pub(crate) async fn retry_crashed_wakeup(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     batch: BatchId,
     now: i64,
 ) -> Result<Option<QueuedMessage>> {
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+    let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
         "SELECT {QUEUE_COLUMNS} FROM agent_queue WHERE delivered_batch = $1 AND agent_id = $2"
     )))
     .bind(batch.get())
@@ -495,7 +494,7 @@ pub(crate) async fn retry_crashed_wakeup(
     if !earns_retry(&entry) || entry.retry_of.is_some() {
         return Ok(None);
     }
-    let retried: Option<i64> = sqlx::query("SELECT retried_at FROM batches WHERE id = $1")
+    let retried: Option<i64> = crate::sql::query("SELECT retried_at FROM batches WHERE id = $1")
         .bind(batch.get())
         .fetch_one(&mut *conn)
         .await?

@@ -6,8 +6,9 @@
 //! policy that does not pass `RetentionSettings::check`.
 
 use crate::StorageError;
-use sqlx::any::AnyRow;
-use sqlx::{AnyConnection, AnyPool, Row};
+use crate::sql::Conn;
+use crate::sql::Pool;
+use crate::sql::Row;
 
 use crate::config::Backend;
 use crate::error::{Error, Result};
@@ -36,7 +37,7 @@ impl Write for RetainAgent {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<AgentRetentionReport> {
@@ -60,7 +61,7 @@ impl Write for PlanArchive {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<Vec<BatchId>> {
@@ -74,7 +75,7 @@ impl Write for PlanArchive {
             let text = serde_json::to_string(&ids).map_err(|e| {
                 StorageError::Corrupt(format!("an archive plan does not encode: {e}"))
             })?;
-            sqlx::query(
+            crate::sql::query(
                 "INSERT INTO retention_exports (agent_id, batch_ids, created_at) VALUES ($1, $2, $3)",
             )
             .bind(self.agent.to_string())
@@ -103,13 +104,13 @@ impl Write for SetPolicy {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         _ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<StoredRetention> {
         lock_agent(conn, self.agent).await?;
         let s = &self.settings;
-        sqlx::query(
+        crate::sql::query(
             "INSERT INTO retention_policies (agent_id, batches_older_than_days, batch_disposal, \
              keep_block_versions, activity_older_than_days, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $6) \
@@ -128,7 +129,7 @@ impl Write for SetPolicy {
         .bind(now_ms())
         .execute(&mut *conn)
         .await?;
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {POLICY_COLUMNS} FROM retention_policies WHERE agent_id = $1"
         )))
         .bind(self.agent.to_string())
@@ -153,12 +154,12 @@ impl Write for ClearPolicy {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         _ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<bool> {
         lock_agent(conn, self.agent).await?;
-        let done = sqlx::query("DELETE FROM retention_policies WHERE agent_id = $1")
+        let done = crate::sql::query("DELETE FROM retention_policies WHERE agent_id = $1")
             .bind(self.agent.to_string())
             .execute(&mut *conn)
             .await?;
@@ -169,7 +170,7 @@ impl Write for ClearPolicy {
 const POLICY_COLUMNS: &str = "agent_id, batches_older_than_days, batch_disposal, \
      keep_block_versions, activity_older_than_days, updated_at";
 
-fn stored_u32(row: &AnyRow, i: usize) -> Result<Option<u32>> {
+fn stored_u32(row: &Row, i: usize) -> Result<Option<u32>> {
     let v: Option<i64> = row.try_get(i)?;
     v.map(|v| {
         u32::try_from(v).map_err(|_| {
@@ -181,7 +182,7 @@ fn stored_u32(row: &AnyRow, i: usize) -> Result<Option<u32>> {
     .transpose()
 }
 
-fn policy_from_row(row: &AnyRow) -> Result<StoredRetention> {
+fn policy_from_row(row: &Row) -> Result<StoredRetention> {
     let agent: String = row.try_get(0)?;
     let disposal: String = row.try_get(2)?;
     let settings = RetentionSettings {
@@ -204,10 +205,10 @@ fn policy_from_row(row: &AnyRow) -> Result<StoredRetention> {
 }
 
 /// The stored policy of `agent`, or every stored policy (by agent id).
-pub(crate) async fn policy(pool: &AnyPool, agent: Option<AgentId>) -> Result<Vec<StoredRetention>> {
+pub(crate) async fn policy(pool: &Pool, agent: Option<AgentId>) -> Result<Vec<StoredRetention>> {
     let rows = match agent {
         Some(a) => {
-            sqlx::query(sqlx::AssertSqlSafe(format!(
+            crate::sql::query(sqlx::AssertSqlSafe(format!(
                 "SELECT {POLICY_COLUMNS} FROM retention_policies WHERE agent_id = $1"
             )))
             .bind(a.to_string())
@@ -215,7 +216,7 @@ pub(crate) async fn policy(pool: &AnyPool, agent: Option<AgentId>) -> Result<Vec
             .await?
         }
         None => {
-            sqlx::query(sqlx::AssertSqlSafe(format!(
+            crate::sql::query(sqlx::AssertSqlSafe(format!(
                 "SELECT {POLICY_COLUMNS} FROM retention_policies ORDER BY agent_id"
             )))
             .fetch_all(pool)
@@ -226,8 +227,8 @@ pub(crate) async fn policy(pool: &AnyPool, agent: Option<AgentId>) -> Result<Vec
 }
 
 /// The batch ids of `agent`'s unfinished archive plan.
-async fn planned(conn: &mut AnyConnection, agent: AgentId) -> Result<Option<Vec<i64>>> {
-    let row = sqlx::query("SELECT batch_ids FROM retention_exports WHERE agent_id = $1")
+async fn planned(conn: &mut Conn<'_>, agent: AgentId) -> Result<Option<Vec<i64>>> {
+    let row = crate::sql::query("SELECT batch_ids FROM retention_exports WHERE agent_id = $1")
         .bind(agent.to_string())
         .fetch_optional(&mut *conn)
         .await?;
@@ -244,12 +245,7 @@ async fn planned(conn: &mut AnyConnection, agent: AgentId) -> Result<Option<Vec<
 
 /// Batches of `agent` a pass may delete: not open, older than `cutoff` (by completion, else
 /// start), and abandoned or archived under a summary; oldest first.
-async fn eligible(
-    conn: &mut AnyConnection,
-    ctx: &Ctx,
-    agent: AgentId,
-    cutoff: i64,
-) -> Result<Vec<i64>> {
+async fn eligible(conn: &mut Conn<'_>, ctx: &Ctx, agent: AgentId, cutoff: i64) -> Result<Vec<i64>> {
     let archived = match ctx.backend {
         Backend::Sqlite => "b.archived = 1",
         Backend::Postgres => "b.archived",
@@ -261,7 +257,7 @@ async fn eligible(
               WHERE s.agent_id = b.agent_id AND s.from_batch <= b.id AND b.id <= s.through_batch))) \
          ORDER BY b.id"
     );
-    Ok(sqlx::query(sqlx::AssertSqlSafe(sql))
+    Ok(crate::sql::query(sqlx::AssertSqlSafe(sql))
         .bind(agent.to_string())
         .bind(cutoff)
         .fetch_all(&mut *conn)
@@ -278,7 +274,7 @@ fn age_ms(d: std::time::Duration) -> i64 {
 }
 
 async fn retain(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     policy: &AgentRetention,
@@ -300,7 +296,7 @@ async fn retain(
                 // run without a plan reports what a plan would take.
                 let planned = planned(conn, agent).await?;
                 if !policy.dry_run && planned.is_some() {
-                    sqlx::query("DELETE FROM retention_exports WHERE agent_id = $1")
+                    crate::sql::query("DELETE FROM retention_exports WHERE agent_id = $1")
                         .bind(id.clone())
                         .execute(&mut *conn)
                         .await?;
@@ -316,7 +312,7 @@ async fn retain(
             let list = placeholders(1, chunk.len(), 2);
             let count_sql =
                 format!("SELECT COUNT(*) FROM messages WHERE agent_id = $1 AND batch_id IN {list}");
-            let mut q = sqlx::query(sqlx::AssertSqlSafe(count_sql)).bind(id.clone());
+            let mut q = crate::sql::query(sqlx::AssertSqlSafe(count_sql)).bind(id.clone());
             for b in chunk {
                 q = q.bind(*b);
             }
@@ -334,7 +330,7 @@ async fn retain(
                     "$1 = $1 AND "
                 };
                 let sql = format!("DELETE FROM {table} WHERE {agent_filter}batch_id IN {list}");
-                let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(id.clone());
+                let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(id.clone());
                 for b in chunk {
                     q = q.bind(*b);
                 }
@@ -343,13 +339,13 @@ async fn retain(
             let sql = format!(
                 "UPDATE batches SET parent_batch = NULL WHERE agent_id = $1 AND parent_batch IN {list}"
             );
-            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(id.clone());
+            let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(id.clone());
             for b in chunk {
                 q = q.bind(*b);
             }
             q.execute(&mut *conn).await?;
             let sql = format!("DELETE FROM batches WHERE agent_id = $1 AND id IN {list}");
-            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(id.clone());
+            let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(id.clone());
             for b in chunk {
                 q = q.bind(*b);
             }
@@ -397,7 +393,7 @@ async fn retain(
 /// Counts (on a dry run) or deletes the rows `filter` (`FROM ... WHERE ...`: `$1` the agent's
 /// id, then `$2`, `$3`... the `numbers`) selects; returns how many.
 async fn count_or_delete(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     dry_run: bool,
     filter: &str,
     agent: &str,
@@ -408,7 +404,8 @@ async fn count_or_delete(
     } else {
         "DELETE "
     };
-    let mut q = sqlx::query(sqlx::AssertSqlSafe(format!("{verb}{filter}"))).bind(agent.to_owned());
+    let mut q =
+        crate::sql::query(sqlx::AssertSqlSafe(format!("{verb}{filter}"))).bind(agent.to_owned());
     for n in numbers {
         q = q.bind(*n);
     }

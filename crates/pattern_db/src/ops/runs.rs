@@ -10,8 +10,9 @@ pub(crate) mod writes;
 use crate::{AgentError, BatchError, RunError, StorageError};
 use std::collections::{BTreeSet, HashMap};
 
-use sqlx::any::AnyRow;
-use sqlx::{AnyConnection, AnyPool, Row};
+use crate::sql::Conn;
+use crate::sql::Pool;
+use crate::sql::Row;
 
 use super::{
     Ctx, abandon_batch, begin_batch, complete_batch, from_ms, load_batch, lock_agent, log_activity,
@@ -52,8 +53,8 @@ pub(crate) struct FinishRun {
 // claims
 
 /// The claim row of `agent`: `(token, holder)`; `(0, None)` when it never ran under a claim.
-async fn claim_row(conn: &mut AnyConnection, agent: AgentId) -> Result<(i64, Option<String>)> {
-    let row = sqlx::query("SELECT token, holder FROM agent_runs WHERE agent_id = $1")
+async fn claim_row(conn: &mut Conn<'_>, agent: AgentId) -> Result<(i64, Option<String>)> {
+    let row = crate::sql::query("SELECT token, holder FROM agent_runs WHERE agent_id = $1")
         .bind(agent.to_string())
         .fetch_optional(&mut *conn)
         .await?;
@@ -65,11 +66,7 @@ async fn claim_row(conn: &mut AnyConnection, agent: AgentId) -> Result<(i64, Opt
 
 /// Refuses a write fenced by `claim` unless the claim is still this process's with that token.
 /// Runs under the agent's lock (the writer's), so no takeover can commit in between.
-pub(crate) async fn check_fence(
-    conn: &mut AnyConnection,
-    ctx: &Ctx,
-    claim: &RunClaim,
-) -> Result<()> {
+pub(crate) async fn check_fence(conn: &mut Conn<'_>, ctx: &Ctx, claim: &RunClaim) -> Result<()> {
     let (token, holder) = claim_row(conn, claim.agent).await?;
     if token == claim.token && holder.as_deref() == Some(ctx.run_owner.as_str()) {
         Ok(())
@@ -116,7 +113,7 @@ enum Availability {
 }
 
 async fn availability(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     now: i64,
@@ -129,7 +126,7 @@ async fn availability(
         }
         token = take_over(conn, ctx, agent, &holder, status, now).await?.0;
     }
-    let rows = sqlx::query(
+    let rows = crate::sql::query(
         "SELECT id, lease_expires_at, claim_token FROM batches \
          WHERE agent_id = $1 AND state = 'open' ORDER BY id",
     )
@@ -156,14 +153,14 @@ async fn availability(
 /// interrupted, and the claim is left free. A holder known gone is forgotten (its process row
 /// and machine-id lease). Returns the new token and what was abandoned.
 async fn take_over(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     holder: &str,
     status: HolderStatus,
     now: i64,
 ) -> Result<(i64, Vec<Abandoned>)> {
-    let row = sqlx::query(
+    let row = crate::sql::query(
         "UPDATE agent_runs SET token = token + 1, holder = NULL, claimed_at = NULL, batch_id = NULL \
          WHERE agent_id = $1 RETURNING token",
     )
@@ -171,7 +168,7 @@ async fn take_over(
     .fetch_one(&mut *conn)
     .await?;
     let token: i64 = row.try_get(0)?;
-    let open: Vec<i64> = sqlx::query(
+    let open: Vec<i64> = crate::sql::query(
         "SELECT id FROM batches WHERE agent_id = $1 AND state = 'open' AND claim_token IS NOT NULL \
          ORDER BY id",
     )
@@ -195,14 +192,14 @@ async fn take_over(
 
 /// Abandons one open batch of a run that is gone and finishes its turn as interrupted.
 async fn abandon_dead(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     batch: BatchId,
     reason: &str,
     now: i64,
 ) -> Result<Abandoned> {
-    sqlx::query("UPDATE batches SET state = 'abandoned', completed_at = $1 WHERE id = $2")
+    crate::sql::query("UPDATE batches SET state = 'abandoned', completed_at = $1 WHERE id = $2")
         .bind(now)
         .bind(batch.get())
         .execute(&mut *conn)
@@ -216,7 +213,7 @@ async fn abandon_dead(
     )
     .await?;
     let info = load_batch(conn, agent, batch).await?;
-    let trigger = sqlx::query(sqlx::AssertSqlSafe(message_select(
+    let trigger = crate::sql::query(sqlx::AssertSqlSafe(message_select(
         "WHERE m.batch_id = $1 AND m.sequence_num = 0",
     )))
     .bind(batch.get())
@@ -232,7 +229,7 @@ async fn abandon_dead(
     // A scheduled wakeup whose run died is queued again, once.
     super::queue::retry_crashed_wakeup(conn, ctx, agent, batch, now).await?;
     let turns: Vec<String> =
-        sqlx::query("SELECT id FROM turns WHERE batch_id = $1 AND state <> 'finished'")
+        crate::sql::query("SELECT id FROM turns WHERE batch_id = $1 AND state <> 'finished'")
             .bind(batch.get())
             .fetch_all(&mut *conn)
             .await?
@@ -259,7 +256,7 @@ async fn abandon_dead(
 
 /// Makes this process the holder of `agent`'s claim (free at `token`); returns the claim.
 async fn acquire(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     token: i64,
@@ -269,7 +266,7 @@ async fn acquire(
         agent,
         token: token + 1,
     };
-    sqlx::query(
+    crate::sql::query(
         "INSERT INTO agent_runs (agent_id, token, holder, claimed_at, batch_id) \
          VALUES ($1, $2, $3, $4, NULL) \
          ON CONFLICT (agent_id) DO UPDATE SET token = excluded.token, holder = excluded.holder, \
@@ -284,8 +281,8 @@ async fn acquire(
     Ok(claim)
 }
 
-async fn release(conn: &mut AnyConnection, ctx: &Ctx, claim: &RunClaim) -> Result<()> {
-    sqlx::query(
+async fn release(conn: &mut Conn<'_>, ctx: &Ctx, claim: &RunClaim) -> Result<()> {
+    crate::sql::query(
         "UPDATE agent_runs SET holder = NULL, claimed_at = NULL, batch_id = NULL \
          WHERE agent_id = $1 AND token = $2",
     )
@@ -301,8 +298,8 @@ async fn release(conn: &mut AnyConnection, ctx: &Ctx, claim: &RunClaim) -> Resul
     .await
 }
 
-async fn set_claim_batch(conn: &mut AnyConnection, claim: &RunClaim, batch: BatchId) -> Result<()> {
-    sqlx::query("UPDATE agent_runs SET batch_id = $1 WHERE agent_id = $2 AND token = $3")
+async fn set_claim_batch(conn: &mut Conn<'_>, claim: &RunClaim, batch: BatchId) -> Result<()> {
+    crate::sql::query("UPDATE agent_runs SET batch_id = $1 WHERE agent_id = $2 AND token = $3")
         .bind(batch.get())
         .bind(claim.agent.to_string())
         .bind(claim.token)
@@ -313,11 +310,11 @@ async fn set_claim_batch(conn: &mut AnyConnection, claim: &RunClaim, batch: Batc
 
 /// The agent's oldest due pending queue entry.
 async fn due_entry(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     agent: AgentId,
     now: i64,
 ) -> Result<Option<(QueuedMessage, Option<TurnId>)>> {
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+    let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
         "SELECT {QUEUE_COLUMNS}, turn_id FROM agent_queue \
          WHERE agent_id = $1 AND delivered_at IS NULL AND deliver_at <= $2 \
          ORDER BY deliver_at, id LIMIT 1"
@@ -339,7 +336,7 @@ async fn due_entry(
 /// Delivers `entry` under `claim`: marks it delivered (a recurring one moves on), begins its
 /// batch, and moves its turn to running (creating one for entries queued without a turn).
 async fn deliver(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     claim: RunClaim,
     entry: QueuedMessage,
@@ -363,7 +360,7 @@ async fn deliver(
         Some(claim.token),
     )
     .await?;
-    sqlx::query("UPDATE agent_queue SET delivered_batch = $1 WHERE id = $2")
+    crate::sql::query("UPDATE agent_queue SET delivered_batch = $1 WHERE id = $2")
         .bind(received.batch_id.get())
         .bind(entry.id.get())
         .execute(&mut *conn)
@@ -372,7 +369,7 @@ async fn deliver(
     set_claim_batch(conn, &claim, received.batch_id).await?;
     let turn = match turn {
         Some(turn) if entry.every.is_none() => {
-            sqlx::query(
+            crate::sql::query(
                 "UPDATE turns SET state = 'running', batch_id = $1 WHERE id = $2 AND state = 'queued'",
             )
             .bind(received.batch_id.get())
@@ -408,8 +405,8 @@ async fn deliver(
     })
 }
 
-async fn has_due(conn: &mut AnyConnection, agent: AgentId, now: i64) -> Result<bool> {
-    Ok(sqlx::query(
+async fn has_due(conn: &mut Conn<'_>, agent: AgentId, now: i64) -> Result<bool> {
+    Ok(crate::sql::query(
         "SELECT 1 FROM agent_queue WHERE agent_id = $1 AND delivered_at IS NULL AND deliver_at <= $2 LIMIT 1",
     )
     .bind(agent.to_string())
@@ -419,7 +416,7 @@ async fn has_due(conn: &mut AnyConnection, agent: AgentId, now: i64) -> Result<b
     .is_some())
 }
 
-pub(crate) async fn submit(conn: &mut AnyConnection, ctx: &Ctx, s: &Submit) -> Result<Submitted> {
+pub(crate) async fn submit(conn: &mut Conn<'_>, ctx: &Ctx, s: &Submit) -> Result<Submitted> {
     let agent = s.agent;
     check_turn(&s.turn)?;
     if let Some(idem) = &s.turn.idempotency
@@ -501,7 +498,7 @@ pub(crate) async fn submit(conn: &mut AnyConnection, ctx: &Ctx, s: &Submit) -> R
                 ..NewQueued::now(batch_type, s.trigger.role, s.trigger.content.clone())
             };
             let entry = super::queue::enqueue(conn, ctx, agent, &entry).await?;
-            sqlx::query("UPDATE agent_queue SET turn_id = $1 WHERE id = $2")
+            crate::sql::query("UPDATE agent_queue SET turn_id = $1 WHERE id = $2")
                 .bind(s.turn.id.to_string())
                 .bind(entry.id.get())
                 .execute(&mut *conn)
@@ -525,14 +522,14 @@ pub(crate) async fn submit(conn: &mut AnyConnection, ctx: &Ctx, s: &Submit) -> R
 }
 
 pub(crate) async fn claim_next(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
 ) -> Result<Option<Box<Started>>> {
     if ctx.backend == Backend::Postgres {
         // Another process claiming (or writing) this agent right now: leave it to them.
         let locked =
-            sqlx::query("SELECT id FROM agents WHERE id = $1 FOR NO KEY UPDATE SKIP LOCKED")
+            crate::sql::query("SELECT id FROM agents WHERE id = $1 FOR NO KEY UPDATE SKIP LOCKED")
                 .bind(agent.to_string())
                 .fetch_optional(&mut *conn)
                 .await?;
@@ -555,7 +552,7 @@ pub(crate) async fn claim_next(
 }
 
 pub(crate) async fn finish_run(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     f: &FinishRun,
 ) -> Result<Box<Finished>> {
@@ -598,7 +595,7 @@ pub(crate) async fn finish_run(
 
 /// Frees a claim of this process whose run is gone; `false` when it is not ours any more.
 pub(crate) async fn release_claim(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     claim: &RunClaim,
     reason: &str,
@@ -608,7 +605,7 @@ pub(crate) async fn release_claim(
         return Ok(false);
     }
     let now = now_ms();
-    let open: Vec<i64> = sqlx::query(
+    let open: Vec<i64> = crate::sql::query(
         "SELECT id FROM batches WHERE agent_id = $1 AND state = 'open' AND claim_token = $2",
     )
     .bind(claim.agent.to_string())
@@ -626,13 +623,13 @@ pub(crate) async fn release_claim(
 }
 
 pub(crate) async fn cancel_turn(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     turn: TurnId,
 ) -> Result<Box<TurnInfo>> {
     lock_agent(conn, agent).await?;
-    sqlx::query(
+    crate::sql::query(
         "UPDATE turns SET cancel_requested_at = $1 \
          WHERE id = $2 AND agent_id = $3 AND state <> 'finished' AND cancel_requested_at IS NULL",
     )
@@ -649,7 +646,7 @@ pub(crate) async fn cancel_turn(
 /// Recovery: the batches of dead runs (all open ones with [`RecoveryScope::AllOpen`]), agent by
 /// agent in agent order, each under its agent's lock.
 pub(crate) async fn recover(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     only: Option<AgentId>,
     scope: RecoveryScope,
@@ -659,14 +656,14 @@ pub(crate) async fn recover(
     let mut agents: BTreeSet<AgentId> = BTreeSet::new();
     let mut statuses: HashMap<String, HolderStatus> = HashMap::new();
     let held = match only {
-        Some(a) => sqlx::query(
+        Some(a) => crate::sql::query(
             "SELECT agent_id, holder FROM agent_runs WHERE holder IS NOT NULL AND agent_id = $1",
         )
         .bind(a.to_string())
         .fetch_all(&mut *conn)
         .await?,
         None => {
-            sqlx::query("SELECT agent_id, holder FROM agent_runs WHERE holder IS NOT NULL")
+            crate::sql::query("SELECT agent_id, holder FROM agent_runs WHERE holder IS NOT NULL")
                 .fetch_all(&mut *conn)
                 .await?
         }
@@ -696,7 +693,7 @@ pub(crate) async fn recover(
     if only.is_some() {
         sql.push_str(" AND agent_id = $2");
     }
-    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now);
+    let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(now);
     if let Some(a) = only {
         q = q.bind(a.to_string());
     }
@@ -720,7 +717,7 @@ pub(crate) async fn recover(
                 taken_over = true;
             }
         }
-        let rows = sqlx::query(
+        let rows = crate::sql::query(
             "SELECT id, lease_expires_at, claim_token FROM batches \
              WHERE agent_id = $1 AND state = 'open' ORDER BY id",
         )
@@ -779,7 +776,7 @@ fn check_turn(turn: &NewTurn) -> Result<()> {
 }
 
 async fn insert_turn(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     turn: &NewTurn,
     agent: AgentId,
     state: TurnState,
@@ -787,7 +784,7 @@ async fn insert_turn(
     batch_id: Option<BatchId>,
     now: i64,
 ) -> Result<()> {
-    sqlx::query(
+    crate::sql::query(
         "INSERT INTO turns (id, agent_id, source, idempotency_key, fingerprint, queue_id, batch_id, \
          state, last_seq, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, $9)",
     )
@@ -806,12 +803,12 @@ async fn insert_turn(
 }
 
 async fn finish_turn(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     turn: TurnId,
     outcome: TurnOutcome,
     now: i64,
 ) -> Result<()> {
-    sqlx::query(
+    crate::sql::query(
         "UPDATE turns SET state = 'finished', outcome = $1, finished_at = $2 \
          WHERE id = $3 AND state <> 'finished'",
     )
@@ -825,13 +822,13 @@ async fn finish_turn(
 
 /// Appends `events` to `agent`'s unfinished turn; returns the last sequence number.
 pub(crate) async fn append_events(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     turn: TurnId,
     events: &[NewTurnEvent],
 ) -> Result<u64> {
-    let row = sqlx::query("SELECT agent_id, state, last_seq FROM turns WHERE id = $1")
+    let row = crate::sql::query("SELECT agent_id, state, last_seq FROM turns WHERE id = $1")
         .bind(turn.to_string())
         .fetch_optional(&mut *conn)
         .await?;
@@ -881,7 +878,7 @@ pub(crate) async fn append_events(
             "INSERT INTO turn_events (turn_id, seq, kind, data, created_at) VALUES {}",
             super::value_rows(&*conn, chunk.len(), 5)
         );
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
         for (i, e) in chunk.iter().enumerate() {
             q = q
                 .bind(turn.to_string())
@@ -893,7 +890,7 @@ pub(crate) async fn append_events(
         q.execute(&mut *conn).await?;
     }
     let new_last = last + events.len() as i64;
-    sqlx::query("UPDATE turns SET last_seq = $1 WHERE id = $2")
+    crate::sql::query("UPDATE turns SET last_seq = $1 WHERE id = $2")
         .bind(new_last)
         .bind(turn.to_string())
         .execute(&mut *conn)
@@ -902,8 +899,8 @@ pub(crate) async fn append_events(
     Ok(u64::try_from(new_last).unwrap_or(0))
 }
 
-pub(crate) async fn prune_turns(conn: &mut AnyConnection, before: i64) -> Result<u64> {
-    sqlx::query(
+pub(crate) async fn prune_turns(conn: &mut Conn<'_>, before: i64) -> Result<u64> {
+    crate::sql::query(
         "DELETE FROM turn_events WHERE turn_id IN \
          (SELECT id FROM turns WHERE state = 'finished' AND finished_at < $1)",
     )
@@ -911,7 +908,7 @@ pub(crate) async fn prune_turns(conn: &mut AnyConnection, before: i64) -> Result
     .execute(&mut *conn)
     .await?;
     Ok(
-        sqlx::query("DELETE FROM turns WHERE state = 'finished' AND finished_at < $1")
+        crate::sql::query("DELETE FROM turns WHERE state = 'finished' AND finished_at < $1")
             .bind(before)
             .execute(&mut *conn)
             .await?
@@ -922,20 +919,21 @@ pub(crate) async fn prune_turns(conn: &mut AnyConnection, before: i64) -> Result
 // ---------------------------------------------------------------------------------------------
 // reads
 
-pub(crate) async fn count_prunable(pool: &AnyPool, before: i64) -> Result<u64> {
-    let n: i64 =
-        sqlx::query("SELECT COUNT(*) FROM turns WHERE state = 'finished' AND finished_at < $1")
-            .bind(before)
-            .fetch_one(pool)
-            .await?
-            .try_get(0)?;
+pub(crate) async fn count_prunable(pool: &Pool, before: i64) -> Result<u64> {
+    let n: i64 = crate::sql::query(
+        "SELECT COUNT(*) FROM turns WHERE state = 'finished' AND finished_at < $1",
+    )
+    .bind(before)
+    .fetch_one(pool)
+    .await?
+    .try_get(0)?;
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
 const TURN_COLUMNS: &str = "id, agent_id, source, idempotency_key, fingerprint, queue_id, batch_id, \
     state, outcome, last_seq, cancel_requested_at, created_at, finished_at";
 
-fn turn_from_row(row: &AnyRow) -> Result<TurnInfo> {
+fn turn_from_row(row: &Row) -> Result<TurnInfo> {
     let id: String = row.try_get(0)?;
     let agent: String = row.try_get(1)?;
     let state: String = row.try_get(7)?;
@@ -957,8 +955,8 @@ fn turn_from_row(row: &AnyRow) -> Result<TurnInfo> {
     })
 }
 
-async fn read_turn_tx(conn: &mut AnyConnection, agent: AgentId, turn: TurnId) -> Result<TurnInfo> {
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+async fn read_turn_tx(conn: &mut Conn<'_>, agent: AgentId, turn: TurnId) -> Result<TurnInfo> {
+    let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
         "SELECT {TURN_COLUMNS} FROM turns WHERE id = $1 AND agent_id = $2"
     )))
     .bind(turn.to_string())
@@ -972,11 +970,11 @@ async fn read_turn_tx(conn: &mut AnyConnection, agent: AgentId, turn: TurnId) ->
 }
 
 async fn read_turn_by_key_tx(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     agent: AgentId,
     key: &str,
 ) -> Result<Option<TurnInfo>> {
-    sqlx::query(sqlx::AssertSqlSafe(format!(
+    crate::sql::query(sqlx::AssertSqlSafe(format!(
         "SELECT {TURN_COLUMNS} FROM turns WHERE agent_id = $1 AND idempotency_key = $2"
     )))
     .bind(agent.to_string())
@@ -988,26 +986,24 @@ async fn read_turn_by_key_tx(
     .transpose()
 }
 
-pub(crate) async fn read_turn(pool: &AnyPool, agent: AgentId, turn: TurnId) -> Result<TurnInfo> {
-    let mut conn = pool.acquire().await?;
+pub(crate) async fn read_turn(pool: &Pool, agent: AgentId, turn: TurnId) -> Result<TurnInfo> {
+    let mut pooled = pool.acquire().await?;
+    let mut conn = pooled.conn();
     read_turn_tx(&mut conn, agent, turn).await
 }
 
 pub(crate) async fn read_turn_by_key(
-    pool: &AnyPool,
+    pool: &Pool,
     agent: AgentId,
     key: &str,
 ) -> Result<Option<TurnInfo>> {
-    let mut conn = pool.acquire().await?;
+    let mut pooled = pool.acquire().await?;
+    let mut conn = pooled.conn();
     read_turn_by_key_tx(&mut conn, agent, key).await
 }
 
-pub(crate) async fn read_turns(
-    pool: &AnyPool,
-    agent: AgentId,
-    limit: usize,
-) -> Result<Vec<TurnInfo>> {
-    sqlx::query(sqlx::AssertSqlSafe(format!(
+pub(crate) async fn read_turns(pool: &Pool, agent: AgentId, limit: usize) -> Result<Vec<TurnInfo>> {
+    crate::sql::query(sqlx::AssertSqlSafe(format!(
         "SELECT {TURN_COLUMNS} FROM turns WHERE agent_id = $1 ORDER BY id DESC LIMIT $2"
     )))
     .bind(agent.to_string())
@@ -1020,12 +1016,12 @@ pub(crate) async fn read_turns(
 }
 
 pub(crate) async fn read_events(
-    pool: &AnyPool,
+    pool: &Pool,
     turn: TurnId,
     after: u64,
     limit: usize,
 ) -> Result<Vec<TurnEvent>> {
-    sqlx::query(
+    crate::sql::query(
         "SELECT seq, kind, data, created_at FROM turn_events WHERE turn_id = $1 AND seq > $2 \
          ORDER BY seq LIMIT $3",
     )
@@ -1046,7 +1042,7 @@ pub(crate) async fn read_events(
     .collect()
 }
 
-fn claim_from_row(row: &AnyRow) -> Result<ClaimInfo> {
+fn claim_from_row(row: &Row) -> Result<ClaimInfo> {
     let agent: String = row.try_get(0)?;
     Ok(ClaimInfo {
         agent: AgentId(parse_uuid(&agent)?),
@@ -1057,8 +1053,8 @@ fn claim_from_row(row: &AnyRow) -> Result<ClaimInfo> {
     })
 }
 
-pub(crate) async fn read_claim_info(pool: &AnyPool, agent: AgentId) -> Result<Option<ClaimInfo>> {
-    sqlx::query(
+pub(crate) async fn read_claim_info(pool: &Pool, agent: AgentId) -> Result<Option<ClaimInfo>> {
+    crate::sql::query(
         "SELECT agent_id, token, holder, claimed_at, batch_id FROM agent_runs WHERE agent_id = $1",
     )
     .bind(agent.to_string())
@@ -1069,8 +1065,8 @@ pub(crate) async fn read_claim_info(pool: &AnyPool, agent: AgentId) -> Result<Op
     .transpose()
 }
 
-pub(crate) async fn read_claims_of(pool: &AnyPool, holder: &str) -> Result<Vec<ClaimInfo>> {
-    sqlx::query(
+pub(crate) async fn read_claims_of(pool: &Pool, holder: &str) -> Result<Vec<ClaimInfo>> {
+    crate::sql::query(
         "SELECT agent_id, token, holder, claimed_at, batch_id FROM agent_runs WHERE holder = $1 \
          ORDER BY agent_id",
     )
@@ -1083,7 +1079,7 @@ pub(crate) async fn read_claims_of(pool: &AnyPool, holder: &str) -> Result<Vec<C
 }
 
 pub(crate) async fn read_deliverable(
-    pool: &AnyPool,
+    pool: &Pool,
     backend: Backend,
     limit: usize,
 ) -> Result<Vec<AgentId>> {
@@ -1105,7 +1101,7 @@ pub(crate) async fn read_deliverable(
          WHERE q.delivered_at IS NULL AND q.deliver_at <= $1 AND (r.holder IS NULL OR {gone}) \
          GROUP BY q.agent_id ORDER BY due, q.agent_id LIMIT $2"
     );
-    sqlx::query(sqlx::AssertSqlSafe(sql))
+    crate::sql::query(sqlx::AssertSqlSafe(sql))
         .bind(now_ms())
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(pool)

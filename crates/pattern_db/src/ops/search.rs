@@ -13,9 +13,10 @@ use crate::{ArchivalError, SearchError, StorageError};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use crate::sql::Conn;
+use crate::sql::Pool;
+use crate::sql::Row;
 use chrono::{DateTime, Utc};
-use sqlx::any::AnyRow;
-use sqlx::{AnyConnection, AnyPool, Row};
 use uuid::Uuid;
 
 use super::{
@@ -41,9 +42,9 @@ pub(crate) const CHANGE_LOCK: i64 = 7_061_747_466;
 const PAGE: i64 = 1000;
 
 /// Takes the change-log lock (PostgreSQL; held to the end of the transaction, re-entrant).
-pub(crate) async fn change_lock(conn: &mut AnyConnection, backend: Backend) -> Result<()> {
+pub(crate) async fn change_lock(conn: &mut Conn<'_>, backend: Backend) -> Result<()> {
     if backend == Backend::Postgres {
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        crate::sql::query("SELECT pg_advisory_xact_lock($1)")
             .bind(CHANGE_LOCK)
             .execute(&mut *conn)
             .await?;
@@ -53,7 +54,7 @@ pub(crate) async fn change_lock(conn: &mut AnyConnection, backend: Backend) -> R
 
 /// Appends changes to the log (text changes only on SQLite).
 async fn log_changes(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     backend: Backend,
     changes: &[(ContentType, &str, AgentId, ChangeKind)],
 ) -> Result<()> {
@@ -70,7 +71,7 @@ async fn log_changes(
             "INSERT INTO search_changes (content_type, content_id, agent_id, kind) VALUES {}",
             value_rows(&*conn, chunk.len(), 4)
         );
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
         for (t, id, agent, kind) in chunk {
             q = q
                 .bind(t.as_str())
@@ -86,7 +87,7 @@ async fn log_changes(
 /// Records (or refreshes) embedding jobs; with `refresh` an existing job takes the new hash and
 /// is due and unclaimed again, without it an existing job is left alone. Returns rows written.
 async fn upsert_jobs(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     jobs: &[(ContentType, &str, AgentId, String)],
     refresh: bool,
 ) -> Result<u64> {
@@ -104,7 +105,7 @@ async fn upsert_jobs(
              VALUES {} ON CONFLICT (content_type, content_id) {conflict}",
             value_rows(&*conn, chunk.len(), 6)
         );
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
         for (t, id, agent, hash) in chunk {
             q = q
                 .bind(t.as_str())
@@ -122,7 +123,7 @@ async fn upsert_jobs(
 /// Content created or changed in this transaction: logs `text` changes (SQLite) and, when jobs
 /// are recorded, records or refreshes each one's embedding job.
 pub(crate) async fn content_written(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     items: &[(ContentType, String, AgentId, &str)],
 ) -> Result<()> {
@@ -146,7 +147,7 @@ pub(crate) async fn content_written(
 
 /// Messages just inserted (JSON content as stored): the searchable ones are written content.
 pub(crate) async fn messages_written(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     rows: &[(uuid::Uuid, AgentId, &str)],
 ) -> Result<()> {
@@ -170,7 +171,7 @@ pub(crate) async fn messages_written(
 /// Content deleted (or archived out of live history) in this transaction: its vector and job go,
 /// and a `delete` change is logged.
 pub(crate) async fn content_removed(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     items: &[(ContentType, String, AgentId)],
 ) -> Result<()> {
@@ -184,7 +185,7 @@ pub(crate) async fn content_removed(
     log_changes(conn, ctx.backend, &changes).await?;
     for table in ["embeddings", "embedding_jobs"] {
         for (t, id, _) in items {
-            sqlx::query(sqlx::AssertSqlSafe(format!(
+            crate::sql::query(sqlx::AssertSqlSafe(format!(
                 "DELETE FROM {table} WHERE content_type = $1 AND content_id = $2"
             )))
             .bind(t.as_str())
@@ -198,7 +199,7 @@ pub(crate) async fn content_removed(
 
 /// The live messages of these batches are about to be archived.
 pub(crate) async fn batches_archived(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     batches: &[i64],
 ) -> Result<()> {
@@ -207,7 +208,7 @@ pub(crate) async fn batches_archived(
         let sql = format!(
             "SELECT id, agent_id FROM messages WHERE batch_id IN {list} AND NOT archived AND NOT deleted"
         );
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
         for id in chunk {
             q = q.bind(*id);
         }
@@ -224,7 +225,7 @@ pub(crate) async fn batches_archived(
 
 /// Who sees a block changed (share, unshare): its full-text document changes (SQLite).
 pub(crate) async fn block_access_changed(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     block: Uuid,
     owner: AgentId,
@@ -241,11 +242,7 @@ pub(crate) async fn block_access_changed(
 /// The agent is about to be deleted with everything it owns: log `delete` for what derived
 /// indexes may hold (its vectors everywhere; on SQLite every live content), and `text` for
 /// blocks of others it could see.
-pub(crate) async fn agent_removed(
-    conn: &mut AnyConnection,
-    ctx: &Ctx,
-    agent: AgentId,
-) -> Result<()> {
+pub(crate) async fn agent_removed(conn: &mut Conn<'_>, ctx: &Ctx, agent: AgentId) -> Result<()> {
     change_lock(conn, ctx.backend).await?;
     let a = agent.to_string();
     let mut statements = vec![
@@ -266,7 +263,7 @@ pub(crate) async fn agent_removed(
         ]);
     }
     for sql in statements {
-        sqlx::query(sql).bind(&a).execute(&mut *conn).await?;
+        crate::sql::query(sql).bind(&a).execute(&mut *conn).await?;
     }
     Ok(())
 }
@@ -275,7 +272,7 @@ pub(crate) async fn agent_removed(
 // archival
 
 pub(crate) async fn insert_archival(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     entries: &[NewArchival],
@@ -297,7 +294,7 @@ pub(crate) async fn insert_archival(
             "SELECT {ARCHIVAL_COLUMNS} FROM archival_memories a WHERE a.agent_id = $1 AND a.dedupe_key IN {}",
             placeholders(1, chunk.len(), 2)
         );
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(agent.to_string());
+        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(agent.to_string());
         for key in chunk {
             q = q.bind((*key).to_owned());
         }
@@ -343,7 +340,7 @@ pub(crate) async fn insert_archival(
             "INSERT INTO archival_memories (id, agent_id, content, metadata, tags, dedupe_key, created_at) VALUES {}",
             value_rows(&*conn, chunk.len(), 7)
         );
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
         for (i, metadata, tags) in chunk {
             let e = &out[*i];
             q = q
@@ -369,7 +366,7 @@ pub(crate) async fn insert_archival(
             "INSERT INTO archival_tags (archival_id, agent_id, tag) VALUES {}",
             value_rows(&*conn, chunk.len(), 3)
         );
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
         for (id, tag) in chunk {
             q = q
                 .bind(id.clone())
@@ -395,20 +392,20 @@ pub(crate) async fn insert_archival(
 }
 
 pub(crate) async fn delete_archival(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     id: ArchivalId,
 ) -> Result<u64> {
     lock_agent(conn, agent).await?;
-    let done = sqlx::query("DELETE FROM archival_memories WHERE id = $1 AND agent_id = $2")
+    let done = crate::sql::query("DELETE FROM archival_memories WHERE id = $1 AND agent_id = $2")
         .bind(id.to_string())
         .bind(agent.to_string())
         .execute(&mut *conn)
         .await?;
     if done.rows_affected() > 0 {
         // Explicitly, not by cascade (SQLite cascades only with foreign_keys on).
-        sqlx::query("DELETE FROM archival_tags WHERE archival_id = $1")
+        crate::sql::query("DELETE FROM archival_tags WHERE archival_id = $1")
             .bind(id.to_string())
             .execute(&mut *conn)
             .await?;
@@ -420,7 +417,7 @@ pub(crate) async fn delete_archival(
 // ---------------------------------------------------------------------------------------------
 // content reads
 
-fn row_agent(row: &AnyRow, index: usize) -> Result<AgentId> {
+fn row_agent(row: &Row, index: usize) -> Result<AgentId> {
     let text: String = row.try_get(index)?;
     Ok(AgentId(parse_uuid(&text)?))
 }
@@ -440,7 +437,7 @@ fn content_select(t: ContentType) -> &'static str {
     }
 }
 
-fn content_from_row(t: ContentType, row: &AnyRow) -> Result<ContentRow> {
+fn content_from_row(t: ContentType, row: &Row) -> Result<ContentRow> {
     let id: String = row.try_get(0)?;
     let raw: String = row.try_get(3)?;
     let text = match t {
@@ -457,7 +454,7 @@ fn content_from_row(t: ContentType, row: &AnyRow) -> Result<ContentRow> {
 
 /// The live rows among `refs` (visible to `agent` when given), keyed by ref.
 pub(crate) async fn load_live(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     refs: &[ContentRef],
     agent: Option<AgentId>,
 ) -> Result<HashMap<ContentRef, ContentRow>> {
@@ -476,7 +473,7 @@ pub(crate) async fn load_live(
                 content_select(t),
                 value_rows(&*conn, 1, chunk.len())
             );
-            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+            let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
             for id in chunk {
                 q = q.bind((*id).to_owned());
             }
@@ -498,7 +495,7 @@ pub(crate) async fn load_live(
                 "SELECT block_id FROM memory_block_access WHERE agent_id = $1 AND block_id IN {}",
                 placeholders(1, chunk.len(), 2)
             );
-            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(agent.to_string());
+            let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(agent.to_string());
             for id in chunk {
                 q = q.bind((*id).to_owned());
             }
@@ -516,7 +513,7 @@ pub(crate) async fn load_live(
 
 /// Every agent with access to each of these blocks.
 pub(crate) async fn block_agents(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     blocks: &[&str],
 ) -> Result<HashMap<String, Vec<AgentId>>> {
     let mut out: HashMap<String, Vec<AgentId>> = HashMap::new();
@@ -525,7 +522,7 @@ pub(crate) async fn block_agents(
             "SELECT block_id, agent_id FROM memory_block_access WHERE block_id IN {}",
             placeholders(1, chunk.len(), 1)
         );
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
         for id in chunk {
             q = q.bind((*id).to_owned());
         }
@@ -540,13 +537,13 @@ pub(crate) async fn block_agents(
 
 /// Live content of one type after id `after`, in id order.
 pub(crate) async fn live_page(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     t: ContentType,
     after: &str,
     limit: i64,
 ) -> Result<Vec<ContentRow>> {
     let sql = format!("{} AND m.id > $1 ORDER BY m.id LIMIT $2", content_select(t));
-    sqlx::query(sqlx::AssertSqlSafe(sql))
+    crate::sql::query(sqlx::AssertSqlSafe(sql))
         .bind(after.to_owned())
         .bind(limit)
         .fetch_all(&mut *conn)
@@ -559,11 +556,12 @@ pub(crate) async fn live_page(
 // ---------------------------------------------------------------------------------------------
 // embedding model and jobs
 
-pub(crate) async fn load_model(conn: &mut AnyConnection) -> Result<Option<EmbeddingModelInfo>> {
-    let row =
-        sqlx::query("SELECT name, dimension, file_hash FROM embedding_model WHERE singleton = 1")
-            .fetch_optional(&mut *conn)
-            .await?;
+pub(crate) async fn load_model(conn: &mut Conn<'_>) -> Result<Option<EmbeddingModelInfo>> {
+    let row = crate::sql::query(
+        "SELECT name, dimension, file_hash FROM embedding_model WHERE singleton = 1",
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
     row.map(|row| {
         let dimension: i64 = row.try_get(1)?;
         Ok(EmbeddingModelInfo {
@@ -586,8 +584,8 @@ fn check_model(info: &EmbeddingModelInfo) -> Result<()> {
     Ok(())
 }
 
-async fn store_model(conn: &mut AnyConnection, info: &EmbeddingModelInfo) -> Result<()> {
-    sqlx::query(
+async fn store_model(conn: &mut Conn<'_>, info: &EmbeddingModelInfo) -> Result<()> {
+    crate::sql::query(
         "INSERT INTO embedding_model (singleton, name, dimension, file_hash, registered_at) \
          VALUES (1, $1, $2, $3, $4) ON CONFLICT (singleton) DO UPDATE SET name = excluded.name, \
          dimension = excluded.dimension, file_hash = excluded.file_hash, registered_at = excluded.registered_at",
@@ -601,10 +599,7 @@ async fn store_model(conn: &mut AnyConnection, info: &EmbeddingModelInfo) -> Res
     Ok(())
 }
 
-pub(crate) async fn register_model(
-    conn: &mut AnyConnection,
-    info: &EmbeddingModelInfo,
-) -> Result<()> {
+pub(crate) async fn register_model(conn: &mut Conn<'_>, info: &EmbeddingModelInfo) -> Result<()> {
     check_model(info)?;
     match load_model(conn).await? {
         Some(stored) if &stored == info => Ok(()),
@@ -619,7 +614,7 @@ pub(crate) async fn register_model(
 
 /// Queues jobs for live content of every type; `skip_current` leaves out content whose vector
 /// already matches its text. Returns jobs written.
-async fn queue_all(conn: &mut AnyConnection, skip_current: bool) -> Result<u64> {
+async fn queue_all(conn: &mut Conn<'_>, skip_current: bool) -> Result<u64> {
     let mut queued = 0;
     for t in ContentType::ALL {
         let mut after = String::new();
@@ -635,7 +630,7 @@ async fn queue_all(conn: &mut AnyConnection, skip_current: bool) -> Result<u64> 
                         "SELECT content_id, text_hash FROM embeddings WHERE content_type = $1 AND content_id IN {}",
                         placeholders(1, chunk.len(), 2)
                     );
-                    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t.as_str());
+                    let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(t.as_str());
                     for id in chunk {
                         q = q.bind((*id).to_owned());
                     }
@@ -667,33 +662,33 @@ async fn queue_all(conn: &mut AnyConnection, skip_current: bool) -> Result<u64> 
 }
 
 pub(crate) async fn reset_embeddings(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     info: &EmbeddingModelInfo,
 ) -> Result<u64> {
     check_model(info)?;
     change_lock(conn, ctx.backend).await?;
-    sqlx::query(
+    crate::sql::query(
         "INSERT INTO search_changes (content_type, content_id, agent_id, kind) \
          SELECT content_type, content_id, agent_id, 'delete' FROM embeddings ORDER BY content_type, content_id",
     )
     .execute(&mut *conn)
     .await?;
-    sqlx::query("DELETE FROM embeddings")
+    crate::sql::query("DELETE FROM embeddings")
         .execute(&mut *conn)
         .await?;
-    sqlx::query("DELETE FROM embedding_jobs")
+    crate::sql::query("DELETE FROM embedding_jobs")
         .execute(&mut *conn)
         .await?;
     store_model(conn, info).await?;
     queue_all(conn, false).await
 }
 
-pub(crate) async fn backfill(conn: &mut AnyConnection) -> Result<u64> {
+pub(crate) async fn backfill(conn: &mut Conn<'_>) -> Result<u64> {
     queue_all(conn, true).await
 }
 
-pub(crate) async fn enqueue(conn: &mut AnyConnection, content: &ContentRef) -> Result<()> {
+pub(crate) async fn enqueue(conn: &mut Conn<'_>, content: &ContentRef) -> Result<()> {
     let live = load_live(conn, std::slice::from_ref(content), None).await?;
     let Some(row) = live.get(content) else {
         return Err(SearchError::ContentNotFound(content.clone()).into());
@@ -726,7 +721,7 @@ enum Lead<'a> {
 /// Runs `head` (a statement ending in `content_type = $k AND content_id IN`, whose first
 /// parameters are `leading`) for the ids of each content type in `refs`, a few ids at a time.
 async fn for_each_type(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     head: &str,
     leading: &[Lead<'_>],
     refs: &[&ContentRef],
@@ -739,7 +734,7 @@ async fn for_each_type(
             .collect();
         for chunk in fixed_chunks(&ids) {
             let sql = format!("{head} {}", placeholders(1, chunk.len(), leading.len() + 2));
-            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+            let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
             for value in leading {
                 q = match *value {
                     Lead::Int(n) => q.bind(n),
@@ -757,7 +752,7 @@ async fn for_each_type(
 }
 
 pub(crate) async fn claim(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     limit: usize,
     lease: Duration,
@@ -773,7 +768,7 @@ pub(crate) async fn claim(
          WHERE next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until <= $1) \
          ORDER BY created_at, content_type, content_id LIMIT $2{lock}"
     );
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+    let rows = crate::sql::query(sqlx::AssertSqlSafe(sql))
         .bind(now)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(&mut *conn)
@@ -800,7 +795,7 @@ pub(crate) async fn claim(
         if hash != stored_hash {
             // The text changed without its job being refreshed: the job follows the text, so
             // storing the vector of this text completes it.
-            sqlx::query(
+            crate::sql::query(
                 "UPDATE embedding_jobs SET text_hash = $1 WHERE content_type = $2 AND content_id = $3",
             )
             .bind(hash.clone())
@@ -841,12 +836,8 @@ pub(crate) async fn claim(
 /// or their row missing; expired: no heartbeat for a whole lease), so their jobs are due at once
 /// rather than when the dead holder's lease would have passed. Claims recorded before migration
 /// 0014 (no holder) keep their lease. Returns how many jobs were freed.
-pub(crate) async fn reclaim_from_dead(
-    conn: &mut AnyConnection,
-    ctx: &Ctx,
-    now: i64,
-) -> Result<u64> {
-    let holders: Vec<String> = sqlx::query(
+pub(crate) async fn reclaim_from_dead(conn: &mut Conn<'_>, ctx: &Ctx, now: i64) -> Result<u64> {
+    let holders: Vec<String> = crate::sql::query(
         "SELECT DISTINCT claimed_by FROM embedding_jobs \
          WHERE claimed_by IS NOT NULL AND claimed_until > $1 AND claimed_by <> $2",
     )
@@ -868,8 +859,8 @@ pub(crate) async fn reclaim_from_dead(
 }
 
 /// Frees every claim `holder` holds. Returns how many jobs were freed.
-pub(crate) async fn release_claims_of(conn: &mut AnyConnection, holder: &str) -> Result<u64> {
-    Ok(sqlx::query(
+pub(crate) async fn release_claims_of(conn: &mut Conn<'_>, holder: &str) -> Result<u64> {
+    Ok(crate::sql::query(
         "UPDATE embedding_jobs SET claimed_until = NULL, claimed_by = NULL WHERE claimed_by = $1",
     )
     .bind(holder.to_owned())
@@ -879,7 +870,7 @@ pub(crate) async fn release_claims_of(conn: &mut AnyConnection, holder: &str) ->
 }
 
 pub(crate) async fn store(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     vectors: &[NewVector],
 ) -> Result<StoreReport> {
@@ -950,7 +941,7 @@ pub(crate) async fn store(
              vector = excluded.vector, created_at = excluded.created_at",
             value_rows(&*conn, chunk.len(), 7)
         );
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
         for (v, row) in chunk {
             q = q
                 .bind(v.content.content_type.as_str())
@@ -968,7 +959,7 @@ pub(crate) async fn store(
             "DELETE FROM embedding_jobs WHERE (content_type, content_id, text_hash) IN (VALUES {})",
             value_rows(&*conn, chunk.len(), 3)
         );
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
         for (v, _) in chunk {
             q = q
                 .bind(v.content.content_type.as_str())
@@ -994,13 +985,13 @@ pub(crate) async fn store(
 }
 
 pub(crate) async fn fail(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     failures: &[(ContentRef, String)],
     retry_at: DateTime<Utc>,
 ) -> Result<u64> {
     let mut n = 0;
     for (content, error) in failures {
-        n += sqlx::query(
+        n += crate::sql::query(
             "UPDATE embedding_jobs SET attempts = attempts + 1, last_error = $1, next_attempt_at = $2, \
              claimed_until = NULL, claimed_by = NULL WHERE content_type = $3 AND content_id = $4",
         )
@@ -1019,11 +1010,11 @@ pub(crate) async fn fail(
 // change log and vectors
 
 pub(crate) async fn changes_after(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     cursor: i64,
     limit: usize,
 ) -> Result<Vec<SearchChange>> {
-    sqlx::query(
+    crate::sql::query(
         "SELECT seq, content_type, content_id, agent_id, kind FROM search_changes \
          WHERE seq > $1 ORDER BY seq LIMIT $2",
     )
@@ -1045,8 +1036,8 @@ pub(crate) async fn changes_after(
     .collect()
 }
 
-pub(crate) async fn changes_head(conn: &mut AnyConnection) -> Result<i64> {
-    let head: Option<i64> = sqlx::query("SELECT MAX(seq) FROM search_changes")
+pub(crate) async fn changes_head(conn: &mut Conn<'_>) -> Result<i64> {
+    let head: Option<i64> = crate::sql::query("SELECT MAX(seq) FROM search_changes")
         .fetch_one(&mut *conn)
         .await?
         .try_get(0)?;
@@ -1058,20 +1049,21 @@ pub(crate) async fn changes_head(conn: &mut AnyConnection) -> Result<i64> {
 /// of `db_v2`) reloads when this passes its cursor, so a prune never makes it miss a change.
 pub(crate) const PRUNED_MARK: &str = "_pruned";
 
-pub(crate) async fn prune_changes(conn: &mut AnyConnection, upto: i64) -> Result<u64> {
-    let floor: Option<i64> = sqlx::query("SELECT MIN(seq) FROM search_consumers WHERE name <> $1")
-        .bind(PRUNED_MARK)
-        .fetch_one(&mut *conn)
-        .await?
-        .try_get(0)?;
+pub(crate) async fn prune_changes(conn: &mut Conn<'_>, upto: i64) -> Result<u64> {
+    let floor: Option<i64> =
+        crate::sql::query("SELECT MIN(seq) FROM search_consumers WHERE name <> $1")
+            .bind(PRUNED_MARK)
+            .fetch_one(&mut *conn)
+            .await?
+            .try_get(0)?;
     let upto = floor.map_or(upto, |f| f.min(upto));
-    let pruned = sqlx::query("DELETE FROM search_changes WHERE seq <= $1")
+    let pruned = crate::sql::query("DELETE FROM search_changes WHERE seq <= $1")
         .bind(upto)
         .execute(&mut *conn)
         .await?
         .rows_affected();
     if pruned > 0 {
-        sqlx::query(
+        crate::sql::query(
             "INSERT INTO search_consumers (name, seq, updated_at) VALUES ($1, $2, $3) \
              ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, updated_at = excluded.updated_at \
              WHERE search_consumers.seq < excluded.seq",
@@ -1086,8 +1078,8 @@ pub(crate) async fn prune_changes(conn: &mut AnyConnection, upto: i64) -> Result
 }
 
 /// How far the log was pruned (0: never).
-pub(crate) async fn pruned_through(conn: &mut AnyConnection) -> Result<i64> {
-    let seq: Option<i64> = sqlx::query("SELECT seq FROM search_consumers WHERE name = $1")
+pub(crate) async fn pruned_through(conn: &mut Conn<'_>) -> Result<i64> {
+    let seq: Option<i64> = crate::sql::query("SELECT seq FROM search_consumers WHERE name = $1")
         .bind(PRUNED_MARK)
         .fetch_optional(&mut *conn)
         .await?
@@ -1096,8 +1088,8 @@ pub(crate) async fn pruned_through(conn: &mut AnyConnection) -> Result<i64> {
     Ok(seq.unwrap_or(0))
 }
 
-pub(crate) async fn set_cursor(conn: &mut AnyConnection, name: &str, seq: i64) -> Result<()> {
-    sqlx::query(
+pub(crate) async fn set_cursor(conn: &mut Conn<'_>, name: &str, seq: i64) -> Result<()> {
+    crate::sql::query(
         "INSERT INTO search_consumers (name, seq, updated_at) VALUES ($1, $2, $3) \
          ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, updated_at = excluded.updated_at",
     )
@@ -1109,7 +1101,7 @@ pub(crate) async fn set_cursor(conn: &mut AnyConnection, name: &str, seq: i64) -
     Ok(())
 }
 
-fn vector_from_row(row: &AnyRow) -> Result<VectorRow> {
+fn vector_from_row(row: &Row) -> Result<VectorRow> {
     let t: String = row.try_get(0)?;
     let bytes: Vec<u8> = row.try_get(5)?;
     Ok(VectorRow {
@@ -1123,12 +1115,12 @@ fn vector_from_row(row: &AnyRow) -> Result<VectorRow> {
 const VECTOR_COLUMNS: &str = "content_type, content_id, agent_id, created_at, dimension, vector";
 
 pub(crate) async fn vectors_page(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     after: Option<&ContentRef>,
     limit: usize,
 ) -> Result<Vec<VectorRow>> {
     let (t, id) = after.map_or(("", ""), |c| (c.content_type.as_str(), c.id.as_str()));
-    sqlx::query(sqlx::AssertSqlSafe(format!(
+    crate::sql::query(sqlx::AssertSqlSafe(format!(
         "SELECT {VECTOR_COLUMNS} FROM embeddings WHERE content_type > $1 OR (content_type = $1 AND content_id > $2) \
          ORDER BY content_type, content_id LIMIT $3"
     )))
@@ -1143,7 +1135,7 @@ pub(crate) async fn vectors_page(
 }
 
 pub(crate) async fn vectors_for(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     contents: &[ContentRef],
 ) -> Result<Vec<VectorRow>> {
     let mut found: HashMap<ContentRef, VectorRow> = HashMap::new();
@@ -1158,7 +1150,7 @@ pub(crate) async fn vectors_for(
                 "SELECT {VECTOR_COLUMNS} FROM embeddings WHERE content_type = $1 AND content_id IN {}",
                 placeholders(1, chunk.len(), 2)
             );
-            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(t.as_str());
+            let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(t.as_str());
             for id in chunk {
                 q = q.bind((*id).to_owned());
             }
@@ -1183,8 +1175,8 @@ fn ranked_candidates(limit: usize) -> i64 {
 
 /// Whether the RUM indexes of migration 0020 exist (both), so archival and block matches can be
 /// read in rank order from the index.
-pub(crate) async fn ranked_fulltext_indexes(pool: &AnyPool) -> Result<bool> {
-    let row = sqlx::query(
+pub(crate) async fn ranked_fulltext_indexes(pool: &Pool) -> Result<bool> {
+    let row = crate::sql::query(
         "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() \
          AND indexname IN ('archival_rum', 'memory_blocks_rum')",
     )
@@ -1199,7 +1191,7 @@ pub(crate) async fn ranked_fulltext_indexes(pool: &AnyPool) -> Result<bool> {
 /// best candidates of archival passages and blocks by RUM's order are read and ranked (messages,
 /// GIN only: see migration 0020, are all ranked); without them every match is.
 pub(crate) async fn search_pg(
-    pool: &AnyPool,
+    pool: &Pool,
     query: &str,
     opts: &TextSearch,
     ranked: bool,
@@ -1208,7 +1200,7 @@ pub(crate) async fn search_pg(
     // then an OR of exactly those lexemes, built here so no user text is read as tsquery syntax.
     // PostgreSQL text cannot hold NUL, which no word contains anyway.
     let plain = query.replace('\0', " ");
-    let lexemes: Vec<String> = sqlx::query(
+    let lexemes: Vec<String> = crate::sql::query(
         "SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('english'::regconfig, $1)))",
     )
     .bind(plain)
@@ -1307,7 +1299,7 @@ pub(crate) async fn search_pg(
         "SELECT ct, cid, aid, at, body, score FROM ({}) hits ORDER BY score DESC, at DESC, cid LIMIT ${limit}",
         parts.join(" UNION ALL ")
     );
-    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(tsquery);
+    let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(tsquery);
     if let Some(a) = opts.agent {
         q = q.bind(a.to_string());
     }

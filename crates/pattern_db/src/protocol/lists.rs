@@ -5,7 +5,7 @@
 //! A session is the organization's when both its agents are; a meeting when its host is. This
 //! module must never list a row of another organization.
 
-use sqlx::any::AnyRow;
+use crate::sql::Row;
 
 use super::{
     MEETING_COLUMNS, Meeting, MeetingId, OrganizationId, SESSION_COLUMNS, Session, SessionId,
@@ -76,7 +76,7 @@ impl Database {
             prefixed(SESSION_COLUMNS, "s"),
             page.liveness.condition("s"),
         );
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(org.to_string());
+        let mut query = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(org.to_string());
         if let Some(before) = page.before {
             query = query.bind(before.to_string());
         }
@@ -102,7 +102,7 @@ impl Database {
             prefixed(MEETING_COLUMNS, "m"),
             page.liveness.condition("m"),
         );
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(org.to_string());
+        let mut query = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(org.to_string());
         if let Some(before) = page.before {
             query = query.bind(before.to_string());
         }
@@ -111,6 +111,6 @@ impl Database {
     }
 }
 
-fn rows<T>(rows: Vec<AnyRow>, from_row: impl Fn(&AnyRow) -> Result<T>) -> Result<Vec<T>> {
+fn rows<T>(rows: Vec<Row>, from_row: impl Fn(&Row) -> Result<T>) -> Result<Vec<T>> {
     rows.iter().map(from_row).collect()
 }

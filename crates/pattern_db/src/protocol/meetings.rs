@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::Row;
-use sqlx::any::AnyRow;
+
+use crate::sql::Row;
 
 use super::{
     AgentId, MESSAGE_COLUMNS, MeetingId, NewProtocolMessage, ProtocolMessage, ProtocolMessageId,
@@ -518,7 +518,7 @@ fn to_u64(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
-pub(crate) fn meeting_from_row(row: &AnyRow) -> Result<Meeting> {
+pub(crate) fn meeting_from_row(row: &Row) -> Result<Meeting> {
     let id: String = row.try_get(0)?;
     let host: String = row.try_get(1)?;
     let status: String = row.try_get(2)?;
@@ -542,7 +542,7 @@ pub(crate) fn meeting_from_row(row: &AnyRow) -> Result<Meeting> {
     })
 }
 
-pub(crate) fn participant_from_row(row: &AnyRow) -> Result<Participant> {
+pub(crate) fn participant_from_row(row: &Row) -> Result<Participant> {
     let meeting: String = row.try_get(0)?;
     let agent: String = row.try_get(1)?;
     let status: String = row.try_get(2)?;
@@ -557,7 +557,7 @@ pub(crate) fn participant_from_row(row: &AnyRow) -> Result<Participant> {
     })
 }
 
-pub(crate) fn event_from_row(row: &AnyRow) -> Result<MeetingEvent> {
+pub(crate) fn event_from_row(row: &Row) -> Result<MeetingEvent> {
     let meeting: String = row.try_get(0)?;
     let event_type: String = row.try_get(2)?;
     Ok(MeetingEvent {
@@ -786,7 +786,7 @@ impl Database {
 
     /// The meeting with this id ([`ProtocolError::NotFound`] otherwise).
     pub async fn meeting(&self, id: MeetingId) -> Result<Meeting> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {MEETING_COLUMNS} FROM protocol_meetings WHERE id = $1"
         )))
         .bind(id.to_string())
@@ -804,7 +804,7 @@ impl Database {
 
     /// The participants of a meeting, in join order (invited-only ones last).
     pub async fn meeting_participants(&self, meeting: MeetingId) -> Result<Vec<Participant>> {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
+        crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {PARTICIPANT_COLUMNS} FROM protocol_meeting_participants \
              WHERE meeting_id = $1 ORDER BY join_order IS NULL, join_order, agent_id"
         )))
@@ -818,7 +818,7 @@ impl Database {
 
     /// The messages of a meeting (its history), in order.
     pub async fn meeting_messages(&self, meeting: MeetingId) -> Result<Vec<ProtocolMessage>> {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
+        crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {MESSAGE_COLUMNS} FROM protocol_messages WHERE meeting_id = $1 ORDER BY seq"
         )))
         .bind(meeting.to_string())
@@ -837,7 +837,7 @@ impl Database {
         after: u64,
         limit: u32,
     ) -> Result<Vec<MeetingEvent>> {
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let rows = crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {EVENT_COLUMNS} FROM protocol_meeting_events \
              WHERE meeting_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
         )))
@@ -855,7 +855,7 @@ impl Database {
 
     /// Active meetings whose turn deadline has passed (for a sweeper), oldest deadline first.
     pub async fn expired_meetings(&self, limit: u32) -> Result<Vec<MeetingId>> {
-        sqlx::query(
+        crate::sql::query(
             "SELECT id FROM protocol_meetings WHERE turn_deadline IS NOT NULL \
              AND turn_deadline <= $1 ORDER BY turn_deadline LIMIT $2",
         )
@@ -875,7 +875,7 @@ impl Database {
             .map(|c| format!("s.{c}"))
             .collect::<Vec<_>>()
             .join(", ");
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let rows = crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {columns}, a.external_id, a.name, b.external_id, b.name \
              FROM protocol_sessions s \
              JOIN agents a ON a.id = s.agent_a_id \
@@ -907,7 +907,7 @@ impl Database {
             .map(|c| format!("m.{c}"))
             .collect::<Vec<_>>()
             .join(", ");
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let rows = crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {columns}, h.external_id, h.name, cs.external_id, cs.name, \
              (SELECT COUNT(*) FROM protocol_meeting_participants p WHERE p.meeting_id = m.id \
               AND p.status IN ('attending', 'waiting', 'speaking')) \
@@ -937,7 +937,7 @@ impl Database {
     /// The "unread per agent" view: every protocol agent (by external id) with its unread count
     /// and the arrival time of its newest unread message.
     pub async fn unread_per_agent(&self) -> Result<Vec<UnreadSummary>> {
-        let rows = sqlx::query(
+        let rows = crate::sql::query(
             "SELECT a.id, a.external_id, a.name, \
              (SELECT COUNT(*) FROM protocol_messages m \
               WHERE m.recipient_id = a.id AND m.read_at IS NULL), \
@@ -963,7 +963,7 @@ impl Database {
 
     /// An archived message, if retention moved it.
     pub async fn archived_message(&self, id: ProtocolMessageId) -> Result<Option<ProtocolMessage>> {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
+        crate::sql::query(sqlx::AssertSqlSafe(format!(
             "SELECT {MESSAGE_COLUMNS} FROM protocol_messages_archive WHERE id = $1"
         )))
         .bind(id.to_string())

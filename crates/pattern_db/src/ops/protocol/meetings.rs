@@ -10,7 +10,7 @@
 use crate::{ProtocolError, StorageError};
 use std::time::Duration;
 
-use sqlx::{AnyConnection, Row};
+use crate::sql::Conn;
 
 use crate::config::Backend;
 use crate::error::{Error, Result};
@@ -46,14 +46,14 @@ struct Change {
 impl Change {
     async fn event(
         &mut self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         event_type: MeetingEventType,
         agent: Option<AgentId>,
         data: Option<serde_json::Value>,
     ) -> Result<()> {
         let seq = self.meeting.last_event_seq + 1;
         let text = data.as_ref().map(serde_json::Value::to_string);
-        sqlx::query(
+        crate::sql::query(
             "INSERT INTO protocol_meeting_events \
              (meeting_id, seq, event_type, agent_id, data, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6)",
@@ -79,9 +79,9 @@ impl Change {
     }
 
     /// Writes the meeting row back (last statement of every write).
-    async fn save(&self, conn: &mut AnyConnection) -> Result<()> {
+    async fn save(&self, conn: &mut Conn<'_>) -> Result<()> {
         let m = &self.meeting;
-        sqlx::query(
+        crate::sql::query(
             "UPDATE protocol_meetings SET status = $1, current_speaker_id = $2, \
              turn_started_at = $3, turn_deadline = $4, last_event_seq = $5, started_at = $6, \
              ended_at = $7, chosen_speaker_id = $8 WHERE id = $9",
@@ -118,7 +118,7 @@ impl Change {
     }
 
     /// Ends the meeting (speaker cleared, the speaking participant back to waiting).
-    async fn end(&mut self, conn: &mut AnyConnection, reason: &str) -> Result<()> {
+    async fn end(&mut self, conn: &mut Conn<'_>, reason: &str) -> Result<()> {
         set_status_where(
             conn,
             self.meeting.id,
@@ -144,7 +144,7 @@ impl Change {
     /// present.
     async fn hand_over(
         &mut self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         from: Option<AgentId>,
         after: u64,
         reason: &str,
@@ -196,7 +196,7 @@ impl Change {
     }
 
     /// Times the speaker out if the turn's deadline has passed.
-    async fn apply_timeout(&mut self, conn: &mut AnyConnection) -> Result<()> {
+    async fn apply_timeout(&mut self, conn: &mut Conn<'_>) -> Result<()> {
         let expired = self.meeting.status == MeetingStatus::Active
             && self
                 .meeting
@@ -242,8 +242,8 @@ fn next_speaker(present: &[Participant], after: u64) -> Option<AgentId> {
         .map(|p| p.agent)
 }
 
-async fn lock_meeting(conn: &mut AnyConnection, ctx: &Ctx, id: MeetingId) -> Result<Change> {
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+async fn lock_meeting(conn: &mut Conn<'_>, ctx: &Ctx, id: MeetingId) -> Result<Change> {
+    let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
         "SELECT {MEETING_COLUMNS} FROM protocol_meetings WHERE id = $1{}",
         lock_suffix(ctx)
     )))
@@ -269,8 +269,8 @@ async fn lock_meeting(conn: &mut AnyConnection, ctx: &Ctx, id: MeetingId) -> Res
     Ok(change)
 }
 
-async fn participants(conn: &mut AnyConnection, meeting: MeetingId) -> Result<Vec<Participant>> {
-    sqlx::query(sqlx::AssertSqlSafe(format!(
+async fn participants(conn: &mut Conn<'_>, meeting: MeetingId) -> Result<Vec<Participant>> {
+    crate::sql::query(sqlx::AssertSqlSafe(format!(
         "SELECT {PARTICIPANT_COLUMNS} FROM protocol_meeting_participants \
          WHERE meeting_id = $1 ORDER BY join_order IS NULL, join_order, agent_id"
     )))
@@ -283,11 +283,11 @@ async fn participants(conn: &mut AnyConnection, meeting: MeetingId) -> Result<Ve
 }
 
 async fn participant(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     meeting: MeetingId,
     agent: AgentId,
 ) -> Result<Option<Participant>> {
-    sqlx::query(sqlx::AssertSqlSafe(format!(
+    crate::sql::query(sqlx::AssertSqlSafe(format!(
         "SELECT {PARTICIPANT_COLUMNS} FROM protocol_meeting_participants \
          WHERE meeting_id = $1 AND agent_id = $2"
     )))
@@ -301,12 +301,12 @@ async fn participant(
 }
 
 async fn set_participant_status(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     meeting: MeetingId,
     agent: AgentId,
     status: ParticipantStatus,
 ) -> Result<()> {
-    sqlx::query(
+    crate::sql::query(
         "UPDATE protocol_meeting_participants SET status = $1 \
          WHERE meeting_id = $2 AND agent_id = $3",
     )
@@ -319,12 +319,12 @@ async fn set_participant_status(
 }
 
 async fn set_status_where(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     meeting: MeetingId,
     from: ParticipantStatus,
     to: ParticipantStatus,
 ) -> Result<()> {
-    sqlx::query(
+    crate::sql::query(
         "UPDATE protocol_meeting_participants SET status = $1 \
          WHERE meeting_id = $2 AND status = $3",
     )
@@ -355,7 +355,7 @@ fn require_host(change: &Change, agent: AgentId) -> Result<()> {
 }
 
 async fn finish(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     change: Change,
     message: Option<ProtocolMessage>,
@@ -368,7 +368,7 @@ async fn finish(
 }
 
 pub(crate) async fn create_meeting(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     host: AgentId,
     turn_duration: Option<Duration>,
@@ -392,7 +392,7 @@ pub(crate) async fn create_meeting(
         policy,
         chosen: None,
     };
-    sqlx::query(
+    crate::sql::query(
         "INSERT INTO protocol_meetings (id, host_id, status, current_speaker_id, \
          turn_duration_ms, turn_started_at, turn_deadline, last_event_seq, last_join_order, \
          created_at, started_at, ended_at, policy) \
@@ -405,7 +405,7 @@ pub(crate) async fn create_meeting(
     .bind(policy.as_str())
     .execute(&mut *conn)
     .await?;
-    sqlx::query(
+    crate::sql::query(
         "INSERT INTO protocol_meeting_participants \
          (meeting_id, agent_id, status, join_order, invited_at, joined_at, left_at) \
          VALUES ($1, $2, 'attending', 1, NULL, $3, NULL)",
@@ -450,7 +450,7 @@ pub(crate) async fn create_meeting(
 }
 
 async fn invite(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     change: &mut Change,
     host: AgentId,
     agent: AgentId,
@@ -465,7 +465,7 @@ async fn invite(
             return Err(ProtocolError::AlreadyParticipant { meeting, agent }.into());
         }
         Some(_) => {
-            sqlx::query(
+            crate::sql::query(
                 "UPDATE protocol_meeting_participants SET status = 'invited', invited_at = $1, \
                  left_at = NULL WHERE meeting_id = $2 AND agent_id = $3",
             )
@@ -476,7 +476,7 @@ async fn invite(
             .await?;
         }
         None => {
-            sqlx::query(
+            crate::sql::query(
                 "INSERT INTO protocol_meeting_participants \
                  (meeting_id, agent_id, status, join_order, invited_at, joined_at, left_at) \
                  VALUES ($1, $2, 'invited', NULL, $3, NULL, NULL)",
@@ -495,7 +495,7 @@ async fn invite(
 }
 
 async fn join(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     change: &mut Change,
     agent: AgentId,
 ) -> Result<Option<ProtocolMessage>> {
@@ -507,7 +507,7 @@ async fn join(
     if existing.as_ref().is_some_and(|p| p.status.is_present()) {
         return Err(ProtocolError::AlreadyParticipant { meeting, agent }.into());
     }
-    let order: i64 = sqlx::query(
+    let order: i64 = crate::sql::query(
         "UPDATE protocol_meetings SET last_join_order = last_join_order + 1 \
          WHERE id = $1 RETURNING last_join_order",
     )
@@ -521,7 +521,7 @@ async fn join(
         ParticipantStatus::Attending
     };
     if existing.is_some() {
-        sqlx::query(
+        crate::sql::query(
             "UPDATE protocol_meeting_participants SET status = $1, join_order = $2, \
              joined_at = $3, left_at = NULL WHERE meeting_id = $4 AND agent_id = $5",
         )
@@ -533,7 +533,7 @@ async fn join(
         .execute(&mut *conn)
         .await?;
     } else {
-        sqlx::query(
+        crate::sql::query(
             "INSERT INTO protocol_meeting_participants \
              (meeting_id, agent_id, status, join_order, invited_at, joined_at, left_at) \
              VALUES ($1, $2, $3, $4, NULL, $5, NULL)",
@@ -571,7 +571,7 @@ async fn join(
 }
 
 async fn start(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     change: &mut Change,
     host: AgentId,
 ) -> Result<Option<ProtocolMessage>> {
@@ -608,7 +608,7 @@ async fn start(
 }
 
 async fn speak(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     change: &mut Change,
     agent: AgentId,
@@ -662,7 +662,7 @@ async fn speak(
             seq: ctx.ids.next_id()?,
             created_at: from_ms(change.now),
         };
-        sqlx::query(
+        crate::sql::query(
             "INSERT INTO protocol_messages (id, sender_id, recipient_id, session_id, meeting_id, \
              message_type, content, metadata, read_at, seq, created_at) \
              VALUES ($1, $2, NULL, NULL, $3, $4, $5, $6, NULL, $7, $8)",
@@ -695,7 +695,7 @@ async fn speak(
 }
 
 async fn leave(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     change: &mut Change,
     agent: AgentId,
 ) -> Result<Option<ProtocolMessage>> {
@@ -705,7 +705,7 @@ async fn leave(
         .await?
         .filter(|p| p.status.is_present())
         .ok_or(ProtocolError::NotMeetingParticipant { meeting, agent })?;
-    sqlx::query(
+    crate::sql::query(
         "UPDATE protocol_meeting_participants SET status = 'left', left_at = $1 \
          WHERE meeting_id = $2 AND agent_id = $3",
     )
@@ -737,7 +737,7 @@ async fn leave(
 /// to speak after its turn. Stored on the meeting row; the hand-over that ends the host's turn
 /// consumes it.
 async fn choose(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     change: &mut Change,
     host: AgentId,
     next: AgentId,
@@ -779,7 +779,7 @@ async fn choose(
 }
 
 async fn end_meeting(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     change: &mut Change,
     host: AgentId,
 ) -> Result<Option<ProtocolMessage>> {
@@ -808,11 +808,7 @@ fn is_refusal(e: &Error) -> bool {
 /// Runs a write on an existing meeting: locks it, applies an expired turn deadline, runs the
 /// op. When the op is refused after a timeout was applied, the timeout still commits (it happened
 /// first, whatever the op): the outcome is [`ProtocolDone::Refused`] with the refusal.
-pub(crate) async fn run(
-    conn: &mut AnyConnection,
-    ctx: &Ctx,
-    op: &ProtocolOp,
-) -> Result<ProtocolDone> {
+pub(crate) async fn run(conn: &mut Conn<'_>, ctx: &Ctx, op: &ProtocolOp) -> Result<ProtocolDone> {
     let Some(id) = op.key().map(MeetingId) else {
         return Err(StorageError::Corrupt(format!("{op:?} names no meeting")).into());
     };
@@ -858,8 +854,8 @@ enum Arg<'a> {
 }
 
 /// Ids (TEXT) from a one-column query.
-async fn ids(conn: &mut AnyConnection, sql: String, arg: Arg<'_>) -> Result<Vec<String>> {
-    let query = sqlx::query(sqlx::AssertSqlSafe(sql));
+async fn ids(conn: &mut Conn<'_>, sql: String, arg: Arg<'_>) -> Result<Vec<String>> {
+    let query = crate::sql::query(sqlx::AssertSqlSafe(sql));
     let query = match arg {
         Arg::Ms(ms) => query.bind(ms),
         Arg::Id(id) => query.bind(id.to_owned()),
@@ -875,7 +871,7 @@ async fn ids(conn: &mut AnyConnection, sql: String, arg: Arg<'_>) -> Result<Vec<
 /// Ids of rows matching `filter` that nobody else holds: on PostgreSQL they are locked, skipping
 /// those held by other transactions; the number is how many matched but were held.
 async fn take(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     table: &str,
     filter: &str,
@@ -904,7 +900,7 @@ async fn take(
 
 /// Runs `sql` (with `$1` the archive time and `$2..` the ids) over `ids` in fixed-size chunks.
 async fn for_chunks(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ids: &[String],
     sql: impl Fn(&str) -> String,
     with_time: Option<i64>,
@@ -916,7 +912,7 @@ async fn for_chunks(
             .collect::<Vec<_>>()
             .join(", ");
         let text = sql(&list);
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(text));
+        let mut query = crate::sql::query(sqlx::AssertSqlSafe(text));
         if let Some(t) = with_time {
             query = query.bind(t);
         }
@@ -931,7 +927,7 @@ async fn for_chunks(
 const ARCHIVE_COLUMNS: &str = "id, sender_id, recipient_id, session_id, meeting_id, \
     message_type, content, metadata, read_at, seq, created_at";
 
-async fn archive(conn: &mut AnyConnection, ids: &[String], now: i64) -> Result<()> {
+async fn archive(conn: &mut Conn<'_>, ids: &[String], now: i64) -> Result<()> {
     for_chunks(
         conn,
         ids,
@@ -958,7 +954,7 @@ fn uuids<T>(ids: &[String], wrap: impl Fn(uuid::Uuid) -> T) -> Result<Vec<T>> {
 }
 
 pub(crate) async fn retention(
-    conn: &mut AnyConnection,
+    conn: &mut Conn<'_>,
     ctx: &Ctx,
     policy: &RetentionPolicy,
 ) -> Result<RetentionReport> {

@@ -5,7 +5,7 @@
 //!
 //! They run inside the writer's transaction and must never commit.
 
-use sqlx::AnyConnection;
+use crate::sql::Conn;
 
 use crate::error::Result;
 use crate::model::AgentId;
@@ -23,7 +23,7 @@ impl Write for Submit {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<Submitted> {
@@ -47,7 +47,7 @@ impl Write for ClaimNext {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<Self::Output> {
@@ -64,7 +64,7 @@ impl Write for super::FinishRun {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<Box<Finished>> {
@@ -89,7 +89,7 @@ impl Write for AppendTurnEvents {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<u64> {
@@ -114,7 +114,7 @@ impl Write for ReleaseClaim {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<bool> {
@@ -138,7 +138,7 @@ impl Write for CancelTurn {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<Box<TurnInfo>> {
@@ -161,7 +161,7 @@ impl Write for PruneTurns {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         _ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<u64> {
@@ -184,7 +184,7 @@ impl Write for Heartbeat {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<HeartbeatReport> {

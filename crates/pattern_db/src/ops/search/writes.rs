@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
+use crate::sql::Conn;
 use chrono::{DateTime, Utc};
-use sqlx::AnyConnection;
 
 use crate::archival::{ArchivalEntry, ArchivalId, NewArchival};
 use crate::error::Result;
@@ -35,7 +35,7 @@ impl Write for InsertArchival {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<Vec<ArchivalEntry>> {
@@ -59,7 +59,7 @@ impl Write for DeleteArchival {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<u64> {
@@ -80,7 +80,7 @@ impl Write for RegisterModel {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         _ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<()> {
@@ -101,7 +101,7 @@ impl Write for ResetEmbeddings {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<u64> {
@@ -122,7 +122,7 @@ impl Write for EnqueueEmbedding {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         _ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<()> {
@@ -143,7 +143,7 @@ impl Write for Backfill {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         _ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<u64> {
@@ -164,7 +164,7 @@ impl Write for ReclaimFromDead {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<u64> {
@@ -185,7 +185,7 @@ impl Write for ReleaseOwnClaims {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<u64> {
@@ -209,7 +209,7 @@ impl Write for ClaimJobs {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<Vec<EmbeddingJob>> {
@@ -230,7 +230,7 @@ impl Write for StoreVectors {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<StoreReport> {
@@ -254,7 +254,7 @@ impl Write for FailJobs {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         _ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<u64> {
@@ -277,7 +277,7 @@ impl Write for PruneChanges {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         _ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<u64> {
@@ -301,7 +301,7 @@ impl Write for SetCursor {
 
     async fn apply(
         &self,
-        conn: &mut AnyConnection,
+        conn: &mut Conn<'_>,
         _ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<()> {

@@ -1,0 +1,517 @@
+//! The storage core's statements over sqlx's typed drivers: one pool, connection, transaction
+//! and row type each over SQLite or PostgreSQL, and a query builder that binds once and runs on
+//! whichever engine the connection is.
+//!
+//! Every statement of `pattern_db` goes through here (decision 0023, step 3): sqlx's SQLite and
+//! PostgreSQL drivers directly, without sqlx's `Any` driver, which converted every argument and
+//! every column of every row into its own value type and back (15-20 µs a statement on this
+//! machine, measured in stop 26). A [`Query`] keeps its arguments as plain values until it runs,
+//! then moves them into the engine's own argument buffer; a [`Row`] is the engine's row, read
+//! through [`Col`], which decodes each column with that engine's decoder.
+//!
+//! Statements use `$1`-style parameters, which both engines read (SQLite takes `$NNN` as a
+//! numbered parameter); `ops::value_rows` writes `?` for SQLite's long multi-row inserts.
+//!
+//! This module must never hide an engine's error: sqlx's own `Error` comes back unchanged, so
+//! lock conflicts and constraint violations keep their codes. It never commits on its own: a
+//! [`Tx`] commits only when asked, and one dropped unfinished rolls back (sqlx's rule).
+
+use std::future::Future;
+
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::sqlite::{SqliteArguments, SqliteRow};
+use sqlx::{
+    Arguments, PgConnection, PgPool, Postgres, Row as _, SqlSafeStr, SqlStr, Sqlite,
+    SqliteConnection, SqlitePool, Transaction, TypeInfo, ValueRef,
+};
+
+use crate::config::Backend;
+
+type SqlxResult<T> = std::result::Result<T, sqlx::Error>;
+
+/// A pool of connections to one engine.
+#[derive(Clone, Debug)]
+pub enum Pool {
+    /// SQLite.
+    Sqlite(SqlitePool),
+    /// PostgreSQL.
+    Postgres(PgPool),
+}
+
+impl Pool {
+    /// The engine.
+    pub fn backend(&self) -> Backend {
+        match self {
+            Self::Sqlite(_) => Backend::Sqlite,
+            Self::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// A connection of the pool, returned to it when dropped.
+    pub async fn acquire(&self) -> SqlxResult<Pooled> {
+        Ok(match self {
+            Self::Sqlite(p) => Pooled::Sqlite(p.acquire().await?),
+            Self::Postgres(p) => Pooled::Postgres(p.acquire().await?),
+        })
+    }
+
+    /// A transaction: `BEGIN IMMEDIATE` on SQLite (the write lock up front, so no lock upgrade
+    /// fails half-way), `BEGIN` on PostgreSQL.
+    pub async fn begin_write(&self) -> SqlxResult<Tx> {
+        Ok(match self {
+            Self::Sqlite(p) => Tx::Sqlite(p.begin_with("BEGIN IMMEDIATE").await?),
+            Self::Postgres(p) => Tx::Postgres(p.begin().await?),
+        })
+    }
+
+    /// Closes every connection (waits for the ones in use to come back).
+    pub async fn close(&self) {
+        match self {
+            Self::Sqlite(p) => p.close().await,
+            Self::Postgres(p) => p.close().await,
+        }
+    }
+
+    /// Connections open (idle or in use).
+    pub fn size(&self) -> u32 {
+        match self {
+            Self::Sqlite(p) => p.size(),
+            Self::Postgres(p) => p.size(),
+        }
+    }
+}
+
+/// A connection taken from a [`Pool`].
+#[derive(Debug)]
+pub enum Pooled {
+    /// SQLite.
+    Sqlite(PoolConnection<Sqlite>),
+    /// PostgreSQL.
+    Postgres(PoolConnection<Postgres>),
+}
+
+impl Pooled {
+    /// The connection, to run statements on.
+    pub fn conn(&mut self) -> Conn<'_> {
+        match self {
+            Self::Sqlite(c) => Conn::Sqlite(c),
+            Self::Postgres(c) => Conn::Postgres(c),
+        }
+    }
+}
+
+/// An open transaction; rolled back when dropped without [`Tx::commit`].
+#[derive(Debug)]
+pub enum Tx {
+    /// SQLite.
+    Sqlite(Transaction<'static, Sqlite>),
+    /// PostgreSQL.
+    Postgres(Transaction<'static, Postgres>),
+}
+
+impl Tx {
+    /// The transaction's connection, to run statements on.
+    pub fn conn(&mut self) -> Conn<'_> {
+        match self {
+            Self::Sqlite(t) => Conn::Sqlite(t),
+            Self::Postgres(t) => Conn::Postgres(t),
+        }
+    }
+
+    /// Commits.
+    pub async fn commit(self) -> SqlxResult<()> {
+        match self {
+            Self::Sqlite(t) => t.commit().await,
+            Self::Postgres(t) => t.commit().await,
+        }
+    }
+
+    /// Rolls back.
+    pub async fn rollback(self) -> SqlxResult<()> {
+        match self {
+            Self::Sqlite(t) => t.rollback().await,
+            Self::Postgres(t) => t.rollback().await,
+        }
+    }
+}
+
+/// A borrowed connection of either engine: what a write's SQL runs on.
+#[derive(Debug)]
+pub enum Conn<'a> {
+    /// SQLite.
+    Sqlite(&'a mut SqliteConnection),
+    /// PostgreSQL.
+    Postgres(&'a mut PgConnection),
+}
+
+impl Conn<'_> {
+    /// The engine.
+    pub fn backend(&self) -> Backend {
+        match self {
+            Self::Sqlite(_) => Backend::Sqlite,
+            Self::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// The same connection for a shorter borrow.
+    pub fn reborrow(&mut self) -> Conn<'_> {
+        match self {
+            Self::Sqlite(c) => Conn::Sqlite(c),
+            Self::Postgres(c) => Conn::Postgres(c),
+        }
+    }
+
+    /// Runs `sql` (one or more statements, no parameters) and discards what it returns.
+    pub async fn execute_raw(&mut self, sql: impl SqlSafeStr) -> SqlxResult<()> {
+        match self {
+            Self::Sqlite(c) => sqlx::raw_sql(sql).execute(&mut **c).await.map(drop),
+            Self::Postgres(c) => sqlx::raw_sql(sql).execute(&mut **c).await.map(drop),
+        }
+    }
+}
+
+/// Where a [`Query`] runs: a pool (any connection of it) or one connection.
+#[derive(Debug)]
+pub enum On<'c> {
+    /// A SQLite pool.
+    SqlitePool(&'c SqlitePool),
+    /// A PostgreSQL pool.
+    PgPool(&'c PgPool),
+    /// A SQLite connection (maybe inside a transaction).
+    Sqlite(&'c mut SqliteConnection),
+    /// A PostgreSQL connection (maybe inside a transaction).
+    Postgres(&'c mut PgConnection),
+}
+
+impl<'c> From<&'c Pool> for On<'c> {
+    fn from(pool: &'c Pool) -> Self {
+        match pool {
+            Pool::Sqlite(p) => On::SqlitePool(p),
+            Pool::Postgres(p) => On::PgPool(p),
+        }
+    }
+}
+
+impl<'c> From<&'c mut Conn<'_>> for On<'c> {
+    fn from(conn: &'c mut Conn<'_>) -> Self {
+        match conn {
+            Conn::Sqlite(c) => On::Sqlite(c),
+            Conn::Postgres(c) => On::Postgres(c),
+        }
+    }
+}
+
+impl<'c> From<&'c mut SqliteConnection> for On<'c> {
+    fn from(conn: &'c mut SqliteConnection) -> Self {
+        On::Sqlite(conn)
+    }
+}
+
+impl<'c> From<&'c mut PgConnection> for On<'c> {
+    fn from(conn: &'c mut PgConnection) -> Self {
+        On::Postgres(conn)
+    }
+}
+
+impl<'c> From<&'c mut Pooled> for On<'c> {
+    fn from(conn: &'c mut Pooled) -> Self {
+        match conn {
+            Pooled::Sqlite(c) => On::Sqlite(c),
+            Pooled::Postgres(c) => On::Postgres(c),
+        }
+    }
+}
+
+impl<'c> From<&'c mut Tx> for On<'c> {
+    fn from(tx: &'c mut Tx) -> Self {
+        match tx {
+            Tx::Sqlite(t) => On::Sqlite(t),
+            Tx::Postgres(t) => On::Postgres(t),
+        }
+    }
+}
+
+/// One argument of a [`Query`], kept as a plain value until the query runs on an engine.
+#[derive(Clone, Debug)]
+pub enum Arg {
+    /// A 64-bit integer (or NULL).
+    Int(Option<i64>),
+    /// A 32-bit integer (or NULL).
+    Int32(Option<i32>),
+    /// A double (or NULL).
+    Float(Option<f64>),
+    /// A single-precision float (or NULL).
+    Float32(Option<f32>),
+    /// A boolean (or NULL): BOOLEAN on PostgreSQL, 0/1 on SQLite.
+    Bool(Option<bool>),
+    /// Text (or NULL).
+    Text(Option<String>),
+    /// Bytes (or NULL).
+    Bytes(Option<Vec<u8>>),
+}
+
+macro_rules! arg_from {
+    ($variant:ident, $ty:ty, |$v:ident| $conv:expr) => {
+        impl From<$ty> for Arg {
+            fn from($v: $ty) -> Self {
+                Arg::$variant(Some($conv))
+            }
+        }
+        impl From<Option<$ty>> for Arg {
+            fn from(v: Option<$ty>) -> Self {
+                Arg::$variant(v.map(|$v| $conv))
+            }
+        }
+    };
+}
+
+arg_from!(Int, i64, |v| v);
+arg_from!(Int32, i32, |v| v);
+arg_from!(Float, f64, |v| v);
+arg_from!(Float32, f32, |v| v);
+arg_from!(Bool, bool, |v| v);
+arg_from!(Text, String, |v| v);
+arg_from!(Text, &str, |v| v.to_owned());
+arg_from!(Text, &String, |v| v.clone());
+arg_from!(Bytes, Vec<u8>, |v| v);
+arg_from!(Bytes, &[u8], |v| v.to_vec());
+
+impl Arg {
+    fn add_sqlite(
+        self,
+        args: &mut SqliteArguments,
+    ) -> std::result::Result<(), sqlx::error::BoxDynError> {
+        match self {
+            Arg::Int(v) => args.add(v),
+            Arg::Int32(v) => args.add(v),
+            Arg::Float(v) => args.add(v),
+            Arg::Float32(v) => args.add(v),
+            Arg::Bool(v) => args.add(v),
+            Arg::Text(v) => args.add(v),
+            Arg::Bytes(v) => args.add(v),
+        }
+    }
+
+    fn add_pg(self, args: &mut PgArguments) -> std::result::Result<(), sqlx::error::BoxDynError> {
+        match self {
+            Arg::Int(v) => args.add(v),
+            Arg::Int32(v) => args.add(v),
+            Arg::Float(v) => args.add(v),
+            Arg::Float32(v) => args.add(v),
+            Arg::Bool(v) => args.add(v),
+            Arg::Text(v) => args.add(v),
+            Arg::Bytes(v) => args.add(v),
+        }
+    }
+}
+
+/// A statement and its arguments, run on whichever engine it is given.
+#[must_use = "a query does nothing until it is executed or fetched"]
+#[derive(Debug)]
+pub struct Query {
+    sql: SqlStr,
+    args: Vec<Arg>,
+}
+
+/// A statement to bind and run (`$1`-style parameters).
+pub fn query(sql: impl SqlSafeStr) -> Query {
+    Query {
+        sql: sql.into_sql_str(),
+        args: Vec::new(),
+    }
+}
+
+/// What a statement that returns no rows did.
+#[derive(Clone, Copy, Debug)]
+pub struct Done {
+    rows_affected: u64,
+}
+
+impl Done {
+    /// Rows the statement inserted, updated or deleted.
+    pub fn rows_affected(&self) -> u64 {
+        self.rows_affected
+    }
+}
+
+impl Query {
+    /// Binds the next parameter.
+    pub fn bind(mut self, value: impl Into<Arg>) -> Self {
+        self.args.push(value.into());
+        self
+    }
+
+    fn sqlite(self) -> SqlxResult<sqlx::query::Query<'static, Sqlite, SqliteArguments>> {
+        let mut args = SqliteArguments::default();
+        for arg in self.args {
+            arg.add_sqlite(&mut args).map_err(sqlx::Error::Encode)?;
+        }
+        Ok(sqlx::query_with(self.sql, args))
+    }
+
+    fn pg(self) -> SqlxResult<sqlx::query::Query<'static, Postgres, PgArguments>> {
+        let mut args = PgArguments::default();
+        args.reserve(self.args.len(), 0);
+        for arg in self.args {
+            arg.add_pg(&mut args).map_err(sqlx::Error::Encode)?;
+        }
+        Ok(sqlx::query_with(self.sql, args))
+    }
+
+    /// Runs the statement; what it did.
+    pub async fn execute<'c>(self, on: impl Into<On<'c>>) -> SqlxResult<Done> {
+        let rows_affected = match on.into() {
+            On::SqlitePool(p) => self.sqlite()?.execute(p).await?.rows_affected(),
+            On::Sqlite(c) => self.sqlite()?.execute(c).await?.rows_affected(),
+            On::PgPool(p) => self.pg()?.execute(p).await?.rows_affected(),
+            On::Postgres(c) => self.pg()?.execute(c).await?.rows_affected(),
+        };
+        Ok(Done { rows_affected })
+    }
+
+    /// Every row.
+    pub async fn fetch_all<'c>(self, on: impl Into<On<'c>>) -> SqlxResult<Vec<Row>> {
+        Ok(match on.into() {
+            On::SqlitePool(p) => wrap(self.sqlite()?.fetch_all(p).await?, Row::Sqlite),
+            On::Sqlite(c) => wrap(self.sqlite()?.fetch_all(c).await?, Row::Sqlite),
+            On::PgPool(p) => wrap(self.pg()?.fetch_all(p).await?, Row::Postgres),
+            On::Postgres(c) => wrap(self.pg()?.fetch_all(c).await?, Row::Postgres),
+        })
+    }
+
+    /// The first row, if any.
+    pub async fn fetch_optional<'c>(self, on: impl Into<On<'c>>) -> SqlxResult<Option<Row>> {
+        Ok(match on.into() {
+            On::SqlitePool(p) => self.sqlite()?.fetch_optional(p).await?.map(Row::Sqlite),
+            On::Sqlite(c) => self.sqlite()?.fetch_optional(c).await?.map(Row::Sqlite),
+            On::PgPool(p) => self.pg()?.fetch_optional(p).await?.map(Row::Postgres),
+            On::Postgres(c) => self.pg()?.fetch_optional(c).await?.map(Row::Postgres),
+        })
+    }
+
+    /// The first row; [`sqlx::Error::RowNotFound`] when there is none.
+    pub fn fetch_one<'c>(
+        self,
+        on: impl Into<On<'c>>,
+    ) -> impl Future<Output = SqlxResult<Row>> + Send + 'c {
+        let on = on.into();
+        async move {
+            Ok(match on {
+                On::SqlitePool(p) => Row::Sqlite(self.sqlite()?.fetch_one(p).await?),
+                On::Sqlite(c) => Row::Sqlite(self.sqlite()?.fetch_one(c).await?),
+                On::PgPool(p) => Row::Postgres(self.pg()?.fetch_one(p).await?),
+                On::Postgres(c) => Row::Postgres(self.pg()?.fetch_one(c).await?),
+            })
+        }
+    }
+}
+
+fn wrap<R>(rows: Vec<R>, f: impl Fn(R) -> Row) -> Vec<Row> {
+    rows.into_iter().map(f).collect()
+}
+
+/// A row of either engine.
+#[derive(Debug)]
+pub enum Row {
+    /// SQLite.
+    Sqlite(SqliteRow),
+    /// PostgreSQL.
+    Postgres(PgRow),
+}
+
+/// A column index: by position or by name.
+pub trait Index: sqlx::ColumnIndex<SqliteRow> + sqlx::ColumnIndex<PgRow> + Copy {}
+impl<T: sqlx::ColumnIndex<SqliteRow> + sqlx::ColumnIndex<PgRow> + Copy> Index for T {}
+
+impl Row {
+    /// Column `index` as `T`.
+    pub fn try_get<T: Col, I: Index>(&self, index: I) -> SqlxResult<T> {
+        match self {
+            Row::Sqlite(r) => T::sqlite(r, index),
+            Row::Postgres(r) => T::pg(r, index),
+        }
+    }
+
+    /// Whether column `index` is NULL.
+    pub fn is_null<I: Index>(&self, index: I) -> SqlxResult<bool> {
+        Ok(match self {
+            Row::Sqlite(r) => r.try_get_raw(index)?.is_null(),
+            Row::Postgres(r) => r.try_get_raw(index)?.is_null(),
+        })
+    }
+}
+
+/// A Rust type a column decodes into, on either engine. Integers widen: a PostgreSQL `INTEGER`
+/// or `SMALLINT` column reads as `i64`, and a flag reads as `bool` from PostgreSQL's `BOOLEAN`
+/// and SQLite's 0/1.
+pub trait Col: Sized {
+    /// From a SQLite row.
+    fn sqlite<I: Index>(row: &SqliteRow, index: I) -> SqlxResult<Self>;
+    /// From a PostgreSQL row.
+    fn pg<I: Index>(row: &PgRow, index: I) -> SqlxResult<Self>;
+}
+
+macro_rules! col_direct {
+    ($($ty:ty),*) => {$(
+        impl Col for $ty {
+            fn sqlite<I: Index>(row: &SqliteRow, index: I) -> SqlxResult<Self> {
+                row.try_get(index)
+            }
+            fn pg<I: Index>(row: &PgRow, index: I) -> SqlxResult<Self> {
+                row.try_get(index)
+            }
+        }
+    )*};
+}
+
+col_direct!(String, f64, f32, Vec<u8>, bool);
+
+impl Col for i64 {
+    fn sqlite<I: Index>(row: &SqliteRow, index: I) -> SqlxResult<Self> {
+        row.try_get(index)
+    }
+    fn pg<I: Index>(row: &PgRow, index: I) -> SqlxResult<Self> {
+        let width = {
+            let value = row.try_get_raw(index)?;
+            let info = value.type_info();
+            match info.name() {
+                "INT4" => 4,
+                "INT2" => 2,
+                "BOOL" => 1,
+                _ => 8,
+            }
+        };
+        match width {
+            4 => Ok(i64::from(row.try_get::<i32, _>(index)?)),
+            2 => Ok(i64::from(row.try_get::<i16, _>(index)?)),
+            1 => Ok(i64::from(row.try_get::<bool, _>(index)?)),
+            _ => row.try_get(index),
+        }
+    }
+}
+
+impl Col for i32 {
+    fn sqlite<I: Index>(row: &SqliteRow, index: I) -> SqlxResult<Self> {
+        row.try_get(index)
+    }
+    fn pg<I: Index>(row: &PgRow, index: I) -> SqlxResult<Self> {
+        let wide = <i64 as Col>::pg(row, index)?;
+        i32::try_from(wide).map_err(|e| sqlx::Error::Decode(Box::new(e)))
+    }
+}
+
+impl<T: Col> Col for Option<T> {
+    fn sqlite<I: Index>(row: &SqliteRow, index: I) -> SqlxResult<Self> {
+        if row.try_get_raw(index)?.is_null() {
+            return Ok(None);
+        }
+        T::sqlite(row, index).map(Some)
+    }
+    fn pg<I: Index>(row: &PgRow, index: I) -> SqlxResult<Self> {
+        if row.try_get_raw(index)?.is_null() {
+            return Ok(None);
+        }
+        T::pg(row, index).map(Some)
+    }
+}
