@@ -5,9 +5,11 @@
 //! Rules: `//!` docs on every Rust file ([`files`]), dependencies owned by one
 //! crate and front ends through the facade ([`deps`]), layer order from `ARCHITECTURE.md`
 //! ([`layers`]), no placeholder macros ([`files`]), storage writes owned by their domains
-//! ([`writes`]), and storage errors by domain behind one wrapper ([`errors`]).
+//! ([`writes`]), storage errors by domain behind one wrapper ([`errors`]), and no sqlx `Any`
+//! driver ([`drivers`]).
 
 mod deps;
+mod drivers;
 mod errors;
 mod files;
 mod layers;
@@ -91,7 +93,9 @@ pub(crate) fn check_all(root: &Path) -> Result<Vec<Violation>> {
     for dir in ["crates", "xtask"] {
         for path in files::rust_files(&root.join(dir)) {
             let text = read(&path)?;
-            out.extend(files::check_forbidden(&workspace::rel(root, &path), &text));
+            let rel = workspace::rel(root, &path);
+            out.extend(files::check_forbidden(&rel, &text));
+            out.extend(drivers::check_source(&rel, &text));
         }
     }
 
@@ -106,7 +110,9 @@ pub(crate) fn check_all(root: &Path) -> Result<Vec<Violation>> {
     out.extend(errors::check(&db_files));
 
     // b. restricted dependencies, c. layers.
-    let renames = manifest::workspace_renames(&read(&root.join("Cargo.toml"))?);
+    let root_manifest = read(&root.join("Cargo.toml"))?;
+    out.extend(drivers::check_manifest("Cargo.toml", &root_manifest));
+    let renames = manifest::workspace_renames(&root_manifest);
     let mut crates = Vec::new();
     let names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
     for member in &members {
