@@ -221,16 +221,35 @@ async fn delete_agent(conn: &mut Conn<'_>, ctx: &Ctx, agent: AgentId) -> Result<
 
 /// Like [`lock_agent`], and returns the agent's highest stored position.
 async fn lock_agent_position(conn: &mut Conn<'_>, agent: AgentId) -> Result<Option<i64>> {
-    // One statement: the revision bump (and so, on PostgreSQL, the row lock) and the lookup.
-    let row = crate::sql::query(
+    Ok(lock_agent_for_write(conn, agent, false).await?.0)
+}
+
+/// [`lock_agent_position`] that also reads, when `holder` is asked, who holds a run claim on
+/// the agent (the claim check of a `begin_batch` without a claim), in the same statement: one
+/// round trip to the connection's worker instead of two.
+async fn lock_agent_for_write(
+    conn: &mut Conn<'_>,
+    agent: AgentId,
+    holder: bool,
+) -> Result<(Option<i64>, Option<String>)> {
+    // One statement: the revision bump (and so, on PostgreSQL, the row lock) and the lookups.
+    let sql = if holder {
         "UPDATE agents SET revision = revision + 1 WHERE id = $1 RETURNING \
-         (SELECT m.position FROM messages m WHERE m.agent_id = agents.id ORDER BY m.position DESC LIMIT 1)",
-    )
-    .bind(agent.to_string())
-    .fetch_optional(&mut *conn)
-    .await?;
+         (SELECT m.position FROM messages m WHERE m.agent_id = agents.id ORDER BY m.position DESC LIMIT 1), \
+         (SELECT r.holder FROM agent_runs r WHERE r.agent_id = agents.id AND r.holder IS NOT NULL)"
+    } else {
+        "UPDATE agents SET revision = revision + 1 WHERE id = $1 RETURNING \
+         (SELECT m.position FROM messages m WHERE m.agent_id = agents.id ORDER BY m.position DESC LIMIT 1)"
+    };
+    let row = crate::sql::query(sql)
+        .bind(agent.to_string())
+        .fetch_optional(&mut *conn)
+        .await?;
     match row {
-        Some(row) => Ok(row.try_get::<Option<i64>, _>(0)?),
+        Some(row) => Ok((
+            row.try_get::<Option<i64>, _>(0)?,
+            if holder { row.try_get(1)? } else { None },
+        )),
         None => Err(AgentError::NotFound(agent).into()),
     }
 }
@@ -453,6 +472,42 @@ const BATCH_COLUMNS: &str = "b.id, b.agent_id, b.batch_type, b.state, b.parent_b
     b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations, b.retried_at, \
     b.claim_token";
 
+/// How many columns [`BATCH_COLUMNS`] has (where a joined message's columns start).
+pub(crate) const BATCH_COLUMN_COUNT: usize = 14;
+
+/// Batches with their messages in one statement: the batches `pick` selects (a `WHERE`, `ORDER
+/// BY` and `LIMIT` over `batches`), each batch's columns followed by one of its live messages'
+/// (NULL for a batch without any), in batch and sequence order. Each batch's messages are one
+/// lookup of `messages_by_batch`.
+pub(crate) fn batches_with_messages(pick: &str) -> String {
+    format!(
+        "SELECT {BATCH_COLUMNS}, {MESSAGE_COLUMNS} FROM (SELECT * FROM batches {pick}) b \
+         LEFT JOIN messages m ON m.batch_id = b.id AND NOT m.deleted \
+         ORDER BY b.id, m.sequence_num"
+    )
+}
+
+/// Rows of [`batches_with_messages`], grouped: each batch once, with its messages.
+pub(crate) fn batches_from_joined_rows(rows: &[Row]) -> Result<Vec<crate::model::StoredBatch>> {
+    let mut out: Vec<crate::model::StoredBatch> = Vec::new();
+    for row in rows {
+        let id = SnowflakeId(row.try_get(0)?);
+        if out.last().is_none_or(|b| b.info.id != id) {
+            out.push(crate::model::StoredBatch {
+                info: batch_from_row(row)?,
+                messages: Vec::new(),
+            });
+        }
+        if !row.is_null(BATCH_COLUMN_COUNT)? {
+            let message = message_from_row_at(row, BATCH_COLUMN_COUNT)?;
+            if let Some(batch) = out.last_mut() {
+                batch.messages.push(message);
+            }
+        }
+    }
+    Ok(out)
+}
+
 pub(crate) fn batch_select(tail: &str) -> String {
     format!("SELECT {BATCH_COLUMNS} FROM batches b {tail}")
 }
@@ -548,9 +603,9 @@ pub(crate) async fn begin_batch(
     claim_token: Option<i64>,
 ) -> Result<Received> {
     let (content, batch_type) = prepare_trigger(ctx, trigger, opts)?;
-    let max = lock_agent_position(conn, agent).await?;
-    if claim_token.is_none() {
-        refuse_while_claimed(conn, ctx, agent).await?;
+    let (max, holder) = lock_agent_for_write(conn, agent, claim_token.is_none()).await?;
+    if let Some(holder) = holder {
+        refuse_while_claimed(conn, ctx, agent, holder).await?;
     }
     if let Some(parent) = opts.parent_batch {
         load_batch(conn, agent, parent).await?;
@@ -636,19 +691,16 @@ pub(crate) async fn claim_retry(
     })
 }
 
-/// Refuses a batch begun without a claim while a live run holds `agent`.
-async fn refuse_while_claimed(conn: &mut Conn<'_>, ctx: &Ctx, agent: AgentId) -> Result<()> {
-    let row = crate::sql::query(
-        "SELECT holder FROM agent_runs WHERE agent_id = $1 AND holder IS NOT NULL",
-    )
-    .bind(agent.to_string())
-    .fetch_optional(&mut *conn)
-    .await?;
-    if let Some(row) = row {
-        let holder: String = row.try_get(0)?;
-        if ctx.judge.status(conn, &holder).await? == crate::process::HolderStatus::Alive {
-            return Err(RunError::AgentBusy { agent, holder }.into());
-        }
+/// Refuses a batch begun without a claim while `holder`, the live run holding `agent`'s claim,
+/// is alive.
+async fn refuse_while_claimed(
+    conn: &mut Conn<'_>,
+    ctx: &Ctx,
+    agent: AgentId,
+    holder: String,
+) -> Result<()> {
+    if ctx.judge.status(conn, &holder).await? == crate::process::HolderStatus::Alive {
+        return Err(RunError::AgentBusy { agent, holder }.into());
     }
     Ok(())
 }
@@ -1560,26 +1612,31 @@ fn flag(row: &Row, index: usize) -> Result<bool> {
 }
 
 pub(crate) fn message_from_row(row: &Row) -> Result<Message> {
-    let id: String = row.try_get(0)?;
-    let agent: String = row.try_get(1)?;
-    let batch_type: String = row.try_get(5)?;
-    let role: String = row.try_get(6)?;
-    let content: String = row.try_get(7)?;
+    message_from_row_at(row, 0)
+}
+
+/// A message whose [`MESSAGE_COLUMNS`] start at column `at` (after a batch's, in a join).
+pub(crate) fn message_from_row_at(row: &Row, at: usize) -> Result<Message> {
+    let id: String = row.try_get(at)?;
+    let agent: String = row.try_get(at + 1)?;
+    let batch_type: String = row.try_get(at + 5)?;
+    let role: String = row.try_get(at + 6)?;
+    let content: String = row.try_get(at + 7)?;
     Ok(Message {
         id: MessageId(parse_uuid(&id)?),
         agent_id: AgentId(parse_uuid(&agent)?),
-        position: SnowflakeId(row.try_get(2)?),
-        batch_id: SnowflakeId(row.try_get(3)?),
-        sequence_num: row.try_get(4)?,
+        position: SnowflakeId(row.try_get(at + 2)?),
+        batch_id: SnowflakeId(row.try_get(at + 3)?),
+        sequence_num: row.try_get(at + 4)?,
         batch_type: batch_type.parse()?,
         role: role
             .parse()
             .map_err(|_| StorageError::Corrupt(format!("unknown stored role `{role}`")))?,
         content: decode_content(&content)?,
-        token_estimate: row.try_get(8)?,
-        archived: flag(row, 9)?,
-        deleted: flag(row, 10)?,
-        created_at: from_ms(row.try_get(11)?),
+        token_estimate: row.try_get(at + 8)?,
+        archived: flag(row, at + 9)?,
+        deleted: flag(row, at + 10)?,
+        created_at: from_ms(row.try_get(at + 11)?),
     })
 }
 

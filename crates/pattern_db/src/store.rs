@@ -13,7 +13,6 @@
 //! [`recover`]: MessageStore::recover
 
 use crate::StorageError;
-use std::collections::BTreeMap;
 
 use crate::db::Database;
 use crate::error::Result;
@@ -154,13 +153,16 @@ impl MessageStore {
         if n_batches == 0 {
             return Ok(Vec::new());
         }
-        let Some(revision) = self.revision().await? else {
+        // One connection for the lookup and the read: every pool acquire and release costs a
+        // task hop of its own.
+        let mut pooled = self.db.reader().acquire().await?;
+        let Some(revision) = self.revision_on(&mut pooled.conn()).await? else {
             return Ok(Vec::new());
         };
         if let Some(hit) = self.db.cached_recent(self.agent, revision, n_batches) {
             return Ok(hit);
         }
-        let batches = self.fetch_recent(n_batches).await?;
+        let batches = self.fetch_recent(&mut pooled.conn(), n_batches).await?;
         self.db
             .cache_recent(self.agent, revision, n_batches, &batches);
         Ok(batches)
@@ -168,56 +170,37 @@ impl MessageStore {
 
     /// The agent's revision: bumped by every write of its history. `None` for an unknown agent.
     pub async fn revision(&self) -> Result<Option<i64>> {
+        let mut pooled = self.db.reader().acquire().await?;
+        self.revision_on(&mut pooled.conn()).await
+    }
+
+    async fn revision_on(&self, conn: &mut crate::sql::Conn<'_>) -> Result<Option<i64>> {
         Ok(
             crate::sql::query("SELECT revision FROM agents WHERE id = $1")
                 .bind(self.agent.to_string())
-                .fetch_optional(self.db.reader())
+                .fetch_optional(conn)
                 .await?
                 .map(|r| r.try_get::<i64, _>(0))
                 .transpose()?,
         )
     }
 
-    async fn fetch_recent(&self, n_batches: usize) -> Result<Vec<StoredBatch>> {
+    /// The newest `n_batches` batches, oldest first, whole: one statement.
+    async fn fetch_recent(
+        &self,
+        conn: &mut crate::sql::Conn<'_>,
+        n_batches: usize,
+    ) -> Result<Vec<StoredBatch>> {
         let limit = i64::try_from(n_batches).unwrap_or(i64::MAX);
-        let sql = ops::batch_select(
-            "WHERE b.agent_id = $1 AND NOT b.archived ORDER BY b.id DESC LIMIT $2",
+        let sql = ops::batches_with_messages(
+            "WHERE agent_id = $1 AND NOT archived ORDER BY id DESC LIMIT $2",
         );
         let rows = crate::sql::query(sqlx::AssertSqlSafe(sql))
             .bind(self.agent.to_string())
             .bind(limit)
-            .fetch_all(self.db.reader())
+            .fetch_all(conn)
             .await?;
-        let mut infos = rows
-            .iter()
-            .map(ops::batch_from_row)
-            .collect::<Result<Vec<_>>>()?;
-        infos.reverse();
-        self.whole(infos).await
-    }
-
-    /// `infos` (oldest first) with their messages: one range read of the message index from the
-    /// first batch to the last (messages of batches not listed are dropped).
-    async fn whole(&self, infos: Vec<BatchInfo>) -> Result<Vec<StoredBatch>> {
-        let (Some(first), Some(last)) = (infos.first(), infos.last()) else {
-            return Ok(Vec::new());
-        };
-        let sql = ops::message_select(
-            "WHERE m.agent_id = $1 AND m.batch_id >= $2 AND m.batch_id <= $3 AND NOT m.deleted \
-             ORDER BY m.batch_id, m.sequence_num",
-        );
-        let rows = crate::sql::query(sqlx::AssertSqlSafe(sql))
-            .bind(self.agent.to_string())
-            .bind(first.id.get())
-            .bind(last.id.get())
-            .fetch_all(self.db.reader())
-            .await?;
-        group(
-            infos,
-            rows.iter()
-                .map(ops::message_from_row)
-                .collect::<Result<Vec<_>>>()?,
-        )
+        ops::batches_from_joined_rows(&rows)
     }
 
     /// Every message of the agent in position order, archived ones included when asked; at most
@@ -318,19 +301,16 @@ impl MessageStore {
         before: BatchId,
         limit: usize,
     ) -> Result<Vec<StoredBatch>> {
-        let sql = ops::batch_select(
-            "WHERE b.agent_id = $1 AND b.id < $2 AND NOT b.archived ORDER BY b.id LIMIT $3",
+        let sql = ops::batches_with_messages(
+            "WHERE agent_id = $1 AND id < $2 AND NOT archived ORDER BY id LIMIT $3",
         );
-        let infos = crate::sql::query(sqlx::AssertSqlSafe(sql))
+        let rows = crate::sql::query(sqlx::AssertSqlSafe(sql))
             .bind(self.agent.to_string())
             .bind(before.get())
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .fetch_all(self.db.reader())
-            .await?
-            .iter()
-            .map(ops::batch_from_row)
-            .collect::<Result<Vec<_>>>()?;
-        self.whole(infos).await
+            .await?;
+        ops::batches_from_joined_rows(&rows)
     }
 
     /// Number of live (not archived, not deleted) messages.
@@ -477,29 +457,6 @@ impl MessageStore {
         .await?;
         Ok(plan)
     }
-}
-
-/// Puts messages into their batches; a message whose batch is not among `infos` is ignored (the
-/// query range can include nothing else, but this keeps the grouping total).
-fn group(infos: Vec<BatchInfo>, messages: Vec<Message>) -> Result<Vec<StoredBatch>> {
-    let mut by_id: BTreeMap<BatchId, StoredBatch> = infos
-        .into_iter()
-        .map(|info| {
-            (
-                info.id,
-                StoredBatch {
-                    info,
-                    messages: Vec::new(),
-                },
-            )
-        })
-        .collect();
-    for m in messages {
-        if let Some(b) = by_id.get_mut(&m.batch_id) {
-            b.messages.push(m);
-        }
-    }
-    Ok(by_id.into_values().collect())
 }
 
 /// Refusals of the batches' domain ([`crate::MessageStore`]): batch states, tool call pairing, step
