@@ -368,31 +368,36 @@ pub(crate) fn fixed_chunks<T>(mut rows: &[T]) -> Vec<&[T]> {
 
 async fn insert_messages(conn: &mut Conn<'_>, ctx: &Ctx, rows: &[MessageRow<'_>]) -> Result<()> {
     for chunk in fixed_chunks(rows) {
-        let sql = format!(
-            "INSERT INTO messages (id, agent_id, position, batch_id, sequence_num, batch_type, role, content, \
-             token_estimate, archived, deleted, created_at) VALUES {}",
-            value_rows(&*conn, chunk.len(), 12)
-        );
-        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
-        for row in chunk {
-            q = q
-                .bind(row.id.to_string())
-                .bind(row.agent.to_string())
-                .bind(row.position.get())
-                .bind(row.batch.get())
-                .bind(row.seq)
-                .bind(row.batch_type.as_str())
-                .bind(row.role.as_str())
-                .bind(row.content.to_owned())
-                .bind(NewMessage::estimate_tokens(row.content.len()))
-                .bind(false)
-                .bind(false)
-                .bind(row.created_at);
-        }
-        q.execute(&mut *conn).await?;
+        message_rows_query(conn, chunk).execute(&mut *conn).await?;
     }
     let written: Vec<_> = rows.iter().map(|r| (r.id.0, r.agent, r.content)).collect();
     search::messages_written(conn, ctx, &written).await
+}
+
+/// One multi-row `INSERT` of `rows` into `messages`.
+fn message_rows_query(conn: &Conn<'_>, rows: &[MessageRow<'_>]) -> crate::sql::Query {
+    let sql = format!(
+        "INSERT INTO messages (id, agent_id, position, batch_id, sequence_num, batch_type, role, content, \
+         token_estimate, archived, deleted, created_at) VALUES {}",
+        value_rows(conn, rows.len(), 12)
+    );
+    let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
+    for row in rows {
+        q = q
+            .bind(row.id.to_string())
+            .bind(row.agent.to_string())
+            .bind(row.position.get())
+            .bind(row.batch.get())
+            .bind(row.seq)
+            .bind(row.batch_type.as_str())
+            .bind(row.role.as_str())
+            .bind(row.content.to_owned())
+            .bind(NewMessage::estimate_tokens(row.content.len()))
+            .bind(false)
+            .bind(false)
+            .bind(row.created_at);
+    }
+    q
 }
 
 /// A new batch row.
@@ -413,32 +418,37 @@ struct BatchRow {
 
 async fn insert_batches(conn: &mut Conn<'_>, rows: &[BatchRow]) -> Result<()> {
     for chunk in fixed_chunks(rows) {
-        let sql = format!(
-            "INSERT INTO batches (id, agent_id, batch_type, state, parent_batch, run_owner, lease_expires_at, \
-             next_sequence, continuations, archived, started_at, completed_at, retried_at, claim_token) VALUES {}",
-            value_rows(&*conn, chunk.len(), 14)
-        );
-        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
-        for row in chunk {
-            q = q
-                .bind(row.id.get())
-                .bind(row.agent.to_string())
-                .bind(row.batch_type.as_str())
-                .bind(row.state.as_str())
-                .bind(row.parent.map(SnowflakeId::get))
-                .bind(row.owner.clone())
-                .bind(row.lease_expires_at)
-                .bind(row.next_sequence)
-                .bind(0_i64)
-                .bind(false)
-                .bind(row.started_at)
-                .bind(row.completed_at)
-                .bind(row.retried_at)
-                .bind(row.claim_token);
-        }
-        q.execute(&mut *conn).await?;
+        batch_rows_query(conn, chunk).execute(&mut *conn).await?;
     }
     Ok(())
+}
+
+/// One multi-row `INSERT` of `rows` into `batches`.
+fn batch_rows_query(conn: &Conn<'_>, rows: &[BatchRow]) -> crate::sql::Query {
+    let sql = format!(
+        "INSERT INTO batches (id, agent_id, batch_type, state, parent_batch, run_owner, lease_expires_at, \
+         next_sequence, continuations, archived, started_at, completed_at, retried_at, claim_token) VALUES {}",
+        value_rows(conn, rows.len(), 14)
+    );
+    let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
+    for row in rows {
+        q = q
+            .bind(row.id.get())
+            .bind(row.agent.to_string())
+            .bind(row.batch_type.as_str())
+            .bind(row.state.as_str())
+            .bind(row.parent.map(SnowflakeId::get))
+            .bind(row.owner.clone())
+            .bind(row.lease_expires_at)
+            .bind(row.next_sequence)
+            .bind(0_i64)
+            .bind(false)
+            .bind(row.started_at)
+            .bind(row.completed_at)
+            .bind(row.retried_at)
+            .bind(row.claim_token);
+    }
+    q
 }
 
 /// A tool call row: `(batch, call id, call position, ordinal in its message, result position)`.
@@ -615,30 +625,15 @@ pub(crate) async fn begin_batch(
     if let Some(abandoned) = opts.retry_of {
         claim_retry(conn, agent, abandoned, now).await?;
     }
-    let inserted = insert_batches(
-        conn,
-        &[open_batch_row(
-            ctx,
-            agent,
-            position,
-            batch_type,
-            opts.parent_batch,
-            now,
-            claim_token,
-        )],
-    )
-    .await;
-    match inserted {
-        // `batches_one_run`: another run's batch of this agent is open.
-        Err(Error::Storage(StorageError::Database(e))) if is_unique_violation(&e) => {
-            return Err(RunError::AgentBusy {
-                agent,
-                holder: "another run".into(),
-            }
-            .into());
-        }
-        other => other?,
-    }
+    let batch_row = open_batch_row(
+        ctx,
+        agent,
+        position,
+        batch_type,
+        opts.parent_batch,
+        now,
+        claim_token,
+    );
     let message_id = MessageId::new();
     let row = MessageRow {
         id: message_id,
@@ -651,6 +646,37 @@ pub(crate) async fn begin_batch(
         content: &content,
         created_at: now,
     };
+    let busy = || {
+        Error::from(RunError::AgentBusy {
+            agent,
+            holder: "another run".into(),
+        })
+    };
+    // SQLite (without embedding jobs to record): the batch row, the message and its search
+    // change in one round trip to the connection's worker.
+    let written = [(message_id.0, agent, content.as_str())];
+    if let Some(change) = search::message_change_query(conn, ctx, &written)? {
+        let mut script = crate::sql::Script::new();
+        script.push(batch_rows_query(conn, std::slice::from_ref(&batch_row)));
+        script.push(message_rows_query(conn, std::slice::from_ref(&row)));
+        script.push(change);
+        return match script.execute(conn).await {
+            // `batches_one_run`: another run's batch of this agent is open.
+            Err(e) if is_unique_violation(&e) && e.to_string().contains("batches") => Err(busy()),
+            Err(e) => Err(e.into()),
+            Ok(()) => Ok(Received {
+                batch_id: position,
+                message_id,
+            }),
+        };
+    }
+    match insert_batches(conn, std::slice::from_ref(&batch_row)).await {
+        // `batches_one_run`: another run's batch of this agent is open.
+        Err(Error::Storage(StorageError::Database(e))) if is_unique_violation(&e) => {
+            return Err(busy());
+        }
+        other => other?,
+    }
     insert_messages(conn, ctx, std::slice::from_ref(&row)).await?;
     Ok(Received {
         batch_id: position,

@@ -407,6 +407,58 @@ impl Query {
     }
 }
 
+/// Statements that return nothing, run in one round trip to SQLite's worker where possible:
+/// statements whose parameters are all anonymous (`?`) are joined into one text and bound in
+/// order (sqlx binds anonymous parameters across the statements of one text). On PostgreSQL, and
+/// when any statement numbers its parameters, they run one after the other. The first failing
+/// statement's error is returned; what ran before it stays in the caller's transaction (roll
+/// back to a savepoint or the transaction, as for any failed write).
+#[derive(Debug, Default)]
+pub struct Script {
+    queries: Vec<Query>,
+}
+
+impl Script {
+    /// An empty script.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a statement.
+    pub fn push(&mut self, query: Query) {
+        self.queries.push(query);
+    }
+
+    /// Runs every statement on `conn`.
+    pub async fn execute(self, conn: &mut Conn<'_>) -> SqlxResult<()> {
+        let joinable = matches!(conn, Conn::Sqlite(_))
+            && self.queries.len() > 1
+            && self.queries.iter().all(|q| !q.sql.as_str().contains('$'));
+        if !joinable {
+            for query in self.queries {
+                query.execute(&mut *conn).await?;
+            }
+            return Ok(());
+        }
+        let mut text = String::new();
+        let mut args = Vec::new();
+        for query in self.queries {
+            if !text.is_empty() {
+                text.push_str(";\n");
+            }
+            text.push_str(query.sql.as_str());
+            args.extend(query.args);
+        }
+        Query {
+            sql: sqlx::AssertSqlSafe(text).into_sql_str(),
+            args,
+        }
+        .execute(conn)
+        .await
+        .map(drop)
+    }
+}
+
 fn wrap<R>(rows: Vec<R>, f: impl Fn(R) -> Row) -> Vec<Row> {
     rows.into_iter().map(f).collect()
 }
@@ -513,5 +565,86 @@ impl<T: Col> Col for Option<T> {
             return Ok(None);
         }
         T::pg(row, index).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlx::Connection;
+
+    async fn memory() -> SqliteConnection {
+        let mut c = SqliteConnection::connect("sqlite::memory:").await.unwrap();
+        query("CREATE TABLE t (a INTEGER NOT NULL UNIQUE, b TEXT)")
+            .execute(&mut c)
+            .await
+            .unwrap();
+        c
+    }
+
+    #[tokio::test]
+    async fn a_script_binds_anonymous_parameters_across_its_statements() {
+        let mut c = memory().await;
+        let mut script = Script::new();
+        script.push(
+            query("INSERT INTO t (a, b) VALUES (?, ?)")
+                .bind(1_i64)
+                .bind("one"),
+        );
+        script.push(
+            query("INSERT INTO t (a, b) VALUES (?, ?), (?, ?)")
+                .bind(2_i64)
+                .bind("two")
+                .bind(3_i64)
+                .bind(None::<String>),
+        );
+        script.execute(&mut Conn::Sqlite(&mut c)).await.unwrap();
+        let rows = query("SELECT a, b FROM t ORDER BY a")
+            .fetch_all(&mut c)
+            .await
+            .unwrap();
+        let got: Vec<(i64, Option<String>)> = rows
+            .iter()
+            .map(|r| (r.try_get(0).unwrap(), r.try_get(1).unwrap()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(1, Some("one".into())), (2, Some("two".into())), (3, None)]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failing_statement_of_a_script_is_its_error() {
+        let mut c = memory().await;
+        let mut script = Script::new();
+        script.push(query("INSERT INTO t (a) VALUES (?)").bind(1_i64));
+        script.push(query("INSERT INTO t (a) VALUES (?)").bind(1_i64));
+        let err = script.execute(&mut Conn::Sqlite(&mut c)).await.unwrap_err();
+        let db = err.as_database_error().unwrap();
+        assert_eq!(db.kind(), sqlx::error::ErrorKind::UniqueViolation);
+    }
+
+    #[tokio::test]
+    async fn numbered_parameters_run_one_statement_at_a_time() {
+        let mut c = memory().await;
+        let mut script = Script::new();
+        script.push(
+            query("INSERT INTO t (a, b) VALUES ($1, $2)")
+                .bind(7_i64)
+                .bind("x"),
+        );
+        script.push(
+            query("INSERT INTO t (a, b) VALUES ($1, $2)")
+                .bind(8_i64)
+                .bind("y"),
+        );
+        script.execute(&mut Conn::Sqlite(&mut c)).await.unwrap();
+        let n: i64 = query("SELECT COUNT(*) FROM t WHERE (a, b) IN ((7, 'x'), (8, 'y'))")
+            .fetch_one(&mut c)
+            .await
+            .unwrap()
+            .try_get(0)
+            .unwrap();
+        assert_eq!(n, 2);
     }
 }

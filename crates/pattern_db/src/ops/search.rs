@@ -67,21 +67,31 @@ async fn log_changes(
     }
     change_lock(conn, backend).await?;
     for chunk in fixed_chunks(&rows) {
-        let sql = format!(
-            "INSERT INTO search_changes (content_type, content_id, agent_id, kind) VALUES {}",
-            value_rows(&*conn, chunk.len(), 4)
-        );
-        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
-        for (t, id, agent, kind) in chunk {
-            q = q
-                .bind(t.as_str())
-                .bind((*id).to_owned())
-                .bind(agent.to_string())
-                .bind(kind.as_str());
-        }
-        q.execute(&mut *conn).await?;
+        let chunk: Vec<_> = chunk.iter().map(|c| **c).collect();
+        change_rows_query(conn, &chunk).execute(&mut *conn).await?;
     }
     Ok(())
+}
+
+/// One multi-row `INSERT` of `changes` into the log (the caller holds the change lock on
+/// PostgreSQL).
+fn change_rows_query(
+    conn: &Conn<'_>,
+    changes: &[(ContentType, &str, AgentId, ChangeKind)],
+) -> crate::sql::Query {
+    let sql = format!(
+        "INSERT INTO search_changes (content_type, content_id, agent_id, kind) VALUES {}",
+        value_rows(conn, changes.len(), 4)
+    );
+    let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
+    for (t, id, agent, kind) in changes {
+        q = q
+            .bind(t.as_str())
+            .bind((*id).to_owned())
+            .bind(agent.to_string())
+            .bind(kind.as_str());
+    }
+    q
 }
 
 /// Records (or refreshes) embedding jobs; with `refresh` an existing job takes the new hash and
@@ -143,6 +153,30 @@ pub(crate) async fn content_written(
         upsert_jobs(conn, &jobs, true).await?;
     }
     Ok(())
+}
+
+/// The one statement that logs the search changes of messages about to be inserted, when that
+/// is all [`messages_written`] would do: SQLite without embedding jobs to record. `None`
+/// otherwise (then call [`messages_written`] after the insert), and when no message has text.
+pub(crate) fn message_change_query(
+    conn: &Conn<'_>,
+    ctx: &Ctx,
+    rows: &[(uuid::Uuid, AgentId, &str)],
+) -> Result<Option<crate::sql::Query>> {
+    if ctx.backend != Backend::Sqlite || ctx.record_jobs || rows.len() > 1 {
+        return Ok(None);
+    }
+    let mut changes = Vec::with_capacity(rows.len());
+    let ids: Vec<String> = rows.iter().map(|(id, _, _)| id.to_string()).collect();
+    for ((_, agent, content), id) in rows.iter().zip(&ids) {
+        if !message_text(&decode_content(content)?).is_empty() {
+            changes.push((ContentType::Message, id.as_str(), *agent, ChangeKind::Text));
+        }
+    }
+    if changes.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(change_rows_query(conn, &changes)))
 }
 
 /// Messages just inserted (JSON content as stored): the searchable ones are written content.
@@ -1057,11 +1091,16 @@ pub(crate) async fn prune_changes(conn: &mut Conn<'_>, upto: i64) -> Result<u64>
             .await?
             .try_get(0)?;
     let upto = floor.map_or(upto, |f| f.min(upto));
-    let pruned = crate::sql::query("DELETE FROM search_changes WHERE seq <= $1")
-        .bind(upto)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
+    // The newest change always stays: on SQLite `seq` is a rowid (migration 0022), which an
+    // empty table would hand out again from 1.
+    let pruned = crate::sql::query(
+        "DELETE FROM search_changes WHERE seq <= $1 \
+         AND seq < (SELECT MAX(seq) FROM search_changes)",
+    )
+    .bind(upto)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
     if pruned > 0 {
         crate::sql::query(
             "INSERT INTO search_consumers (name, seq, updated_at) VALUES ($1, $2, $3) \

@@ -475,7 +475,24 @@ async fn claim_store_fail(kind: Kind) {
     let head = db.search_changes_head().await.unwrap();
     assert_eq!(head, tail.seq);
     assert!(db.prune_search_changes(head).await.unwrap() > 0);
-    assert!(db.search_changes_after(0, 10).await.unwrap().is_empty());
+    // The newest change stays (nothing after the head for a follower at the head), so numbers
+    // are never handed out again: the next change comes after it.
+    let left = db.search_changes_after(0, 10).await.unwrap();
+    assert_eq!(left.iter().map(|c| c.seq).collect::<Vec<_>>(), vec![head]);
+    assert!(db.search_changes_after(head, 10).await.unwrap().is_empty());
+    assert_eq!(db.prune_search_changes(head).await.unwrap(), 0);
+    let again = db
+        .insert_archival(a.id, tagged("after the prune", &[], None))
+        .await
+        .unwrap();
+    db.delete_archival(a.id, again.id).await.unwrap();
+    let next = db.search_changes_after(head, 10).await.unwrap();
+    assert!(next.iter().all(|c| c.seq > head), "{next:?}");
+    let tail = next.last().unwrap();
+    assert_eq!(
+        (tail.kind, &tail.content),
+        (ChangeKind::Delete, &ContentRef::archival(again.id))
+    );
     db.close().await;
     tdb.cleanup().await.unwrap();
 }
@@ -1272,3 +1289,39 @@ search_conformance!(
     index_repairs_itself,
     arbitrary_queries_never_fail_otherwise,
 );
+
+/// Migration 0022 (SQLite): a change log pruned empty while `seq` was AUTOINCREMENT keeps
+/// counting after the table is rebuilt without it: the next change comes after every number
+/// handed out before, and followers at the old head see it.
+#[tokio::test]
+async fn change_numbers_continue_across_migration_0022() {
+    let tdb = fresh(Kind::Sqlite).await;
+    let db = tdb.open().await.unwrap();
+    let a = db.create_agent(NewAgent::named("ada")).await.unwrap();
+    db.migrate_down(21).await.unwrap();
+    let e = db
+        .insert_archival(a.id, tagged("before the rebuild", &[], None))
+        .await
+        .unwrap();
+    db.delete_archival(a.id, e.id).await.unwrap();
+    let head = db.search_changes_head().await.unwrap();
+    assert!(head > 0);
+    // What pruning everything did before 0022.
+    pattern_db::testkit::execute_raw(&db, "DELETE FROM search_changes")
+        .await
+        .unwrap();
+    db.migrate_up().await.unwrap();
+    assert_eq!(db.search_changes_head().await.unwrap(), head);
+    let e = db
+        .insert_archival(a.id, tagged("after the rebuild", &[], None))
+        .await
+        .unwrap();
+    db.delete_archival(a.id, e.id).await.unwrap();
+    let next = db.search_changes_after(head, 10).await.unwrap();
+    assert!(
+        !next.is_empty() && next.iter().all(|c| c.seq > head),
+        "{next:?}"
+    );
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}

@@ -1,0 +1,2 @@
+-- Purpose: nothing to revert (see the up migration).
+SELECT 1;
