@@ -36,10 +36,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use pattern_db::{
-    AgentId, BatchType, ContentBlock, Idempotency, MeetingEvent, MeetingEventType, MeetingId,
-    MeetingStatus, NewProtocolMessage, Role,
+    AgentId, BatchType, ContentBlock, Idempotency, MeetingId, NewProtocolMessage, Role,
 };
-use pattern_protocol::Protocol;
+use pattern_protocol::{MeetingEvent, MeetingEventType, MeetingStatus, Protocol};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -76,11 +75,11 @@ pub enum Policy {
 
 impl Policy {
     /// The protocol's hand-over for this policy.
-    pub fn protocol(self) -> pattern_db::MeetingPolicy {
+    pub fn protocol(self) -> pattern_protocol::MeetingPolicy {
         match self {
-            Policy::RoundRobin => pattern_db::MeetingPolicy::RoundRobin,
-            Policy::Selector => pattern_db::MeetingPolicy::Selector,
-            Policy::Broadcast => pattern_db::MeetingPolicy::Broadcast,
+            Policy::RoundRobin => pattern_protocol::MeetingPolicy::RoundRobin,
+            Policy::Selector => pattern_protocol::MeetingPolicy::Selector,
+            Policy::Broadcast => pattern_protocol::MeetingPolicy::Broadcast,
         }
     }
 

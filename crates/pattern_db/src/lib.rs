@@ -72,6 +72,7 @@ pub mod runs;
 pub mod schedule;
 pub mod search;
 mod stats;
+pub mod storage;
 mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -101,13 +102,10 @@ pub use model::{
 };
 pub use names::{MAX_NAME_CHARS, check_name};
 pub use protocol::{
-    ActiveConversation, ActiveMeeting, Delivery, MAX_SESSION_MESSAGES, Meeting, MeetingEvent,
-    MeetingEventType, MeetingId, MeetingPolicy, MeetingStatus, MeetingUpdate, NewProtocolMessage,
-    Organization, OrganizationId, Participant, ParticipantStatus, ProtocolMessage,
-    ProtocolMessageId, RetentionPolicy, RetentionReport, Session, SessionId, SessionOptions,
-    SessionStatus, SessionType, UnreadSummary, Wakeup, WakeupListener, content_text,
+    Delivery, MAX_SESSION_MESSAGES, MeetingId, NewProtocolMessage, Organization, OrganizationId,
+    ProtocolMessage, ProtocolMessageId, Session, SessionId, SessionOptions, SessionStatus,
+    SessionType, Wakeup, WakeupListener, content_text,
 };
-pub use protocol::{ListPage, Liveness};
 pub use runs::{
     ClaimInfo, Finished, Idempotency, NewTurn, NewTurnEvent, RunClaim, RunEnding, Started, Submit,
     Submitted, TurnEvent, TurnId, TurnInfo, TurnOutcome, TurnState,

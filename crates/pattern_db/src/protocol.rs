@@ -84,19 +84,11 @@ protocol_id!(
     MeetingId
 );
 
-mod lists;
-mod meetings;
+mod wakeups;
 
-pub use lists::{ListPage, Liveness};
+pub use wakeups::{WAKEUP_CHANNEL, Wakeup, WakeupListener};
 
-pub use meetings::{
-    ActiveConversation, ActiveMeeting, MAX_TURN_DURATION, Meeting, MeetingEvent, MeetingEventType,
-    MeetingPolicy, MeetingStatus, MeetingUpdate, Participant, ParticipantStatus, RetentionPolicy,
-    RetentionReport, UnreadSummary, WAKEUP_CHANNEL, Wakeup, WakeupListener,
-};
-pub(crate) use meetings::{
-    MEETING_COLUMNS, PARTICIPANT_COLUMNS, meeting_from_row, participant_from_row,
-};
+pub use crate::ops::protocol::{notify, require_agent, require_same_organization};
 
 /// Most characters an external id, a name or a message type may hold.
 pub const MAX_PROTOCOL_NAME_CHARS: usize = 255;
@@ -362,7 +354,7 @@ pub fn content_text(content: &serde_json::Value) -> String {
 
 /// Checks an external id, a name or a message type: 1 to [`MAX_PROTOCOL_NAME_CHARS`]
 /// characters, no control characters.
-pub(crate) fn validate_name(what: &str, text: &str) -> Result<()> {
+pub fn validate_name(what: &str, text: &str) -> Result<()> {
     let len = text.chars().count();
     if len == 0 || len > MAX_PROTOCOL_NAME_CHARS {
         return Err(ProtocolError::InvalidMessage(format!(
@@ -380,18 +372,22 @@ pub(crate) fn validate_name(what: &str, text: &str) -> Result<()> {
 }
 
 pub(crate) const ORG_COLUMNS: &str = "id, external_id, name, created_at";
-pub(crate) const SESSION_COLUMNS: &str = "id, agent_a_id, agent_b_id, session_type, status, \
+/// The columns [`session_from_row`] decodes, in its order.
+pub const SESSION_COLUMNS: &str = "id, agent_a_id, agent_b_id, session_type, status, \
     locked_agent_id, created_at, updated_at, ended_at, delivery, message_limit, messages_sent";
-pub(crate) const MESSAGE_COLUMNS: &str = "id, sender_id, recipient_id, session_id, message_type, \
+/// The columns [`message_from_row`] decodes, in its order.
+pub const MESSAGE_COLUMNS: &str = "id, sender_id, recipient_id, session_id, message_type, \
     content, metadata, read_at, seq, created_at, meeting_id";
 
-fn opt_uuid(row: &AnyRow, index: usize) -> Result<Option<Uuid>> {
+/// An optional id column (text) as a UUID.
+pub fn opt_uuid(row: &AnyRow, index: usize) -> Result<Option<Uuid>> {
     row.try_get::<Option<String>, _>(index)?
         .map(|s| parse_uuid(&s))
         .transpose()
 }
 
-fn json(text: &str) -> Result<serde_json::Value> {
+/// Stored JSON text as a value; text that does not decode is a corrupt row.
+pub fn json(text: &str) -> Result<serde_json::Value> {
     serde_json::from_str(text).map_err(|e| {
         Error::Storage(StorageError::Corrupt(format!(
             "stored protocol JSON does not decode: {e}"
@@ -409,7 +405,8 @@ pub(crate) fn org_from_row(row: &AnyRow) -> Result<Organization> {
     })
 }
 
-pub(crate) fn session_from_row(row: &AnyRow) -> Result<Session> {
+/// A session row ([`SESSION_COLUMNS`]).
+pub fn session_from_row(row: &AnyRow) -> Result<Session> {
     let id: String = row.try_get(0)?;
     let a: String = row.try_get(1)?;
     let b: String = row.try_get(2)?;
@@ -433,7 +430,8 @@ pub(crate) fn session_from_row(row: &AnyRow) -> Result<Session> {
     })
 }
 
-pub(crate) fn message_from_row(row: &AnyRow) -> Result<ProtocolMessage> {
+/// A protocol message row ([`MESSAGE_COLUMNS`]; also of `protocol_messages_archive`).
+pub fn message_from_row(row: &AnyRow) -> Result<ProtocolMessage> {
     let id: String = row.try_get(0)?;
     let sender: String = row.try_get(1)?;
     let content: String = row.try_get(5)?;

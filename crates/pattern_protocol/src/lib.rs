@@ -53,16 +53,22 @@
 
 mod error;
 mod follow;
+pub mod meeting;
 mod notify;
 mod protocol;
+pub mod store;
 
 pub use error::{Error, Result};
 pub use follow::Follower;
+pub use meeting::{
+    ActiveConversation, ActiveMeeting, MAX_TURN_DURATION, Meeting, MeetingEvent, MeetingEventType,
+    MeetingPolicy, MeetingStatus, MeetingUpdate, Participant, ParticipantStatus, RetentionPolicy,
+    RetentionReport, UnreadSummary,
+};
 pub use pattern_db::{
-    ActiveConversation, ActiveMeeting, Agent, AgentId, Delivery, Meeting, MeetingEvent,
-    MeetingEventType, MeetingId, MeetingPolicy, MeetingStatus, MeetingUpdate, NewAgent,
-    NewProtocolMessage, Organization, OrganizationId, Participant, ParticipantStatus,
-    ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, Session, SessionId,
-    SessionOptions, SessionStatus, SessionType, UnreadSummary,
+    Agent, AgentId, Delivery, MeetingId, NewAgent, NewProtocolMessage, Organization,
+    OrganizationId, ProtocolMessage, ProtocolMessageId, Session, SessionId, SessionOptions,
+    SessionStatus, SessionType,
 };
 pub use protocol::Protocol;
+pub use store::{ListPage, Liveness, Store};

@@ -12,16 +12,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pattern_db::{
-    ActiveConversation, ActiveMeeting, Agent, AgentId, Database, Meeting, MeetingEvent, MeetingId,
-    MeetingPolicy, MeetingUpdate, NewAgent, NewProtocolMessage, Organization, OrganizationId,
-    Participant, ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, Session,
-    SessionId, SessionOptions, SessionType, UnreadSummary,
+    Agent, AgentId, Database, MeetingId, NewAgent, NewProtocolMessage, Organization,
+    OrganizationId, ProtocolMessage, ProtocolMessageId, Session, SessionId, SessionOptions,
+    SessionType,
 };
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::follow::Follower;
+use crate::meeting::{
+    ActiveConversation, ActiveMeeting, Meeting, MeetingEvent, MeetingPolicy, MeetingUpdate,
+    Participant, RetentionPolicy, RetentionReport, UnreadSummary,
+};
 use crate::notify::{Key, ListenerTask, Notifier, spawn_listener};
+use crate::store::{ListPage, Store};
 
 /// Most expired meetings one [`Protocol::sweep_timeouts`] call handles.
 const SWEEP_BATCH: u32 = 1000;
@@ -56,6 +60,11 @@ impl Protocol {
     /// The database underneath.
     pub fn db(&self) -> &Database {
         &self.db
+    }
+
+    /// The protocol's storage underneath (its SQL; no waking).
+    pub fn store(&self) -> Store<'_> {
+        Store::new(&self.db)
     }
 
     /// Wake-up channels this handle keeps now (each held by a waiter, or dropped since the last
@@ -252,7 +261,7 @@ impl Protocol {
         host: AgentId,
         turn_duration: Option<Duration>,
     ) -> Result<MeetingUpdate> {
-        Ok(self.woke(self.db.create_meeting(host, turn_duration).await?))
+        Ok(self.woke(self.store().create_meeting(host, turn_duration).await?))
     }
 
     /// [`Self::create_meeting`] with a plan stored in the log (see
@@ -265,7 +274,7 @@ impl Protocol {
         plan: serde_json::Value,
     ) -> Result<MeetingUpdate> {
         Ok(self.woke(
-            self.db
+            self.store()
                 .create_meeting_with_plan(host, turn_duration, policy, plan)
                 .await?,
         ))
@@ -279,7 +288,7 @@ impl Protocol {
         host: AgentId,
         next: AgentId,
     ) -> Result<MeetingUpdate> {
-        Ok(self.woke(self.db.choose_speaker(meeting, host, next).await?))
+        Ok(self.woke(self.store().choose_speaker(meeting, host, next).await?))
     }
 
     /// Speaks (`Some`) or passes (`None`) only in the turn that began at `turn_started_at`. See
@@ -292,7 +301,7 @@ impl Protocol {
         message: Option<NewProtocolMessage>,
     ) -> Result<MeetingUpdate> {
         Ok(self.woke(
-            self.db
+            self.store()
                 .speak_in_turn(meeting, agent, turn_started_at, message)
                 .await?,
         ))
@@ -305,17 +314,17 @@ impl Protocol {
         host: AgentId,
         agent: AgentId,
     ) -> Result<MeetingUpdate> {
-        Ok(self.woke(self.db.invite_to_meeting(meeting, host, agent).await?))
+        Ok(self.woke(self.store().invite_to_meeting(meeting, host, agent).await?))
     }
 
     /// `agent` joins. See [`Database::join_meeting`].
     pub async fn join_meeting(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
-        Ok(self.woke(self.db.join_meeting(meeting, agent).await?))
+        Ok(self.woke(self.store().join_meeting(meeting, agent).await?))
     }
 
     /// The host starts a ready meeting. See [`Database::start_meeting`].
     pub async fn start_meeting(&self, meeting: MeetingId, host: AgentId) -> Result<MeetingUpdate> {
-        Ok(self.woke(self.db.start_meeting(meeting, host).await?))
+        Ok(self.woke(self.store().start_meeting(meeting, host).await?))
     }
 
     /// The current speaker speaks; the turn passes on. See [`Database::speak`].
@@ -325,37 +334,37 @@ impl Protocol {
         agent: AgentId,
         message: NewProtocolMessage,
     ) -> Result<MeetingUpdate> {
-        Ok(self.woke(self.db.speak(meeting, agent, message).await?))
+        Ok(self.woke(self.store().speak(meeting, agent, message).await?))
     }
 
     /// The current speaker passes. See [`Database::pass_turn`].
     pub async fn pass_turn(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
-        Ok(self.woke(self.db.pass_turn(meeting, agent).await?))
+        Ok(self.woke(self.store().pass_turn(meeting, agent).await?))
     }
 
     /// `agent` leaves. See [`Database::leave_meeting`].
     pub async fn leave_meeting(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
-        Ok(self.woke(self.db.leave_meeting(meeting, agent).await?))
+        Ok(self.woke(self.store().leave_meeting(meeting, agent).await?))
     }
 
     /// The host ends the meeting. See [`Database::end_meeting`].
     pub async fn end_meeting(&self, meeting: MeetingId, host: AgentId) -> Result<MeetingUpdate> {
-        Ok(self.woke(self.db.end_meeting(meeting, host).await?))
+        Ok(self.woke(self.store().end_meeting(meeting, host).await?))
     }
 
     /// The meeting with this id.
     pub async fn meeting(&self, meeting: MeetingId) -> Result<Meeting> {
-        Ok(self.db.meeting(meeting).await?)
+        Ok(self.store().meeting(meeting).await?)
     }
 
     /// Its participants, in join order.
     pub async fn participants(&self, meeting: MeetingId) -> Result<Vec<Participant>> {
-        Ok(self.db.meeting_participants(meeting).await?)
+        Ok(self.store().meeting_participants(meeting).await?)
     }
 
     /// Its messages (the meeting's history), in order.
     pub async fn meeting_messages(&self, meeting: MeetingId) -> Result<Vec<ProtocolMessage>> {
-        Ok(self.db.meeting_messages(meeting).await?)
+        Ok(self.store().meeting_messages(meeting).await?)
     }
 
     /// Up to `limit` events after sequence number `cursor` (0: from the start), in order.
@@ -365,7 +374,10 @@ impl Protocol {
         cursor: u64,
         limit: u32,
     ) -> Result<Vec<MeetingEvent>> {
-        Ok(self.db.meeting_events_after(meeting, cursor, limit).await?)
+        Ok(self
+            .store()
+            .meeting_events_after(meeting, cursor, limit)
+            .await?)
     }
 
     /// Follows a meeting's event log from `cursor` (the last sequence number already seen; 0:
@@ -383,8 +395,8 @@ impl Protocol {
     /// deadlines too; a sweeper calling this now and then covers meetings nobody touches.
     pub async fn sweep_timeouts(&self) -> Result<Vec<MeetingUpdate>> {
         let mut changed = Vec::new();
-        for meeting in self.db.expired_meetings(SWEEP_BATCH).await? {
-            let update = self.woke(self.db.apply_meeting_timeouts(meeting).await?);
+        for meeting in self.store().expired_meetings(SWEEP_BATCH).await? {
+            let update = self.woke(self.store().apply_meeting_timeouts(meeting).await?);
             if !update.events.is_empty() {
                 changed.push(update);
             }
@@ -407,7 +419,7 @@ impl Protocol {
         loop {
             let mut woken = pin!(channel.notified());
             woken.as_mut().enable();
-            let m = self.db.meeting(meeting).await?;
+            let m = self.store().meeting(meeting).await?;
             if !m.is_live() {
                 return Err(
                     pattern_db::Error::Protocol(pattern_db::ProtocolError::MeetingEnded(meeting))
@@ -418,14 +430,14 @@ impl Protocol {
             if let Some(turn_end) = m.turn_deadline
                 && turn_end <= now
             {
-                self.woke(self.db.apply_meeting_timeouts(meeting).await?);
+                self.woke(self.store().apply_meeting_timeouts(meeting).await?);
                 continue;
             }
             if m.speaker == Some(agent) {
                 return Ok(true);
             }
             let present = self
-                .db
+                .store()
                 .meeting_participants(meeting)
                 .await?
                 .iter()
@@ -451,19 +463,37 @@ impl Protocol {
 
     // -- views and retention -------------------------------------------------------------------
 
+    /// The organization's sessions (both agents its own), newest first.
+    pub async fn org_sessions(
+        &self,
+        organization: OrganizationId,
+        page: ListPage<SessionId>,
+    ) -> Result<Vec<Session>> {
+        Ok(self.store().org_sessions(organization, page).await?)
+    }
+
+    /// The organization's meetings (hosted by its agents), newest first.
+    pub async fn org_meetings(
+        &self,
+        organization: OrganizationId,
+        page: ListPage<MeetingId>,
+    ) -> Result<Vec<Meeting>> {
+        Ok(self.store().org_meetings(organization, page).await?)
+    }
+
     /// Live sessions with their agents (the "active conversations" view).
     pub async fn active_conversations(&self) -> Result<Vec<ActiveConversation>> {
-        Ok(self.db.active_conversations().await?)
+        Ok(self.store().active_conversations().await?)
     }
 
     /// Meetings not ended, with host, speaker and head count (the "active meetings" view).
     pub async fn active_meetings(&self) -> Result<Vec<ActiveMeeting>> {
-        Ok(self.db.active_meetings().await?)
+        Ok(self.store().active_meetings().await?)
     }
 
     /// Unread counts of every agent (the "unread per agent" view).
     pub async fn unread_per_agent(&self) -> Result<Vec<UnreadSummary>> {
-        Ok(self.db.unread_per_agent().await?)
+        Ok(self.store().unread_per_agent().await?)
     }
 
     /// Archives old messages and deletes old ended sessions and meetings, or with
@@ -471,7 +501,7 @@ impl Protocol {
     /// meetings and unread messages stay, nothing live is deleted, and nothing is dropped (the
     /// messages of what is deleted are archived in the same transaction).
     pub async fn retention(&self, policy: RetentionPolicy) -> Result<RetentionReport> {
-        Ok(self.db.protocol_retention(policy).await?)
+        Ok(self.store().protocol_retention(policy).await?)
     }
 
     async fn has_turn(&self, id: SessionId, agent: AgentId) -> Result<bool> {

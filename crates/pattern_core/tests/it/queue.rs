@@ -63,7 +63,10 @@ async fn agents_message_each_other_through_the_queue(kind: Backend) {
             && trigger.ends_with("\nmeeting at noon"),
         "{trigger}"
     );
-    let sessions = h.db.active_conversations().await.unwrap();
+    let sessions = pattern_protocol::store::Store::new(&h.db)
+        .active_conversations()
+        .await
+        .unwrap();
     assert_eq!(sessions.len(), 1);
     let said = h.db.session_messages(sessions[0].session.id).await.unwrap();
     assert_eq!(said.len(), 1);

@@ -63,7 +63,10 @@ async fn two_agents_hold_a_sync_session_opened_by_tool(kind: Backend) {
             && db.pending_queue(bob_id).await.unwrap().is_empty()
     })
     .await;
-    let conversations = h.db.active_conversations().await.unwrap();
+    let conversations = pattern_protocol::store::Store::new(&h.db)
+        .active_conversations()
+        .await
+        .unwrap();
     assert!(conversations.is_empty(), "ended at its limit");
     let ada_batches = batches_of(&h.db, ada_id).await;
     let session_id = ada_batches[1].messages[0]
@@ -167,7 +170,13 @@ async fn session_tools_refuse_with_error_results_and_store_nothing(kind: Backend
         "{}",
         results[2].0
     );
-    assert!(h.db.active_conversations().await.unwrap().is_empty());
+    assert!(
+        pattern_protocol::store::Store::new(&h.db)
+            .active_conversations()
+            .await
+            .unwrap()
+            .is_empty()
+    );
     for id in [h.agent.id(), bob.id(), eve.id] {
         assert!(h.db.pending_queue(id).await.unwrap().is_empty());
         assert!(h.db.unread(id).await.unwrap().is_empty());

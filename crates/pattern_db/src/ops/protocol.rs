@@ -11,7 +11,6 @@
 //! failed (a failed statement aborts a PostgreSQL transaction).
 
 use crate::{AgentError, ProtocolError, StorageError};
-use std::time::Duration;
 
 use sqlx::{AnyConnection, Row};
 
@@ -21,16 +20,13 @@ use crate::config::Backend;
 use crate::error::{Error, Result};
 use crate::model::{Agent, AgentId, BatchType, ContentBlock, Role};
 use crate::protocol::{
-    Delivery, MeetingId, MeetingPolicy, MeetingUpdate, NewProtocolMessage, Organization,
-    OrganizationId, ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport,
+    Delivery, NewProtocolMessage, Organization, OrganizationId, ProtocolMessage, ProtocolMessageId,
     SESSION_COLUMNS, Session, SessionId, SessionOptions, SessionStatus, SessionType,
     WAKEUP_CHANNEL, Wakeup, session_from_row,
 };
 use crate::queue::NewQueued;
 use crate::runs::RunClaim;
 use crate::writer::{Locks, Write};
-
-mod meetings;
 
 /// A new organization.
 #[derive(Debug)]
@@ -166,123 +162,9 @@ impl Write for MarkRead {
     }
 }
 
-impl Write for ProtocolOp {
-    type Output = ProtocolDone;
-
-    fn locks(&self) -> Locks {
-        self.key().map_or_else(Locks::none, Locks::protocol)
-    }
-
-    async fn apply(
-        &self,
-        conn: &mut AnyConnection,
-        ctx: &Ctx,
-        _fence: Option<&RunClaim>,
-    ) -> Result<ProtocolDone> {
-        apply(conn, ctx, self).await
-    }
-}
-
-/// The meeting and retention writes: the protocol's rules on one meeting row and its log.
-#[derive(Debug)]
-pub(crate) enum ProtocolOp {
-    CreateMeeting {
-        host: AgentId,
-        turn_duration: Option<Duration>,
-        policy: MeetingPolicy,
-        /// Stored as `plan` in the `meeting_created` event's data.
-        plan: Option<serde_json::Value>,
-    },
-    Invite {
-        meeting: MeetingId,
-        host: AgentId,
-        agent: AgentId,
-    },
-    Join {
-        meeting: MeetingId,
-        agent: AgentId,
-    },
-    Start {
-        meeting: MeetingId,
-        host: AgentId,
-    },
-    /// Speak (`Some`) or pass (`None`); with `turn`, only in the turn that began then (Unix
-    /// ms of `turn_started_at`).
-    Speak {
-        meeting: MeetingId,
-        agent: AgentId,
-        message: Option<NewProtocolMessage>,
-        turn: Option<i64>,
-    },
-    Leave {
-        meeting: MeetingId,
-        agent: AgentId,
-    },
-    EndMeeting {
-        meeting: MeetingId,
-        host: AgentId,
-    },
-    /// The host of a selector meeting names who speaks after its current turn.
-    Choose {
-        meeting: MeetingId,
-        host: AgentId,
-        next: AgentId,
-    },
-    ApplyTimeouts {
-        meeting: MeetingId,
-    },
-    Retention(RetentionPolicy),
-}
-
-/// Outcomes of [`ProtocolOp`]s.
-#[derive(Debug)]
-pub(crate) enum ProtocolDone {
-    Meeting(Box<MeetingUpdate>),
-    /// The op was refused after an expired turn deadline was applied; the timeout commits, the
-    /// caller gets the refusal.
-    Refused(Box<(MeetingUpdate, Error)>),
-    Retention(Box<RetentionReport>),
-}
-
-impl ProtocolOp {
-    /// The row this op locks first (its meeting), for lock ordering within a write group.
-    pub(crate) fn key(&self) -> Option<uuid::Uuid> {
-        match self {
-            ProtocolOp::CreateMeeting { .. } | ProtocolOp::Retention(_) => None,
-            ProtocolOp::Invite { meeting, .. }
-            | ProtocolOp::Join { meeting, .. }
-            | ProtocolOp::Start { meeting, .. }
-            | ProtocolOp::Speak { meeting, .. }
-            | ProtocolOp::Leave { meeting, .. }
-            | ProtocolOp::EndMeeting { meeting, .. }
-            | ProtocolOp::Choose { meeting, .. }
-            | ProtocolOp::ApplyTimeouts { meeting } => Some(meeting.0),
-        }
-    }
-}
-
-/// Runs one [`ProtocolOp`] inside the writer's transaction.
-async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &ProtocolOp) -> Result<ProtocolDone> {
-    match op {
-        ProtocolOp::CreateMeeting {
-            host,
-            turn_duration,
-            policy,
-            plan,
-        } => Ok(ProtocolDone::Meeting(Box::new(
-            meetings::create_meeting(conn, ctx, *host, *turn_duration, *policy, plan.clone())
-                .await?,
-        ))),
-        ProtocolOp::Retention(policy) => Ok(ProtocolDone::Retention(Box::new(
-            meetings::retention(conn, ctx, policy).await?,
-        ))),
-        _ => meetings::run(conn, ctx, op).await,
-    }
-}
-
 /// On PostgreSQL, queues `NOTIFY`s for the wake-ups inside the current transaction: they are
 /// delivered when (and only if) it commits. Nothing on SQLite (the handle wakes in-process).
-pub(crate) async fn notify(conn: &mut AnyConnection, ctx: &Ctx, wakeups: &[Wakeup]) -> Result<()> {
+pub async fn notify(conn: &mut AnyConnection, ctx: &Ctx, wakeups: &[Wakeup]) -> Result<()> {
     if ctx.backend != Backend::Postgres {
         return Ok(());
     }
@@ -339,7 +221,7 @@ pub(crate) async fn create_organization(
 }
 
 /// The agent `id` ([`AgentError::NotFound`] otherwise).
-pub(crate) async fn require_agent(conn: &mut AnyConnection, id: AgentId) -> Result<Agent> {
+pub async fn require_agent(conn: &mut AnyConnection, id: AgentId) -> Result<Agent> {
     let row = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT {AGENT_COLUMNS} FROM agents WHERE id = $1"
     )))
@@ -355,7 +237,7 @@ pub(crate) async fn require_agent(conn: &mut AnyConnection, id: AgentId) -> Resu
 /// `other`, when it is in the organization of `agent` (the acting one);
 /// [`AgentError::OtherOrganization`] when it is not, [`AgentError::NotFound`] when either is
 /// unknown.
-pub(crate) async fn require_same_organization(
+pub async fn require_same_organization(
     conn: &mut AnyConnection,
     agent: &Agent,
     other: AgentId,

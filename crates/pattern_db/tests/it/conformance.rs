@@ -4,7 +4,6 @@
 use pattern_db::{AgentError, BatchError, BlockError, ProtocolError, StorageError};
 use std::time::Duration;
 
-use pattern_db::testkit::insert_raw_protocol_message;
 use pattern_db::{
     AgentId, Backend, BatchState, BatchType, BeginBatch, ContentBlock, Database, DbConfig, Error,
     LegacyMessage, MachineId, NewAgent, NewBlock, NewMessage, NewProtocolMessage, OrganizationId,
@@ -1647,7 +1646,7 @@ async fn protocol_organizations_and_agents(kind: Kind) {
         }))
     ));
 
-    // Nothing crosses an organization's wall: no session, no meeting invitation or join.
+    // Nothing crosses an organization's wall: no session.
     let wall = db
         .open_session(ada.id, other_ada.id, SessionType::Async)
         .await;
@@ -1662,16 +1661,7 @@ async fn protocol_organizations_and_agents(kind: Kind) {
         wall.unwrap_err().class(),
         pattern_db::ErrorClass::NotFound
     ));
-    let meeting = db.create_meeting(ada.id, None).await.unwrap();
-    assert!(matches!(
-        db.invite_to_meeting(meeting.meeting.id, ada.id, other_ada.id)
-            .await,
-        Err(Error::Agent(AgentError::OtherOrganization { .. }))
-    ));
-    assert!(matches!(
-        db.join_meeting(meeting.meeting.id, other_ada.id).await,
-        Err(Error::Agent(AgentError::OtherOrganization { .. }))
-    ));
+    // (The meeting half of the wall: pattern_protocol's `storage::meetings_stay_in_their_organization`.)
     db.close().await;
     tdb.cleanup().await.unwrap();
 }
@@ -1895,107 +1885,6 @@ async fn protocol_async_inbox(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
-async fn protocol_schema_guards_meetings(kind: Kind) {
-    use pattern_db::testkit::execute_raw;
-    let tdb = fresh(kind).await;
-    let db = tdb.open().await.unwrap();
-    let (a, b) = protocol_pair(&db).await;
-    let m = db.create_meeting(a.id, None).await.unwrap().meeting.id;
-    db.join_meeting(m, b.id).await.unwrap();
-    db.start_meeting(m, a.id).await.unwrap();
-    let refused = [
-        // A second speaker.
-        format!(
-            "UPDATE protocol_meeting_participants SET status = 'speaking' \
-             WHERE meeting_id = '{m}' AND agent_id = '{}'",
-            b.id
-        ),
-        // A status outside the vocabulary.
-        format!(
-            "UPDATE protocol_meeting_participants SET status = 'napping' WHERE meeting_id = '{m}'"
-        ),
-        // A speaker in a meeting that is not active.
-        format!("UPDATE protocol_meetings SET status = 'ready' WHERE id = '{m}'"),
-        // Ended without an end time.
-        format!(
-            "UPDATE protocol_meetings SET status = 'ended', current_speaker_id = NULL, \
-             turn_deadline = NULL WHERE id = '{m}'"
-        ),
-        // Two participants with one join order.
-        format!(
-            "UPDATE protocol_meeting_participants SET join_order = 1 \
-             WHERE meeting_id = '{m}' AND agent_id = '{}'",
-            b.id
-        ),
-        // A repeated event number.
-        format!(
-            "INSERT INTO protocol_meeting_events (meeting_id, seq, event_type, agent_id, data, \
-             created_at) VALUES ('{m}', 1, 'agent_spoke', NULL, NULL, 0)"
-        ),
-        // A non-positive turn duration.
-        format!("UPDATE protocol_meetings SET turn_duration_ms = 0 WHERE id = '{m}'"),
-    ];
-    for sql in refused {
-        let got = execute_raw(&db, &sql).await;
-        assert!(
-            matches!(got, Err(Error::Storage(StorageError::Database(_)))),
-            "{sql}: {got:?}"
-        );
-    }
-    // The meeting is untouched.
-    let meeting = db.meeting(m).await.unwrap();
-    assert_eq!(meeting.speaker, Some(a.id));
-    assert_eq!(meeting.last_event_seq, 6);
-    db.close().await;
-    tdb.cleanup().await.unwrap();
-}
-
-async fn protocol_schema_refuses_recipient_and_meeting(kind: Kind) {
-    let tdb = fresh(kind).await;
-    let db = tdb.open().await.unwrap();
-    let (a, b) = protocol_pair(&db).await;
-    let meeting = db
-        .create_meeting(a.id, None)
-        .await
-        .unwrap()
-        .meeting
-        .id
-        .to_string();
-    let both = insert_raw_protocol_message(&db, a.id, Some(b.id), Some(&meeting)).await;
-    assert!(
-        matches!(both, Err(Error::Storage(StorageError::Database(_)))),
-        "{both:?}"
-    );
-    let neither = insert_raw_protocol_message(&db, a.id, None, None).await;
-    assert!(
-        matches!(neither, Err(Error::Storage(StorageError::Database(_)))),
-        "{neither:?}"
-    );
-    // A meeting id must name a meeting (a foreign key on PostgreSQL, triggers on SQLite).
-    let unknown = insert_raw_protocol_message(&db, a.id, None, Some("meeting-1")).await;
-    assert!(
-        matches!(unknown, Err(Error::Storage(StorageError::Database(_)))),
-        "{unknown:?}"
-    );
-    // The same statement with exactly one of them is accepted: the CHECK is what refused.
-    insert_raw_protocol_message(&db, a.id, Some(b.id), None)
-        .await
-        .unwrap();
-    insert_raw_protocol_message(&db, a.id, None, Some(&meeting))
-        .await
-        .unwrap();
-    assert_eq!(db.unread_count(b.id).await.unwrap(), 1);
-    assert_eq!(
-        db.meeting_messages(pattern_db::MeetingId(meeting.parse().unwrap()))
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
-    db.close().await;
-    tdb.cleanup().await.unwrap();
-}
-
 async fn protocol_sync_turn_race_has_one_winner(kind: Kind) {
     let tdb = fresh(kind).await;
     let db = open_with(&tdb, |c| c.pg_write_connections = 4).await;
@@ -2057,7 +1946,5 @@ conformance!(
     protocol_sessions_are_normalised_and_one_live,
     protocol_sync_sessions_alternate_strictly,
     protocol_async_inbox,
-    protocol_schema_refuses_recipient_and_meeting,
-    protocol_schema_guards_meetings,
     protocol_sync_turn_race_has_one_winner,
 );

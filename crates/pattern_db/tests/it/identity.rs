@@ -2,6 +2,7 @@
 //! linked or not, server-made agents with the `{organization id}/` name prefix, sessions,
 //! messages and meetings between them; then down and up again. Both backends.
 
+use pattern_db::testkit::fetch_texts;
 use pattern_db::{AgentId, Database, LOCAL_ORGANIZATION, SessionId, SessionType};
 
 use crate::{Kind, fresh};
@@ -166,13 +167,29 @@ async fn check_after(db: &Database) {
         (messages[0].sender, messages[0].recipient),
         (bob.id, Some(carol.id))
     );
-    let meeting = db
-        .meeting(pattern_db::MeetingId(MEETING.parse().unwrap()))
-        .await
-        .unwrap();
-    assert_eq!((meeting.host, meeting.speaker), (carol.id, Some(bob.id)));
-    let events = db.meeting_events_after(meeting.id, 0, 10).await.unwrap();
-    assert_eq!(events[1].agent, Some(bob.id));
+    // The meeting's rows as stored (its API is pattern_protocol's).
+    let stored = |sql: String| async move { fetch_texts(db, &sql).await.unwrap() };
+    assert_eq!(
+        stored(format!(
+            "SELECT host_id FROM protocol_meetings WHERE id = '{MEETING}'"
+        ))
+        .await,
+        [carol.id.to_string()]
+    );
+    assert_eq!(
+        stored(format!(
+            "SELECT current_speaker_id FROM protocol_meetings WHERE id = '{MEETING}'"
+        ))
+        .await,
+        [bob.id.to_string()]
+    );
+    assert_eq!(
+        stored(format!(
+            "SELECT agent_id FROM protocol_meeting_events WHERE meeting_id = '{MEETING}' AND seq = 2"
+        ))
+        .await,
+        [bob.id.to_string()]
+    );
     // The wall holds for migrated agents too.
     assert!(
         db.open_session(bob.id, helper_x.id, SessionType::Async)

@@ -1,5 +1,7 @@
 //! Integration tests of `pattern_protocol` on SQLite and PostgreSQL: waking waiters on sends
-//! (`waiting`) and strict alternation of sync sessions under any sequence of attempts (`props`).
+//! (`waiting`), strict alternation of sync sessions under any sequence of attempts (`props`),
+//! meetings (`meetings`, `fairness`, `races`) and the protocol's storage case by case on both
+//! backends (`storage`, with pattern_db's `conformance!`).
 //! These tests must never skip a backend silently: a missing PostgreSQL fails them.
 
 #![allow(
@@ -10,10 +12,15 @@
     unreachable_pub
 )]
 
+// `conformance!(case, ...)`: each case once per backend (pattern_db testkit).
+#[macro_use]
+extern crate pattern_db;
+
 mod fairness;
 mod meetings;
 mod props;
 mod races;
+mod storage;
 mod waiting;
 
 use pattern_db::testkit::TestDb;

@@ -540,7 +540,7 @@ async fn retention_archives_and_deletes_only_what_is_old_and_over(kind: Kind) {
     );
     // The dry run changed nothing.
     assert_eq!(p.session(sync.id).await.unwrap().id, sync.id);
-    assert!(p.db().archived_message(read.id).await.unwrap().is_none());
+    assert!(p.store().archived_message(read.id).await.unwrap().is_none());
 
     let wet = p
         .retention(RetentionPolicy {
@@ -553,7 +553,10 @@ async fn retention_archives_and_deletes_only_what_is_old_and_over(kind: Kind) {
     assert!(p.session(sync.id).await.is_err());
     assert!(p.meeting(over).await.is_err());
     for id in [read.id, in_ended.id, over_said.id] {
-        assert_eq!(p.db().archived_message(id).await.unwrap().unwrap().id, id);
+        assert_eq!(
+            p.store().archived_message(id).await.unwrap().unwrap().id,
+            id
+        );
     }
     // Unread messages stay in the inbox; the live meeting keeps its history.
     // (Backdated, so compared by id.)

@@ -119,7 +119,7 @@ async fn timeout_fires_while_the_speaker_answers(kind: Kind) {
         let (h0, h1) = (hs[0].clone(), hs[1].clone());
         let (answer, sweep) = tokio::join!(
             async move { h0.speak(m, s, say("just in time?")).await },
-            async move { h1.db().apply_meeting_timeouts(m).await }
+            async move { h1.store().apply_meeting_timeouts(m).await }
         );
         sweep.unwrap();
         let events = p.events_after(m, before, 100).await.unwrap();
@@ -288,7 +288,7 @@ async fn retention_races_an_active_meeting(kind: Kind) {
     assert_eq!(deleted, [old]);
     assert_eq!(archived.len(), 1);
     assert!(
-        p.db()
+        p.store()
             .archived_message(archived[0])
             .await
             .unwrap()

@@ -1,4 +1,6 @@
-//! The SQL of meeting writes and of retention, run by the writer inside its transaction.
+//! The SQL of meeting writes and of protocol retention, run by the writer inside its
+//! transaction: [`ProtocolOp`], one [`Write`] with a variant per meeting action (they share one
+//! apply path over a meeting row and its log), and retention.
 //!
 //! Every meeting write first locks the meeting row (`SELECT ... FOR UPDATE` on PostgreSQL; on
 //! SQLite the single writer serialises), applies an expired turn deadline, checks, and only then
@@ -7,30 +9,145 @@
 //! PostgreSQL it skips rows others hold (`SKIP LOCKED`). These functions must never commit, roll
 //! back or open a transaction, and never run a statement after one that failed.
 
-use crate::{ProtocolError, StorageError};
 use std::time::Duration;
 
-use sqlx::{AnyConnection, Row};
+use pattern_db::protocol::{Wakeup, notify, require_agent, require_same_organization};
+use pattern_db::storage::{
+    AnyConnection, Backend, Ctx, Locks, Write, fixed_chunks, from_ms, now_ms, parse_uuid,
+};
+use pattern_db::{
+    AgentId, Error, MeetingId, NewProtocolMessage, ProtocolError, ProtocolMessage,
+    ProtocolMessageId, Result, RunClaim, SessionId, StorageError,
+};
+use sqlx::Row;
 
-use crate::config::Backend;
-use crate::error::{Error, Result};
-use crate::model::AgentId;
-use crate::ops::{Ctx, from_ms, now_ms, parse_uuid};
-use crate::protocol::{
-    MEETING_COLUMNS, Meeting, MeetingEvent, MeetingEventType, MeetingId, MeetingPolicy,
-    MeetingStatus, MeetingUpdate, NewProtocolMessage, PARTICIPANT_COLUMNS, Participant,
-    ParticipantStatus, ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport,
-    SessionId, Wakeup, meeting_from_row, participant_from_row,
+use super::meetings::{
+    MEETING_COLUMNS, PARTICIPANT_COLUMNS, meeting_from_row, participant_from_row,
+};
+use crate::meeting::{
+    Meeting, MeetingEvent, MeetingEventType, MeetingPolicy, MeetingStatus, MeetingUpdate,
+    Participant, ParticipantStatus, RetentionPolicy, RetentionReport,
 };
 
-use super::{ProtocolDone, ProtocolOp, notify, require_agent, require_same_organization};
+impl Write for ProtocolOp {
+    type Output = ProtocolDone;
+
+    fn locks(&self) -> Locks {
+        self.key().map_or_else(Locks::none, Locks::protocol)
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<ProtocolDone> {
+        apply(conn, ctx, self).await
+    }
+}
+
+/// The meeting and retention writes: the protocol's rules on one meeting row and its log.
+#[derive(Debug)]
+pub(super) enum ProtocolOp {
+    CreateMeeting {
+        host: AgentId,
+        turn_duration: Option<Duration>,
+        policy: MeetingPolicy,
+        /// Stored as `plan` in the `meeting_created` event's data.
+        plan: Option<serde_json::Value>,
+    },
+    Invite {
+        meeting: MeetingId,
+        host: AgentId,
+        agent: AgentId,
+    },
+    Join {
+        meeting: MeetingId,
+        agent: AgentId,
+    },
+    Start {
+        meeting: MeetingId,
+        host: AgentId,
+    },
+    /// Speak (`Some`) or pass (`None`); with `turn`, only in the turn that began then (Unix
+    /// ms of `turn_started_at`).
+    Speak {
+        meeting: MeetingId,
+        agent: AgentId,
+        message: Option<NewProtocolMessage>,
+        turn: Option<i64>,
+    },
+    Leave {
+        meeting: MeetingId,
+        agent: AgentId,
+    },
+    EndMeeting {
+        meeting: MeetingId,
+        host: AgentId,
+    },
+    /// The host of a selector meeting names who speaks after its current turn.
+    Choose {
+        meeting: MeetingId,
+        host: AgentId,
+        next: AgentId,
+    },
+    ApplyTimeouts {
+        meeting: MeetingId,
+    },
+    Retention(RetentionPolicy),
+}
+
+/// Outcomes of [`ProtocolOp`]s.
+#[derive(Debug)]
+pub(super) enum ProtocolDone {
+    Meeting(Box<MeetingUpdate>),
+    /// The op was refused after an expired turn deadline was applied; the timeout commits, the
+    /// caller gets the refusal.
+    Refused(Box<(MeetingUpdate, Error)>),
+    Retention(Box<RetentionReport>),
+}
+
+impl ProtocolOp {
+    /// The row this op locks first (its meeting), for lock ordering within a write group.
+    pub(super) fn key(&self) -> Option<uuid::Uuid> {
+        match self {
+            ProtocolOp::CreateMeeting { .. } | ProtocolOp::Retention(_) => None,
+            ProtocolOp::Invite { meeting, .. }
+            | ProtocolOp::Join { meeting, .. }
+            | ProtocolOp::Start { meeting, .. }
+            | ProtocolOp::Speak { meeting, .. }
+            | ProtocolOp::Leave { meeting, .. }
+            | ProtocolOp::EndMeeting { meeting, .. }
+            | ProtocolOp::Choose { meeting, .. }
+            | ProtocolOp::ApplyTimeouts { meeting } => Some(meeting.0),
+        }
+    }
+}
+
+/// Runs one [`ProtocolOp`] inside the writer's transaction.
+async fn apply(conn: &mut AnyConnection, ctx: &Ctx, op: &ProtocolOp) -> Result<ProtocolDone> {
+    match op {
+        ProtocolOp::CreateMeeting {
+            host,
+            turn_duration,
+            policy,
+            plan,
+        } => Ok(ProtocolDone::Meeting(Box::new(
+            create_meeting(conn, ctx, *host, *turn_duration, *policy, plan.clone()).await?,
+        ))),
+        ProtocolOp::Retention(policy) => Ok(ProtocolDone::Retention(Box::new(
+            retention(conn, ctx, policy).await?,
+        ))),
+        _ => run(conn, ctx, op).await,
+    }
+}
 
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
 }
 
 fn lock_suffix(ctx: &Ctx) -> &'static str {
-    match ctx.backend {
+    match ctx.backend() {
         Backend::Postgres => " FOR UPDATE",
         Backend::Sqlite => "",
     }
@@ -367,7 +484,7 @@ async fn finish(
     Ok(change.done(message))
 }
 
-pub(crate) async fn create_meeting(
+async fn create_meeting(
     conn: &mut AnyConnection,
     ctx: &Ctx,
     host: AgentId,
@@ -659,7 +776,7 @@ async fn speak(
             content: message.content.clone(),
             metadata: message.metadata.clone(),
             read_at: None,
-            seq: ctx.ids.next_id()?,
+            seq: ctx.next_id()?,
             created_at: from_ms(change.now),
         };
         sqlx::query(
@@ -808,11 +925,7 @@ fn is_refusal(e: &Error) -> bool {
 /// Runs a write on an existing meeting: locks it, applies an expired turn deadline, runs the
 /// op. When the op is refused after a timeout was applied, the timeout still commits (it happened
 /// first, whatever the op): the outcome is [`ProtocolDone::Refused`] with the refusal.
-pub(crate) async fn run(
-    conn: &mut AnyConnection,
-    ctx: &Ctx,
-    op: &ProtocolOp,
-) -> Result<ProtocolDone> {
+async fn run(conn: &mut AnyConnection, ctx: &Ctx, op: &ProtocolOp) -> Result<ProtocolDone> {
     let Some(id) = op.key().map(MeetingId) else {
         return Err(StorageError::Corrupt(format!("{op:?} names no meeting")).into());
     };
@@ -887,7 +1000,7 @@ async fn take(
         arg,
     )
     .await?;
-    let free = match ctx.backend {
+    let free = match ctx.backend() {
         Backend::Sqlite => all.clone(),
         Backend::Postgres => {
             ids(
@@ -909,7 +1022,7 @@ async fn for_chunks(
     sql: impl Fn(&str) -> String,
     with_time: Option<i64>,
 ) -> Result<()> {
-    for chunk in crate::ops::fixed_chunks(ids) {
+    for chunk in fixed_chunks(ids) {
         let first = if with_time.is_some() { 2 } else { 1 };
         let list = (first..first + chunk.len())
             .map(|n| format!("${n}"))
@@ -957,7 +1070,7 @@ fn uuids<T>(ids: &[String], wrap: impl Fn(uuid::Uuid) -> T) -> Result<Vec<T>> {
     ids.iter().map(|s| Ok(wrap(parse_uuid(s)?))).collect()
 }
 
-pub(crate) async fn retention(
+async fn retention(
     conn: &mut AnyConnection,
     ctx: &Ctx,
     policy: &RetentionPolicy,

@@ -7,12 +7,12 @@
 
 use sqlx::any::AnyRow;
 
-use super::{
-    MEETING_COLUMNS, Meeting, MeetingId, OrganizationId, SESSION_COLUMNS, Session, SessionId,
-    meeting_from_row, session_from_row,
-};
-use crate::db::Database;
-use crate::error::Result;
+use pattern_db::protocol::{SESSION_COLUMNS, session_from_row};
+use pattern_db::{MeetingId, OrganizationId, Result, Session, SessionId};
+
+use super::Store;
+use super::meetings::{MEETING_COLUMNS, meeting_from_row};
+use crate::meeting::Meeting;
 
 /// Which rows a list holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -55,7 +55,7 @@ fn prefixed(columns: &str, alias: &str) -> String {
         .join(", ")
 }
 
-impl Database {
+impl Store<'_> {
     /// The organization's sessions (both agents its own), newest first.
     pub async fn org_sessions(
         &self,
@@ -81,7 +81,7 @@ impl Database {
             query = query.bind(before.to_string());
         }
         query = query.bind(i64::from(page.limit));
-        rows(query.fetch_all(self.reader()).await?, session_from_row)
+        rows(query.fetch_all(self.db.reader()).await?, session_from_row)
     }
 
     /// The organization's meetings (hosted by its agents), newest first.
@@ -107,7 +107,7 @@ impl Database {
             query = query.bind(before.to_string());
         }
         query = query.bind(i64::from(page.limit));
-        rows(query.fetch_all(self.reader()).await?, meeting_from_row)
+        rows(query.fetch_all(self.db.reader()).await?, meeting_from_row)
     }
 }
 

@@ -1,0 +1,432 @@
+//! The protocol's storage ([`pattern_protocol::store::Store`]) on both backends, case by case
+//! (moved from `pattern_db`'s conformance suite with the meeting SQL, unchanged in meaning): the
+//! meeting tables' schema guards, a protocol message names a recipient or a meeting (never both),
+//! meetings never join two organizations, the selector's chosen hand-over, and the
+//! organization-scoped lists of sessions and meetings.
+
+use pattern_db::testkit::insert_raw_protocol_message;
+use pattern_db::{
+    AgentError, AgentId, Database, Error, MeetingId, NewAgent, NewProtocolMessage, OrganizationId,
+    ProtocolError, SessionId, SessionType, StorageError,
+};
+use pattern_protocol::store::Store;
+use pattern_protocol::{ListPage, Liveness, MeetingEventType, MeetingPolicy};
+use serde_json::json;
+
+use crate::{Kind, fresh};
+
+async fn protocol_pair(db: &Database) -> (pattern_db::Agent, pattern_db::Agent) {
+    let org = db.create_organization("acme", "Acme").await.unwrap();
+    let new = |ext: &str| NewAgent {
+        external_id: Some(ext.into()),
+        ..NewAgent::named(ext.to_uppercase()).in_organization(org.id)
+    };
+    let a = db.create_agent(new("ada")).await.unwrap();
+    let b = db.create_agent(new("bob")).await.unwrap();
+    (a, b)
+}
+
+fn text(t: &str) -> NewProtocolMessage {
+    NewProtocolMessage::new("text", json!({ "text": t }))
+}
+
+async fn agents(db: &Database, names: &[&str]) -> (OrganizationId, Vec<AgentId>) {
+    let org = db.create_organization("acme", "Acme").await.unwrap();
+    let mut ids = Vec::new();
+    for name in names {
+        let a = db
+            .create_agent(NewAgent::named(*name).in_organization(org.id))
+            .await
+            .unwrap();
+        ids.push(a.id);
+    }
+    (org.id, ids)
+}
+
+/// Nothing crosses an organization's wall: no meeting invitation or join (the session half is
+/// `pattern_db`'s `protocol_organizations_and_agents`).
+async fn meetings_stay_in_their_organization(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let store = Store::new(&db);
+    let acme = db.create_organization("acme", "Acme").await.unwrap();
+    let beta = db.create_organization("beta", "Beta").await.unwrap();
+    let ada = db
+        .create_agent(NewAgent {
+            external_id: Some("ada@acme".into()),
+            ..NewAgent::named("Ada").in_organization(acme.id)
+        })
+        .await
+        .unwrap();
+    let other_ada = db
+        .create_agent(NewAgent {
+            external_id: Some("ada@acme".into()),
+            ..NewAgent::named("Other").in_organization(beta.id)
+        })
+        .await
+        .unwrap();
+    let meeting = store.create_meeting(ada.id, None).await.unwrap();
+    assert!(matches!(
+        store
+            .invite_to_meeting(meeting.meeting.id, ada.id, other_ada.id)
+            .await,
+        Err(Error::Agent(AgentError::OtherOrganization { .. }))
+    ));
+    assert!(matches!(
+        store.join_meeting(meeting.meeting.id, other_ada.id).await,
+        Err(Error::Agent(AgentError::OtherOrganization { .. }))
+    ));
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+async fn protocol_schema_guards_meetings(kind: Kind) {
+    use pattern_db::testkit::execute_raw;
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let store = Store::new(&db);
+    let (a, b) = protocol_pair(&db).await;
+    let m = store.create_meeting(a.id, None).await.unwrap().meeting.id;
+    store.join_meeting(m, b.id).await.unwrap();
+    store.start_meeting(m, a.id).await.unwrap();
+    let refused = [
+        // A second speaker.
+        format!(
+            "UPDATE protocol_meeting_participants SET status = 'speaking' \
+             WHERE meeting_id = '{m}' AND agent_id = '{}'",
+            b.id
+        ),
+        // A status outside the vocabulary.
+        format!(
+            "UPDATE protocol_meeting_participants SET status = 'napping' WHERE meeting_id = '{m}'"
+        ),
+        // A speaker in a meeting that is not active.
+        format!("UPDATE protocol_meetings SET status = 'ready' WHERE id = '{m}'"),
+        // Ended without an end time.
+        format!(
+            "UPDATE protocol_meetings SET status = 'ended', current_speaker_id = NULL, \
+             turn_deadline = NULL WHERE id = '{m}'"
+        ),
+        // Two participants with one join order.
+        format!(
+            "UPDATE protocol_meeting_participants SET join_order = 1 \
+             WHERE meeting_id = '{m}' AND agent_id = '{}'",
+            b.id
+        ),
+        // A repeated event number.
+        format!(
+            "INSERT INTO protocol_meeting_events (meeting_id, seq, event_type, agent_id, data, \
+             created_at) VALUES ('{m}', 1, 'agent_spoke', NULL, NULL, 0)"
+        ),
+        // A non-positive turn duration.
+        format!("UPDATE protocol_meetings SET turn_duration_ms = 0 WHERE id = '{m}'"),
+    ];
+    for sql in refused {
+        let got = execute_raw(&db, &sql).await;
+        assert!(
+            matches!(got, Err(Error::Storage(StorageError::Database(_)))),
+            "{sql}: {got:?}"
+        );
+    }
+    // The meeting is untouched.
+    let meeting = store.meeting(m).await.unwrap();
+    assert_eq!(meeting.speaker, Some(a.id));
+    assert_eq!(meeting.last_event_seq, 6);
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+async fn protocol_schema_refuses_recipient_and_meeting(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let store = Store::new(&db);
+    let (a, b) = protocol_pair(&db).await;
+    let meeting = store
+        .create_meeting(a.id, None)
+        .await
+        .unwrap()
+        .meeting
+        .id
+        .to_string();
+    let both = insert_raw_protocol_message(&db, a.id, Some(b.id), Some(&meeting)).await;
+    assert!(
+        matches!(both, Err(Error::Storage(StorageError::Database(_)))),
+        "{both:?}"
+    );
+    let neither = insert_raw_protocol_message(&db, a.id, None, None).await;
+    assert!(
+        matches!(neither, Err(Error::Storage(StorageError::Database(_)))),
+        "{neither:?}"
+    );
+    // A meeting id must name a meeting (a foreign key on PostgreSQL, triggers on SQLite).
+    let unknown = insert_raw_protocol_message(&db, a.id, None, Some("meeting-1")).await;
+    assert!(
+        matches!(unknown, Err(Error::Storage(StorageError::Database(_)))),
+        "{unknown:?}"
+    );
+    // The same statement with exactly one of them is accepted: the CHECK is what refused.
+    insert_raw_protocol_message(&db, a.id, Some(b.id), None)
+        .await
+        .unwrap();
+    insert_raw_protocol_message(&db, a.id, None, Some(&meeting))
+        .await
+        .unwrap();
+    assert_eq!(db.unread_count(b.id).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .meeting_messages(pattern_db::MeetingId(meeting.parse().unwrap()))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+async fn the_selector_hands_the_turn_as_the_host_chose(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let store = Store::new(&db);
+    let (_, ids) = agents(&db, &["host", "ann", "ben", "cat"]).await;
+    let (host, ann, ben, cat) = (ids[0], ids[1], ids[2], ids[3]);
+    let m = store
+        .create_meeting_with_plan(host, None, MeetingPolicy::Selector, json!({}))
+        .await
+        .unwrap()
+        .meeting
+        .id;
+    for a in [ann, ben, cat] {
+        store.join_meeting(m, a).await.unwrap();
+    }
+    store.start_meeting(m, host).await.unwrap();
+    assert_eq!(store.meeting(m).await.unwrap().speaker, Some(host));
+    // Refusals: not the host, the host choosing itself or an absent agent; nothing changes.
+    let errs = [
+        store.choose_speaker(m, ann, ben).await.unwrap_err(),
+        store.choose_speaker(m, host, host).await.unwrap_err(),
+        store
+            .choose_speaker(m, host, AgentId::new())
+            .await
+            .unwrap_err(),
+    ];
+    assert!(
+        matches!(errs[0], Error::Protocol(ProtocolError::NotHost { .. })),
+        "{}",
+        errs[0]
+    );
+    assert!(
+        matches!(errs[1], Error::Protocol(ProtocolError::InvalidMessage(_))),
+        "{}",
+        errs[1]
+    );
+    assert!(
+        matches!(
+            errs[2],
+            Error::Protocol(ProtocolError::NotMeetingParticipant { .. })
+        ),
+        "{}",
+        errs[2]
+    );
+    assert_eq!(store.meeting(m).await.unwrap().chosen, None);
+    // The host chooses cat: after the host speaks, cat; after cat, the host again.
+    store.choose_speaker(m, host, cat).await.unwrap();
+    store.speak(m, host, text("cat, your view?")).await.unwrap();
+    assert_eq!(store.meeting(m).await.unwrap().speaker, Some(cat));
+    let err = store.choose_speaker(m, host, ann).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Protocol(ProtocolError::NotSpeaker { .. })),
+        "{err}"
+    );
+    store.speak(m, cat, text("meow")).await.unwrap();
+    assert_eq!(store.meeting(m).await.unwrap().speaker, Some(host));
+    // The chosen speaker leaves before its turn: the host's turn goes on in join order.
+    store.choose_speaker(m, host, ben).await.unwrap();
+    store.leave_meeting(m, ben).await.unwrap();
+    store.pass_turn(m, host).await.unwrap();
+    assert_eq!(store.meeting(m).await.unwrap().speaker, Some(ann));
+    let events = store.meeting_events_after(m, 0, 1000).await.unwrap();
+    let reasons: Vec<String> = events
+        .iter()
+        .filter(|e| e.event_type == MeetingEventType::TurnPassed)
+        .map(|e| {
+            e.data.as_ref().unwrap()["reason"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(reasons, ["start", "chosen", "spoke", "passed"]);
+    // A round-robin meeting has no choosing.
+    let rr = store.create_meeting(host, None).await.unwrap().meeting.id;
+    store.join_meeting(rr, ann).await.unwrap();
+    store.start_meeting(rr, host).await.unwrap();
+    let err = store.choose_speaker(rr, host, ann).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Protocol(ProtocolError::MeetingState { .. })),
+        "{err}"
+    );
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+fn page<Id>(liveness: Liveness, before: Option<Id>, limit: u32) -> ListPage<Id> {
+    ListPage {
+        liveness,
+        before,
+        limit,
+    }
+}
+
+/// Two organizations' sessions and meetings: each lists its own only, live or ended on request,
+/// newest first, paged by the last id.
+async fn lists_are_walled_filtered_and_paged(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let store = Store::new(&db);
+    let acme = db.create_organization("acme", "Acme").await.unwrap();
+    let globex = db.create_organization("globex", "Globex").await.unwrap();
+    let mut agents = Vec::new();
+    for name in ["a1", "a2", "a3"] {
+        agents.push(
+            db.create_org_agent(acme.id, NewAgent::named(name))
+                .await
+                .unwrap(),
+        );
+    }
+    let g1 = db
+        .create_org_agent(globex.id, NewAgent::named("g1"))
+        .await
+        .unwrap();
+    let g2 = db
+        .create_org_agent(globex.id, NewAgent::named("g2"))
+        .await
+        .unwrap();
+
+    // Acme: three sessions (one ended), two meetings (one ended); Globex: one of each.
+    let s1 = db
+        .open_session(agents[0].id, agents[1].id, SessionType::Sync)
+        .await
+        .unwrap();
+    let s2 = db
+        .open_session(agents[1].id, agents[2].id, SessionType::Async)
+        .await
+        .unwrap();
+    let s3 = db
+        .open_session(agents[0].id, agents[2].id, SessionType::Sync)
+        .await
+        .unwrap();
+    db.end_session(s2.id, agents[1].id).await.unwrap();
+    let gs = db
+        .open_session(g1.id, g2.id, SessionType::Sync)
+        .await
+        .unwrap();
+    let m1 = store
+        .create_meeting(agents[0].id, None)
+        .await
+        .unwrap()
+        .meeting;
+    let m2 = store
+        .create_meeting(agents[1].id, None)
+        .await
+        .unwrap()
+        .meeting;
+    store.end_meeting(m1.id, agents[0].id).await.unwrap();
+    let gm = store.create_meeting(g1.id, None).await.unwrap().meeting;
+
+    let ids = |list: Vec<pattern_db::Session>| list.into_iter().map(|s| s.id).collect::<Vec<_>>();
+    let all = ids(store
+        .org_sessions(acme.id, page(Liveness::All, None, 10))
+        .await
+        .unwrap());
+    assert_eq!(all, vec![s3.id, s2.id, s1.id], "newest first, Acme's only");
+    let live = ids(store
+        .org_sessions(acme.id, page(Liveness::Live, None, 10))
+        .await
+        .unwrap());
+    assert_eq!(live, vec![s3.id, s1.id]);
+    let ended = ids(store
+        .org_sessions(acme.id, page(Liveness::Ended, None, 10))
+        .await
+        .unwrap());
+    assert_eq!(ended, vec![s2.id]);
+    let first = ids(store
+        .org_sessions(acme.id, page(Liveness::All, None, 2))
+        .await
+        .unwrap());
+    assert_eq!(first, vec![s3.id, s2.id]);
+    let next = ids(store
+        .org_sessions(acme.id, page(Liveness::All, Some(s2.id), 2))
+        .await
+        .unwrap());
+    assert_eq!(next, vec![s1.id], "the page after the last id");
+    let theirs = ids(store
+        .org_sessions(globex.id, page(Liveness::All, None, 10))
+        .await
+        .unwrap());
+    assert_eq!(theirs, vec![gs.id]);
+    // Another organization's cursor never shows its rows.
+    let unknown: Option<SessionId> = Some(SessionId::new());
+    assert!(
+        store
+            .org_sessions(globex.id, page(Liveness::All, unknown, 10))
+            .await
+            .unwrap()
+            .iter()
+            .all(|s| s.id == gs.id)
+    );
+
+    let mids =
+        |list: Vec<pattern_protocol::Meeting>| list.into_iter().map(|m| m.id).collect::<Vec<_>>();
+    let all = mids(
+        store
+            .org_meetings(acme.id, page(Liveness::All, None, 10))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(all, vec![m2.id, m1.id]);
+    let live = mids(
+        store
+            .org_meetings(acme.id, page(Liveness::Live, None, 10))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(live, vec![m2.id]);
+    let ended = mids(
+        store
+            .org_meetings(acme.id, page(Liveness::Ended, None, 10))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(ended, vec![m1.id]);
+    let next = mids(
+        store
+            .org_meetings(acme.id, page(Liveness::All, Some(m2.id), 10))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(next, vec![m1.id]);
+    let none: Option<MeetingId> = Some(m1.id);
+    assert!(
+        store
+            .org_meetings(acme.id, page(Liveness::All, none, 10))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let theirs = mids(
+        store
+            .org_meetings(globex.id, page(Liveness::All, None, 10))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(theirs, vec![gm.id]);
+}
+
+conformance!(
+    meetings_stay_in_their_organization,
+    protocol_schema_refuses_recipient_and_meeting,
+    protocol_schema_guards_meetings,
+    the_selector_hands_the_turn_as_the_host_chose,
+    lists_are_walled_filtered_and_paged,
+);
