@@ -1,8 +1,9 @@
 //! [`Protocol`]: the protocol's handle over a [`Database`], with waiting on the notifier.
 //!
-//! Every operation is one `pattern_db` call (one transaction); after a write commits, the agents
-//! or the meeting concerned are woken in this process, and on PostgreSQL in every process (the
-//! write's `NOTIFY`, delivered at commit, reaches each handle's listener). Waiting never polls:
+//! Every operation is one read or one write of [`crate::store`] (one transaction, through
+//! `pattern_db`'s writer); after a write commits, the agents or the meeting concerned are woken
+//! in this process, and on PostgreSQL in every process (the write's `NOTIFY`, delivered at
+//! commit, reaches each handle's listener). Waiting never polls:
 //! it sleeps on the notifier until woken, until the deadline, or until the current meeting turn's
 //! deadline (to apply the timeout), re-reading the database only then. This module must never
 //! wake anyone before the write that concerns them is committed.
@@ -112,18 +113,21 @@ impl Protocol {
     // -- sessions ------------------------------------------------------------------------------
 
     /// The live session of the pair (in either order) and type, or a new one in which `opener`
-    /// speaks first (sync). See [`Database::open_session`].
+    /// speaks first (sync). See [`Store::open_session`](crate::store::Store::open_session).
     pub async fn open_session(
         &self,
         opener: AgentId,
         other: AgentId,
         session_type: SessionType,
     ) -> Result<Session> {
-        Ok(self.db.open_session(opener, other, session_type).await?)
+        Ok(self
+            .store()
+            .open_session(opener, other, session_type)
+            .await?)
     }
 
     /// [`Self::open_session`] with `options` (who reads the messages, a limit) and `opener`'s
-    /// first message, in one write. See [`Database::open_session_with`].
+    /// first message, in one write. See [`Store::open_session_with`](crate::store::Store::open_session_with).
     pub async fn open_session_with(
         &self,
         opener: AgentId,
@@ -133,7 +137,7 @@ impl Protocol {
         first: Option<NewProtocolMessage>,
     ) -> Result<(Session, Option<ProtocolMessage>)> {
         let opened = self
-            .db
+            .store()
             .open_session_with(opener, other, session_type, options, first)
             .await?;
         if let Some(recipient) = opened.1.as_ref().and_then(|m| m.recipient) {
@@ -144,12 +148,12 @@ impl Protocol {
 
     /// The session with this id.
     pub async fn session(&self, session: SessionId) -> Result<Session> {
-        Ok(self.db.session(session).await?)
+        Ok(self.store().session(session).await?)
     }
 
     /// Ends a session (a participant only) and wakes both participants.
     pub async fn end_session(&self, session: SessionId, agent: AgentId) -> Result<Session> {
-        let ended = self.db.end_session(session, agent).await?;
+        let ended = self.store().end_session(session, agent).await?;
         self.notifier.wake(Key::Agent(ended.agent_a));
         self.notifier.wake(Key::Agent(ended.agent_b));
         Ok(ended)
@@ -164,7 +168,7 @@ impl Protocol {
         message: NewProtocolMessage,
     ) -> Result<ProtocolMessage> {
         let stored = self
-            .db
+            .store()
             .send_session_message(session, sender, message)
             .await?;
         if let Some(recipient) = stored.recipient {
@@ -175,24 +179,24 @@ impl Protocol {
 
     /// Every message of a session, in arrival order.
     pub async fn session_messages(&self, session: SessionId) -> Result<Vec<ProtocolMessage>> {
-        Ok(self.db.session_messages(session).await?)
+        Ok(self.store().session_messages(session).await?)
     }
 
     // -- inbox ---------------------------------------------------------------------------------
 
     /// The unread messages of `agent`, oldest first.
     pub async fn unread(&self, agent: AgentId) -> Result<Vec<ProtocolMessage>> {
-        Ok(self.db.unread(agent).await?)
+        Ok(self.store().unread(agent).await?)
     }
 
     /// How many unread messages `agent` has.
     pub async fn unread_count(&self, agent: AgentId) -> Result<u64> {
-        Ok(self.db.unread_count(agent).await?)
+        Ok(self.store().unread_count(agent).await?)
     }
 
     /// Marks `agent`'s messages read; only its own unread ones change. Returns how many changed.
     pub async fn mark_read(&self, agent: AgentId, messages: &[ProtocolMessageId]) -> Result<u64> {
-        Ok(self.db.mark_read(agent, messages).await?)
+        Ok(self.store().mark_read(agent, messages).await?)
     }
 
     // -- waiting -------------------------------------------------------------------------------
@@ -212,11 +216,11 @@ impl Protocol {
         loop {
             let mut woken = pin!(channel.notified());
             woken.as_mut().enable();
-            if let Some(message) = self.db.oldest_unread(agent).await? {
+            if let Some(message) = self.store().oldest_unread(agent).await? {
                 return Ok(Some(message));
             }
             if tokio::time::timeout_at(deadline, woken).await.is_err() {
-                return Ok(self.db.oldest_unread(agent).await?);
+                return Ok(self.store().oldest_unread(agent).await?);
             }
         }
     }
@@ -255,7 +259,7 @@ impl Protocol {
     }
 
     /// Creates a meeting hosted (and joined) by `host`, with an optional turn duration. See
-    /// [`Database::create_meeting`].
+    /// [`Store::create_meeting`](crate::store::Store::create_meeting).
     pub async fn create_meeting(
         &self,
         host: AgentId,
@@ -265,7 +269,7 @@ impl Protocol {
     }
 
     /// [`Self::create_meeting`] with a plan stored in the log (see
-    /// [`Database::create_meeting_with_plan`]).
+    /// [`Store::create_meeting_with_plan`](crate::store::Store::create_meeting_with_plan)).
     pub async fn create_meeting_with_plan(
         &self,
         host: AgentId,
@@ -281,7 +285,7 @@ impl Protocol {
     }
 
     /// The host of a selector meeting names who speaks after its turn. See
-    /// [`Database::choose_speaker`].
+    /// [`Store::choose_speaker`](crate::store::Store::choose_speaker).
     pub async fn choose_speaker(
         &self,
         meeting: MeetingId,
@@ -292,7 +296,7 @@ impl Protocol {
     }
 
     /// Speaks (`Some`) or passes (`None`) only in the turn that began at `turn_started_at`. See
-    /// [`Database::speak_in_turn`].
+    /// [`Store::speak_in_turn`](crate::store::Store::speak_in_turn).
     pub async fn speak_in_turn(
         &self,
         meeting: MeetingId,
@@ -307,7 +311,7 @@ impl Protocol {
         ))
     }
 
-    /// The host invites `agent`. See [`Database::invite_to_meeting`].
+    /// The host invites `agent`. See [`Store::invite_to_meeting`](crate::store::Store::invite_to_meeting).
     pub async fn invite(
         &self,
         meeting: MeetingId,
@@ -317,17 +321,17 @@ impl Protocol {
         Ok(self.woke(self.store().invite_to_meeting(meeting, host, agent).await?))
     }
 
-    /// `agent` joins. See [`Database::join_meeting`].
+    /// `agent` joins. See [`Store::join_meeting`](crate::store::Store::join_meeting).
     pub async fn join_meeting(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
         Ok(self.woke(self.store().join_meeting(meeting, agent).await?))
     }
 
-    /// The host starts a ready meeting. See [`Database::start_meeting`].
+    /// The host starts a ready meeting. See [`Store::start_meeting`](crate::store::Store::start_meeting).
     pub async fn start_meeting(&self, meeting: MeetingId, host: AgentId) -> Result<MeetingUpdate> {
         Ok(self.woke(self.store().start_meeting(meeting, host).await?))
     }
 
-    /// The current speaker speaks; the turn passes on. See [`Database::speak`].
+    /// The current speaker speaks; the turn passes on. See [`Store::speak`](crate::store::Store::speak).
     pub async fn speak(
         &self,
         meeting: MeetingId,
@@ -337,17 +341,17 @@ impl Protocol {
         Ok(self.woke(self.store().speak(meeting, agent, message).await?))
     }
 
-    /// The current speaker passes. See [`Database::pass_turn`].
+    /// The current speaker passes. See [`Store::pass_turn`](crate::store::Store::pass_turn).
     pub async fn pass_turn(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
         Ok(self.woke(self.store().pass_turn(meeting, agent).await?))
     }
 
-    /// `agent` leaves. See [`Database::leave_meeting`].
+    /// `agent` leaves. See [`Store::leave_meeting`](crate::store::Store::leave_meeting).
     pub async fn leave_meeting(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
         Ok(self.woke(self.store().leave_meeting(meeting, agent).await?))
     }
 
-    /// The host ends the meeting. See [`Database::end_meeting`].
+    /// The host ends the meeting. See [`Store::end_meeting`](crate::store::Store::end_meeting).
     pub async fn end_meeting(&self, meeting: MeetingId, host: AgentId) -> Result<MeetingUpdate> {
         Ok(self.woke(self.store().end_meeting(meeting, host).await?))
     }
@@ -505,7 +509,7 @@ impl Protocol {
     }
 
     async fn has_turn(&self, id: SessionId, agent: AgentId) -> Result<bool> {
-        let session = self.db.session(id).await?;
+        let session = self.store().session(id).await?;
         if !session.has_participant(agent) {
             return Err(
                 pattern_db::Error::Protocol(pattern_db::ProtocolError::NotParticipant {

@@ -21,6 +21,7 @@ use pattern_db::Database;
 mod lists;
 mod meeting_writes;
 mod meetings;
+mod sessions;
 
 pub use lists::{ListPage, Liveness};
 

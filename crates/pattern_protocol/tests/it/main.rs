@@ -16,6 +16,7 @@
 #[macro_use]
 extern crate pattern_db;
 
+mod converse;
 mod fairness;
 mod meetings;
 mod props;
@@ -24,6 +25,7 @@ mod storage;
 mod waiting;
 
 use pattern_db::testkit::TestDb;
+use pattern_db::{Database, DbConfig};
 use pattern_protocol::{Agent, NewAgent, Protocol};
 
 /// Which backend a case runs on.
@@ -32,6 +34,13 @@ pub use pattern_db::Backend as Kind;
 /// A fresh database of the given kind.
 pub async fn fresh(kind: Kind) -> TestDb {
     TestDb::fresh(kind).await.unwrap()
+}
+
+/// Opens `tdb` with `tweak` applied to its default configuration.
+pub async fn open_with(tdb: &TestDb, tweak: impl FnOnce(&mut DbConfig)) -> Database {
+    let mut config = tdb.config();
+    tweak(&mut config);
+    Database::open(config).await.unwrap()
 }
 
 /// A protocol over a fresh database, with its organization.

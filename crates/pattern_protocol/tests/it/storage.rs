@@ -7,13 +7,13 @@
 use pattern_db::testkit::insert_raw_protocol_message;
 use pattern_db::{
     AgentError, AgentId, Database, Error, MeetingId, NewAgent, NewProtocolMessage, OrganizationId,
-    ProtocolError, SessionId, SessionType, StorageError,
+    ProtocolError, ProtocolMessageId, SessionId, SessionStatus, SessionType, StorageError,
 };
 use pattern_protocol::store::Store;
 use pattern_protocol::{ListPage, Liveness, MeetingEventType, MeetingPolicy};
 use serde_json::json;
 
-use crate::{Kind, fresh};
+use crate::{Kind, fresh, open_with};
 
 async fn protocol_pair(db: &Database) -> (pattern_db::Agent, pattern_db::Agent) {
     let org = db.create_organization("acme", "Acme").await.unwrap();
@@ -24,6 +24,10 @@ async fn protocol_pair(db: &Database) -> (pattern_db::Agent, pattern_db::Agent) 
     let a = db.create_agent(new("ada")).await.unwrap();
     let b = db.create_agent(new("bob")).await.unwrap();
     (a, b)
+}
+
+fn say(text: &str) -> NewProtocolMessage {
+    NewProtocolMessage::new("chat", json!({ "text": text }))
 }
 
 fn text(t: &str) -> NewProtocolMessage {
@@ -43,9 +47,9 @@ async fn agents(db: &Database, names: &[&str]) -> (OrganizationId, Vec<AgentId>)
     (org.id, ids)
 }
 
-/// Nothing crosses an organization's wall: no meeting invitation or join (the session half is
-/// `pattern_db`'s `protocol_organizations_and_agents`).
-async fn meetings_stay_in_their_organization(kind: Kind) {
+/// Nothing crosses an organization's wall: no session, no meeting invitation or join (moved from
+/// `pattern_db`'s `protocol_organizations_and_agents`, which keeps organizations and agents).
+async fn nothing_crosses_an_organization_wall(kind: Kind) {
     let tdb = fresh(kind).await;
     let db = tdb.open().await.unwrap();
     let store = Store::new(&db);
@@ -65,6 +69,22 @@ async fn meetings_stay_in_their_organization(kind: Kind) {
         })
         .await
         .unwrap();
+    // No session.
+    let wall = store
+        .open_session(ada.id, other_ada.id, SessionType::Async)
+        .await;
+    assert!(
+        matches!(
+            wall,
+            Err(Error::Agent(AgentError::OtherOrganization { .. }))
+        ),
+        "{wall:?}"
+    );
+    assert!(matches!(
+        wall.unwrap_err().class(),
+        pattern_db::ErrorClass::NotFound
+    ));
+    // No meeting invitation or join.
     let meeting = store.create_meeting(ada.id, None).await.unwrap();
     assert!(matches!(
         store
@@ -171,7 +191,7 @@ async fn protocol_schema_refuses_recipient_and_meeting(kind: Kind) {
     insert_raw_protocol_message(&db, a.id, None, Some(&meeting))
         .await
         .unwrap();
-    assert_eq!(db.unread_count(b.id).await.unwrap(), 1);
+    assert_eq!(store.unread_count(b.id).await.unwrap(), 1);
     assert_eq!(
         store
             .meeting_messages(pattern_db::MeetingId(meeting.parse().unwrap()))
@@ -304,20 +324,20 @@ async fn lists_are_walled_filtered_and_paged(kind: Kind) {
         .unwrap();
 
     // Acme: three sessions (one ended), two meetings (one ended); Globex: one of each.
-    let s1 = db
+    let s1 = store
         .open_session(agents[0].id, agents[1].id, SessionType::Sync)
         .await
         .unwrap();
-    let s2 = db
+    let s2 = store
         .open_session(agents[1].id, agents[2].id, SessionType::Async)
         .await
         .unwrap();
-    let s3 = db
+    let s3 = store
         .open_session(agents[0].id, agents[2].id, SessionType::Sync)
         .await
         .unwrap();
-    db.end_session(s2.id, agents[1].id).await.unwrap();
-    let gs = db
+    store.end_session(s2.id, agents[1].id).await.unwrap();
+    let gs = store
         .open_session(g1.id, g2.id, SessionType::Sync)
         .await
         .unwrap();
@@ -423,8 +443,291 @@ async fn lists_are_walled_filtered_and_paged(kind: Kind) {
     assert_eq!(theirs, vec![gm.id]);
 }
 
+async fn protocol_sessions_are_normalised_and_one_live(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let store = Store::new(&db);
+    let (a, b) = protocol_pair(&db).await;
+    let ab = store
+        .open_session(a.id, b.id, SessionType::Sync)
+        .await
+        .unwrap();
+    assert!(ab.agent_a < ab.agent_b);
+    assert_eq!(ab.status, SessionStatus::Active);
+    assert_eq!(ab.turn, Some(a.id), "the opener speaks first");
+    // B-A is A-B: the same live session, turn unchanged.
+    let ba = store
+        .open_session(b.id, a.id, SessionType::Sync)
+        .await
+        .unwrap();
+    assert_eq!(ba, ab);
+    assert_eq!(store.session(ab.id).await.unwrap(), ab);
+    // Another type is another session; an async one has no turn.
+    let async_ = store
+        .open_session(b.id, a.id, SessionType::Async)
+        .await
+        .unwrap();
+    assert_ne!(async_.id, ab.id);
+    assert_eq!(async_.turn, None);
+    // Concurrent opens of one pair agree on one session.
+    let opens = (0..8).map(|i| {
+        let db = db.clone();
+        let (x, y) = if i % 2 == 0 {
+            (a.id, b.id)
+        } else {
+            (b.id, a.id)
+        };
+        tokio::spawn(async move {
+            Store::new(&db)
+                .open_session(x, y, SessionType::Sync)
+                .await
+                .unwrap()
+                .id
+        })
+    });
+    for id in futures::future::join_all(opens).await {
+        assert_eq!(id.unwrap(), ab.id);
+    }
+    // Once ended, the pair may open a new one.
+    store.end_session(ab.id, b.id).await.unwrap();
+    let again = store
+        .open_session(b.id, a.id, SessionType::Sync)
+        .await
+        .unwrap();
+    assert_ne!(again.id, ab.id);
+    assert_eq!(again.turn, Some(b.id));
+
+    assert!(matches!(
+        store.open_session(a.id, a.id, SessionType::Async).await,
+        Err(Error::Protocol(ProtocolError::SelfSession(x))) if x == a.id
+    ));
+    assert!(matches!(
+        store
+            .open_session(a.id, AgentId::new(), SessionType::Async)
+            .await,
+        Err(Error::Agent(AgentError::NotFound(_)))
+    ));
+    assert!(matches!(
+        store.session(SessionId::new()).await,
+        Err(Error::Protocol(ProtocolError::NotFound {
+            kind: "session",
+            ..
+        }))
+    ));
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+async fn protocol_sync_sessions_alternate_strictly(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let store = Store::new(&db);
+    let (a, b) = protocol_pair(&db).await;
+    let s = store
+        .open_session(b.id, a.id, SessionType::Sync)
+        .await
+        .unwrap();
+    // B opened: A is out of turn, and the refusal changes nothing.
+    let refused = store
+        .send_session_message(s.id, a.id, say("too early"))
+        .await;
+    assert!(
+        matches!(&refused, Err(Error::Protocol(ProtocolError::OutOfTurn { agent, turn, .. })) if *agent == a.id && *turn == Some(b.id)),
+        "{refused:?}"
+    );
+    assert_eq!(store.session(s.id).await.unwrap(), s);
+    assert!(store.session_messages(s.id).await.unwrap().is_empty());
+    assert_eq!(store.unread_count(b.id).await.unwrap(), 0);
+
+    let m1 = store
+        .send_session_message(s.id, b.id, say("one"))
+        .await
+        .unwrap();
+    assert_eq!(m1.recipient, Some(a.id));
+    assert_eq!(m1.session, Some(s.id));
+    assert_eq!(store.session(s.id).await.unwrap().turn, Some(a.id));
+    assert!(matches!(
+        store.send_session_message(s.id, b.id, say("twice")).await,
+        Err(Error::Protocol(ProtocolError::OutOfTurn { .. }))
+    ));
+    let m2 = store
+        .send_session_message(s.id, a.id, say("two"))
+        .await
+        .unwrap();
+    let m3 = store
+        .send_session_message(s.id, b.id, say("three"))
+        .await
+        .unwrap();
+    assert!(m1.seq < m2.seq && m2.seq < m3.seq);
+    let stored = store.session_messages(s.id).await.unwrap();
+    assert_eq!(stored, [m1.clone(), m2.clone(), m3.clone()]);
+    assert_eq!(store.session(s.id).await.unwrap().turn, Some(a.id));
+
+    // A stranger can neither send nor end.
+    let org = db.organization_by_external_id("acme").await.unwrap();
+    let eve = db
+        .create_agent(NewAgent::named("Eve").in_organization(org.id))
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.send_session_message(s.id, eve.id, say("hi")).await,
+        Err(Error::Protocol(ProtocolError::NotParticipant { .. }))
+    ));
+    assert!(matches!(
+        store.end_session(s.id, eve.id).await,
+        Err(Error::Protocol(ProtocolError::NotParticipant { .. }))
+    ));
+    assert!(matches!(
+        store
+            .send_session_message(s.id, a.id, NewProtocolMessage::new("", json!(1)))
+            .await,
+        Err(Error::Protocol(ProtocolError::InvalidMessage(_)))
+    ));
+    assert!(matches!(
+        NewProtocolMessage::from_json_str("chat", "{not json"),
+        Err(Error::Protocol(ProtocolError::InvalidMessage(_)))
+    ));
+    let parsed = NewProtocolMessage::from_json_str("chat", r#"{"k": [1, 2]}"#).unwrap();
+    let m4 = store
+        .send_session_message(s.id, a.id, parsed)
+        .await
+        .unwrap();
+    assert_eq!(m4.content, json!({"k": [1, 2]}));
+
+    // Ending: the turn is gone, nothing more can be sent, ending again is refused.
+    let ended = store.end_session(s.id, a.id).await.unwrap();
+    assert_eq!(ended.status, SessionStatus::Ended);
+    assert_eq!(ended.turn, None);
+    assert!(ended.ended_at.is_some());
+    assert_eq!(store.session(s.id).await.unwrap(), ended);
+    assert!(matches!(
+        store.send_session_message(s.id, b.id, say("late")).await,
+        Err(Error::Protocol(ProtocolError::SessionEnded(_)))
+    ));
+    assert!(matches!(
+        store.end_session(s.id, b.id).await,
+        Err(Error::Protocol(ProtocolError::SessionEnded(_)))
+    ));
+    assert_eq!(store.session_messages(s.id).await.unwrap().len(), 4);
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+async fn protocol_async_inbox(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let store = Store::new(&db);
+    let (a, b) = protocol_pair(&db).await;
+    let s = store
+        .open_session(a.id, b.id, SessionType::Async)
+        .await
+        .unwrap();
+    let mut sent = Vec::new();
+    for i in 0..5 {
+        sent.push(
+            store
+                .send_session_message(s.id, a.id, say(&format!("a{i}")))
+                .await
+                .unwrap(),
+        );
+    }
+    let from_b = store
+        .send_session_message(s.id, b.id, say("b0"))
+        .await
+        .unwrap();
+    assert_eq!(store.unread_count(b.id).await.unwrap(), 5);
+    assert_eq!(store.unread_count(a.id).await.unwrap(), 1);
+    assert_eq!(store.unread(b.id).await.unwrap(), sent);
+    assert_eq!(
+        store.oldest_unread(b.id).await.unwrap().as_ref(),
+        sent.first()
+    );
+    assert_eq!(
+        store.unread(a.id).await.unwrap().as_slice(),
+        std::slice::from_ref(&from_b)
+    );
+
+    // Only the recipient can mark: A marking B's messages changes nothing.
+    let ids: Vec<_> = sent.iter().map(|m| m.id).collect();
+    assert_eq!(store.mark_read(a.id, &ids).await.unwrap(), 0);
+    assert_eq!(store.unread_count(b.id).await.unwrap(), 5);
+    // Idempotent, counts only what changed.
+    assert_eq!(store.mark_read(b.id, &ids[..2]).await.unwrap(), 2);
+    assert_eq!(store.mark_read(b.id, &ids[..3]).await.unwrap(), 1);
+    assert_eq!(store.mark_read(b.id, &ids[..3]).await.unwrap(), 0);
+    assert_eq!(
+        store
+            .mark_read(b.id, &[ProtocolMessageId::new()])
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(store.unread_count(b.id).await.unwrap(), 2);
+    assert_eq!(store.unread(b.id).await.unwrap(), sent[3..]);
+    let read = store.session_messages(s.id).await.unwrap();
+    assert!(read[..3].iter().all(|m| m.read_at.is_some()));
+    assert!(read[3..].iter().all(|m| m.read_at.is_none()));
+    assert!(matches!(
+        store.mark_read(AgentId::new(), &ids).await,
+        Err(Error::Agent(AgentError::NotFound(_)))
+    ));
+
+    store.end_session(s.id, b.id).await.unwrap();
+    assert!(matches!(
+        store.send_session_message(s.id, a.id, say("late")).await,
+        Err(Error::Protocol(ProtocolError::SessionEnded(_)))
+    ));
+    // Unread messages outlive their session.
+    assert_eq!(store.unread_count(b.id).await.unwrap(), 2);
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+async fn protocol_sync_turn_race_has_one_winner(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = open_with(&tdb, |c| c.pg_write_connections = 4).await;
+    let store = Store::new(&db);
+    let (a, b) = protocol_pair(&db).await;
+    for round in 0..5 {
+        let s = store
+            .open_session(a.id, b.id, SessionType::Sync)
+            .await
+            .unwrap();
+        let sends = (0..6).map(|i| {
+            let db = db.clone();
+            let id = s.id;
+            let sender = a.id;
+            tokio::spawn(async move {
+                Store::new(&db)
+                    .send_session_message(id, sender, say(&format!("r{round} t{i}")))
+                    .await
+            })
+        });
+        let mut won = 0;
+        for r in futures::future::join_all(sends).await {
+            match r.unwrap() {
+                Ok(_) => won += 1,
+                Err(Error::Protocol(ProtocolError::OutOfTurn { turn, .. })) => {
+                    assert_eq!(turn, Some(b.id))
+                }
+                Err(e) => panic!("unexpected error: {e}"),
+            }
+        }
+        assert_eq!(won, 1, "exactly one send of the turn wins");
+        assert_eq!(store.session_messages(s.id).await.unwrap().len(), 1);
+        assert_eq!(store.session(s.id).await.unwrap().turn, Some(b.id));
+        store.end_session(s.id, a.id).await.unwrap();
+    }
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
 conformance!(
-    meetings_stay_in_their_organization,
+    nothing_crosses_an_organization_wall,
+    protocol_sessions_are_normalised_and_one_live,
+    protocol_sync_sessions_alternate_strictly,
+    protocol_async_inbox,
+    protocol_sync_turn_race_has_one_winner,
     protocol_schema_refuses_recipient_and_meeting,
     protocol_schema_guards_meetings,
     the_selector_hands_the_turn_as_the_host_chose,

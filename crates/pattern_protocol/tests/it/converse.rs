@@ -2,15 +2,15 @@
 //! on both backends: a session message the agents answer becomes the recipient's trigger in the
 //! transaction that stores it, is marked read only when the batch that consumed it completes
 //! (a crashed run's retry delivers the same message), a sync session's reply is the recipient's
-//! final answer, limits end sessions (the selector meeting's chosen hand-over is
-//! pattern_protocol's `storage` test).
+//! final answer, limits end sessions (moved from `pattern_db` with the session SQL; the
+//! selector meeting's chosen hand-over is in `storage`).
 
-use pattern_db::testkit::fetch_texts;
 use pattern_db::{AgentError, ProtocolError};
 use pattern_db::{
     AgentId, BatchType, Database, Delivery, Error, NewAgent, NewMessage, NewProtocolMessage,
     OrganizationId, RunEnding, SessionOptions, SessionStatus, SessionType,
 };
+use pattern_protocol::store::Store;
 use serde_json::json;
 
 use crate::{Kind, fresh};
@@ -73,9 +73,10 @@ async fn answer(db: &Database, agent: AgentId, answer: &str) -> String {
 async fn a_sync_session_is_held_by_the_agents(kind: Kind) {
     let tdb = fresh(kind).await;
     let db = tdb.open().await.unwrap();
+    let store = Store::new(&db);
     let (_, ids) = agents(&db, &["ada", "bob"]).await;
     let (ada, bob) = (ids[0], ids[1]);
-    let (session, first) = db
+    let (session, first) = store
         .open_session_with(
             ada,
             bob,
@@ -93,7 +94,7 @@ async fn a_sync_session_is_held_by_the_agents(kind: Kind) {
     assert_eq!(queued.len(), 1);
     assert_eq!(queued[0].protocol_message, Some(first.id));
     assert_eq!(queued[0].source, format!("session:{}", session.id));
-    assert_eq!(db.unread(bob).await.unwrap().len(), 1);
+    assert_eq!(store.unread(bob).await.unwrap().len(), 1);
 
     let trigger = answer(&db, bob, "pong 1").await;
     assert!(
@@ -102,21 +103,21 @@ async fn a_sync_session_is_held_by_the_agents(kind: Kind) {
         "{trigger}"
     );
     assert!(
-        db.unread(bob).await.unwrap().is_empty(),
+        store.unread(bob).await.unwrap().is_empty(),
         "read on completion"
     );
     // Bob's final answer went back into the session as his reply: ada's turn, ada's trigger.
-    let now = db.session(session.id).await.unwrap();
+    let now = store.session(session.id).await.unwrap();
     assert_eq!((now.turn, now.messages_sent), (Some(ada), 2));
     answer(&db, ada, "ping 2").await;
     answer(&db, bob, "pong 2").await;
     // The fourth message reached the limit: the session ended in that write.
-    let ended = db.session(session.id).await.unwrap();
+    let ended = store.session(session.id).await.unwrap();
     assert_eq!(ended.status, SessionStatus::Ended);
     assert_eq!(ended.messages_sent, 4);
     // Ada still gets the last message; her answer goes nowhere (the session ended).
     answer(&db, ada, "bye").await;
-    let said: Vec<(AgentId, String)> = db
+    let said: Vec<(AgentId, String)> = store
         .session_messages(session.id)
         .await
         .unwrap()
@@ -132,12 +133,12 @@ async fn a_sync_session_is_held_by_the_agents(kind: Kind) {
             (bob, "pong 2".to_owned()),
         ]
     );
-    assert!(db.unread(ada).await.unwrap().is_empty());
-    assert!(db.unread(bob).await.unwrap().is_empty());
+    assert!(store.unread(ada).await.unwrap().is_empty());
+    assert!(store.unread(bob).await.unwrap().is_empty());
     assert!(db.claim_next(ada).await.unwrap().is_none());
     assert!(db.claim_next(bob).await.unwrap().is_none());
     // Past the limit nothing more is stored.
-    let err = db
+    let err = store
         .send_session_message(session.id, ada, text("more"))
         .await
         .unwrap_err();
@@ -154,7 +155,7 @@ async fn a_crashed_delivery_is_retried_and_read_only_when_answered(kind: Kind) {
     let first = tdb.open().await.unwrap();
     let (_, ids) = agents(&first, &["ada", "bob"]).await;
     let (ada, bob) = (ids[0], ids[1]);
-    let (session, _) = first
+    let (session, _) = Store::new(&first)
         .open_session_with(
             ada,
             bob,
@@ -170,16 +171,27 @@ async fn a_crashed_delivery_is_retried_and_read_only_when_answered(kind: Kind) {
     // The next process abandons the dead run and queues the same message once more.
     let second = tdb.open().await.unwrap();
     second.messages(bob).recover().await.unwrap();
-    assert_eq!(second.unread(bob).await.unwrap().len(), 1, "not read yet");
+    assert_eq!(
+        Store::new(&second).unread(bob).await.unwrap().len(),
+        1,
+        "not read yet"
+    );
     let retry = second.pending_queue(bob).await.unwrap();
     assert_eq!(retry.len(), 1);
     assert_eq!(retry[0].retry_of, Some(started.received.batch_id));
     assert!(retry[0].protocol_message.is_some());
     let trigger = answer(&second, bob, "yes").await;
     assert!(trigger.ends_with("are you there?"), "{trigger}");
-    assert!(second.unread(bob).await.unwrap().is_empty());
+    assert!(Store::new(&second).unread(bob).await.unwrap().is_empty());
     // An async session takes no automatic reply.
-    assert_eq!(second.session_messages(session.id).await.unwrap().len(), 1);
+    assert_eq!(
+        Store::new(&second)
+            .session_messages(session.id)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     assert!(second.pending_queue(ada).await.unwrap().is_empty());
     second.close().await;
     tdb.cleanup().await.unwrap();
@@ -188,6 +200,7 @@ async fn a_crashed_delivery_is_retried_and_read_only_when_answered(kind: Kind) {
 async fn sessions_refuse_bad_opens_with_nothing_stored(kind: Kind) {
     let tdb = fresh(kind).await;
     let db = tdb.open().await.unwrap();
+    let store = Store::new(&db);
     let (_, ids) = agents(&db, &["ada", "bob"]).await;
     let other = db.create_organization("globex", "Globex").await.unwrap();
     let stranger = db
@@ -196,33 +209,36 @@ async fn sessions_refuse_bad_opens_with_nothing_stored(kind: Kind) {
         .unwrap()
         .id;
     let refusals = [
-        db.open_session_with(
-            ids[0],
-            stranger,
-            SessionType::Sync,
-            SessionOptions::agents(Some(4)),
-            Some(text("hi")),
-        )
-        .await
-        .unwrap_err(),
-        db.open_session_with(
-            ids[0],
-            ids[0],
-            SessionType::Sync,
-            SessionOptions::agents(Some(4)),
-            Some(text("hi")),
-        )
-        .await
-        .unwrap_err(),
-        db.open_session_with(
-            ids[0],
-            ids[1],
-            SessionType::Sync,
-            SessionOptions::agents(Some(0)),
-            Some(text("hi")),
-        )
-        .await
-        .unwrap_err(),
+        store
+            .open_session_with(
+                ids[0],
+                stranger,
+                SessionType::Sync,
+                SessionOptions::agents(Some(4)),
+                Some(text("hi")),
+            )
+            .await
+            .unwrap_err(),
+        store
+            .open_session_with(
+                ids[0],
+                ids[0],
+                SessionType::Sync,
+                SessionOptions::agents(Some(4)),
+                Some(text("hi")),
+            )
+            .await
+            .unwrap_err(),
+        store
+            .open_session_with(
+                ids[0],
+                ids[1],
+                SessionType::Sync,
+                SessionOptions::agents(Some(0)),
+                Some(text("hi")),
+            )
+            .await
+            .unwrap_err(),
     ];
     assert!(
         matches!(
@@ -247,28 +263,20 @@ async fn sessions_refuse_bad_opens_with_nothing_stored(kind: Kind) {
     );
     for id in [ids[0], ids[1], stranger] {
         assert!(db.pending_queue(id).await.unwrap().is_empty());
-        assert!(db.unread(id).await.unwrap().is_empty());
+        assert!(store.unread(id).await.unwrap().is_empty());
     }
-    // No live session (the "active conversations" view is pattern_protocol's).
-    assert!(
-        fetch_texts(
-            &db,
-            "SELECT id FROM protocol_sessions WHERE status <> 'ended'"
-        )
-        .await
-        .unwrap()
-        .is_empty()
-    );
+    assert!(store.active_conversations().await.unwrap().is_empty());
     // An inbox session (outside clients) queues nothing; opened again for agents, it becomes one.
-    let inbox = db
+    let inbox = store
         .open_session(ids[0], ids[1], SessionType::Async)
         .await
         .unwrap();
-    db.send_session_message(inbox.id, ids[0], text("for the inbox"))
+    store
+        .send_session_message(inbox.id, ids[0], text("for the inbox"))
         .await
         .unwrap();
     assert!(db.pending_queue(ids[1]).await.unwrap().is_empty());
-    let (upgraded, _) = db
+    let (upgraded, _) = store
         .open_session_with(
             ids[0],
             ids[1],
