@@ -335,20 +335,20 @@ impl MeetingDriver {
             }
             match self.protocol.join_meeting(id, *agent).await {
                 Ok(_)
-                | Err(pattern_protocol::Error::Db(pattern_db::Error::Protocol(
-                    pattern_db::ProtocolError::AlreadyParticipant { .. },
-                ))) => {}
+                | Err(pattern_protocol::Error::Protocol(
+                    pattern_protocol::ProtocolError::AlreadyParticipant { .. },
+                )) => {}
                 Err(e) => return Err(e.into()),
             }
         }
         match self.protocol.start_meeting(id, plan.agents[0]).await {
             Ok(_)
-            | Err(pattern_protocol::Error::Db(pattern_db::Error::Protocol(
-                pattern_db::ProtocolError::MeetingState { .. },
-            )))
-            | Err(pattern_protocol::Error::Db(pattern_db::Error::Protocol(
-                pattern_db::ProtocolError::MeetingEnded(_),
-            ))) => Ok(()),
+            | Err(pattern_protocol::Error::Protocol(
+                pattern_protocol::ProtocolError::MeetingState { .. },
+            ))
+            | Err(pattern_protocol::Error::Protocol(
+                pattern_protocol::ProtocolError::MeetingEnded(_),
+            )) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
@@ -479,9 +479,9 @@ impl MeetingDriver {
     async fn end(&self, id: MeetingId, host: AgentId) -> Result<()> {
         match self.protocol.end_meeting(id, host).await {
             Ok(_)
-            | Err(pattern_protocol::Error::Db(pattern_db::Error::Protocol(
-                pattern_db::ProtocolError::MeetingEnded(_),
-            ))) => Ok(()),
+            | Err(pattern_protocol::Error::Protocol(
+                pattern_protocol::ProtocolError::MeetingEnded(_),
+            )) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
@@ -737,12 +737,12 @@ impl MeetingDriver {
         match result {
             Ok(_) => {}
             // Another driver finished this turn first.
-            Err(pattern_protocol::Error::Db(pattern_db::Error::Protocol(
-                pattern_db::ProtocolError::NotSpeaker { .. },
-            )))
-            | Err(pattern_protocol::Error::Db(pattern_db::Error::Protocol(
-                pattern_db::ProtocolError::MeetingEnded(_),
-            ))) => {
+            Err(pattern_protocol::Error::Protocol(
+                pattern_protocol::ProtocolError::NotSpeaker { .. },
+            ))
+            | Err(pattern_protocol::Error::Protocol(
+                pattern_protocol::ProtocolError::MeetingEnded(_),
+            )) => {
                 return Ok(());
             }
             Err(e) => return Err(e.into()),

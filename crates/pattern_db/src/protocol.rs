@@ -521,8 +521,11 @@ impl Database {
     }
 }
 
-/// Refusals of the agent-to-agent protocol (module [`crate::protocol`]): organizations and
-/// protocol agents by external id, sessions, meetings, retention.
+/// Refusals of what of the agent-to-agent protocol stays here (module [`crate::protocol`]):
+/// organizations and agents by external id, unknown protocol rows, the session message store
+/// (participant, turn, ended), invalid protocol messages, invalid retention policies. The
+/// protocol's other refusals (a session with oneself, the meetings') are `pattern_protocol`'s own
+/// enum, carried through the writer as [`crate::storage::ExtensionError`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProtocolError {
@@ -550,9 +553,6 @@ pub enum ProtocolError {
         /// The id asked for.
         id: uuid::Uuid,
     },
-    /// A session needs two different agents.
-    #[error("protocol agent {0} cannot open a session with itself")]
-    SelfSession(crate::AgentId),
     /// The agent is not one of the session's two participants.
     #[error("protocol agent {agent} is not a participant of session {session}")]
     NotParticipant {
@@ -577,53 +577,6 @@ pub enum ProtocolError {
     /// A protocol message, external id or name is not acceptable (e.g. content that is not JSON).
     #[error("invalid protocol message: {0}")]
     InvalidMessage(String),
-    /// The meeting has ended: nothing more happens in it.
-    #[error("meeting {0} has ended")]
-    MeetingEnded(crate::MeetingId),
-    /// Only the meeting's host may do this.
-    #[error("protocol agent {agent} is not the host of meeting {meeting}")]
-    NotHost {
-        /// The meeting.
-        meeting: crate::MeetingId,
-        /// The agent that tried.
-        agent: crate::AgentId,
-    },
-    /// The agent has not joined the meeting (or has left it).
-    #[error("protocol agent {agent} is not present in meeting {meeting}")]
-    NotMeetingParticipant {
-        /// The meeting.
-        meeting: crate::MeetingId,
-        /// The agent.
-        agent: crate::AgentId,
-    },
-    /// The agent is already invited to or present in the meeting.
-    #[error("protocol agent {agent} is already in meeting {meeting}")]
-    AlreadyParticipant {
-        /// The meeting.
-        meeting: crate::MeetingId,
-        /// The agent.
-        agent: crate::AgentId,
-    },
-    /// Only the current speaker may speak or pass: nothing was stored.
-    #[error("protocol agent {agent} cannot speak in meeting {meeting}: it is not the speaker")]
-    NotSpeaker {
-        /// The meeting.
-        meeting: crate::MeetingId,
-        /// The agent that tried.
-        agent: crate::AgentId,
-        /// Who speaks now.
-        speaker: Option<crate::AgentId>,
-    },
-    /// The meeting is not in a state that allows this (e.g. starting one that is not ready).
-    #[error("meeting {meeting} is {status}; this needs it {needed}")]
-    MeetingState {
-        /// The meeting.
-        meeting: crate::MeetingId,
-        /// Its status.
-        status: &'static str,
-        /// What the operation needs.
-        needed: &'static str,
-    },
     /// A retention policy that would delete what it must keep (a zero age, keeping zero
     /// versions).
     #[error("invalid retention policy: {0}")]
@@ -638,19 +591,11 @@ impl ProtocolError {
             ProtocolError::ExternalIdTaken { .. }
             | ProtocolError::NotParticipant { .. }
             | ProtocolError::OutOfTurn { .. }
-            | ProtocolError::SessionEnded(_)
-            | ProtocolError::MeetingEnded(_)
-            | ProtocolError::NotHost { .. }
-            | ProtocolError::NotMeetingParticipant { .. }
-            | ProtocolError::AlreadyParticipant { .. }
-            | ProtocolError::NotSpeaker { .. }
-            | ProtocolError::MeetingState { .. } => C::Conflict,
+            | ProtocolError::SessionEnded(_) => C::Conflict,
             ProtocolError::ExternalIdNotFound { .. } | ProtocolError::NotFound { .. } => {
                 C::NotFound
             }
-            ProtocolError::SelfSession(_)
-            | ProtocolError::InvalidMessage(_)
-            | ProtocolError::InvalidRetention(_) => C::Invalid,
+            ProtocolError::InvalidMessage(_) | ProtocolError::InvalidRetention(_) => C::Invalid,
         }
     }
 }

@@ -26,10 +26,17 @@
 //!   ordered outside the writer), or wake anyone before the write has committed (wake after
 //!   [`Database::write`] returns; `NOTIFY` inside the transaction is delivered at commit only).
 //!
+//! A domain's own refusal raised inside `apply` travels as [`ExtensionError`] (the domain's enum,
+//! boxed, with its class) and is taken back by the domain's error type.
+//!
 //! The types are `sqlx::Any`'s (TEXT ids and JSON, BIGINT times) until the typed backends land
 //! (decision 0023, step 3); nothing here changes how the writer behaves.
 
+use std::fmt;
+
 use chrono::{DateTime, Utc};
+
+use crate::ErrorClass;
 
 pub use crate::config::Backend;
 pub use crate::db::Database;
@@ -73,4 +80,63 @@ pub fn is_unique_violation(e: &sqlx::Error) -> bool {
 /// four texts (their prepared statements stay in the connection's cache).
 pub fn fixed_chunks<T>(rows: &[T]) -> Vec<&[T]> {
     crate::ops::fixed_chunks(rows)
+}
+
+/// A refusal of a domain above this crate, raised inside a write it runs through the writer
+/// ([`Write::apply`] returns this crate's [`crate::Result`]): the domain's own error, boxed, with
+/// its [`ErrorClass`]. It reaches the caller as [`crate::Error::Extension`], and the domain's
+/// own error type takes it back with [`ExtensionError::downcast`]. Its `Display` and `source` are
+/// the wrapped error's own.
+pub struct ExtensionError {
+    class: ErrorClass,
+    error: Box<dyn std::error::Error + Send + Sync + 'static>,
+}
+
+impl ExtensionError {
+    /// Wraps `error`, a refusal of class `class`.
+    pub fn new(class: ErrorClass, error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self {
+            class,
+            error: Box::new(error),
+        }
+    }
+
+    /// What kind of failure the wrapped error is.
+    pub fn class(&self) -> ErrorClass {
+        self.class
+    }
+
+    /// The wrapped error, if it is an `E`.
+    pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        self.error.downcast_ref()
+    }
+
+    /// The wrapped error if it is an `E`, else this one back.
+    pub fn downcast<E: std::error::Error + 'static>(self) -> std::result::Result<E, Self> {
+        match self.error.downcast::<E>() {
+            Ok(error) => Ok(*error),
+            Err(error) => Err(Self {
+                class: self.class,
+                error,
+            }),
+        }
+    }
+}
+
+impl fmt::Debug for ExtensionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.error, f)
+    }
+}
+
+impl fmt::Display for ExtensionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl std::error::Error for ExtensionError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
+    }
 }

@@ -63,7 +63,7 @@ mod notify;
 mod protocol;
 pub mod store;
 
-pub use error::{Error, Result};
+pub use error::{Error, ProtocolError, Result};
 pub use follow::Follower;
 pub use meeting::{
     ActiveConversation, ActiveMeeting, MAX_TURN_DURATION, Meeting, MeetingEvent, MeetingEventType,

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use pattern_db::{
-    AgentId, MeetingId, ProtocolError, ProtocolMessage, ProtocolMessageId, Result, Session,
-    SessionId, StorageError,
+    AgentId, MeetingId, ProtocolError as DbProtocolError, ProtocolMessage, ProtocolMessageId,
+    Result, Session, SessionId, StorageError,
 };
 use serde::{Deserialize, Serialize};
 
@@ -55,7 +55,7 @@ impl MeetingPolicy {
             "round_robin" | "round-robin" => Ok(MeetingPolicy::RoundRobin),
             "selector" => Ok(MeetingPolicy::Selector),
             "broadcast" => Ok(MeetingPolicy::Broadcast),
-            other => Err(ProtocolError::InvalidMessage(format!(
+            other => Err(DbProtocolError::InvalidMessage(format!(
                 "unknown meeting policy `{other}` (round-robin, selector, broadcast)"
             ))
             .into()),
@@ -383,12 +383,12 @@ pub struct RetentionPolicy {
 }
 
 impl RetentionPolicy {
-    /// Refuses a zero age ([`ProtocolError::InvalidRetention`]): it would archive messages as they
-    /// are read and delete sessions and meetings as they end, so a user's `--older-than-days 0` is
-    /// a mistake, never a policy.
+    /// Refuses a zero age ([`pattern_db::ProtocolError::InvalidRetention`]): it would archive
+    /// messages as they are read and delete sessions and meetings as they end, so a user's
+    /// `--older-than-days 0` is a mistake, never a policy.
     pub fn check(&self) -> Result<()> {
         if self.archive_messages_after.is_zero() {
-            return Err(ProtocolError::InvalidRetention(
+            return Err(DbProtocolError::InvalidRetention(
                 "a message retention age of zero would archive messages as they are read: use at \
                  least 1 day"
                     .to_owned(),
@@ -396,7 +396,7 @@ impl RetentionPolicy {
             .into());
         }
         if self.delete_ended_after.is_zero() {
-            return Err(ProtocolError::InvalidRetention(
+            return Err(DbProtocolError::InvalidRetention(
                 "an ended-conversation retention age of zero would delete sessions and meetings \
                  as they end: use at least 1 day"
                     .to_owned(),

@@ -19,7 +19,7 @@ use pattern_db::{
 };
 use tokio::time::Instant;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ProtocolError, Result};
 use crate::follow::Follower;
 use crate::meeting::{
     ActiveConversation, ActiveMeeting, Meeting, MeetingEvent, MeetingPolicy, MeetingUpdate,
@@ -425,10 +425,7 @@ impl Protocol {
             woken.as_mut().enable();
             let m = self.store().meeting(meeting).await?;
             if !m.is_live() {
-                return Err(
-                    pattern_db::Error::Protocol(pattern_db::ProtocolError::MeetingEnded(meeting))
-                        .into(),
-                );
+                return Err(ProtocolError::MeetingEnded(meeting).into());
             }
             let now = chrono::Utc::now();
             if let Some(turn_end) = m.turn_deadline
@@ -447,10 +444,7 @@ impl Protocol {
                 .iter()
                 .any(|p| p.agent == agent && p.status.is_present());
             if !present {
-                return Err(pattern_db::Error::Protocol(
-                    pattern_db::ProtocolError::NotMeetingParticipant { meeting, agent },
-                )
-                .into());
+                return Err(ProtocolError::NotMeetingParticipant { meeting, agent }.into());
             }
             if Instant::now() >= deadline {
                 return Ok(false);

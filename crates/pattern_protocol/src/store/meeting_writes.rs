@@ -16,14 +16,15 @@ use pattern_db::storage::{
     AnyConnection, Backend, Ctx, Locks, Write, fixed_chunks, from_ms, now_ms, parse_uuid,
 };
 use pattern_db::{
-    AgentId, Error, MeetingId, NewProtocolMessage, ProtocolError, ProtocolMessage,
-    ProtocolMessageId, Result, RunClaim, SessionId, StorageError,
+    AgentId, Error, MeetingId, NewProtocolMessage, ProtocolError as DbProtocolError,
+    ProtocolMessage, ProtocolMessageId, Result, RunClaim, SessionId, StorageError,
 };
 use sqlx::Row;
 
 use super::meetings::{
     MEETING_COLUMNS, PARTICIPANT_COLUMNS, meeting_from_row, participant_from_row,
 };
+use crate::error::ProtocolError;
 use crate::meeting::{
     Meeting, MeetingEvent, MeetingEventType, MeetingPolicy, MeetingStatus, MeetingUpdate,
     Participant, ParticipantStatus, RetentionPolicy, RetentionReport,
@@ -370,7 +371,7 @@ async fn lock_meeting(conn: &mut AnyConnection, ctx: &Ctx, id: MeetingId) -> Res
     let meeting = match row {
         Some(row) => meeting_from_row(&row)?,
         None => {
-            return Err(ProtocolError::NotFound {
+            return Err(DbProtocolError::NotFound {
                 kind: "meeting",
                 id: id.0,
             }
@@ -758,14 +759,17 @@ async fn speak(
     }
     let mut stored = None;
     if let Some(message) = message {
-        let content = serde_json::to_string(&message.content)
-            .map_err(|e| ProtocolError::InvalidMessage(format!("content does not encode: {e}")))?;
+        let content = serde_json::to_string(&message.content).map_err(|e| {
+            DbProtocolError::InvalidMessage(format!("content does not encode: {e}"))
+        })?;
         let metadata = message
             .metadata
             .as_ref()
             .map(serde_json::to_string)
             .transpose()
-            .map_err(|e| ProtocolError::InvalidMessage(format!("metadata does not encode: {e}")))?;
+            .map_err(|e| {
+                DbProtocolError::InvalidMessage(format!("metadata does not encode: {e}"))
+            })?;
         let row = ProtocolMessage {
             id: ProtocolMessageId::new(),
             sender: agent,
@@ -879,7 +883,7 @@ async fn choose(
         .into());
     }
     if next == host {
-        return Err(ProtocolError::InvalidMessage(
+        return Err(DbProtocolError::InvalidMessage(
             "the host chooses another participant, not itself".into(),
         )
         .into());
@@ -909,17 +913,12 @@ async fn end_meeting(
 /// Whether `e` is a refusal raised by a check before any write of the op (so the rows written
 /// before it, the applied timeout, are consistent and may commit).
 fn is_refusal(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::Protocol(ProtocolError::MeetingEnded(_))
-            | Error::Protocol(ProtocolError::NotHost { .. })
-            | Error::Protocol(ProtocolError::NotMeetingParticipant { .. })
-            | Error::Protocol(ProtocolError::AlreadyParticipant { .. })
-            | Error::Protocol(ProtocolError::NotSpeaker { .. })
-            | Error::Protocol(ProtocolError::MeetingState { .. })
-            | Error::Protocol(ProtocolError::NotFound { .. })
-            | Error::Protocol(ProtocolError::InvalidMessage(_))
-    )
+    ProtocolError::of(e).is_some_and(|r| !matches!(r, ProtocolError::SelfSession(_)))
+        || matches!(
+            e,
+            Error::Protocol(DbProtocolError::NotFound { .. })
+                | Error::Protocol(DbProtocolError::InvalidMessage(_))
+        )
 }
 
 /// Runs a write on an existing meeting: locks it, applies an expired turn deadline, runs the

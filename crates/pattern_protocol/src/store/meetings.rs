@@ -18,8 +18,8 @@ use pattern_db::protocol::{
 };
 use pattern_db::storage::{from_ms, now_ms, parse_uuid};
 use pattern_db::{
-    AgentId, Error, MeetingId, NewProtocolMessage, ProtocolError, ProtocolMessage,
-    ProtocolMessageId, Result, StorageError,
+    AgentId, Error, MeetingId, NewProtocolMessage, ProtocolError as DbProtocolError,
+    ProtocolMessage, ProtocolMessageId, Result, StorageError,
 };
 use sqlx::Row;
 use sqlx::any::AnyRow;
@@ -99,11 +99,11 @@ pub(super) fn event_from_row(row: &AnyRow) -> Result<MeetingEvent> {
 }
 
 /// A turn duration must be 1 ms to [`MAX_TURN_DURATION`]
-/// ([`ProtocolError::InvalidMessage`]).
+/// ([`pattern_db::ProtocolError::InvalidMessage`]).
 fn check_turn_duration(turn_duration: Option<Duration>) -> Result<()> {
     match turn_duration {
         Some(d) if d < Duration::from_millis(1) || d > MAX_TURN_DURATION => {
-            Err(ProtocolError::InvalidMessage(format!(
+            Err(DbProtocolError::InvalidMessage(format!(
                 "a turn duration must be 1 ms to {MAX_TURN_DURATION:?}, got {d:?}"
             ))
             .into())
@@ -126,8 +126,8 @@ impl Store<'_> {
 
     /// Creates a meeting hosted by `host`, who joins it at once (join order 1). `turn_duration`
     /// limits each turn (1 ms to [`MAX_TURN_DURATION`]; otherwise
-    /// [`ProtocolError::InvalidMessage`]). Unknown host:
-    /// [`ProtocolError::NotFound`].
+    /// [`pattern_db::ProtocolError::InvalidMessage`]). Unknown host:
+    /// [`pattern_db::ProtocolError::NotFound`].
     pub async fn create_meeting(
         &self,
         host: AgentId,
@@ -156,7 +156,7 @@ impl Store<'_> {
     ) -> Result<MeetingUpdate> {
         let size = plan.to_string().len();
         if size > 64 * 1024 {
-            return Err(ProtocolError::InvalidMessage(format!(
+            return Err(DbProtocolError::InvalidMessage(format!(
                 "a meeting plan may hold at most 64 KiB of JSON, got {size} bytes"
             ))
             .into());
@@ -173,9 +173,9 @@ impl Store<'_> {
 
     /// The host of a selector meeting, holding the turn, names `next` (a present participant,
     /// not itself) to speak after its turn; the choice takes effect when the host's turn ends
-    /// (it speaks, passes, times out or leaves). Not the host: [`ProtocolError::NotHost`]; not its
-    /// turn: [`ProtocolError::NotSpeaker`]; another policy: [`ProtocolError::MeetingState`]; `next`
-    /// absent: [`ProtocolError::NotMeetingParticipant`]; nothing stored on any refusal.
+    /// (it speaks, passes, times out or leaves). Not the host: [`ProtocolError::NotHost`](crate::ProtocolError::NotHost); not its
+    /// turn: [`ProtocolError::NotSpeaker`](crate::ProtocolError::NotSpeaker); another policy: [`ProtocolError::MeetingState`](crate::ProtocolError::MeetingState); `next`
+    /// absent: [`ProtocolError::NotMeetingParticipant`](crate::ProtocolError::NotMeetingParticipant); nothing stored on any refusal.
     pub async fn choose_speaker(
         &self,
         meeting: MeetingId,
@@ -193,7 +193,7 @@ impl Store<'_> {
     /// Speaks (`Some`) or passes (`None`) only in the turn that began at `turn_started_at`
     /// (the meeting's [`Meeting::turn_started_at`] when the caller read it): a driver that
     /// acts on a turn it read earlier never speaks into a later turn of the same agent.
-    /// Another turn, or not the speaker: [`ProtocolError::NotSpeaker`], nothing stored.
+    /// Another turn, or not the speaker: [`ProtocolError::NotSpeaker`](crate::ProtocolError::NotSpeaker), nothing stored.
     pub async fn speak_in_turn(
         &self,
         meeting: MeetingId,
@@ -214,8 +214,8 @@ impl Store<'_> {
     }
 
     /// The host invites `agent` (optional: anyone may join). Not the host:
-    /// [`ProtocolError::NotHost`]; already invited or present:
-    /// [`ProtocolError::AlreadyParticipant`]; ended: [`ProtocolError::MeetingEnded`].
+    /// [`ProtocolError::NotHost`](crate::ProtocolError::NotHost); already invited or present:
+    /// [`ProtocolError::AlreadyParticipant`](crate::ProtocolError::AlreadyParticipant); ended: [`ProtocolError::MeetingEnded`](crate::ProtocolError::MeetingEnded).
     pub async fn invite_to_meeting(
         &self,
         meeting: MeetingId,
@@ -231,23 +231,23 @@ impl Store<'_> {
     }
 
     /// `agent` joins (again, after leaving: at the end of the order). Present already:
-    /// [`ProtocolError::AlreadyParticipant`]; ended: [`ProtocolError::MeetingEnded`].
+    /// [`ProtocolError::AlreadyParticipant`](crate::ProtocolError::AlreadyParticipant); ended: [`ProtocolError::MeetingEnded`](crate::ProtocolError::MeetingEnded).
     pub async fn join_meeting(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
         self.meeting_write(ProtocolOp::Join { meeting, agent })
             .await
     }
 
     /// The host starts a ready meeting; the first present participant in join order speaks.
-    /// Not ready or started already: [`ProtocolError::MeetingState`].
+    /// Not ready or started already: [`ProtocolError::MeetingState`](crate::ProtocolError::MeetingState).
     pub async fn start_meeting(&self, meeting: MeetingId, host: AgentId) -> Result<MeetingUpdate> {
         self.meeting_write(ProtocolOp::Start { meeting, host })
             .await
     }
 
     /// The current speaker says `message` and the turn passes on. Not the speaker:
-    /// [`ProtocolError::NotSpeaker`] (nothing stored); not present:
-    /// [`ProtocolError::NotMeetingParticipant`]; not active: [`ProtocolError::MeetingState`] or
-    /// [`ProtocolError::MeetingEnded`].
+    /// [`ProtocolError::NotSpeaker`](crate::ProtocolError::NotSpeaker) (nothing stored); not present:
+    /// [`ProtocolError::NotMeetingParticipant`](crate::ProtocolError::NotMeetingParticipant); not active: [`ProtocolError::MeetingState`](crate::ProtocolError::MeetingState) or
+    /// [`ProtocolError::MeetingEnded`](crate::ProtocolError::MeetingEnded).
     pub async fn speak(
         &self,
         meeting: MeetingId,
@@ -276,14 +276,14 @@ impl Store<'_> {
     }
 
     /// `agent` leaves; if it was speaking the turn passes on, and an active meeting that
-    /// everyone left ends. Not present: [`ProtocolError::NotMeetingParticipant`].
+    /// everyone left ends. Not present: [`ProtocolError::NotMeetingParticipant`](crate::ProtocolError::NotMeetingParticipant).
     pub async fn leave_meeting(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
         self.meeting_write(ProtocolOp::Leave { meeting, agent })
             .await
     }
 
-    /// The host ends the meeting. Not the host: [`ProtocolError::NotHost`]; ended:
-    /// [`ProtocolError::MeetingEnded`].
+    /// The host ends the meeting. Not the host: [`ProtocolError::NotHost`](crate::ProtocolError::NotHost); ended:
+    /// [`ProtocolError::MeetingEnded`](crate::ProtocolError::MeetingEnded).
     pub async fn end_meeting(&self, meeting: MeetingId, host: AgentId) -> Result<MeetingUpdate> {
         self.meeting_write(ProtocolOp::EndMeeting { meeting, host })
             .await
@@ -309,7 +309,7 @@ impl Store<'_> {
         }
     }
 
-    /// The meeting with this id ([`ProtocolError::NotFound`] otherwise).
+    /// The meeting with this id ([`pattern_db::ProtocolError::NotFound`] otherwise).
     pub async fn meeting(&self, id: MeetingId) -> Result<Meeting> {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {MEETING_COLUMNS} FROM protocol_meetings WHERE id = $1"
@@ -319,7 +319,7 @@ impl Store<'_> {
         .await?;
         match row {
             Some(row) => meeting_from_row(&row),
-            None => Err(ProtocolError::NotFound {
+            None => Err(DbProtocolError::NotFound {
                 kind: "meeting",
                 id: id.0,
             }
@@ -355,7 +355,7 @@ impl Store<'_> {
     }
 
     /// Up to `limit` events of a meeting with a sequence number above `after`, in order. An
-    /// unknown meeting is [`ProtocolError::NotFound`].
+    /// unknown meeting is [`pattern_db::ProtocolError::NotFound`].
     pub async fn meeting_events_after(
         &self,
         meeting: MeetingId,

@@ -8,7 +8,7 @@
 //!   B-A are one session; [`Store::open_session`] returns the live session of a pair and type
 //!   when there is one (at most one is live: a partial unique index), and opens one otherwise;
 //! - in a sync session the opener speaks first; only the agent holding the turn
-//!   (`locked_agent_id`) may send ([`ProtocolError::OutOfTurn`] otherwise, changing nothing),
+//!   (`locked_agent_id`) may send ([`pattern_db::ProtocolError::OutOfTurn`] otherwise, changing nothing),
 //!   and the turn passes to the other agent in the transaction that stores the message;
 //! - every session message has the other participant as recipient, so it is in that agent's
 //!   inbox (unread until the recipient marks it read) whatever the session type.
@@ -27,13 +27,14 @@ use pattern_db::protocol::{
 };
 use pattern_db::storage::{AnyConnection, Ctx, Locks, Write, from_ms, now_ms};
 use pattern_db::{
-    AgentId, Delivery, Error, NewProtocolMessage, ProtocolError, ProtocolMessage,
-    ProtocolMessageId, Result, RunClaim, Session, SessionId, SessionOptions, SessionStatus,
-    SessionType, StorageError, WakeKey,
+    AgentId, Delivery, Error, NewProtocolMessage, ProtocolError as DbProtocolError,
+    ProtocolMessage, ProtocolMessageId, Result, RunClaim, Session, SessionId, SessionOptions,
+    SessionStatus, SessionType, StorageError, WakeKey,
 };
 use sqlx::Row;
 
 use super::Store;
+use crate::error::ProtocolError;
 
 impl Store<'_> {
     // -- sessions ------------------------------------------------------------------------------
@@ -41,7 +42,7 @@ impl Store<'_> {
     /// The live session of `opener` and `other` of this type, or a new one. The pair is unordered
     /// (A-B is B-A). A new sync session gives the first turn to `opener`; an existing session is
     /// returned as it is (whoever holds its turn). A session with oneself is
-    /// [`ProtocolError::SelfSession`]; unknown agents are [`ProtocolError::NotFound`].
+    /// [`ProtocolError::SelfSession`]; unknown agents are [`pattern_db::ProtocolError::NotFound`].
     /// Messages wait in the inbox ([`Delivery::Inbox`]); see [`Self::open_session_with`] for
     /// sessions the agents answer themselves.
     pub async fn open_session(
@@ -59,7 +60,7 @@ impl Store<'_> {
     /// with `first`, `opener`'s first message sent in the same transaction (refused whole, the
     /// session unopened, if the message is: out of turn in a live sync session the other agent
     /// holds, say). A live inbox session opened for agents becomes one (decision 0020). A limit
-    /// outside 1..=[`MAX_SESSION_MESSAGES`] is [`ProtocolError::InvalidMessage`].
+    /// outside 1..=[`MAX_SESSION_MESSAGES`] is [`pattern_db::ProtocolError::InvalidMessage`].
     pub async fn open_session_with(
         &self,
         opener: AgentId,
@@ -74,7 +75,7 @@ impl Store<'_> {
         if let Some(limit) = options.message_limit
             && !(1..=MAX_SESSION_MESSAGES).contains(&limit)
         {
-            return Err(ProtocolError::InvalidMessage(format!(
+            return Err(DbProtocolError::InvalidMessage(format!(
                 "a session's message limit is 1 to {MAX_SESSION_MESSAGES}, got {limit}"
             ))
             .into());
@@ -98,7 +99,7 @@ impl Store<'_> {
         Ok((session, sent))
     }
 
-    /// The session with this id ([`ProtocolError::NotFound`] otherwise).
+    /// The session with this id ([`pattern_db::ProtocolError::NotFound`] otherwise).
     pub async fn session(&self, id: SessionId) -> Result<Session> {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {SESSION_COLUMNS} FROM protocol_sessions WHERE id = $1"
@@ -108,7 +109,7 @@ impl Store<'_> {
         .await?;
         match row {
             Some(row) => session_from_row(&row),
-            None => Err(ProtocolError::NotFound {
+            None => Err(DbProtocolError::NotFound {
                 kind: "session",
                 id: id.0,
             }
@@ -116,17 +117,17 @@ impl Store<'_> {
         }
     }
 
-    /// Ends a session; only a participant may ([`ProtocolError::NotParticipant`]), and an ended
-    /// session is [`ProtocolError::SessionEnded`]. Returns the ended session.
+    /// Ends a session; only a participant may ([`pattern_db::ProtocolError::NotParticipant`]), and an ended
+    /// session is [`pattern_db::ProtocolError::SessionEnded`]. Returns the ended session.
     pub async fn end_session(&self, session: SessionId, agent: AgentId) -> Result<Session> {
         self.db.write(EndSession { session, agent }).await
     }
 
     /// Stores a message from `sender` to the other participant of `session`. In a sync session
-    /// only the agent holding the turn may send ([`ProtocolError::OutOfTurn`], nothing stored) and
+    /// only the agent holding the turn may send ([`pattern_db::ProtocolError::OutOfTurn`], nothing stored) and
     /// the turn passes to the other agent in the same transaction. Also
-    /// [`ProtocolError::NotParticipant`], [`ProtocolError::SessionEnded`],
-    /// [`ProtocolError::NotFound`] and [`ProtocolError::InvalidMessage`] (bad
+    /// [`pattern_db::ProtocolError::NotParticipant`], [`pattern_db::ProtocolError::SessionEnded`],
+    /// [`pattern_db::ProtocolError::NotFound`] and [`pattern_db::ProtocolError::InvalidMessage`] (bad
     /// message type).
     pub async fn send_session_message(
         &self,
@@ -214,7 +215,7 @@ impl Store<'_> {
     /// Marks messages read for `agent`. Only messages whose recipient is `agent` and that are
     /// still unread change: ids of other agents' messages, unknown ids and messages read already
     /// are left alone, so marking twice is harmless. Returns how many changed. An unknown agent
-    /// is [`ProtocolError::NotFound`].
+    /// is [`pattern_db::ProtocolError::NotFound`].
     pub async fn mark_read(&self, agent: AgentId, messages: &[ProtocolMessageId]) -> Result<u64> {
         self.db
             .write(MarkRead {
@@ -473,10 +474,10 @@ async fn end_session(
 ) -> Result<Session> {
     let mut session = lock_session(conn, ctx, id).await?;
     if !session.has_participant(agent) {
-        return Err(ProtocolError::NotParticipant { session: id, agent }.into());
+        return Err(DbProtocolError::NotParticipant { session: id, agent }.into());
     }
     if !session.is_live() {
-        return Err(ProtocolError::SessionEnded(id).into());
+        return Err(DbProtocolError::SessionEnded(id).into());
     }
     close_session(conn, ctx, &mut session).await?;
     Ok(session)

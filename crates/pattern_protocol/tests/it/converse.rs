@@ -10,6 +10,7 @@ use pattern_db::{
     AgentId, BatchType, Database, Delivery, Error, NewAgent, NewMessage, NewProtocolMessage,
     OrganizationId, RunEnding, SessionOptions, SessionStatus, SessionType,
 };
+use pattern_protocol::ProtocolError as Refusal;
 use pattern_protocol::store::Store;
 use serde_json::json;
 
@@ -249,7 +250,7 @@ async fn sessions_refuse_bad_opens_with_nothing_stored(kind: Kind) {
         refusals[0]
     );
     assert!(
-        matches!(refusals[1], Error::Protocol(ProtocolError::SelfSession(_))),
+        matches!(Refusal::of(&refusals[1]), Some(Refusal::SelfSession(_))),
         "{}",
         refusals[1]
     );

@@ -9,6 +9,7 @@ use pattern_db::{
     AgentError, AgentId, Database, Error, MeetingId, NewAgent, NewProtocolMessage, OrganizationId,
     ProtocolError, ProtocolMessageId, SessionId, SessionStatus, SessionType, StorageError,
 };
+use pattern_protocol::ProtocolError as Refusal;
 use pattern_protocol::store::Store;
 use pattern_protocol::{ListPage, Liveness, MeetingEventType, MeetingPolicy};
 use serde_json::json;
@@ -231,7 +232,7 @@ async fn the_selector_hands_the_turn_as_the_host_chose(kind: Kind) {
             .unwrap_err(),
     ];
     assert!(
-        matches!(errs[0], Error::Protocol(ProtocolError::NotHost { .. })),
+        matches!(Refusal::of(&errs[0]), Some(Refusal::NotHost { .. })),
         "{}",
         errs[0]
     );
@@ -242,8 +243,8 @@ async fn the_selector_hands_the_turn_as_the_host_chose(kind: Kind) {
     );
     assert!(
         matches!(
-            errs[2],
-            Error::Protocol(ProtocolError::NotMeetingParticipant { .. })
+            Refusal::of(&errs[2]),
+            Some(Refusal::NotMeetingParticipant { .. })
         ),
         "{}",
         errs[2]
@@ -255,7 +256,7 @@ async fn the_selector_hands_the_turn_as_the_host_chose(kind: Kind) {
     assert_eq!(store.meeting(m).await.unwrap().speaker, Some(cat));
     let err = store.choose_speaker(m, host, ann).await.unwrap_err();
     assert!(
-        matches!(err, Error::Protocol(ProtocolError::NotSpeaker { .. })),
+        matches!(Refusal::of(&err), Some(Refusal::NotSpeaker { .. })),
         "{err}"
     );
     store.speak(m, cat, text("meow")).await.unwrap();
@@ -283,7 +284,7 @@ async fn the_selector_hands_the_turn_as_the_host_chose(kind: Kind) {
     store.start_meeting(rr, host).await.unwrap();
     let err = store.choose_speaker(rr, host, ann).await.unwrap_err();
     assert!(
-        matches!(err, Error::Protocol(ProtocolError::MeetingState { .. })),
+        matches!(Refusal::of(&err), Some(Refusal::MeetingState { .. })),
         "{err}"
     );
     db.close().await;
@@ -497,10 +498,11 @@ async fn protocol_sessions_are_normalised_and_one_live(kind: Kind) {
     assert_ne!(again.id, ab.id);
     assert_eq!(again.turn, Some(b.id));
 
-    assert!(matches!(
-        store.open_session(a.id, a.id, SessionType::Async).await,
-        Err(Error::Protocol(ProtocolError::SelfSession(x))) if x == a.id
-    ));
+    let alone = store
+        .open_session(a.id, a.id, SessionType::Async)
+        .await
+        .unwrap_err();
+    assert!(matches!(Refusal::of(&alone), Some(Refusal::SelfSession(x)) if *x == a.id));
     assert!(matches!(
         store
             .open_session(a.id, AgentId::new(), SessionType::Async)
