@@ -159,7 +159,10 @@ async fn session(p: &Party, messages: u64) {
         .unwrap();
     let db = p.protocol.db();
     loop {
-        let s = db.session(session.id).await.unwrap();
+        let s = pattern_protocol::store::Store::new(db)
+            .session(session.id)
+            .await
+            .unwrap();
         let idle = !s.is_live()
             && db.pending_queue(p.ids[0]).await.unwrap().is_empty()
             && db.pending_queue(p.ids[1]).await.unwrap().is_empty()

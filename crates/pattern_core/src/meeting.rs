@@ -36,10 +36,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use pattern_db::{
-    AgentId, BatchType, ContentBlock, Idempotency, MeetingEvent, MeetingEventType, MeetingId,
-    MeetingStatus, NewProtocolMessage, Role,
+    AgentId, BatchType, ContentBlock, Idempotency, MeetingId, NewProtocolMessage, Role,
 };
-use pattern_protocol::Protocol;
+use pattern_protocol::{MeetingEvent, MeetingEventType, MeetingStatus, Protocol};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -76,11 +75,11 @@ pub enum Policy {
 
 impl Policy {
     /// The protocol's hand-over for this policy.
-    pub fn protocol(self) -> pattern_db::MeetingPolicy {
+    pub fn protocol(self) -> pattern_protocol::MeetingPolicy {
         match self {
-            Policy::RoundRobin => pattern_db::MeetingPolicy::RoundRobin,
-            Policy::Selector => pattern_db::MeetingPolicy::Selector,
-            Policy::Broadcast => pattern_db::MeetingPolicy::Broadcast,
+            Policy::RoundRobin => pattern_protocol::MeetingPolicy::RoundRobin,
+            Policy::Selector => pattern_protocol::MeetingPolicy::Selector,
+            Policy::Broadcast => pattern_protocol::MeetingPolicy::Broadcast,
         }
     }
 
@@ -336,20 +335,20 @@ impl MeetingDriver {
             }
             match self.protocol.join_meeting(id, *agent).await {
                 Ok(_)
-                | Err(pattern_protocol::Error::Db(pattern_db::Error::Protocol(
-                    pattern_db::ProtocolError::AlreadyParticipant { .. },
-                ))) => {}
+                | Err(pattern_protocol::Error::Protocol(
+                    pattern_protocol::ProtocolError::AlreadyParticipant { .. },
+                )) => {}
                 Err(e) => return Err(e.into()),
             }
         }
         match self.protocol.start_meeting(id, plan.agents[0]).await {
             Ok(_)
-            | Err(pattern_protocol::Error::Db(pattern_db::Error::Protocol(
-                pattern_db::ProtocolError::MeetingState { .. },
-            )))
-            | Err(pattern_protocol::Error::Db(pattern_db::Error::Protocol(
-                pattern_db::ProtocolError::MeetingEnded(_),
-            ))) => Ok(()),
+            | Err(pattern_protocol::Error::Protocol(
+                pattern_protocol::ProtocolError::MeetingState { .. },
+            ))
+            | Err(pattern_protocol::Error::Protocol(
+                pattern_protocol::ProtocolError::MeetingEnded(_),
+            )) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
@@ -480,9 +479,9 @@ impl MeetingDriver {
     async fn end(&self, id: MeetingId, host: AgentId) -> Result<()> {
         match self.protocol.end_meeting(id, host).await {
             Ok(_)
-            | Err(pattern_protocol::Error::Db(pattern_db::Error::Protocol(
-                pattern_db::ProtocolError::MeetingEnded(_),
-            ))) => Ok(()),
+            | Err(pattern_protocol::Error::Protocol(
+                pattern_protocol::ProtocolError::MeetingEnded(_),
+            )) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
@@ -738,12 +737,12 @@ impl MeetingDriver {
         match result {
             Ok(_) => {}
             // Another driver finished this turn first.
-            Err(pattern_protocol::Error::Db(pattern_db::Error::Protocol(
-                pattern_db::ProtocolError::NotSpeaker { .. },
-            )))
-            | Err(pattern_protocol::Error::Db(pattern_db::Error::Protocol(
-                pattern_db::ProtocolError::MeetingEnded(_),
-            ))) => {
+            Err(pattern_protocol::Error::Protocol(
+                pattern_protocol::ProtocolError::NotSpeaker { .. },
+            ))
+            | Err(pattern_protocol::Error::Protocol(
+                pattern_protocol::ProtocolError::MeetingEnded(_),
+            )) => {
                 return Ok(());
             }
             Err(e) => return Err(e.into()),

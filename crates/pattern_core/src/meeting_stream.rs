@@ -16,8 +16,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use futures::Stream;
-use pattern_db::{AgentId, MeetingEvent, MeetingEventType, MeetingId, TurnState};
+use pattern_db::{AgentId, MeetingId, TurnState};
 use pattern_protocol::{Follower, Protocol};
+use pattern_protocol::{MeetingEvent, MeetingEventType};
 use serde::Serialize;
 
 use crate::agent::ResponseEvent;

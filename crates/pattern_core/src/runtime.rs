@@ -487,8 +487,7 @@ impl AgentRuntime {
         let first = first.map(|text| {
             pattern_db::NewProtocolMessage::new("text", serde_json::json!({ "text": text }))
         });
-        let opened = self
-            .db
+        let opened = pattern_protocol::store::Store::new(&self.db)
             .open_session_with(
                 self.agent,
                 to.id,
@@ -509,8 +508,7 @@ impl AgentRuntime {
     ) -> Result<pattern_db::ProtocolMessage> {
         let message =
             pattern_db::NewProtocolMessage::new("text", serde_json::json!({ "text": text }));
-        let sent = self
-            .db
+        let sent = pattern_protocol::store::Store::new(&self.db)
             .send_session_message(session, self.agent, message)
             .await?;
         self.queue_signal.notify_one();
@@ -519,7 +517,9 @@ impl AgentRuntime {
 
     /// Ends session `session` (this agent must take part in it).
     pub async fn end_session(&self, session: pattern_db::SessionId) -> Result<pattern_db::Session> {
-        Ok(self.db.end_session(session, self.agent).await?)
+        Ok(pattern_protocol::store::Store::new(&self.db)
+            .end_session(session, self.agent)
+            .await?)
     }
 
     /// The agent `name` names, looked up only among the agents of this agent's organization:

@@ -463,13 +463,15 @@ impl Database {
             .copied()
     }
 
-    pub(crate) fn reader(&self) -> &Pool {
+    /// The read pool: statements outside the writer, each on a pooled connection. Never write
+    /// through it (every write goes through [`Database::write`]).
+    pub fn reader(&self) -> &Pool {
         &self.inner.read
     }
 
     /// Queues a write. Inside [`crate::runs::fenced`] it carries the run's claim (unless the op
     /// carries its own).
-    pub(crate) async fn write<W: Write>(&self, write: W) -> Result<W::Output> {
+    pub async fn write<W: Write>(&self, write: W) -> Result<W::Output> {
         let fence = if write.locks().carries_claim {
             None
         } else {

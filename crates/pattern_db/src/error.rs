@@ -50,9 +50,13 @@ pub enum Error {
     /// A failure of API keys ([`crate::auth`]).
     #[error(transparent)]
     Auth(#[from] crate::AuthError),
-    /// A failure of the agent-to-agent protocol ([`crate::protocol`]).
+    /// A failure of what of the agent-to-agent protocol stays here ([`crate::protocol`]).
     #[error(transparent)]
     Protocol(#[from] crate::ProtocolError),
+    /// A refusal of a domain above this crate, raised inside a write it runs through the writer
+    /// ([`crate::storage::ExtensionError`]: `pattern_protocol`'s meeting refusals).
+    #[error(transparent)]
+    Extension(#[from] crate::storage::ExtensionError),
 }
 
 impl From<sqlx::Error> for Error {
@@ -112,6 +116,7 @@ impl Error {
             Error::Mcp(e) => e.class(),
             Error::Auth(e) => e.class(),
             Error::Protocol(e) => e.class(),
+            Error::Extension(e) => e.class(),
         }
     }
 }

@@ -17,10 +17,12 @@
 //! It also keeps memory blocks (module [`blocks`]): size-limited, versioned text shared between
 //! agents through access rows, written with optimistic concurrency and full history.
 //!
-//! And the storage of the agent-to-agent protocol (module [`protocol`]): organizations, protocol
-//! agents, one-to-one sessions (sync with strict turns, or async) and their messages, meetings
-//! with round-robin turns and an event log, retention, and PostgreSQL wake-ups; the API on top is
-//! the `pattern_protocol` crate.
+//! And what of the agent-to-agent protocol other domains write in their own transactions (module
+//! [`protocol`]): organizations, the session and message types, the session message store a
+//! batch completion sends a sync session's reply through, and PostgreSQL wake-ups. The protocol's
+//! rules and the rest of its SQL (sessions, meetings, views, retention, lists) are the
+//! `pattern_protocol` crate's, whose writes go through this crate's writer by the public
+//! extension point [`storage`] (decision 0023).
 //!
 //! And search storage (modules [`archival`] and [`search`]): archival memory passages,
 //! embedding jobs recorded in the transaction of the content they belong to, stored vectors of
@@ -44,8 +46,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! This crate must never know about models, prompts or providers, and is the only crate that
-//! names `sqlx`: layers above use its types and its [`Error`].
+//! This crate must never know about models, prompts or providers. It names `sqlx` with one other
+//! place only, `pattern_protocol`'s storage module (tidy); every other layer above uses its types
+//! and its [`Error`].
 
 pub mod approvals;
 pub mod archival;
@@ -73,6 +76,7 @@ pub mod schedule;
 pub mod search;
 pub mod sql;
 mod stats;
+pub mod storage;
 mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -102,13 +106,10 @@ pub use model::{
 };
 pub use names::{MAX_NAME_CHARS, check_name};
 pub use protocol::{
-    ActiveConversation, ActiveMeeting, Delivery, MAX_SESSION_MESSAGES, Meeting, MeetingEvent,
-    MeetingEventType, MeetingId, MeetingPolicy, MeetingStatus, MeetingUpdate, NewProtocolMessage,
-    Organization, OrganizationId, Participant, ParticipantStatus, ProtocolMessage,
-    ProtocolMessageId, RetentionPolicy, RetentionReport, Session, SessionId, SessionOptions,
-    SessionStatus, SessionType, UnreadSummary, Wakeup, WakeupListener, content_text,
+    Delivery, MAX_SESSION_MESSAGES, MeetingId, NewProtocolMessage, Organization, OrganizationId,
+    ProtocolMessage, ProtocolMessageId, Session, SessionId, SessionOptions, SessionStatus,
+    SessionType, Wakeup, WakeupListener, content_text,
 };
-pub use protocol::{ListPage, Liveness};
 pub use runs::{
     ClaimInfo, Finished, Idempotency, NewTurn, NewTurnEvent, RunClaim, RunEnding, Started, Submit,
     Submitted, TurnEvent, TurnId, TurnInfo, TurnOutcome, TurnState,

@@ -43,7 +43,7 @@ pub(crate) mod search;
 
 /// What every op needs besides its arguments.
 #[derive(Debug)]
-pub(crate) struct Ctx {
+pub struct Ctx {
     pub(crate) backend: Backend,
     pub(crate) ids: Arc<SnowflakeGenerator>,
     pub(crate) max_content_bytes: usize,
@@ -204,7 +204,7 @@ async fn set_agent_metadata(
     agent_from_row(&row)
 }
 
-fn is_unique_violation(e: &sqlx::Error) -> bool {
+pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
     e.as_database_error()
         .is_some_and(|d| d.kind() == sqlx::error::ErrorKind::UniqueViolation)
 }

@@ -1,42 +1,34 @@
-//! The agent-to-agent protocol's storage: organizations, one-to-one sessions and their messages
-//! (migration `0003_protocol`; since `0012_one_agent_identity` the participants are `agents`
-//! rows, and a session or meeting never joins agents of two organizations).
+//! What of the agent-to-agent protocol other domains of this crate write in their own
+//! transactions (decision 0023, step 4): organizations (migration `0003_protocol`; agent
+//! creation, auth and approvals use them), the protocol ids, the session and message types with
+//! their row decoders, and the session message store: [`store_message`] (checks participant,
+//! live session, turn and limit, stores the message, passes a sync session's turn, ends the
+//! session at its limit, queues the recipient's trigger when the agents answer), [`lock_session`]
+//! and [`close_session`]. Batch completion's delivery receipt (`ops::protocol`) marks the session
+//! message its batch consumed read and sends a sync session's reply through them, in the batch's
+//! transaction; the PostgreSQL wake-up channel ([`notify`], [`Wakeup`], the listener) is here
+//! because both sides send it.
 //!
-//! The types, the reads, and the [`Database`] methods that queue protocol writes to the writer
-//! (their SQL is in `ops::protocol`). Each write is one writer op, so one transaction. Rules:
-//!
-//! - a session joins two different agents, stored in id order, so A-B and B-A are one session;
-//!   [`Database::open_session`] returns the live session of a pair and type when there is one
-//!   (at most one is live: a partial unique index), and opens one otherwise;
-//! - in a sync session the opener speaks first; only the agent holding the turn
-//!   (`locked_agent_id`) may send ([`ProtocolError::OutOfTurn`] otherwise, changing nothing), and
-//!   the turn passes to the other agent in the transaction that stores the message. On PostgreSQL
-//!   the session row is locked with `SELECT ... FOR UPDATE`; on SQLite the one writer serialises
-//!   (see `docs/decisions/0003-protocol-turn-locks.md`);
-//! - every session message has the other participant as recipient, so it is in that agent's
-//!   inbox (unread until the recipient marks it read) whatever the session type;
-//! - messages are ordered by `seq`, a snowflake taken when the message is stored.
-//!
-//! Meetings, their event log, the views, retention and PostgreSQL wake-ups are in the
-//! `meetings` submodule (migration `0005_meetings`). This module must never write outside the
-//! writer.
+//! The protocol's rules and the rest of its SQL (opening, sending, ending, marking read, the
+//! inbox reads, meetings, the views, retention, the lists) are `pattern_protocol::store`'s,
+//! written through [`crate::storage`]. Since `0012_one_agent_identity` the participants are
+//! `agents` rows, and a session or meeting never joins agents of two organizations. Messages are
+//! ordered by `seq`, a snowflake taken when the message is stored. This module must never write
+//! outside the writer, and its public helpers run only inside a writer's transaction.
 
 use crate::StorageError;
 use std::fmt;
 
+use crate::sql::Row;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-
-use crate::sql::Row;
 use uuid::Uuid;
 
 use crate::db::Database;
 use crate::error::{Error, Result};
 use crate::id::SnowflakeId;
 use crate::model::{Agent, AgentId};
-use crate::ops::protocol::{
-    CreateOrganization, EndSession, MarkRead, OpenSession, SendSessionMessage,
-};
+use crate::ops::protocol::CreateOrganization;
 use crate::ops::{AGENT_COLUMNS, agent_from_row, from_ms, parse_uuid};
 
 macro_rules! protocol_id {
@@ -84,18 +76,12 @@ protocol_id!(
     MeetingId
 );
 
-mod lists;
-mod meetings;
+mod wakeups;
 
-pub use lists::{ListPage, Liveness};
+pub use wakeups::{WAKEUP_CHANNEL, Wakeup, WakeupListener};
 
-pub use meetings::{
-    ActiveConversation, ActiveMeeting, MAX_TURN_DURATION, Meeting, MeetingEvent, MeetingEventType,
-    MeetingPolicy, MeetingStatus, MeetingUpdate, Participant, ParticipantStatus, RetentionPolicy,
-    RetentionReport, UnreadSummary, WAKEUP_CHANNEL, Wakeup, WakeupListener,
-};
-pub(crate) use meetings::{
-    MEETING_COLUMNS, PARTICIPANT_COLUMNS, meeting_from_row, participant_from_row,
+pub use crate::ops::protocol::{
+    close_session, lock_session, notify, require_agent, require_same_organization, store_message,
 };
 
 /// Most characters an external id, a name or a message type may hold.
@@ -362,7 +348,7 @@ pub fn content_text(content: &serde_json::Value) -> String {
 
 /// Checks an external id, a name or a message type: 1 to [`MAX_PROTOCOL_NAME_CHARS`]
 /// characters, no control characters.
-pub(crate) fn validate_name(what: &str, text: &str) -> Result<()> {
+pub fn validate_name(what: &str, text: &str) -> Result<()> {
     let len = text.chars().count();
     if len == 0 || len > MAX_PROTOCOL_NAME_CHARS {
         return Err(ProtocolError::InvalidMessage(format!(
@@ -380,18 +366,22 @@ pub(crate) fn validate_name(what: &str, text: &str) -> Result<()> {
 }
 
 pub(crate) const ORG_COLUMNS: &str = "id, external_id, name, created_at";
-pub(crate) const SESSION_COLUMNS: &str = "id, agent_a_id, agent_b_id, session_type, status, \
+/// The columns [`session_from_row`] decodes, in its order.
+pub const SESSION_COLUMNS: &str = "id, agent_a_id, agent_b_id, session_type, status, \
     locked_agent_id, created_at, updated_at, ended_at, delivery, message_limit, messages_sent";
-pub(crate) const MESSAGE_COLUMNS: &str = "id, sender_id, recipient_id, session_id, message_type, \
+/// The columns [`message_from_row`] decodes, in its order.
+pub const MESSAGE_COLUMNS: &str = "id, sender_id, recipient_id, session_id, message_type, \
     content, metadata, read_at, seq, created_at, meeting_id";
 
-fn opt_uuid(row: &Row, index: usize) -> Result<Option<Uuid>> {
+/// An optional id column (text) as a UUID.
+pub fn opt_uuid(row: &Row, index: usize) -> Result<Option<Uuid>> {
     row.try_get::<Option<String>, _>(index)?
         .map(|s| parse_uuid(&s))
         .transpose()
 }
 
-fn json(text: &str) -> Result<serde_json::Value> {
+/// Stored JSON text as a value; text that does not decode is a corrupt row.
+pub fn json(text: &str) -> Result<serde_json::Value> {
     serde_json::from_str(text).map_err(|e| {
         Error::Storage(StorageError::Corrupt(format!(
             "stored protocol JSON does not decode: {e}"
@@ -409,7 +399,8 @@ pub(crate) fn org_from_row(row: &Row) -> Result<Organization> {
     })
 }
 
-pub(crate) fn session_from_row(row: &Row) -> Result<Session> {
+/// A session row ([`SESSION_COLUMNS`]).
+pub fn session_from_row(row: &Row) -> Result<Session> {
     let id: String = row.try_get(0)?;
     let a: String = row.try_get(1)?;
     let b: String = row.try_get(2)?;
@@ -433,7 +424,8 @@ pub(crate) fn session_from_row(row: &Row) -> Result<Session> {
     })
 }
 
-pub(crate) fn message_from_row(row: &Row) -> Result<ProtocolMessage> {
+/// A protocol message row ([`MESSAGE_COLUMNS`]; also of `protocol_messages_archive`).
+pub fn message_from_row(row: &Row) -> Result<ProtocolMessage> {
     let id: String = row.try_get(0)?;
     let sender: String = row.try_get(1)?;
     let content: String = row.try_get(5)?;
@@ -526,195 +518,13 @@ impl Database {
             .into()),
         }
     }
-
-    // -- sessions ------------------------------------------------------------------------------
-
-    /// The live session of `opener` and `other` of this type, or a new one. The pair is unordered
-    /// (A-B is B-A). A new sync session gives the first turn to `opener`; an existing session is
-    /// returned as it is (whoever holds its turn). A session with oneself is
-    /// [`ProtocolError::SelfSession`]; unknown agents are [`ProtocolError::NotFound`].
-    /// Messages wait in the inbox ([`Delivery::Inbox`]); see [`Self::open_session_with`] for
-    /// sessions the agents answer themselves.
-    pub async fn open_session(
-        &self,
-        opener: AgentId,
-        other: AgentId,
-        session_type: SessionType,
-    ) -> Result<Session> {
-        self.open_session_with(opener, other, session_type, SessionOptions::default(), None)
-            .await
-            .map(|(session, _)| session)
-    }
-
-    /// [`Self::open_session`] with `options` (who reads the messages, a message limit) and,
-    /// with `first`, `opener`'s first message sent in the same transaction (refused whole, the
-    /// session unopened, if the message is: out of turn in a live sync session the other agent
-    /// holds, say). A live inbox session opened for agents becomes one (decision 0020). A limit
-    /// outside 1..=[`MAX_SESSION_MESSAGES`] is [`ProtocolError::InvalidMessage`].
-    pub async fn open_session_with(
-        &self,
-        opener: AgentId,
-        other: AgentId,
-        session_type: SessionType,
-        options: SessionOptions,
-        first: Option<NewProtocolMessage>,
-    ) -> Result<(Session, Option<ProtocolMessage>)> {
-        if opener == other {
-            return Err(ProtocolError::SelfSession(opener).into());
-        }
-        if let Some(limit) = options.message_limit
-            && !(1..=MAX_SESSION_MESSAGES).contains(&limit)
-        {
-            return Err(ProtocolError::InvalidMessage(format!(
-                "a session's message limit is 1 to {MAX_SESSION_MESSAGES}, got {limit}"
-            ))
-            .into());
-        }
-        if let Some(m) = &first {
-            validate_name("message type", &m.message_type)?;
-        }
-        let (session, sent) = self
-            .write(OpenSession {
-                opener,
-                other,
-                session_type,
-                options,
-                first,
-            })
-            .await?;
-        if let Some(recipient) = sent.as_ref().and_then(|m| m.recipient) {
-            self.wake_delivery(recipient);
-        }
-        Ok((session, sent))
-    }
-
-    /// The session with this id ([`ProtocolError::NotFound`] otherwise).
-    pub async fn session(&self, id: SessionId) -> Result<Session> {
-        let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {SESSION_COLUMNS} FROM protocol_sessions WHERE id = $1"
-        )))
-        .bind(id.to_string())
-        .fetch_optional(self.reader())
-        .await?;
-        match row {
-            Some(row) => session_from_row(&row),
-            None => Err(ProtocolError::NotFound {
-                kind: "session",
-                id: id.0,
-            }
-            .into()),
-        }
-    }
-
-    /// Ends a session; only a participant may ([`ProtocolError::NotParticipant`]), and an ended
-    /// session is [`ProtocolError::SessionEnded`]. Returns the ended session.
-    pub async fn end_session(&self, session: SessionId, agent: AgentId) -> Result<Session> {
-        self.write(EndSession { session, agent }).await
-    }
-
-    /// Stores a message from `sender` to the other participant of `session`. In a sync session
-    /// only the agent holding the turn may send ([`ProtocolError::OutOfTurn`], nothing stored) and
-    /// the turn passes to the other agent in the same transaction. Also
-    /// [`ProtocolError::NotParticipant`], [`ProtocolError::SessionEnded`],
-    /// [`ProtocolError::NotFound`] and [`ProtocolError::InvalidMessage`] (bad
-    /// message type).
-    pub async fn send_session_message(
-        &self,
-        session: SessionId,
-        sender: AgentId,
-        message: NewProtocolMessage,
-    ) -> Result<ProtocolMessage> {
-        validate_name("message type", &message.message_type)?;
-        let message = self
-            .write(SendSessionMessage {
-                session,
-                sender,
-                message,
-            })
-            .await?;
-        if let Some(recipient) = message.recipient {
-            self.wake_delivery(recipient);
-        }
-        Ok(message)
-    }
-
-    /// Wakes this process's queue deliverers for `recipient` (a session message may have queued
-    /// its trigger; other processes hear of it from the transaction's own notification).
-    pub(crate) fn wake_delivery(&self, recipient: AgentId) {
-        self.hub().wake(crate::wake::WakeKey::Agent(recipient));
-        self.hub().wake(crate::wake::WakeKey::Queue);
-    }
-
-    /// Every message of a session, in arrival order.
-    pub async fn session_messages(&self, session: SessionId) -> Result<Vec<ProtocolMessage>> {
-        crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {MESSAGE_COLUMNS} FROM protocol_messages WHERE session_id = $1 ORDER BY seq"
-        )))
-        .bind(session.to_string())
-        .fetch_all(self.reader())
-        .await?
-        .iter()
-        .map(message_from_row)
-        .collect()
-    }
-
-    // -- inbox ---------------------------------------------------------------------------------
-
-    /// The unread messages of `agent`, oldest first (arrival order).
-    pub async fn unread(&self, agent: AgentId) -> Result<Vec<ProtocolMessage>> {
-        crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {MESSAGE_COLUMNS} FROM protocol_messages \
-             WHERE recipient_id = $1 AND read_at IS NULL ORDER BY seq"
-        )))
-        .bind(agent.to_string())
-        .fetch_all(self.reader())
-        .await?
-        .iter()
-        .map(message_from_row)
-        .collect()
-    }
-
-    /// The oldest unread message of `agent`, if any.
-    pub async fn oldest_unread(&self, agent: AgentId) -> Result<Option<ProtocolMessage>> {
-        crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {MESSAGE_COLUMNS} FROM protocol_messages \
-             WHERE recipient_id = $1 AND read_at IS NULL ORDER BY seq LIMIT 1"
-        )))
-        .bind(agent.to_string())
-        .fetch_optional(self.reader())
-        .await?
-        .as_ref()
-        .map(message_from_row)
-        .transpose()
-    }
-
-    /// How many unread messages `agent` has.
-    pub async fn unread_count(&self, agent: AgentId) -> Result<u64> {
-        let n: i64 = crate::sql::query(
-            "SELECT COUNT(*) FROM protocol_messages WHERE recipient_id = $1 AND read_at IS NULL",
-        )
-        .bind(agent.to_string())
-        .fetch_one(self.reader())
-        .await?
-        .try_get(0)?;
-        Ok(u64::try_from(n).unwrap_or(0))
-    }
-
-    /// Marks messages read for `agent`. Only messages whose recipient is `agent` and that are
-    /// still unread change: ids of other agents' messages, unknown ids and messages read already
-    /// are left alone, so marking twice is harmless. Returns how many changed. An unknown agent
-    /// is [`ProtocolError::NotFound`].
-    pub async fn mark_read(&self, agent: AgentId, messages: &[ProtocolMessageId]) -> Result<u64> {
-        self.write(MarkRead {
-            agent,
-            messages: messages.to_vec(),
-        })
-        .await
-    }
 }
 
-/// Refusals of the agent-to-agent protocol (module [`crate::protocol`]): organizations and
-/// protocol agents by external id, sessions, meetings, retention.
+/// Refusals of what of the agent-to-agent protocol stays here (module [`crate::protocol`]):
+/// organizations and agents by external id, unknown protocol rows, the session message store
+/// (participant, turn, ended), invalid protocol messages, invalid retention policies. The
+/// protocol's other refusals (a session with oneself, the meetings') are `pattern_protocol`'s own
+/// enum, carried through the writer as [`crate::storage::ExtensionError`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProtocolError {
@@ -742,9 +552,6 @@ pub enum ProtocolError {
         /// The id asked for.
         id: uuid::Uuid,
     },
-    /// A session needs two different agents.
-    #[error("protocol agent {0} cannot open a session with itself")]
-    SelfSession(crate::AgentId),
     /// The agent is not one of the session's two participants.
     #[error("protocol agent {agent} is not a participant of session {session}")]
     NotParticipant {
@@ -769,53 +576,6 @@ pub enum ProtocolError {
     /// A protocol message, external id or name is not acceptable (e.g. content that is not JSON).
     #[error("invalid protocol message: {0}")]
     InvalidMessage(String),
-    /// The meeting has ended: nothing more happens in it.
-    #[error("meeting {0} has ended")]
-    MeetingEnded(crate::MeetingId),
-    /// Only the meeting's host may do this.
-    #[error("protocol agent {agent} is not the host of meeting {meeting}")]
-    NotHost {
-        /// The meeting.
-        meeting: crate::MeetingId,
-        /// The agent that tried.
-        agent: crate::AgentId,
-    },
-    /// The agent has not joined the meeting (or has left it).
-    #[error("protocol agent {agent} is not present in meeting {meeting}")]
-    NotMeetingParticipant {
-        /// The meeting.
-        meeting: crate::MeetingId,
-        /// The agent.
-        agent: crate::AgentId,
-    },
-    /// The agent is already invited to or present in the meeting.
-    #[error("protocol agent {agent} is already in meeting {meeting}")]
-    AlreadyParticipant {
-        /// The meeting.
-        meeting: crate::MeetingId,
-        /// The agent.
-        agent: crate::AgentId,
-    },
-    /// Only the current speaker may speak or pass: nothing was stored.
-    #[error("protocol agent {agent} cannot speak in meeting {meeting}: it is not the speaker")]
-    NotSpeaker {
-        /// The meeting.
-        meeting: crate::MeetingId,
-        /// The agent that tried.
-        agent: crate::AgentId,
-        /// Who speaks now.
-        speaker: Option<crate::AgentId>,
-    },
-    /// The meeting is not in a state that allows this (e.g. starting one that is not ready).
-    #[error("meeting {meeting} is {status}; this needs it {needed}")]
-    MeetingState {
-        /// The meeting.
-        meeting: crate::MeetingId,
-        /// Its status.
-        status: &'static str,
-        /// What the operation needs.
-        needed: &'static str,
-    },
     /// A retention policy that would delete what it must keep (a zero age, keeping zero
     /// versions).
     #[error("invalid retention policy: {0}")]
@@ -830,19 +590,11 @@ impl ProtocolError {
             ProtocolError::ExternalIdTaken { .. }
             | ProtocolError::NotParticipant { .. }
             | ProtocolError::OutOfTurn { .. }
-            | ProtocolError::SessionEnded(_)
-            | ProtocolError::MeetingEnded(_)
-            | ProtocolError::NotHost { .. }
-            | ProtocolError::NotMeetingParticipant { .. }
-            | ProtocolError::AlreadyParticipant { .. }
-            | ProtocolError::NotSpeaker { .. }
-            | ProtocolError::MeetingState { .. } => C::Conflict,
+            | ProtocolError::SessionEnded(_) => C::Conflict,
             ProtocolError::ExternalIdNotFound { .. } | ProtocolError::NotFound { .. } => {
                 C::NotFound
             }
-            ProtocolError::SelfSession(_)
-            | ProtocolError::InvalidMessage(_)
-            | ProtocolError::InvalidRetention(_) => C::Invalid,
+            ProtocolError::InvalidMessage(_) | ProtocolError::InvalidRetention(_) => C::Invalid,
         }
     }
 }

@@ -41,7 +41,7 @@ use crate::runs::RunClaim;
 
 /// What a write locks, for the writer's global lock order (see the module doc).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Locks {
+pub struct Locks {
     /// The agent whose row it locks (taken up front, in agent order, on PostgreSQL).
     pub(crate) agent: Option<AgentId>,
     /// The protocol row it locks or updates first (a session, or a recipient), for ordering
@@ -58,12 +58,12 @@ pub(crate) struct Locks {
 
 impl Locks {
     /// Locks nothing up front.
-    pub(crate) fn none() -> Self {
+    pub fn none() -> Self {
         Self::default()
     }
 
     /// Locks `agent`'s row.
-    pub(crate) fn agent(agent: AgentId) -> Self {
+    pub fn agent(agent: AgentId) -> Self {
         Self {
             agent: Some(agent),
             ..Self::default()
@@ -71,7 +71,7 @@ impl Locks {
     }
 
     /// Locks the protocol row `key` (a session, or a recipient).
-    pub(crate) fn protocol(key: uuid::Uuid) -> Self {
+    pub fn protocol(key: uuid::Uuid) -> Self {
         Self {
             protocol: Some(key),
             ..Self::default()
@@ -79,7 +79,7 @@ impl Locks {
     }
 
     /// And may log search changes (the change-log lock comes first).
-    pub(crate) fn logging_changes(self) -> Self {
+    pub fn logging_changes(self) -> Self {
         Self {
             logs_changes: true,
             ..self
@@ -87,7 +87,7 @@ impl Locks {
     }
 
     /// And carries its own claim (no fence is added).
-    pub(crate) fn carrying_claim(self) -> Self {
+    pub fn carrying_claim(self) -> Self {
         Self {
             carries_claim: true,
             ..self
@@ -97,7 +97,7 @@ impl Locks {
 
 /// A write: its arguments, and the SQL that runs it inside the writer's transaction. The
 /// implementation must never commit, roll back or open a transaction of its own.
-pub(crate) trait Write: Send + Sync + 'static {
+pub trait Write: Send + Sync + 'static {
     /// What the caller gets once the write is committed.
     type Output: Send + 'static;
 

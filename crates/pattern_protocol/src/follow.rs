@@ -10,7 +10,9 @@ use std::collections::VecDeque;
 use std::pin::pin;
 
 use futures::Stream;
-use pattern_db::{MeetingEvent, MeetingEventType, MeetingId};
+use pattern_db::MeetingId;
+
+use crate::meeting::{MeetingEvent, MeetingEventType};
 
 use crate::error::Result;
 use crate::protocol::Protocol;

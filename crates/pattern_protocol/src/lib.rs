@@ -2,7 +2,8 @@
 //!
 //! Agents (the one identity of `pattern_db`: the agents the CLI and the HTTP API see) belong to
 //! exactly one organization and talk in one-to-one sessions with agents of the same organization,
-//! stored by `pattern_db` (migration `0003_protocol`, participants as agents since `0012`):
+//! in the tables of `pattern_db`'s migrations (`0003_protocol`, participants as agents since
+//! `0012`):
 //!
 //! - a **sync** session alternates strictly: the opener speaks first, only the agent holding the
 //!   turn may send ([`ProtocolError::OutOfTurn`](pattern_db::ProtocolError::OutOfTurn), wrapped
@@ -49,20 +50,30 @@
 //! # Ok(()) }
 //! ```
 //!
-//! This crate must never name `sqlx` or hold SQL: storage is `pattern_db`'s.
+//! The protocol's SQL is this crate's own, in one module, [`store`] (the only place here that
+//! names `sqlx`), written through `pattern_db`'s writer by its public extension point
+//! ([`pattern_db::storage`]); what other domains write in their own transactions (organizations,
+//! the session message store a batch completion replies through, the wake-up channel) stays in
+//! `pattern_db::protocol` (decision 0023). No other module of this crate may hold SQL.
 
 mod error;
 mod follow;
+pub mod meeting;
 mod notify;
 mod protocol;
+pub mod store;
 
-pub use error::{Error, Result};
+pub use error::{Error, ProtocolError, Result};
 pub use follow::Follower;
+pub use meeting::{
+    ActiveConversation, ActiveMeeting, MAX_TURN_DURATION, Meeting, MeetingEvent, MeetingEventType,
+    MeetingPolicy, MeetingStatus, MeetingUpdate, Participant, ParticipantStatus, RetentionPolicy,
+    RetentionReport, UnreadSummary,
+};
 pub use pattern_db::{
-    ActiveConversation, ActiveMeeting, Agent, AgentId, Delivery, Meeting, MeetingEvent,
-    MeetingEventType, MeetingId, MeetingPolicy, MeetingStatus, MeetingUpdate, NewAgent,
-    NewProtocolMessage, Organization, OrganizationId, Participant, ParticipantStatus,
-    ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, Session, SessionId,
-    SessionOptions, SessionStatus, SessionType, UnreadSummary,
+    Agent, AgentId, Delivery, MeetingId, NewAgent, NewProtocolMessage, Organization,
+    OrganizationId, ProtocolMessage, ProtocolMessageId, Session, SessionId, SessionOptions,
+    SessionStatus, SessionType,
 };
 pub use protocol::Protocol;
+pub use store::{ListPage, Liveness, Store};

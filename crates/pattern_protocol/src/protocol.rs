@@ -1,8 +1,9 @@
 //! [`Protocol`]: the protocol's handle over a [`Database`], with waiting on the notifier.
 //!
-//! Every operation is one `pattern_db` call (one transaction); after a write commits, the agents
-//! or the meeting concerned are woken in this process, and on PostgreSQL in every process (the
-//! write's `NOTIFY`, delivered at commit, reaches each handle's listener). Waiting never polls:
+//! Every operation is one read or one write of [`crate::store`] (one transaction, through
+//! `pattern_db`'s writer); after a write commits, the agents or the meeting concerned are woken
+//! in this process, and on PostgreSQL in every process (the write's `NOTIFY`, delivered at
+//! commit, reaches each handle's listener). Waiting never polls:
 //! it sleeps on the notifier until woken, until the deadline, or until the current meeting turn's
 //! deadline (to apply the timeout), re-reading the database only then. This module must never
 //! wake anyone before the write that concerns them is committed.
@@ -12,16 +13,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pattern_db::{
-    ActiveConversation, ActiveMeeting, Agent, AgentId, Database, Meeting, MeetingEvent, MeetingId,
-    MeetingPolicy, MeetingUpdate, NewAgent, NewProtocolMessage, Organization, OrganizationId,
-    Participant, ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport, Session,
-    SessionId, SessionOptions, SessionType, UnreadSummary,
+    Agent, AgentId, Database, MeetingId, NewAgent, NewProtocolMessage, Organization,
+    OrganizationId, ProtocolMessage, ProtocolMessageId, Session, SessionId, SessionOptions,
+    SessionType,
 };
 use tokio::time::Instant;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ProtocolError, Result};
 use crate::follow::Follower;
+use crate::meeting::{
+    ActiveConversation, ActiveMeeting, Meeting, MeetingEvent, MeetingPolicy, MeetingUpdate,
+    Participant, RetentionPolicy, RetentionReport, UnreadSummary,
+};
 use crate::notify::{Key, ListenerTask, Notifier, spawn_listener};
+use crate::store::{ListPage, Store};
 
 /// Most expired meetings one [`Protocol::sweep_timeouts`] call handles.
 const SWEEP_BATCH: u32 = 1000;
@@ -56,6 +61,11 @@ impl Protocol {
     /// The database underneath.
     pub fn db(&self) -> &Database {
         &self.db
+    }
+
+    /// The protocol's storage underneath (its SQL; no waking).
+    pub fn store(&self) -> Store<'_> {
+        Store::new(&self.db)
     }
 
     /// Wake-up channels this handle keeps now (each held by a waiter, or dropped since the last
@@ -103,18 +113,21 @@ impl Protocol {
     // -- sessions ------------------------------------------------------------------------------
 
     /// The live session of the pair (in either order) and type, or a new one in which `opener`
-    /// speaks first (sync). See [`Database::open_session`].
+    /// speaks first (sync). See [`Store::open_session`](crate::store::Store::open_session).
     pub async fn open_session(
         &self,
         opener: AgentId,
         other: AgentId,
         session_type: SessionType,
     ) -> Result<Session> {
-        Ok(self.db.open_session(opener, other, session_type).await?)
+        Ok(self
+            .store()
+            .open_session(opener, other, session_type)
+            .await?)
     }
 
     /// [`Self::open_session`] with `options` (who reads the messages, a limit) and `opener`'s
-    /// first message, in one write. See [`Database::open_session_with`].
+    /// first message, in one write. See [`Store::open_session_with`](crate::store::Store::open_session_with).
     pub async fn open_session_with(
         &self,
         opener: AgentId,
@@ -124,7 +137,7 @@ impl Protocol {
         first: Option<NewProtocolMessage>,
     ) -> Result<(Session, Option<ProtocolMessage>)> {
         let opened = self
-            .db
+            .store()
             .open_session_with(opener, other, session_type, options, first)
             .await?;
         if let Some(recipient) = opened.1.as_ref().and_then(|m| m.recipient) {
@@ -135,12 +148,12 @@ impl Protocol {
 
     /// The session with this id.
     pub async fn session(&self, session: SessionId) -> Result<Session> {
-        Ok(self.db.session(session).await?)
+        Ok(self.store().session(session).await?)
     }
 
     /// Ends a session (a participant only) and wakes both participants.
     pub async fn end_session(&self, session: SessionId, agent: AgentId) -> Result<Session> {
-        let ended = self.db.end_session(session, agent).await?;
+        let ended = self.store().end_session(session, agent).await?;
         self.notifier.wake(Key::Agent(ended.agent_a));
         self.notifier.wake(Key::Agent(ended.agent_b));
         Ok(ended)
@@ -155,7 +168,7 @@ impl Protocol {
         message: NewProtocolMessage,
     ) -> Result<ProtocolMessage> {
         let stored = self
-            .db
+            .store()
             .send_session_message(session, sender, message)
             .await?;
         if let Some(recipient) = stored.recipient {
@@ -166,24 +179,24 @@ impl Protocol {
 
     /// Every message of a session, in arrival order.
     pub async fn session_messages(&self, session: SessionId) -> Result<Vec<ProtocolMessage>> {
-        Ok(self.db.session_messages(session).await?)
+        Ok(self.store().session_messages(session).await?)
     }
 
     // -- inbox ---------------------------------------------------------------------------------
 
     /// The unread messages of `agent`, oldest first.
     pub async fn unread(&self, agent: AgentId) -> Result<Vec<ProtocolMessage>> {
-        Ok(self.db.unread(agent).await?)
+        Ok(self.store().unread(agent).await?)
     }
 
     /// How many unread messages `agent` has.
     pub async fn unread_count(&self, agent: AgentId) -> Result<u64> {
-        Ok(self.db.unread_count(agent).await?)
+        Ok(self.store().unread_count(agent).await?)
     }
 
     /// Marks `agent`'s messages read; only its own unread ones change. Returns how many changed.
     pub async fn mark_read(&self, agent: AgentId, messages: &[ProtocolMessageId]) -> Result<u64> {
-        Ok(self.db.mark_read(agent, messages).await?)
+        Ok(self.store().mark_read(agent, messages).await?)
     }
 
     // -- waiting -------------------------------------------------------------------------------
@@ -203,11 +216,11 @@ impl Protocol {
         loop {
             let mut woken = pin!(channel.notified());
             woken.as_mut().enable();
-            if let Some(message) = self.db.oldest_unread(agent).await? {
+            if let Some(message) = self.store().oldest_unread(agent).await? {
                 return Ok(Some(message));
             }
             if tokio::time::timeout_at(deadline, woken).await.is_err() {
-                return Ok(self.db.oldest_unread(agent).await?);
+                return Ok(self.store().oldest_unread(agent).await?);
             }
         }
     }
@@ -246,17 +259,17 @@ impl Protocol {
     }
 
     /// Creates a meeting hosted (and joined) by `host`, with an optional turn duration. See
-    /// [`Database::create_meeting`].
+    /// [`Store::create_meeting`](crate::store::Store::create_meeting).
     pub async fn create_meeting(
         &self,
         host: AgentId,
         turn_duration: Option<Duration>,
     ) -> Result<MeetingUpdate> {
-        Ok(self.woke(self.db.create_meeting(host, turn_duration).await?))
+        Ok(self.woke(self.store().create_meeting(host, turn_duration).await?))
     }
 
     /// [`Self::create_meeting`] with a plan stored in the log (see
-    /// [`Database::create_meeting_with_plan`]).
+    /// [`Store::create_meeting_with_plan`](crate::store::Store::create_meeting_with_plan)).
     pub async fn create_meeting_with_plan(
         &self,
         host: AgentId,
@@ -265,25 +278,25 @@ impl Protocol {
         plan: serde_json::Value,
     ) -> Result<MeetingUpdate> {
         Ok(self.woke(
-            self.db
+            self.store()
                 .create_meeting_with_plan(host, turn_duration, policy, plan)
                 .await?,
         ))
     }
 
     /// The host of a selector meeting names who speaks after its turn. See
-    /// [`Database::choose_speaker`].
+    /// [`Store::choose_speaker`](crate::store::Store::choose_speaker).
     pub async fn choose_speaker(
         &self,
         meeting: MeetingId,
         host: AgentId,
         next: AgentId,
     ) -> Result<MeetingUpdate> {
-        Ok(self.woke(self.db.choose_speaker(meeting, host, next).await?))
+        Ok(self.woke(self.store().choose_speaker(meeting, host, next).await?))
     }
 
     /// Speaks (`Some`) or passes (`None`) only in the turn that began at `turn_started_at`. See
-    /// [`Database::speak_in_turn`].
+    /// [`Store::speak_in_turn`](crate::store::Store::speak_in_turn).
     pub async fn speak_in_turn(
         &self,
         meeting: MeetingId,
@@ -292,70 +305,70 @@ impl Protocol {
         message: Option<NewProtocolMessage>,
     ) -> Result<MeetingUpdate> {
         Ok(self.woke(
-            self.db
+            self.store()
                 .speak_in_turn(meeting, agent, turn_started_at, message)
                 .await?,
         ))
     }
 
-    /// The host invites `agent`. See [`Database::invite_to_meeting`].
+    /// The host invites `agent`. See [`Store::invite_to_meeting`](crate::store::Store::invite_to_meeting).
     pub async fn invite(
         &self,
         meeting: MeetingId,
         host: AgentId,
         agent: AgentId,
     ) -> Result<MeetingUpdate> {
-        Ok(self.woke(self.db.invite_to_meeting(meeting, host, agent).await?))
+        Ok(self.woke(self.store().invite_to_meeting(meeting, host, agent).await?))
     }
 
-    /// `agent` joins. See [`Database::join_meeting`].
+    /// `agent` joins. See [`Store::join_meeting`](crate::store::Store::join_meeting).
     pub async fn join_meeting(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
-        Ok(self.woke(self.db.join_meeting(meeting, agent).await?))
+        Ok(self.woke(self.store().join_meeting(meeting, agent).await?))
     }
 
-    /// The host starts a ready meeting. See [`Database::start_meeting`].
+    /// The host starts a ready meeting. See [`Store::start_meeting`](crate::store::Store::start_meeting).
     pub async fn start_meeting(&self, meeting: MeetingId, host: AgentId) -> Result<MeetingUpdate> {
-        Ok(self.woke(self.db.start_meeting(meeting, host).await?))
+        Ok(self.woke(self.store().start_meeting(meeting, host).await?))
     }
 
-    /// The current speaker speaks; the turn passes on. See [`Database::speak`].
+    /// The current speaker speaks; the turn passes on. See [`Store::speak`](crate::store::Store::speak).
     pub async fn speak(
         &self,
         meeting: MeetingId,
         agent: AgentId,
         message: NewProtocolMessage,
     ) -> Result<MeetingUpdate> {
-        Ok(self.woke(self.db.speak(meeting, agent, message).await?))
+        Ok(self.woke(self.store().speak(meeting, agent, message).await?))
     }
 
-    /// The current speaker passes. See [`Database::pass_turn`].
+    /// The current speaker passes. See [`Store::pass_turn`](crate::store::Store::pass_turn).
     pub async fn pass_turn(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
-        Ok(self.woke(self.db.pass_turn(meeting, agent).await?))
+        Ok(self.woke(self.store().pass_turn(meeting, agent).await?))
     }
 
-    /// `agent` leaves. See [`Database::leave_meeting`].
+    /// `agent` leaves. See [`Store::leave_meeting`](crate::store::Store::leave_meeting).
     pub async fn leave_meeting(&self, meeting: MeetingId, agent: AgentId) -> Result<MeetingUpdate> {
-        Ok(self.woke(self.db.leave_meeting(meeting, agent).await?))
+        Ok(self.woke(self.store().leave_meeting(meeting, agent).await?))
     }
 
-    /// The host ends the meeting. See [`Database::end_meeting`].
+    /// The host ends the meeting. See [`Store::end_meeting`](crate::store::Store::end_meeting).
     pub async fn end_meeting(&self, meeting: MeetingId, host: AgentId) -> Result<MeetingUpdate> {
-        Ok(self.woke(self.db.end_meeting(meeting, host).await?))
+        Ok(self.woke(self.store().end_meeting(meeting, host).await?))
     }
 
     /// The meeting with this id.
     pub async fn meeting(&self, meeting: MeetingId) -> Result<Meeting> {
-        Ok(self.db.meeting(meeting).await?)
+        Ok(self.store().meeting(meeting).await?)
     }
 
     /// Its participants, in join order.
     pub async fn participants(&self, meeting: MeetingId) -> Result<Vec<Participant>> {
-        Ok(self.db.meeting_participants(meeting).await?)
+        Ok(self.store().meeting_participants(meeting).await?)
     }
 
     /// Its messages (the meeting's history), in order.
     pub async fn meeting_messages(&self, meeting: MeetingId) -> Result<Vec<ProtocolMessage>> {
-        Ok(self.db.meeting_messages(meeting).await?)
+        Ok(self.store().meeting_messages(meeting).await?)
     }
 
     /// Up to `limit` events after sequence number `cursor` (0: from the start), in order.
@@ -365,7 +378,10 @@ impl Protocol {
         cursor: u64,
         limit: u32,
     ) -> Result<Vec<MeetingEvent>> {
-        Ok(self.db.meeting_events_after(meeting, cursor, limit).await?)
+        Ok(self
+            .store()
+            .meeting_events_after(meeting, cursor, limit)
+            .await?)
     }
 
     /// Follows a meeting's event log from `cursor` (the last sequence number already seen; 0:
@@ -383,8 +399,8 @@ impl Protocol {
     /// deadlines too; a sweeper calling this now and then covers meetings nobody touches.
     pub async fn sweep_timeouts(&self) -> Result<Vec<MeetingUpdate>> {
         let mut changed = Vec::new();
-        for meeting in self.db.expired_meetings(SWEEP_BATCH).await? {
-            let update = self.woke(self.db.apply_meeting_timeouts(meeting).await?);
+        for meeting in self.store().expired_meetings(SWEEP_BATCH).await? {
+            let update = self.woke(self.store().apply_meeting_timeouts(meeting).await?);
             if !update.events.is_empty() {
                 changed.push(update);
             }
@@ -407,34 +423,28 @@ impl Protocol {
         loop {
             let mut woken = pin!(channel.notified());
             woken.as_mut().enable();
-            let m = self.db.meeting(meeting).await?;
+            let m = self.store().meeting(meeting).await?;
             if !m.is_live() {
-                return Err(
-                    pattern_db::Error::Protocol(pattern_db::ProtocolError::MeetingEnded(meeting))
-                        .into(),
-                );
+                return Err(ProtocolError::MeetingEnded(meeting).into());
             }
             let now = chrono::Utc::now();
             if let Some(turn_end) = m.turn_deadline
                 && turn_end <= now
             {
-                self.woke(self.db.apply_meeting_timeouts(meeting).await?);
+                self.woke(self.store().apply_meeting_timeouts(meeting).await?);
                 continue;
             }
             if m.speaker == Some(agent) {
                 return Ok(true);
             }
             let present = self
-                .db
+                .store()
                 .meeting_participants(meeting)
                 .await?
                 .iter()
                 .any(|p| p.agent == agent && p.status.is_present());
             if !present {
-                return Err(pattern_db::Error::Protocol(
-                    pattern_db::ProtocolError::NotMeetingParticipant { meeting, agent },
-                )
-                .into());
+                return Err(ProtocolError::NotMeetingParticipant { meeting, agent }.into());
             }
             if Instant::now() >= deadline {
                 return Ok(false);
@@ -451,19 +461,37 @@ impl Protocol {
 
     // -- views and retention -------------------------------------------------------------------
 
+    /// The organization's sessions (both agents its own), newest first.
+    pub async fn org_sessions(
+        &self,
+        organization: OrganizationId,
+        page: ListPage<SessionId>,
+    ) -> Result<Vec<Session>> {
+        Ok(self.store().org_sessions(organization, page).await?)
+    }
+
+    /// The organization's meetings (hosted by its agents), newest first.
+    pub async fn org_meetings(
+        &self,
+        organization: OrganizationId,
+        page: ListPage<MeetingId>,
+    ) -> Result<Vec<Meeting>> {
+        Ok(self.store().org_meetings(organization, page).await?)
+    }
+
     /// Live sessions with their agents (the "active conversations" view).
     pub async fn active_conversations(&self) -> Result<Vec<ActiveConversation>> {
-        Ok(self.db.active_conversations().await?)
+        Ok(self.store().active_conversations().await?)
     }
 
     /// Meetings not ended, with host, speaker and head count (the "active meetings" view).
     pub async fn active_meetings(&self) -> Result<Vec<ActiveMeeting>> {
-        Ok(self.db.active_meetings().await?)
+        Ok(self.store().active_meetings().await?)
     }
 
     /// Unread counts of every agent (the "unread per agent" view).
     pub async fn unread_per_agent(&self) -> Result<Vec<UnreadSummary>> {
-        Ok(self.db.unread_per_agent().await?)
+        Ok(self.store().unread_per_agent().await?)
     }
 
     /// Archives old messages and deletes old ended sessions and meetings, or with
@@ -471,11 +499,11 @@ impl Protocol {
     /// meetings and unread messages stay, nothing live is deleted, and nothing is dropped (the
     /// messages of what is deleted are archived in the same transaction).
     pub async fn retention(&self, policy: RetentionPolicy) -> Result<RetentionReport> {
-        Ok(self.db.protocol_retention(policy).await?)
+        Ok(self.store().protocol_retention(policy).await?)
     }
 
     async fn has_turn(&self, id: SessionId, agent: AgentId) -> Result<bool> {
-        let session = self.db.session(id).await?;
+        let session = self.store().session(id).await?;
         if !session.has_participant(agent) {
             return Err(
                 pattern_db::Error::Protocol(pattern_db::ProtocolError::NotParticipant {

@@ -129,7 +129,7 @@ mod tests {
         );
         layer(
             TURN_DURATION_MS,
-            pattern::db::protocol::MAX_TURN_DURATION.as_millis() as u64,
+            pattern::protocol::MAX_TURN_DURATION.as_millis() as u64,
         );
         for b in [RETENTION_DAYS_BATCHES, RETENTION_DAYS_ACTIVITY] {
             layer(b, u64::from(pattern::db::retention::MAX_RETENTION_DAYS));

@@ -1,13 +1,19 @@
 //! Tidy rule: some dependencies belong to exactly one crate (the database
-//! driver and search index to the storage layer, `anyhow` to binaries...).
-//! It must never exempt a crate that is not listed in [`RESTRICTED`].
+//! driver and search index to the storage layer, `anyhow` to binaries...),
+//! and SQL to the storage crates and one module of a crate above them
+//! ([`SQL_MODULES`]: `pattern_protocol::store`). It must never exempt a crate
+//! that is not listed in [`RESTRICTED`], nor a file outside its [`SQL_MODULES`].
 
 use super::Violation;
 use super::manifest::Dep;
 
 /// Package → the only crates allowed to depend on it, and why.
 pub(crate) const RESTRICTED: &[(&str, &[&str], &str)] = &[
-    ("sqlx", &["pattern_db"], "SQL stays in the storage layer"),
+    (
+        "sqlx",
+        &["pattern_db", "pattern_protocol"],
+        "SQL stays in the storage crates and pattern_protocol's storage module",
+    ),
     (
         "tantivy",
         &["pattern_db"],
@@ -26,6 +32,52 @@ pub(crate) const RESTRICTED: &[(&str, &[&str], &str)] = &[
         "libraries return typed errors; only binaries use anyhow",
     ),
 ];
+
+/// Crates above the storage layer that may name `sqlx` (see [`RESTRICTED`]), and the only
+/// files of each that may: its storage module (decision 0023). Paths are relative to the
+/// crate's folder; one ending in `/` is a folder.
+pub(crate) const SQL_MODULES: &[(&str, &[&str])] =
+    &[("pattern_protocol", &["src/store.rs", "src/store/"])];
+
+/// Violations of [`SQL_MODULES`] by crate `krate`: a line naming `sqlx` in one of `files`
+/// (`(path relative to the crate, path relative to the workspace, text)`) outside the crate's
+/// storage module. Crates not listed have nothing to check here (the manifest rule covers them).
+pub(crate) fn check_sql_module(krate: &str, files: &[(String, String, String)]) -> Vec<Violation> {
+    let Some((_, allowed)) = SQL_MODULES.iter().find(|(name, _)| *name == krate) else {
+        return Vec::new();
+    };
+    let inside = |path: &str| {
+        allowed.iter().any(|a| {
+            if a.ends_with('/') {
+                path.starts_with(a)
+            } else {
+                path == *a
+            }
+        })
+    };
+    let mut out = Vec::new();
+    for (in_crate, rel, text) in files {
+        if inside(in_crate) {
+            continue;
+        }
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            if code.contains("sqlx") {
+                out.push(Violation::new(
+                    rel,
+                    n + 1,
+                    format!(
+                        "`sqlx` named outside {}'s storage module ({}): the protocol's SQL \
+                         lives there only",
+                        krate,
+                        allowed.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    out
+}
 
 /// The front ends: they reach the layers through the facade only (issue 17).
 pub(crate) const FRONT_ENDS: &[&str] = &["pattern_server", "pattern_cli"];
@@ -131,6 +183,41 @@ mod tests {
         let got = check_front_end("pattern_cli", "m", &deps, &members);
         assert_eq!(got.iter().map(|v| v.line).collect::<Vec<_>>(), vec![3]);
         assert!(check_front_end("pattern", "m", &deps, &members).is_empty());
+    }
+
+    #[test]
+    fn sql_stays_in_the_storage_module() {
+        let file = |path: &str, text: &str| {
+            (
+                path.to_owned(),
+                format!("crates/pattern_protocol/{path}"),
+                text.to_owned(),
+            )
+        };
+        let files = [
+            file("src/store.rs", "use sqlx::Row;\n"),
+            file("src/store/meetings.rs", "use sqlx::Row;\n"),
+            file("src/protocol.rs", "//! No `sqlx` here.\nuse sqlx::Row;\n"),
+            file("tests/it/main.rs", "fn f() { sqlx::query(\"\"); }\n"),
+            file("src/storeroom.rs", "use sqlx::Row;\n"),
+        ];
+        let got = check_sql_module("pattern_protocol", &files);
+        let at: Vec<_> = got.iter().map(|v| (v.file.as_str(), v.line)).collect();
+        assert_eq!(
+            at,
+            [
+                ("crates/pattern_protocol/src/protocol.rs", 2),
+                ("crates/pattern_protocol/tests/it/main.rs", 1),
+                ("crates/pattern_protocol/src/storeroom.rs", 1),
+            ]
+        );
+        assert!(check_sql_module("pattern_core", &files).is_empty());
+        // The manifest rule still refuses every other crate.
+        assert_eq!(
+            check_restricted("pattern_core", "m", &[dep("sqlx", 2)]).len(),
+            1
+        );
+        assert!(check_restricted("pattern_protocol", "m", &[dep("sqlx", 2)]).is_empty());
     }
 
     #[test]

@@ -8,7 +8,7 @@
 use super::Violation;
 use super::writes::enum_variants;
 
-/// Most variants one error enum may have (the storage core's: 17, the protocol's: 15).
+/// Most variants one error enum may have (the storage core's: 17, the protocol's: 8).
 pub(crate) const MAX_ERROR_VARIANTS: usize = 25;
 
 /// The file holding the crate's wrapper `Error`.

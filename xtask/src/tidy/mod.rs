@@ -3,7 +3,8 @@
 //! is any. It must never modify a file: it only reports.
 //!
 //! Rules: `//!` docs on every Rust file ([`files`]), dependencies owned by one
-//! crate and front ends through the facade ([`deps`]), layer order from `ARCHITECTURE.md`
+//! crate, SQL above the storage layer only in a storage module, and front ends
+//! through the facade ([`deps`]), layer order from `ARCHITECTURE.md`
 //! ([`layers`]), no placeholder macros ([`files`]), storage writes owned by their domains
 //! ([`writes`]), storage errors by domain behind one wrapper ([`errors`]), and no sqlx `Any`
 //! driver ([`drivers`]).
@@ -108,6 +109,18 @@ pub(crate) fn check_all(root: &Path) -> Result<Vec<Violation>> {
 
     // f. storage errors by domain.
     out.extend(errors::check(&db_files));
+
+    // g. SQL above the storage layer only in a crate's storage module.
+    for member in &members {
+        let mut files = Vec::new();
+        for dir in DOC_DIRS {
+            for path in files::rust_files(&member.dir.join(dir)) {
+                let in_crate = workspace::rel(&member.dir, &path);
+                files.push((in_crate, workspace::rel(root, &path), read(&path)?));
+            }
+        }
+        out.extend(deps::check_sql_module(&member.name, &files));
+    }
 
     // b. restricted dependencies, c. layers.
     let root_manifest = read(&root.join("Cargo.toml"))?;

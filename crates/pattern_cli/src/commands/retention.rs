@@ -10,8 +10,8 @@
 
 use std::time::Duration;
 
-use pattern::db::RetentionPolicy;
 use pattern::db::retention::{AgentRetention, BatchDisposal, RetentionSettings};
+use pattern::protocol::RetentionPolicy;
 use pattern::{Agent, Pattern};
 
 use crate::cli::{PolicyCommand, RetentionArgs, RetentionCommand};

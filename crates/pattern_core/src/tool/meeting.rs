@@ -9,7 +9,8 @@
 //! caller, nor on a meeting where it is not the current speaker.
 
 use async_trait::async_trait;
-use pattern_db::{Meeting, MeetingStatus};
+use pattern_protocol::store::Store;
+use pattern_protocol::{Meeting, MeetingStatus};
 use serde_json::{Value, json};
 
 use super::{Tool, ToolContext, ToolError, ToolOutput};
@@ -17,9 +18,7 @@ use super::{Tool, ToolContext, ToolError, ToolOutput};
 /// The meeting in which the calling agent holds the turn now.
 async fn my_turn(ctx: &ToolContext) -> Result<Meeting, ToolError> {
     let me = ctx.runtime.agent_id();
-    let meetings = ctx
-        .runtime
-        .database()
+    let meetings = Store::new(ctx.runtime.database())
         .active_meetings()
         .await
         .map_err(|e| ToolError::Failed(e.to_string()))?;
@@ -51,13 +50,13 @@ enum Action {
 async fn act(ctx: &ToolContext, action: Action) -> Result<ToolOutput, ToolError> {
     let meeting = my_turn(ctx).await?;
     let me = ctx.runtime.agent_id();
-    let db = ctx.runtime.database();
+    let store = Store::new(ctx.runtime.database());
     let said = match action {
-        Action::Pass => db
+        Action::Pass => store
             .pass_turn(meeting.id, me)
             .await
             .map(|_| "you passed; the turn moved on"),
-        Action::Leave => db
+        Action::Leave => store
             .leave_meeting(meeting.id, me)
             .await
             .map(|_| "you left the meeting"),
@@ -67,7 +66,8 @@ async fn act(ctx: &ToolContext, action: Action) -> Result<ToolOutput, ToolError>
                     "only the meeting's host can end it".into(),
                 ));
             }
-            db.end_meeting(meeting.id, me)
+            store
+                .end_meeting(meeting.id, me)
                 .await
                 .map(|_| "you ended the meeting")
         }
@@ -170,7 +170,8 @@ impl Tool for MeetingChoose {
         let org = db.agent_organization(me).await.map_err(refused)?;
         // Names resolve only inside the caller's organization: another one's agent is unknown.
         let next = db.agent_in_scope(Some(org), name).await.map_err(refused)?;
-        db.choose_speaker(meeting.id, me, next.id)
+        Store::new(db)
+            .choose_speaker(meeting.id, me, next.id)
             .await
             .map_err(refused)?;
         Ok(ToolOutput::text(format!("{name} speaks after you")))

@@ -11,10 +11,8 @@ use pattern_core::meeting::{MeetingDriver, MeetingPlan, MeetingProgress, Policy}
 use pattern_core::testkit::{ScriptedProvider, Turn};
 use pattern_core::{AgentRuntime, DatabaseAgent};
 use pattern_db::testkit::TestDb;
-use pattern_db::{
-    AgentId, Backend, BatchState, BatchType, ContentBlock, Database, MeetingEventType, NewAgent,
-};
-use pattern_protocol::Protocol;
+use pattern_db::{AgentId, Backend, BatchState, BatchType, ContentBlock, Database, NewAgent};
+use pattern_protocol::{MeetingEventType, Protocol};
 use serde_json::json;
 use tokio::sync::mpsc;
 

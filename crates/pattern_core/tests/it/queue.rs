@@ -63,9 +63,15 @@ async fn agents_message_each_other_through_the_queue(kind: Backend) {
             && trigger.ends_with("\nmeeting at noon"),
         "{trigger}"
     );
-    let sessions = h.db.active_conversations().await.unwrap();
+    let sessions = pattern_protocol::store::Store::new(&h.db)
+        .active_conversations()
+        .await
+        .unwrap();
     assert_eq!(sessions.len(), 1);
-    let said = h.db.session_messages(sessions[0].session.id).await.unwrap();
+    let said = pattern_protocol::store::Store::new(&h.db)
+        .session_messages(sessions[0].session.id)
+        .await
+        .unwrap();
     assert_eq!(said.len(), 1);
     assert_eq!(said[0].sender, h.agent.id());
     assert!(said[0].read_at.is_some());

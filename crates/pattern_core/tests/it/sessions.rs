@@ -63,7 +63,10 @@ async fn two_agents_hold_a_sync_session_opened_by_tool(kind: Backend) {
             && db.pending_queue(bob_id).await.unwrap().is_empty()
     })
     .await;
-    let conversations = h.db.active_conversations().await.unwrap();
+    let conversations = pattern_protocol::store::Store::new(&h.db)
+        .active_conversations()
+        .await
+        .unwrap();
     assert!(conversations.is_empty(), "ended at its limit");
     let ada_batches = batches_of(&h.db, ada_id).await;
     let session_id = ada_batches[1].messages[0]
@@ -74,22 +77,25 @@ async fn two_agents_hold_a_sync_session_opened_by_tool(kind: Backend) {
         .and_then(|s| s.parse::<uuid::Uuid>().ok())
         .map(pattern_db::SessionId)
         .expect("the trigger names its session");
-    let session = h.db.session(session_id).await.unwrap();
+    let session = pattern_protocol::store::Store::new(&h.db)
+        .session(session_id)
+        .await
+        .unwrap();
     assert_eq!(session.status, SessionStatus::Ended);
-    let said: Vec<(String, String, bool)> =
-        h.db.session_messages(session.id)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|m| {
-                let who = if m.sender == ada_id { "ada" } else { "bob" };
-                (
-                    who.to_owned(),
-                    m.content["text"].as_str().unwrap().to_owned(),
-                    m.read_at.is_some(),
-                )
-            })
-            .collect();
+    let said: Vec<(String, String, bool)> = pattern_protocol::store::Store::new(&h.db)
+        .session_messages(session.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| {
+            let who = if m.sender == ada_id { "ada" } else { "bob" };
+            (
+                who.to_owned(),
+                m.content["text"].as_str().unwrap().to_owned(),
+                m.read_at.is_some(),
+            )
+        })
+        .collect();
     let expected: Vec<(String, String, bool)> = (1..=5)
         .flat_map(|i| {
             [
@@ -167,10 +173,22 @@ async fn session_tools_refuse_with_error_results_and_store_nothing(kind: Backend
         "{}",
         results[2].0
     );
-    assert!(h.db.active_conversations().await.unwrap().is_empty());
+    assert!(
+        pattern_protocol::store::Store::new(&h.db)
+            .active_conversations()
+            .await
+            .unwrap()
+            .is_empty()
+    );
     for id in [h.agent.id(), bob.id(), eve.id] {
         assert!(h.db.pending_queue(id).await.unwrap().is_empty());
-        assert!(h.db.unread(id).await.unwrap().is_empty());
+        assert!(
+            pattern_protocol::store::Store::new(&h.db)
+                .unread(id)
+                .await
+                .unwrap()
+                .is_empty()
+        );
     }
     let batches = h.batches().await;
     assert_eq!(batches.len(), 1);

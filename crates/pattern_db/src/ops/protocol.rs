@@ -1,7 +1,9 @@
-//! The protocol's writes and their SQL: organizations ([`CreateOrganization`]), sessions
-//! ([`OpenSession`], [`EndSession`]), session messages ([`SendSessionMessage`]), read marks
-//! ([`MarkRead`]), and meetings and retention ([`ProtocolOp`]) (the participants are `agents`
-//! rows; nothing crosses an organization's wall).
+//! The SQL of what stays of the protocol in this crate: organizations ([`CreateOrganization`]),
+//! the session message store (`store_message`, `lock_session`, `close_session`, public through
+//! [`crate::protocol`] for `pattern_protocol`'s session writes), the delivery receipt a batch
+//! completion writes (`complete_delivery`), the checks of agents and organizations every
+//! protocol write makes, and `NOTIFY` (the participants are `agents` rows; nothing crosses an
+//! organization's wall).
 //!
 //! Each function runs inside the writer's transaction and checks everything before it changes
 //! anything, so a refused write leaves no trace. A session write first locks the session row
@@ -10,8 +12,7 @@
 //! commit, roll back or open a transaction of their own, and never run a statement after one that
 //! failed (a failed statement aborts a PostgreSQL transaction).
 
-use crate::{AgentError, ProtocolError, StorageError};
-use std::time::Duration;
+use crate::{AgentError, ProtocolError};
 
 use crate::sql::Conn;
 
@@ -21,16 +22,13 @@ use crate::config::Backend;
 use crate::error::{Error, Result};
 use crate::model::{Agent, AgentId, BatchType, ContentBlock, Role};
 use crate::protocol::{
-    Delivery, MeetingId, MeetingPolicy, MeetingUpdate, NewProtocolMessage, Organization,
-    OrganizationId, ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport,
-    SESSION_COLUMNS, Session, SessionId, SessionOptions, SessionStatus, SessionType,
-    WAKEUP_CHANNEL, Wakeup, session_from_row,
+    Delivery, NewProtocolMessage, Organization, OrganizationId, ProtocolMessage, ProtocolMessageId,
+    SESSION_COLUMNS, Session, SessionId, SessionStatus, SessionType, WAKEUP_CHANNEL, Wakeup,
+    session_from_row,
 };
 use crate::queue::NewQueued;
 use crate::runs::RunClaim;
 use crate::writer::{Locks, Write};
-
-mod meetings;
 
 /// A new organization.
 #[derive(Debug)]
@@ -56,233 +54,9 @@ impl Write for CreateOrganization {
     }
 }
 
-/// Opens (or finds live) the session of two agents, with an optional first message.
-#[derive(Debug)]
-pub(crate) struct OpenSession {
-    pub(crate) opener: AgentId,
-    pub(crate) other: AgentId,
-    pub(crate) session_type: SessionType,
-    pub(crate) options: SessionOptions,
-    pub(crate) first: Option<NewProtocolMessage>,
-}
-
-impl Write for OpenSession {
-    type Output = (Session, Option<ProtocolMessage>);
-
-    fn locks(&self) -> Locks {
-        // Protocol writes lock no Pattern agent row; the session row is their lock.
-        Locks::none()
-    }
-
-    async fn apply(
-        &self,
-        conn: &mut Conn<'_>,
-        ctx: &Ctx,
-        _fence: Option<&RunClaim>,
-    ) -> Result<Self::Output> {
-        open_session(
-            conn,
-            ctx,
-            self.opener,
-            self.other,
-            self.session_type,
-            self.options,
-            self.first.as_ref(),
-        )
-        .await
-    }
-}
-
-/// Ends a session (a participant only).
-#[derive(Debug)]
-pub(crate) struct EndSession {
-    pub(crate) session: SessionId,
-    pub(crate) agent: AgentId,
-}
-
-impl Write for EndSession {
-    type Output = Session;
-
-    fn locks(&self) -> Locks {
-        Locks::protocol(self.session.0)
-    }
-
-    async fn apply(
-        &self,
-        conn: &mut Conn<'_>,
-        ctx: &Ctx,
-        _fence: Option<&RunClaim>,
-    ) -> Result<Session> {
-        end_session(conn, ctx, self.session, self.agent).await
-    }
-}
-
-/// Stores a message of `sender` into a session (and, for agents, the recipient's trigger).
-#[derive(Debug)]
-pub(crate) struct SendSessionMessage {
-    pub(crate) session: SessionId,
-    pub(crate) sender: AgentId,
-    pub(crate) message: NewProtocolMessage,
-}
-
-impl Write for SendSessionMessage {
-    type Output = ProtocolMessage;
-
-    fn locks(&self) -> Locks {
-        Locks::protocol(self.session.0)
-    }
-
-    async fn apply(
-        &self,
-        conn: &mut Conn<'_>,
-        ctx: &Ctx,
-        _fence: Option<&RunClaim>,
-    ) -> Result<ProtocolMessage> {
-        send_session_message(conn, ctx, self.session, self.sender, &self.message).await
-    }
-}
-
-/// Marks a recipient's messages read; outputs how many changed.
-#[derive(Debug)]
-pub(crate) struct MarkRead {
-    pub(crate) agent: AgentId,
-    pub(crate) messages: Vec<ProtocolMessageId>,
-}
-
-impl Write for MarkRead {
-    type Output = u64;
-
-    fn locks(&self) -> Locks {
-        Locks::protocol(self.agent.0)
-    }
-
-    async fn apply(
-        &self,
-        conn: &mut Conn<'_>,
-        _ctx: &Ctx,
-        _fence: Option<&RunClaim>,
-    ) -> Result<u64> {
-        mark_read(conn, self.agent, &self.messages).await
-    }
-}
-
-impl Write for ProtocolOp {
-    type Output = ProtocolDone;
-
-    fn locks(&self) -> Locks {
-        self.key().map_or_else(Locks::none, Locks::protocol)
-    }
-
-    async fn apply(
-        &self,
-        conn: &mut Conn<'_>,
-        ctx: &Ctx,
-        _fence: Option<&RunClaim>,
-    ) -> Result<ProtocolDone> {
-        apply(conn, ctx, self).await
-    }
-}
-
-/// The meeting and retention writes: the protocol's rules on one meeting row and its log.
-#[derive(Debug)]
-pub(crate) enum ProtocolOp {
-    CreateMeeting {
-        host: AgentId,
-        turn_duration: Option<Duration>,
-        policy: MeetingPolicy,
-        /// Stored as `plan` in the `meeting_created` event's data.
-        plan: Option<serde_json::Value>,
-    },
-    Invite {
-        meeting: MeetingId,
-        host: AgentId,
-        agent: AgentId,
-    },
-    Join {
-        meeting: MeetingId,
-        agent: AgentId,
-    },
-    Start {
-        meeting: MeetingId,
-        host: AgentId,
-    },
-    /// Speak (`Some`) or pass (`None`); with `turn`, only in the turn that began then (Unix
-    /// ms of `turn_started_at`).
-    Speak {
-        meeting: MeetingId,
-        agent: AgentId,
-        message: Option<NewProtocolMessage>,
-        turn: Option<i64>,
-    },
-    Leave {
-        meeting: MeetingId,
-        agent: AgentId,
-    },
-    EndMeeting {
-        meeting: MeetingId,
-        host: AgentId,
-    },
-    /// The host of a selector meeting names who speaks after its current turn.
-    Choose {
-        meeting: MeetingId,
-        host: AgentId,
-        next: AgentId,
-    },
-    ApplyTimeouts {
-        meeting: MeetingId,
-    },
-    Retention(RetentionPolicy),
-}
-
-/// Outcomes of [`ProtocolOp`]s.
-#[derive(Debug)]
-pub(crate) enum ProtocolDone {
-    Meeting(Box<MeetingUpdate>),
-    /// The op was refused after an expired turn deadline was applied; the timeout commits, the
-    /// caller gets the refusal.
-    Refused(Box<(MeetingUpdate, Error)>),
-    Retention(Box<RetentionReport>),
-}
-
-impl ProtocolOp {
-    /// The row this op locks first (its meeting), for lock ordering within a write group.
-    pub(crate) fn key(&self) -> Option<uuid::Uuid> {
-        match self {
-            ProtocolOp::CreateMeeting { .. } | ProtocolOp::Retention(_) => None,
-            ProtocolOp::Invite { meeting, .. }
-            | ProtocolOp::Join { meeting, .. }
-            | ProtocolOp::Start { meeting, .. }
-            | ProtocolOp::Speak { meeting, .. }
-            | ProtocolOp::Leave { meeting, .. }
-            | ProtocolOp::EndMeeting { meeting, .. }
-            | ProtocolOp::Choose { meeting, .. }
-            | ProtocolOp::ApplyTimeouts { meeting } => Some(meeting.0),
-        }
-    }
-}
-
-/// Runs one [`ProtocolOp`] inside the writer's transaction.
-async fn apply(conn: &mut Conn<'_>, ctx: &Ctx, op: &ProtocolOp) -> Result<ProtocolDone> {
-    match op {
-        ProtocolOp::CreateMeeting {
-            host,
-            turn_duration,
-            policy,
-            plan,
-        } => Ok(ProtocolDone::Meeting(Box::new(
-            meetings::create_meeting(conn, ctx, *host, *turn_duration, *policy, plan.clone())
-                .await?,
-        ))),
-        ProtocolOp::Retention(policy) => Ok(ProtocolDone::Retention(Box::new(
-            meetings::retention(conn, ctx, policy).await?,
-        ))),
-        _ => meetings::run(conn, ctx, op).await,
-    }
-}
-
 /// On PostgreSQL, queues `NOTIFY`s for the wake-ups inside the current transaction: they are
 /// delivered when (and only if) it commits. Nothing on SQLite (the handle wakes in-process).
-pub(crate) async fn notify(conn: &mut Conn<'_>, ctx: &Ctx, wakeups: &[Wakeup]) -> Result<()> {
+pub async fn notify(conn: &mut Conn<'_>, ctx: &Ctx, wakeups: &[Wakeup]) -> Result<()> {
     if ctx.backend != Backend::Postgres {
         return Ok(());
     }
@@ -339,7 +113,7 @@ pub(crate) async fn create_organization(
 }
 
 /// The agent `id` ([`AgentError::NotFound`] otherwise).
-pub(crate) async fn require_agent(conn: &mut Conn<'_>, id: AgentId) -> Result<Agent> {
+pub async fn require_agent(conn: &mut Conn<'_>, id: AgentId) -> Result<Agent> {
     let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
         "SELECT {AGENT_COLUMNS} FROM agents WHERE id = $1"
     )))
@@ -355,7 +129,7 @@ pub(crate) async fn require_agent(conn: &mut Conn<'_>, id: AgentId) -> Result<Ag
 /// `other`, when it is in the organization of `agent` (the acting one);
 /// [`AgentError::OtherOrganization`] when it is not, [`AgentError::NotFound`] when either is
 /// unknown.
-pub(crate) async fn require_same_organization(
+pub async fn require_same_organization(
     conn: &mut Conn<'_>,
     agent: &Agent,
     other: AgentId,
@@ -372,7 +146,7 @@ pub(crate) async fn require_same_organization(
 }
 
 /// Reads a session and, on PostgreSQL, locks its row until the transaction ends.
-async fn lock_session(conn: &mut Conn<'_>, ctx: &Ctx, id: SessionId) -> Result<Session> {
+pub async fn lock_session(conn: &mut Conn<'_>, ctx: &Ctx, id: SessionId) -> Result<Session> {
     let lock = match ctx.backend {
         Backend::Postgres => " FOR UPDATE",
         Backend::Sqlite => "",
@@ -393,155 +167,8 @@ async fn lock_session(conn: &mut Conn<'_>, ctx: &Ctx, id: SessionId) -> Result<S
     }
 }
 
-async fn live_session(
-    conn: &mut Conn<'_>,
-    a: AgentId,
-    b: AgentId,
-    session_type: SessionType,
-) -> Result<Option<Session>> {
-    crate::sql::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {SESSION_COLUMNS} FROM protocol_sessions \
-         WHERE agent_a_id = $1 AND agent_b_id = $2 AND session_type = $3 AND status <> 'ended'"
-    )))
-    .bind(a.to_string())
-    .bind(b.to_string())
-    .bind(session_type.as_str())
-    .fetch_optional(&mut *conn)
-    .await?
-    .as_ref()
-    .map(session_from_row)
-    .transpose()
-}
-
-/// Returns the live session of the pair and type, or opens one (`opener` holds the first turn of
-/// a sync session) with `options`; a live inbox session opened again for agents becomes one
-/// (decision 0020). With `first`, `opener` sends it into the session in the same transaction.
-async fn open_session(
-    conn: &mut Conn<'_>,
-    ctx: &Ctx,
-    opener: AgentId,
-    other: AgentId,
-    session_type: SessionType,
-    options: SessionOptions,
-    first: Option<&NewProtocolMessage>,
-) -> Result<(Session, Option<ProtocolMessage>)> {
-    if opener == other {
-        return Err(ProtocolError::SelfSession(opener).into());
-    }
-    let opener_agent = require_agent(conn, opener).await?;
-    require_same_organization(conn, &opener_agent, other).await?;
-    let (a, b) = if opener < other {
-        (opener, other)
-    } else {
-        (other, opener)
-    };
-    let mut session = match live_session(conn, a, b, session_type).await? {
-        Some(live) => live,
-        None => insert_session(conn, opener, a, b, session_type, options).await?,
-    };
-    if options.delivery == Delivery::Agents && session.delivery == Delivery::Inbox {
-        session = lock_session(conn, ctx, session.id).await?;
-        let limit = options
-            .message_limit
-            .map(|l| l.saturating_add(session.messages_sent));
-        crate::sql::query(
-            "UPDATE protocol_sessions SET delivery = 'agents', \
-             message_limit = COALESCE(message_limit, $1) WHERE id = $2",
-        )
-        .bind(limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX)))
-        .bind(session.id.to_string())
-        .execute(&mut *conn)
-        .await?;
-        session.delivery = Delivery::Agents;
-        session.message_limit = session.message_limit.or(limit);
-    }
-    let sent = match first {
-        Some(message) => {
-            let mut locked = lock_session(conn, ctx, session.id).await?;
-            let sent = store_message(conn, ctx, &mut locked, opener, message).await?;
-            session = locked;
-            Some(sent)
-        }
-        None => None,
-    };
-    Ok((session, sent))
-}
-
-async fn insert_session(
-    conn: &mut Conn<'_>,
-    opener: AgentId,
-    a: AgentId,
-    b: AgentId,
-    session_type: SessionType,
-    options: SessionOptions,
-) -> Result<Session> {
-    let now = now_ms();
-    let session = Session {
-        id: SessionId::new(),
-        agent_a: a,
-        agent_b: b,
-        session_type,
-        status: SessionStatus::Active,
-        turn: (session_type == SessionType::Sync).then_some(opener),
-        created_at: from_ms(now),
-        updated_at: from_ms(now),
-        ended_at: None,
-        delivery: options.delivery,
-        message_limit: options.message_limit,
-        messages_sent: 0,
-    };
-    // A concurrent open in another process may win the race for the partial unique index: the
-    // insert then does nothing (no failed statement), and the winner's session is read back.
-    let inserted = crate::sql::query(
-        "INSERT INTO protocol_sessions (id, agent_a_id, agent_b_id, session_type, status, \
-         locked_agent_id, created_at, updated_at, ended_at, delivery, message_limit, messages_sent) \
-         VALUES ($1, $2, $3, $4, 'active', $5, $6, $6, NULL, $7, $8, 0) ON CONFLICT DO NOTHING",
-    )
-    .bind(session.id.to_string())
-    .bind(a.to_string())
-    .bind(b.to_string())
-    .bind(session_type.as_str())
-    .bind(session.turn.map(|t| t.to_string()))
-    .bind(now)
-    .bind(options.delivery.as_str())
-    .bind(
-        options
-            .message_limit
-            .map(|l| i64::try_from(l).unwrap_or(i64::MAX)),
-    )
-    .execute(&mut *conn)
-    .await?;
-    if inserted.rows_affected() == 1 {
-        return Ok(session);
-    }
-    live_session(conn, a, b, session_type)
-        .await?
-        .ok_or_else(|| {
-            Error::Storage(StorageError::Corrupt(
-                "a live session conflicts but cannot be read".into(),
-            ))
-        })
-}
-
-async fn end_session(
-    conn: &mut Conn<'_>,
-    ctx: &Ctx,
-    id: SessionId,
-    agent: AgentId,
-) -> Result<Session> {
-    let mut session = lock_session(conn, ctx, id).await?;
-    if !session.has_participant(agent) {
-        return Err(ProtocolError::NotParticipant { session: id, agent }.into());
-    }
-    if !session.is_live() {
-        return Err(ProtocolError::SessionEnded(id).into());
-    }
-    close_session(conn, ctx, &mut session).await?;
-    Ok(session)
-}
-
 /// Ends a locked, live session and wakes both participants.
-async fn close_session(conn: &mut Conn<'_>, ctx: &Ctx, session: &mut Session) -> Result<()> {
+pub async fn close_session(conn: &mut Conn<'_>, ctx: &Ctx, session: &mut Session) -> Result<()> {
     let now = now_ms();
     crate::sql::query(
         "UPDATE protocol_sessions SET status = 'ended', locked_agent_id = NULL, updated_at = $1, \
@@ -567,21 +194,10 @@ async fn close_session(conn: &mut Conn<'_>, ctx: &Ctx, session: &mut Session) ->
     Ok(())
 }
 
-async fn send_session_message(
-    conn: &mut Conn<'_>,
-    ctx: &Ctx,
-    id: SessionId,
-    sender: AgentId,
-    message: &NewProtocolMessage,
-) -> Result<ProtocolMessage> {
-    let mut session = lock_session(conn, ctx, id).await?;
-    store_message(conn, ctx, &mut session, sender, message).await
-}
-
 /// Stores `message` from `sender` into the locked `session` (checks first: participant, live,
 /// turn, limit), passes a sync session's turn, counts it (ending the session at its limit) and,
 /// when the agents answer, queues the recipient's trigger: all in the caller's transaction.
-async fn store_message(
+pub async fn store_message(
     conn: &mut Conn<'_>,
     ctx: &Ctx,
     session: &mut Session,
@@ -787,29 +403,6 @@ async fn final_answer(conn: &mut Conn<'_>, batch: crate::model::BatchId) -> Resu
         })
         .collect::<Vec<_>>()
         .join("\n"))
-}
-
-async fn mark_read(
-    conn: &mut Conn<'_>,
-    agent: AgentId,
-    messages: &[ProtocolMessageId],
-) -> Result<u64> {
-    require_agent(conn, agent).await?;
-    let now = now_ms();
-    let mut changed = 0;
-    for message in messages {
-        changed += crate::sql::query(
-            "UPDATE protocol_messages SET read_at = $1 \
-             WHERE id = $2 AND recipient_id = $3 AND read_at IS NULL",
-        )
-        .bind(now)
-        .bind(message.to_string())
-        .bind(agent.to_string())
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
-    }
-    Ok(changed)
 }
 
 /// Inserts a message row directly, bypassing the API's checks (testkit: proves the schema's

@@ -2,7 +2,8 @@
 //! linked or not, server-made agents with the `{organization id}/` name prefix, sessions,
 //! messages and meetings between them; then down and up again. Both backends.
 
-use pattern_db::{AgentId, Database, LOCAL_ORGANIZATION, SessionId, SessionType};
+use pattern_db::testkit::fetch_texts;
+use pattern_db::{AgentId, Database, LOCAL_ORGANIZATION};
 
 use crate::{Kind, fresh};
 
@@ -153,32 +154,48 @@ async fn check_after(db: &Database) {
     assert_eq!(second.name, "helper-000000000004");
     assert_eq!(second.external_id, "helper-000000000004");
 
-    let session = db
-        .session(SessionId(SESSION.parse().unwrap()))
-        .await
-        .unwrap();
-    assert_eq!((session.agent_a, session.agent_b), (bob.id, carol.id));
-    assert_eq!(session.turn, Some(bob.id));
-    assert_eq!(session.session_type, SessionType::Sync);
-    let messages = db.session_messages(session.id).await.unwrap();
-    assert_eq!(messages.len(), 1);
+    // The session, its messages and the meeting as stored (their API is pattern_protocol's).
+    let stored = |sql: String| async move { fetch_texts(db, &sql).await.unwrap() };
     assert_eq!(
-        (messages[0].sender, messages[0].recipient),
-        (bob.id, Some(carol.id))
+        stored(format!(
+            "SELECT agent_a_id || ' ' || agent_b_id || ' ' || locked_agent_id || ' ' || \
+             session_type FROM protocol_sessions WHERE id = '{SESSION}'"
+        ))
+        .await,
+        [format!("{} {} {} sync", bob.id, carol.id, bob.id)]
     );
-    let meeting = db
-        .meeting(pattern_db::MeetingId(MEETING.parse().unwrap()))
-        .await
-        .unwrap();
-    assert_eq!((meeting.host, meeting.speaker), (carol.id, Some(bob.id)));
-    let events = db.meeting_events_after(meeting.id, 0, 10).await.unwrap();
-    assert_eq!(events[1].agent, Some(bob.id));
-    // The wall holds for migrated agents too.
-    assert!(
-        db.open_session(bob.id, helper_x.id, SessionType::Async)
-            .await
-            .is_err()
+    assert_eq!(
+        stored(format!(
+            "SELECT sender_id || ' ' || recipient_id FROM protocol_messages \
+             WHERE session_id = '{SESSION}'"
+        ))
+        .await,
+        [format!("{} {}", bob.id, carol.id)]
     );
+    assert_eq!(
+        stored(format!(
+            "SELECT host_id FROM protocol_meetings WHERE id = '{MEETING}'"
+        ))
+        .await,
+        [carol.id.to_string()]
+    );
+    assert_eq!(
+        stored(format!(
+            "SELECT current_speaker_id FROM protocol_meetings WHERE id = '{MEETING}'"
+        ))
+        .await,
+        [bob.id.to_string()]
+    );
+    assert_eq!(
+        stored(format!(
+            "SELECT agent_id FROM protocol_meeting_events WHERE meeting_id = '{MEETING}' AND seq = 2"
+        ))
+        .await,
+        [bob.id.to_string()]
+    );
+    // The wall holds for migrated agents too: they are in two organizations, and nothing
+    // crosses one (pattern_protocol's `storage::nothing_crosses_an_organization_wall`).
+    assert_ne!(bob.organization, helper_x.organization);
 }
 
 async fn identity_migration_moves_every_kind_of_agent(kind: Kind) {

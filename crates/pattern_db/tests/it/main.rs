@@ -20,7 +20,6 @@ mod approvals;
 mod auth;
 mod conformance;
 mod console;
-mod converse;
 mod crash;
 mod identity;
 mod ids;

@@ -5,10 +5,11 @@
 //! join order. The selector policy the same way: the model adds the host's choices, the turn
 //! going back to the host after anyone else, and to the chosen one (if present) after the host.
 
-use pattern_db::Error as DbError;
 use pattern_protocol::{AgentId, Error, MeetingStatus, Protocol};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
+
+use pattern_protocol::ProtocolError;
 
 use crate::meetings::say;
 use crate::{Kind, agent, fresh, protocol};
@@ -104,9 +105,7 @@ async fn check(p: &Protocol, ids: &[AgentId], steps: Vec<Step>) {
                 if model.order_of(who).is_some() {
                     assert!(matches!(
                         got,
-                        Err(Error::Db(DbError::Protocol(
-                            pattern_db::ProtocolError::AlreadyParticipant { .. }
-                        )))
+                        Err(Error::Protocol(ProtocolError::AlreadyParticipant { .. }))
                     ));
                 } else {
                     got.unwrap();
@@ -119,9 +118,7 @@ async fn check(p: &Protocol, ids: &[AgentId], steps: Vec<Step>) {
                 let Some(order) = model.order_of(who) else {
                     assert!(matches!(
                         got,
-                        Err(Error::Db(DbError::Protocol(
-                            pattern_db::ProtocolError::NotMeetingParticipant { .. }
-                        )))
+                        Err(Error::Protocol(ProtocolError::NotMeetingParticipant { .. }))
                     ));
                     continue;
                 };
@@ -144,16 +141,12 @@ async fn check(p: &Protocol, ids: &[AgentId], steps: Vec<Step>) {
                 } else if model.order_of(who).is_none() {
                     assert!(matches!(
                         got,
-                        Err(Error::Db(DbError::Protocol(
-                            pattern_db::ProtocolError::NotMeetingParticipant { .. }
-                        )))
+                        Err(Error::Protocol(ProtocolError::NotMeetingParticipant { .. }))
                     ));
                 } else {
                     assert!(matches!(
                         got,
-                        Err(Error::Db(DbError::Protocol(
-                            pattern_db::ProtocolError::NotSpeaker { .. }
-                        )))
+                        Err(Error::Protocol(ProtocolError::NotSpeaker { .. }))
                     ));
                 }
             }

@@ -1,5 +1,7 @@
 //! Integration tests of `pattern_protocol` on SQLite and PostgreSQL: waking waiters on sends
-//! (`waiting`) and strict alternation of sync sessions under any sequence of attempts (`props`).
+//! (`waiting`), strict alternation of sync sessions under any sequence of attempts (`props`),
+//! meetings (`meetings`, `fairness`, `races`) and the protocol's storage case by case on both
+//! backends (`storage`, with pattern_db's `conformance!`).
 //! These tests must never skip a backend silently: a missing PostgreSQL fails them.
 
 #![allow(
@@ -10,13 +12,20 @@
     unreachable_pub
 )]
 
+// `conformance!(case, ...)`: each case once per backend (pattern_db testkit).
+#[macro_use]
+extern crate pattern_db;
+
+mod converse;
 mod fairness;
 mod meetings;
 mod props;
 mod races;
+mod storage;
 mod waiting;
 
 use pattern_db::testkit::TestDb;
+use pattern_db::{Database, DbConfig};
 use pattern_protocol::{Agent, NewAgent, Protocol};
 
 /// Which backend a case runs on.
@@ -25,6 +34,13 @@ pub use pattern_db::Backend as Kind;
 /// A fresh database of the given kind.
 pub async fn fresh(kind: Kind) -> TestDb {
     TestDb::fresh(kind).await.unwrap()
+}
+
+/// Opens `tdb` with `tweak` applied to its default configuration.
+pub async fn open_with(tdb: &TestDb, tweak: impl FnOnce(&mut DbConfig)) -> Database {
+    let mut config = tdb.config();
+    tweak(&mut config);
+    Database::open(config).await.unwrap()
 }
 
 /// A protocol over a fresh database, with its organization.

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use pattern_db::Error as DbError;
 use pattern_db::testkit::backdate;
+use pattern_protocol::ProtocolError;
 use pattern_protocol::{
     AgentId, Error, MeetingEventType as E, MeetingStatus, NewProtocolMessage, ParticipantStatus,
     Protocol, RetentionPolicy, SessionType,
@@ -20,6 +21,13 @@ const WELL_BEFORE: Duration = Duration::from_secs(5);
 
 pub(crate) fn say(text: &str) -> NewProtocolMessage {
     NewProtocolMessage::new("user_defined", json!({ "text": text }))
+}
+
+fn refusal(e: Error) -> ProtocolError {
+    match e {
+        Error::Protocol(e) => e,
+        other => panic!("expected a protocol refusal, got {other}"),
+    }
 }
 
 fn db(e: Error) -> DbError {
@@ -53,51 +61,48 @@ async fn lifecycle_and_round_robin(kind: Kind) {
         [E::MeetingCreated, E::AgentJoined]
     );
     // Not ready with the host alone.
-    let refused = db(p.start_meeting(m, a.id).await.unwrap_err());
+    let refused = refusal(p.start_meeting(m, a.id).await.unwrap_err());
     assert!(
-        matches!(
-            refused,
-            DbError::Protocol(pattern_db::ProtocolError::MeetingState { .. })
-        ),
+        matches!(refused, ProtocolError::MeetingState { .. }),
         "{refused}"
     );
     p.invite(m, a.id, b.id).await.unwrap();
     assert!(matches!(
-        db(p.invite(m, b.id, c.id).await.unwrap_err()),
-        DbError::Protocol(pattern_db::ProtocolError::NotHost { .. })
+        refusal(p.invite(m, b.id, c.id).await.unwrap_err()),
+        ProtocolError::NotHost { .. }
     ));
     assert!(matches!(
-        db(p.invite(m, a.id, b.id).await.unwrap_err()),
-        DbError::Protocol(pattern_db::ProtocolError::AlreadyParticipant { .. })
+        refusal(p.invite(m, a.id, b.id).await.unwrap_err()),
+        ProtocolError::AlreadyParticipant { .. }
     ));
     let joined = p.join_meeting(m, b.id).await.unwrap();
     assert_eq!(joined.meeting.status, MeetingStatus::Ready);
     assert!(matches!(
-        db(p.join_meeting(m, b.id).await.unwrap_err()),
-        DbError::Protocol(pattern_db::ProtocolError::AlreadyParticipant { .. })
+        refusal(p.join_meeting(m, b.id).await.unwrap_err()),
+        ProtocolError::AlreadyParticipant { .. }
     ));
     // Anyone may join, invited or not.
     p.join_meeting(m, c.id).await.unwrap();
     assert!(matches!(
-        db(p.speak(m, a.id, say("early")).await.unwrap_err()),
-        DbError::Protocol(pattern_db::ProtocolError::MeetingState { .. })
+        refusal(p.speak(m, a.id, say("early")).await.unwrap_err()),
+        ProtocolError::MeetingState { .. }
     ));
     assert!(matches!(
-        db(p.start_meeting(m, b.id).await.unwrap_err()),
-        DbError::Protocol(pattern_db::ProtocolError::NotHost { .. })
+        refusal(p.start_meeting(m, b.id).await.unwrap_err()),
+        ProtocolError::NotHost { .. }
     ));
     let started = p.start_meeting(m, a.id).await.unwrap();
     assert_eq!(started.meeting.status, MeetingStatus::Active);
     assert_eq!(started.meeting.speaker, Some(a.id));
     assert!(matches!(
-        db(p.start_meeting(m, a.id).await.unwrap_err()),
-        DbError::Protocol(pattern_db::ProtocolError::MeetingState { .. })
+        refusal(p.start_meeting(m, a.id).await.unwrap_err()),
+        ProtocolError::MeetingState { .. }
     ));
 
     // Round robin in join order, wrapping; only the speaker speaks.
-    let out = db(p.speak(m, b.id, say("me first")).await.unwrap_err());
+    let out = refusal(p.speak(m, b.id, say("me first")).await.unwrap_err());
     assert!(
-        matches!(out, DbError::Protocol(pattern_db::ProtocolError::NotSpeaker { speaker: Some(s), .. }) if s == a.id),
+        matches!(out, ProtocolError::NotSpeaker { speaker: Some(s), .. } if s == a.id),
         "{out}"
     );
     let mut said = Vec::new();
@@ -109,8 +114,8 @@ async fn lifecycle_and_round_robin(kind: Kind) {
     // c leaves while b speaks: b's turn passes to a, skipping c.
     p.leave_meeting(m, c.id).await.unwrap();
     assert!(matches!(
-        db(p.leave_meeting(m, c.id).await.unwrap_err()),
-        DbError::Protocol(pattern_db::ProtocolError::NotMeetingParticipant { .. })
+        refusal(p.leave_meeting(m, c.id).await.unwrap_err()),
+        ProtocolError::NotMeetingParticipant { .. }
     ));
     assert_eq!(
         p.speak(m, b.id, say("b")).await.unwrap().meeting.speaker,
@@ -152,8 +157,8 @@ async fn lifecycle_and_round_robin(kind: Kind) {
 
     // Only the host ends; an ended meeting refuses everything.
     assert!(matches!(
-        db(p.end_meeting(m, b.id).await.unwrap_err()),
-        DbError::Protocol(pattern_db::ProtocolError::NotHost { .. })
+        refusal(p.end_meeting(m, b.id).await.unwrap_err()),
+        ProtocolError::NotHost { .. }
     ));
     let ended = p.end_meeting(m, a.id).await.unwrap();
     assert_eq!(ended.meeting.status, MeetingStatus::Ended);
@@ -164,9 +169,7 @@ async fn lifecycle_and_round_robin(kind: Kind) {
         p.end_meeting(m, a.id).await.unwrap_err(),
         p.invite(m, a.id, c.id).await.unwrap_err(),
     ] {
-        assert!(
-            matches!(db(refused), DbError::Protocol(pattern_db::ProtocolError::MeetingEnded(x)) if x == m)
-        );
+        assert!(matches!(refusal(refused), ProtocolError::MeetingEnded(x) if x == m));
     }
 
     // The log: dense from 1, ending with meeting_ended.
@@ -273,8 +276,8 @@ async fn timeouts_apply_without_a_watcher(kind: Kind) {
     assert_eq!(u.meeting.speaker, Some(ids[2]));
     // Ada, timed out, is refused.
     assert!(matches!(
-        db(p.speak(m, ids[0], say("too late")).await.unwrap_err()),
-        DbError::Protocol(pattern_db::ProtocolError::NotSpeaker { .. })
+        refusal(p.speak(m, ids[0], say("too late")).await.unwrap_err()),
+        ProtocolError::NotSpeaker { .. }
     ));
 
     // The sweeper times out cy (nobody else acts).
@@ -334,13 +337,13 @@ async fn wait_for_meeting_turn_wakes(kind: Kind) {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let eve = agent(&p, "eve").await;
     assert!(matches!(
-        db(p.wait_for_meeting_turn(m, eve.id, LONG).await.unwrap_err()),
-        DbError::Protocol(pattern_db::ProtocolError::NotMeetingParticipant { .. })
+        refusal(p.wait_for_meeting_turn(m, eve.id, LONG).await.unwrap_err()),
+        ProtocolError::NotMeetingParticipant { .. }
     ));
     p.end_meeting(m, ids[0]).await.unwrap();
     assert!(matches!(
-        db(waiter.await.unwrap().unwrap_err()),
-        DbError::Protocol(pattern_db::ProtocolError::MeetingEnded(_))
+        refusal(waiter.await.unwrap().unwrap_err()),
+        ProtocolError::MeetingEnded(_)
     ));
     p.db().clone().close().await;
     tdb.cleanup().await.unwrap();
@@ -540,7 +543,7 @@ async fn retention_archives_and_deletes_only_what_is_old_and_over(kind: Kind) {
     );
     // The dry run changed nothing.
     assert_eq!(p.session(sync.id).await.unwrap().id, sync.id);
-    assert!(p.db().archived_message(read.id).await.unwrap().is_none());
+    assert!(p.store().archived_message(read.id).await.unwrap().is_none());
 
     let wet = p
         .retention(RetentionPolicy {
@@ -553,7 +556,10 @@ async fn retention_archives_and_deletes_only_what_is_old_and_over(kind: Kind) {
     assert!(p.session(sync.id).await.is_err());
     assert!(p.meeting(over).await.is_err());
     for id in [read.id, in_ended.id, over_said.id] {
-        assert_eq!(p.db().archived_message(id).await.unwrap().unwrap().id, id);
+        assert_eq!(
+            p.store().archived_message(id).await.unwrap().unwrap().id,
+            id
+        );
     }
     // Unread messages stay in the inbox; the live meeting keeps its history.
     // (Backdated, so compared by id.)

@@ -6,12 +6,13 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use pattern_db::Error as DbError;
 use pattern_db::testkit::{TestDb, backdate};
 use pattern_protocol::{
     AgentId, Error, MeetingEventType as E, MeetingId, MeetingStatus, Protocol, RetentionPolicy,
     SessionType,
 };
+
+use pattern_protocol::ProtocolError;
 
 use crate::meetings::{say, started};
 use crate::{Kind, agent, fresh, protocol};
@@ -28,12 +29,7 @@ async fn handles(tdb: &TestDb, n: usize) -> Vec<Protocol> {
 }
 
 fn is_not_speaker(r: &Result<pattern_protocol::MeetingUpdate, Error>) -> bool {
-    matches!(
-        r,
-        Err(Error::Db(DbError::Protocol(
-            pattern_db::ProtocolError::NotSpeaker { .. }
-        )))
-    )
+    matches!(r, Err(Error::Protocol(ProtocolError::NotSpeaker { .. })))
 }
 
 /// The event log is dense from 1 and each turn_passed names the speaker that follows.
@@ -119,7 +115,7 @@ async fn timeout_fires_while_the_speaker_answers(kind: Kind) {
         let (h0, h1) = (hs[0].clone(), hs[1].clone());
         let (answer, sweep) = tokio::join!(
             async move { h0.speak(m, s, say("just in time?")).await },
-            async move { h1.db().apply_meeting_timeouts(m).await }
+            async move { h1.store().apply_meeting_timeouts(m).await }
         );
         sweep.unwrap();
         let events = p.events_after(m, before, 100).await.unwrap();
@@ -137,12 +133,7 @@ async fn timeout_fires_while_the_speaker_answers(kind: Kind) {
             }
             Err(e) => {
                 assert!(
-                    matches!(
-                        e,
-                        Error::Db(DbError::Protocol(
-                            pattern_db::ProtocolError::NotSpeaker { .. }
-                        ))
-                    ),
+                    matches!(e, Error::Protocol(ProtocolError::NotSpeaker { .. })),
                     "{e}"
                 );
                 assert!(out && !said, "{events:?}");
@@ -288,7 +279,7 @@ async fn retention_races_an_active_meeting(kind: Kind) {
     assert_eq!(deleted, [old]);
     assert_eq!(archived.len(), 1);
     assert!(
-        p.db()
+        p.store()
             .archived_message(archived[0])
             .await
             .unwrap()
@@ -361,9 +352,7 @@ fn race_child() {
         let outcome = match parts[0] {
             "speak" => match p.speak(meeting, agent, say("from a child")).await {
                 Ok(_) => "OK".to_owned(),
-                Err(Error::Db(DbError::Protocol(pattern_db::ProtocolError::NotSpeaker {
-                    ..
-                }))) => "NOT_SPEAKER".to_owned(),
+                Err(Error::Protocol(ProtocolError::NotSpeaker { .. })) => "NOT_SPEAKER".to_owned(),
                 Err(e) => format!("ERROR {e}"),
             },
             "wait" => {

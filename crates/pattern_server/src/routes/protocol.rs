@@ -21,10 +21,11 @@ use futures::StreamExt;
 use pattern::core::meeting_stream::{MeetingCursor, MeetingItem};
 use pattern::db::Error as DbError;
 use pattern::db::protocol::{
-    Meeting, MeetingEvent, MeetingId, NewProtocolMessage, ProtocolMessage, ProtocolMessageId,
-    Session, SessionId, SessionType,
+    MeetingId, NewProtocolMessage, ProtocolMessage, ProtocolMessageId, Session, SessionId,
+    SessionType,
 };
 use pattern::db::{Agent, AgentId};
+use pattern::protocol::{Meeting, MeetingEvent};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
@@ -270,8 +271,8 @@ impl Listing {
         &self,
         what: &str,
         id: impl Fn(Uuid) -> Id,
-    ) -> Result<pattern::db::protocol::ListPage<Id>, ApiError> {
-        use pattern::db::protocol::Liveness;
+    ) -> Result<pattern::protocol::ListPage<Id>, ApiError> {
+        use pattern::protocol::Liveness;
         let limit = crate::limits::PROTOCOL_PAGE.check(self.limit, 50)?;
         let liveness = match self.status.as_deref().unwrap_or("all") {
             "all" => Liveness::All,
@@ -289,7 +290,7 @@ impl Listing {
                 ApiError::invalid(format!("`before` must be a {what} id (UUID), not `{text}`"))
             })?)),
         };
-        Ok(pattern::db::protocol::ListPage {
+        Ok(pattern::protocol::ListPage {
             liveness,
             before,
             limit,
@@ -565,7 +566,11 @@ pub(crate) async fn list_sessions(
     ApiQuery(listing): ApiQuery<Listing>,
 ) -> Result<ApiJson<Vec<SessionView>>, ApiError> {
     let page = listing.page("session", SessionId)?;
-    let found = state.pattern().db().org_sessions(caller.org, page).await?;
+    let found = state
+        .pattern()
+        .protocol()
+        .org_sessions(caller.org, page)
+        .await?;
     let mut ids = Ids::new(&state, caller);
     let mut out = Vec::with_capacity(found.len());
     for session in &found {
@@ -584,7 +589,11 @@ pub(crate) async fn list_meetings(
     ApiQuery(listing): ApiQuery<Listing>,
 ) -> Result<ApiJson<Vec<MeetingView>>, ApiError> {
     let page = listing.page("meeting", MeetingId)?;
-    let found = state.pattern().db().org_meetings(caller.org, page).await?;
+    let found = state
+        .pattern()
+        .protocol()
+        .org_meetings(caller.org, page)
+        .await?;
     let mut ids = Ids::new(&state, caller);
     let mut out = Vec::with_capacity(found.len());
     for meeting in &found {
@@ -605,8 +614,8 @@ pub(crate) async fn meeting_event_log(
     let meeting = ids.find_meeting(meeting_id).await?;
     let events = state
         .pattern()
-        .db()
-        .meeting_events_after(meeting.id, 0, limit)
+        .protocol()
+        .events_after(meeting.id, 0, limit)
         .await?;
     let mut out = Vec::with_capacity(events.len());
     for event in &events {

@@ -160,7 +160,14 @@ async fn another_organization_cannot_act_in_sessions_inboxes_or_meetings(backend
     let (status, body) = s.post(&s.key_b, "/v1/meetings", json!({"host": ada})).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
     assert_eq!(code(&body), "not_found");
-    assert_eq!(s.db.active_meetings().await.unwrap().len(), 0);
+    assert_eq!(
+        pattern::protocol::store::Store::new(&s.db)
+            .active_meetings()
+            .await
+            .unwrap()
+            .len(),
+        0
+    );
 
     let (status, meeting) = s.post(&s.key_a, "/v1/meetings", json!({"host": ada})).await;
     assert_eq!(status, StatusCode::CREATED, "{meeting}");
@@ -382,7 +389,11 @@ async fn meetings_run_by_agents_over_http(backend: Backend) {
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(
-        s.db.active_meetings().await.unwrap().is_empty(),
+        pattern::protocol::store::Store::new(&s.db)
+            .active_meetings()
+            .await
+            .unwrap()
+            .is_empty(),
         "nothing stored"
     );
 

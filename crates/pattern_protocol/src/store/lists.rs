@@ -5,14 +5,14 @@
 //! A session is the organization's when both its agents are; a meeting when its host is. This
 //! module must never list a row of another organization.
 
-use crate::sql::Row;
+use pattern_db::sql::Row;
 
-use super::{
-    MEETING_COLUMNS, Meeting, MeetingId, OrganizationId, SESSION_COLUMNS, Session, SessionId,
-    meeting_from_row, session_from_row,
-};
-use crate::db::Database;
-use crate::error::Result;
+use pattern_db::protocol::{SESSION_COLUMNS, session_from_row};
+use pattern_db::{MeetingId, OrganizationId, Result, Session, SessionId};
+
+use super::Store;
+use super::meetings::{MEETING_COLUMNS, meeting_from_row};
+use crate::meeting::Meeting;
 
 /// Which rows a list holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -55,7 +55,7 @@ fn prefixed(columns: &str, alias: &str) -> String {
         .join(", ")
 }
 
-impl Database {
+impl Store<'_> {
     /// The organization's sessions (both agents its own), newest first.
     pub async fn org_sessions(
         &self,
@@ -76,12 +76,12 @@ impl Database {
             prefixed(SESSION_COLUMNS, "s"),
             page.liveness.condition("s"),
         );
-        let mut query = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(org.to_string());
+        let mut query = pattern_db::sql::query(sqlx::AssertSqlSafe(sql)).bind(org.to_string());
         if let Some(before) = page.before {
             query = query.bind(before.to_string());
         }
         query = query.bind(i64::from(page.limit));
-        rows(query.fetch_all(self.reader()).await?, session_from_row)
+        rows(query.fetch_all(self.db.reader()).await?, session_from_row)
     }
 
     /// The organization's meetings (hosted by its agents), newest first.
@@ -102,12 +102,12 @@ impl Database {
             prefixed(MEETING_COLUMNS, "m"),
             page.liveness.condition("m"),
         );
-        let mut query = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(org.to_string());
+        let mut query = pattern_db::sql::query(sqlx::AssertSqlSafe(sql)).bind(org.to_string());
         if let Some(before) = page.before {
             query = query.bind(before.to_string());
         }
         query = query.bind(i64::from(page.limit));
-        rows(query.fetch_all(self.reader()).await?, meeting_from_row)
+        rows(query.fetch_all(self.db.reader()).await?, meeting_from_row)
     }
 }
 

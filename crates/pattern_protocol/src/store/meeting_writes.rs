@@ -1,4 +1,6 @@
-//! The SQL of meeting writes and of retention, run by the writer inside its transaction.
+//! The SQL of meeting writes and of protocol retention, run by the writer inside its
+//! transaction: [`ProtocolOp`], one [`Write`] with a variant per meeting action (they share one
+//! apply path over a meeting row and its log), and retention.
 //!
 //! Every meeting write first locks the meeting row (`SELECT ... FOR UPDATE` on PostgreSQL; on
 //! SQLite the single writer serialises), applies an expired turn deadline, checks, and only then
@@ -7,30 +9,145 @@
 //! PostgreSQL it skips rows others hold (`SKIP LOCKED`). These functions must never commit, roll
 //! back or open a transaction, and never run a statement after one that failed.
 
-use crate::{ProtocolError, StorageError};
 use std::time::Duration;
 
-use crate::sql::Conn;
-
-use crate::config::Backend;
-use crate::error::{Error, Result};
-use crate::model::AgentId;
-use crate::ops::{Ctx, from_ms, now_ms, parse_uuid};
-use crate::protocol::{
-    MEETING_COLUMNS, Meeting, MeetingEvent, MeetingEventType, MeetingId, MeetingPolicy,
-    MeetingStatus, MeetingUpdate, NewProtocolMessage, PARTICIPANT_COLUMNS, Participant,
-    ParticipantStatus, ProtocolMessage, ProtocolMessageId, RetentionPolicy, RetentionReport,
-    SessionId, Wakeup, meeting_from_row, participant_from_row,
+use pattern_db::protocol::{Wakeup, notify, require_agent, require_same_organization};
+use pattern_db::storage::{
+    Backend, Conn, Ctx, Locks, Write, fixed_chunks, from_ms, now_ms, parse_uuid,
+};
+use pattern_db::{
+    AgentId, Error, MeetingId, NewProtocolMessage, ProtocolError as DbProtocolError,
+    ProtocolMessage, ProtocolMessageId, Result, RunClaim, SessionId, StorageError,
 };
 
-use super::{ProtocolDone, ProtocolOp, notify, require_agent, require_same_organization};
+use super::meetings::{
+    MEETING_COLUMNS, PARTICIPANT_COLUMNS, meeting_from_row, participant_from_row,
+};
+use crate::error::ProtocolError;
+use crate::meeting::{
+    Meeting, MeetingEvent, MeetingEventType, MeetingPolicy, MeetingStatus, MeetingUpdate,
+    Participant, ParticipantStatus, RetentionPolicy, RetentionReport,
+};
+
+impl Write for ProtocolOp {
+    type Output = ProtocolDone;
+
+    fn locks(&self) -> Locks {
+        self.key().map_or_else(Locks::none, Locks::protocol)
+    }
+
+    async fn apply(
+        &self,
+        conn: &mut Conn<'_>,
+        ctx: &Ctx,
+        _fence: Option<&RunClaim>,
+    ) -> Result<ProtocolDone> {
+        apply(conn, ctx, self).await
+    }
+}
+
+/// The meeting and retention writes: the protocol's rules on one meeting row and its log.
+#[derive(Debug)]
+pub(super) enum ProtocolOp {
+    CreateMeeting {
+        host: AgentId,
+        turn_duration: Option<Duration>,
+        policy: MeetingPolicy,
+        /// Stored as `plan` in the `meeting_created` event's data.
+        plan: Option<serde_json::Value>,
+    },
+    Invite {
+        meeting: MeetingId,
+        host: AgentId,
+        agent: AgentId,
+    },
+    Join {
+        meeting: MeetingId,
+        agent: AgentId,
+    },
+    Start {
+        meeting: MeetingId,
+        host: AgentId,
+    },
+    /// Speak (`Some`) or pass (`None`); with `turn`, only in the turn that began then (Unix
+    /// ms of `turn_started_at`).
+    Speak {
+        meeting: MeetingId,
+        agent: AgentId,
+        message: Option<NewProtocolMessage>,
+        turn: Option<i64>,
+    },
+    Leave {
+        meeting: MeetingId,
+        agent: AgentId,
+    },
+    EndMeeting {
+        meeting: MeetingId,
+        host: AgentId,
+    },
+    /// The host of a selector meeting names who speaks after its current turn.
+    Choose {
+        meeting: MeetingId,
+        host: AgentId,
+        next: AgentId,
+    },
+    ApplyTimeouts {
+        meeting: MeetingId,
+    },
+    Retention(RetentionPolicy),
+}
+
+/// Outcomes of [`ProtocolOp`]s.
+#[derive(Debug)]
+pub(super) enum ProtocolDone {
+    Meeting(Box<MeetingUpdate>),
+    /// The op was refused after an expired turn deadline was applied; the timeout commits, the
+    /// caller gets the refusal.
+    Refused(Box<(MeetingUpdate, Error)>),
+    Retention(Box<RetentionReport>),
+}
+
+impl ProtocolOp {
+    /// The row this op locks first (its meeting), for lock ordering within a write group.
+    pub(super) fn key(&self) -> Option<uuid::Uuid> {
+        match self {
+            ProtocolOp::CreateMeeting { .. } | ProtocolOp::Retention(_) => None,
+            ProtocolOp::Invite { meeting, .. }
+            | ProtocolOp::Join { meeting, .. }
+            | ProtocolOp::Start { meeting, .. }
+            | ProtocolOp::Speak { meeting, .. }
+            | ProtocolOp::Leave { meeting, .. }
+            | ProtocolOp::EndMeeting { meeting, .. }
+            | ProtocolOp::Choose { meeting, .. }
+            | ProtocolOp::ApplyTimeouts { meeting } => Some(meeting.0),
+        }
+    }
+}
+
+/// Runs one [`ProtocolOp`] inside the writer's transaction.
+async fn apply(conn: &mut Conn<'_>, ctx: &Ctx, op: &ProtocolOp) -> Result<ProtocolDone> {
+    match op {
+        ProtocolOp::CreateMeeting {
+            host,
+            turn_duration,
+            policy,
+            plan,
+        } => Ok(ProtocolDone::Meeting(Box::new(
+            create_meeting(conn, ctx, *host, *turn_duration, *policy, plan.clone()).await?,
+        ))),
+        ProtocolOp::Retention(policy) => Ok(ProtocolDone::Retention(Box::new(
+            retention(conn, ctx, policy).await?,
+        ))),
+        _ => run(conn, ctx, op).await,
+    }
+}
 
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
 }
 
 fn lock_suffix(ctx: &Ctx) -> &'static str {
-    match ctx.backend {
+    match ctx.backend() {
         Backend::Postgres => " FOR UPDATE",
         Backend::Sqlite => "",
     }
@@ -53,7 +170,7 @@ impl Change {
     ) -> Result<()> {
         let seq = self.meeting.last_event_seq + 1;
         let text = data.as_ref().map(serde_json::Value::to_string);
-        crate::sql::query(
+        pattern_db::sql::query(
             "INSERT INTO protocol_meeting_events \
              (meeting_id, seq, event_type, agent_id, data, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6)",
@@ -81,7 +198,7 @@ impl Change {
     /// Writes the meeting row back (last statement of every write).
     async fn save(&self, conn: &mut Conn<'_>) -> Result<()> {
         let m = &self.meeting;
-        crate::sql::query(
+        pattern_db::sql::query(
             "UPDATE protocol_meetings SET status = $1, current_speaker_id = $2, \
              turn_started_at = $3, turn_deadline = $4, last_event_seq = $5, started_at = $6, \
              ended_at = $7, chosen_speaker_id = $8 WHERE id = $9",
@@ -243,7 +360,7 @@ fn next_speaker(present: &[Participant], after: u64) -> Option<AgentId> {
 }
 
 async fn lock_meeting(conn: &mut Conn<'_>, ctx: &Ctx, id: MeetingId) -> Result<Change> {
-    let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
+    let row = pattern_db::sql::query(sqlx::AssertSqlSafe(format!(
         "SELECT {MEETING_COLUMNS} FROM protocol_meetings WHERE id = $1{}",
         lock_suffix(ctx)
     )))
@@ -253,7 +370,7 @@ async fn lock_meeting(conn: &mut Conn<'_>, ctx: &Ctx, id: MeetingId) -> Result<C
     let meeting = match row {
         Some(row) => meeting_from_row(&row)?,
         None => {
-            return Err(ProtocolError::NotFound {
+            return Err(DbProtocolError::NotFound {
                 kind: "meeting",
                 id: id.0,
             }
@@ -270,7 +387,7 @@ async fn lock_meeting(conn: &mut Conn<'_>, ctx: &Ctx, id: MeetingId) -> Result<C
 }
 
 async fn participants(conn: &mut Conn<'_>, meeting: MeetingId) -> Result<Vec<Participant>> {
-    crate::sql::query(sqlx::AssertSqlSafe(format!(
+    pattern_db::sql::query(sqlx::AssertSqlSafe(format!(
         "SELECT {PARTICIPANT_COLUMNS} FROM protocol_meeting_participants \
          WHERE meeting_id = $1 ORDER BY join_order IS NULL, join_order, agent_id"
     )))
@@ -287,7 +404,7 @@ async fn participant(
     meeting: MeetingId,
     agent: AgentId,
 ) -> Result<Option<Participant>> {
-    crate::sql::query(sqlx::AssertSqlSafe(format!(
+    pattern_db::sql::query(sqlx::AssertSqlSafe(format!(
         "SELECT {PARTICIPANT_COLUMNS} FROM protocol_meeting_participants \
          WHERE meeting_id = $1 AND agent_id = $2"
     )))
@@ -306,7 +423,7 @@ async fn set_participant_status(
     agent: AgentId,
     status: ParticipantStatus,
 ) -> Result<()> {
-    crate::sql::query(
+    pattern_db::sql::query(
         "UPDATE protocol_meeting_participants SET status = $1 \
          WHERE meeting_id = $2 AND agent_id = $3",
     )
@@ -324,7 +441,7 @@ async fn set_status_where(
     from: ParticipantStatus,
     to: ParticipantStatus,
 ) -> Result<()> {
-    crate::sql::query(
+    pattern_db::sql::query(
         "UPDATE protocol_meeting_participants SET status = $1 \
          WHERE meeting_id = $2 AND status = $3",
     )
@@ -367,7 +484,7 @@ async fn finish(
     Ok(change.done(message))
 }
 
-pub(crate) async fn create_meeting(
+async fn create_meeting(
     conn: &mut Conn<'_>,
     ctx: &Ctx,
     host: AgentId,
@@ -392,7 +509,7 @@ pub(crate) async fn create_meeting(
         policy,
         chosen: None,
     };
-    crate::sql::query(
+    pattern_db::sql::query(
         "INSERT INTO protocol_meetings (id, host_id, status, current_speaker_id, \
          turn_duration_ms, turn_started_at, turn_deadline, last_event_seq, last_join_order, \
          created_at, started_at, ended_at, policy) \
@@ -405,7 +522,7 @@ pub(crate) async fn create_meeting(
     .bind(policy.as_str())
     .execute(&mut *conn)
     .await?;
-    crate::sql::query(
+    pattern_db::sql::query(
         "INSERT INTO protocol_meeting_participants \
          (meeting_id, agent_id, status, join_order, invited_at, joined_at, left_at) \
          VALUES ($1, $2, 'attending', 1, NULL, $3, NULL)",
@@ -465,7 +582,7 @@ async fn invite(
             return Err(ProtocolError::AlreadyParticipant { meeting, agent }.into());
         }
         Some(_) => {
-            crate::sql::query(
+            pattern_db::sql::query(
                 "UPDATE protocol_meeting_participants SET status = 'invited', invited_at = $1, \
                  left_at = NULL WHERE meeting_id = $2 AND agent_id = $3",
             )
@@ -476,7 +593,7 @@ async fn invite(
             .await?;
         }
         None => {
-            crate::sql::query(
+            pattern_db::sql::query(
                 "INSERT INTO protocol_meeting_participants \
                  (meeting_id, agent_id, status, join_order, invited_at, joined_at, left_at) \
                  VALUES ($1, $2, 'invited', NULL, $3, NULL, NULL)",
@@ -507,7 +624,7 @@ async fn join(
     if existing.as_ref().is_some_and(|p| p.status.is_present()) {
         return Err(ProtocolError::AlreadyParticipant { meeting, agent }.into());
     }
-    let order: i64 = crate::sql::query(
+    let order: i64 = pattern_db::sql::query(
         "UPDATE protocol_meetings SET last_join_order = last_join_order + 1 \
          WHERE id = $1 RETURNING last_join_order",
     )
@@ -521,7 +638,7 @@ async fn join(
         ParticipantStatus::Attending
     };
     if existing.is_some() {
-        crate::sql::query(
+        pattern_db::sql::query(
             "UPDATE protocol_meeting_participants SET status = $1, join_order = $2, \
              joined_at = $3, left_at = NULL WHERE meeting_id = $4 AND agent_id = $5",
         )
@@ -533,7 +650,7 @@ async fn join(
         .execute(&mut *conn)
         .await?;
     } else {
-        crate::sql::query(
+        pattern_db::sql::query(
             "INSERT INTO protocol_meeting_participants \
              (meeting_id, agent_id, status, join_order, invited_at, joined_at, left_at) \
              VALUES ($1, $2, $3, $4, NULL, $5, NULL)",
@@ -641,14 +758,17 @@ async fn speak(
     }
     let mut stored = None;
     if let Some(message) = message {
-        let content = serde_json::to_string(&message.content)
-            .map_err(|e| ProtocolError::InvalidMessage(format!("content does not encode: {e}")))?;
+        let content = serde_json::to_string(&message.content).map_err(|e| {
+            DbProtocolError::InvalidMessage(format!("content does not encode: {e}"))
+        })?;
         let metadata = message
             .metadata
             .as_ref()
             .map(serde_json::to_string)
             .transpose()
-            .map_err(|e| ProtocolError::InvalidMessage(format!("metadata does not encode: {e}")))?;
+            .map_err(|e| {
+                DbProtocolError::InvalidMessage(format!("metadata does not encode: {e}"))
+            })?;
         let row = ProtocolMessage {
             id: ProtocolMessageId::new(),
             sender: agent,
@@ -659,10 +779,10 @@ async fn speak(
             content: message.content.clone(),
             metadata: message.metadata.clone(),
             read_at: None,
-            seq: ctx.ids.next_id()?,
+            seq: ctx.next_id()?,
             created_at: from_ms(change.now),
         };
-        crate::sql::query(
+        pattern_db::sql::query(
             "INSERT INTO protocol_messages (id, sender_id, recipient_id, session_id, meeting_id, \
              message_type, content, metadata, read_at, seq, created_at) \
              VALUES ($1, $2, NULL, NULL, $3, $4, $5, $6, NULL, $7, $8)",
@@ -705,7 +825,7 @@ async fn leave(
         .await?
         .filter(|p| p.status.is_present())
         .ok_or(ProtocolError::NotMeetingParticipant { meeting, agent })?;
-    crate::sql::query(
+    pattern_db::sql::query(
         "UPDATE protocol_meeting_participants SET status = 'left', left_at = $1 \
          WHERE meeting_id = $2 AND agent_id = $3",
     )
@@ -762,7 +882,7 @@ async fn choose(
         .into());
     }
     if next == host {
-        return Err(ProtocolError::InvalidMessage(
+        return Err(DbProtocolError::InvalidMessage(
             "the host chooses another participant, not itself".into(),
         )
         .into());
@@ -792,23 +912,18 @@ async fn end_meeting(
 /// Whether `e` is a refusal raised by a check before any write of the op (so the rows written
 /// before it, the applied timeout, are consistent and may commit).
 fn is_refusal(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::Protocol(ProtocolError::MeetingEnded(_))
-            | Error::Protocol(ProtocolError::NotHost { .. })
-            | Error::Protocol(ProtocolError::NotMeetingParticipant { .. })
-            | Error::Protocol(ProtocolError::AlreadyParticipant { .. })
-            | Error::Protocol(ProtocolError::NotSpeaker { .. })
-            | Error::Protocol(ProtocolError::MeetingState { .. })
-            | Error::Protocol(ProtocolError::NotFound { .. })
-            | Error::Protocol(ProtocolError::InvalidMessage(_))
-    )
+    ProtocolError::of(e).is_some_and(|r| !matches!(r, ProtocolError::SelfSession(_)))
+        || matches!(
+            e,
+            Error::Protocol(DbProtocolError::NotFound { .. })
+                | Error::Protocol(DbProtocolError::InvalidMessage(_))
+        )
 }
 
 /// Runs a write on an existing meeting: locks it, applies an expired turn deadline, runs the
 /// op. When the op is refused after a timeout was applied, the timeout still commits (it happened
 /// first, whatever the op): the outcome is [`ProtocolDone::Refused`] with the refusal.
-pub(crate) async fn run(conn: &mut Conn<'_>, ctx: &Ctx, op: &ProtocolOp) -> Result<ProtocolDone> {
+async fn run(conn: &mut Conn<'_>, ctx: &Ctx, op: &ProtocolOp) -> Result<ProtocolDone> {
     let Some(id) = op.key().map(MeetingId) else {
         return Err(StorageError::Corrupt(format!("{op:?} names no meeting")).into());
     };
@@ -855,7 +970,7 @@ enum Arg<'a> {
 
 /// Ids (TEXT) from a one-column query.
 async fn ids(conn: &mut Conn<'_>, sql: String, arg: Arg<'_>) -> Result<Vec<String>> {
-    let query = crate::sql::query(sqlx::AssertSqlSafe(sql));
+    let query = pattern_db::sql::query(sqlx::AssertSqlSafe(sql));
     let query = match arg {
         Arg::Ms(ms) => query.bind(ms),
         Arg::Id(id) => query.bind(id.to_owned()),
@@ -883,7 +998,7 @@ async fn take(
         arg,
     )
     .await?;
-    let free = match ctx.backend {
+    let free = match ctx.backend() {
         Backend::Sqlite => all.clone(),
         Backend::Postgres => {
             ids(
@@ -905,14 +1020,14 @@ async fn for_chunks(
     sql: impl Fn(&str) -> String,
     with_time: Option<i64>,
 ) -> Result<()> {
-    for chunk in crate::ops::fixed_chunks(ids) {
+    for chunk in fixed_chunks(ids) {
         let first = if with_time.is_some() { 2 } else { 1 };
         let list = (first..first + chunk.len())
             .map(|n| format!("${n}"))
             .collect::<Vec<_>>()
             .join(", ");
         let text = sql(&list);
-        let mut query = crate::sql::query(sqlx::AssertSqlSafe(text));
+        let mut query = pattern_db::sql::query(sqlx::AssertSqlSafe(text));
         if let Some(t) = with_time {
             query = query.bind(t);
         }
@@ -953,7 +1068,7 @@ fn uuids<T>(ids: &[String], wrap: impl Fn(uuid::Uuid) -> T) -> Result<Vec<T>> {
     ids.iter().map(|s| Ok(wrap(parse_uuid(s)?))).collect()
 }
 
-pub(crate) async fn retention(
+async fn retention(
     conn: &mut Conn<'_>,
     ctx: &Ctx,
     policy: &RetentionPolicy,

@@ -2,14 +2,16 @@
 //! on both backends: a session message the agents answer becomes the recipient's trigger in the
 //! transaction that stores it, is marked read only when the batch that consumed it completes
 //! (a crashed run's retry delivers the same message), a sync session's reply is the recipient's
-//! final answer, limits end sessions; and the selector meeting's chosen hand-over.
+//! final answer, limits end sessions (moved from `pattern_db` with the session SQL; the
+//! selector meeting's chosen hand-over is in `storage`).
 
 use pattern_db::{AgentError, ProtocolError};
 use pattern_db::{
-    AgentId, BatchType, Database, Delivery, Error, MeetingEventType, MeetingPolicy, NewAgent,
-    NewMessage, NewProtocolMessage, OrganizationId, RunEnding, SessionOptions, SessionStatus,
-    SessionType,
+    AgentId, BatchType, Database, Delivery, Error, NewAgent, NewMessage, NewProtocolMessage,
+    OrganizationId, RunEnding, SessionOptions, SessionStatus, SessionType,
 };
+use pattern_protocol::ProtocolError as Refusal;
+use pattern_protocol::store::Store;
 use serde_json::json;
 
 use crate::{Kind, fresh};
@@ -72,9 +74,10 @@ async fn answer(db: &Database, agent: AgentId, answer: &str) -> String {
 async fn a_sync_session_is_held_by_the_agents(kind: Kind) {
     let tdb = fresh(kind).await;
     let db = tdb.open().await.unwrap();
+    let store = Store::new(&db);
     let (_, ids) = agents(&db, &["ada", "bob"]).await;
     let (ada, bob) = (ids[0], ids[1]);
-    let (session, first) = db
+    let (session, first) = store
         .open_session_with(
             ada,
             bob,
@@ -92,7 +95,7 @@ async fn a_sync_session_is_held_by_the_agents(kind: Kind) {
     assert_eq!(queued.len(), 1);
     assert_eq!(queued[0].protocol_message, Some(first.id));
     assert_eq!(queued[0].source, format!("session:{}", session.id));
-    assert_eq!(db.unread(bob).await.unwrap().len(), 1);
+    assert_eq!(store.unread(bob).await.unwrap().len(), 1);
 
     let trigger = answer(&db, bob, "pong 1").await;
     assert!(
@@ -101,21 +104,21 @@ async fn a_sync_session_is_held_by_the_agents(kind: Kind) {
         "{trigger}"
     );
     assert!(
-        db.unread(bob).await.unwrap().is_empty(),
+        store.unread(bob).await.unwrap().is_empty(),
         "read on completion"
     );
     // Bob's final answer went back into the session as his reply: ada's turn, ada's trigger.
-    let now = db.session(session.id).await.unwrap();
+    let now = store.session(session.id).await.unwrap();
     assert_eq!((now.turn, now.messages_sent), (Some(ada), 2));
     answer(&db, ada, "ping 2").await;
     answer(&db, bob, "pong 2").await;
     // The fourth message reached the limit: the session ended in that write.
-    let ended = db.session(session.id).await.unwrap();
+    let ended = store.session(session.id).await.unwrap();
     assert_eq!(ended.status, SessionStatus::Ended);
     assert_eq!(ended.messages_sent, 4);
     // Ada still gets the last message; her answer goes nowhere (the session ended).
     answer(&db, ada, "bye").await;
-    let said: Vec<(AgentId, String)> = db
+    let said: Vec<(AgentId, String)> = store
         .session_messages(session.id)
         .await
         .unwrap()
@@ -131,12 +134,12 @@ async fn a_sync_session_is_held_by_the_agents(kind: Kind) {
             (bob, "pong 2".to_owned()),
         ]
     );
-    assert!(db.unread(ada).await.unwrap().is_empty());
-    assert!(db.unread(bob).await.unwrap().is_empty());
+    assert!(store.unread(ada).await.unwrap().is_empty());
+    assert!(store.unread(bob).await.unwrap().is_empty());
     assert!(db.claim_next(ada).await.unwrap().is_none());
     assert!(db.claim_next(bob).await.unwrap().is_none());
     // Past the limit nothing more is stored.
-    let err = db
+    let err = store
         .send_session_message(session.id, ada, text("more"))
         .await
         .unwrap_err();
@@ -153,7 +156,7 @@ async fn a_crashed_delivery_is_retried_and_read_only_when_answered(kind: Kind) {
     let first = tdb.open().await.unwrap();
     let (_, ids) = agents(&first, &["ada", "bob"]).await;
     let (ada, bob) = (ids[0], ids[1]);
-    let (session, _) = first
+    let (session, _) = Store::new(&first)
         .open_session_with(
             ada,
             bob,
@@ -169,16 +172,27 @@ async fn a_crashed_delivery_is_retried_and_read_only_when_answered(kind: Kind) {
     // The next process abandons the dead run and queues the same message once more.
     let second = tdb.open().await.unwrap();
     second.messages(bob).recover().await.unwrap();
-    assert_eq!(second.unread(bob).await.unwrap().len(), 1, "not read yet");
+    assert_eq!(
+        Store::new(&second).unread(bob).await.unwrap().len(),
+        1,
+        "not read yet"
+    );
     let retry = second.pending_queue(bob).await.unwrap();
     assert_eq!(retry.len(), 1);
     assert_eq!(retry[0].retry_of, Some(started.received.batch_id));
     assert!(retry[0].protocol_message.is_some());
     let trigger = answer(&second, bob, "yes").await;
     assert!(trigger.ends_with("are you there?"), "{trigger}");
-    assert!(second.unread(bob).await.unwrap().is_empty());
+    assert!(Store::new(&second).unread(bob).await.unwrap().is_empty());
     // An async session takes no automatic reply.
-    assert_eq!(second.session_messages(session.id).await.unwrap().len(), 1);
+    assert_eq!(
+        Store::new(&second)
+            .session_messages(session.id)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     assert!(second.pending_queue(ada).await.unwrap().is_empty());
     second.close().await;
     tdb.cleanup().await.unwrap();
@@ -187,6 +201,7 @@ async fn a_crashed_delivery_is_retried_and_read_only_when_answered(kind: Kind) {
 async fn sessions_refuse_bad_opens_with_nothing_stored(kind: Kind) {
     let tdb = fresh(kind).await;
     let db = tdb.open().await.unwrap();
+    let store = Store::new(&db);
     let (_, ids) = agents(&db, &["ada", "bob"]).await;
     let other = db.create_organization("globex", "Globex").await.unwrap();
     let stranger = db
@@ -195,33 +210,36 @@ async fn sessions_refuse_bad_opens_with_nothing_stored(kind: Kind) {
         .unwrap()
         .id;
     let refusals = [
-        db.open_session_with(
-            ids[0],
-            stranger,
-            SessionType::Sync,
-            SessionOptions::agents(Some(4)),
-            Some(text("hi")),
-        )
-        .await
-        .unwrap_err(),
-        db.open_session_with(
-            ids[0],
-            ids[0],
-            SessionType::Sync,
-            SessionOptions::agents(Some(4)),
-            Some(text("hi")),
-        )
-        .await
-        .unwrap_err(),
-        db.open_session_with(
-            ids[0],
-            ids[1],
-            SessionType::Sync,
-            SessionOptions::agents(Some(0)),
-            Some(text("hi")),
-        )
-        .await
-        .unwrap_err(),
+        store
+            .open_session_with(
+                ids[0],
+                stranger,
+                SessionType::Sync,
+                SessionOptions::agents(Some(4)),
+                Some(text("hi")),
+            )
+            .await
+            .unwrap_err(),
+        store
+            .open_session_with(
+                ids[0],
+                ids[0],
+                SessionType::Sync,
+                SessionOptions::agents(Some(4)),
+                Some(text("hi")),
+            )
+            .await
+            .unwrap_err(),
+        store
+            .open_session_with(
+                ids[0],
+                ids[1],
+                SessionType::Sync,
+                SessionOptions::agents(Some(0)),
+                Some(text("hi")),
+            )
+            .await
+            .unwrap_err(),
     ];
     assert!(
         matches!(
@@ -232,7 +250,7 @@ async fn sessions_refuse_bad_opens_with_nothing_stored(kind: Kind) {
         refusals[0]
     );
     assert!(
-        matches!(refusals[1], Error::Protocol(ProtocolError::SelfSession(_))),
+        matches!(Refusal::of(&refusals[1]), Some(Refusal::SelfSession(_))),
         "{}",
         refusals[1]
     );
@@ -246,19 +264,20 @@ async fn sessions_refuse_bad_opens_with_nothing_stored(kind: Kind) {
     );
     for id in [ids[0], ids[1], stranger] {
         assert!(db.pending_queue(id).await.unwrap().is_empty());
-        assert!(db.unread(id).await.unwrap().is_empty());
+        assert!(store.unread(id).await.unwrap().is_empty());
     }
-    assert!(db.active_conversations().await.unwrap().is_empty());
+    assert!(store.active_conversations().await.unwrap().is_empty());
     // An inbox session (outside clients) queues nothing; opened again for agents, it becomes one.
-    let inbox = db
+    let inbox = store
         .open_session(ids[0], ids[1], SessionType::Async)
         .await
         .unwrap();
-    db.send_session_message(inbox.id, ids[0], text("for the inbox"))
+    store
+        .send_session_message(inbox.id, ids[0], text("for the inbox"))
         .await
         .unwrap();
     assert!(db.pending_queue(ids[1]).await.unwrap().is_empty());
-    let (upgraded, _) = db
+    let (upgraded, _) = store
         .open_session_with(
             ids[0],
             ids[1],
@@ -280,93 +299,8 @@ async fn sessions_refuse_bad_opens_with_nothing_stored(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
-async fn the_selector_hands_the_turn_as_the_host_chose(kind: Kind) {
-    let tdb = fresh(kind).await;
-    let db = tdb.open().await.unwrap();
-    let (_, ids) = agents(&db, &["host", "ann", "ben", "cat"]).await;
-    let (host, ann, ben, cat) = (ids[0], ids[1], ids[2], ids[3]);
-    let m = db
-        .create_meeting_with_plan(host, None, MeetingPolicy::Selector, json!({}))
-        .await
-        .unwrap()
-        .meeting
-        .id;
-    for a in [ann, ben, cat] {
-        db.join_meeting(m, a).await.unwrap();
-    }
-    db.start_meeting(m, host).await.unwrap();
-    assert_eq!(db.meeting(m).await.unwrap().speaker, Some(host));
-    // Refusals: not the host, the host choosing itself or an absent agent; nothing changes.
-    let errs = [
-        db.choose_speaker(m, ann, ben).await.unwrap_err(),
-        db.choose_speaker(m, host, host).await.unwrap_err(),
-        db.choose_speaker(m, host, AgentId::new())
-            .await
-            .unwrap_err(),
-    ];
-    assert!(
-        matches!(errs[0], Error::Protocol(ProtocolError::NotHost { .. })),
-        "{}",
-        errs[0]
-    );
-    assert!(
-        matches!(errs[1], Error::Protocol(ProtocolError::InvalidMessage(_))),
-        "{}",
-        errs[1]
-    );
-    assert!(
-        matches!(
-            errs[2],
-            Error::Protocol(ProtocolError::NotMeetingParticipant { .. })
-        ),
-        "{}",
-        errs[2]
-    );
-    assert_eq!(db.meeting(m).await.unwrap().chosen, None);
-    // The host chooses cat: after the host speaks, cat; after cat, the host again.
-    db.choose_speaker(m, host, cat).await.unwrap();
-    db.speak(m, host, text("cat, your view?")).await.unwrap();
-    assert_eq!(db.meeting(m).await.unwrap().speaker, Some(cat));
-    let err = db.choose_speaker(m, host, ann).await.unwrap_err();
-    assert!(
-        matches!(err, Error::Protocol(ProtocolError::NotSpeaker { .. })),
-        "{err}"
-    );
-    db.speak(m, cat, text("meow")).await.unwrap();
-    assert_eq!(db.meeting(m).await.unwrap().speaker, Some(host));
-    // The chosen speaker leaves before its turn: the host's turn goes on in join order.
-    db.choose_speaker(m, host, ben).await.unwrap();
-    db.leave_meeting(m, ben).await.unwrap();
-    db.pass_turn(m, host).await.unwrap();
-    assert_eq!(db.meeting(m).await.unwrap().speaker, Some(ann));
-    let events = db.meeting_events_after(m, 0, 1000).await.unwrap();
-    let reasons: Vec<String> = events
-        .iter()
-        .filter(|e| e.event_type == MeetingEventType::TurnPassed)
-        .map(|e| {
-            e.data.as_ref().unwrap()["reason"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
-        .collect();
-    assert_eq!(reasons, ["start", "chosen", "spoke", "passed"]);
-    // A round-robin meeting has no choosing.
-    let rr = db.create_meeting(host, None).await.unwrap().meeting.id;
-    db.join_meeting(rr, ann).await.unwrap();
-    db.start_meeting(rr, host).await.unwrap();
-    let err = db.choose_speaker(rr, host, ann).await.unwrap_err();
-    assert!(
-        matches!(err, Error::Protocol(ProtocolError::MeetingState { .. })),
-        "{err}"
-    );
-    db.close().await;
-    tdb.cleanup().await.unwrap();
-}
-
 conformance!(
     a_sync_session_is_held_by_the_agents,
     a_crashed_delivery_is_retried_and_read_only_when_answered,
     sessions_refuse_bad_opens_with_nothing_stored,
-    the_selector_hands_the_turn_as_the_host_chose,
 );
