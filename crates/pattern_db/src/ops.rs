@@ -487,33 +487,39 @@ pub(crate) const BATCH_COLUMN_COUNT: usize = 14;
 
 /// Batches with their messages in one statement: the batches `pick` selects (a `WHERE`, `ORDER
 /// BY` and `LIMIT` over `batches`), each batch's columns followed by one of its live messages'
-/// (NULL for a batch without any), in batch and sequence order. Each batch's messages are one
-/// lookup of `messages_by_batch`.
+/// (NULL for a batch without any). Each batch's messages are one lookup of `messages_by_batch`.
+/// The rows come in no particular order (an `ORDER BY` here made SQLite copy every joined row,
+/// content included, into a sorter): [`batches_from_joined_rows`] orders them.
 pub(crate) fn batches_with_messages(pick: &str) -> String {
     format!(
         "SELECT {BATCH_COLUMNS}, {MESSAGE_COLUMNS} FROM (SELECT * FROM batches {pick}) b \
-         LEFT JOIN messages m ON m.batch_id = b.id AND NOT m.deleted \
-         ORDER BY b.id, m.sequence_num"
+         LEFT JOIN messages m ON m.batch_id = b.id AND NOT m.deleted"
     )
 }
 
-/// Rows of [`batches_with_messages`], grouped: each batch once, with its messages.
+/// Rows of [`batches_with_messages`], grouped: each batch once, oldest first, with its messages
+/// in sequence order.
 pub(crate) fn batches_from_joined_rows(rows: &[Row]) -> Result<Vec<crate::model::StoredBatch>> {
-    let mut out: Vec<crate::model::StoredBatch> = Vec::new();
+    let mut by_id: std::collections::BTreeMap<i64, crate::model::StoredBatch> =
+        std::collections::BTreeMap::new();
     for row in rows {
-        let id = SnowflakeId(row.try_get(0)?);
-        if out.last().is_none_or(|b| b.info.id != id) {
-            out.push(crate::model::StoredBatch {
+        let id: i64 = row.try_get(0)?;
+        let batch = match by_id.entry(id) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => e.insert(crate::model::StoredBatch {
                 info: batch_from_row(row)?,
                 messages: Vec::new(),
-            });
-        }
+            }),
+        };
         if !row.is_null(BATCH_COLUMN_COUNT)? {
-            let message = message_from_row_at(row, BATCH_COLUMN_COUNT)?;
-            if let Some(batch) = out.last_mut() {
-                batch.messages.push(message);
-            }
+            batch
+                .messages
+                .push(message_from_row_at(row, BATCH_COLUMN_COUNT)?);
         }
+    }
+    let mut out: Vec<_> = by_id.into_values().collect();
+    for batch in &mut out {
+        batch.messages.sort_by_key(|m| m.sequence_num);
     }
     Ok(out)
 }
