@@ -277,33 +277,19 @@ arg_from!(Text, &String, |v| v.clone());
 arg_from!(Bytes, Vec<u8>, |v| v);
 arg_from!(Bytes, &[u8], |v| v.to_vec());
 
-impl Arg {
-    fn add_sqlite(
-        self,
-        args: &mut SqliteArguments,
-    ) -> std::result::Result<(), sqlx::error::BoxDynError> {
-        match self {
-            Arg::Int(v) => args.add(v),
-            Arg::Int32(v) => args.add(v),
-            Arg::Float(v) => args.add(v),
-            Arg::Float32(v) => args.add(v),
-            Arg::Bool(v) => args.add(v),
-            Arg::Text(v) => args.add(v),
-            Arg::Bytes(v) => args.add(v),
+/// Adds `arg` to an engine's argument buffer (the same arms for both engines' buffers).
+macro_rules! add_arg {
+    ($arg:expr, $args:expr) => {
+        match $arg {
+            Arg::Int(v) => $args.add(v),
+            Arg::Int32(v) => $args.add(v),
+            Arg::Float(v) => $args.add(v),
+            Arg::Float32(v) => $args.add(v),
+            Arg::Bool(v) => $args.add(v),
+            Arg::Text(v) => $args.add(v),
+            Arg::Bytes(v) => $args.add(v),
         }
-    }
-
-    fn add_pg(self, args: &mut PgArguments) -> std::result::Result<(), sqlx::error::BoxDynError> {
-        match self {
-            Arg::Int(v) => args.add(v),
-            Arg::Int32(v) => args.add(v),
-            Arg::Float(v) => args.add(v),
-            Arg::Float32(v) => args.add(v),
-            Arg::Bool(v) => args.add(v),
-            Arg::Text(v) => args.add(v),
-            Arg::Bytes(v) => args.add(v),
-        }
-    }
+    };
 }
 
 /// A statement and its arguments, run on whichever engine it is given.
@@ -345,7 +331,7 @@ impl Query {
     fn sqlite(self) -> SqlxResult<sqlx::query::Query<'static, Sqlite, SqliteArguments>> {
         let mut args = SqliteArguments::default();
         for arg in self.args {
-            arg.add_sqlite(&mut args).map_err(sqlx::Error::Encode)?;
+            add_arg!(arg, args).map_err(sqlx::Error::Encode)?;
         }
         Ok(sqlx::query_with(self.sql, args))
     }
@@ -354,7 +340,7 @@ impl Query {
         let mut args = PgArguments::default();
         args.reserve(self.args.len(), 0);
         for arg in self.args {
-            arg.add_pg(&mut args).map_err(sqlx::Error::Encode)?;
+            add_arg!(arg, args).map_err(sqlx::Error::Encode)?;
         }
         Ok(sqlx::query_with(self.sql, args))
     }

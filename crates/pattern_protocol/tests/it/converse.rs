@@ -7,31 +7,13 @@
 
 use pattern_db::{AgentError, ProtocolError};
 use pattern_db::{
-    AgentId, BatchType, Database, Delivery, Error, NewAgent, NewMessage, NewProtocolMessage,
-    OrganizationId, RunEnding, SessionOptions, SessionStatus, SessionType,
+    AgentId, BatchType, Database, Delivery, Error, NewAgent, NewMessage, RunEnding, SessionOptions,
+    SessionStatus, SessionType,
 };
 use pattern_protocol::ProtocolError as Refusal;
 use pattern_protocol::store::Store;
-use serde_json::json;
 
-use crate::{Kind, fresh};
-
-fn text(t: &str) -> NewProtocolMessage {
-    NewProtocolMessage::new("text", json!({ "text": t }))
-}
-
-async fn agents(db: &Database, names: &[&str]) -> (OrganizationId, Vec<AgentId>) {
-    let org = db.create_organization("acme", "Acme").await.unwrap();
-    let mut ids = Vec::new();
-    for name in names {
-        let a = db
-            .create_agent(NewAgent::named(*name).in_organization(org.id))
-            .await
-            .unwrap();
-        ids.push(a.id);
-    }
-    (org.id, ids)
-}
+use crate::{Kind, agents, fresh, text};
 
 /// Claims `agent`'s next queue entry and completes its batch with `answer` as the final answer
 /// (the way a run ends), returning the trigger's text.

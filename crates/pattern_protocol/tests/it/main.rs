@@ -25,7 +25,7 @@ mod storage;
 mod waiting;
 
 use pattern_db::testkit::TestDb;
-use pattern_db::{Database, DbConfig};
+use pattern_db::{AgentId, Database, DbConfig, NewProtocolMessage, OrganizationId};
 use pattern_protocol::{Agent, NewAgent, Protocol};
 
 /// Which backend a case runs on.
@@ -57,4 +57,23 @@ pub async fn agent(protocol: &Protocol, external_id: &str) -> Agent {
         .create_agent(NewAgent::named(external_id).in_organization(org.id))
         .await
         .unwrap()
+}
+
+/// A `text` protocol message (the storage cases' and the conversations' one shape).
+pub fn text(t: &str) -> NewProtocolMessage {
+    NewProtocolMessage::new("text", serde_json::json!({ "text": t }))
+}
+
+/// Agents named `names` in a new `acme` organization, straight on the database.
+pub async fn agents(db: &Database, names: &[&str]) -> (OrganizationId, Vec<AgentId>) {
+    let org = db.create_organization("acme", "Acme").await.unwrap();
+    let mut ids = Vec::new();
+    for name in names {
+        let a = db
+            .create_agent(pattern_db::NewAgent::named(*name).in_organization(org.id))
+            .await
+            .unwrap();
+        ids.push(a.id);
+    }
+    (org.id, ids)
 }

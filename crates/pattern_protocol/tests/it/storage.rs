@@ -6,15 +6,15 @@
 
 use pattern_db::testkit::insert_raw_protocol_message;
 use pattern_db::{
-    AgentError, AgentId, Database, Error, MeetingId, NewAgent, NewProtocolMessage, OrganizationId,
-    ProtocolError, ProtocolMessageId, SessionId, SessionStatus, SessionType, StorageError,
+    AgentError, AgentId, Database, Error, MeetingId, NewAgent, NewProtocolMessage, ProtocolError,
+    ProtocolMessageId, SessionId, SessionStatus, SessionType, StorageError,
 };
 use pattern_protocol::ProtocolError as Refusal;
 use pattern_protocol::store::Store;
 use pattern_protocol::{ListPage, Liveness, MeetingEventType, MeetingPolicy};
 use serde_json::json;
 
-use crate::{Kind, fresh, open_with};
+use crate::{Kind, agents, fresh, open_with, text};
 
 async fn protocol_pair(db: &Database) -> (pattern_db::Agent, pattern_db::Agent) {
     let org = db.create_organization("acme", "Acme").await.unwrap();
@@ -29,23 +29,6 @@ async fn protocol_pair(db: &Database) -> (pattern_db::Agent, pattern_db::Agent) 
 
 fn say(text: &str) -> NewProtocolMessage {
     NewProtocolMessage::new("chat", json!({ "text": text }))
-}
-
-fn text(t: &str) -> NewProtocolMessage {
-    NewProtocolMessage::new("text", json!({ "text": t }))
-}
-
-async fn agents(db: &Database, names: &[&str]) -> (OrganizationId, Vec<AgentId>) {
-    let org = db.create_organization("acme", "Acme").await.unwrap();
-    let mut ids = Vec::new();
-    for name in names {
-        let a = db
-            .create_agent(NewAgent::named(*name).in_organization(org.id))
-            .await
-            .unwrap();
-        ids.push(a.id);
-    }
-    (org.id, ids)
 }
 
 /// Nothing crosses an organization's wall: no session, no meeting invitation or join (moved from
