@@ -93,7 +93,11 @@ pub struct ContextConfig {
 
 impl ContextConfig {
     /// Defaults for a model window: 10 % of the window reserved for the response, a quarter for
-    /// system and blocks, an eighth for tools and for summaries, the rest for history.
+    /// system and blocks and a quarter for tools, an eighth for summaries, the rest for history.
+    /// Each is a ceiling, not a reservation: history takes whatever the others leave. (Tools had
+    /// an eighth until stop 26: on the local model's 8,192-token window the built-in tool set,
+    /// 1,055 tokens since agents talk through the protocol, no longer fit, and every turn of
+    /// the main job failed after its first tool call.)
     pub fn for_window(instructions: impl Into<String>, model_window: usize) -> Self {
         let reserve = model_window / 10;
         Self {
@@ -102,7 +106,7 @@ impl ContextConfig {
             response_reserve: reserve,
             budgets: SectionBudgets {
                 system: model_window / 4,
-                tools: model_window / 8,
+                tools: model_window / 4,
                 summaries: model_window / 8,
                 history: model_window - reserve,
             },
