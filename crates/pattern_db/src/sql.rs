@@ -72,14 +72,6 @@ impl Pool {
             Self::Postgres(p) => p.close().await,
         }
     }
-
-    /// Connections open (idle or in use).
-    pub fn size(&self) -> u32 {
-        match self {
-            Self::Sqlite(p) => p.size(),
-            Self::Postgres(p) => p.size(),
-        }
-    }
 }
 
 /// A connection taken from a [`Pool`].
@@ -151,14 +143,6 @@ impl Conn<'_> {
         match self {
             Self::Sqlite(_) => Backend::Sqlite,
             Self::Postgres(_) => Backend::Postgres,
-        }
-    }
-
-    /// The same connection for a shorter borrow.
-    pub fn reborrow(&mut self) -> Conn<'_> {
-        match self {
-            Self::Sqlite(c) => Conn::Sqlite(c),
-            Self::Postgres(c) => Conn::Postgres(c),
         }
     }
 

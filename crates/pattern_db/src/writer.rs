@@ -328,12 +328,6 @@ async fn run(
     debug!(writer = n, "writer stopped: every handle dropped");
 }
 
-async fn begin(pool: &Pool, backend: Backend) -> Result<crate::sql::Tx> {
-    // IMMEDIATE on SQLite: the write lock up front, so no lock upgrade can fail half-way.
-    debug_assert_eq!(pool.backend(), backend);
-    Ok(pool.begin_write().await?)
-}
-
 /// Runs a group, again when it hit a lock conflict, and replies to every job.
 async fn commit_group(pool: &Pool, ctx: &Ctx, group: Vec<Job>) {
     let mut attempt = 0;
@@ -372,7 +366,8 @@ fn jitter() -> u8 {
 /// One attempt: the outcome of every job. When a lock conflict aborted the attempt, nothing of
 /// it is committed and every outcome is an error (the conflict for at least one).
 async fn attempt_group(pool: &Pool, ctx: &Ctx, group: &[Job]) -> Vec<Result<()>> {
-    let mut tx = match begin(pool, ctx.backend).await {
+    // `BEGIN IMMEDIATE` on SQLite: the write lock up front, so no lock upgrade fails half-way.
+    let mut tx = match pool.begin_write().await.map_err(Error::from) {
         Ok(tx) => tx,
         Err(e) => return fail_all(group, &e),
     };
