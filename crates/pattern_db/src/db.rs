@@ -123,6 +123,9 @@ fn connect_options(config: &DbConfig, backend: Backend) -> Result<Options> {
         Backend::Postgres => Options::Postgres(
             PgConnectOptions::from_str(&url)
                 .map_err(invalid)?
+                // Statements are prepared once per connection and kept (the workspace has a
+                // few hundred texts; sqlx keeps 100 by default and re-prepares evicted ones).
+                .statement_cache_capacity(1024)
                 .disable_statement_logging(),
         ),
     })

@@ -18,12 +18,14 @@
 
 use std::future::Future;
 
+use sqlx::error::BoxDynError;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::postgres::types::Oid;
+use sqlx::postgres::{PgArguments, PgRow, PgTypeInfo};
 use sqlx::sqlite::{SqliteArguments, SqliteRow};
 use sqlx::{
-    Arguments, PgConnection, PgPool, Postgres, Row as _, SqlSafeStr, SqlStr, Sqlite,
-    SqliteConnection, SqlitePool, Transaction, TypeInfo, ValueRef,
+    Arguments, Executor as _, PgConnection, PgPool, Postgres, Row as _, SqlSafeStr, SqlStr, Sqlite,
+    SqliteConnection, SqlitePool, Statement as _, Transaction, TypeInfo, ValueRef,
 };
 
 use crate::config::Backend;
@@ -276,6 +278,92 @@ macro_rules! add_arg {
     };
 }
 
+/// Adds `arg` to a PostgreSQL argument buffer as the type PostgreSQL inferred for its
+/// parameter: the domains bind ids as text, times as Unix milliseconds and JSON as text (what
+/// SQLite stores), and PostgreSQL's columns are `UUID`, `TIMESTAMPTZ` and `JSON`/`JSONB`
+/// (migration 0023); integers narrow to `INTEGER`/`SMALLINT` parameters only when they fit.
+/// Any other pairing is bound as given, and PostgreSQL refuses what does not fit.
+fn pg_arg(arg: Arg, ty: &PgTypeInfo, args: &mut PgArguments) -> Result<(), BoxDynError> {
+    match (ty.name(), arg) {
+        ("UUID", Arg::Text(v)) => args.add(v.map(|s| uuid::Uuid::parse_str(&s)).transpose()?),
+        ("JSON", Arg::Text(v)) => args.add(v.map(|text| JsonText {
+            text,
+            binary: false,
+        })),
+        ("JSONB", Arg::Text(v)) => args.add(v.map(|text| JsonText { text, binary: true })),
+        ("TIMESTAMPTZ", Arg::Int(v)) => args.add(v.map(timestamp).transpose()?),
+        ("INT4", Arg::Int(v)) => args.add(v.map(i32::try_from).transpose()?),
+        ("INT2", Arg::Int(v)) => args.add(v.map(i16::try_from).transpose()?),
+        ("INT2", Arg::Int32(v)) => args.add(v.map(i16::try_from).transpose()?),
+        ("INT8", Arg::Int32(v)) => args.add(v.map(i64::from)),
+        ("FLOAT8", Arg::Float32(v)) => args.add(v.map(f64::from)),
+        (_, arg) => add_arg!(arg, args),
+    }
+}
+
+/// Unix milliseconds as an instant; out of `TIMESTAMPTZ`'s range is an error, never clamped.
+fn timestamp(ms: i64) -> Result<chrono::DateTime<chrono::Utc>, BoxDynError> {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .ok_or_else(|| format!("{ms} ms since 1970 is out of range for TIMESTAMPTZ").into())
+}
+
+/// PostgreSQL's type ids of `JSON` and `JSONB` (fixed in its catalog).
+const JSON_OID: Oid = Oid(114);
+const JSONB_OID: Oid = Oid(3802);
+
+/// JSON text bound to a `JSON` or `JSONB` parameter unchanged (PostgreSQL checks it).
+struct JsonText {
+    text: String,
+    /// `JSONB`: its binary form is a version byte, then the text.
+    binary: bool,
+}
+
+impl sqlx::Type<Postgres> for JsonText {
+    fn type_info() -> PgTypeInfo {
+        PgTypeInfo::with_oid(JSON_OID)
+    }
+}
+
+impl sqlx::Encode<'_, Postgres> for JsonText {
+    fn encode_by_ref(
+        &self,
+        buf: &mut sqlx::postgres::PgArgumentBuffer,
+    ) -> Result<sqlx::encode::IsNull, BoxDynError> {
+        if self.binary {
+            buf.push(1);
+        }
+        buf.extend_from_slice(self.text.as_bytes());
+        Ok(sqlx::encode::IsNull::No)
+    }
+
+    fn produces(&self) -> Option<PgTypeInfo> {
+        Some(PgTypeInfo::with_oid(if self.binary {
+            JSONB_OID
+        } else {
+            JSON_OID
+        }))
+    }
+}
+
+/// SQL for the time column (or time expression) `expr` as Unix milliseconds: itself on SQLite,
+/// which stores milliseconds; an exact conversion of PostgreSQL's `TIMESTAMPTZ`.
+pub fn millis_of(backend: Backend, expr: &str) -> String {
+    match backend {
+        Backend::Sqlite => expr.to_owned(),
+        Backend::Postgres => format!("(EXTRACT(EPOCH FROM {expr}) * 1000)::BIGINT"),
+    }
+}
+
+/// SQL for the time `ms` Unix milliseconds (an integer SQL expression) as a time column's value:
+/// itself on SQLite; a `TIMESTAMPTZ` on PostgreSQL. With [`millis_of`], arithmetic on times
+/// reads the same on both engines.
+pub fn time_of_millis(backend: Backend, ms: &str) -> String {
+    match backend {
+        Backend::Sqlite => ms.to_owned(),
+        Backend::Postgres => format!("('epoch'::timestamptz + ({ms}) * interval '1 millisecond')"),
+    }
+}
+
 /// A statement and its arguments, run on whichever engine it is given.
 #[must_use = "a query does nothing until it is executed or fetched"]
 #[derive(Debug)]
@@ -320,11 +408,27 @@ impl Query {
         Ok(sqlx::query_with(self.sql, args))
     }
 
-    fn pg(self) -> SqlxResult<sqlx::query::Query<'static, Postgres, PgArguments>> {
+    /// The statement prepared on `conn`, its arguments converted to the types PostgreSQL
+    /// inferred for its parameters (see [`pg_arg`]). sqlx keeps the prepared statement in the
+    /// connection's cache, so the preparation costs a round trip only the first time a
+    /// connection sees the text, and running it binds against the same inferred types.
+    async fn pg_on(
+        self,
+        conn: &mut PgConnection,
+    ) -> SqlxResult<sqlx::query::Query<'static, Postgres, PgArguments>> {
+        let statement = (&mut *conn).prepare_with(self.sql.clone(), &[]).await?;
+        let types: &[PgTypeInfo] = match statement.parameters() {
+            Some(sqlx::Either::Left(types)) => types,
+            _ => &[],
+        };
         let mut args = PgArguments::default();
         args.reserve(self.args.len(), 0);
-        for arg in self.args {
-            add_arg!(arg, args).map_err(sqlx::Error::Encode)?;
+        for (i, arg) in self.args.into_iter().enumerate() {
+            match types.get(i) {
+                Some(ty) => pg_arg(arg, ty, &mut args),
+                None => add_arg!(arg, args),
+            }
+            .map_err(sqlx::Error::Encode)?;
         }
         Ok(sqlx::query_with(self.sql, args))
     }
@@ -334,8 +438,15 @@ impl Query {
         let rows_affected = match on.into() {
             On::SqlitePool(p) => self.sqlite()?.execute(p).await?.rows_affected(),
             On::Sqlite(c) => self.sqlite()?.execute(c).await?.rows_affected(),
-            On::PgPool(p) => self.pg()?.execute(p).await?.rows_affected(),
-            On::Postgres(c) => self.pg()?.execute(c).await?.rows_affected(),
+            On::PgPool(p) => {
+                let mut c = p.acquire().await?;
+                self.pg_on(&mut c)
+                    .await?
+                    .execute(&mut *c)
+                    .await?
+                    .rows_affected()
+            }
+            On::Postgres(c) => self.pg_on(c).await?.execute(&mut *c).await?.rows_affected(),
         };
         Ok(Done { rows_affected })
     }
@@ -345,8 +456,17 @@ impl Query {
         Ok(match on.into() {
             On::SqlitePool(p) => wrap(self.sqlite()?.fetch_all(p).await?, Row::Sqlite),
             On::Sqlite(c) => wrap(self.sqlite()?.fetch_all(c).await?, Row::Sqlite),
-            On::PgPool(p) => wrap(self.pg()?.fetch_all(p).await?, Row::Postgres),
-            On::Postgres(c) => wrap(self.pg()?.fetch_all(c).await?, Row::Postgres),
+            On::PgPool(p) => {
+                let mut c = p.acquire().await?;
+                wrap(
+                    self.pg_on(&mut c).await?.fetch_all(&mut *c).await?,
+                    Row::Postgres,
+                )
+            }
+            On::Postgres(c) => wrap(
+                self.pg_on(c).await?.fetch_all(&mut *c).await?,
+                Row::Postgres,
+            ),
         })
     }
 
@@ -355,8 +475,15 @@ impl Query {
         Ok(match on.into() {
             On::SqlitePool(p) => self.sqlite()?.fetch_optional(p).await?.map(Row::Sqlite),
             On::Sqlite(c) => self.sqlite()?.fetch_optional(c).await?.map(Row::Sqlite),
-            On::PgPool(p) => self.pg()?.fetch_optional(p).await?.map(Row::Postgres),
-            On::Postgres(c) => self.pg()?.fetch_optional(c).await?.map(Row::Postgres),
+            On::PgPool(p) => {
+                let mut c = p.acquire().await?;
+                let q = self.pg_on(&mut c).await?;
+                q.fetch_optional(&mut *c).await?.map(Row::Postgres)
+            }
+            On::Postgres(c) => {
+                let q = self.pg_on(c).await?;
+                q.fetch_optional(&mut *c).await?.map(Row::Postgres)
+            }
         })
     }
 
@@ -370,8 +497,11 @@ impl Query {
             Ok(match on {
                 On::SqlitePool(p) => Row::Sqlite(self.sqlite()?.fetch_one(p).await?),
                 On::Sqlite(c) => Row::Sqlite(self.sqlite()?.fetch_one(c).await?),
-                On::PgPool(p) => Row::Postgres(self.pg()?.fetch_one(p).await?),
-                On::Postgres(c) => Row::Postgres(self.pg()?.fetch_one(c).await?),
+                On::PgPool(p) => {
+                    let mut c = p.acquire().await?;
+                    Row::Postgres(self.pg_on(&mut c).await?.fetch_one(&mut *c).await?)
+                }
+                On::Postgres(c) => Row::Postgres(self.pg_on(c).await?.fetch_one(&mut *c).await?),
             })
         }
     }
@@ -487,7 +617,29 @@ macro_rules! col_direct {
     )*};
 }
 
-col_direct!(String, f64, f32, Vec<u8>, bool);
+col_direct!(f64, f32, Vec<u8>, bool);
+
+impl Col for String {
+    fn sqlite<I: Index>(row: &SqliteRow, index: I) -> SqlxResult<Self> {
+        row.try_get(index)
+    }
+    /// PostgreSQL's `UUID` columns read as their hyphenated lowercase text, `JSON` and `JSONB`
+    /// as their text (what SQLite stores and the domains parse).
+    fn pg<I: Index>(row: &PgRow, index: I) -> SqlxResult<Self> {
+        let value = row.try_get_raw(index)?;
+        let bytes = match value.type_info().name() {
+            "UUID" => return Ok(row.try_get::<uuid::Uuid, _>(index)?.to_string()),
+            "JSON" => value.as_bytes(),
+            "JSONB" => value.as_bytes().and_then(|b| match b.split_first() {
+                Some((1, text)) => Ok(text),
+                _ => Err("JSONB value of an unknown binary version".into()),
+            }),
+            _ => return row.try_get(index),
+        };
+        let text = bytes.map_err(sqlx::Error::Decode)?;
+        String::from_utf8(text.to_vec()).map_err(|e| sqlx::Error::Decode(Box::new(e)))
+    }
+}
 
 impl Col for i64 {
     fn sqlite<I: Index>(row: &SqliteRow, index: I) -> SqlxResult<Self> {
@@ -498,6 +650,7 @@ impl Col for i64 {
             let value = row.try_get_raw(index)?;
             let info = value.type_info();
             match info.name() {
+                "TIMESTAMPTZ" => 0,
                 "INT4" => 4,
                 "INT2" => 2,
                 "BOOL" => 1,
@@ -508,6 +661,9 @@ impl Col for i64 {
             4 => Ok(i64::from(row.try_get::<i32, _>(index)?)),
             2 => Ok(i64::from(row.try_get::<i16, _>(index)?)),
             1 => Ok(i64::from(row.try_get::<bool, _>(index)?)),
+            0 => Ok(row
+                .try_get::<chrono::DateTime<chrono::Utc>, _>(index)?
+                .timestamp_millis()),
             _ => row.try_get(index),
         }
     }

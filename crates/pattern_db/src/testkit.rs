@@ -255,11 +255,20 @@ pub async fn backdate(db: &Database, by: std::time::Duration) -> Result<()> {
     for (table, columns) in shifts {
         let set: Vec<String> = columns
             .iter()
-            .map(|c| format!("{c} = {c} - {ms}"))
+            .map(|c| format!("{c} = {}", minus_ms(db.backend(), c, &ms.to_string())))
             .collect();
         execute_raw(db, &format!("UPDATE {table} SET {}", set.join(", "))).await?;
     }
     Ok(())
+}
+
+/// SQL for time column `column` moved `ms` milliseconds (an integer SQL expression) into the
+/// past, on either engine (PostgreSQL's times are `TIMESTAMPTZ`): for tests that age rows.
+pub fn minus_ms(backend: Backend, column: &str, ms: &str) -> String {
+    crate::sql::time_of_millis(
+        backend,
+        &format!("{} - ({ms})", crate::sql::millis_of(backend, column)),
+    )
 }
 
 /// The first column (text) of every row `sql` returns, read straight from the database: for

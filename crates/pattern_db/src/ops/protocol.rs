@@ -417,12 +417,13 @@ pub(crate) async fn insert_raw_message(
     crate::sql::query(
         "INSERT INTO protocol_messages (id, sender_id, recipient_id, session_id, meeting_id, \
          message_type, content, metadata, read_at, seq, created_at) \
-         VALUES ($1, $2, $3, NULL, $4, 'raw', '{}', NULL, NULL, 1, 0)",
+         VALUES ($1, $2, $3, NULL, $4, 'raw', '{}', NULL, NULL, 1, $5)",
     )
     .bind(ProtocolMessageId::new().to_string())
     .bind(sender.to_string())
     .bind(recipient.map(|r| r.to_string()))
     .bind(meeting)
+    .bind(0_i64)
     .execute(&mut *conn)
     .await
     .map(|_| ())

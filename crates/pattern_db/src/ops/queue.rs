@@ -322,7 +322,7 @@ pub(crate) async fn claim_entry(
     due_only: bool,
 ) -> Result<Option<QueuedMessage>> {
     let current = crate::sql::query(
-        "SELECT deliver_at, cron, time_zone FROM agent_queue \
+        "SELECT deliver_at, cron, time_zone, every_ms FROM agent_queue \
          WHERE id = $1 AND agent_id = $2 AND delivered_at IS NULL",
     )
     .bind(id.get())
@@ -335,6 +335,7 @@ pub(crate) async fn claim_entry(
     let deliver_at: i64 = current.try_get(0)?;
     let cron: Option<String> = current.try_get(1)?;
     let zone: Option<String> = current.try_get(2)?;
+    let every: Option<i64> = current.try_get(3)?;
     if due_only && deliver_at > now {
         return Ok(None);
     }
@@ -367,19 +368,27 @@ pub(crate) async fn claim_entry(
                 .await?
         }
         None => {
+            // A one-off is delivered now; an `every` entry moves to its first slot after now
+            // (computed here, like a cron's next time: the update is conditional on the slot
+            // that was read).
+            let (delivered_at, next) = match every {
+                Some(every) if every > 0 => {
+                    let missed = now.saturating_sub(deliver_at).max(0) / every;
+                    let step = every.saturating_mul(missed.saturating_add(1));
+                    (None, deliver_at.saturating_add(step))
+                }
+                _ => (Some(now), deliver_at),
+            };
             crate::sql::query(sqlx::AssertSqlSafe(format!(
-                "UPDATE agent_queue SET \
-                   delivered_at = CASE WHEN every_ms IS NULL THEN $1 ELSE NULL END, \
-                   deliver_at = CASE WHEN every_ms IS NULL THEN deliver_at \
-                                ELSE deliver_at + every_ms * ((($1 - deliver_at) / every_ms) + 1) END, \
-                   deliveries = deliveries + 1 \
+                "UPDATE agent_queue SET delivered_at = $1, deliver_at = $5, deliveries = deliveries + 1 \
                  WHERE id = $2 AND agent_id = $3 AND delivered_at IS NULL AND deliver_at = $4 \
                  RETURNING {QUEUE_COLUMNS}"
             )))
-            .bind(now)
+            .bind(delivered_at)
             .bind(id.get())
             .bind(agent.to_string())
             .bind(deliver_at)
+            .bind(next)
             .fetch_optional(&mut *conn)
             .await?
         }

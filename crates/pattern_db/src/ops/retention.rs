@@ -365,17 +365,23 @@ async fn retain(
     }
     if let Some(keep) = policy.keep_block_versions {
         // Beyond the last `keep` versions, only the last version of each day stays.
-        let filter = "FROM memory_block_versions WHERE block_id IN \
+        let backend = conn.backend();
+        let day = |column: &str| format!("{} / $3", crate::sql::millis_of(backend, column));
+        let filter = format!(
+            "FROM memory_block_versions WHERE block_id IN \
              (SELECT id FROM memory_blocks WHERE owner_agent_id = $1) \
              AND version <= (SELECT MAX(v2.version) FROM memory_block_versions v2 \
                  WHERE v2.block_id = memory_block_versions.block_id) - $2 \
              AND version <> (SELECT MAX(v3.version) FROM memory_block_versions v3 \
                  WHERE v3.block_id = memory_block_versions.block_id \
-                 AND v3.created_at / $3 = memory_block_versions.created_at / $3)";
+                 AND {} = {})",
+            day("v3.created_at"),
+            day("memory_block_versions.created_at")
+        );
         report.deleted_block_versions = count_or_delete(
             conn,
             policy.dry_run,
-            filter,
+            &filter,
             &id,
             &[i64::from(keep), DAY_MS],
         )

@@ -686,16 +686,21 @@ pub(crate) async fn recover(
     let mut sql = String::from(
         "SELECT DISTINCT agent_id FROM batches WHERE state = 'open' AND (claim_token IS NOT NULL",
     );
-    sql.push_str(match scope {
-        RecoveryScope::AllOpen => " OR TRUE)",
-        RecoveryScope::ExpiredLeases => " OR lease_expires_at < $1)",
-    });
-    if only.is_some() {
-        sql.push_str(" AND agent_id = $2");
+    let mut args: Vec<crate::sql::Arg> = Vec::new();
+    match scope {
+        RecoveryScope::AllOpen => sql.push_str(" OR TRUE)"),
+        RecoveryScope::ExpiredLeases => {
+            args.push(now.into());
+            sql.push_str(&format!(" OR lease_expires_at < ${})", args.len()));
+        }
     }
-    let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(now);
     if let Some(a) = only {
-        q = q.bind(a.to_string());
+        args.push(a.to_string().into());
+        sql.push_str(&format!(" AND agent_id = ${}", args.len()));
+    }
+    let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
+    for arg in args {
+        q = q.bind(arg);
     }
     for row in q.fetch_all(&mut *conn).await? {
         agents.insert(AgentId(parse_uuid(&row.try_get::<String, _>(0)?)?));

@@ -499,6 +499,9 @@ pub(crate) async fn load_live(
             .filter(|r| r.content_type == t)
             .map(|r| r.id.as_str())
             .collect();
+        // Ids are UUIDs: text that is not one names no content (and PostgreSQL's UUID column
+        // would refuse to compare with it).
+        ids.retain(|id| Uuid::parse_str(id).is_ok());
         ids.sort_unstable();
         ids.dedup();
         for chunk in fixed_chunks(&ids) {
@@ -576,10 +579,15 @@ pub(crate) async fn live_page(
     after: &str,
     limit: i64,
 ) -> Result<Vec<ContentRow>> {
-    let sql = format!("{} AND m.id > $1 ORDER BY m.id LIMIT $2", content_select(t));
-    crate::sql::query(sqlx::AssertSqlSafe(sql))
-        .bind(after.to_owned())
-        .bind(limit)
+    // An empty `after` is the start (and not a UUID PostgreSQL could compare).
+    let q = if after.is_empty() {
+        let sql = format!("{} ORDER BY m.id LIMIT $1", content_select(t));
+        crate::sql::query(sqlx::AssertSqlSafe(sql))
+    } else {
+        let sql = format!("{} AND m.id > $1 ORDER BY m.id LIMIT $2", content_select(t));
+        crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(after.to_owned())
+    };
+    q.bind(limit)
         .fetch_all(&mut *conn)
         .await?
         .iter()
@@ -989,10 +997,18 @@ pub(crate) async fn store(
         q.execute(&mut *conn).await?;
         // A job is done only if it is still for this text (a concurrent write may have refreshed
         // it for a newer one).
-        let sql = format!(
-            "DELETE FROM embedding_jobs WHERE (content_type, content_id, text_hash) IN (VALUES {})",
-            value_rows(&*conn, chunk.len(), 3)
-        );
+        // PostgreSQL reads a VALUES list's parameters as text: its ids are cast to the column's UUID.
+        let sql = match conn.backend() {
+            Backend::Sqlite => format!(
+                "DELETE FROM embedding_jobs WHERE (content_type, content_id, text_hash) IN (VALUES {})",
+                value_rows(&*conn, chunk.len(), 3)
+            ),
+            Backend::Postgres => format!(
+                "DELETE FROM embedding_jobs WHERE (content_type, content_id, text_hash) IN \
+                 (SELECT v.t, v.i::uuid, v.h FROM (VALUES {}) AS v(t, i, h))",
+                value_rows(&*conn, chunk.len(), 3)
+            ),
+        };
         let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
         for (v, _) in chunk {
             q = q
@@ -1158,19 +1174,24 @@ pub(crate) async fn vectors_page(
     after: Option<&ContentRef>,
     limit: usize,
 ) -> Result<Vec<VectorRow>> {
-    let (t, id) = after.map_or(("", ""), |c| (c.content_type.as_str(), c.id.as_str()));
-    crate::sql::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {VECTOR_COLUMNS} FROM embeddings WHERE content_type > $1 OR (content_type = $1 AND content_id > $2) \
-         ORDER BY content_type, content_id LIMIT $3"
-    )))
-    .bind(t.to_owned())
-    .bind(id.to_owned())
-    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-    .fetch_all(&mut *conn)
-    .await?
-    .iter()
-    .map(vector_from_row)
-    .collect()
+    let q = match after {
+        Some(c) => crate::sql::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {VECTOR_COLUMNS} FROM embeddings \
+             WHERE content_type > $1 OR (content_type = $1 AND content_id > $2) \
+             ORDER BY content_type, content_id LIMIT $3"
+        )))
+        .bind(c.content_type.as_str())
+        .bind(c.id.clone()),
+        None => crate::sql::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {VECTOR_COLUMNS} FROM embeddings ORDER BY content_type, content_id LIMIT $1"
+        ))),
+    };
+    q.bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(vector_from_row)
+        .collect()
 }
 
 pub(crate) async fn vectors_for(
@@ -1286,15 +1307,15 @@ pub(crate) async fn search_pg(
         let tsv = format!("{alias}.search_tsv");
         if ranked && ct != "message" {
             format!(
-                "SELECT '{ct}' AS ct, cid, aid, at, body, ts_rank_cd(tsv, $1::tsquery) AS score \
+                "SELECT '{ct}' AS ct, cid, aid, at, body, ts_rank_cd(tsv, $1::text::tsquery) AS score \
                  FROM (SELECT {columns}, {tsv} AS tsv FROM {from_table} \
-                 WHERE {tsv} @@ $1::tsquery{conds} \
-                 ORDER BY {tsv} <=> $1::tsquery LIMIT ${candidates}) {alias}_best"
+                 WHERE {tsv} @@ $1::text::tsquery{conds} \
+                 ORDER BY {tsv} <=> $1::text::tsquery LIMIT ${candidates}) {alias}_best"
             )
         } else {
             format!(
-                "SELECT '{ct}' AS ct, {columns}, ts_rank_cd({tsv}, $1::tsquery) AS score \
-                 FROM {from_table} WHERE {tsv} @@ $1::tsquery{conds}"
+                "SELECT '{ct}' AS ct, {columns}, ts_rank_cd({tsv}, $1::text::tsquery) AS score \
+                 FROM {from_table} WHERE {tsv} @@ $1::text::tsquery{conds}"
             )
         }
     };
@@ -1326,7 +1347,7 @@ pub(crate) async fn search_pg(
         parts.push(part(
             "message",
             "m",
-            "m.id AS cid, m.agent_id AS aid, m.created_at AS at, m.content AS body",
+            "m.id AS cid, m.agent_id AS aid, m.created_at AS at, CAST(m.content AS TEXT) AS body",
             "messages m",
             format!(
                 " AND NOT m.archived AND NOT m.deleted{}",
@@ -1338,6 +1359,9 @@ pub(crate) async fn search_pg(
         "SELECT ct, cid, aid, at, body, score FROM ({}) hits ORDER BY score DESC, at DESC, cid LIMIT ${limit}",
         parts.join(" UNION ALL ")
     );
+    // Only a ranked part reads the candidate count (the last parameter, so no other parameter's
+    // number starts with its digits), and PostgreSQL refuses a parameter the text does not use.
+    let reads_candidates = sql.contains(&format!("${candidates}"));
     let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(tsquery);
     if let Some(a) = opts.agent {
         q = q.bind(a.to_string());
@@ -1349,7 +1373,9 @@ pub(crate) async fn search_pg(
         q = q.bind(t.timestamp_millis());
     }
     q = q.bind(opts.limit as i64);
-    q = q.bind(ranked_candidates(opts.limit));
+    if reads_candidates {
+        q = q.bind(ranked_candidates(opts.limit));
+    }
     let mut out = Vec::new();
     for row in q.fetch_all(pool).await? {
         let t: ContentType = row.try_get::<String, _>(0)?.parse()?;

@@ -25,6 +25,7 @@ mod identity;
 mod ids;
 mod import;
 mod mcp;
+mod native;
 mod props;
 mod queue;
 mod retention;

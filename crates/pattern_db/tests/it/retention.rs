@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use pattern_db::retention::{AgentRetention, BatchDisposal, RetentionSettings};
-use pattern_db::testkit::{backdate, execute_raw, fetch_texts};
+use pattern_db::testkit::{backdate, execute_raw, fetch_texts, minus_ms};
 use pattern_db::{
     AgentId, BatchId, BeginBatch, Database, Error, NewAgent, NewBlock, NewMessage, Summary,
 };
@@ -111,18 +111,22 @@ async fn history(db: &Database, agent: AgentId, rng: &mut Lcg) {
 /// pairs of versions share a day.
 async fn age(db: &Database, agent: AgentId) {
     let a = agent.to_string();
-    let ten = 10 * DAY_MS;
+    let ten = (10 * DAY_MS).to_string();
+    let b = db.backend();
     for sql in [
         format!(
-            "UPDATE batches SET started_at = started_at - {ten}, completed_at = completed_at - {ten} \
-             WHERE agent_id = '{a}'"
+            "UPDATE batches SET started_at = {}, completed_at = {} WHERE agent_id = '{a}'",
+            minus_ms(b, "started_at", &ten),
+            minus_ms(b, "completed_at", &ten)
         ),
         format!(
-            "UPDATE activity_events SET created_at = created_at - {ten} WHERE agent_id = '{a}'"
+            "UPDATE activity_events SET created_at = {} WHERE agent_id = '{a}'",
+            minus_ms(b, "created_at", &ten)
         ),
         format!(
-            "UPDATE memory_block_versions SET created_at = created_at - (12 - version / 2) * {DAY_MS} \
-             WHERE block_id IN (SELECT id FROM memory_blocks WHERE owner_agent_id = '{a}')"
+            "UPDATE memory_block_versions SET created_at = {} \
+             WHERE block_id IN (SELECT id FROM memory_blocks WHERE owner_agent_id = '{a}')",
+            minus_ms(b, "created_at", &format!("(12 - version / 2) * {DAY_MS}"))
         ),
     ] {
         execute_raw(db, &sql).await.unwrap();
@@ -309,7 +313,10 @@ async fn retention_keeps_what_is_needed(kind: Kind) {
             &format!(
                 "SELECT CAST(COUNT(*) AS TEXT) FROM activity_events WHERE agent_id = '{a}' \
                  AND created_at < {}",
-                Utc::now().timestamp_millis() - DAY_MS
+                pattern_db::sql::time_of_millis(
+                    db.backend(),
+                    &(Utc::now().timestamp_millis() - DAY_MS).to_string()
+                )
             ),
         )
         .await
@@ -422,7 +429,8 @@ async fn stored_policies_round_trip_and_refuse_bad_input(kind: Kind) {
         &db,
         &format!(
             "INSERT INTO retention_policies (agent_id, batch_disposal, updated_at) \
-             VALUES ('{a}', 'delete', 0)"
+             VALUES ('{a}', 'delete', {})",
+            pattern_db::sql::time_of_millis(db.backend(), "0")
         ),
     )
     .await

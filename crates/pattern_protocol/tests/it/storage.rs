@@ -120,7 +120,8 @@ async fn protocol_schema_guards_meetings(kind: Kind) {
         // A repeated event number.
         format!(
             "INSERT INTO protocol_meeting_events (meeting_id, seq, event_type, agent_id, data, \
-             created_at) VALUES ('{m}', 1, 'agent_spoke', NULL, NULL, 0)"
+             created_at) VALUES ('{m}', 1, 'agent_spoke', NULL, NULL, {})",
+            pattern_db::sql::time_of_millis(db.backend(), "0")
         ),
         // A non-positive turn duration.
         format!("UPDATE protocol_meetings SET turn_duration_ms = 0 WHERE id = '{m}'"),

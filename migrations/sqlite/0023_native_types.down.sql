@@ -1,0 +1,2 @@
+-- Purpose: undoes nothing (see the up migration).
+SELECT 1;
