@@ -268,9 +268,13 @@ struct Block {
     page: Option<u32>,
 }
 
-/// Collapses runs of whitespace to one space.
+/// Collapses runs of whitespace to one space. A NUL character (which some PDF text layers carry,
+/// and which the store refuses in a passage) counts as whitespace.
 fn squeeze(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    text.split(|c: char| c.is_whitespace() || c == '\0')
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Paragraphs separated by blank lines (each paragraph's lines joined by spaces).

@@ -106,6 +106,13 @@ impl NewArchival {
         if self.content.is_empty() {
             return Err(ArchivalError::Invalid("content is empty".into()).into());
         }
+        // PostgreSQL's text cannot keep a NUL character: refused on both engines alike.
+        if self.content.contains('\0') || self.tags.iter().any(|t| t.contains('\0')) {
+            return Err(ArchivalError::Invalid(
+                "content and tags may not hold a NUL character".into(),
+            )
+            .into());
+        }
         if self.content.len() > max_content_bytes {
             return Err(BatchError::ContentTooLarge {
                 size: self.content.len(),

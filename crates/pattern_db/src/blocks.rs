@@ -154,8 +154,16 @@ pub(crate) fn validate_new(new: &NewBlock) -> Result<()> {
     check_limit(&new.label, &new.value, new.char_limit)
 }
 
-/// [`BlockError::OverLimit`] when `value` has more characters than `limit`.
+/// [`BlockError::OverLimit`] when `value` has more characters than `limit`;
+/// [`BlockError::Invalid`] when it holds a NUL character, which PostgreSQL's text cannot keep
+/// (refused on both engines, so a block means the same on either).
 pub(crate) fn check_limit(label: &str, value: &str, limit: i64) -> Result<()> {
+    if value.contains('\0') {
+        return Err(BlockError::Invalid(format!(
+            "block `{label}`: a value may not hold a NUL character"
+        ))
+        .into());
+    }
     let chars = char_count(value);
     let limit = usize::try_from(limit).unwrap_or(0);
     if chars > limit {
@@ -495,6 +503,10 @@ mod tests {
     #[test]
     fn limits_count_characters() {
         assert!(check_limit("l", "héllo", 5).is_ok());
+        assert!(matches!(
+            check_limit("l", "a\0b", 5),
+            Err(crate::Error::Block(BlockError::Invalid(_)))
+        ));
         assert!(matches!(
             check_limit("l", "héllo!", 5),
             Err(Error::Block(BlockError::OverLimit {

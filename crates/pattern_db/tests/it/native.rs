@@ -149,7 +149,8 @@ async fn store_and_read_again(db: &Database, agent: pattern_db::AgentId) {
 }
 
 /// A NUL character (JSON's `\u0000`) in a message and in agent metadata is stored and read back
-/// unchanged on both engines, and the message's other words are found by full-text search.
+/// unchanged on both engines, and the message's other words are found by full-text search; an
+/// archival passage holding one is refused with a typed error on both.
 async fn nul_characters_round_trip(kind: Kind) {
     let tdb = fresh(kind).await;
     let db = tdb.open().await.unwrap();
@@ -174,6 +175,27 @@ async fn nul_characters_round_trip(kind: Kind) {
         .await
         .unwrap();
     assert_eq!(hits.len(), 1, "{hits:?}");
+    // Plain-text fields cannot keep one on PostgreSQL: refused alike on both engines.
+    let refused = db
+        .insert_archival(
+            agent.id,
+            NewArchival {
+                content: "a\u{0}b".into(),
+                metadata: json!(null),
+                tags: Vec::new(),
+                dedupe_key: None,
+            },
+        )
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(pattern_db::Error::Archival(
+                pattern_db::ArchivalError::Invalid(_)
+            ))
+        ),
+        "{refused:?}"
+    );
     db.close().await;
     tdb.cleanup().await.unwrap();
 }
