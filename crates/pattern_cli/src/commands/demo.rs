@@ -2,13 +2,14 @@
 //! the data directory, the tantivy full-text index beside it, the offline embedding model, and a
 //! local llama.cpp model server started for the run (or a hosted model when an API key is set).
 //!
-//! Steps: an agent is created with memory blocks; the user tells it two facts in plain words
-//! (no tool is named: what to store, and where, is the agent's choice; the first model call of
-//! each turn must call *some* tool, which a grammar-constrained local server turns into a
-//! well-formed call); the database is closed and opened again, as a new process would; the
-//! conversation is archived out of the context window, as it would be after months; the user
-//! asks for the fact; then the command prints what the agent stored, searches archival memory
-//! and prints the stored batches.
+//! Steps: an agent is created with memory blocks and the tools of remembering; the user tells it
+//! two facts in plain words (no tool is named: what to store, and where, is the agent's choice;
+//! the first model call of each of these turns must call *some* tool, which a grammar-constrained
+//! local server turns into a well-formed call); the database is closed and opened again, as a
+//! new process would; the conversation is archived out of the context window, as it would be
+//! after months; the user asks for the fact (answered from memory or after a search, as the
+//! model chooses); then the command prints what the agent stored, searches archival memory and
+//! prints the stored batches.
 //!
 //! It exits 6 when the agent did not store the fact in its memory (blocks or archival) or did
 //! not recall it in its answer (everything else ran), and 1 when something else failed. It must never store, recall or answer on the agent's
@@ -88,7 +89,7 @@ pub(crate) async fn run(env: &Env, args: DemoArgs) -> Result<()> {
     let mut interrupts = Interrupts::new()?;
     let mut observed = Observed::default();
 
-    let agent = start(&pattern, &row, &model, &args).await?;
+    let agent = start(&pattern, &row, &model, &args, ToolChoice::Required).await?;
     for text in TELL {
         if !converse(&agent, text, &mut interrupts, &mut observed).await? {
             drop(agent);
@@ -103,7 +104,9 @@ pub(crate) async fn run(env: &Env, args: DemoArgs) -> Result<()> {
     let pattern = Pattern::open(config()).await?;
     let archived = archive_conversation(&pattern, &row).await?;
     say!("== the conversation so far ({archived} messages) is archived out of the context window");
-    let agent = start(&pattern, &row, &model, &args).await?;
+    // The question may be answered from the memory blocks in the context, or after a search:
+    // the model's choice (a required tool call here made small models store the question).
+    let agent = start(&pattern, &row, &model, &args, ToolChoice::Auto).await?;
     observed.last_answer.clear();
     let finished = converse(&agent, ASK, &mut interrupts, &mut observed).await?;
     drop(agent);
@@ -152,31 +155,36 @@ async fn create_agent(pattern: &Pattern) -> Result<pattern::Agent> {
     Ok(row)
 }
 
-/// The agent over `pattern`: greedy decoding unless `--temperature` says otherwise, and a tool
-/// call required of each turn's first model call (which tool is the model's choice).
+/// The agent over `pattern`: greedy decoding unless `--temperature` says otherwise, the tools of
+/// remembering only, and `first_tool` for each turn's first model call (which tool, if any, is
+/// the model's choice).
 async fn start(
     pattern: &Pattern,
     row: &pattern::Agent,
     model: &Model,
     args: &DemoArgs,
+    first_tool: ToolChoice,
 ) -> Result<Arc<DatabaseAgent>> {
     let mut config = runtime_config(row, &*model.provider);
     config.max_iterations = args.max_iterations;
     config.temperature = Some(args.temperature);
     // What the agent stored earlier and what the message is about come back into its context.
     config.recall = 3;
-    config.first_tool_choice = ToolChoice::Required;
+    config.first_tool_choice = first_tool;
     // Storing ends the turn: small models otherwise store the same thing again and again.
-    for tool in [
-        "memory_append",
-        "memory_replace",
-        "memory_insert",
-        "archival_insert",
-    ] {
+    for tool in ["memory_append", "memory_replace", "archival_insert"] {
         config.rules.push(ToolRule::ExitLoop { tool: tool.into() });
     }
+    // The tools of remembering only: with every built-in tool offered, the local 0.5B model
+    // answered through `send_message` and `schedule_wakeup` instead of storing anything.
+    let tools = pattern::core::tool::builtin::memory_registry().map_err(other)?;
     let agent = pattern
-        .agent(row.clone(), model.provider.clone(), config)
+        .agent_with_tools(
+            row.clone(),
+            model.provider.clone(),
+            config,
+            Some(Arc::new(tools)),
+        )
         .map_err(other)?;
     pattern::core::Agent::runtime(&*agent)
         .set_default_endpoint(Arc::new(super::chat::Terminal { json: false }))
@@ -242,12 +250,16 @@ async fn show_memory(pattern: &Pattern, row: &pattern::Agent, observed: &Observe
         "\n== tool calls made by the agent: {:?}",
         observed.tool_calls
     );
-    let human = pattern::memory::MemoryStore::block(memory, row.id, "human").await?;
-    say!(
-        "== memory block `human` (version {}): {:?}",
-        human.version,
-        human.value
-    );
+    let mut in_blocks = false;
+    for label in ["persona", "human"] {
+        let block = pattern::memory::MemoryStore::block(memory, row.id, label).await?;
+        say!(
+            "== memory block `{label}` (version {}): {:?}",
+            block.version,
+            block.value
+        );
+        in_blocks |= block.value.contains(FACT_MARK);
+    }
     let passages = memory
         .list_archival(
             row.id,
@@ -264,7 +276,7 @@ async fn show_memory(pattern: &Pattern, row: &pattern::Agent, observed: &Observe
     for p in &passages {
         say!("== archival passage stored by the agent: {}", p.content);
     }
-    Ok(human.value.contains(FACT_MARK) || passages.iter().any(|p| p.content.contains(FACT_MARK)))
+    Ok(in_blocks || passages.iter().any(|p| p.content.contains(FACT_MARK)))
 }
 
 /// Hybrid search of what the agent stored (archival) and said (messages).

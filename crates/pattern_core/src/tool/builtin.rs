@@ -22,6 +22,20 @@ use crate::endpoint::MessageTarget;
 use crate::error::Result;
 use crate::runtime::ToolCall;
 
+/// The registry of an assistant that only remembers: `memory_append`, `memory_replace`,
+/// `archival_insert`, `archival_search` and `search`; no messaging, schedules or sessions (its
+/// answer is its reply) and no line-numbered insert, so a small local model chooses among what
+/// remembering needs.
+pub fn memory_registry() -> Result<ToolRegistry> {
+    let mut r = ToolRegistry::new();
+    r.register(Arc::new(MemoryAppend))?;
+    r.register(Arc::new(MemoryReplace))?;
+    r.register(Arc::new(super::recall::ArchivalInsert))?;
+    r.register(Arc::new(super::recall::ArchivalSearch))?;
+    r.register(Arc::new(super::recall::Search))?;
+    Ok(r)
+}
+
 /// A registry holding every built-in tool.
 pub fn registry() -> Result<ToolRegistry> {
     let mut r = ToolRegistry::new();
