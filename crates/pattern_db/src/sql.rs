@@ -425,7 +425,10 @@ impl Query {
         args.reserve(self.args.len(), 0);
         for (i, arg) in self.args.into_iter().enumerate() {
             match types.get(i) {
-                Some(ty) => pg_arg(arg, ty, &mut args),
+                Some(ty) => pg_arg(arg, ty, &mut args).map_err(|e| {
+                    // Which parameter, and what PostgreSQL wanted there.
+                    format!("parameter ${} ({}): {e}", i + 1, ty.name()).into()
+                }),
                 None => add_arg!(arg, args),
             }
             .map_err(sqlx::Error::Encode)?;

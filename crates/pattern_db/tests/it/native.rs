@@ -200,4 +200,29 @@ async fn nul_characters_round_trip(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
-conformance!(nul_characters_round_trip);
+/// On PostgreSQL a text that is not a UUID, bound where the column is one, is an encoding error
+/// that names the parameter and the type (never a silent NULL or a match); on SQLite it matches
+/// nothing.
+async fn a_text_that_is_not_a_uuid_is_named(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    db.create_agent(NewAgent::named("ada")).await.unwrap();
+    let got = pattern_db::sql::query("SELECT name FROM agents WHERE id = $1")
+        .bind("not-a-uuid")
+        .fetch_all(db.reader())
+        .await;
+    match kind {
+        Kind::Sqlite => assert!(got.unwrap().is_empty()),
+        Kind::Postgres => {
+            let e = got.unwrap_err().to_string();
+            assert!(e.contains("parameter $1 (UUID)"), "{e}");
+        }
+    }
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+conformance!(
+    nul_characters_round_trip,
+    a_text_that_is_not_a_uuid_is_named
+);
