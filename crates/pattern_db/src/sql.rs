@@ -9,6 +9,13 @@
 //! then moves them into the engine's own argument buffer; a [`Row`] is the engine's row, read
 //! through [`Col`], which decodes each column with that engine's decoder.
 //!
+//! On PostgreSQL a statement is prepared without parameter types, so PostgreSQL infers each one
+//! from where it stands, and the arguments are converted to those types (decision 0026): the
+//! domains bind ids as text, instants as Unix milliseconds and JSON as text, once for both
+//! engines, while PostgreSQL's columns are `UUID`, `TIMESTAMPTZ` and `JSON`/`JSONB`; rows read
+//! back as the same text and milliseconds. SQL that computes with instants writes them through
+//! [`millis_of`] and [`time_of_millis`].
+//!
 //! Statements use `$1`-style parameters, which both engines read (SQLite takes `$NNN` as a
 //! numbered parameter); `ops::value_rows` writes `?` for SQLite's long multi-row inserts.
 //!
