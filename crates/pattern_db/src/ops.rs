@@ -233,6 +233,21 @@ async fn lock_agent_for_write(
     holder: bool,
 ) -> Result<(Option<i64>, Option<String>)> {
     // One statement: the revision bump (and so, on PostgreSQL, the row lock) and the lookups.
+    let id = agent.to_string();
+    let c = match conn {
+        Conn::Sqlite(c) => {
+            let bumped = if holder {
+                pattern_db_sqlite::agents::bump_revision_with_holder(c, &id).await?
+            } else {
+                pattern_db_sqlite::agents::bump_revision_with_position(c, &id).await?
+            };
+            return match bumped {
+                Some(b) => Ok((b.max_position, b.run_holder)),
+                None => Err(AgentError::NotFound(agent).into()),
+            };
+        }
+        Conn::Postgres(c) => c,
+    };
     let sql = if holder {
         "UPDATE agents SET revision = revision + 1 WHERE id = $1 RETURNING \
          (SELECT m.position FROM messages m WHERE m.agent_id = agents.id ORDER BY m.position DESC LIMIT 1), \
@@ -242,8 +257,8 @@ async fn lock_agent_for_write(
          (SELECT m.position FROM messages m WHERE m.agent_id = agents.id ORDER BY m.position DESC LIMIT 1)"
     };
     let row = crate::sql::query(sql)
-        .bind(agent.to_string())
-        .fetch_optional(&mut *conn)
+        .bind(id)
+        .fetch_optional(&mut **c)
         .await?;
     match row {
         Some(row) => Ok((
@@ -257,11 +272,17 @@ async fn lock_agent_for_write(
 /// Bumps the agent's `revision` (readers' caches key on it) and so, on PostgreSQL, takes the
 /// agent's row lock until the transaction ends. Unknown agent: [`AgentError::NotFound`].
 pub(crate) async fn lock_agent(conn: &mut Conn<'_>, agent: AgentId) -> Result<()> {
-    let done = crate::sql::query("UPDATE agents SET revision = revision + 1 WHERE id = $1")
-        .bind(agent.to_string())
-        .execute(&mut *conn)
-        .await?;
-    if done.rows_affected() == 0 {
+    let changed = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::agents::bump_revision(c, &agent.to_string()).await?,
+        Conn::Postgres(c) => {
+            crate::sql::query("UPDATE agents SET revision = revision + 1 WHERE id = $1")
+                .bind(agent.to_string())
+                .execute(&mut **c)
+                .await?
+                .rows_affected()
+        }
+    };
+    if changed == 0 {
         return Err(AgentError::NotFound(agent).into());
     }
     Ok(())
@@ -500,21 +521,35 @@ pub(crate) fn batches_with_messages(pick: &str) -> String {
 /// Rows of [`batches_with_messages`], grouped: each batch once, oldest first, with its messages
 /// in sequence order.
 pub(crate) fn batches_from_joined_rows(rows: &[Row]) -> Result<Vec<crate::model::StoredBatch>> {
+    let mut pairs = Vec::with_capacity(rows.len());
+    for row in rows {
+        let message = if row.is_null(BATCH_COLUMN_COUNT)? {
+            None
+        } else {
+            Some(message_row_at(row, BATCH_COLUMN_COUNT)?)
+        };
+        pairs.push((batch_row(row)?, message));
+    }
+    batches_from_joined(pairs)
+}
+
+/// Batch and message pairs of a joined read (either engine's), grouped: each batch once, oldest
+/// first, with its messages in sequence order.
+pub(crate) fn batches_from_joined(
+    pairs: Vec<pattern_db_sqlite::batches::Joined>,
+) -> Result<Vec<crate::model::StoredBatch>> {
     let mut by_id: std::collections::BTreeMap<i64, crate::model::StoredBatch> =
         std::collections::BTreeMap::new();
-    for row in rows {
-        let id: i64 = row.try_get(0)?;
-        let batch = match by_id.entry(id) {
+    for (batch, message) in pairs {
+        let batch = match by_id.entry(batch.id) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => e.insert(crate::model::StoredBatch {
-                info: batch_from_row(row)?,
+                info: batch_from_plain(batch)?,
                 messages: Vec::new(),
             }),
         };
-        if !row.is_null(BATCH_COLUMN_COUNT)? {
-            batch
-                .messages
-                .push(message_from_row_at(row, BATCH_COLUMN_COUNT)?);
+        if let Some(message) = message {
+            batch.messages.push(message_from_plain(message)?);
         }
     }
     let mut out: Vec<_> = by_id.into_values().collect();
@@ -533,16 +568,52 @@ pub(crate) async fn load_batch(
     agent: AgentId,
     batch: BatchId,
 ) -> Result<BatchInfo> {
-    let sql = batch_select("WHERE b.id = $1 AND b.agent_id = $2");
-    let row = crate::sql::query(sqlx::AssertSqlSafe(sql))
-        .bind(batch.get())
-        .bind(agent.to_string())
-        .fetch_optional(&mut *conn)
-        .await?;
-    match row {
-        Some(row) => batch_from_row(&row),
+    match batch_by_id(conn, agent, batch).await? {
+        Some(row) => batch_from_plain(row),
         None => Err(BatchError::NotFound { agent, batch }.into()),
     }
+}
+
+/// Batch `batch`'s row if it is `agent`'s.
+pub(crate) async fn batch_by_id(
+    conn: &mut Conn<'_>,
+    agent: AgentId,
+    batch: BatchId,
+) -> Result<Option<pattern_db_sqlite::BatchRow>> {
+    let c = match conn {
+        Conn::Sqlite(c) => {
+            return Ok(
+                pattern_db_sqlite::batches::by_id(c, batch.get(), &agent.to_string()).await?,
+            );
+        }
+        Conn::Postgres(c) => c,
+    };
+    let sql = batch_select("WHERE b.id = $1 AND b.agent_id = $2");
+    crate::sql::query(sqlx::AssertSqlSafe(sql))
+        .bind(batch.get())
+        .bind(agent.to_string())
+        .fetch_optional(&mut **c)
+        .await?
+        .as_ref()
+        .map(batch_row)
+        .transpose()
+}
+
+/// The message that opened `batch` (sequence 0).
+pub(crate) async fn batch_trigger(conn: &mut Conn<'_>, batch: BatchId) -> Result<Message> {
+    let row = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::messages::trigger_of_batch(c, batch.get()).await?,
+        Conn::Postgres(c) => message_row_at(
+            &crate::sql::query(sqlx::AssertSqlSafe(message_select(
+                "WHERE m.batch_id = $1 AND m.sequence_num = 0",
+            )))
+            .bind(batch.get())
+            .fetch_one(&mut **c)
+            .await?,
+            0,
+        )?,
+    };
+    message_from_plain(row)
 }
 
 /// Checks what can be checked of a trigger without the database, and serializes it.
@@ -1213,13 +1284,7 @@ pub(crate) async fn abandon_batch(
     )
     .await?;
     let info = load_batch(conn, agent, batch).await?;
-    let trigger = crate::sql::query(sqlx::AssertSqlSafe(message_select(
-        "WHERE m.batch_id = $1 AND m.sequence_num = 0",
-    )))
-    .bind(batch.get())
-    .fetch_one(&mut *conn)
-    .await?;
-    let trigger = message_from_row(&trigger)?;
+    let trigger = batch_trigger(conn, batch).await?;
     let payload = serde_json::json!({ "batch_id": batch.get(), "reason": reason });
     log_activity(conn, ctx, agent, "batch_abandoned", &payload).await?;
     Ok(Abandoned {
@@ -1644,53 +1709,90 @@ fn flag(row: &Row, index: usize) -> Result<bool> {
 }
 
 pub(crate) fn message_from_row(row: &Row) -> Result<Message> {
-    message_from_row_at(row, 0)
+    message_from_plain(message_row_at(row, 0)?)
 }
 
-/// A message whose [`MESSAGE_COLUMNS`] start at column `at` (after a batch's, in a join).
-pub(crate) fn message_from_row_at(row: &Row, at: usize) -> Result<Message> {
-    let id: String = row.try_get(at)?;
-    let agent: String = row.try_get(at + 1)?;
-    let batch_type: String = row.try_get(at + 5)?;
-    let role: String = row.try_get(at + 6)?;
-    let content: String = row.try_get(at + 7)?;
-    Ok(Message {
-        id: MessageId(parse_uuid(&id)?),
-        agent_id: AgentId(parse_uuid(&agent)?),
-        position: SnowflakeId(row.try_get(at + 2)?),
-        batch_id: SnowflakeId(row.try_get(at + 3)?),
+/// The plain row of a message whose [`MESSAGE_COLUMNS`] start at column `at` (after a batch's,
+/// in a join).
+pub(crate) fn message_row_at(row: &Row, at: usize) -> Result<pattern_db_sqlite::MessageRow> {
+    Ok(pattern_db_sqlite::MessageRow {
+        id: row.try_get(at)?,
+        agent_id: row.try_get(at + 1)?,
+        position: row.try_get(at + 2)?,
+        batch_id: row.try_get(at + 3)?,
         sequence_num: row.try_get(at + 4)?,
-        batch_type: batch_type.parse()?,
-        role: role
-            .parse()
-            .map_err(|_| StorageError::Corrupt(format!("unknown stored role `{role}`")))?,
-        content: decode_content(&content)?,
+        batch_type: row.try_get(at + 5)?,
+        role: row.try_get(at + 6)?,
+        content: row.try_get(at + 7)?,
         token_estimate: row.try_get(at + 8)?,
         archived: flag(row, at + 9)?,
         deleted: flag(row, at + 10)?,
-        created_at: from_ms(row.try_get(at + 11)?),
+        created_at: row.try_get(at + 11)?,
+    })
+}
+
+/// A message from its stored row (either engine's).
+pub(crate) fn message_from_plain(row: pattern_db_sqlite::MessageRow) -> Result<Message> {
+    let role = row.role;
+    Ok(Message {
+        id: MessageId(parse_uuid(&row.id)?),
+        agent_id: AgentId(parse_uuid(&row.agent_id)?),
+        position: SnowflakeId(row.position),
+        batch_id: SnowflakeId(row.batch_id),
+        sequence_num: row.sequence_num,
+        batch_type: row.batch_type.parse()?,
+        role: role
+            .parse()
+            .map_err(|_| StorageError::Corrupt(format!("unknown stored role `{role}`")))?,
+        content: decode_content(&row.content)?,
+        token_estimate: row.token_estimate,
+        archived: row.archived,
+        deleted: row.deleted,
+        created_at: from_ms(row.created_at),
     })
 }
 
 pub(crate) fn batch_from_row(row: &Row) -> Result<BatchInfo> {
-    let agent: String = row.try_get(1)?;
-    let batch_type: String = row.try_get(2)?;
-    let state: String = row.try_get(3)?;
-    Ok(BatchInfo {
-        id: SnowflakeId(row.try_get(0)?),
-        agent_id: AgentId(parse_uuid(&agent)?),
-        batch_type: batch_type.parse()?,
-        state: state.parse()?,
-        parent_batch: row.try_get::<Option<i64>, _>(4)?.map(SnowflakeId),
+    batch_from_plain(batch_row(row)?)
+}
+
+/// The plain row of a batch whose [`BATCH_COLUMNS`] start at column 0.
+fn batch_row(row: &Row) -> Result<pattern_db_sqlite::BatchRow> {
+    Ok(pattern_db_sqlite::BatchRow {
+        id: row.try_get(0)?,
+        agent_id: row.try_get(1)?,
+        batch_type: row.try_get(2)?,
+        state: row.try_get(3)?,
+        parent_batch: row.try_get(4)?,
         run_owner: row.try_get(5)?,
-        lease_expires_at: row.try_get::<Option<i64>, _>(6)?.map(from_ms),
-        message_count: row.try_get(7)?,
+        lease_expires_at: row.try_get(6)?,
+        next_sequence: row.try_get(7)?,
         archived: flag(row, 8)?,
-        started_at: from_ms(row.try_get(9)?),
-        completed_at: row.try_get::<Option<i64>, _>(10)?.map(from_ms),
+        started_at: row.try_get(9)?,
+        completed_at: row.try_get(10)?,
         continuations: row.try_get(11)?,
-        retried_at: row.try_get::<Option<i64>, _>(12)?.map(from_ms),
-        claim_token: row.try_get::<Option<i64>, _>(13)?,
+        retried_at: row.try_get(12)?,
+        claim_token: row.try_get(13)?,
+    })
+}
+
+/// A batch from its stored row (either engine's).
+pub(crate) fn batch_from_plain(row: pattern_db_sqlite::BatchRow) -> Result<BatchInfo> {
+    Ok(BatchInfo {
+        id: SnowflakeId(row.id),
+        agent_id: AgentId(parse_uuid(&row.agent_id)?),
+        batch_type: row.batch_type.parse()?,
+        state: row.state.parse()?,
+        parent_batch: row.parent_batch.map(SnowflakeId),
+        run_owner: row.run_owner,
+        lease_expires_at: row.lease_expires_at.map(from_ms),
+        message_count: row.next_sequence,
+        archived: row.archived,
+        started_at: from_ms(row.started_at),
+        completed_at: row.completed_at.map(from_ms),
+        continuations: row.continuations,
+        retried_at: row.retried_at.map(from_ms),
+        claim_token: row.claim_token,
     })
 }
 
