@@ -17,7 +17,12 @@ fn unchecked() -> Vec<String> {
     for builder in ["query", "query_as", "query_scalar", "query_with", "raw_sql"] {
         out.push(format!("sqlx::{builder}("));
     }
-    for builder in ["QueryBuilder", "AssertSqlSafe", "query_as_with", "query_scalar_with"] {
+    for builder in [
+        "QueryBuilder",
+        "AssertSqlSafe",
+        "query_as_with",
+        "query_scalar_with",
+    ] {
         out.push(format!("sqlx::{builder}"));
     }
     for name in ["query", "query_as", "query_scalar"] {
