@@ -4,7 +4,10 @@
 //! One SQL text serves both backends: it runs on sqlx's SQLite or PostgreSQL driver through
 //! [`crate::sql`], with `$N` placeholders and portable column types (TEXT ids and JSON, BIGINT
 //! times, BOOLEAN flags). Where the dialects differ (row locks), the statement is chosen by
-//! [`Backend`]. Every function here runs inside the caller's
+//! [`Backend`]. A statement whose text is fixed may run, on SQLite, as its compile-time checked
+//! twin in `pattern_db_sqlite` (the `Conn::Sqlite` arm; the same text stays here for PostgreSQL),
+//! and both engines' rows decode through the same plain rows (`batch_from_plain`,
+//! `message_from_plain`). Every function here runs inside the caller's
 //! transaction and must never commit, roll back or open a transaction of its own.
 
 use crate::{AgentError, BatchError, ProtocolError, RunError, StorageError};
