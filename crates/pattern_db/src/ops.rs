@@ -1086,21 +1086,46 @@ async fn append_step(
     }
     insert_calls(conn, &calls).await?;
     for (id, position) in results {
-        crate::sql::query(
-            "UPDATE tool_calls SET result_position = $1 WHERE batch_id = $2 AND tool_use_id = $3",
-        )
-        .bind(position.get())
-        .bind(batch.get())
-        .bind(id)
-        .execute(&mut *conn)
-        .await?;
+        match conn {
+            Conn::Sqlite(c) => {
+                pattern_db_sqlite::tool_calls::set_result_position(
+                    c,
+                    batch.get(),
+                    id,
+                    position.get(),
+                )
+                .await?;
+            }
+            Conn::Postgres(c) => {
+                crate::sql::query(
+                    "UPDATE tool_calls SET result_position = $1 WHERE batch_id = $2 AND tool_use_id = $3",
+                )
+                .bind(position.get())
+                .bind(batch.get())
+                .bind(id)
+                .execute(&mut **c)
+                .await?;
+            }
+        }
     }
-    crate::sql::query("UPDATE batches SET next_sequence = next_sequence + $1, lease_expires_at = $2 WHERE id = $3")
-        .bind(messages.len() as i64)
-        .bind(info.claim_token.is_none().then(|| now + lease_ms(ctx.batch_lease)))
-        .bind(batch.get())
-        .execute(&mut *conn)
-        .await?;
+    let appended = messages.len() as i64;
+    let lease = info
+        .claim_token
+        .is_none()
+        .then(|| now + lease_ms(ctx.batch_lease));
+    match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::batches::advance_sequence(c, batch.get(), appended, lease).await?;
+        }
+        Conn::Postgres(c) => {
+            crate::sql::query("UPDATE batches SET next_sequence = next_sequence + $1, lease_expires_at = $2 WHERE id = $3")
+                .bind(appended)
+                .bind(lease)
+                .bind(batch.get())
+                .execute(&mut **c)
+                .await?;
+        }
+    }
     Ok(StepReceipt {
         batch_id: batch,
         stored: rows.iter().map(|r| (r.id, r.position, r.seq)).collect(),
@@ -1109,12 +1134,16 @@ async fn append_step(
 
 /// Call ids of the batch still waiting for a result, in call order.
 pub(crate) async fn pending_calls(conn: &mut Conn<'_>, batch: BatchId) -> Result<Vec<String>> {
+    let c = match conn {
+        Conn::Sqlite(c) => return Ok(pattern_db_sqlite::tool_calls::pending(c, batch.get()).await?),
+        Conn::Postgres(c) => c,
+    };
     crate::sql::query(
         "SELECT tool_use_id FROM tool_calls WHERE batch_id = $1 AND result_position IS NULL \
          ORDER BY call_position, ordinal",
     )
     .bind(batch.get())
-    .fetch_all(&mut *conn)
+    .fetch_all(&mut **c)
     .await?
     .iter()
     .map(|r| r.try_get::<String, _>(0).map_err(Error::from))
@@ -1149,14 +1178,21 @@ pub(crate) async fn complete_batch(
     if !pending.is_empty() {
         return Err(BatchError::PendingToolCalls { batch, pending }.into());
     }
-    crate::sql::query(
-        "UPDATE batches SET state = 'complete', completed_at = $1, run_owner = NULL, lease_expires_at = NULL \
-         WHERE id = $2",
-    )
-    .bind(now_ms())
-    .bind(batch.get())
-    .execute(&mut *conn)
-    .await?;
+    match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::batches::mark_complete(c, batch.get(), now_ms()).await?;
+        }
+        Conn::Postgres(c) => {
+            crate::sql::query(
+                "UPDATE batches SET state = 'complete', completed_at = $1, run_owner = NULL, lease_expires_at = NULL \
+                 WHERE id = $2",
+            )
+            .bind(now_ms())
+            .bind(batch.get())
+            .execute(&mut **c)
+            .await?;
+        }
+    }
     // Only a queue entry's agent_to_agent batch can have delivered a session message.
     if info.batch_type == BatchType::AgentToAgent {
         protocol::complete_delivery(conn, ctx, agent, batch).await?;
@@ -1198,15 +1234,25 @@ async fn continue_batch(
         }
         .into());
     }
-    let reopened = crate::sql::query(
-        "UPDATE batches SET state = 'open', completed_at = NULL, run_owner = $1, lease_expires_at = $2, \
-         continuations = continuations + 1 WHERE id = $3",
-    )
-    .bind(&ctx.run_owner)
-    .bind(info.claim_token.is_none().then(|| now_ms() + lease_ms(ctx.batch_lease)))
-    .bind(batch.get())
-    .execute(&mut *conn)
-    .await;
+    let lease = info
+        .claim_token
+        .is_none()
+        .then(|| now_ms() + lease_ms(ctx.batch_lease));
+    let reopened = match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::batches::reopen(c, batch.get(), &ctx.run_owner, lease).await
+        }
+        Conn::Postgres(c) => crate::sql::query(
+            "UPDATE batches SET state = 'open', completed_at = NULL, run_owner = $1, lease_expires_at = $2, \
+             continuations = continuations + 1 WHERE id = $3",
+        )
+        .bind(&ctx.run_owner)
+        .bind(lease)
+        .bind(batch.get())
+        .execute(&mut **c)
+        .await
+        .map(|done| done.rows_affected()),
+    };
     match reopened {
         // `batches_one_run`: a newer batch of the run is open; an old one is not reopened.
         Err(e) if is_unique_violation(&e) => {
@@ -1243,12 +1289,22 @@ async fn renew_lease(
         // A run's batch lives as long as its claim: nothing to renew.
         return Ok(info);
     }
-    crate::sql::query("UPDATE batches SET lease_expires_at = $1, run_owner = $2 WHERE id = $3")
-        .bind(now_ms() + lease_ms(ctx.batch_lease))
-        .bind(&ctx.run_owner)
-        .bind(batch.get())
-        .execute(&mut *conn)
-        .await?;
+    let lease = now_ms() + lease_ms(ctx.batch_lease);
+    match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::batches::renew_lease(c, batch.get(), lease, &ctx.run_owner).await?;
+        }
+        Conn::Postgres(c) => {
+            crate::sql::query(
+                "UPDATE batches SET lease_expires_at = $1, run_owner = $2 WHERE id = $3",
+            )
+            .bind(lease)
+            .bind(&ctx.run_owner)
+            .bind(batch.get())
+            .execute(&mut **c)
+            .await?;
+        }
+    }
     load_batch(conn, agent, batch).await
 }
 
@@ -1273,11 +1329,7 @@ pub(crate) async fn abandon_batch(
         .into());
     }
     runs::check_batch_owner(&info, fence)?;
-    crate::sql::query("UPDATE batches SET state = 'abandoned', completed_at = $1 WHERE id = $2")
-        .bind(now_ms())
-        .bind(batch.get())
-        .execute(&mut *conn)
-        .await?;
+    mark_abandoned(conn, batch, now_ms()).await?;
     approvals::end_batch(
         conn,
         ctx,
@@ -1294,6 +1346,25 @@ pub(crate) async fn abandon_batch(
         batch: info,
         trigger,
     })
+}
+
+/// Marks `batch` abandoned at `now` (the caller has judged it).
+pub(crate) async fn mark_abandoned(conn: &mut Conn<'_>, batch: BatchId, now: i64) -> Result<()> {
+    match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::batches::mark_abandoned(c, batch.get(), now).await?;
+        }
+        Conn::Postgres(c) => {
+            crate::sql::query(
+                "UPDATE batches SET state = 'abandoned', completed_at = $1 WHERE id = $2",
+            )
+            .bind(now)
+            .bind(batch.get())
+            .execute(&mut **c)
+            .await?;
+        }
+    }
+    Ok(())
 }
 
 /// Marks whole batches archived (and their messages); returns the number of messages archived.

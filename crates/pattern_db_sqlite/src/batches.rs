@@ -1,10 +1,12 @@
 //! Statements on `batches` rows: one batch by id, an agent's newest open batch, a page of an
 //! agent's batches, and the newest (or earlier) live batches together with their messages in one
-//! statement (what `get_recent` reads).
+//! statement (what `get_recent` reads); and a batch's state changes (a step's sequence and lease,
+//! complete, reopen, lease renewal, abandon).
 //!
 //! It must never order, group or judge what it reads beyond what the statement does: the joined
 //! reads come back as one `(batch, message)` pair per row, in no particular order, and the caller
-//! groups them.
+//! groups them. A state change never checks the batch's state first: the caller has locked the
+//! agent and judged the batch before it runs one.
 
 use sqlx::SqliteConnection;
 
@@ -183,4 +185,89 @@ pub async fn live_before_with_messages(
     .fetch_all(conn)
     .await?;
     joined!(rows)
+}
+
+/// Moves batch `batch`'s next sequence number on by `appended` messages and sets its lease
+/// expiry (`None` for a batch under a run's claim); rows changed.
+pub async fn advance_sequence(
+    conn: &mut SqliteConnection,
+    batch: i64,
+    appended: i64,
+    lease_expires_at: Option<i64>,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "UPDATE batches SET next_sequence = next_sequence + $1, lease_expires_at = $2 WHERE id = $3",
+        appended,
+        lease_expires_at,
+        batch
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Marks batch `batch` complete at `now` (no owner, no lease); rows changed.
+pub async fn mark_complete(conn: &mut SqliteConnection, batch: i64, now: i64) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "UPDATE batches SET state = 'complete', completed_at = $1, run_owner = NULL, lease_expires_at = NULL WHERE id = $2",
+        now,
+        batch
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Opens batch `batch` again for `owner` (one more continuation) with lease expiry
+/// `lease_expires_at`; rows changed. The engine's unique violation (another open batch of the
+/// run) comes back as it is.
+pub async fn reopen(
+    conn: &mut SqliteConnection,
+    batch: i64,
+    owner: &str,
+    lease_expires_at: Option<i64>,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "UPDATE batches SET state = 'open', completed_at = NULL, run_owner = $1, lease_expires_at = $2, continuations = continuations + 1 WHERE id = $3",
+        owner,
+        lease_expires_at,
+        batch
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Sets batch `batch`'s lease expiry and owner; rows changed.
+pub async fn renew_lease(
+    conn: &mut SqliteConnection,
+    batch: i64,
+    lease_expires_at: i64,
+    owner: &str,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "UPDATE batches SET lease_expires_at = $1, run_owner = $2 WHERE id = $3",
+        lease_expires_at,
+        owner,
+        batch
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Marks batch `batch` abandoned at `now`; rows changed.
+pub async fn mark_abandoned(
+    conn: &mut SqliteConnection,
+    batch: i64,
+    now: i64,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "UPDATE batches SET state = 'abandoned', completed_at = $1 WHERE id = $2",
+        now,
+        batch
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
 }

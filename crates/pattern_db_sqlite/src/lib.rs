@@ -28,6 +28,7 @@
 pub mod agents;
 pub mod batches;
 pub mod messages;
+pub mod tool_calls;
 
 pub use batches::BatchRow;
 pub use messages::MessageRow;

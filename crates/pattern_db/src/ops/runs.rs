@@ -199,11 +199,7 @@ async fn abandon_dead(
     reason: &str,
     now: i64,
 ) -> Result<Abandoned> {
-    crate::sql::query("UPDATE batches SET state = 'abandoned', completed_at = $1 WHERE id = $2")
-        .bind(now)
-        .bind(batch.get())
-        .execute(&mut *conn)
-        .await?;
+    super::mark_abandoned(conn, batch, now).await?;
     super::approvals::end_batch(
         conn,
         ctx,
