@@ -774,16 +774,22 @@ pub(crate) async fn claim_retry(
     batch: BatchId,
     now: i64,
 ) -> Result<()> {
-    let claimed = crate::sql::query(
-        "UPDATE batches SET retried_at = $1 \
-         WHERE id = $2 AND agent_id = $3 AND state = 'abandoned' AND retried_at IS NULL",
-    )
-    .bind(now)
-    .bind(batch.get())
-    .bind(agent.to_string())
-    .execute(&mut *conn)
-    .await?;
-    if claimed.rows_affected() == 1 {
+    let claimed = match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::batches::claim_retry(c, batch.get(), &agent.to_string(), now).await?
+        }
+        Conn::Postgres(c) => crate::sql::query(
+            "UPDATE batches SET retried_at = $1 \
+             WHERE id = $2 AND agent_id = $3 AND state = 'abandoned' AND retried_at IS NULL",
+        )
+        .bind(now)
+        .bind(batch.get())
+        .bind(agent.to_string())
+        .execute(&mut **c)
+        .await?
+        .rows_affected(),
+    };
+    if claimed == 1 {
         return Ok(());
     }
     let info = load_batch(conn, agent, batch).await?;
@@ -1886,16 +1892,29 @@ pub(crate) fn agent_from_row(row: &Row) -> Result<Agent> {
 }
 
 pub(crate) fn summary_from_row(row: &Row) -> Result<Summary> {
-    let agent: String = row.try_get(1)?;
-    Ok(Summary {
-        id: SnowflakeId(row.try_get(0)?),
-        agent_id: AgentId(parse_uuid(&agent)?),
+    summary_from_plain(pattern_db_sqlite::SummaryRow {
+        id: row.try_get(0)?,
+        agent_id: row.try_get(1)?,
         content: row.try_get(2)?,
-        from_batch: SnowflakeId(row.try_get(3)?),
-        through_batch: SnowflakeId(row.try_get(4)?),
+        from_batch: row.try_get(3)?,
+        through_batch: row.try_get(4)?,
         message_count: row.try_get(5)?,
         depth: row.try_get(6)?,
-        created_at: from_ms(row.try_get(7)?),
+        created_at: row.try_get(7)?,
+    })
+}
+
+/// A summary from its stored row (either engine's).
+pub(crate) fn summary_from_plain(row: pattern_db_sqlite::SummaryRow) -> Result<Summary> {
+    Ok(Summary {
+        id: SnowflakeId(row.id),
+        agent_id: AgentId(parse_uuid(&row.agent_id)?),
+        content: row.content,
+        from_batch: SnowflakeId(row.from_batch),
+        through_batch: SnowflakeId(row.through_batch),
+        message_count: row.message_count,
+        depth: row.depth,
+        created_at: from_ms(row.created_at),
     })
 }
 

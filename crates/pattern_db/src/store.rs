@@ -461,12 +461,24 @@ impl MessageStore {
 
     /// Every summary, oldest coverage first.
     pub async fn get_summaries(&self) -> Result<Vec<Summary>> {
+        let agent = self.agent.to_string();
+        let mut pooled = self.db.reader().acquire().await?;
+        let c = match pooled.conn() {
+            Conn::Sqlite(c) => {
+                return pattern_db_sqlite::summaries::of_agent(c, &agent)
+                    .await?
+                    .into_iter()
+                    .map(ops::summary_from_plain)
+                    .collect();
+            }
+            Conn::Postgres(c) => c,
+        };
         crate::sql::query(
             "SELECT id, agent_id, content, from_batch, through_batch, message_count, depth, created_at \
              FROM summaries WHERE agent_id = $1 ORDER BY through_batch, id",
         )
-        .bind(self.agent.to_string())
-        .fetch_all(self.db.reader())
+        .bind(agent)
+        .fetch_all(c)
         .await?
         .iter()
         .map(ops::summary_from_row)

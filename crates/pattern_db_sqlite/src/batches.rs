@@ -1,7 +1,7 @@
 //! Statements on `batches` rows: one batch by id, an agent's newest open batch, a page of an
 //! agent's batches, and the newest (or earlier) live batches together with their messages in one
 //! statement (what `get_recent` reads); and a batch's state changes (a step's sequence and lease,
-//! complete, reopen, lease renewal, abandon).
+//! complete, reopen, lease renewal, abandon, the retry claim).
 //!
 //! It must never order, group or judge what it reads beyond what the statement does: the joined
 //! reads come back as one `(batch, message)` pair per row, in no particular order, and the caller
@@ -266,6 +266,25 @@ pub async fn mark_abandoned(
         "UPDATE batches SET state = 'abandoned', completed_at = $1 WHERE id = $2",
         now,
         batch
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Marks abandoned batch `batch` of `agent` retried at `now` if it was not retried yet; rows
+/// changed (0: not `agent`'s, not abandoned, or retried already; the caller finds out which).
+pub async fn claim_retry(
+    conn: &mut SqliteConnection,
+    batch: i64,
+    agent: &str,
+    now: i64,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "UPDATE batches SET retried_at = $1 WHERE id = $2 AND agent_id = $3 AND state = 'abandoned' AND retried_at IS NULL",
+        now,
+        batch,
+        agent
     )
     .execute(conn)
     .await?;

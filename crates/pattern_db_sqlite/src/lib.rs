@@ -28,7 +28,9 @@
 pub mod agents;
 pub mod batches;
 pub mod messages;
+pub mod summaries;
 pub mod tool_calls;
 
 pub use batches::BatchRow;
 pub use messages::MessageRow;
+pub use summaries::SummaryRow;
