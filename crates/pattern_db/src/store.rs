@@ -200,21 +200,15 @@ impl MessageStore {
     ) -> Result<Vec<StoredBatch>> {
         let limit = i64::try_from(n_batches).unwrap_or(i64::MAX);
         let agent = self.agent.to_string();
-        let c = match conn {
-            Conn::Sqlite(c) => {
-                let pairs =
-                    pattern_db_sqlite::batches::newest_with_messages(c, &agent, limit).await?;
-                return ops::batches_from_joined(pairs);
-            }
-            Conn::Postgres(c) => c,
-        };
+        // Dynamic on both engines: a checked statement decodes every column of every row, and
+        // this join repeats a batch's columns on each of its messages (decision 0023, 3 (c)).
         let sql = ops::batches_with_messages(
             "WHERE agent_id = $1 AND NOT archived ORDER BY id DESC LIMIT $2",
         );
         let rows = crate::sql::query(sqlx::AssertSqlSafe(sql))
             .bind(agent)
             .bind(limit)
-            .fetch_all(&mut **c)
+            .fetch_all(conn)
             .await?;
         ops::batches_from_joined_rows(&rows)
     }
@@ -360,30 +354,15 @@ impl MessageStore {
         before: BatchId,
         limit: usize,
     ) -> Result<Vec<StoredBatch>> {
-        let agent = self.agent.to_string();
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let mut pooled = self.db.reader().acquire().await?;
-        let c = match pooled.conn() {
-            Conn::Sqlite(c) => {
-                let pairs = pattern_db_sqlite::batches::live_before_with_messages(
-                    c,
-                    &agent,
-                    before.get(),
-                    limit,
-                )
-                .await?;
-                return ops::batches_from_joined(pairs);
-            }
-            Conn::Postgres(c) => c,
-        };
+        // Dynamic on both engines, as `fetch_recent`.
         let sql = ops::batches_with_messages(
             "WHERE agent_id = $1 AND id < $2 AND NOT archived ORDER BY id LIMIT $3",
         );
         let rows = crate::sql::query(sqlx::AssertSqlSafe(sql))
-            .bind(agent)
+            .bind(self.agent.to_string())
             .bind(before.get())
-            .bind(limit)
-            .fetch_all(c)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(self.db.reader())
             .await?;
         ops::batches_from_joined_rows(&rows)
     }

@@ -1,16 +1,12 @@
 //! Statements on `batches` rows: one batch by id, an agent's newest open batch, a page of an
-//! agent's batches, and the newest (or earlier) live batches together with their messages in one
-//! statement (what `get_recent` reads); and a batch's state changes (a step's sequence and lease,
-//! complete, reopen, lease renewal, abandon, the retry claim).
+//! agent's batches; and a batch's state changes (a step's sequence and lease, complete, reopen,
+//! lease renewal, abandon, the retry claim).
 //!
-//! It must never order, group or judge what it reads beyond what the statement does: the joined
-//! reads come back as one `(batch, message)` pair per row, in no particular order, and the caller
-//! groups them. A state change never checks the batch's state first: the caller has locked the
-//! agent and judged the batch before it runs one.
+//! It must never order, filter or judge what it reads beyond what the statement does. A state
+//! change never checks the batch's state first: the caller has locked the agent and judged the
+//! batch before it runs one.
 
 use sqlx::SqliteConnection;
-
-use crate::MessageRow;
 
 /// A `batches` row as stored (ids and times as the integers SQLite holds).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,100 +87,6 @@ pub async fn page_before(
     )
     .fetch_all(conn)
     .await
-}
-
-/// One row of a batch joined with one of its live messages (none for a batch without any).
-pub type Joined = (BatchRow, Option<MessageRow>);
-
-/// Builds the [`Joined`] pairs from a joined statement's records, whose message columns are
-/// named `m_*` and nullable (the `LEFT JOIN`). A row with a message id but a NULL in another of
-/// the message's columns is a decode error, as it would be reading the column by itself.
-macro_rules! joined {
-    ($rows:expr) => {
-        $rows
-            .into_iter()
-            .map(|r| {
-                let batch = BatchRow {
-                    id: r.id,
-                    agent_id: r.agent_id,
-                    batch_type: r.batch_type,
-                    state: r.state,
-                    parent_batch: r.parent_batch,
-                    run_owner: r.run_owner,
-                    lease_expires_at: r.lease_expires_at,
-                    next_sequence: r.next_sequence,
-                    archived: r.archived,
-                    started_at: r.started_at,
-                    completed_at: r.completed_at,
-                    continuations: r.continuations,
-                    retried_at: r.retried_at,
-                    claim_token: r.claim_token,
-                };
-                let Some(id) = r.m_id else {
-                    return Ok((batch, None));
-                };
-                let message = MessageRow {
-                    id,
-                    agent_id: present(r.m_agent_id, "m_agent_id")?,
-                    position: present(r.m_position, "m_position")?,
-                    batch_id: present(r.m_batch_id, "m_batch_id")?,
-                    sequence_num: present(r.m_sequence_num, "m_sequence_num")?,
-                    batch_type: present(r.m_batch_type, "m_batch_type")?,
-                    role: present(r.m_role, "m_role")?,
-                    content: present(r.m_content, "m_content")?,
-                    token_estimate: present(r.m_token_estimate, "m_token_estimate")?,
-                    archived: present(r.m_archived, "m_archived")?,
-                    deleted: present(r.m_deleted, "m_deleted")?,
-                    created_at: present(r.m_created_at, "m_created_at")?,
-                };
-                Ok((batch, Some(message)))
-            })
-            .collect::<sqlx::Result<Vec<Joined>>>()
-    };
-}
-
-/// A joined message's column that its message id says is there.
-fn present<T>(value: Option<T>, column: &str) -> sqlx::Result<T> {
-    value.ok_or_else(|| sqlx::Error::ColumnDecode {
-        index: column.to_owned(),
-        source: "NULL in a stored message's NOT NULL column".into(),
-    })
-}
-
-/// `agent`'s newest `limit` live (not archived) batches, each with its live (not deleted)
-/// messages: one row per message, or one row without a message for a batch that has none.
-pub async fn newest_with_messages(
-    conn: &mut SqliteConnection,
-    agent: &str,
-    limit: i64,
-) -> sqlx::Result<Vec<Joined>> {
-    let rows = sqlx::query!(
-        r#"SELECT b.id AS "id!", b.agent_id AS "agent_id!", b.batch_type AS "batch_type!", b.state AS "state!", b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence AS "next_sequence!", b.archived AS "archived!: bool", b.started_at AS "started_at!", b.completed_at, b.continuations AS "continuations!", b.retried_at, b.claim_token, m.id AS "m_id?", m.agent_id AS "m_agent_id?", m.position AS "m_position?", m.batch_id AS "m_batch_id?", m.sequence_num AS "m_sequence_num?", m.batch_type AS "m_batch_type?", m.role AS "m_role?", m.content AS "m_content?", m.token_estimate AS "m_token_estimate?", m.archived AS "m_archived?: bool", m.deleted AS "m_deleted?: bool", m.created_at AS "m_created_at?" FROM (SELECT * FROM batches WHERE agent_id = $1 AND NOT archived ORDER BY id DESC LIMIT $2) b LEFT JOIN messages m ON m.batch_id = b.id AND NOT m.deleted"#,
-        agent,
-        limit
-    )
-    .fetch_all(conn)
-    .await?;
-    joined!(rows)
-}
-
-/// `agent`'s live batches with an id below `before`, oldest first in the statement's pick, at
-/// most `limit`, each with its live messages (rows as in [`newest_with_messages`]).
-pub async fn live_before_with_messages(
-    conn: &mut SqliteConnection,
-    agent: &str,
-    before: i64,
-    limit: i64,
-) -> sqlx::Result<Vec<Joined>> {
-    let rows = sqlx::query!(
-        r#"SELECT b.id AS "id!", b.agent_id AS "agent_id!", b.batch_type AS "batch_type!", b.state AS "state!", b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence AS "next_sequence!", b.archived AS "archived!: bool", b.started_at AS "started_at!", b.completed_at, b.continuations AS "continuations!", b.retried_at, b.claim_token, m.id AS "m_id?", m.agent_id AS "m_agent_id?", m.position AS "m_position?", m.batch_id AS "m_batch_id?", m.sequence_num AS "m_sequence_num?", m.batch_type AS "m_batch_type?", m.role AS "m_role?", m.content AS "m_content?", m.token_estimate AS "m_token_estimate?", m.archived AS "m_archived?: bool", m.deleted AS "m_deleted?: bool", m.created_at AS "m_created_at?" FROM (SELECT * FROM batches WHERE agent_id = $1 AND id < $2 AND NOT archived ORDER BY id LIMIT $3) b LEFT JOIN messages m ON m.batch_id = b.id AND NOT m.deleted"#,
-        agent,
-        before,
-        limit
-    )
-    .fetch_all(conn)
-    .await?;
-    joined!(rows)
 }
 
 /// Moves batch `batch`'s next sequence number on by `appended` messages and sets its lease

@@ -15,9 +15,12 @@
 //! writer's transaction: the caller decides) and plain values, and returns plain row structs or
 //! counts; the caller turns them into `pattern_db`'s types and errors.
 //!
-//! What stays in `pattern_db::sql` (dynamic text, not checkable by a macro): multi-row `VALUES`
+//! What stays in `pattern_db::sql` (dynamic text a macro cannot check, or measured slower checked): multi-row `VALUES`
 //! lists and `IN` lists whose length varies with the call, statements joined into one
-//! `sql::Script`, and every statement of domains not moved here yet.
+//! `sql::Script`, the join of batches with their messages that `get_recent` reads (a checked
+//! statement decodes every column of every row, and that join repeats a batch's columns on each
+//! of its messages: measured slower than the dynamic reader, which decodes them once), and every
+//! statement of domains not moved here yet.
 //!
 //! This crate must never hold a domain rule (validation, refusals, locking policy, id or time
 //! conversion): it only runs a statement and hands back its rows. It must never build SQL text at
