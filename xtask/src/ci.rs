@@ -22,6 +22,7 @@ pub(crate) fn ci(root: &Path) -> Result<()> {
         "fmt".to_owned(),
         "clippy".to_owned(),
         "tidy".to_owned(),
+        "sqlx check".to_owned(),
         "setup".to_owned(),
         "pg start".to_owned(),
     ];
@@ -53,6 +54,9 @@ fn pipeline(root: &Path, members: &[workspace::Member], steps: &mut Steps) -> Re
         ]))
     })?;
     steps.run("tidy", || tidy::run(root))?;
+    steps.run("sqlx check", || {
+        crate::sqlx::run(root, crate::sqlx::Action::Check)
+    })?;
     steps.run("setup", || setup::run(root))?;
     let mut guard = None;
     steps.run("pg start", || {

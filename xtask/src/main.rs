@@ -20,6 +20,9 @@
 //! - `bench [CRATE] [-- ARGS]` — benches with `PATTERN_TEST_PG_URL` set; `bench --goals` runs
 //!   `pattern_db`'s storage goals on SQLite and writes their table into `docs/performance.md`.
 //! - `db up|down|reset|status [--url URL]`, `db new NAME` — migrations.
+//! - `sqlx prepare|check` — the offline query cache of `pattern_db_sqlite` (its statements are
+//!   checked at compile time): regenerate it from a throwaway migrated SQLite file, or fail when
+//!   the committed one is stale.
 //! - `demo [-- ARGS]` — the main job: setup, then `pattern demo` (a real agent conversation).
 //! - `eval recall [--postgres] [--external PATH]` — the whole generated recall evaluation (or a
 //!   public set kept outside the repository) with the real model: recall@5/10 and MRR per mode
@@ -35,6 +38,7 @@ mod guard;
 mod pg;
 mod setup;
 mod setup_mcp;
+mod sqlx;
 mod tidy;
 mod workspace;
 
@@ -94,6 +98,12 @@ enum Command {
         #[command(subcommand)]
         action: db::Action,
     },
+    /// The offline query cache of the checked SQLite statements.
+    Sqlx {
+        /// prepare or check.
+        #[command(subcommand)]
+        action: sqlx::Action,
+    },
     /// Run an evaluation.
     Eval {
         /// Which one.
@@ -122,6 +132,7 @@ fn main() -> ExitCode {
         } => goals::run(&root, &args),
         Command::Bench { krate, args, .. } => ci::bench(&root, krate.as_deref(), &args),
         Command::Db { action } => db::run(&root, action),
+        Command::Sqlx { action } => sqlx::run(&root, action),
         Command::Demo { args } => demo::run(&root, &args),
         Command::Eval { which } => eval::run(&root, which),
     };

@@ -4,7 +4,10 @@
 //! One SQL text serves both backends: it runs on sqlx's SQLite or PostgreSQL driver through
 //! [`crate::sql`], with `$N` placeholders and portable column types (TEXT ids and JSON, BIGINT
 //! times, BOOLEAN flags). Where the dialects differ (row locks), the statement is chosen by
-//! [`Backend`]. Every function here runs inside the caller's
+//! [`Backend`]. A statement whose text is fixed may run, on SQLite, as its compile-time checked
+//! twin in `pattern_db_sqlite` (the `Conn::Sqlite` arm; the same text stays here for PostgreSQL),
+//! and both engines' rows decode through the same plain rows (`batch_from_plain`,
+//! `message_from_plain`). Every function here runs inside the caller's
 //! transaction and must never commit, roll back or open a transaction of its own.
 
 use crate::{AgentError, BatchError, ProtocolError, RunError, StorageError};
@@ -233,6 +236,21 @@ async fn lock_agent_for_write(
     holder: bool,
 ) -> Result<(Option<i64>, Option<String>)> {
     // One statement: the revision bump (and so, on PostgreSQL, the row lock) and the lookups.
+    let id = agent.to_string();
+    let c = match conn {
+        Conn::Sqlite(c) => {
+            let bumped = if holder {
+                pattern_db_sqlite::agents::bump_revision_with_holder(c, &id).await?
+            } else {
+                pattern_db_sqlite::agents::bump_revision_with_position(c, &id).await?
+            };
+            return match bumped {
+                Some(b) => Ok((b.max_position, b.run_holder)),
+                None => Err(AgentError::NotFound(agent).into()),
+            };
+        }
+        Conn::Postgres(c) => c,
+    };
     let sql = if holder {
         "UPDATE agents SET revision = revision + 1 WHERE id = $1 RETURNING \
          (SELECT m.position FROM messages m WHERE m.agent_id = agents.id ORDER BY m.position DESC LIMIT 1), \
@@ -242,8 +260,8 @@ async fn lock_agent_for_write(
          (SELECT m.position FROM messages m WHERE m.agent_id = agents.id ORDER BY m.position DESC LIMIT 1)"
     };
     let row = crate::sql::query(sql)
-        .bind(agent.to_string())
-        .fetch_optional(&mut *conn)
+        .bind(id)
+        .fetch_optional(&mut **c)
         .await?;
     match row {
         Some(row) => Ok((
@@ -257,11 +275,17 @@ async fn lock_agent_for_write(
 /// Bumps the agent's `revision` (readers' caches key on it) and so, on PostgreSQL, takes the
 /// agent's row lock until the transaction ends. Unknown agent: [`AgentError::NotFound`].
 pub(crate) async fn lock_agent(conn: &mut Conn<'_>, agent: AgentId) -> Result<()> {
-    let done = crate::sql::query("UPDATE agents SET revision = revision + 1 WHERE id = $1")
-        .bind(agent.to_string())
-        .execute(&mut *conn)
-        .await?;
-    if done.rows_affected() == 0 {
+    let changed = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::agents::bump_revision(c, &agent.to_string()).await?,
+        Conn::Postgres(c) => {
+            crate::sql::query("UPDATE agents SET revision = revision + 1 WHERE id = $1")
+                .bind(agent.to_string())
+                .execute(&mut **c)
+                .await?
+                .rows_affected()
+        }
+    };
+    if changed == 0 {
         return Err(AgentError::NotFound(agent).into());
     }
     Ok(())
@@ -498,7 +522,8 @@ pub(crate) fn batches_with_messages(pick: &str) -> String {
 }
 
 /// Rows of [`batches_with_messages`], grouped: each batch once, oldest first, with its messages
-/// in sequence order.
+/// in sequence order. A batch's columns are decoded from its first row only (the join repeats
+/// them on every message: decoding them each time cost a fifth of `get_recent`, measured).
 pub(crate) fn batches_from_joined_rows(rows: &[Row]) -> Result<Vec<crate::model::StoredBatch>> {
     let mut by_id: std::collections::BTreeMap<i64, crate::model::StoredBatch> =
         std::collections::BTreeMap::new();
@@ -512,9 +537,10 @@ pub(crate) fn batches_from_joined_rows(rows: &[Row]) -> Result<Vec<crate::model:
             }),
         };
         if !row.is_null(BATCH_COLUMN_COUNT)? {
-            batch
-                .messages
-                .push(message_from_row_at(row, BATCH_COLUMN_COUNT)?);
+            batch.messages.push(message_from_plain(message_row_at(
+                row,
+                BATCH_COLUMN_COUNT,
+            )?)?);
         }
     }
     let mut out: Vec<_> = by_id.into_values().collect();
@@ -533,16 +559,52 @@ pub(crate) async fn load_batch(
     agent: AgentId,
     batch: BatchId,
 ) -> Result<BatchInfo> {
-    let sql = batch_select("WHERE b.id = $1 AND b.agent_id = $2");
-    let row = crate::sql::query(sqlx::AssertSqlSafe(sql))
-        .bind(batch.get())
-        .bind(agent.to_string())
-        .fetch_optional(&mut *conn)
-        .await?;
-    match row {
-        Some(row) => batch_from_row(&row),
+    match batch_by_id(conn, agent, batch).await? {
+        Some(row) => batch_from_plain(row),
         None => Err(BatchError::NotFound { agent, batch }.into()),
     }
+}
+
+/// Batch `batch`'s row if it is `agent`'s.
+pub(crate) async fn batch_by_id(
+    conn: &mut Conn<'_>,
+    agent: AgentId,
+    batch: BatchId,
+) -> Result<Option<pattern_db_sqlite::BatchRow>> {
+    let c = match conn {
+        Conn::Sqlite(c) => {
+            return Ok(
+                pattern_db_sqlite::batches::by_id(c, batch.get(), &agent.to_string()).await?,
+            );
+        }
+        Conn::Postgres(c) => c,
+    };
+    let sql = batch_select("WHERE b.id = $1 AND b.agent_id = $2");
+    crate::sql::query(sqlx::AssertSqlSafe(sql))
+        .bind(batch.get())
+        .bind(agent.to_string())
+        .fetch_optional(&mut **c)
+        .await?
+        .as_ref()
+        .map(batch_row)
+        .transpose()
+}
+
+/// The message that opened `batch` (sequence 0).
+pub(crate) async fn batch_trigger(conn: &mut Conn<'_>, batch: BatchId) -> Result<Message> {
+    let row = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::messages::trigger_of_batch(c, batch.get()).await?,
+        Conn::Postgres(c) => message_row_at(
+            &crate::sql::query(sqlx::AssertSqlSafe(message_select(
+                "WHERE m.batch_id = $1 AND m.sequence_num = 0",
+            )))
+            .bind(batch.get())
+            .fetch_one(&mut **c)
+            .await?,
+            0,
+        )?,
+    };
+    message_from_plain(row)
 }
 
 /// Checks what can be checked of a trigger without the database, and serializes it.
@@ -700,16 +762,22 @@ pub(crate) async fn claim_retry(
     batch: BatchId,
     now: i64,
 ) -> Result<()> {
-    let claimed = crate::sql::query(
-        "UPDATE batches SET retried_at = $1 \
-         WHERE id = $2 AND agent_id = $3 AND state = 'abandoned' AND retried_at IS NULL",
-    )
-    .bind(now)
-    .bind(batch.get())
-    .bind(agent.to_string())
-    .execute(&mut *conn)
-    .await?;
-    if claimed.rows_affected() == 1 {
+    let claimed = match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::batches::claim_retry(c, batch.get(), &agent.to_string(), now).await?
+        }
+        Conn::Postgres(c) => crate::sql::query(
+            "UPDATE batches SET retried_at = $1 \
+             WHERE id = $2 AND agent_id = $3 AND state = 'abandoned' AND retried_at IS NULL",
+        )
+        .bind(now)
+        .bind(batch.get())
+        .bind(agent.to_string())
+        .execute(&mut **c)
+        .await?
+        .rows_affected(),
+    };
+    if claimed == 1 {
         return Ok(());
     }
     let info = load_batch(conn, agent, batch).await?;
@@ -1012,21 +1080,46 @@ async fn append_step(
     }
     insert_calls(conn, &calls).await?;
     for (id, position) in results {
-        crate::sql::query(
-            "UPDATE tool_calls SET result_position = $1 WHERE batch_id = $2 AND tool_use_id = $3",
-        )
-        .bind(position.get())
-        .bind(batch.get())
-        .bind(id)
-        .execute(&mut *conn)
-        .await?;
+        match conn {
+            Conn::Sqlite(c) => {
+                pattern_db_sqlite::tool_calls::set_result_position(
+                    c,
+                    batch.get(),
+                    id,
+                    position.get(),
+                )
+                .await?;
+            }
+            Conn::Postgres(c) => {
+                crate::sql::query(
+                    "UPDATE tool_calls SET result_position = $1 WHERE batch_id = $2 AND tool_use_id = $3",
+                )
+                .bind(position.get())
+                .bind(batch.get())
+                .bind(id)
+                .execute(&mut **c)
+                .await?;
+            }
+        }
     }
-    crate::sql::query("UPDATE batches SET next_sequence = next_sequence + $1, lease_expires_at = $2 WHERE id = $3")
-        .bind(messages.len() as i64)
-        .bind(info.claim_token.is_none().then(|| now + lease_ms(ctx.batch_lease)))
-        .bind(batch.get())
-        .execute(&mut *conn)
-        .await?;
+    let appended = messages.len() as i64;
+    let lease = info
+        .claim_token
+        .is_none()
+        .then(|| now + lease_ms(ctx.batch_lease));
+    match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::batches::advance_sequence(c, batch.get(), appended, lease).await?;
+        }
+        Conn::Postgres(c) => {
+            crate::sql::query("UPDATE batches SET next_sequence = next_sequence + $1, lease_expires_at = $2 WHERE id = $3")
+                .bind(appended)
+                .bind(lease)
+                .bind(batch.get())
+                .execute(&mut **c)
+                .await?;
+        }
+    }
     Ok(StepReceipt {
         batch_id: batch,
         stored: rows.iter().map(|r| (r.id, r.position, r.seq)).collect(),
@@ -1035,12 +1128,16 @@ async fn append_step(
 
 /// Call ids of the batch still waiting for a result, in call order.
 pub(crate) async fn pending_calls(conn: &mut Conn<'_>, batch: BatchId) -> Result<Vec<String>> {
+    let c = match conn {
+        Conn::Sqlite(c) => return Ok(pattern_db_sqlite::tool_calls::pending(c, batch.get()).await?),
+        Conn::Postgres(c) => c,
+    };
     crate::sql::query(
         "SELECT tool_use_id FROM tool_calls WHERE batch_id = $1 AND result_position IS NULL \
          ORDER BY call_position, ordinal",
     )
     .bind(batch.get())
-    .fetch_all(&mut *conn)
+    .fetch_all(&mut **c)
     .await?
     .iter()
     .map(|r| r.try_get::<String, _>(0).map_err(Error::from))
@@ -1075,14 +1172,21 @@ pub(crate) async fn complete_batch(
     if !pending.is_empty() {
         return Err(BatchError::PendingToolCalls { batch, pending }.into());
     }
-    crate::sql::query(
-        "UPDATE batches SET state = 'complete', completed_at = $1, run_owner = NULL, lease_expires_at = NULL \
-         WHERE id = $2",
-    )
-    .bind(now_ms())
-    .bind(batch.get())
-    .execute(&mut *conn)
-    .await?;
+    match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::batches::mark_complete(c, batch.get(), now_ms()).await?;
+        }
+        Conn::Postgres(c) => {
+            crate::sql::query(
+                "UPDATE batches SET state = 'complete', completed_at = $1, run_owner = NULL, lease_expires_at = NULL \
+                 WHERE id = $2",
+            )
+            .bind(now_ms())
+            .bind(batch.get())
+            .execute(&mut **c)
+            .await?;
+        }
+    }
     // Only a queue entry's agent_to_agent batch can have delivered a session message.
     if info.batch_type == BatchType::AgentToAgent {
         protocol::complete_delivery(conn, ctx, agent, batch).await?;
@@ -1124,15 +1228,25 @@ async fn continue_batch(
         }
         .into());
     }
-    let reopened = crate::sql::query(
-        "UPDATE batches SET state = 'open', completed_at = NULL, run_owner = $1, lease_expires_at = $2, \
-         continuations = continuations + 1 WHERE id = $3",
-    )
-    .bind(&ctx.run_owner)
-    .bind(info.claim_token.is_none().then(|| now_ms() + lease_ms(ctx.batch_lease)))
-    .bind(batch.get())
-    .execute(&mut *conn)
-    .await;
+    let lease = info
+        .claim_token
+        .is_none()
+        .then(|| now_ms() + lease_ms(ctx.batch_lease));
+    let reopened = match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::batches::reopen(c, batch.get(), &ctx.run_owner, lease).await
+        }
+        Conn::Postgres(c) => crate::sql::query(
+            "UPDATE batches SET state = 'open', completed_at = NULL, run_owner = $1, lease_expires_at = $2, \
+             continuations = continuations + 1 WHERE id = $3",
+        )
+        .bind(&ctx.run_owner)
+        .bind(lease)
+        .bind(batch.get())
+        .execute(&mut **c)
+        .await
+        .map(|done| done.rows_affected()),
+    };
     match reopened {
         // `batches_one_run`: a newer batch of the run is open; an old one is not reopened.
         Err(e) if is_unique_violation(&e) => {
@@ -1169,12 +1283,22 @@ async fn renew_lease(
         // A run's batch lives as long as its claim: nothing to renew.
         return Ok(info);
     }
-    crate::sql::query("UPDATE batches SET lease_expires_at = $1, run_owner = $2 WHERE id = $3")
-        .bind(now_ms() + lease_ms(ctx.batch_lease))
-        .bind(&ctx.run_owner)
-        .bind(batch.get())
-        .execute(&mut *conn)
-        .await?;
+    let lease = now_ms() + lease_ms(ctx.batch_lease);
+    match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::batches::renew_lease(c, batch.get(), lease, &ctx.run_owner).await?;
+        }
+        Conn::Postgres(c) => {
+            crate::sql::query(
+                "UPDATE batches SET lease_expires_at = $1, run_owner = $2 WHERE id = $3",
+            )
+            .bind(lease)
+            .bind(&ctx.run_owner)
+            .bind(batch.get())
+            .execute(&mut **c)
+            .await?;
+        }
+    }
     load_batch(conn, agent, batch).await
 }
 
@@ -1199,11 +1323,7 @@ pub(crate) async fn abandon_batch(
         .into());
     }
     runs::check_batch_owner(&info, fence)?;
-    crate::sql::query("UPDATE batches SET state = 'abandoned', completed_at = $1 WHERE id = $2")
-        .bind(now_ms())
-        .bind(batch.get())
-        .execute(&mut *conn)
-        .await?;
+    mark_abandoned(conn, batch, now_ms()).await?;
     approvals::end_batch(
         conn,
         ctx,
@@ -1213,19 +1333,32 @@ pub(crate) async fn abandon_batch(
     )
     .await?;
     let info = load_batch(conn, agent, batch).await?;
-    let trigger = crate::sql::query(sqlx::AssertSqlSafe(message_select(
-        "WHERE m.batch_id = $1 AND m.sequence_num = 0",
-    )))
-    .bind(batch.get())
-    .fetch_one(&mut *conn)
-    .await?;
-    let trigger = message_from_row(&trigger)?;
+    let trigger = batch_trigger(conn, batch).await?;
     let payload = serde_json::json!({ "batch_id": batch.get(), "reason": reason });
     log_activity(conn, ctx, agent, "batch_abandoned", &payload).await?;
     Ok(Abandoned {
         batch: info,
         trigger,
     })
+}
+
+/// Marks `batch` abandoned at `now` (the caller has judged it).
+pub(crate) async fn mark_abandoned(conn: &mut Conn<'_>, batch: BatchId, now: i64) -> Result<()> {
+    match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::batches::mark_abandoned(c, batch.get(), now).await?;
+        }
+        Conn::Postgres(c) => {
+            crate::sql::query(
+                "UPDATE batches SET state = 'abandoned', completed_at = $1 WHERE id = $2",
+            )
+            .bind(now)
+            .bind(batch.get())
+            .execute(&mut **c)
+            .await?;
+        }
+    }
+    Ok(())
 }
 
 /// Marks whole batches archived (and their messages); returns the number of messages archived.
@@ -1644,53 +1777,90 @@ fn flag(row: &Row, index: usize) -> Result<bool> {
 }
 
 pub(crate) fn message_from_row(row: &Row) -> Result<Message> {
-    message_from_row_at(row, 0)
+    message_from_plain(message_row_at(row, 0)?)
 }
 
-/// A message whose [`MESSAGE_COLUMNS`] start at column `at` (after a batch's, in a join).
-pub(crate) fn message_from_row_at(row: &Row, at: usize) -> Result<Message> {
-    let id: String = row.try_get(at)?;
-    let agent: String = row.try_get(at + 1)?;
-    let batch_type: String = row.try_get(at + 5)?;
-    let role: String = row.try_get(at + 6)?;
-    let content: String = row.try_get(at + 7)?;
-    Ok(Message {
-        id: MessageId(parse_uuid(&id)?),
-        agent_id: AgentId(parse_uuid(&agent)?),
-        position: SnowflakeId(row.try_get(at + 2)?),
-        batch_id: SnowflakeId(row.try_get(at + 3)?),
+/// The plain row of a message whose [`MESSAGE_COLUMNS`] start at column `at` (after a batch's,
+/// in a join).
+pub(crate) fn message_row_at(row: &Row, at: usize) -> Result<pattern_db_sqlite::MessageRow> {
+    Ok(pattern_db_sqlite::MessageRow {
+        id: row.try_get(at)?,
+        agent_id: row.try_get(at + 1)?,
+        position: row.try_get(at + 2)?,
+        batch_id: row.try_get(at + 3)?,
         sequence_num: row.try_get(at + 4)?,
-        batch_type: batch_type.parse()?,
-        role: role
-            .parse()
-            .map_err(|_| StorageError::Corrupt(format!("unknown stored role `{role}`")))?,
-        content: decode_content(&content)?,
+        batch_type: row.try_get(at + 5)?,
+        role: row.try_get(at + 6)?,
+        content: row.try_get(at + 7)?,
         token_estimate: row.try_get(at + 8)?,
         archived: flag(row, at + 9)?,
         deleted: flag(row, at + 10)?,
-        created_at: from_ms(row.try_get(at + 11)?),
+        created_at: row.try_get(at + 11)?,
+    })
+}
+
+/// A message from its stored row (either engine's).
+pub(crate) fn message_from_plain(row: pattern_db_sqlite::MessageRow) -> Result<Message> {
+    let role = row.role;
+    Ok(Message {
+        id: MessageId(parse_uuid(&row.id)?),
+        agent_id: AgentId(parse_uuid(&row.agent_id)?),
+        position: SnowflakeId(row.position),
+        batch_id: SnowflakeId(row.batch_id),
+        sequence_num: row.sequence_num,
+        batch_type: row.batch_type.parse()?,
+        role: role
+            .parse()
+            .map_err(|_| StorageError::Corrupt(format!("unknown stored role `{role}`")))?,
+        content: decode_content(&row.content)?,
+        token_estimate: row.token_estimate,
+        archived: row.archived,
+        deleted: row.deleted,
+        created_at: from_ms(row.created_at),
     })
 }
 
 pub(crate) fn batch_from_row(row: &Row) -> Result<BatchInfo> {
-    let agent: String = row.try_get(1)?;
-    let batch_type: String = row.try_get(2)?;
-    let state: String = row.try_get(3)?;
-    Ok(BatchInfo {
-        id: SnowflakeId(row.try_get(0)?),
-        agent_id: AgentId(parse_uuid(&agent)?),
-        batch_type: batch_type.parse()?,
-        state: state.parse()?,
-        parent_batch: row.try_get::<Option<i64>, _>(4)?.map(SnowflakeId),
+    batch_from_plain(batch_row(row)?)
+}
+
+/// The plain row of a batch whose [`BATCH_COLUMNS`] start at column 0.
+fn batch_row(row: &Row) -> Result<pattern_db_sqlite::BatchRow> {
+    Ok(pattern_db_sqlite::BatchRow {
+        id: row.try_get(0)?,
+        agent_id: row.try_get(1)?,
+        batch_type: row.try_get(2)?,
+        state: row.try_get(3)?,
+        parent_batch: row.try_get(4)?,
         run_owner: row.try_get(5)?,
-        lease_expires_at: row.try_get::<Option<i64>, _>(6)?.map(from_ms),
-        message_count: row.try_get(7)?,
+        lease_expires_at: row.try_get(6)?,
+        next_sequence: row.try_get(7)?,
         archived: flag(row, 8)?,
-        started_at: from_ms(row.try_get(9)?),
-        completed_at: row.try_get::<Option<i64>, _>(10)?.map(from_ms),
+        started_at: row.try_get(9)?,
+        completed_at: row.try_get(10)?,
         continuations: row.try_get(11)?,
-        retried_at: row.try_get::<Option<i64>, _>(12)?.map(from_ms),
-        claim_token: row.try_get::<Option<i64>, _>(13)?,
+        retried_at: row.try_get(12)?,
+        claim_token: row.try_get(13)?,
+    })
+}
+
+/// A batch from its stored row (either engine's).
+pub(crate) fn batch_from_plain(row: pattern_db_sqlite::BatchRow) -> Result<BatchInfo> {
+    Ok(BatchInfo {
+        id: SnowflakeId(row.id),
+        agent_id: AgentId(parse_uuid(&row.agent_id)?),
+        batch_type: row.batch_type.parse()?,
+        state: row.state.parse()?,
+        parent_batch: row.parent_batch.map(SnowflakeId),
+        run_owner: row.run_owner,
+        lease_expires_at: row.lease_expires_at.map(from_ms),
+        message_count: row.next_sequence,
+        archived: row.archived,
+        started_at: from_ms(row.started_at),
+        completed_at: row.completed_at.map(from_ms),
+        continuations: row.continuations,
+        retried_at: row.retried_at.map(from_ms),
+        claim_token: row.claim_token,
     })
 }
 
@@ -1710,16 +1880,29 @@ pub(crate) fn agent_from_row(row: &Row) -> Result<Agent> {
 }
 
 pub(crate) fn summary_from_row(row: &Row) -> Result<Summary> {
-    let agent: String = row.try_get(1)?;
-    Ok(Summary {
-        id: SnowflakeId(row.try_get(0)?),
-        agent_id: AgentId(parse_uuid(&agent)?),
+    summary_from_plain(pattern_db_sqlite::SummaryRow {
+        id: row.try_get(0)?,
+        agent_id: row.try_get(1)?,
         content: row.try_get(2)?,
-        from_batch: SnowflakeId(row.try_get(3)?),
-        through_batch: SnowflakeId(row.try_get(4)?),
+        from_batch: row.try_get(3)?,
+        through_batch: row.try_get(4)?,
         message_count: row.try_get(5)?,
         depth: row.try_get(6)?,
-        created_at: from_ms(row.try_get(7)?),
+        created_at: row.try_get(7)?,
+    })
+}
+
+/// A summary from its stored row (either engine's).
+pub(crate) fn summary_from_plain(row: pattern_db_sqlite::SummaryRow) -> Result<Summary> {
+    Ok(Summary {
+        id: SnowflakeId(row.id),
+        agent_id: AgentId(parse_uuid(&row.agent_id)?),
+        content: row.content,
+        from_batch: SnowflakeId(row.from_batch),
+        through_batch: SnowflakeId(row.through_batch),
+        message_count: row.message_count,
+        depth: row.depth,
+        created_at: from_ms(row.created_at),
     })
 }
 

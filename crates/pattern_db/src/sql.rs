@@ -2,7 +2,8 @@
 //! and row type each over SQLite or PostgreSQL, and a query builder that binds once and runs on
 //! whichever engine the connection is.
 //!
-//! Every statement of `pattern_db` goes through here (decision 0023, step 3): sqlx's SQLite and
+//! Every statement of `pattern_db` goes through here (decision 0023, step 3), except the SQLite
+//! arm of those `pattern_db_sqlite` checks at compile time (step 3 (c)): sqlx's SQLite and
 //! PostgreSQL drivers directly, without sqlx's `Any` driver, which converted every argument and
 //! every column of every row into its own value type and back (15-20 µs a statement on this
 //! machine, measured in stop 26). A [`Query`] keeps its arguments as plain values until it runs,

@@ -23,6 +23,7 @@ use crate::model::{
     Received, RecoveryScope, StepReceipt, StoredBatch, Summary,
 };
 use crate::ops;
+use crate::sql::Conn;
 
 /// The message store of one agent. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -174,11 +175,17 @@ impl MessageStore {
         self.revision_on(&mut pooled.conn()).await
     }
 
-    async fn revision_on(&self, conn: &mut crate::sql::Conn<'_>) -> Result<Option<i64>> {
+    async fn revision_on(&self, conn: &mut Conn<'_>) -> Result<Option<i64>> {
+        let c = match conn {
+            Conn::Sqlite(c) => {
+                return Ok(pattern_db_sqlite::agents::revision(c, &self.agent.to_string()).await?);
+            }
+            Conn::Postgres(c) => c,
+        };
         Ok(
             crate::sql::query("SELECT revision FROM agents WHERE id = $1")
                 .bind(self.agent.to_string())
-                .fetch_optional(conn)
+                .fetch_optional(&mut **c)
                 .await?
                 .map(|r| r.try_get::<i64, _>(0))
                 .transpose()?,
@@ -188,15 +195,18 @@ impl MessageStore {
     /// The newest `n_batches` batches, oldest first, whole: one statement.
     async fn fetch_recent(
         &self,
-        conn: &mut crate::sql::Conn<'_>,
+        conn: &mut Conn<'_>,
         n_batches: usize,
     ) -> Result<Vec<StoredBatch>> {
         let limit = i64::try_from(n_batches).unwrap_or(i64::MAX);
+        let agent = self.agent.to_string();
+        // Dynamic on both engines: a checked statement decodes every column of every row, and
+        // this join repeats a batch's columns on each of its messages (decision 0023, 3 (c)).
         let sql = ops::batches_with_messages(
             "WHERE agent_id = $1 AND NOT archived ORDER BY id DESC LIMIT $2",
         );
         let rows = crate::sql::query(sqlx::AssertSqlSafe(sql))
-            .bind(self.agent.to_string())
+            .bind(agent)
             .bind(limit)
             .fetch_all(conn)
             .await?;
@@ -211,16 +221,36 @@ impl MessageStore {
         limit: usize,
         include_archived: bool,
     ) -> Result<Vec<Message>> {
+        let agent = self.agent.to_string();
+        let after = after.map_or(-1, SnowflakeId::get);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut pooled = self.db.reader().acquire().await?;
+        let c = match pooled.conn() {
+            Conn::Sqlite(c) => {
+                return pattern_db_sqlite::messages::page_after(
+                    c,
+                    &agent,
+                    after,
+                    limit,
+                    include_archived,
+                )
+                .await?
+                .into_iter()
+                .map(ops::message_from_plain)
+                .collect();
+            }
+            Conn::Postgres(c) => c,
+        };
         let sql = ops::message_select(if include_archived {
             "WHERE m.agent_id = $1 AND m.position > $2 AND NOT m.deleted ORDER BY m.position LIMIT $3"
         } else {
             "WHERE m.agent_id = $1 AND m.position > $2 AND NOT m.deleted AND NOT m.archived ORDER BY m.position LIMIT $3"
         });
         crate::sql::query(sqlx::AssertSqlSafe(sql))
-            .bind(self.agent.to_string())
-            .bind(after.map_or(-1, SnowflakeId::get))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(self.db.reader())
+            .bind(agent)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(c)
             .await?
             .iter()
             .map(ops::message_from_row)
@@ -231,45 +261,54 @@ impl MessageStore {
     /// [`BatchError::NotFound`].
     pub async fn get_batch(&self, batch: BatchId) -> Result<StoredBatch> {
         let info = self.batch_info(batch).await?;
-        let sql =
-            ops::message_select("WHERE m.batch_id = $1 AND NOT m.deleted ORDER BY m.sequence_num");
-        let rows = crate::sql::query(sqlx::AssertSqlSafe(sql))
-            .bind(batch.get())
-            .fetch_all(self.db.reader())
-            .await?;
+        let mut pooled = self.db.reader().acquire().await?;
+        let rows = match pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::messages::live_of_batch(c, batch.get()).await?,
+            Conn::Postgres(c) => {
+                let sql = ops::message_select(
+                    "WHERE m.batch_id = $1 AND NOT m.deleted ORDER BY m.sequence_num",
+                );
+                crate::sql::query(sqlx::AssertSqlSafe(sql))
+                    .bind(batch.get())
+                    .fetch_all(c)
+                    .await?
+                    .iter()
+                    .map(|row| ops::message_row_at(row, 0))
+                    .collect::<Result<Vec<_>>>()?
+            }
+        };
         let messages = rows
-            .iter()
-            .map(ops::message_from_row)
+            .into_iter()
+            .map(ops::message_from_plain)
             .collect::<Result<Vec<_>>>()?;
         Ok(StoredBatch { info, messages })
     }
 
     /// One batch's row.
     pub async fn batch_info(&self, batch: BatchId) -> Result<BatchInfo> {
-        let sql = ops::batch_select("WHERE b.id = $1 AND b.agent_id = $2");
-        let row = crate::sql::query(sqlx::AssertSqlSafe(sql))
-            .bind(batch.get())
-            .bind(self.agent.to_string())
-            .fetch_optional(self.db.reader())
-            .await?;
-        match row {
-            Some(row) => ops::batch_from_row(&row),
-            None => Err(BatchError::NotFound {
-                agent: self.agent,
-                batch,
-            }
-            .into()),
-        }
+        let mut pooled = self.db.reader().acquire().await?;
+        ops::load_batch(&mut pooled.conn(), self.agent, batch).await
     }
 
     /// The newest open batch, if any: the batch a run is working on.
     pub async fn current_batch(&self) -> Result<Option<BatchInfo>> {
+        let agent = self.agent.to_string();
+        let mut pooled = self.db.reader().acquire().await?;
+        let c = match pooled.conn() {
+            Conn::Sqlite(c) => {
+                return pattern_db_sqlite::batches::newest_open(c, &agent)
+                    .await?
+                    .map(ops::batch_from_plain)
+                    .transpose();
+            }
+            Conn::Postgres(c) => c,
+        };
         let sql = ops::batch_select(
             "WHERE b.agent_id = $1 AND b.state = 'open' ORDER BY b.id DESC LIMIT 1",
         );
         let row = crate::sql::query(sqlx::AssertSqlSafe(sql))
-            .bind(self.agent.to_string())
-            .fetch_optional(self.db.reader())
+            .bind(agent)
+            .fetch_optional(c)
             .await?;
         row.as_ref().map(ops::batch_from_row).transpose()
     }
@@ -280,13 +319,27 @@ impl MessageStore {
         before: Option<BatchId>,
         limit: usize,
     ) -> Result<Vec<BatchInfo>> {
+        let agent = self.agent.to_string();
+        let before = before.map_or(i64::MAX, SnowflakeId::get);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut pooled = self.db.reader().acquire().await?;
+        let c = match pooled.conn() {
+            Conn::Sqlite(c) => {
+                return pattern_db_sqlite::batches::page_before(c, &agent, before, limit)
+                    .await?
+                    .into_iter()
+                    .map(ops::batch_from_plain)
+                    .collect();
+            }
+            Conn::Postgres(c) => c,
+        };
         let sql =
             ops::batch_select("WHERE b.agent_id = $1 AND b.id < $2 ORDER BY b.id DESC LIMIT $3");
         crate::sql::query(sqlx::AssertSqlSafe(sql))
-            .bind(self.agent.to_string())
-            .bind(before.map_or(i64::MAX, SnowflakeId::get))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(self.db.reader())
+            .bind(agent)
+            .bind(before)
+            .bind(limit)
+            .fetch_all(c)
             .await?
             .iter()
             .map(ops::batch_from_row)
@@ -301,6 +354,7 @@ impl MessageStore {
         before: BatchId,
         limit: usize,
     ) -> Result<Vec<StoredBatch>> {
+        // Dynamic on both engines, as `fetch_recent`.
         let sql = ops::batches_with_messages(
             "WHERE agent_id = $1 AND id < $2 AND NOT archived ORDER BY id LIMIT $3",
         );
@@ -315,13 +369,18 @@ impl MessageStore {
 
     /// Number of live (not archived, not deleted) messages.
     pub async fn count_live(&self) -> Result<i64> {
-        Ok(crate::sql::query(
-            "SELECT COUNT(*) FROM messages WHERE agent_id = $1 AND NOT archived AND NOT deleted",
-        )
-        .bind(self.agent.to_string())
-        .fetch_one(self.db.reader())
-        .await?
-        .try_get(0)?)
+        let agent = self.agent.to_string();
+        let mut pooled = self.db.reader().acquire().await?;
+        Ok(match pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::messages::count_live(c, &agent).await?,
+            Conn::Postgres(c) => crate::sql::query(
+                "SELECT COUNT(*) FROM messages WHERE agent_id = $1 AND NOT archived AND NOT deleted",
+            )
+            .bind(agent)
+            .fetch_one(c)
+            .await?
+            .try_get(0)?,
+        })
     }
 
     // -- archive and summaries -----------------------------------------------------------------
@@ -381,12 +440,24 @@ impl MessageStore {
 
     /// Every summary, oldest coverage first.
     pub async fn get_summaries(&self) -> Result<Vec<Summary>> {
+        let agent = self.agent.to_string();
+        let mut pooled = self.db.reader().acquire().await?;
+        let c = match pooled.conn() {
+            Conn::Sqlite(c) => {
+                return pattern_db_sqlite::summaries::of_agent(c, &agent)
+                    .await?
+                    .into_iter()
+                    .map(ops::summary_from_plain)
+                    .collect();
+            }
+            Conn::Postgres(c) => c,
+        };
         crate::sql::query(
             "SELECT id, agent_id, content, from_batch, through_batch, message_count, depth, created_at \
              FROM summaries WHERE agent_id = $1 ORDER BY through_batch, id",
         )
-        .bind(self.agent.to_string())
-        .fetch_all(self.db.reader())
+        .bind(agent)
+        .fetch_all(c)
         .await?
         .iter()
         .map(ops::summary_from_row)

@@ -11,8 +11,13 @@ use super::manifest::Dep;
 pub(crate) const RESTRICTED: &[(&str, &[&str], &str)] = &[
     (
         "sqlx",
-        &["pattern_db", "pattern_protocol"],
+        &["pattern_db", "pattern_db_sqlite", "pattern_protocol"],
         "SQL stays in the storage crates and pattern_protocol's storage module",
+    ),
+    (
+        "pattern_db_sqlite",
+        &["pattern_db"],
+        "the checked SQLite statements are called from pattern_db's SQLite arms only",
     ),
     (
         "tantivy",

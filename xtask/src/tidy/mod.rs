@@ -6,9 +6,11 @@
 //! crate, SQL above the storage layer only in a storage module, and front ends
 //! through the facade ([`deps`]), layer order from `ARCHITECTURE.md`
 //! ([`layers`]), no placeholder macros ([`files`]), storage writes owned by their domains
-//! ([`writes`]), storage errors by domain behind one wrapper ([`errors`]), and no sqlx `Any`
-//! driver ([`drivers`]).
+//! ([`writes`]), storage errors by domain behind one wrapper ([`errors`]), no sqlx `Any`
+//! driver ([`drivers`]), and only compile-time checked statements in the crate of checked
+//! SQLite statements ([`checked`]).
 
+mod checked;
 mod deps;
 mod drivers;
 mod errors;
@@ -109,6 +111,14 @@ pub(crate) fn check_all(root: &Path) -> Result<Vec<Violation>> {
 
     // f. storage errors by domain.
     out.extend(errors::check(&db_files));
+
+    // h. only checked statements in the crate of checked statements.
+    for path in files::rust_files(&root.join(checked::CHECKED_CRATE)) {
+        out.extend(checked::check_source(
+            &workspace::rel(root, &path),
+            &read(&path)?,
+        ));
+    }
 
     // g. SQL above the storage layer only in a crate's storage module.
     for member in &members {

@@ -16,7 +16,7 @@ use crate::sql::Row;
 
 use super::{
     Ctx, abandon_batch, begin_batch, complete_batch, from_ms, load_batch, lock_agent, log_activity,
-    message_from_row, message_select, now_ms, parse_uuid,
+    now_ms, parse_uuid,
 };
 use crate::config::Backend;
 use crate::error::{Error, Result};
@@ -199,11 +199,7 @@ async fn abandon_dead(
     reason: &str,
     now: i64,
 ) -> Result<Abandoned> {
-    crate::sql::query("UPDATE batches SET state = 'abandoned', completed_at = $1 WHERE id = $2")
-        .bind(now)
-        .bind(batch.get())
-        .execute(&mut *conn)
-        .await?;
+    super::mark_abandoned(conn, batch, now).await?;
     super::approvals::end_batch(
         conn,
         ctx,
@@ -213,13 +209,7 @@ async fn abandon_dead(
     )
     .await?;
     let info = load_batch(conn, agent, batch).await?;
-    let trigger = crate::sql::query(sqlx::AssertSqlSafe(message_select(
-        "WHERE m.batch_id = $1 AND m.sequence_num = 0",
-    )))
-    .bind(batch.get())
-    .fetch_one(&mut *conn)
-    .await?;
-    let trigger = message_from_row(&trigger)?;
+    let trigger = super::batch_trigger(conn, batch).await?;
     let payload = serde_json::json!({
         "batch_id": batch.get(),
         "run_owner": info.run_owner,

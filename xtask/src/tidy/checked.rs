@@ -1,0 +1,78 @@
+//! Tidy rule (decision 0023, step 3 (c)): every statement of the crate of checked SQLite
+//! statements (`crates/pattern_db_sqlite`) is one of sqlx's compile-time checked macros
+//! (`query!`, `query_as!`, `query_scalar!`, `query_file!`...). It flags, in that
+//! crate's Rust files, sqlx's run-time statement builders (text sqlx cannot check), and the
+//! `_unchecked` macros, which skip the check. It must never flag a checked macro call, nor a
+//! name in a comment, nor a file of another crate (dynamic statements belong in `pattern_db::sql`).
+
+use super::Violation;
+
+/// The crate this rule covers, and the folder of its sources relative to the workspace root.
+pub(crate) const CHECKED_CRATE: &str = "crates/pattern_db_sqlite/src";
+
+/// What a checked crate must not use: run-time statements and unchecked macros (built from parts
+/// so that this file's own text says what it looks for without spelling a call).
+fn unchecked() -> Vec<String> {
+    let mut out = Vec::new();
+    for builder in ["query", "query_as", "query_scalar", "query_with", "raw_sql"] {
+        out.push(format!("sqlx::{builder}("));
+    }
+    for builder in [
+        "QueryBuilder",
+        "AssertSqlSafe",
+        "query_as_with",
+        "query_scalar_with",
+    ] {
+        out.push(format!("sqlx::{builder}"));
+    }
+    for name in ["query", "query_as", "query_scalar"] {
+        out.push(format!("{name}_unchecked!("));
+    }
+    out
+}
+
+/// Violations in one Rust file of the checked crate (`path` relative to the root).
+pub(crate) fn check_source(path: &str, text: &str) -> Vec<Violation> {
+    let banned = unchecked();
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        if let Some(name) = banned.iter().find(|b| code.contains(b.as_str())) {
+            out.push(Violation::new(
+                path,
+                i + 1,
+                format!(
+                    "`{name}` in the crate of checked statements: write the statement with \
+                     `sqlx::query!`/`query_as!`/`query_scalar!` (and run `cargo xtask sqlx \
+                     prepare`), or keep dynamic text in `pattern_db::sql`"
+                ),
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_run_time_statements_and_unchecked_macros_only() {
+        let text = [
+            "let a = sqlx::query!(\"SELECT 1\");",
+            "let b = sqlx::query_as!(Row, \"SELECT 1 AS x\");",
+            "let c = sqlx::query_scalar!(\"SELECT 1\");",
+            &format!("let d = sqlx::{}(\"SELECT 1\");", "query"),
+            &format!("let e = sqlx::{}(text);", "raw_sql"),
+            &format!("let f = sqlx::{}!(\"SELECT 1\");", "query_unchecked"),
+            &format!("// sqlx::{}( in a comment", "query"),
+            &format!("let g = sqlx::{}::new(\"\");", "QueryBuilder"),
+        ]
+        .join("\n");
+        let got: Vec<usize> = check_source("crates/pattern_db_sqlite/src/x.rs", &text)
+            .iter()
+            .map(|v| v.line)
+            .collect();
+        assert_eq!(got, vec![4, 5, 6, 8]);
+    }
+}
