@@ -64,21 +64,27 @@ pub(crate) fn run(root: &Path, action: Action) -> Result<()> {
             format!("sqlite://{}", cache.join("dev.db").display())
         }
     };
-    let program = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     cmd::run(
-        Command::new(program)
-            .current_dir(root)
-            .args([
-                "run",
-                "--quiet",
-                "-p",
-                "pattern_db",
-                "--bin",
-                "pattern-db",
-                "--",
-            ])
+        migrator(root, "run")
+            .arg("--")
             .args(["migrate", verb, "--url", &url]),
     )
+}
+
+/// `cargo SUBCOMMAND --quiet -p pattern_db --bin pattern-db` in `root` (`build` or `run`; a
+/// `run` takes `--` and the migrator's arguments after it).
+pub(crate) fn migrator(root: &Path, subcommand: &str) -> Command {
+    let program = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(program);
+    command.current_dir(root).args([
+        subcommand,
+        "--quiet",
+        "-p",
+        "pattern_db",
+        "--bin",
+        "pattern-db",
+    ]);
+    command
 }
 
 /// Write `NNNN_NAME.{up,down}.sql` in every back end's folder; returns them.

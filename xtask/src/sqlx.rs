@@ -124,15 +124,7 @@ fn sqlite_url(path: &Path) -> String {
 /// Migrates `schema` with `pattern-db migrate up`, building the binary from the committed cache
 /// (or, with `bootstrap`, against a bootstrap schema when the committed cache cannot build it).
 fn migrate(root: &Path, work: &Path, schema: &Path, bootstrap: bool) -> Result<()> {
-    let mut build = cargo(root);
-    build.args([
-        "build",
-        "--quiet",
-        "-p",
-        "pattern_db",
-        "--bin",
-        "pattern-db",
-    ]);
+    let mut build = crate::db::migrator(root, "build");
     let built = if bootstrap {
         // A failure is expected when a statement is new: no compiler output for it.
         cmd::output(&mut build)?.status.success()
@@ -152,34 +144,15 @@ fn migrate(root: &Path, work: &Path, schema: &Path, bootstrap: bool) -> Result<(
             workspace::rel(root, &boot)
         );
         bootstrap_schema(root, &boot)?;
-        let mut build = cargo(root);
+        let mut build = crate::db::migrator(root, "build");
         build
             .env("SQLX_OFFLINE", "false")
-            .env("DATABASE_URL", sqlite_url(&boot))
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "pattern_db",
-                "--bin",
-                "pattern-db",
-            ]);
+            .env("DATABASE_URL", sqlite_url(&boot));
         cmd::run(&mut build)?;
     }
-    let mut up = cargo(root);
-    up.args([
-        "run",
-        "--quiet",
-        "-p",
-        "pattern_db",
-        "--bin",
-        "pattern-db",
-        "--",
-        "migrate",
-        "up",
-        "--url",
-    ])
-    .arg(sqlite_url(schema));
+    let mut up = crate::db::migrator(root, "run");
+    up.args(["--", "migrate", "up", "--url"])
+        .arg(sqlite_url(schema));
     let out = cmd::output(&mut up)?;
     if !out.status.success() {
         bail!(
