@@ -10,8 +10,8 @@
 //!
 //! Only `pattern_db` names this crate. It calls these functions from the SQLite arm of
 //! `pattern_db::sql::Conn`; the PostgreSQL arm runs the same text through `pattern_db::sql`'s
-//! dynamic query until a PostgreSQL crate checks it too (after PostgreSQL's native column types,
-//! step 3 (d)). A function here takes a `&mut SqliteConnection` (a pooled connection or the
+//! dynamic query until a PostgreSQL crate checks it too, against PostgreSQL's native column
+//! types (step 3 (d), migration 0023). A function here takes a `&mut SqliteConnection` (a pooled connection or the
 //! writer's transaction: the caller decides) and plain values, and returns plain row structs or
 //! counts; the caller turns them into `pattern_db`'s types and errors.
 //!
