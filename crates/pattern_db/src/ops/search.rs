@@ -1359,9 +1359,10 @@ pub(crate) async fn search_pg(
         "SELECT ct, cid, aid, at, body, score FROM ({}) hits ORDER BY score DESC, at DESC, cid LIMIT ${limit}",
         parts.join(" UNION ALL ")
     );
-    // Only a ranked part reads the candidate count (the last parameter, so no other parameter's
-    // number starts with its digits), and PostgreSQL refuses a parameter the text does not use.
-    let reads_candidates = sql.contains(&format!("${candidates}"));
+    // Only a ranked part (archival, blocks) reads the candidate count, and PostgreSQL refuses a
+    // parameter the text does not use.
+    let reads_candidates =
+        ranked && (opts.wants(ContentType::Archival) || opts.wants(ContentType::Block));
     let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(tsquery);
     if let Some(a) = opts.agent {
         q = q.bind(a.to_string());
