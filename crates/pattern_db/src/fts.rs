@@ -15,8 +15,9 @@
 //! writer), and never run tantivy's blocking work on an async worker thread.
 //!
 //! Besides the catch-up of every search, a follower task ([`follow`]) catches up in the
-//! background whenever writes pause, so that the index is built while an import runs rather
-//! than at the first search after it.
+//! background whenever writes pause, and an import hands its messages to the index while it
+//! writes them ([`FtsIndex::index_alongside`]), so the first search after an import finds
+//! nothing left to index.
 
 use crate::StorageError;
 use std::collections::{HashMap, HashSet};
@@ -37,7 +38,9 @@ use crate::db::Database;
 use crate::error::{Error, Result};
 use crate::model::AgentId;
 use crate::ops::search as sql;
-use crate::search::{ChangeKind, ContentRef, ContentRow, ContentType, TextHit, TextSearch};
+use crate::search::{
+    ChangeKind, ContentRef, ContentRow, ContentType, SearchChange, TextHit, TextSearch,
+};
 
 /// The name under which the index records its cursor in `search_consumers`.
 pub(crate) const CONSUMER: &str = "tantivy";
@@ -72,7 +75,9 @@ fn schema() -> (Schema, Fields) {
     let fields = Fields {
         key: b.add_text_field("key", STRING),
         content_type: b.add_text_field("content_type", STRING | STORED),
-        content_id: b.add_text_field("content_id", STRING | STORED),
+        // Stored only: hits read it back, nothing searches by it (indexing it made a second
+        // term unique to each document, whose dictionary cost about a tenth of indexing).
+        content_id: b.add_text_field("content_id", STORED),
         agent: b.add_text_field("agent", STRING),
         created_at: b.add_i64_field("created_at", INDEXED | FAST),
         text: b.add_text_field("text", text_options),
@@ -98,8 +103,7 @@ const FOLLOW_QUIET: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Keeps the index current in the background: woken after writes (`nudge`), it waits for a
 /// pause in the writes ([`FOLLOW_QUIET`]) and applies the new changes in bulk, so a search after
-/// an import finds little or nothing to catch up (an import's calls each take long enough for
-/// the follower to index the previous one meanwhile). Writes never wait for it: it only reads
+/// a burst of writes finds little or nothing to catch up. Writes never wait for it: it only reads
 /// the database and records its cursor through the writer like any search's catch-up. Ends when
 /// `db` returns `None` (every handle dropped); errors are logged and retried at the next nudge.
 pub(crate) async fn follow(
@@ -142,11 +146,30 @@ fn open_writer(index: &Index) -> Result<IndexWriter> {
 }
 
 /// A document to (re)index: the content's live state.
-struct Doc {
+pub(crate) struct Doc {
     content: ContentRef,
     agents: Vec<AgentId>,
     created_at: i64,
     text: String,
+}
+
+impl Doc {
+    /// The document of a message about to be written (`None` when it has no searchable text:
+    /// the write logs no change for it either).
+    pub(crate) fn message(
+        id: crate::MessageId,
+        agent: AgentId,
+        created_at: i64,
+        content: &[crate::ContentBlock],
+    ) -> Option<Self> {
+        let text = crate::search::message_text(content);
+        (!text.is_empty()).then(|| Self {
+            content: ContentRef::new(ContentType::Message, id.to_string()),
+            agents: vec![agent],
+            created_at,
+            text,
+        })
+    }
 }
 
 /// The index of one database.
@@ -250,13 +273,7 @@ impl FtsIndex {
             let changes = db.search_changes_after(cursor, CHANGES_PER_COMMIT).await?;
             let Some(last) = changes.last() else { break };
             let last = last.seq;
-            let mut seen = HashSet::new();
-            let refs: Vec<ContentRef> = changes
-                .iter()
-                .filter(|c| matches!(c.kind, ChangeKind::Text | ChangeKind::Delete))
-                .filter(|c| seen.insert(c.content.clone()))
-                .map(|c| c.content.clone())
-                .collect();
+            let refs = changed_refs(&changes);
             let docs = load_docs(db, &refs).await?;
             self.apply(refs, docs, last, false).await?;
             cursor = last;
@@ -317,39 +334,132 @@ impl FtsIndex {
             if clear {
                 w.delete_all_documents().map_err(index_error)?;
             }
-            for r in &remove {
-                w.delete_term(Term::from_field_text(f.key, &r.to_string()));
-            }
-            for d in docs {
-                let mut document = doc!(
-                    f.key => d.content.to_string(),
-                    f.content_type => d.content.content_type.as_str(),
-                    f.content_id => d.content.id.clone(),
-                    f.created_at => d.created_at,
-                    f.text => d.text,
-                );
-                for a in d.agents {
-                    document.add_text(f.agent, a.to_string());
-                }
-                w.add_document(document).map_err(index_error)?;
-            }
-            let mut prepared = w.prepare_commit().map_err(index_error)?;
-            prepared.set_payload(&cursor.to_string());
-            prepared.commit().map_err(index_error)?;
+            add(&mut w, f, &remove, docs)?;
+            commit(&mut w, cursor)?;
             Ok(w)
         })
         .await
         .map_err(join_error)??;
-        // The commit is visible now; merging the segments it started can take seconds on a large
-        // index and no search needs it, so it finishes on its own thread. The writer's lock is
-        // held until then: the next catch-up with changes to apply waits for it in
-        // `open_writer`, one with nothing new does not.
+        self.committed(writer)
+    }
+
+    /// After a commit: the commit is visible now; merging the segments it started can take
+    /// seconds on a large index and no search needs it, so it finishes on its own thread. The
+    /// writer's lock is held until then: the next catch-up with changes to apply waits for it in
+    /// `open_writer`, one with nothing new does not.
+    fn committed(&self, writer: IndexWriter) -> Result<()> {
         std::mem::drop(tokio::task::spawn_blocking(move || {
             if let Err(e) = writer.wait_merging_threads() {
                 tracing::debug!(error = %e, "merging the full-text index's segments failed");
             }
         }));
         self.reader.reload().map_err(index_error)
+    }
+
+    /// Runs `write`, a write that stores new content (`docs`, with ids no document has yet) and
+    /// returns the first and last search change it logged, while the index's threads take
+    /// `docs` at the same time; once the write has committed, the changes before it that the
+    /// index had not applied are applied too, and the index commits with the write's last change
+    /// as its cursor. So the index is current when the write returns, at the cost of the longer
+    /// of the two rather than their sum (an import: the first search after it does not index
+    /// it).
+    ///
+    /// The write's result is the caller's answer: a failed write discards the documents (the
+    /// index writer rolls back), and an index that fails after the write committed is left to
+    /// the next catch-up (its cursor did not move), logged, never reported as a failed write.
+    /// Holds the catch-up lock throughout, so no catch-up applies the write's changes twice.
+    pub(crate) async fn index_alongside<T>(
+        &self,
+        db: &Database,
+        docs: Vec<Doc>,
+        write: impl std::future::Future<Output = Result<(T, Option<(i64, i64)>)>>,
+    ) -> Result<T> {
+        let _one = self.catching_up.lock().await;
+        let cursor = match self
+            .reader
+            .reload()
+            .map_err(index_error)
+            .and_then(|()| self.cursor())
+        {
+            Ok(Some(cursor)) => cursor,
+            // Never built (the next catch-up rebuilds it from the database) or unreadable.
+            _ => return write.await.map(|(out, _)| out),
+        };
+        let index = self.index.clone();
+        let f = self.fields;
+        let adding = tokio::task::spawn_blocking(move || -> Result<IndexWriter> {
+            let mut w = open_writer(&index)?;
+            add(&mut w, f, &[], docs)?;
+            Ok(w)
+        });
+        let written = write.await;
+        let writer = adding.await.map_err(join_error).and_then(|w| w);
+        let (out, logged) = match written {
+            Ok(done) => done,
+            Err(e) => {
+                if let Ok(w) = writer {
+                    roll_back(w).await;
+                }
+                return Err(e);
+            }
+        };
+        let indexed = match (writer, logged) {
+            (Ok(w), Some((first, last))) => self.commit_after(db, w, cursor, first, last).await,
+            (Ok(w), None) => {
+                roll_back(w).await;
+                Ok(())
+            }
+            (Err(e), _) => Err(e),
+        };
+        if let Err(e) = indexed {
+            tracing::warn!(error = %e, "the full-text index could not take the written content; \
+                the next catch-up will");
+        }
+        Ok(out)
+    }
+
+    /// The rest of [`FtsIndex::index_alongside`] once the write committed its changes
+    /// `first..=last` and `w` holds their documents: the changes after `cursor` and before
+    /// `first` are added, then everything is committed with `last` as the cursor.
+    async fn commit_after(
+        &self,
+        db: &Database,
+        mut w: IndexWriter,
+        mut cursor: i64,
+        first: i64,
+        last: i64,
+    ) -> Result<()> {
+        let f = self.fields;
+        while cursor < first - 1 {
+            let changes = match db.search_changes_after(cursor, CHANGES_PER_COMMIT).await {
+                Ok(changes) => changes,
+                Err(e) => {
+                    roll_back(w).await;
+                    return Err(e);
+                }
+            };
+            let before: Vec<_> = changes.into_iter().filter(|c| c.seq < first).collect();
+            let Some(end) = before.last().map(|c| c.seq) else {
+                break;
+            };
+            let refs = changed_refs(&before);
+            let docs = match load_docs(db, &refs).await {
+                Ok(docs) => docs,
+                Err(e) => {
+                    roll_back(w).await;
+                    return Err(e);
+                }
+            };
+            w = tokio::task::spawn_blocking(move || add(&mut w, f, &refs, docs).map(|()| w))
+                .await
+                .map_err(join_error)??;
+            cursor = end;
+        }
+        let w = tokio::task::spawn_blocking(move || commit(&mut w, last).map(|()| w))
+            .await
+            .map_err(join_error)??;
+        self.committed(w)?;
+        db.set_search_cursor(CONSUMER, last).await
     }
 
     /// Searches the index (already caught up) and checks every hit against the database.
@@ -482,6 +592,54 @@ impl FtsIndex {
             clauses.push(filter(Box::new(RangeQuery::new(lower, upper))));
         }
         Some(Box::new(BooleanQuery::new(clauses)))
+    }
+}
+
+/// The content whose documents `changes` replace or remove, once each.
+fn changed_refs(changes: &[SearchChange]) -> Vec<ContentRef> {
+    let mut seen = HashSet::new();
+    changes
+        .iter()
+        .filter(|c| matches!(c.kind, ChangeKind::Text | ChangeKind::Delete))
+        .filter(|c| seen.insert(c.content.clone()))
+        .map(|c| c.content.clone())
+        .collect()
+}
+
+/// Deletes the documents of `remove` and adds `docs` (on a blocking thread).
+fn add(w: &mut IndexWriter, f: Fields, remove: &[ContentRef], docs: Vec<Doc>) -> Result<()> {
+    for r in remove {
+        w.delete_term(Term::from_field_text(f.key, &r.to_string()));
+    }
+    for d in docs {
+        let mut document = doc!(
+            f.key => d.content.to_string(),
+            f.content_type => d.content.content_type.as_str(),
+            f.content_id => d.content.id.clone(),
+            f.created_at => d.created_at,
+            f.text => d.text,
+        );
+        for a in d.agents {
+            document.add_text(f.agent, a.to_string());
+        }
+        w.add_document(document).map_err(index_error)?;
+    }
+    Ok(())
+}
+
+/// Commits what `w` holds with `cursor` as the index's payload (on a blocking thread).
+fn commit(w: &mut IndexWriter, cursor: i64) -> Result<()> {
+    let mut prepared = w.prepare_commit().map_err(index_error)?;
+    prepared.set_payload(&cursor.to_string());
+    prepared.commit().map_err(index_error)?;
+    Ok(())
+}
+
+/// Discards what `w` holds since its last commit and releases its lock.
+async fn roll_back(mut w: IndexWriter) {
+    let undone = tokio::task::spawn_blocking(move || w.rollback().map(|_| ())).await;
+    if !matches!(undone, Ok(Ok(()))) {
+        tracing::debug!("rolling back the full-text index's writer failed; it is dropped");
     }
 }
 

@@ -1587,7 +1587,15 @@ async fn import_agent(
     let batches = if planned.messages.is_empty() {
         Vec::new()
     } else {
-        import_legacy(conn, ctx, agent.id, &planned.messages, &planned.plan).await?
+        let ids: Vec<MessageId> = planned.messages.iter().map(|_| MessageId::new()).collect();
+        let legacy = Legacy {
+            agent: agent.id,
+            messages: &planned.messages,
+            plan: &planned.plan,
+            ids: &ids,
+            now: now_ms(),
+        };
+        import_legacy(conn, ctx, &legacy).await?.0
     };
     if batches.len() != import.batches.len() {
         return Err(AgentError::InvalidImport(format!(
@@ -1658,13 +1666,32 @@ async fn import_agent(
     })
 }
 
-async fn import_legacy(
+/// A batch-less history to store as batches (see [`import_legacy`]).
+pub(crate) struct Legacy<'a> {
+    pub(crate) agent: AgentId,
+    pub(crate) messages: &'a [LegacyMessage],
+    pub(crate) plan: &'a ImportPlan,
+    /// One id per message.
+    pub(crate) ids: &'a [MessageId],
+    /// The time of messages that carry none (ms).
+    pub(crate) now: i64,
+}
+
+/// Stores a planned legacy history; returns its batches and, on SQLite, the first and last
+/// search change it logged.
+pub(crate) async fn import_legacy(
     conn: &mut Conn<'_>,
     ctx: &Ctx,
-    agent: AgentId,
-    messages: &[LegacyMessage],
-    plan: &ImportPlan,
-) -> Result<Vec<BatchId>> {
+    import: &Legacy<'_>,
+) -> Result<(Vec<BatchId>, Option<(i64, i64)>)> {
+    let (agent, messages, plan, now) = (import.agent, import.messages, import.plan, import.now);
+    if import.ids.len() != messages.len() {
+        return Err(Error::Storage(StorageError::Corrupt(format!(
+            "an import of {} messages was given {} ids",
+            messages.len(),
+            import.ids.len()
+        ))));
+    }
     let contents = messages
         .iter()
         .map(|m| {
@@ -1677,7 +1704,6 @@ async fn import_legacy(
     let max = lock_agent_position(conn, agent).await?;
     // Positions follow the input order, so the history reads as it was written.
     let positions = positions_after(ctx, max, messages.len())?;
-    let now = now_ms();
     let at = |index: usize| {
         messages[index]
             .created_at
@@ -1712,7 +1738,7 @@ async fn import_legacy(
         for (seq, &index) in planned.messages.iter().enumerate() {
             let message = &messages[index];
             rows.push(MessageRow {
-                id: MessageId::new(),
+                id: import.ids[index],
                 agent,
                 position: positions[index],
                 batch,
@@ -1739,10 +1765,23 @@ async fn import_legacy(
             }
         }
     }
+    // On SQLite the log's numbers are handed out in commit order and this transaction holds the
+    // write lock, so the changes it logs are exactly those after the head read here.
+    let head = match ctx.backend {
+        Backend::Sqlite => Some(search::changes_head(conn).await?),
+        Backend::Postgres => None,
+    };
     insert_batches(conn, &batch_rows).await?;
     insert_messages(conn, ctx, &rows).await?;
     insert_calls(conn, &calls).await?;
-    Ok(batch_rows.iter().map(|b| b.id).collect())
+    let logged = match head {
+        Some(before) => {
+            let after = search::changes_head(conn).await?;
+            (after > before).then_some((before + 1, after))
+        }
+        None => None,
+    };
+    Ok((batch_rows.iter().map(|b| b.id).collect(), logged))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -520,12 +520,34 @@ impl MessageStore {
         if messages.is_empty() {
             return Ok(plan);
         }
-        self.write(crate::ops::batches::ImportLegacy {
+        let now = ops::now_ms();
+        let ids: Vec<crate::MessageId> = messages.iter().map(|_| crate::MessageId::new()).collect();
+        let docs: Vec<crate::fts::Doc> = match self.db.backend() {
+            crate::Backend::Sqlite => messages
+                .iter()
+                .zip(&ids)
+                .filter_map(|(m, id)| {
+                    let at = m.created_at.map_or(now, |t| t.timestamp_millis());
+                    crate::fts::Doc::message(*id, self.agent, at, &m.content)
+                })
+                .collect(),
+            crate::Backend::Postgres => Vec::new(),
+        };
+        let write = self.write(crate::ops::batches::ImportLegacy {
             agent: self.agent,
             messages,
             plan: plan.clone(),
-        })
-        .await?;
+            ids,
+            now,
+        });
+        if docs.is_empty() {
+            write.await?;
+        } else {
+            // SQLite: the full-text index takes the messages while they are written, so it is
+            // current when the import returns (decision 0025, "Stop 28").
+            let fts = self.db.fts().await?;
+            fts.index_alongside(&self.db, docs, write).await?;
+        }
         Ok(plan)
     }
 }

@@ -271,10 +271,16 @@ pub(crate) struct ImportLegacy {
     pub(crate) agent: AgentId,
     pub(crate) messages: Vec<LegacyMessage>,
     pub(crate) plan: ImportPlan,
+    /// The messages' ids, one per message (chosen before the write, so the full-text index can
+    /// take the messages while they are written).
+    pub(crate) ids: Vec<crate::MessageId>,
+    /// The time of messages that carry none (ms).
+    pub(crate) now: i64,
 }
 
 impl Write for ImportLegacy {
-    type Output = Vec<BatchId>;
+    /// The batches, and on SQLite the first and last search change the import logged.
+    type Output = (Vec<BatchId>, Option<(i64, i64)>);
 
     fn locks(&self) -> Locks {
         Locks::agent(self.agent)
@@ -285,7 +291,14 @@ impl Write for ImportLegacy {
         conn: &mut Conn<'_>,
         ctx: &Ctx,
         _fence: Option<&RunClaim>,
-    ) -> Result<Vec<BatchId>> {
-        super::import_legacy(conn, ctx, self.agent, &self.messages, &self.plan).await
+    ) -> Result<Self::Output> {
+        let legacy = super::Legacy {
+            agent: self.agent,
+            messages: &self.messages,
+            plan: &self.plan,
+            ids: &self.ids,
+            now: self.now,
+        };
+        super::import_legacy(conn, ctx, &legacy).await
     }
 }

@@ -1325,3 +1325,64 @@ async fn change_numbers_continue_across_migration_0022() {
     db.close().await;
     tdb.cleanup().await.unwrap();
 }
+
+/// SQLite: an import hands its messages to the full-text index while it writes them, so the
+/// index is current when `import_legacy` returns (its cursor is the log's head before any
+/// search), earlier changes it had not applied included; an import whose write fails leaves
+/// nothing of it in the index and the index writable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_is_indexed_when_it_returns() {
+    use pattern_db::LegacyMessage;
+    let tdb = fresh(Kind::Sqlite).await;
+    let db = open_with(&tdb, |c| c.max_content_bytes = 4096).await;
+    let a = db.create_agent(NewAgent::named("ada")).await.unwrap();
+    let store = db.messages(a.id);
+    let say = |text: &str| NewMessage::new(Role::User, vec![ContentBlock::text(text)]);
+    store
+        .begin_batch(say("the zebra spoke first"), BeginBatch::default())
+        .await
+        .unwrap();
+    // The index exists and follows the log from here.
+    assert_eq!(ids(&db, "zebra", &search(10)).await.len(), 1);
+    store
+        .begin_batch(
+            say("an okapi spoke before the import"),
+            BeginBatch::default(),
+        )
+        .await
+        .unwrap();
+    let legacy = |text: String| LegacyMessage {
+        role: Role::User,
+        content: vec![ContentBlock::text(text)],
+        created_at: None,
+        origin: None,
+    };
+    let history: Vec<LegacyMessage> = (0..300)
+        .map(|i| legacy(format!("quokka number {i} was imported")))
+        .collect();
+    store.import_legacy(history).await.unwrap();
+    // No search ran since: pruning up to the head keeps only the newest change, which it does
+    // only when the index (a registered follower) has applied everything.
+    let head = db.search_changes_head().await.unwrap();
+    db.prune_search_changes(head).await.unwrap();
+    let left = db.search_changes_after(0, 10).await.unwrap();
+    assert_eq!(left.iter().map(|c| c.seq).collect::<Vec<_>>(), vec![head]);
+    assert_eq!(ids(&db, "okapi", &search(10)).await.len(), 1);
+    assert_eq!(ids(&db, "quokka", &search(1000)).await.len(), 300);
+    // A write that fails (one message over the size limit) leaves nothing of it indexed, and
+    // the index takes later writes.
+    let mut failing: Vec<LegacyMessage> = (0..10)
+        .map(|i| legacy(format!("wombat number {i} never stored")))
+        .collect();
+    failing.push(legacy("x".repeat(5000)));
+    assert!(store.import_legacy(failing).await.is_err());
+    assert!(ids(&db, "wombat", &search(10)).await.is_empty());
+    store
+        .import_legacy(vec![legacy("a lemur came later".into())])
+        .await
+        .unwrap();
+    assert_eq!(ids(&db, "lemur", &search(10)).await.len(), 1);
+    assert_eq!(ids(&db, "quokka", &search(1000)).await.len(), 300);
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
