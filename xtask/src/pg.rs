@@ -82,21 +82,7 @@ pub(crate) fn start(root: &Path) -> Result<String> {
     }
     cluster.clear_stale_pid()?;
     ensure_port_free(cluster.port)?;
-    let started = cmd::run(cluster.pg_ctl().args(["-l"]).arg(cluster.log()).args([
-        "-w",
-        "-t",
-        "60",
-        "-o",
-        &cluster.server_options(),
-        "start",
-    ]));
-    if let Err(err) = started {
-        cluster.print_log_tail();
-        return Err(err.context(format!(
-            "PostgreSQL did not start; see {}",
-            cluster.log().display()
-        )));
-    }
+    cluster.start_server()?;
     let url = url(cluster.port);
     cluster.write_url(&url)?;
     eprintln!("pg: started on 127.0.0.1:{}", cluster.port);
@@ -167,19 +153,7 @@ impl Throwaway {
         };
         this.cluster.initdb()?;
         this.running = true;
-        let cluster = &this.cluster;
-        let started = cmd::run(cluster.pg_ctl().args(["-l"]).arg(cluster.log()).args([
-            "-w",
-            "-t",
-            "60",
-            "-o",
-            &cluster.server_options(),
-            "start",
-        ]));
-        if let Err(err) = started {
-            cluster.print_log_tail();
-            return Err(err.context("the throwaway PostgreSQL did not start"));
-        }
+        this.cluster.start_server()?;
         Ok(this)
     }
 
@@ -427,6 +401,26 @@ impl Cluster {
             self.port,
             cmd::shell_quote(&self.dir.to_string_lossy())
         )
+    }
+
+    /// `pg_ctl start`, waiting until it accepts connections; the log's tail on failure.
+    fn start_server(&self) -> Result<()> {
+        let started = cmd::run(self.pg_ctl().args(["-l"]).arg(self.log()).args([
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            &self.server_options(),
+            "start",
+        ]));
+        if let Err(err) = started {
+            self.print_log_tail();
+            return Err(err.context(format!(
+                "PostgreSQL did not start; see {}",
+                self.log().display()
+            )));
+        }
+        Ok(())
     }
 
     fn initdb(&self) -> Result<()> {
