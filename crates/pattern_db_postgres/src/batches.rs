@@ -8,7 +8,7 @@
 
 use sqlx::PgConnection;
 
-use crate::{Instant, Uuid};
+use crate::{Timestamp, Uuid};
 
 /// A `batches` row as PostgreSQL stores it (`pattern_db_sqlite::BatchRow`'s fields, with a
 /// `UUID` agent and `TIMESTAMPTZ` instants).
@@ -27,19 +27,19 @@ pub struct BatchRow {
     /// `run_owner`.
     pub run_owner: Option<String>,
     /// `lease_expires_at`.
-    pub lease_expires_at: Option<Instant>,
+    pub lease_expires_at: Option<Timestamp>,
     /// `next_sequence`.
     pub next_sequence: i64,
     /// `archived`.
     pub archived: bool,
     /// `started_at`.
-    pub started_at: Instant,
+    pub started_at: Timestamp,
     /// `completed_at`.
-    pub completed_at: Option<Instant>,
+    pub completed_at: Option<Timestamp>,
     /// `continuations`.
     pub continuations: i64,
     /// `retried_at`.
-    pub retried_at: Option<Instant>,
+    pub retried_at: Option<Timestamp>,
     /// `claim_token`.
     pub claim_token: Option<i64>,
 }
@@ -95,7 +95,7 @@ pub async fn advance_sequence(
     conn: &mut PgConnection,
     batch: i64,
     appended: i64,
-    lease_expires_at: Option<Instant>,
+    lease_expires_at: Option<Timestamp>,
 ) -> sqlx::Result<u64> {
     let done = sqlx::query!(
         "UPDATE batches SET next_sequence = next_sequence + $1, lease_expires_at = $2 WHERE id = $3",
@@ -109,7 +109,11 @@ pub async fn advance_sequence(
 }
 
 /// Marks batch `batch` complete at `now` (no owner, no lease); rows changed.
-pub async fn mark_complete(conn: &mut PgConnection, batch: i64, now: Instant) -> sqlx::Result<u64> {
+pub async fn mark_complete(
+    conn: &mut PgConnection,
+    batch: i64,
+    now: Timestamp,
+) -> sqlx::Result<u64> {
     let done = sqlx::query!(
         "UPDATE batches SET state = 'complete', completed_at = $1, run_owner = NULL, lease_expires_at = NULL WHERE id = $2",
         now,
@@ -127,7 +131,7 @@ pub async fn reopen(
     conn: &mut PgConnection,
     batch: i64,
     owner: &str,
-    lease_expires_at: Option<Instant>,
+    lease_expires_at: Option<Timestamp>,
 ) -> sqlx::Result<u64> {
     let done = sqlx::query!(
         "UPDATE batches SET state = 'open', completed_at = NULL, run_owner = $1, lease_expires_at = $2, continuations = continuations + 1 WHERE id = $3",
@@ -144,7 +148,7 @@ pub async fn reopen(
 pub async fn renew_lease(
     conn: &mut PgConnection,
     batch: i64,
-    lease_expires_at: Instant,
+    lease_expires_at: Timestamp,
     owner: &str,
 ) -> sqlx::Result<u64> {
     let done = sqlx::query!(
@@ -162,7 +166,7 @@ pub async fn renew_lease(
 pub async fn mark_abandoned(
     conn: &mut PgConnection,
     batch: i64,
-    now: Instant,
+    now: Timestamp,
 ) -> sqlx::Result<u64> {
     let done = sqlx::query!(
         "UPDATE batches SET state = 'abandoned', completed_at = $1 WHERE id = $2",
@@ -180,7 +184,7 @@ pub async fn claim_retry(
     conn: &mut PgConnection,
     batch: i64,
     agent: Uuid,
-    now: Instant,
+    now: Timestamp,
 ) -> sqlx::Result<u64> {
     let done = sqlx::query!(
         "UPDATE batches SET retried_at = $1 WHERE id = $2 AND agent_id = $3 AND state = 'abandoned' AND retried_at IS NULL",

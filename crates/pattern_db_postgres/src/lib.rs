@@ -37,7 +37,7 @@ pub use batches::BatchRow;
 pub use messages::MessageRow;
 pub use summaries::SummaryRow;
 
-/// An instant as PostgreSQL's `TIMESTAMPTZ` decodes and encodes it.
-pub type Instant = sqlx::types::chrono::DateTime<sqlx::types::chrono::Utc>;
+/// An instant as PostgreSQL's `TIMESTAMPTZ` decodes and encodes it (chrono's, in UTC).
+pub type Timestamp = sqlx::types::chrono::DateTime<sqlx::types::chrono::Utc>;
 /// An id as PostgreSQL's `UUID` decodes and encodes it.
 pub use sqlx::types::Uuid;

@@ -7,7 +7,7 @@
 
 use sqlx::PgConnection;
 
-use crate::{Instant, Uuid};
+use crate::{Timestamp, Uuid};
 
 /// A `messages` row as PostgreSQL stores it (`pattern_db_sqlite::MessageRow`'s fields, with
 /// `UUID` ids and a `TIMESTAMPTZ` instant).
@@ -36,7 +36,7 @@ pub struct MessageRow {
     /// `deleted`.
     pub deleted: bool,
     /// `created_at`.
-    pub created_at: Instant,
+    pub created_at: Timestamp,
 }
 
 /// The live (not deleted) messages of batch `batch`, in sequence order.

@@ -4,7 +4,7 @@
 
 use sqlx::PgConnection;
 
-use crate::{Instant, Uuid};
+use crate::{Timestamp, Uuid};
 
 /// A `summaries` row as PostgreSQL stores it (`pattern_db_sqlite::SummaryRow`'s fields, with a
 /// `UUID` agent and a `TIMESTAMPTZ` instant).
@@ -25,7 +25,7 @@ pub struct SummaryRow {
     /// `depth`.
     pub depth: i32,
     /// `created_at`.
-    pub created_at: Instant,
+    pub created_at: Timestamp,
 }
 
 /// Every summary of `agent`, oldest coverage first.
