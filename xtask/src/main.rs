@@ -99,7 +99,7 @@ enum Command {
         #[command(subcommand)]
         action: db::Action,
     },
-    /// The offline query cache of the checked SQLite statements.
+    /// The offline query caches of the checked SQLite and PostgreSQL statements.
     Sqlx {
         /// prepare or check.
         #[command(subcommand)]
