@@ -22,8 +22,8 @@ pub(crate) fn ci(root: &Path) -> Result<()> {
         "fmt".to_owned(),
         "clippy".to_owned(),
         "tidy".to_owned(),
-        "sqlx check".to_owned(),
         "setup".to_owned(),
+        "sqlx check".to_owned(),
         "pg start".to_owned(),
     ];
     plan.extend(members.iter().map(|m| format!("test {}", m.name)));
@@ -54,10 +54,11 @@ fn pipeline(root: &Path, members: &[workspace::Member], steps: &mut Steps) -> Re
         ]))
     })?;
     steps.run("tidy", || tidy::run(root))?;
+    steps.run("setup", || setup::run(root))?;
+    // After setup: it starts a PostgreSQL cluster of its own, from the installed binaries.
     steps.run("sqlx check", || {
         crate::sqlx::run(root, crate::sqlx::Action::Check)
     })?;
-    steps.run("setup", || setup::run(root))?;
     let mut guard = None;
     steps.run("pg start", || {
         guard = Some(PgGuard::start(root)?);

@@ -20,9 +20,10 @@
 //! - `bench [CRATE] [-- ARGS]` — benches with `PATTERN_TEST_PG_URL` set; `bench --goals` runs
 //!   `pattern_db`'s storage goals on SQLite and writes their table into `docs/performance.md`.
 //! - `db up|down|reset|status [--url URL]`, `db new NAME` — migrations.
-//! - `sqlx prepare|check` — the offline query cache of `pattern_db_sqlite` (its statements are
-//!   checked at compile time): regenerate it from a throwaway migrated SQLite file, or fail when
-//!   the committed one is stale.
+//! - `sqlx prepare|check` — the offline query caches of `pattern_db_sqlite` and
+//!   `pattern_db_postgres` (their statements are checked at compile time): regenerate them from a
+//!   throwaway migrated SQLite file and PostgreSQL cluster of their own, or fail when a committed
+//!   one is stale.
 //! - `demo [-- ARGS]` — the main job: setup, then `pattern demo` (a real agent conversation).
 //! - `eval recall [--postgres] [--external PATH]` — the whole generated recall evaluation (or a
 //!   public set kept outside the repository) with the real model: recall@5/10 and MRR per mode
@@ -98,7 +99,7 @@ enum Command {
         #[command(subcommand)]
         action: db::Action,
     },
-    /// The offline query cache of the checked SQLite statements.
+    /// The offline query caches of the checked SQLite and PostgreSQL statements.
     Sqlx {
         /// prepare or check.
         #[command(subcommand)]

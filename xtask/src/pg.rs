@@ -82,21 +82,7 @@ pub(crate) fn start(root: &Path) -> Result<String> {
     }
     cluster.clear_stale_pid()?;
     ensure_port_free(cluster.port)?;
-    let started = cmd::run(cluster.pg_ctl().args(["-l"]).arg(cluster.log()).args([
-        "-w",
-        "-t",
-        "60",
-        "-o",
-        &cluster.server_options(),
-        "start",
-    ]));
-    if let Err(err) = started {
-        cluster.print_log_tail();
-        return Err(err.context(format!(
-            "PostgreSQL did not start; see {}",
-            cluster.log().display()
-        )));
-    }
+    cluster.start_server()?;
     let url = url(cluster.port);
     cluster.write_url(&url)?;
     eprintln!("pg: started on 127.0.0.1:{}", cluster.port);
@@ -126,6 +112,89 @@ pub(crate) fn stop(root: &Path) -> Result<()> {
         fs::remove_file(&url_file).with_context(|| format!("removing {}", url_file.display()))?;
     }
     Ok(())
+}
+
+/// A cluster of its own for one command (`cargo xtask sqlx`): created in a fresh folder under
+/// the system's temporary folder (short enough for the socket, reachable by the `postgres`
+/// user), started on a free port of 127.0.0.1, stopped and deleted when dropped. It never uses
+/// the workspace's cluster (`pg start`) nor its port, so it works whether that one runs or not.
+#[derive(Debug)]
+pub(crate) struct Throwaway {
+    cluster: Cluster,
+    running: bool,
+}
+
+impl Throwaway {
+    /// Create and start it; `tag` names the folder (`/tmp/pattern-<tag>-<pid>`).
+    pub(crate) fn start(tag: &str) -> Result<Self> {
+        let bin = find_bin_dir().context(
+            "PostgreSQL server binaries not found (no initdb/pg_ctl under /usr/lib/postgresql/*/bin \
+             or on PATH); run `cargo xtask setup`",
+        )?;
+        let dir = std::env::temp_dir().join(format!("pattern-{tag}-{}", std::process::id()));
+        if dir.exists() {
+            fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+        }
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let as_postgres = cmd::is_root();
+        if as_postgres {
+            give_to_postgres(&dir)?;
+        }
+        let port = free_port()?;
+        let mut this = Self {
+            cluster: Cluster {
+                bin,
+                home: dir.clone(),
+                dir,
+                as_postgres,
+                port,
+            },
+            running: false,
+        };
+        this.cluster.initdb()?;
+        this.running = true;
+        this.cluster.start_server()?;
+        Ok(this)
+    }
+
+    /// Its URL.
+    pub(crate) fn url(&self) -> String {
+        url(self.cluster.port)
+    }
+
+    /// The folder of PostgreSQL's client and server programs (`psql` for a bootstrap schema).
+    pub(crate) fn bin(&self) -> &Path {
+        &self.cluster.bin
+    }
+}
+
+impl Drop for Throwaway {
+    fn drop(&mut self) {
+        if self.running {
+            let stopped =
+                cmd::output(
+                    self.cluster
+                        .pg_ctl()
+                        .args(["-m", "immediate", "-w", "stop"]),
+                );
+            if let Err(err) = stopped {
+                eprintln!("xtask: could not stop the throwaway PostgreSQL: {err:#}");
+            }
+        }
+        if let Err(err) = fs::remove_dir_all(&self.cluster.dir) {
+            eprintln!(
+                "xtask: could not remove {}: {err}",
+                self.cluster.dir.display()
+            );
+        }
+    }
+}
+
+/// A port of 127.0.0.1 nothing listens on now (the system's choice).
+fn free_port() -> Result<u16> {
+    let listener =
+        TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("finding a free port on 127.0.0.1")?;
+    Ok(listener.local_addr()?.port())
 }
 
 /// The highest-version folder holding both `initdb` and `pg_ctl`: scans
@@ -332,6 +401,26 @@ impl Cluster {
             self.port,
             cmd::shell_quote(&self.dir.to_string_lossy())
         )
+    }
+
+    /// `pg_ctl start`, waiting until it accepts connections; the log's tail on failure.
+    fn start_server(&self) -> Result<()> {
+        let started = cmd::run(self.pg_ctl().args(["-l"]).arg(self.log()).args([
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            &self.server_options(),
+            "start",
+        ]));
+        if let Err(err) = started {
+            self.print_log_tail();
+            return Err(err.context(format!(
+                "PostgreSQL did not start; see {}",
+                self.log().display()
+            )));
+        }
+        Ok(())
     }
 
     fn initdb(&self) -> Result<()> {

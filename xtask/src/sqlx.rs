@@ -1,25 +1,29 @@
-//! `cargo xtask sqlx prepare|check`: the offline query cache of the crate of checked SQLite
-//! statements (`crates/pattern_db_sqlite/.sqlx`, decision 0023 step 3 (c)), without sqlx-cli.
+//! `cargo xtask sqlx prepare|check`: the offline query caches of the crates of checked
+//! statements (decision 0023 step 3 (c)), `crates/pattern_db_sqlite/.sqlx` and
+//! `crates/pattern_db_postgres/.sqlx`, without sqlx-cli.
 //!
-//! Both commands build a throwaway SQLite file under the target folder (`xtask-sqlx/`), migrate it with
-//! `pattern_db`'s own migrator (`pattern-db migrate up`, the same code every database is opened
-//! with), and compile `pattern_db_sqlite` once in check mode with its macros online
-//! (`SQLX_OFFLINE=false`, `DATABASE_URL` the throwaway file): sqlx's macros then describe each
-//! statement against that schema and write its data into `SQLX_OFFLINE_DIR`, a fresh folder.
-//! `prepare` makes the committed cache that folder's copy (new and changed files written,
-//! files of statements that are gone removed); `check` fails when they differ, so a statement or
-//! a migration changed without `prepare` is caught.
+//! Both commands build a throwaway schema per engine, a SQLite file under the target folder
+//! (`xtask-sqlx/`) and a PostgreSQL cluster of their own ([`crate::pg::Throwaway`]: a fresh
+//! folder, a free port, stopped and deleted at the end, so it needs no `pg start` and never
+//! touches a running cluster), migrate both with `pattern_db`'s own migrator (`pattern-db migrate
+//! up`, the same code every database is opened with), and compile each checked crate once in
+//! check mode with its macros online (`SQLX_OFFLINE=false`, `DATABASE_URL` its engine's schema):
+//! sqlx's macros then describe each statement against that schema and write its data into
+//! `SQLX_OFFLINE_DIR`, a fresh folder. `prepare` makes each committed cache that folder's copy
+//! (new and changed files written, files of statements that are gone removed); `check` fails
+//! when they differ, so a statement or a migration changed without `prepare` is caught.
 //!
 //! The `pattern-db` binary itself contains the checked statements, so it builds from the
-//! committed cache; when a statement is new (no cached data yet) `prepare` builds it once against
-//! a bootstrap schema the `sqlite3` shell applies from the same migration files (only to compile
-//! the migrator; the cache is always described against the migrator's schema). `check` never
+//! committed caches; when a statement is new (no cached data yet) `prepare` first describes each
+//! crate against a bootstrap schema applied from the same migration files by the engine's shell
+//! (`sqlite3`, `psql`) and writes that into the committed cache, only so that the migrator
+//! builds; the cache is then described again against the migrator's schema. `check` never
 //! bootstraps: a cache that cannot build the binary is stale.
 //!
-//! It must never write into the committed cache in `check`, never touch a database other than
-//! its throwaway files, and never leave the workspace's normal build artifacts compiled against
-//! a live database (the online compile is a check-mode build of one crate, forced by a `--cfg`
-//! that changes every run).
+//! It must never write into a committed cache in `check`, never touch a database other than its
+//! throwaway ones, and never leave the workspace's normal build artifacts compiled against a live
+//! database (the online compile is a check-mode build of one crate, forced by a `--cfg` that
+//! changes every run).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -30,20 +34,62 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 
-use crate::{cmd, workspace};
+use crate::cmd;
 
-/// The crate whose statements sqlx checks, relative to the root.
-const CRATE_DIR: &str = "crates/pattern_db_sqlite";
-/// Its package name.
-const CRATE: &str = "pattern_db_sqlite";
+/// The engine a checked crate's statements are written for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Engine {
+    Sqlite,
+    Postgres,
+}
 
-/// What to do with the offline query cache.
+/// A crate whose statements sqlx checks.
+#[derive(Debug)]
+struct Checked {
+    /// Its folder, relative to the root.
+    dir: &'static str,
+    /// Its package name.
+    krate: &'static str,
+    /// The engine its statements are described against.
+    engine: Engine,
+}
+
+/// Every crate of checked statements.
+const CHECKED: &[Checked] = &[
+    Checked {
+        dir: "crates/pattern_db_sqlite",
+        krate: "pattern_db_sqlite",
+        engine: Engine::Sqlite,
+    },
+    Checked {
+        dir: "crates/pattern_db_postgres",
+        krate: "pattern_db_postgres",
+        engine: Engine::Postgres,
+    },
+];
+
+/// What to do with the offline query caches.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Action {
-    /// Regenerate `crates/pattern_db_sqlite/.sqlx` from a freshly migrated throwaway schema.
+    /// Regenerate every checked crate's `.sqlx` from freshly migrated throwaway schemas.
     Prepare,
-    /// Fail when the committed cache differs from what `prepare` would write.
+    /// Fail when a committed cache differs from what `prepare` would write.
     Check,
+}
+
+/// The throwaway schemas: one URL per engine.
+struct Schemas {
+    sqlite: String,
+    postgres: String,
+}
+
+impl Schemas {
+    fn url(&self, engine: Engine) -> &str {
+        match engine {
+            Engine::Sqlite => &self.sqlite,
+            Engine::Postgres => &self.postgres,
+        }
+    }
 }
 
 /// Run a `sqlx` subcommand.
@@ -52,54 +98,86 @@ pub(crate) fn run(root: &Path, action: Action) -> Result<()> {
     if work.exists() {
         fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
     }
-    let fresh = work.join("query-data");
-    fs::create_dir_all(&fresh).with_context(|| format!("creating {}", fresh.display()))?;
-    let schema = work.join("schema.db");
-    let bootstrap = matches!(action, Action::Prepare);
-    migrate(root, &work, &schema, bootstrap)?;
-    describe(root, &schema, &fresh)?;
-    let committed = root.join(CRATE_DIR).join(".sqlx");
-    let diff = compare(&read_dir(&fresh)?, &read_dir(&committed)?);
-    match action {
-        Action::Check => {
-            if diff.is_empty() {
-                eprintln!("sqlx check: the committed cache matches the schema and the statements");
-                return Ok(());
-            }
-            for line in &diff {
-                eprintln!("  {line}");
-            }
+    fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    let cluster = crate::pg::Throwaway::start("sqlx")?;
+    let schemas = Schemas {
+        sqlite: sqlite_url(&work.join("schema.db")),
+        postgres: cluster.url(),
+    };
+    // The committed caches as they were, to report what `prepare` changed.
+    let mut before = BTreeMap::new();
+    for checked in CHECKED {
+        before.insert(checked.krate, read_dir(&committed(root, checked))?);
+    }
+    if !migrator_builds(root, matches!(action, Action::Prepare))? {
+        if matches!(action, Action::Check) {
             bail!(
-                "{CRATE_DIR}/.sqlx is stale ({} file(s)): run `cargo xtask sqlx prepare` and commit it",
-                diff.len()
+                "`pattern-db` does not build from the committed query caches (a checked \
+                 statement has no cached data): run `cargo xtask sqlx prepare`"
             );
         }
-        Action::Prepare => {
-            fs::create_dir_all(&committed)?;
-            let fresh_files = read_dir(&fresh)?;
-            let old = read_dir(&committed)?;
-            for name in old.keys().filter(|n| !fresh_files.contains_key(*n)) {
-                fs::remove_file(committed.join(name))?;
-            }
-            for (name, bytes) in &fresh_files {
-                if old.get(name) != Some(bytes) {
-                    fs::write(committed.join(name), bytes)?;
-                }
-            }
+        bootstrap(root, &work, &cluster)?;
+        cmd::run(&mut crate::db::migrator(root, "build"))?;
+    }
+    migrate(root, &schemas.sqlite)?;
+    migrate(root, &schemas.postgres)?;
+    let mut stale = 0;
+    for checked in CHECKED {
+        let fresh = work.join(format!("query-data-{}", checked.krate));
+        fs::create_dir_all(&fresh).with_context(|| format!("creating {}", fresh.display()))?;
+        describe(root, checked.krate, schemas.url(checked.engine), &fresh)?;
+        let fresh_files = read_dir(&fresh)?;
+        let old = before.remove(checked.krate).unwrap_or_default();
+        let diff = compare(&fresh_files, &old);
+        for line in &diff {
+            eprintln!("  {}: {line}", checked.dir);
+        }
+        stale += diff.len();
+        if matches!(action, Action::Prepare) {
+            write_cache(&committed(root, checked), &fresh_files)?;
             if diff.is_empty() {
-                eprintln!("sqlx prepare: {CRATE_DIR}/.sqlx was already up to date");
+                eprintln!("sqlx prepare: {}/.sqlx was already up to date", checked.dir);
             } else {
-                for line in &diff {
-                    eprintln!("  {line}");
-                }
                 eprintln!(
-                    "sqlx prepare: {CRATE_DIR}/.sqlx updated ({} file(s))",
+                    "sqlx prepare: {}/.sqlx updated ({} file(s))",
+                    checked.dir,
                     diff.len()
                 );
             }
-            Ok(())
         }
     }
+    drop(cluster);
+    match action {
+        Action::Check if stale > 0 => bail!(
+            "the committed query cache is stale ({stale} file(s)): run `cargo xtask sqlx \
+             prepare` and commit it"
+        ),
+        Action::Check => {
+            eprintln!("sqlx check: the committed caches match the schemas and the statements");
+            Ok(())
+        }
+        Action::Prepare => Ok(()),
+    }
+}
+
+/// A checked crate's committed cache folder.
+fn committed(root: &Path, checked: &Checked) -> PathBuf {
+    root.join(checked.dir).join(".sqlx")
+}
+
+/// Makes `dir` hold exactly `files` (only `query-*.json` files are touched).
+fn write_cache(dir: &Path, files: &BTreeMap<String, Vec<u8>>) -> Result<()> {
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let old = read_dir(dir)?;
+    for name in old.keys().filter(|n| !files.contains_key(*n)) {
+        fs::remove_file(dir.join(name))?;
+    }
+    for (name, bytes) in files {
+        if old.get(name) != Some(bytes) {
+            fs::write(dir.join(name), bytes)?;
+        }
+    }
+    Ok(())
 }
 
 /// The build's target folder (`CARGO_TARGET_DIR`, or `target/`): the throwaway files live there,
@@ -121,38 +199,21 @@ fn sqlite_url(path: &Path) -> String {
     format!("sqlite://{}", path.display())
 }
 
-/// Migrates `schema` with `pattern-db migrate up`, building the binary from the committed cache
-/// (or, with `bootstrap`, against a bootstrap schema when the committed cache cannot build it).
-fn migrate(root: &Path, work: &Path, schema: &Path, bootstrap: bool) -> Result<()> {
+/// Whether `pattern-db` builds from the committed caches (with `quiet`, a failure prints
+/// nothing: it is expected when a statement is new).
+fn migrator_builds(root: &Path, quiet: bool) -> Result<bool> {
     let mut build = crate::db::migrator(root, "build");
-    let built = if bootstrap {
-        // A failure is expected when a statement is new: no compiler output for it.
+    Ok(if quiet {
         cmd::output(&mut build)?.status.success()
     } else {
         cmd::run(&mut build).is_ok()
-    };
-    if !built {
-        if !bootstrap {
-            bail!(
-                "`pattern-db` does not build from the committed query cache (a checked statement \
-                 has no cached data): run `cargo xtask sqlx prepare`"
-            );
-        }
-        let boot = work.join("bootstrap.db");
-        eprintln!(
-            "sqlx prepare: building the migrator against a bootstrap schema ({})",
-            workspace::rel(root, &boot)
-        );
-        bootstrap_schema(root, &boot)?;
-        let mut build = crate::db::migrator(root, "build");
-        build
-            .env("SQLX_OFFLINE", "false")
-            .env("DATABASE_URL", sqlite_url(&boot));
-        cmd::run(&mut build)?;
-    }
+    })
+}
+
+/// Migrates the schema at `url` with `pattern-db migrate up` (built already).
+fn migrate(root: &Path, url: &str) -> Result<()> {
     let mut up = crate::db::migrator(root, "run");
-    up.args(["--", "migrate", "up", "--url"])
-        .arg(sqlite_url(schema));
+    up.args(["--", "migrate", "up", "--url"]).arg(url);
     let out = cmd::output(&mut up)?;
     if !out.status.success() {
         bail!(
@@ -163,40 +224,85 @@ fn migrate(root: &Path, work: &Path, schema: &Path, bootstrap: bool) -> Result<(
     Ok(())
 }
 
-/// Applies every `migrations/sqlite/*.up.sql` in version order to `boot` with the `sqlite3`
-/// shell: only for compiling the migrator when the committed cache cannot.
-fn bootstrap_schema(root: &Path, boot: &Path) -> Result<()> {
-    let mut ups: Vec<PathBuf> = fs::read_dir(root.join("migrations/sqlite"))?
+/// Makes the migrator buildable when a statement is new: describes every checked crate against
+/// a bootstrap schema its engine's shell applies from the same migration files, and writes that
+/// into its committed cache (`prepare` overwrites it with the migrator's schema's description).
+fn bootstrap(root: &Path, work: &Path, cluster: &crate::pg::Throwaway) -> Result<()> {
+    eprintln!("sqlx prepare: building the migrator against bootstrap schemas");
+    let sqlite = work.join("bootstrap.db");
+    for up in up_migrations(root, "sqlite")? {
+        let mut shell = Command::new("sqlite3");
+        shell.arg(&sqlite);
+        feed(&mut shell, &up, "sqlite3 (apt-get install sqlite3)")?;
+    }
+    let url = cluster.url();
+    let postgres = format!(
+        "{}/bootstrap",
+        url.strip_suffix("/postgres").unwrap_or(&url)
+    );
+    let psql = cluster.bin().join("psql");
+    cmd::run(Command::new(&psql).arg(cluster.url()).args([
+        "-q",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-c",
+        "CREATE DATABASE bootstrap",
+    ]))?;
+    for up in up_migrations(root, "postgres")? {
+        let mut shell = Command::new(&psql);
+        // One transaction a file, as the migrator runs it (temporary tables `ON COMMIT DROP`).
+        shell
+            .arg(&postgres)
+            .args(["-q", "-1", "-v", "ON_ERROR_STOP=1"]);
+        feed(&mut shell, &up, "psql")?;
+    }
+    for checked in CHECKED {
+        let url = match checked.engine {
+            Engine::Sqlite => sqlite_url(&sqlite),
+            Engine::Postgres => postgres.clone(),
+        };
+        let out = work.join(format!("bootstrap-{}", checked.krate));
+        fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+        describe(root, checked.krate, &url, &out)?;
+        write_cache(&committed(root, checked), &read_dir(&out)?)?;
+    }
+    Ok(())
+}
+
+/// `migrations/<engine>/*.up.sql` in version order.
+fn up_migrations(root: &Path, engine: &str) -> Result<Vec<PathBuf>> {
+    let mut ups: Vec<PathBuf> = fs::read_dir(root.join("migrations").join(engine))?
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.to_string_lossy().ends_with(".up.sql"))
         .collect();
     ups.sort();
-    for up in ups {
-        let sql = fs::read(&up).with_context(|| format!("reading {}", up.display()))?;
-        let mut shell = Command::new("sqlite3");
-        shell
-            .arg(boot)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null());
-        let mut child = shell.spawn().context(
-            "the `sqlite3` shell is needed to bootstrap a new statement (apt-get install sqlite3)",
-        )?;
-        if let Some(mut stdin) = child.stdin.take() {
-            use std::io::Write as _;
-            stdin.write_all(&sql)?;
-        }
-        let status = child.wait()?;
-        if !status.success() {
-            bail!("sqlite3 failed on {}", workspace::rel(root, &up));
-        }
+    Ok(ups)
+}
+
+/// Runs `shell` with the file `sql` on its standard input; fails when it does.
+fn feed(shell: &mut Command, sql: &Path, what: &str) -> Result<()> {
+    let text = fs::read(sql).with_context(|| format!("reading {}", sql.display()))?;
+    shell
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null());
+    let mut child = shell
+        .spawn()
+        .with_context(|| format!("`{what}` is needed to bootstrap a new statement"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        use std::io::Write as _;
+        stdin.write_all(&text)?;
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("{what} failed on {}", sql.display());
     }
     Ok(())
 }
 
-/// Compiles the checked crate once, in check mode, with its macros online against `schema`,
-/// writing each statement's data into `out`.
-fn describe(root: &Path, schema: &Path, out: &Path) -> Result<()> {
+/// Compiles the checked crate `krate` once, in check mode, with its macros online against the
+/// schema at `url`, writing each statement's data into `out`.
+fn describe(root: &Path, krate: &str, url: &str, out: &Path) -> Result<()> {
     let nonce = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -204,13 +310,13 @@ fn describe(root: &Path, schema: &Path, out: &Path) -> Result<()> {
     let mut check = cargo(root);
     check
         .env("SQLX_OFFLINE", "false")
-        .env("DATABASE_URL", sqlite_url(schema))
+        .env("DATABASE_URL", url)
         .env("SQLX_OFFLINE_DIR", out)
         .args([
             "rustc",
             "--quiet",
             "-p",
-            CRATE,
+            krate,
             "--lib",
             "--profile",
             "check",

@@ -2,13 +2,14 @@
 //! with reads.
 //!
 //! One SQL text serves both backends: it runs on sqlx's SQLite or PostgreSQL driver through
-//! [`crate::sql`], with `$N` placeholders and portable column types (TEXT ids and JSON, BIGINT
-//! times, BOOLEAN flags). Where the dialects differ (row locks), the statement is chosen by
-//! [`Backend`]. A statement whose text is fixed may run, on SQLite, as its compile-time checked
-//! twin in `pattern_db_sqlite` (the `Conn::Sqlite` arm; the same text stays here for PostgreSQL),
-//! and both engines' rows decode through the same plain rows (`batch_from_plain`,
-//! `message_from_plain`). Every function here runs inside the caller's
-//! transaction and must never commit, roll back or open a transaction of its own.
+//! [`crate::sql`], with `$N` placeholders; the `sql` layer converts ids, times and JSON to
+//! PostgreSQL's native types (decision 0026). Where the dialects differ (row locks), the
+//! statement is chosen by [`Backend`]. A statement whose text is fixed may instead run as its
+//! compile-time checked twins, `pattern_db_sqlite` in the `Conn::Sqlite` arm and
+//! `pattern_db_postgres` (typed: `Uuid` ids, `TIMESTAMPTZ` instants) in the `Conn::Postgres` arm;
+//! both engines' plain rows become the domain's types through one conversion ([`FromStored`]).
+//! Every function here runs inside the caller's transaction and must never commit, roll back or
+//! open a transaction of its own.
 
 use crate::{AgentError, BatchError, ProtocolError, RunError, StorageError};
 use std::collections::HashSet;
@@ -236,40 +237,25 @@ async fn lock_agent_for_write(
     holder: bool,
 ) -> Result<(Option<i64>, Option<String>)> {
     // One statement: the revision bump (and so, on PostgreSQL, the row lock) and the lookups.
-    let id = agent.to_string();
-    let c = match conn {
+    let bumped = match conn {
         Conn::Sqlite(c) => {
+            let id = agent.to_string();
             let bumped = if holder {
                 pattern_db_sqlite::agents::bump_revision_with_holder(c, &id).await?
             } else {
                 pattern_db_sqlite::agents::bump_revision_with_position(c, &id).await?
             };
-            return match bumped {
-                Some(b) => Ok((b.max_position, b.run_holder)),
-                None => Err(AgentError::NotFound(agent).into()),
-            };
+            bumped.map(|b| (b.max_position, b.run_holder))
         }
-        Conn::Postgres(c) => c,
+        Conn::Postgres(c) => {
+            if holder {
+                pattern_db_postgres::agents::bump_revision_with_holder(c, agent.0).await?
+            } else {
+                pattern_db_postgres::agents::bump_revision_with_position(c, agent.0).await?
+            }
+        }
     };
-    let sql = if holder {
-        "UPDATE agents SET revision = revision + 1 WHERE id = $1 RETURNING \
-         (SELECT m.position FROM messages m WHERE m.agent_id = agents.id ORDER BY m.position DESC LIMIT 1), \
-         (SELECT r.holder FROM agent_runs r WHERE r.agent_id = agents.id AND r.holder IS NOT NULL)"
-    } else {
-        "UPDATE agents SET revision = revision + 1 WHERE id = $1 RETURNING \
-         (SELECT m.position FROM messages m WHERE m.agent_id = agents.id ORDER BY m.position DESC LIMIT 1)"
-    };
-    let row = crate::sql::query(sql)
-        .bind(id)
-        .fetch_optional(&mut **c)
-        .await?;
-    match row {
-        Some(row) => Ok((
-            row.try_get::<Option<i64>, _>(0)?,
-            if holder { row.try_get(1)? } else { None },
-        )),
-        None => Err(AgentError::NotFound(agent).into()),
-    }
+    bumped.ok_or_else(|| AgentError::NotFound(agent).into())
 }
 
 /// Bumps the agent's `revision` (readers' caches key on it) and so, on PostgreSQL, takes the
@@ -277,13 +263,7 @@ async fn lock_agent_for_write(
 pub(crate) async fn lock_agent(conn: &mut Conn<'_>, agent: AgentId) -> Result<()> {
     let changed = match conn {
         Conn::Sqlite(c) => pattern_db_sqlite::agents::bump_revision(c, &agent.to_string()).await?,
-        Conn::Postgres(c) => {
-            crate::sql::query("UPDATE agents SET revision = revision + 1 WHERE id = $1")
-                .bind(agent.to_string())
-                .execute(&mut **c)
-                .await?
-                .rows_affected()
-        }
+        Conn::Postgres(c) => pattern_db_postgres::agents::bump_revision(c, agent.0).await?,
     };
     if changed == 0 {
         return Err(AgentError::NotFound(agent).into());
@@ -550,61 +530,32 @@ pub(crate) fn batches_from_joined_rows(rows: &[Row]) -> Result<Vec<crate::model:
     Ok(out)
 }
 
-pub(crate) fn batch_select(tail: &str) -> String {
-    format!("SELECT {BATCH_COLUMNS} FROM batches b {tail}")
-}
-
 pub(crate) async fn load_batch(
     conn: &mut Conn<'_>,
     agent: AgentId,
     batch: BatchId,
 ) -> Result<BatchInfo> {
-    match batch_by_id(conn, agent, batch).await? {
-        Some(row) => batch_from_plain(row),
-        None => Err(BatchError::NotFound { agent, batch }.into()),
-    }
-}
-
-/// Batch `batch`'s row if it is `agent`'s.
-pub(crate) async fn batch_by_id(
-    conn: &mut Conn<'_>,
-    agent: AgentId,
-    batch: BatchId,
-) -> Result<Option<pattern_db_sqlite::BatchRow>> {
-    let c = match conn {
-        Conn::Sqlite(c) => {
-            return Ok(
-                pattern_db_sqlite::batches::by_id(c, batch.get(), &agent.to_string()).await?,
-            );
-        }
-        Conn::Postgres(c) => c,
+    let info = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::batches::by_id(c, batch.get(), &agent.to_string())
+            .await?
+            .map(batch_from_plain),
+        Conn::Postgres(c) => pattern_db_postgres::batches::by_id(c, batch.get(), agent.0)
+            .await?
+            .map(batch_from_plain),
     };
-    let sql = batch_select("WHERE b.id = $1 AND b.agent_id = $2");
-    crate::sql::query(sqlx::AssertSqlSafe(sql))
-        .bind(batch.get())
-        .bind(agent.to_string())
-        .fetch_optional(&mut **c)
-        .await?
-        .as_ref()
-        .map(batch_row)
-        .transpose()
+    info.unwrap_or_else(|| Err(BatchError::NotFound { agent, batch }.into()))
 }
 
 /// The message that opened `batch` (sequence 0).
 pub(crate) async fn batch_trigger(conn: &mut Conn<'_>, batch: BatchId) -> Result<Message> {
-    let row = match conn {
-        Conn::Sqlite(c) => pattern_db_sqlite::messages::trigger_of_batch(c, batch.get()).await?,
-        Conn::Postgres(c) => message_row_at(
-            &crate::sql::query(sqlx::AssertSqlSafe(message_select(
-                "WHERE m.batch_id = $1 AND m.sequence_num = 0",
-            )))
-            .bind(batch.get())
-            .fetch_one(&mut **c)
-            .await?,
-            0,
-        )?,
-    };
-    message_from_plain(row)
+    match conn {
+        Conn::Sqlite(c) => {
+            message_from_plain(pattern_db_sqlite::messages::trigger_of_batch(c, batch.get()).await?)
+        }
+        Conn::Postgres(c) => message_from_plain(
+            pattern_db_postgres::messages::trigger_of_batch(c, batch.get()).await?,
+        ),
+    }
 }
 
 /// Checks what can be checked of a trigger without the database, and serializes it.
@@ -766,16 +717,10 @@ pub(crate) async fn claim_retry(
         Conn::Sqlite(c) => {
             pattern_db_sqlite::batches::claim_retry(c, batch.get(), &agent.to_string(), now).await?
         }
-        Conn::Postgres(c) => crate::sql::query(
-            "UPDATE batches SET retried_at = $1 \
-             WHERE id = $2 AND agent_id = $3 AND state = 'abandoned' AND retried_at IS NULL",
-        )
-        .bind(now)
-        .bind(batch.get())
-        .bind(agent.to_string())
-        .execute(&mut **c)
-        .await?
-        .rows_affected(),
+        Conn::Postgres(c) => {
+            let now = crate::sql::instant(now)?;
+            pattern_db_postgres::batches::claim_retry(c, batch.get(), agent.0, now).await?
+        }
     };
     if claimed == 1 {
         return Ok(());
@@ -1091,13 +1036,12 @@ async fn append_step(
                 .await?;
             }
             Conn::Postgres(c) => {
-                crate::sql::query(
-                    "UPDATE tool_calls SET result_position = $1 WHERE batch_id = $2 AND tool_use_id = $3",
+                pattern_db_postgres::tool_calls::set_result_position(
+                    c,
+                    batch.get(),
+                    id,
+                    position.get(),
                 )
-                .bind(position.get())
-                .bind(batch.get())
-                .bind(id)
-                .execute(&mut **c)
                 .await?;
             }
         }
@@ -1112,12 +1056,8 @@ async fn append_step(
             pattern_db_sqlite::batches::advance_sequence(c, batch.get(), appended, lease).await?;
         }
         Conn::Postgres(c) => {
-            crate::sql::query("UPDATE batches SET next_sequence = next_sequence + $1, lease_expires_at = $2 WHERE id = $3")
-                .bind(appended)
-                .bind(lease)
-                .bind(batch.get())
-                .execute(&mut **c)
-                .await?;
+            let lease = lease.map(crate::sql::instant).transpose()?;
+            pattern_db_postgres::batches::advance_sequence(c, batch.get(), appended, lease).await?;
         }
     }
     Ok(StepReceipt {
@@ -1128,20 +1068,10 @@ async fn append_step(
 
 /// Call ids of the batch still waiting for a result, in call order.
 pub(crate) async fn pending_calls(conn: &mut Conn<'_>, batch: BatchId) -> Result<Vec<String>> {
-    let c = match conn {
-        Conn::Sqlite(c) => return Ok(pattern_db_sqlite::tool_calls::pending(c, batch.get()).await?),
-        Conn::Postgres(c) => c,
-    };
-    crate::sql::query(
-        "SELECT tool_use_id FROM tool_calls WHERE batch_id = $1 AND result_position IS NULL \
-         ORDER BY call_position, ordinal",
-    )
-    .bind(batch.get())
-    .fetch_all(&mut **c)
-    .await?
-    .iter()
-    .map(|r| r.try_get::<String, _>(0).map_err(Error::from))
-    .collect()
+    Ok(match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::tool_calls::pending(c, batch.get()).await?,
+        Conn::Postgres(c) => pattern_db_postgres::tool_calls::pending(c, batch.get()).await?,
+    })
 }
 
 pub(crate) async fn complete_batch(
@@ -1177,14 +1107,8 @@ pub(crate) async fn complete_batch(
             pattern_db_sqlite::batches::mark_complete(c, batch.get(), now_ms()).await?;
         }
         Conn::Postgres(c) => {
-            crate::sql::query(
-                "UPDATE batches SET state = 'complete', completed_at = $1, run_owner = NULL, lease_expires_at = NULL \
-                 WHERE id = $2",
-            )
-            .bind(now_ms())
-            .bind(batch.get())
-            .execute(&mut **c)
-            .await?;
+            let now = crate::sql::instant(now_ms())?;
+            pattern_db_postgres::batches::mark_complete(c, batch.get(), now).await?;
         }
     }
     // Only a queue entry's agent_to_agent batch can have delivered a session message.
@@ -1236,16 +1160,10 @@ async fn continue_batch(
         Conn::Sqlite(c) => {
             pattern_db_sqlite::batches::reopen(c, batch.get(), &ctx.run_owner, lease).await
         }
-        Conn::Postgres(c) => crate::sql::query(
-            "UPDATE batches SET state = 'open', completed_at = NULL, run_owner = $1, lease_expires_at = $2, \
-             continuations = continuations + 1 WHERE id = $3",
-        )
-        .bind(&ctx.run_owner)
-        .bind(lease)
-        .bind(batch.get())
-        .execute(&mut **c)
-        .await
-        .map(|done| done.rows_affected()),
+        Conn::Postgres(c) => {
+            let lease = lease.map(crate::sql::instant).transpose()?;
+            pattern_db_postgres::batches::reopen(c, batch.get(), &ctx.run_owner, lease).await
+        }
     };
     match reopened {
         // `batches_one_run`: a newer batch of the run is open; an old one is not reopened.
@@ -1289,14 +1207,9 @@ async fn renew_lease(
             pattern_db_sqlite::batches::renew_lease(c, batch.get(), lease, &ctx.run_owner).await?;
         }
         Conn::Postgres(c) => {
-            crate::sql::query(
-                "UPDATE batches SET lease_expires_at = $1, run_owner = $2 WHERE id = $3",
-            )
-            .bind(lease)
-            .bind(&ctx.run_owner)
-            .bind(batch.get())
-            .execute(&mut **c)
-            .await?;
+            let lease = crate::sql::instant(lease)?;
+            pattern_db_postgres::batches::renew_lease(c, batch.get(), lease, &ctx.run_owner)
+                .await?;
         }
     }
     load_batch(conn, agent, batch).await
@@ -1349,13 +1262,8 @@ pub(crate) async fn mark_abandoned(conn: &mut Conn<'_>, batch: BatchId, now: i64
             pattern_db_sqlite::batches::mark_abandoned(c, batch.get(), now).await?;
         }
         Conn::Postgres(c) => {
-            crate::sql::query(
-                "UPDATE batches SET state = 'abandoned', completed_at = $1 WHERE id = $2",
-            )
-            .bind(now)
-            .bind(batch.get())
-            .execute(&mut **c)
-            .await?;
+            let now = crate::sql::instant(now)?;
+            pattern_db_postgres::batches::mark_abandoned(c, batch.get(), now).await?;
         }
     }
     Ok(())
@@ -1790,10 +1698,6 @@ pub(crate) async fn import_legacy(
 const MESSAGE_COLUMNS: &str = "m.id, m.agent_id, m.position, m.batch_id, m.sequence_num, m.batch_type, m.role, \
     m.content, m.token_estimate, m.archived, m.deleted, m.created_at";
 
-pub(crate) fn message_select(tail: &str) -> String {
-    format!("SELECT {MESSAGE_COLUMNS} FROM messages m {tail}")
-}
-
 pub(crate) fn decode_content(text: &str) -> Result<Vec<ContentBlock>> {
     serde_json::from_str(text).map_err(|e| {
         Error::Storage(StorageError::Corrupt(format!(
@@ -1815,10 +1719,6 @@ fn flag(row: &Row, index: usize) -> Result<bool> {
     Ok(row.try_get::<bool, _>(index)?)
 }
 
-pub(crate) fn message_from_row(row: &Row) -> Result<Message> {
-    message_from_plain(message_row_at(row, 0)?)
-}
-
 /// The plain row of a message whose [`MESSAGE_COLUMNS`] start at column `at` (after a batch's,
 /// in a join).
 pub(crate) fn message_row_at(row: &Row, at: usize) -> Result<pattern_db_sqlite::MessageRow> {
@@ -1838,25 +1738,9 @@ pub(crate) fn message_row_at(row: &Row, at: usize) -> Result<pattern_db_sqlite::
     })
 }
 
-/// A message from its stored row (either engine's).
-pub(crate) fn message_from_plain(row: pattern_db_sqlite::MessageRow) -> Result<Message> {
-    let role = row.role;
-    Ok(Message {
-        id: MessageId(parse_uuid(&row.id)?),
-        agent_id: AgentId(parse_uuid(&row.agent_id)?),
-        position: SnowflakeId(row.position),
-        batch_id: SnowflakeId(row.batch_id),
-        sequence_num: row.sequence_num,
-        batch_type: row.batch_type.parse()?,
-        role: role
-            .parse()
-            .map_err(|_| StorageError::Corrupt(format!("unknown stored role `{role}`")))?,
-        content: decode_content(&row.content)?,
-        token_estimate: row.token_estimate,
-        archived: row.archived,
-        deleted: row.deleted,
-        created_at: from_ms(row.created_at),
-    })
+/// A message from its stored row (either engine's: [`FromStored`]).
+pub(crate) fn message_from_plain(row: impl FromStored<Message>) -> Result<Message> {
+    row.into_domain()
 }
 
 pub(crate) fn batch_from_row(row: &Row) -> Result<BatchInfo> {
@@ -1883,24 +1767,9 @@ fn batch_row(row: &Row) -> Result<pattern_db_sqlite::BatchRow> {
     })
 }
 
-/// A batch from its stored row (either engine's).
-pub(crate) fn batch_from_plain(row: pattern_db_sqlite::BatchRow) -> Result<BatchInfo> {
-    Ok(BatchInfo {
-        id: SnowflakeId(row.id),
-        agent_id: AgentId(parse_uuid(&row.agent_id)?),
-        batch_type: row.batch_type.parse()?,
-        state: row.state.parse()?,
-        parent_batch: row.parent_batch.map(SnowflakeId),
-        run_owner: row.run_owner,
-        lease_expires_at: row.lease_expires_at.map(from_ms),
-        message_count: row.next_sequence,
-        archived: row.archived,
-        started_at: from_ms(row.started_at),
-        completed_at: row.completed_at.map(from_ms),
-        continuations: row.continuations,
-        retried_at: row.retried_at.map(from_ms),
-        claim_token: row.claim_token,
-    })
+/// A batch from its stored row (either engine's: [`FromStored`]).
+pub(crate) fn batch_from_plain(row: impl FromStored<BatchInfo>) -> Result<BatchInfo> {
+    row.into_domain()
 }
 
 pub(crate) fn agent_from_row(row: &Row) -> Result<Agent> {
@@ -1918,32 +1787,119 @@ pub(crate) fn agent_from_row(row: &Row) -> Result<Agent> {
     })
 }
 
-pub(crate) fn summary_from_row(row: &Row) -> Result<Summary> {
-    summary_from_plain(pattern_db_sqlite::SummaryRow {
-        id: row.try_get(0)?,
-        agent_id: row.try_get(1)?,
-        content: row.try_get(2)?,
-        from_batch: row.try_get(3)?,
-        through_batch: row.try_get(4)?,
-        message_count: row.try_get(5)?,
-        depth: row.try_get(6)?,
-        created_at: row.try_get(7)?,
-    })
+/// A summary from its stored row (either engine's: [`FromStored`]).
+pub(crate) fn summary_from_plain(row: impl FromStored<Summary>) -> Result<Summary> {
+    row.into_domain()
 }
 
-/// A summary from its stored row (either engine's).
-pub(crate) fn summary_from_plain(row: pattern_db_sqlite::SummaryRow) -> Result<Summary> {
-    Ok(Summary {
-        id: SnowflakeId(row.id),
-        agent_id: AgentId(parse_uuid(&row.agent_id)?),
-        content: row.content,
-        from_batch: SnowflakeId(row.from_batch),
-        through_batch: SnowflakeId(row.through_batch),
-        message_count: row.message_count,
-        depth: row.depth,
-        created_at: from_ms(row.created_at),
-    })
+/// A plain row of either engine's checked statements (`pattern_db_sqlite`'s or
+/// `pattern_db_postgres`'s: the same fields, in each engine's id and time types) as the domain's
+/// type `T`. Implemented once, by [`from_stored!`], for both engines' rows.
+pub(crate) trait FromStored<T> {
+    /// The domain's value; an id that is not a UUID or an unknown kind is a corrupt row.
+    fn into_domain(self) -> Result<T>;
 }
+
+/// An id as an engine's row holds it: SQLite the UUID's text, PostgreSQL a `UUID`.
+trait StoredId {
+    fn uuid(self) -> Result<uuid::Uuid>;
+}
+
+impl StoredId for String {
+    fn uuid(self) -> Result<uuid::Uuid> {
+        parse_uuid(&self)
+    }
+}
+
+impl StoredId for uuid::Uuid {
+    fn uuid(self) -> Result<uuid::Uuid> {
+        Ok(self)
+    }
+}
+
+/// An instant as an engine's row holds it: SQLite Unix milliseconds, PostgreSQL a `TIMESTAMPTZ`.
+trait StoredTime {
+    fn time(self) -> DateTime<Utc>;
+}
+
+impl StoredTime for i64 {
+    fn time(self) -> DateTime<Utc> {
+        from_ms(self)
+    }
+}
+
+impl StoredTime for DateTime<Utc> {
+    fn time(self) -> DateTime<Utc> {
+        self
+    }
+}
+
+/// [`FromStored`] for the message, batch and summary rows of one engine's crate of checked
+/// statements: one conversion, written once, for both engines.
+macro_rules! from_stored {
+    ($engine:ident) => {
+        impl FromStored<Message> for $engine::MessageRow {
+            fn into_domain(self) -> Result<Message> {
+                let role = self.role;
+                Ok(Message {
+                    id: MessageId(self.id.uuid()?),
+                    agent_id: AgentId(self.agent_id.uuid()?),
+                    position: SnowflakeId(self.position),
+                    batch_id: SnowflakeId(self.batch_id),
+                    sequence_num: self.sequence_num,
+                    batch_type: self.batch_type.parse()?,
+                    role: role.parse().map_err(|_| {
+                        StorageError::Corrupt(format!("unknown stored role `{role}`"))
+                    })?,
+                    content: decode_content(&self.content)?,
+                    token_estimate: self.token_estimate,
+                    archived: self.archived,
+                    deleted: self.deleted,
+                    created_at: self.created_at.time(),
+                })
+            }
+        }
+
+        impl FromStored<BatchInfo> for $engine::BatchRow {
+            fn into_domain(self) -> Result<BatchInfo> {
+                Ok(BatchInfo {
+                    id: SnowflakeId(self.id),
+                    agent_id: AgentId(self.agent_id.uuid()?),
+                    batch_type: self.batch_type.parse()?,
+                    state: self.state.parse()?,
+                    parent_batch: self.parent_batch.map(SnowflakeId),
+                    run_owner: self.run_owner,
+                    lease_expires_at: self.lease_expires_at.map(StoredTime::time),
+                    message_count: self.next_sequence,
+                    archived: self.archived,
+                    started_at: self.started_at.time(),
+                    completed_at: self.completed_at.map(StoredTime::time),
+                    continuations: self.continuations,
+                    retried_at: self.retried_at.map(StoredTime::time),
+                    claim_token: self.claim_token,
+                })
+            }
+        }
+
+        impl FromStored<Summary> for $engine::SummaryRow {
+            fn into_domain(self) -> Result<Summary> {
+                Ok(Summary {
+                    id: SnowflakeId(self.id),
+                    agent_id: AgentId(self.agent_id.uuid()?),
+                    content: self.content,
+                    from_batch: SnowflakeId(self.from_batch),
+                    through_batch: SnowflakeId(self.through_batch),
+                    message_count: self.message_count,
+                    depth: self.depth,
+                    created_at: self.created_at.time(),
+                })
+            }
+        }
+    };
+}
+
+from_stored!(pattern_db_sqlite);
+from_stored!(pattern_db_postgres);
 
 #[cfg(test)]
 mod tests {

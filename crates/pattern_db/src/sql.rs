@@ -2,11 +2,11 @@
 //! and row type each over SQLite or PostgreSQL, and a query builder that binds once and runs on
 //! whichever engine the connection is.
 //!
-//! Every statement of `pattern_db` goes through here (decision 0023, step 3), except the SQLite
-//! arm of those `pattern_db_sqlite` checks at compile time (step 3 (c)): sqlx's SQLite and
-//! PostgreSQL drivers directly, without sqlx's `Any` driver, which converted every argument and
-//! every column of every row into its own value type and back (15-20 µs a statement on this
-//! machine, measured in stop 26). A [`Query`] keeps its arguments as plain values until it runs,
+//! Every statement of `pattern_db` goes through here (decision 0023, step 3), except those
+//! `pattern_db_sqlite` and `pattern_db_postgres` check at compile time (step 3 (c)): sqlx's
+//! SQLite and PostgreSQL drivers directly, without sqlx's `Any` driver, which converted every
+//! argument and every column of every row into its own value type and back (15-20 µs a statement
+//! on this machine, measured in stop 26). A [`Query`] keeps its arguments as plain values until it runs,
 //! then moves them into the engine's own argument buffer; a [`Row`] is the engine's row, read
 //! through [`Col`], which decodes each column with that engine's decoder.
 //!
@@ -307,6 +307,12 @@ fn pg_arg(arg: Arg, ty: &PgTypeInfo, args: &mut PgArguments) -> Result<(), BoxDy
         ("FLOAT8", Arg::Float32(v)) => args.add(v.map(f64::from)),
         (_, arg) => add_arg!(arg, args),
     }
+}
+
+/// Unix milliseconds as the `TIMESTAMPTZ` a checked PostgreSQL statement (`pattern_db_postgres`)
+/// binds; out of range is sqlx's encoding error, as when the dynamic [`Query`] converts it.
+pub(crate) fn instant(ms: i64) -> Result<chrono::DateTime<chrono::Utc>, sqlx::Error> {
+    timestamp(ms).map_err(sqlx::Error::Encode)
 }
 
 /// Unix milliseconds as an instant; out of `TIMESTAMPTZ`'s range is an error, never clamped.

@@ -176,20 +176,12 @@ impl MessageStore {
     }
 
     async fn revision_on(&self, conn: &mut Conn<'_>) -> Result<Option<i64>> {
-        let c = match conn {
+        Ok(match conn {
             Conn::Sqlite(c) => {
-                return Ok(pattern_db_sqlite::agents::revision(c, &self.agent.to_string()).await?);
+                pattern_db_sqlite::agents::revision(c, &self.agent.to_string()).await?
             }
-            Conn::Postgres(c) => c,
-        };
-        Ok(
-            crate::sql::query("SELECT revision FROM agents WHERE id = $1")
-                .bind(self.agent.to_string())
-                .fetch_optional(&mut **c)
-                .await?
-                .map(|r| r.try_get::<i64, _>(0))
-                .transpose()?,
-        )
+            Conn::Postgres(c) => pattern_db_postgres::agents::revision(c, self.agent.0).await?,
+        })
     }
 
     /// The newest `n_batches` batches, oldest first, whole: one statement.
@@ -221,40 +213,30 @@ impl MessageStore {
         limit: usize,
         include_archived: bool,
     ) -> Result<Vec<Message>> {
-        let agent = self.agent.to_string();
         let after = after.map_or(-1, SnowflakeId::get);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut pooled = self.db.reader().acquire().await?;
-        let c = match pooled.conn() {
+        match pooled.conn() {
             Conn::Sqlite(c) => {
-                return pattern_db_sqlite::messages::page_after(
-                    c,
-                    &agent,
-                    after,
-                    limit,
-                    include_archived,
-                )
-                .await?
-                .into_iter()
-                .map(ops::message_from_plain)
-                .collect();
+                let agent = self.agent.to_string();
+                pattern_db_sqlite::messages::page_after(c, &agent, after, limit, include_archived)
+                    .await?
+                    .into_iter()
+                    .map(ops::message_from_plain)
+                    .collect()
             }
-            Conn::Postgres(c) => c,
-        };
-        let sql = ops::message_select(if include_archived {
-            "WHERE m.agent_id = $1 AND m.position > $2 AND NOT m.deleted ORDER BY m.position LIMIT $3"
-        } else {
-            "WHERE m.agent_id = $1 AND m.position > $2 AND NOT m.deleted AND NOT m.archived ORDER BY m.position LIMIT $3"
-        });
-        crate::sql::query(sqlx::AssertSqlSafe(sql))
-            .bind(agent)
-            .bind(after)
-            .bind(limit)
-            .fetch_all(c)
+            Conn::Postgres(c) => pattern_db_postgres::messages::page_after(
+                c,
+                self.agent.0,
+                after,
+                limit,
+                include_archived,
+            )
             .await?
-            .iter()
-            .map(ops::message_from_row)
-            .collect()
+            .into_iter()
+            .map(ops::message_from_plain)
+            .collect(),
+        }
     }
 
     /// One batch with its messages. Unknown (or another agent's) batch is
@@ -262,25 +244,18 @@ impl MessageStore {
     pub async fn get_batch(&self, batch: BatchId) -> Result<StoredBatch> {
         let info = self.batch_info(batch).await?;
         let mut pooled = self.db.reader().acquire().await?;
-        let rows = match pooled.conn() {
-            Conn::Sqlite(c) => pattern_db_sqlite::messages::live_of_batch(c, batch.get()).await?,
-            Conn::Postgres(c) => {
-                let sql = ops::message_select(
-                    "WHERE m.batch_id = $1 AND NOT m.deleted ORDER BY m.sequence_num",
-                );
-                crate::sql::query(sqlx::AssertSqlSafe(sql))
-                    .bind(batch.get())
-                    .fetch_all(c)
-                    .await?
-                    .iter()
-                    .map(|row| ops::message_row_at(row, 0))
-                    .collect::<Result<Vec<_>>>()?
-            }
+        let messages = match pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::messages::live_of_batch(c, batch.get())
+                .await?
+                .into_iter()
+                .map(ops::message_from_plain)
+                .collect::<Result<Vec<_>>>()?,
+            Conn::Postgres(c) => pattern_db_postgres::messages::live_of_batch(c, batch.get())
+                .await?
+                .into_iter()
+                .map(ops::message_from_plain)
+                .collect::<Result<Vec<_>>>()?,
         };
-        let messages = rows
-            .into_iter()
-            .map(ops::message_from_plain)
-            .collect::<Result<Vec<_>>>()?;
         Ok(StoredBatch { info, messages })
     }
 
@@ -292,25 +267,17 @@ impl MessageStore {
 
     /// The newest open batch, if any: the batch a run is working on.
     pub async fn current_batch(&self) -> Result<Option<BatchInfo>> {
-        let agent = self.agent.to_string();
         let mut pooled = self.db.reader().acquire().await?;
-        let c = match pooled.conn() {
-            Conn::Sqlite(c) => {
-                return pattern_db_sqlite::batches::newest_open(c, &agent)
-                    .await?
-                    .map(ops::batch_from_plain)
-                    .transpose();
-            }
-            Conn::Postgres(c) => c,
-        };
-        let sql = ops::batch_select(
-            "WHERE b.agent_id = $1 AND b.state = 'open' ORDER BY b.id DESC LIMIT 1",
-        );
-        let row = crate::sql::query(sqlx::AssertSqlSafe(sql))
-            .bind(agent)
-            .fetch_optional(c)
-            .await?;
-        row.as_ref().map(ops::batch_from_row).transpose()
+        match pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::batches::newest_open(c, &self.agent.to_string())
+                .await?
+                .map(ops::batch_from_plain)
+                .transpose(),
+            Conn::Postgres(c) => pattern_db_postgres::batches::newest_open(c, self.agent.0)
+                .await?
+                .map(ops::batch_from_plain)
+                .transpose(),
+        }
     }
 
     /// Batch rows newest first, at most `limit`, optionally only those before `before`.
@@ -319,31 +286,26 @@ impl MessageStore {
         before: Option<BatchId>,
         limit: usize,
     ) -> Result<Vec<BatchInfo>> {
-        let agent = self.agent.to_string();
         let before = before.map_or(i64::MAX, SnowflakeId::get);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut pooled = self.db.reader().acquire().await?;
-        let c = match pooled.conn() {
+        match pooled.conn() {
             Conn::Sqlite(c) => {
-                return pattern_db_sqlite::batches::page_before(c, &agent, before, limit)
+                let agent = self.agent.to_string();
+                pattern_db_sqlite::batches::page_before(c, &agent, before, limit)
                     .await?
                     .into_iter()
                     .map(ops::batch_from_plain)
-                    .collect();
+                    .collect()
             }
-            Conn::Postgres(c) => c,
-        };
-        let sql =
-            ops::batch_select("WHERE b.agent_id = $1 AND b.id < $2 ORDER BY b.id DESC LIMIT $3");
-        crate::sql::query(sqlx::AssertSqlSafe(sql))
-            .bind(agent)
-            .bind(before)
-            .bind(limit)
-            .fetch_all(c)
-            .await?
-            .iter()
-            .map(ops::batch_from_row)
-            .collect()
+            Conn::Postgres(c) => {
+                pattern_db_postgres::batches::page_before(c, self.agent.0, before, limit)
+                    .await?
+                    .into_iter()
+                    .map(ops::batch_from_plain)
+                    .collect()
+            }
+        }
     }
 
     /// Live (not archived) batches before `before`, oldest first, each whole, at most `limit`:
@@ -369,17 +331,12 @@ impl MessageStore {
 
     /// Number of live (not archived, not deleted) messages.
     pub async fn count_live(&self) -> Result<i64> {
-        let agent = self.agent.to_string();
         let mut pooled = self.db.reader().acquire().await?;
         Ok(match pooled.conn() {
-            Conn::Sqlite(c) => pattern_db_sqlite::messages::count_live(c, &agent).await?,
-            Conn::Postgres(c) => crate::sql::query(
-                "SELECT COUNT(*) FROM messages WHERE agent_id = $1 AND NOT archived AND NOT deleted",
-            )
-            .bind(agent)
-            .fetch_one(c)
-            .await?
-            .try_get(0)?,
+            Conn::Sqlite(c) => {
+                pattern_db_sqlite::messages::count_live(c, &self.agent.to_string()).await?
+            }
+            Conn::Postgres(c) => pattern_db_postgres::messages::count_live(c, self.agent.0).await?,
         })
     }
 
@@ -440,28 +397,19 @@ impl MessageStore {
 
     /// Every summary, oldest coverage first.
     pub async fn get_summaries(&self) -> Result<Vec<Summary>> {
-        let agent = self.agent.to_string();
         let mut pooled = self.db.reader().acquire().await?;
-        let c = match pooled.conn() {
-            Conn::Sqlite(c) => {
-                return pattern_db_sqlite::summaries::of_agent(c, &agent)
-                    .await?
-                    .into_iter()
-                    .map(ops::summary_from_plain)
-                    .collect();
-            }
-            Conn::Postgres(c) => c,
-        };
-        crate::sql::query(
-            "SELECT id, agent_id, content, from_batch, through_batch, message_count, depth, created_at \
-             FROM summaries WHERE agent_id = $1 ORDER BY through_batch, id",
-        )
-        .bind(agent)
-        .fetch_all(c)
-        .await?
-        .iter()
-        .map(ops::summary_from_row)
-        .collect()
+        match pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::summaries::of_agent(c, &self.agent.to_string())
+                .await?
+                .into_iter()
+                .map(ops::summary_from_plain)
+                .collect(),
+            Conn::Postgres(c) => pattern_db_postgres::summaries::of_agent(c, self.agent.0)
+                .await?
+                .into_iter()
+                .map(ops::summary_from_plain)
+                .collect(),
+        }
     }
 
     /// A new summary id (a snowflake from this process's generator).

@@ -9,11 +9,11 @@
 //! (a statement or the schema changed without `prepare`).
 //!
 //! Only `pattern_db` names this crate. It calls these functions from the SQLite arm of
-//! `pattern_db::sql::Conn`; the PostgreSQL arm runs the same text through `pattern_db::sql`'s
-//! dynamic query until a PostgreSQL crate checks it too, against PostgreSQL's native column
-//! types (step 3 (d), migration 0023). A function here takes a `&mut SqliteConnection` (a pooled connection or the
-//! writer's transaction: the caller decides) and plain values, and returns plain row structs or
-//! counts; the caller turns them into `pattern_db`'s types and errors.
+//! `pattern_db::sql::Conn`; the PostgreSQL arm calls the same statements of `pattern_db_postgres`,
+//! checked against PostgreSQL's native column types (step 3 (d), migration 0023). A function here
+//! takes a `&mut SqliteConnection` (a pooled connection or the writer's transaction: the caller
+//! decides) and plain values, and returns plain row structs or counts; the caller turns them into
+//! `pattern_db`'s types and errors.
 //!
 //! What stays in `pattern_db::sql` (dynamic text a macro cannot check, or measured slower checked): multi-row `VALUES`
 //! lists and `IN` lists whose length varies with the call, statements joined into one

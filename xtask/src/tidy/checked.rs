@@ -1,14 +1,18 @@
-//! Tidy rule (decision 0023, step 3 (c)): every statement of the crate of checked SQLite
-//! statements (`crates/pattern_db_sqlite`) is one of sqlx's compile-time checked macros
-//! (`query!`, `query_as!`, `query_scalar!`, `query_file!`...). It flags, in that
-//! crate's Rust files, sqlx's run-time statement builders (text sqlx cannot check), and the
-//! `_unchecked` macros, which skip the check. It must never flag a checked macro call, nor a
-//! name in a comment, nor a file of another crate (dynamic statements belong in `pattern_db::sql`).
+//! Tidy rule (decision 0023, step 3 (c)): every statement of the crates of checked statements
+//! (`crates/pattern_db_sqlite` and `crates/pattern_db_postgres`, [`CHECKED_CRATES`]) is one of
+//! sqlx's compile-time checked macros (`query!`, `query_as!`, `query_scalar!`, `query_file!`...).
+//! It flags, in those crates' Rust files, sqlx's run-time statement builders (text sqlx cannot
+//! check), and the `_unchecked` macros, which skip the check. It must never flag a checked macro
+//! call, nor a name in a comment, nor a file of another crate (dynamic statements belong in
+//! `pattern_db::sql`).
 
 use super::Violation;
 
-/// The crate this rule covers, and the folder of its sources relative to the workspace root.
-pub(crate) const CHECKED_CRATE: &str = "crates/pattern_db_sqlite/src";
+/// The crates this rule covers: the folders of their sources relative to the workspace root.
+pub(crate) const CHECKED_CRATES: &[&str] = &[
+    "crates/pattern_db_sqlite/src",
+    "crates/pattern_db_postgres/src",
+];
 
 /// What a checked crate must not use: run-time statements and unchecked macros (built from parts
 /// so that this file's own text says what it looks for without spelling a call).
@@ -74,5 +78,13 @@ mod tests {
             .map(|v| v.line)
             .collect();
         assert_eq!(got, vec![4, 5, 6, 8]);
+    }
+
+    #[test]
+    fn covers_both_engines_crates() {
+        for krate in ["pattern_db_sqlite", "pattern_db_postgres"] {
+            let dir = format!("crates/{krate}/src");
+            assert!(CHECKED_CRATES.contains(&dir.as_str()), "{dir}");
+        }
     }
 }

@@ -11,13 +11,23 @@ use super::manifest::Dep;
 pub(crate) const RESTRICTED: &[(&str, &[&str], &str)] = &[
     (
         "sqlx",
-        &["pattern_db", "pattern_db_sqlite", "pattern_protocol"],
+        &[
+            "pattern_db",
+            "pattern_db_sqlite",
+            "pattern_db_postgres",
+            "pattern_protocol",
+        ],
         "SQL stays in the storage crates and pattern_protocol's storage module",
     ),
     (
         "pattern_db_sqlite",
         &["pattern_db"],
         "the checked SQLite statements are called from pattern_db's SQLite arms only",
+    ),
+    (
+        "pattern_db_postgres",
+        &["pattern_db"],
+        "the checked PostgreSQL statements are called from pattern_db's PostgreSQL arms only",
     ),
     (
         "tantivy",

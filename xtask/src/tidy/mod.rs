@@ -112,12 +112,14 @@ pub(crate) fn check_all(root: &Path) -> Result<Vec<Violation>> {
     // f. storage errors by domain.
     out.extend(errors::check(&db_files));
 
-    // h. only checked statements in the crate of checked statements.
-    for path in files::rust_files(&root.join(checked::CHECKED_CRATE)) {
-        out.extend(checked::check_source(
-            &workspace::rel(root, &path),
-            &read(&path)?,
-        ));
+    // h. only checked statements in the crates of checked statements.
+    for dir in checked::CHECKED_CRATES {
+        for path in files::rust_files(&root.join(dir)) {
+            out.extend(checked::check_source(
+                &workspace::rel(root, &path),
+                &read(&path)?,
+            ));
+        }
     }
 
     // g. SQL above the storage layer only in a crate's storage module.

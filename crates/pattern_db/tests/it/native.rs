@@ -50,20 +50,15 @@ async fn snapshot(
     )
 }
 
-/// A PostgreSQL database written before 0023 (its columns TEXT and BIGINT) converts in place:
-/// every id, time and JSON document reads back the same, and converting back and forth again
-/// changes nothing.
+/// A PostgreSQL database in 0022's form (its columns TEXT and BIGINT) converts in place: every
+/// id, time and JSON document reads back the same, and converting back and forth again changes
+/// nothing. The data is written at the newest schema and converted down by 0023's down migration:
+/// the message store's checked statements (`pattern_db_postgres`) are written against the native
+/// types, so this build no longer writes under 0022's schema (decision 0023, step 3 (c)).
 #[tokio::test]
 async fn native_types_convert_in_place() {
     let tdb = fresh(Kind::Postgres).await;
-    let db = tdb.open().await.unwrap();
-    db.migrate_down(22).await.unwrap();
-    assert_eq!(column_type(&db, "messages", "id").await, "text");
-    db.close().await;
-
-    // Written under 0022's schema (this build's statements run on either).
     let db = open_with(&tdb, |c| {
-        c.migrate_on_open = false;
         c.machine_id = pattern_db::MachineId::Fixed(7);
     })
     .await;
@@ -106,6 +101,21 @@ async fn native_types_convert_in_place() {
             "{table}.{column}"
         );
     }
+    // 0022's forms: an id's hyphenated text, a time's milliseconds.
+    let old = fetch_texts(
+        &db,
+        "SELECT id || ' ' || created_at::text FROM agents WHERE name = 'ada'",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        old,
+        vec![format!(
+            "{} {}",
+            agent.id,
+            before.0.created_at.timestamp_millis()
+        )]
+    );
     db.close().await;
 
     // Opening migrates: the TEXT and BIGINT columns convert in place.

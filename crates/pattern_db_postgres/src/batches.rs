@@ -1,0 +1,198 @@
+//! Statements on `batches` rows: one batch by id, an agent's newest open batch, a page of an
+//! agent's batches; and a batch's state changes (a step's sequence and lease, complete, reopen,
+//! lease renewal, abandon, the retry claim).
+//!
+//! It must never order, filter or judge what it reads beyond what the statement does. A state
+//! change never checks the batch's state first: the caller has locked the agent and judged the
+//! batch before it runs one.
+
+use sqlx::PgConnection;
+
+use crate::{Timestamp, Uuid};
+
+/// A `batches` row as PostgreSQL stores it (`pattern_db_sqlite::BatchRow`'s fields, with a
+/// `UUID` agent and `TIMESTAMPTZ` instants).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchRow {
+    /// `id` (the position of its first message).
+    pub id: i64,
+    /// `agent_id`.
+    pub agent_id: Uuid,
+    /// `batch_type`.
+    pub batch_type: String,
+    /// `state`.
+    pub state: String,
+    /// `parent_batch`.
+    pub parent_batch: Option<i64>,
+    /// `run_owner`.
+    pub run_owner: Option<String>,
+    /// `lease_expires_at`.
+    pub lease_expires_at: Option<Timestamp>,
+    /// `next_sequence`.
+    pub next_sequence: i64,
+    /// `archived`.
+    pub archived: bool,
+    /// `started_at`.
+    pub started_at: Timestamp,
+    /// `completed_at`.
+    pub completed_at: Option<Timestamp>,
+    /// `continuations`.
+    pub continuations: i64,
+    /// `retried_at`.
+    pub retried_at: Option<Timestamp>,
+    /// `claim_token`.
+    pub claim_token: Option<i64>,
+}
+
+/// Batch `batch` of `agent`; `None` when there is no such batch (or it is another agent's).
+pub async fn by_id(
+    conn: &mut PgConnection,
+    batch: i64,
+    agent: Uuid,
+) -> sqlx::Result<Option<BatchRow>> {
+    sqlx::query_as!(
+        BatchRow,
+        "SELECT b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token FROM batches b WHERE b.id = $1 AND b.agent_id = $2",
+        batch,
+        agent
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// `agent`'s newest open batch, if any.
+pub async fn newest_open(conn: &mut PgConnection, agent: Uuid) -> sqlx::Result<Option<BatchRow>> {
+    sqlx::query_as!(
+        BatchRow,
+        "SELECT b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token FROM batches b WHERE b.agent_id = $1 AND b.state = 'open' ORDER BY b.id DESC LIMIT 1",
+        agent
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// `agent`'s batches with an id below `before`, newest first, at most `limit`.
+pub async fn page_before(
+    conn: &mut PgConnection,
+    agent: Uuid,
+    before: i64,
+    limit: i64,
+) -> sqlx::Result<Vec<BatchRow>> {
+    sqlx::query_as!(
+        BatchRow,
+        "SELECT b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token FROM batches b WHERE b.agent_id = $1 AND b.id < $2 ORDER BY b.id DESC LIMIT $3",
+        agent,
+        before,
+        limit
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// Moves batch `batch`'s next sequence number on by `appended` messages and sets its lease
+/// expiry (`None` for a batch under a run's claim); rows changed.
+pub async fn advance_sequence(
+    conn: &mut PgConnection,
+    batch: i64,
+    appended: i64,
+    lease_expires_at: Option<Timestamp>,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "UPDATE batches SET next_sequence = next_sequence + $1, lease_expires_at = $2 WHERE id = $3",
+        appended,
+        lease_expires_at,
+        batch
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Marks batch `batch` complete at `now` (no owner, no lease); rows changed.
+pub async fn mark_complete(
+    conn: &mut PgConnection,
+    batch: i64,
+    now: Timestamp,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "UPDATE batches SET state = 'complete', completed_at = $1, run_owner = NULL, lease_expires_at = NULL WHERE id = $2",
+        now,
+        batch
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Opens batch `batch` again for `owner` (one more continuation) with lease expiry
+/// `lease_expires_at`; rows changed. The engine's unique violation (another open batch of the
+/// run) comes back as it is.
+pub async fn reopen(
+    conn: &mut PgConnection,
+    batch: i64,
+    owner: &str,
+    lease_expires_at: Option<Timestamp>,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "UPDATE batches SET state = 'open', completed_at = NULL, run_owner = $1, lease_expires_at = $2, continuations = continuations + 1 WHERE id = $3",
+        owner,
+        lease_expires_at,
+        batch
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Sets batch `batch`'s lease expiry and owner; rows changed.
+pub async fn renew_lease(
+    conn: &mut PgConnection,
+    batch: i64,
+    lease_expires_at: Timestamp,
+    owner: &str,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "UPDATE batches SET lease_expires_at = $1, run_owner = $2 WHERE id = $3",
+        lease_expires_at,
+        owner,
+        batch
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Marks batch `batch` abandoned at `now`; rows changed.
+pub async fn mark_abandoned(
+    conn: &mut PgConnection,
+    batch: i64,
+    now: Timestamp,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "UPDATE batches SET state = 'abandoned', completed_at = $1 WHERE id = $2",
+        now,
+        batch
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Marks abandoned batch `batch` of `agent` retried at `now` if it was not retried yet; rows
+/// changed (0: not `agent`'s, not abandoned, or retried already; the caller finds out which).
+pub async fn claim_retry(
+    conn: &mut PgConnection,
+    batch: i64,
+    agent: Uuid,
+    now: Timestamp,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "UPDATE batches SET retried_at = $1 WHERE id = $2 AND agent_id = $3 AND state = 'abandoned' AND retried_at IS NULL",
+        now,
+        batch,
+        agent
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}

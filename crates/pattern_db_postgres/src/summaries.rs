@@ -1,0 +1,40 @@
+//! Statements on `summaries` rows: an agent's summaries in coverage order.
+//!
+//! It must never judge which summary covers which batches: rows come back as stored.
+
+use sqlx::PgConnection;
+
+use crate::{Timestamp, Uuid};
+
+/// A `summaries` row as PostgreSQL stores it (`pattern_db_sqlite::SummaryRow`'s fields, with a
+/// `UUID` agent and a `TIMESTAMPTZ` instant).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SummaryRow {
+    /// `id`.
+    pub id: i64,
+    /// `agent_id`.
+    pub agent_id: Uuid,
+    /// `content`.
+    pub content: String,
+    /// `from_batch`.
+    pub from_batch: i64,
+    /// `through_batch`.
+    pub through_batch: i64,
+    /// `message_count`.
+    pub message_count: i64,
+    /// `depth`.
+    pub depth: i32,
+    /// `created_at`.
+    pub created_at: Timestamp,
+}
+
+/// Every summary of `agent`, oldest coverage first.
+pub async fn of_agent(conn: &mut PgConnection, agent: Uuid) -> sqlx::Result<Vec<SummaryRow>> {
+    sqlx::query_as!(
+        SummaryRow,
+        "SELECT id, agent_id, content, from_batch, through_batch, message_count, depth, created_at FROM summaries WHERE agent_id = $1 ORDER BY through_batch, id",
+        agent
+    )
+    .fetch_all(conn)
+    .await
+}
