@@ -19,6 +19,8 @@
 //! writes them ([`FtsIndex::index_alongside`]), so the first search after an import finds
 //! nothing left to index.
 
+mod stem;
+
 use crate::StorageError;
 use std::collections::{HashMap, HashSet};
 use std::ops::Bound;
@@ -238,6 +240,8 @@ impl FtsIndex {
                 }
             }
         };
+        // Before any writer or query takes it from the manager.
+        index.tokenizers().register(TOKENIZER, stem::analyzer());
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
