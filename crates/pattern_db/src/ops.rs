@@ -530,6 +530,104 @@ pub(crate) fn batches_from_joined_rows(rows: &[Row]) -> Result<Vec<crate::model:
     Ok(out)
 }
 
+/// One element of `pattern_db_sqlite::batches::newest_with_messages_json`'s document.
+#[derive(serde::Deserialize)]
+struct RecentRow(
+    i64,
+    String,
+    String,
+    String,
+    Option<i64>,
+    Option<String>,
+    Option<i64>,
+    i64,
+    i64,
+    i64,
+    Option<i64>,
+    i64,
+    Option<i64>,
+    Option<i64>,
+    Option<String>,
+    Option<i64>,
+    Option<i64>,
+    Option<String>,
+    Option<String>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+);
+
+/// The batches of `pattern_db_sqlite::batches::newest_with_messages_json`'s document, oldest
+/// first, each with its messages in sequence order.
+pub(crate) fn batches_from_json(doc: &str) -> Result<Vec<crate::model::StoredBatch>> {
+    let rows: Vec<RecentRow> = serde_json::from_str(doc).map_err(|e| {
+        Error::Storage(StorageError::Corrupt(format!(
+            "the newest batches do not decode: {e}"
+        )))
+    })?;
+    let mut by_id: std::collections::BTreeMap<i64, crate::model::StoredBatch> =
+        std::collections::BTreeMap::new();
+    for r in rows {
+        let batch = match by_id.entry(r.0) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => e.insert(crate::model::StoredBatch {
+                info: batch_from_plain(pattern_db_sqlite::BatchRow {
+                    id: r.0,
+                    agent_id: r.1.clone(),
+                    batch_type: r.2.clone(),
+                    state: r.3,
+                    parent_batch: r.4,
+                    run_owner: r.5,
+                    lease_expires_at: r.6,
+                    next_sequence: r.7,
+                    archived: r.8 != 0,
+                    started_at: r.9,
+                    completed_at: r.10,
+                    continuations: r.11,
+                    retried_at: r.12,
+                    claim_token: r.13,
+                })?,
+                messages: Vec::new(),
+            }),
+        };
+        // A batch without a live message has one element, the message's columns null.
+        let (
+            Some(id),
+            Some(position),
+            Some(sequence_num),
+            Some(role),
+            Some(content),
+            Some(token_estimate),
+            Some(archived),
+            Some(created_at),
+        ) = (r.14, r.15, r.16, r.17, r.18, r.19, r.20, r.21)
+        else {
+            continue;
+        };
+        batch
+            .messages
+            .push(message_from_plain(pattern_db_sqlite::MessageRow {
+                id,
+                agent_id: r.1,
+                position,
+                batch_id: r.0,
+                sequence_num,
+                batch_type: r.2,
+                role,
+                content,
+                token_estimate,
+                archived: archived != 0,
+                deleted: false,
+                created_at,
+            })?);
+    }
+    let mut out: Vec<_> = by_id.into_values().collect();
+    for batch in &mut out {
+        batch.messages.sort_by_key(|m| m.sequence_num);
+    }
+    Ok(out)
+}
+
 pub(crate) async fn load_batch(
     conn: &mut Conn<'_>,
     agent: AgentId,

@@ -192,7 +192,13 @@ impl MessageStore {
     ) -> Result<Vec<StoredBatch>> {
         let limit = i64::try_from(n_batches).unwrap_or(i64::MAX);
         let agent = self.agent.to_string();
-        // Dynamic on both engines: a checked statement decodes every column of every row, and
+        if let Conn::Sqlite(c) = conn {
+            // One JSON value instead of a row per message (decision 0025, "Stop 28").
+            let doc =
+                pattern_db_sqlite::batches::newest_with_messages_json(c, &agent, limit).await?;
+            return ops::batches_from_json(&doc);
+        }
+        // Dynamic on PostgreSQL: a checked statement decodes every column of every row, and
         // this join repeats a batch's columns on each of its messages (decision 0023, 3 (c)).
         let sql = ops::batches_with_messages(
             "WHERE agent_id = $1 AND NOT archived ORDER BY id DESC LIMIT $2",

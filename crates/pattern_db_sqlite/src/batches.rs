@@ -1,6 +1,7 @@
 //! Statements on `batches` rows: one batch by id, an agent's newest open batch, a page of an
 //! agent's batches; and a batch's state changes (a step's sequence and lease, complete, reopen,
-//! lease renewal, abandon, the retry claim).
+//! lease renewal, abandon, the retry claim); an agent's newest batches with their messages as one
+//! JSON document.
 //!
 //! It must never order, filter or judge what it reads beyond what the statement does. A state
 //! change never checks the batch's state first: the caller has locked the agent and judged the
@@ -87,6 +88,27 @@ pub async fn page_before(
     )
     .fetch_all(conn)
     .await
+}
+
+/// `agent`'s newest `limit` batches that are not archived, with their live messages, as one JSON
+/// array (one value: sqlx copies and hands over every column of every row it returns, which
+/// made most of the time of reading them as rows). Each element holds the batch's columns
+/// (`batches`' order, 14), then the message's `id, position, sequence_num, role, content,
+/// token_estimate, archived, created_at` (`null`s for a batch without a message); `[]` when
+/// there is none.
+pub async fn newest_with_messages_json(
+    conn: &mut SqliteConnection,
+    agent: &str,
+    limit: i64,
+) -> sqlx::Result<String> {
+    let doc = sqlx::query_scalar!(
+        r#"SELECT json_group_array(json_array(b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token, m.id, m.position, m.sequence_num, m.role, m.content, m.token_estimate, m.archived, m.created_at)) AS "doc!: String" FROM (SELECT * FROM batches WHERE agent_id = $1 AND NOT archived ORDER BY id DESC LIMIT $2) b LEFT JOIN messages m ON m.batch_id = b.id AND NOT m.deleted"#,
+        agent,
+        limit
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(doc)
 }
 
 /// Moves batch `batch`'s next sequence number on by `appended` messages and sets its lease

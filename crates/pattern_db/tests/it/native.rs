@@ -180,6 +180,21 @@ async fn nul_characters_round_trip(kind: Kind) {
         .unwrap();
     let batch = store.get_batch(got.batch_id).await.unwrap();
     assert_eq!(batch.messages[0].content, NewMessage::user(text).content);
+    // The newest batches read them back alike (on SQLite as one JSON document).
+    let tricky = "quotes \" and \\ backslashes, \u{1F980} \u{7}\u{1f} tabs\t, lines\n, ]},{[";
+    store
+        .begin_batch(NewMessage::user(tricky), BeginBatch::default())
+        .await
+        .unwrap();
+    let recent = store.get_recent(10).await.unwrap();
+    assert_eq!(recent.len(), 2);
+    assert_eq!(recent[0].info, batch.info);
+    assert_eq!(recent[0].messages, batch.messages);
+    assert_eq!(recent[1].messages[0].content, NewMessage::user(tricky).content);
+    assert_eq!(
+        recent[1].messages,
+        store.get_batch(recent[1].info.id).await.unwrap().messages
+    );
     let hits = db
         .search_text("estuary", &TextSearch::default())
         .await
