@@ -190,7 +190,10 @@ async fn nul_characters_round_trip(kind: Kind) {
     assert_eq!(recent.len(), 2);
     assert_eq!(recent[0].info, batch.info);
     assert_eq!(recent[0].messages, batch.messages);
-    assert_eq!(recent[1].messages[0].content, NewMessage::user(tricky).content);
+    assert_eq!(
+        recent[1].messages[0].content,
+        NewMessage::user(tricky).content
+    );
     assert_eq!(
         recent[1].messages,
         store.get_batch(recent[1].info.id).await.unwrap().messages
