@@ -30,11 +30,13 @@
 pub mod agents;
 pub mod batches;
 pub mod messages;
+pub mod queue;
 pub mod summaries;
 pub mod tool_calls;
 
 pub use batches::BatchRow;
 pub use messages::MessageRow;
+pub use queue::QueueRow;
 pub use summaries::SummaryRow;
 
 /// An instant as PostgreSQL's `TIMESTAMPTZ` decodes and encodes it (chrono's, in UTC).

@@ -31,9 +31,11 @@
 pub mod agents;
 pub mod batches;
 pub mod messages;
+pub mod queue;
 pub mod summaries;
 pub mod tool_calls;
 
 pub use batches::BatchRow;
 pub use messages::MessageRow;
+pub use queue::QueueRow;
 pub use summaries::SummaryRow;
