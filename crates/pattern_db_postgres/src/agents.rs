@@ -60,3 +60,11 @@ pub async fn revision(conn: &mut PgConnection, agent: Uuid) -> sqlx::Result<Opti
         .fetch_optional(conn)
         .await
 }
+
+/// Whether agent `agent` exists.
+pub async fn exists(conn: &mut PgConnection, agent: Uuid) -> sqlx::Result<bool> {
+    let row = sqlx::query_scalar!(r#"SELECT id AS "id!" FROM agents WHERE id = $1"#, agent)
+        .fetch_optional(conn)
+        .await?;
+    Ok(row.is_some())
+}

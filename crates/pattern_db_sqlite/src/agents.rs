@@ -69,3 +69,11 @@ pub async fn revision(conn: &mut SqliteConnection, agent: &str) -> sqlx::Result<
         .fetch_optional(conn)
         .await
 }
+
+/// Whether agent `agent` exists.
+pub async fn exists(conn: &mut SqliteConnection, agent: &str) -> sqlx::Result<bool> {
+    let row = sqlx::query_scalar!(r#"SELECT id AS "id!" FROM agents WHERE id = $1"#, agent)
+        .fetch_optional(conn)
+        .await?;
+    Ok(row.is_some())
+}

@@ -30,6 +30,7 @@
 
 pub mod agents;
 pub mod batches;
+pub mod blocks;
 pub mod messages;
 pub mod queue;
 pub mod summaries;
