@@ -1,6 +1,5 @@
 //! Statements of server auth: `api_keys` rows (insert, revoke, the key of an organization, a
-//! live key by its secret's hash, an organization's keys), the organization an agent belongs to,
-//! and whether an organization exists.
+//! live key by its secret's hash, an organization's keys) and whether an organization exists.
 //!
 //! It must never see a secret (only its hash arrives here) and never decide what a missing row
 //! or a revoked key means: the caller judges every row it reads.
@@ -92,11 +91,7 @@ pub async fn revoke_key(
 }
 
 /// Key `id` of `org`, revoked or not.
-pub async fn key_of(
-    conn: &mut PgConnection,
-    id: Uuid,
-    org: Uuid,
-) -> sqlx::Result<Option<KeyRow>> {
+pub async fn key_of(conn: &mut PgConnection, id: Uuid, org: Uuid) -> sqlx::Result<Option<KeyRow>> {
     sqlx::query_as!(
         KeyRow,
         r#"SELECT id AS "id!", organization_id AS "organization_id!", name AS "name!", prefix AS "prefix!", created_at AS "created_at!", revoked_at AS "revoked_at?" FROM api_keys WHERE id = $1 AND organization_id = $2"#,
@@ -108,10 +103,7 @@ pub async fn key_of(
 }
 
 /// The live key whose secret hashes to `hash`, if any.
-pub async fn live_key_by_hash(
-    conn: &mut PgConnection,
-    hash: &str,
-) -> sqlx::Result<Option<KeyRow>> {
+pub async fn live_key_by_hash(conn: &mut PgConnection, hash: &str) -> sqlx::Result<Option<KeyRow>> {
     sqlx::query_as!(
         KeyRow,
         r#"SELECT id AS "id!", organization_id AS "organization_id!", name AS "name!", prefix AS "prefix!", created_at AS "created_at!", revoked_at AS "revoked_at?" FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL"#,
@@ -129,19 +121,5 @@ pub async fn keys_of(conn: &mut PgConnection, org: Uuid) -> sqlx::Result<Vec<Key
         org
     )
     .fetch_all(conn)
-    .await
-}
-
-/// The organization agent `agent` belongs to: `None` for an unknown agent, `Some(None)` for an
-/// agent without one.
-pub async fn organization_of_agent(
-    conn: &mut PgConnection,
-    agent: Uuid,
-) -> sqlx::Result<Option<Option<Uuid>>> {
-    sqlx::query_scalar!(
-        r#"SELECT organization_id AS "organization_id?" FROM agents WHERE id = $1"#,
-        agent
-    )
-    .fetch_optional(conn)
     .await
 }

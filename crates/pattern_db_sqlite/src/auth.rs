@@ -1,6 +1,5 @@
 //! Statements of server auth: `api_keys` rows (insert, revoke, the key of an organization, a
-//! live key by its secret's hash, an organization's keys), the organization an agent belongs to,
-//! and whether an organization exists.
+//! live key by its secret's hash, an organization's keys) and whether an organization exists.
 //!
 //! It must never see a secret (only its hash arrives here) and never decide what a missing row
 //! or a revoked key means: the caller judges every row it reads.
@@ -126,19 +125,5 @@ pub async fn keys_of(conn: &mut SqliteConnection, org: &str) -> sqlx::Result<Vec
         org
     )
     .fetch_all(conn)
-    .await
-}
-
-/// The organization agent `agent` belongs to: `None` for an unknown agent, `Some(None)` for an
-/// agent without one.
-pub async fn organization_of_agent(
-    conn: &mut SqliteConnection,
-    agent: &str,
-) -> sqlx::Result<Option<Option<String>>> {
-    sqlx::query_scalar!(
-        r#"SELECT organization_id AS "organization_id?" FROM agents WHERE id = $1"#,
-        agent
-    )
-    .fetch_optional(conn)
     .await
 }
