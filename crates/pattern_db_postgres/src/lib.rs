@@ -28,6 +28,7 @@
 //! so the caller's lock-conflict and constraint checks keep reading its codes.
 
 pub mod agents;
+pub mod approvals;
 pub mod auth;
 pub mod batches;
 pub mod blocks;
