@@ -32,6 +32,7 @@ pub mod approvals;
 pub mod auth;
 pub mod batches;
 pub mod blocks;
+pub mod mcp;
 pub mod messages;
 pub mod queue;
 pub mod summaries;
