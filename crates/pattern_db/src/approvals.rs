@@ -30,7 +30,7 @@ use crate::error::{Error, Result};
 use crate::id::SnowflakeId;
 use crate::model::{AgentId, BatchId};
 use crate::ops::approvals::{Decide, Expire, Request};
-use crate::ops::{from_ms, parse_uuid};
+use crate::ops::{FromStored, StoredId, StoredTime, from_ms, parse_uuid};
 use crate::protocol::OrganizationId;
 use crate::runs::TurnId;
 use crate::wake::WakeKey;
@@ -193,6 +193,49 @@ pub(crate) const APPROVAL_COLUMNS: &str = "id, organization_id, agent_id, batch_
      tool, call_id, input, reason, requested_at, deadline, state, decided_at, decided_by, \
      denial_reason";
 
+/// A request from either engine's checked row ([`FromStored`]).
+pub(crate) fn approval_from_plain(row: impl FromStored<Approval>) -> Result<Approval> {
+    row.into_domain()
+}
+
+/// [`FromStored`] for the approval rows of one engine's crate of checked statements: one
+/// conversion, written once, for both engines.
+macro_rules! approval_from_stored {
+    ($engine:ident) => {
+        impl FromStored<Approval> for $engine::approvals::ApprovalRow {
+            fn into_domain(self) -> Result<Approval> {
+                Ok(Approval {
+                    id: SnowflakeId(self.id),
+                    organization: self
+                        .organization_id
+                        .map(StoredId::uuid)
+                        .transpose()?
+                        .map(OrganizationId),
+                    agent_id: AgentId(self.agent_id.uuid()?),
+                    batch_id: self.batch_id.map(SnowflakeId),
+                    turn_id: self.turn_id.map(StoredId::uuid).transpose()?.map(TurnId),
+                    tool: self.tool,
+                    call_id: self.call_id,
+                    input: serde_json::from_str(&self.input).map_err(|e| {
+                        BatchError::InvalidContent(format!("stored approval input: {e}"))
+                    })?,
+                    reason: self.reason,
+                    requested_at: self.requested_at.time(),
+                    deadline: self.deadline.time(),
+                    state: self.state.parse()?,
+                    decided_at: self.decided_at.map(StoredTime::time),
+                    decided_by: self.decided_by,
+                    denial_reason: self.denial_reason,
+                })
+            }
+        }
+    };
+}
+
+approval_from_stored!(pattern_db_sqlite);
+approval_from_stored!(pattern_db_postgres);
+
+/// A request from a dynamic row whose [`APPROVAL_COLUMNS`] start at column 0 (the listing).
 pub(crate) fn approval_from_row(row: &Row) -> Result<Approval> {
     let org: Option<String> = row.try_get(1)?;
     let agent: String = row.try_get(2)?;

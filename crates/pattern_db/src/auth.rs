@@ -16,14 +16,14 @@ use std::str::FromStr;
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
-use crate::sql::Row;
+use crate::sql::{Conn, Row};
 use uuid::Uuid;
 
 use crate::db::Database;
 use crate::error::{Error, Result};
 use crate::model::{Agent, AgentId, NewAgent};
 use crate::ops::auth::{CreateKey, DeleteOrgAgent, RevokeKey};
-use crate::ops::{self, from_ms, parse_uuid};
+use crate::ops::{self, FromStored, StoredId, StoredTime, from_ms, parse_uuid};
 use crate::protocol::OrganizationId;
 
 /// What every secret starts with.
@@ -126,8 +126,10 @@ pub(crate) struct NewKeyRow {
     pub(crate) hash: String,
 }
 
+/// The key columns a dynamic read selects (the console session's join, not moved yet).
 pub(crate) const KEY_COLUMNS: &str = "id, organization_id, name, prefix, created_at, revoked_at";
 
+/// A key from a dynamic row whose [`KEY_COLUMNS`] start at column 0.
 pub(crate) fn key_from_row(row: &Row) -> Result<ApiKey> {
     let id: String = row.try_get(0)?;
     let org: String = row.try_get(1)?;
@@ -141,6 +143,33 @@ pub(crate) fn key_from_row(row: &Row) -> Result<ApiKey> {
         revoked_at: revoked.map(from_ms),
     })
 }
+
+/// A key from either engine's checked row ([`FromStored`]).
+pub(crate) fn key_from_plain(row: impl FromStored<ApiKey>) -> Result<ApiKey> {
+    row.into_domain()
+}
+
+/// [`FromStored`] for the key rows of one engine's crate of checked statements: one conversion,
+/// written once, for both engines.
+macro_rules! key_from_stored {
+    ($engine:ident) => {
+        impl FromStored<ApiKey> for $engine::auth::KeyRow {
+            fn into_domain(self) -> Result<ApiKey> {
+                Ok(ApiKey {
+                    id: ApiKeyId(self.id.uuid()?),
+                    organization: OrganizationId(self.organization_id.uuid()?),
+                    name: self.name,
+                    prefix: self.prefix,
+                    created_at: self.created_at.time(),
+                    revoked_at: self.revoked_at.map(StoredTime::time),
+                })
+            }
+        }
+    };
+}
+
+key_from_stored!(pattern_db_sqlite);
+key_from_stored!(pattern_db_postgres);
 
 fn well_formed(secret: &str) -> bool {
     well_formed_token(secret, KEY_PREFIX)
@@ -187,29 +216,35 @@ impl Database {
         if !well_formed(secret) {
             return Ok(None);
         }
-        let sql = format!(
-            "SELECT {KEY_COLUMNS} FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL"
-        );
-        let row = crate::sql::query(sqlx::AssertSqlSafe(sql))
-            .bind(hash(secret))
-            .fetch_optional(self.reader())
-            .await?;
-        row.as_ref().map(key_from_row).transpose()
+        let hash = hash(secret);
+        let mut pooled = self.reader().acquire().await?;
+        match &mut pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::auth::live_key_by_hash(c, &hash)
+                .await?
+                .map(key_from_plain)
+                .transpose(),
+            Conn::Postgres(c) => pattern_db_postgres::auth::live_key_by_hash(c, &hash)
+                .await?
+                .map(key_from_plain)
+                .transpose(),
+        }
     }
 
     /// The organization's keys, newest first (revoked ones included).
     pub async fn api_keys(&self, org: OrganizationId) -> Result<Vec<ApiKey>> {
-        let sql = format!(
-            "SELECT {KEY_COLUMNS} FROM api_keys WHERE organization_id = $1 \
-             ORDER BY created_at DESC, id DESC"
-        );
-        crate::sql::query(sqlx::AssertSqlSafe(sql))
-            .bind(org.to_string())
-            .fetch_all(self.reader())
-            .await?
-            .iter()
-            .map(key_from_row)
-            .collect()
+        let mut pooled = self.reader().acquire().await?;
+        match &mut pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::auth::keys_of(c, &org.to_string())
+                .await?
+                .into_iter()
+                .map(key_from_plain)
+                .collect(),
+            Conn::Postgres(c) => pattern_db_postgres::auth::keys_of(c, org.0)
+                .await?
+                .into_iter()
+                .map(key_from_plain)
+                .collect(),
+        }
     }
 
     /// Revokes a key of `org` (again: no change). Another organization's key is

@@ -17,14 +17,14 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::sql::Row;
+use crate::sql::Conn;
 use uuid::Uuid;
 
 use crate::db::Database;
 use crate::error::Result;
 use crate::model::AgentId;
 use crate::ops::blocks::{CreateBlock, DeleteBlock, SetValue, Share};
-use crate::ops::{from_ms, parse_uuid};
+use crate::ops::{FromStored, StoredId, StoredTime, parse_uuid};
 
 /// Block types a block may have.
 pub const BLOCK_TYPES: &[&str] = &["core", "working", "archival", "log"];
@@ -177,38 +177,49 @@ pub(crate) fn check_limit(label: &str, value: &str, limit: i64) -> Result<()> {
     Ok(())
 }
 
-/// Columns of a block seen through an access row `a` joined with its block `b`.
-pub(crate) const BLOCK_COLUMNS: &str = "b.id, b.owner_agent_id, a.label, b.description, b.value, \
-    b.char_limit, b.block_type, a.permission, b.version, b.updated_at";
-
-pub(crate) fn block_from_row(row: &Row) -> Result<StoredBlock> {
-    let id: String = row.try_get(0)?;
-    let owner: String = row.try_get(1)?;
-    Ok(StoredBlock {
-        id: parse_uuid(&id)?,
-        owner: AgentId(parse_uuid(&owner)?),
-        label: row.try_get(2)?,
-        description: row.try_get(3)?,
-        value: row.try_get(4)?,
-        char_limit: row.try_get(5)?,
-        block_type: row.try_get(6)?,
-        permission: row.try_get(7)?,
-        version: row.try_get(8)?,
-        updated_at: from_ms(row.try_get(9)?),
-    })
+/// A block from either engine's checked row ([`FromStored`]).
+pub(crate) fn block_from_plain(row: impl FromStored<StoredBlock>) -> Result<StoredBlock> {
+    row.into_domain()
 }
 
-fn version_from_row(row: &Row) -> Result<BlockVersion> {
-    let by: String = row.try_get(3)?;
-    Ok(BlockVersion {
-        version: row.try_get(0)?,
-        value: row.try_get(1)?,
-        description: row.try_get(2)?,
-        changed_by: AgentId(parse_uuid(&by)?),
-        change: row.try_get(4)?,
-        created_at: from_ms(row.try_get(5)?),
-    })
+/// [`FromStored`] for the block and version rows of one engine's crate of checked statements:
+/// one conversion, written once, for both engines.
+macro_rules! blocks_from_stored {
+    ($engine:ident) => {
+        impl FromStored<StoredBlock> for $engine::blocks::BlockRow {
+            fn into_domain(self) -> Result<StoredBlock> {
+                Ok(StoredBlock {
+                    id: self.id.uuid()?,
+                    owner: AgentId(self.owner_agent_id.uuid()?),
+                    label: self.label,
+                    description: self.description,
+                    value: self.value,
+                    char_limit: self.char_limit,
+                    block_type: self.block_type,
+                    permission: self.permission,
+                    version: self.version,
+                    updated_at: self.updated_at.time(),
+                })
+            }
+        }
+
+        impl FromStored<BlockVersion> for $engine::blocks::VersionRow {
+            fn into_domain(self) -> Result<BlockVersion> {
+                Ok(BlockVersion {
+                    version: self.version,
+                    value: self.value,
+                    description: self.description,
+                    changed_by: AgentId(parse_uuid(&self.changed_by)?),
+                    change: self.change,
+                    created_at: self.created_at.time(),
+                })
+            }
+        }
+    };
 }
+
+blocks_from_stored!(pattern_db_sqlite);
+blocks_from_stored!(pattern_db_postgres);
 
 impl Database {
     /// Creates a block owned by `owner`, who gets `admin` access; version 1 is its first history
@@ -222,16 +233,17 @@ impl Database {
 
     /// The block `agent` sees under `label`, with `agent`'s permission.
     pub async fn block(&self, agent: AgentId, label: &str) -> Result<StoredBlock> {
-        let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {BLOCK_COLUMNS} FROM memory_block_access a \
-             JOIN memory_blocks b ON b.id = a.block_id WHERE a.agent_id = $1 AND a.label = $2"
-        )))
-        .bind(agent.to_string())
-        .bind(label)
-        .fetch_optional(self.reader())
-        .await?;
+        let mut pooled = self.reader().acquire().await?;
+        let row = match &mut pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::blocks::seen_as(c, &agent.to_string(), label)
+                .await?
+                .map(block_from_plain),
+            Conn::Postgres(c) => pattern_db_postgres::blocks::seen_as(c, agent.0, label)
+                .await?
+                .map(block_from_plain),
+        };
         match row {
-            Some(row) => block_from_row(&row),
+            Some(block) => block,
             None => Err(BlockError::NotFound {
                 agent,
                 label: label.to_owned(),
@@ -242,16 +254,19 @@ impl Database {
 
     /// Every block `agent` has access to, sorted by label.
     pub async fn blocks_for(&self, agent: AgentId) -> Result<Vec<StoredBlock>> {
-        crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {BLOCK_COLUMNS} FROM memory_block_access a \
-             JOIN memory_blocks b ON b.id = a.block_id WHERE a.agent_id = $1 ORDER BY a.label"
-        )))
-        .bind(agent.to_string())
-        .fetch_all(self.reader())
-        .await?
-        .iter()
-        .map(block_from_row)
-        .collect()
+        let mut pooled = self.reader().acquire().await?;
+        match &mut pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::blocks::seen_by(c, &agent.to_string())
+                .await?
+                .into_iter()
+                .map(block_from_plain)
+                .collect(),
+            Conn::Postgres(c) => pattern_db_postgres::blocks::seen_by(c, agent.0)
+                .await?
+                .into_iter()
+                .map(block_from_plain)
+                .collect(),
+        }
     }
 
     /// Sets the value of the block `agent` sees as `label`, if its current version is
@@ -314,16 +329,19 @@ impl Database {
     /// Every version of the block `agent` sees as `label`, newest first.
     pub async fn block_history(&self, agent: AgentId, label: &str) -> Result<Vec<BlockVersion>> {
         let block = self.block(agent, label).await?;
-        crate::sql::query(
-            "SELECT version, value, description, changed_by, change, created_at \
-             FROM memory_block_versions WHERE block_id = $1 ORDER BY version DESC",
-        )
-        .bind(block.id.to_string())
-        .fetch_all(self.reader())
-        .await?
-        .iter()
-        .map(version_from_row)
-        .collect()
+        let mut pooled = self.reader().acquire().await?;
+        match &mut pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::blocks::history(c, &block.id.to_string())
+                .await?
+                .into_iter()
+                .map(FromStored::into_domain)
+                .collect(),
+            Conn::Postgres(c) => pattern_db_postgres::blocks::history(c, block.id)
+                .await?
+                .into_iter()
+                .map(FromStored::into_domain)
+                .collect(),
+        }
     }
 
     /// Gives `with` access to the block `agent` sees as `label`, under the same label, with
@@ -379,16 +397,16 @@ impl Database {
     /// The owner of the block `agent` sees as `label`: the write locks the owner's agent row
     /// first, so every write of one block is serialised and write groups keep their lock order.
     async fn block_owner(&self, agent: AgentId, label: &str) -> Result<AgentId> {
-        let row = crate::sql::query(
-            "SELECT b.owner_agent_id FROM memory_block_access a \
-             JOIN memory_blocks b ON b.id = a.block_id WHERE a.agent_id = $1 AND a.label = $2",
-        )
-        .bind(agent.to_string())
-        .bind(label)
-        .fetch_optional(self.reader())
-        .await?;
-        match row {
-            Some(row) => Ok(AgentId(parse_uuid(&row.try_get::<String, _>(0)?)?)),
+        let mut pooled = self.reader().acquire().await?;
+        let owner = match &mut pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::blocks::owner_of(c, &agent.to_string(), label)
+                .await?
+                .map(|o| parse_uuid(&o))
+                .transpose()?,
+            Conn::Postgres(c) => pattern_db_postgres::blocks::owner_of(c, agent.0, label).await?,
+        };
+        match owner {
+            Some(owner) => Ok(AgentId(owner)),
             None => Err(BlockError::NotFound {
                 agent,
                 label: label.to_owned(),

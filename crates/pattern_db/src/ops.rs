@@ -1899,7 +1899,8 @@ pub(crate) trait FromStored<T> {
 }
 
 /// An id as an engine's row holds it: SQLite the UUID's text, PostgreSQL a `UUID`.
-trait StoredId {
+pub(crate) trait StoredId {
+    /// The id as a UUID; text that is not one is a corrupt row.
     fn uuid(self) -> Result<uuid::Uuid>;
 }
 
@@ -1916,7 +1917,8 @@ impl StoredId for uuid::Uuid {
 }
 
 /// An instant as an engine's row holds it: SQLite Unix milliseconds, PostgreSQL a `TIMESTAMPTZ`.
-trait StoredTime {
+pub(crate) trait StoredTime {
+    /// The instant.
     fn time(self) -> DateTime<Utc>;
 }
 

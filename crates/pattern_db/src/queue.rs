@@ -22,7 +22,8 @@ use crate::error::Result;
 use crate::id::SnowflakeId;
 use crate::model::{AgentId, BatchId, BatchType, ContentBlock, Received, Role};
 use crate::ops::queue::{BeginQueued, CancelQueued, Enqueue};
-use crate::ops::{decode_content, from_ms};
+use crate::ops::{FromStored, StoredId, StoredTime, decode_content, from_ms};
+use crate::sql::Conn;
 
 /// What to queue.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -124,6 +125,76 @@ pub(crate) const QUEUE_COLUMNS: &str = "id, agent_id, batch_type, role, content,
      deliver_at, every_ms, delivered_at, delivered_batch, deliveries, created_at, schedule, cron, \
      time_zone, name, retry_of, protocol_message_id";
 
+/// A queue entry from either engine's checked row ([`FromStored`]).
+pub(crate) fn queued_from_plain(row: impl FromStored<QueuedMessage>) -> Result<QueuedMessage> {
+    row.into_domain()
+}
+
+/// The schedule part of a stored entry (`None` for a plain entry); an unknown kind is refused.
+fn schedule_of(
+    kind: Option<String>,
+    cron: Option<String>,
+    time_zone: Option<String>,
+    name: Option<String>,
+) -> Result<Option<Box<QueuedSchedule>>> {
+    let Some(kind) = kind else {
+        return Ok(None);
+    };
+    let kind = match kind.as_str() {
+        "at" => crate::schedule::ScheduleKind::At,
+        "cron" => crate::schedule::ScheduleKind::Cron,
+        other => {
+            return Err(BatchError::InvalidContent(format!(
+                "unknown schedule kind `{other}` in the queue"
+            ))
+            .into());
+        }
+    };
+    Ok(Some(Box::new(QueuedSchedule {
+        kind,
+        cron,
+        time_zone,
+        name,
+    })))
+}
+
+/// [`FromStored`] for the queue rows of one engine's crate of checked statements: one
+/// conversion, written once, for both engines.
+macro_rules! queue_from_stored {
+    ($engine:ident) => {
+        impl FromStored<QueuedMessage> for $engine::QueueRow {
+            fn into_domain(self) -> Result<QueuedMessage> {
+                Ok(QueuedMessage {
+                    id: SnowflakeId(self.id),
+                    agent_id: AgentId(self.agent_id.uuid()?),
+                    batch_type: self.batch_type.parse()?,
+                    role: self.role.parse()?,
+                    content: decode_content(&self.content)?,
+                    source: self.source,
+                    deliver_at: self.deliver_at.time(),
+                    every: self
+                        .every_ms
+                        .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+                    delivered_at: self.delivered_at.map(StoredTime::time),
+                    delivered_batch: self.delivered_batch.map(SnowflakeId),
+                    deliveries: self.deliveries,
+                    created_at: self.created_at.time(),
+                    schedule: schedule_of(self.schedule, self.cron, self.time_zone, self.name)?,
+                    retry_of: self.retry_of.map(SnowflakeId),
+                    protocol_message: self
+                        .protocol_message_id
+                        .map(StoredId::uuid)
+                        .transpose()?
+                        .map(crate::protocol::ProtocolMessageId),
+                })
+            }
+        }
+    };
+}
+
+queue_from_stored!(pattern_db_sqlite);
+queue_from_stored!(pattern_db_postgres);
+
 pub(crate) fn queued_from_row(row: &Row) -> Result<QueuedMessage> {
     let agent: String = row.try_get(1)?;
     let batch_type: String = row.try_get(2)?;
@@ -215,44 +286,52 @@ impl Database {
 
     /// `agent`'s pending entries (due or not) in arrival order.
     pub async fn pending_queue(&self, agent: AgentId) -> Result<Vec<QueuedMessage>> {
-        crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {QUEUE_COLUMNS} FROM agent_queue WHERE agent_id = $1 AND delivered_at IS NULL \
-             ORDER BY id"
-        )))
-        .bind(agent.to_string())
-        .fetch_all(self.reader())
-        .await?
-        .iter()
-        .map(queued_from_row)
-        .collect()
+        let mut pooled = self.reader().acquire().await?;
+        match &mut pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::queue::pending(c, &agent.to_string())
+                .await?
+                .into_iter()
+                .map(queued_from_plain)
+                .collect(),
+            Conn::Postgres(c) => pattern_db_postgres::queue::pending(c, agent.0)
+                .await?
+                .into_iter()
+                .map(queued_from_plain)
+                .collect(),
+        }
     }
 
     /// Pending entries of every agent that are due at `now`, by due time then arrival, at most
     /// `limit`.
     pub async fn due_queue(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<QueuedMessage>> {
-        crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {QUEUE_COLUMNS} FROM agent_queue WHERE delivered_at IS NULL AND deliver_at <= $1 \
-             ORDER BY deliver_at, id LIMIT $2"
-        )))
-        .bind(now.timestamp_millis())
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(self.reader())
-        .await?
-        .iter()
-        .map(queued_from_row)
-        .collect()
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut pooled = self.reader().acquire().await?;
+        match &mut pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::queue::due(c, now.timestamp_millis(), limit)
+                .await?
+                .into_iter()
+                .map(queued_from_plain)
+                .collect(),
+            Conn::Postgres(c) => pattern_db_postgres::queue::due(c, now, limit)
+                .await?
+                .into_iter()
+                .map(queued_from_plain)
+                .collect(),
+        }
     }
 
     /// When the next pending entry of any agent becomes due after now, if one will (entries
     /// due already wait for their agent's claim, whose release wakes the deliverers).
     pub async fn next_queue_due(&self) -> Result<Option<DateTime<Utc>>> {
-        let row = crate::sql::query(
-            "SELECT MIN(deliver_at) FROM agent_queue WHERE delivered_at IS NULL AND deliver_at > $1",
-        )
-        .bind(Utc::now().timestamp_millis())
-        .fetch_one(self.reader())
-        .await?;
-        let at: Option<i64> = row.try_get(0)?;
-        Ok(at.map(from_ms))
+        let now = Utc::now().timestamp_millis();
+        let mut pooled = self.reader().acquire().await?;
+        Ok(match &mut pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::queue::next_due(c, now)
+                .await?
+                .map(from_ms),
+            Conn::Postgres(c) => {
+                pattern_db_postgres::queue::next_due(c, crate::sql::instant(now)?).await?
+            }
+        })
     }
 }

@@ -196,3 +196,14 @@ pub async fn claim_retry(
     .await?;
     Ok(done.rows_affected())
 }
+
+/// When batch `batch` was retried, `None` if it was not; [`sqlx::Error::RowNotFound`] when there
+/// is no such batch.
+pub async fn retried_at(conn: &mut PgConnection, batch: i64) -> sqlx::Result<Option<Timestamp>> {
+    sqlx::query_scalar!(
+        r#"SELECT retried_at AS "retried_at?" FROM batches WHERE id = $1"#,
+        batch
+    )
+    .fetch_one(conn)
+    .await
+}

@@ -2,6 +2,9 @@
 //! serialises with the others (and, in the same statement, what that write needs to know), and
 //! the revision readers key their caches on.
 //!
+//! Also whether an agent exists and the organization it belongs to (the owner checks of blocks,
+//! auth and approvals).
+//!
 //! It must never decide what an unknown agent means: a bump that touches no row comes back as
 //! zero rows or `None`, and the caller refuses.
 
@@ -68,4 +71,26 @@ pub async fn revision(conn: &mut SqliteConnection, agent: &str) -> sqlx::Result<
     sqlx::query_scalar!("SELECT revision FROM agents WHERE id = $1", agent)
         .fetch_optional(conn)
         .await
+}
+
+/// Whether agent `agent` exists.
+pub async fn exists(conn: &mut SqliteConnection, agent: &str) -> sqlx::Result<bool> {
+    let row = sqlx::query_scalar!(r#"SELECT id AS "id!" FROM agents WHERE id = $1"#, agent)
+        .fetch_optional(conn)
+        .await?;
+    Ok(row.is_some())
+}
+
+/// The organization agent `agent` belongs to: `None` for an unknown agent, `Some(None)` for an
+/// agent without one.
+pub async fn organization_of(
+    conn: &mut SqliteConnection,
+    agent: &str,
+) -> sqlx::Result<Option<Option<String>>> {
+    sqlx::query_scalar!(
+        r#"SELECT organization_id AS "organization_id?" FROM agents WHERE id = $1"#,
+        agent
+    )
+    .fetch_optional(conn)
+    .await
 }

@@ -214,3 +214,14 @@ pub async fn claim_retry(
     .await?;
     Ok(done.rows_affected())
 }
+
+/// When batch `batch` was retried (milliseconds since the epoch), `None` if it was not;
+/// [`sqlx::Error::RowNotFound`] when there is no such batch.
+pub async fn retried_at(conn: &mut SqliteConnection, batch: i64) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar!(
+        r#"SELECT retried_at AS "retried_at?: i64" FROM batches WHERE id = $1"#,
+        batch
+    )
+    .fetch_one(conn)
+    .await
+}

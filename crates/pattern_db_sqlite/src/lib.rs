@@ -29,11 +29,17 @@
 //! so the caller's lock-conflict and constraint checks keep reading its codes.
 
 pub mod agents;
+pub mod approvals;
+pub mod auth;
 pub mod batches;
+pub mod blocks;
+pub mod mcp;
 pub mod messages;
+pub mod queue;
 pub mod summaries;
 pub mod tool_calls;
 
 pub use batches::BatchRow;
 pub use messages::MessageRow;
+pub use queue::QueueRow;
 pub use summaries::SummaryRow;

@@ -7,12 +7,13 @@
 
 use crate::sql::Conn;
 use crate::sql::Pool;
+use crate::sql::instant;
 use crate::{AgentError, ApprovalError, BatchError};
 
 use super::{Ctx, now_ms, runs};
 use crate::approvals::{
     APPROVAL_COLUMNS, Approval, ApprovalDecision, ApprovalFilter, ApprovalState, NewApproval,
-    approval_from_row, approval_requested_event,
+    approval_from_plain, approval_from_row, approval_requested_event,
 };
 use crate::error::Result;
 use crate::id::SnowflakeId;
@@ -105,27 +106,29 @@ impl Write for Expire {
 }
 
 async fn request(conn: &mut Conn<'_>, ctx: &Ctx, new: &NewApproval) -> Result<Approval> {
-    let org = crate::sql::query("SELECT organization_id FROM agents WHERE id = $1")
-        .bind(new.agent.to_string())
-        .fetch_optional(&mut *conn)
-        .await?
-        .ok_or(AgentError::NotFound(new.agent))?;
-    let org: Option<String> = org.try_get(0)?;
+    let org = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::agents::organization_of(c, &new.agent.to_string())
+            .await?
+            .ok_or(AgentError::NotFound(new.agent))?
+            .map(|o| super::parse_uuid(&o))
+            .transpose()?,
+        Conn::Postgres(c) => pattern_db_postgres::agents::organization_of(c, new.agent.0)
+            .await?
+            .ok_or(AgentError::NotFound(new.agent))?,
+    };
     let turn: Option<TurnId> = match new.batch {
-        Some(batch) => {
-            let row = crate::sql::query(
-                "SELECT id FROM turns WHERE batch_id = $1 AND agent_id = $2 AND state = 'running' \
-                 ORDER BY created_at DESC LIMIT 1",
-            )
-            .bind(batch.get())
-            .bind(new.agent.to_string())
-            .fetch_optional(&mut *conn)
-            .await?;
-            match row {
-                Some(r) => Some(TurnId(super::parse_uuid(&r.try_get::<String, _>(0)?)?)),
-                None => None,
+        Some(batch) => match conn {
+            Conn::Sqlite(c) => {
+                pattern_db_sqlite::approvals::running_turn(c, batch.get(), &new.agent.to_string())
+                    .await?
+                    .map(|t| super::parse_uuid(&t))
+                    .transpose()?
+            }
+            Conn::Postgres(c) => {
+                pattern_db_postgres::approvals::running_turn(c, batch.get(), new.agent.0).await?
             }
         }
+        .map(TurnId),
         None => None,
     };
     let id = ctx.ids.next_id()?;
@@ -138,24 +141,51 @@ async fn request(conn: &mut Conn<'_>, ctx: &Ctx, new: &NewApproval) -> Result<Ap
         }
         .into());
     }
-    crate::sql::query(
-        "INSERT INTO approvals (id, organization_id, agent_id, batch_id, turn_id, tool, call_id, \
-         input, reason, requested_at, deadline, state) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'pending')",
-    )
-    .bind(id.get())
-    .bind(org)
-    .bind(new.agent.to_string())
-    .bind(new.batch.map(SnowflakeId::get))
-    .bind(turn.map(|t| t.to_string()))
-    .bind(new.tool.clone())
-    .bind(new.call_id.clone())
-    .bind(input)
-    .bind(new.reason.clone())
-    .bind(now_ms())
-    .bind(new.deadline.timestamp_millis())
-    .execute(&mut *conn)
-    .await?;
+    let requested_at = now_ms();
+    let deadline = new.deadline.timestamp_millis();
+    match conn {
+        Conn::Sqlite(c) => {
+            let org = org.map(|o| o.to_string());
+            let agent = new.agent.to_string();
+            let turn = turn.map(|t| t.to_string());
+            pattern_db_sqlite::approvals::insert(
+                c,
+                &pattern_db_sqlite::approvals::NewApproval {
+                    id: id.get(),
+                    organization_id: org.as_deref(),
+                    agent_id: &agent,
+                    batch_id: new.batch.map(SnowflakeId::get),
+                    turn_id: turn.as_deref(),
+                    tool: &new.tool,
+                    call_id: new.call_id.as_deref(),
+                    input: &input,
+                    reason: &new.reason,
+                    requested_at,
+                    deadline,
+                },
+            )
+            .await?;
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::approvals::insert(
+                c,
+                &pattern_db_postgres::approvals::NewApproval {
+                    id: id.get(),
+                    organization_id: org,
+                    agent_id: new.agent.0,
+                    batch_id: new.batch.map(SnowflakeId::get),
+                    turn_id: turn.map(|t| t.0),
+                    tool: &new.tool,
+                    call_id: new.call_id.as_deref(),
+                    input: &input,
+                    reason: &new.reason,
+                    requested_at: instant(requested_at)?,
+                    deadline: instant(deadline)?,
+                },
+            )
+            .await?;
+        }
+    }
     let approval = read_in(conn, None, id).await?;
     if let Some(turn) = turn {
         runs::append_events(
@@ -182,25 +212,35 @@ async fn decide(
         ApprovalDecision::Approve => (ApprovalState::Approved, None),
         ApprovalDecision::Deny { reason } => (ApprovalState::Denied, Some(reason.clone())),
     };
-    let scope = if organization.is_some() {
-        " AND organization_id = $6"
-    } else {
-        ""
+    let now = now_ms();
+    let changed = match conn {
+        Conn::Sqlite(c) => {
+            use pattern_db_sqlite::approvals as a;
+            let decision = a::Decision {
+                state: state.as_str(),
+                decided_at: now,
+                decided_by: by,
+                denial_reason: reason.as_deref(),
+            };
+            match organization {
+                Some(org) => a::decide_in(c, id.get(), &decision, &org.to_string()).await?,
+                None => a::decide(c, id.get(), &decision).await?,
+            }
+        }
+        Conn::Postgres(c) => {
+            use pattern_db_postgres::approvals as a;
+            let decision = a::Decision {
+                state: state.as_str(),
+                decided_at: instant(now)?,
+                decided_by: by,
+                denial_reason: reason.as_deref(),
+            };
+            match organization {
+                Some(org) => a::decide_in(c, id.get(), &decision, org.0).await?,
+                None => a::decide(c, id.get(), &decision).await?,
+            }
+        }
     };
-    let sql = format!(
-        "UPDATE approvals SET state = $1, decided_at = $2, decided_by = $3, denial_reason = $4 \
-         WHERE id = $5 AND state = 'pending'{scope}"
-    );
-    let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql))
-        .bind(state.as_str())
-        .bind(now_ms())
-        .bind(by.to_owned())
-        .bind(reason)
-        .bind(id.get());
-    if let Some(org) = organization {
-        q = q.bind(org.to_string());
-    }
-    let changed = q.execute(&mut *conn).await?.rows_affected();
     let approval = read_in(conn, organization, id).await?;
     if changed == 0 {
         return Err(ApprovalError::AlreadyDecided {
@@ -214,15 +254,13 @@ async fn decide(
 }
 
 async fn expire(conn: &mut Conn<'_>, ctx: &Ctx, id: SnowflakeId) -> Result<Approval> {
-    let changed = crate::sql::query(
-        "UPDATE approvals SET state = 'timed_out', decided_at = $1, decided_by = 'timeout', \
-         denial_reason = 'no answer before the deadline' WHERE id = $2 AND state = 'pending'",
-    )
-    .bind(now_ms())
-    .bind(id.get())
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
+    let now = now_ms();
+    let changed = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::approvals::expire(c, id.get(), now).await?,
+        Conn::Postgres(c) => {
+            pattern_db_postgres::approvals::expire(c, id.get(), instant(now)?).await?
+        }
+    };
     if changed > 0 {
         wake::notify(conn, ctx.backend, &[WakeKey::Approval(id)]).await?;
     }
@@ -237,27 +275,25 @@ pub(crate) async fn end_batch(
     by: &str,
     reason: &str,
 ) -> Result<()> {
-    let pending: Vec<i64> =
-        crate::sql::query("SELECT id FROM approvals WHERE batch_id = $1 AND state = 'pending'")
-            .bind(batch.get())
-            .fetch_all(&mut *conn)
-            .await?
-            .iter()
-            .map(|r| r.try_get(0))
-            .collect::<Result<_, _>>()?;
+    let pending = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::approvals::pending_of_batch(c, batch.get()).await?,
+        Conn::Postgres(c) => {
+            pattern_db_postgres::approvals::pending_of_batch(c, batch.get()).await?
+        }
+    };
     if pending.is_empty() {
         return Ok(());
     }
-    crate::sql::query(
-        "UPDATE approvals SET state = 'abandoned', decided_at = $1, decided_by = $2, \
-         denial_reason = $3 WHERE batch_id = $4 AND state = 'pending'",
-    )
-    .bind(now_ms())
-    .bind(by.to_owned())
-    .bind(reason.to_owned())
-    .bind(batch.get())
-    .execute(&mut *conn)
-    .await?;
+    let now = now_ms();
+    match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::approvals::abandon_batch(c, batch.get(), now, by, reason).await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::approvals::abandon_batch(c, batch.get(), instant(now)?, by, reason)
+                .await?
+        }
+    };
     let keys: Vec<WakeKey> = pending
         .into_iter()
         .map(|id| WakeKey::Approval(SnowflakeId(id)))
@@ -270,31 +306,25 @@ async fn read_in(
     organization: Option<OrganizationId>,
     id: SnowflakeId,
 ) -> Result<Approval> {
-    let (sql, org) = scoped(organization);
-    let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(id.get());
-    if let Some(org) = org {
-        q = q.bind(org);
-    }
-    let row = q
-        .fetch_optional(&mut *conn)
-        .await?
-        .ok_or(ApprovalError::NotFound(id))?;
-    approval_from_row(&row)
-}
-
-fn scoped(organization: Option<OrganizationId>) -> (String, Option<String>) {
-    match organization {
-        Some(org) => (
-            format!(
-                "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = $1 AND organization_id = $2"
-            ),
-            Some(org.to_string()),
-        ),
-        None => (
-            format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = $1"),
-            None,
-        ),
-    }
+    let row = match conn {
+        Conn::Sqlite(c) => {
+            use pattern_db_sqlite::approvals as a;
+            match organization {
+                Some(org) => a::by_id_in(c, id.get(), &org.to_string()).await?,
+                None => a::by_id(c, id.get()).await?,
+            }
+            .map(approval_from_plain)
+        }
+        Conn::Postgres(c) => {
+            use pattern_db_postgres::approvals as a;
+            match organization {
+                Some(org) => a::by_id_in(c, id.get(), org.0).await?,
+                None => a::by_id(c, id.get()).await?,
+            }
+            .map(approval_from_plain)
+        }
+    };
+    row.ok_or(ApprovalError::NotFound(id))?
 }
 
 pub(crate) async fn read(
@@ -302,16 +332,8 @@ pub(crate) async fn read(
     organization: Option<OrganizationId>,
     id: SnowflakeId,
 ) -> Result<Approval> {
-    let (sql, org) = scoped(organization);
-    let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(id.get());
-    if let Some(org) = org {
-        q = q.bind(org);
-    }
-    let row = q
-        .fetch_optional(pool)
-        .await?
-        .ok_or(ApprovalError::NotFound(id))?;
-    approval_from_row(&row)
+    let mut pooled = pool.acquire().await?;
+    read_in(&mut pooled.conn(), organization, id).await
 }
 
 pub(crate) async fn list(

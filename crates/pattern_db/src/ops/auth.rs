@@ -8,7 +8,7 @@ use crate::sql::Conn;
 use crate::{AgentError, AuthError, ProtocolError};
 
 use super::{Ctx, now_ms};
-use crate::auth::{ApiKey, ApiKeyId, KEY_COLUMNS, NewKeyRow, key_from_row};
+use crate::auth::{ApiKey, ApiKeyId, NewKeyRow, key_from_plain};
 use crate::error::Result;
 use crate::model::AgentId;
 use crate::protocol::OrganizationId;
@@ -84,61 +84,96 @@ impl Write for DeleteOrgAgent {
 }
 
 async fn create_key(conn: &mut Conn<'_>, row: &NewKeyRow) -> Result<ApiKey> {
-    let org = crate::sql::query("SELECT id FROM protocol_organizations WHERE id = $1")
-        .bind(row.key.organization.to_string())
-        .fetch_optional(&mut *conn)
-        .await?;
-    if org.is_none() {
+    let exists = match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::auth::organization_exists(c, &row.key.organization.to_string())
+                .await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::auth::organization_exists(c, row.key.organization.0).await?
+        }
+    };
+    if !exists {
         return Err(ProtocolError::NotFound {
             kind: "organization",
             id: row.key.organization.0,
         }
         .into());
     }
-    crate::sql::query(
-        "INSERT INTO api_keys (id, organization_id, name, prefix, key_hash, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6)",
-    )
-    .bind(row.key.id.to_string())
-    .bind(row.key.organization.to_string())
-    .bind(&row.key.name)
-    .bind(&row.key.prefix)
-    .bind(&row.hash)
-    .bind(row.key.created_at.timestamp_millis())
-    .execute(&mut *conn)
-    .await?;
+    let created_at = row.key.created_at.timestamp_millis();
+    match conn {
+        Conn::Sqlite(c) => {
+            let (id, org) = (row.key.id.to_string(), row.key.organization.to_string());
+            pattern_db_sqlite::auth::insert_key(
+                c,
+                &pattern_db_sqlite::auth::NewKey {
+                    id: &id,
+                    organization_id: &org,
+                    name: &row.key.name,
+                    prefix: &row.key.prefix,
+                    key_hash: &row.hash,
+                    created_at,
+                },
+            )
+            .await?;
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::auth::insert_key(
+                c,
+                &pattern_db_postgres::auth::NewKey {
+                    id: row.key.id.0,
+                    organization_id: row.key.organization.0,
+                    name: &row.key.name,
+                    prefix: &row.key.prefix,
+                    key_hash: &row.hash,
+                    created_at: crate::sql::instant(created_at)?,
+                },
+            )
+            .await?;
+        }
+    }
     Ok(row.key.clone())
 }
 
 async fn revoke_key(conn: &mut Conn<'_>, org: OrganizationId, id: ApiKeyId) -> Result<ApiKey> {
-    crate::sql::query(
-        "UPDATE api_keys SET revoked_at = $1 \
-         WHERE id = $2 AND organization_id = $3 AND revoked_at IS NULL",
-    )
-    .bind(now_ms())
-    .bind(id.to_string())
-    .bind(org.to_string())
-    .execute(&mut *conn)
-    .await?;
-    let sql = format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE id = $1 AND organization_id = $2");
-    let row = crate::sql::query(sqlx::AssertSqlSafe(sql))
-        .bind(id.to_string())
-        .bind(org.to_string())
-        .fetch_optional(&mut *conn)
-        .await?
-        .ok_or(AuthError::ApiKeyNotFound(id))?;
-    key_from_row(&row)
+    let now = now_ms();
+    let key = match conn {
+        Conn::Sqlite(c) => {
+            let (key, org) = (id.to_string(), org.to_string());
+            pattern_db_sqlite::auth::revoke_key(c, &key, &org, now).await?;
+            pattern_db_sqlite::auth::key_of(c, &key, &org)
+                .await?
+                .map(key_from_plain)
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::auth::revoke_key(c, id.0, org.0, crate::sql::instant(now)?)
+                .await?;
+            pattern_db_postgres::auth::key_of(c, id.0, org.0)
+                .await?
+                .map(key_from_plain)
+        }
+    };
+    key.ok_or(AuthError::ApiKeyNotFound(id))?
 }
 
 /// [`AgentError::NotFound`] unless `agent` belongs to `org`.
 async fn check_owner(conn: &mut Conn<'_>, org: OrganizationId, agent: AgentId) -> Result<()> {
-    let row = crate::sql::query("SELECT organization_id FROM agents WHERE id = $1")
-        .bind(agent.to_string())
-        .fetch_optional(&mut *conn)
-        .await?
-        .ok_or(AgentError::NotFound(agent))?;
-    let owner: Option<String> = row.try_get(0)?;
-    if owner.as_deref() != Some(org.to_string().as_str()) {
+    let owned = match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::agents::organization_of(c, &agent.to_string())
+                .await?
+                .ok_or(AgentError::NotFound(agent))?
+                .as_deref()
+                == Some(org.to_string().as_str())
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::agents::organization_of(c, agent.0)
+                .await?
+                .ok_or(AgentError::NotFound(agent))?
+                == Some(org.0)
+        }
+    };
+    if !owned {
         return Err(AgentError::NotFound(agent).into());
     }
     Ok(())

@@ -8,17 +8,17 @@
 //! transaction of their own.
 
 use crate::sql::Conn;
-use crate::sql::Row;
 use crate::{AgentError, BlockError};
 use uuid::Uuid;
 
 use super::{Ctx, is_unique_violation, lock_agent, now_ms, search};
-use crate::blocks::{BLOCK_COLUMNS, NewBlock, StoredBlock, block_from_row, check_limit};
+use crate::blocks::{NewBlock, StoredBlock, block_from_plain, check_limit};
 use crate::error::{Error, Result};
 use crate::model::AgentId;
-use crate::ops::from_ms;
+use crate::ops::{from_ms, parse_uuid};
 use crate::runs::RunClaim;
 use crate::search::ContentType;
+use crate::sql::instant;
 use crate::writer::{Locks, Write};
 
 /// Creates a block owned by `owner`.
@@ -157,16 +157,16 @@ async fn lock_owner(
 
 /// The block `agent` sees as `label`, read inside the transaction.
 async fn access(conn: &mut Conn<'_>, agent: AgentId, label: &str) -> Result<StoredBlock> {
-    let row: Option<Row> = crate::sql::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {BLOCK_COLUMNS} FROM memory_block_access a \
-         JOIN memory_blocks b ON b.id = a.block_id WHERE a.agent_id = $1 AND a.label = $2"
-    )))
-    .bind(agent.to_string())
-    .bind(label)
-    .fetch_optional(&mut *conn)
-    .await?;
+    let row = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::blocks::seen_as(c, &agent.to_string(), label)
+            .await?
+            .map(block_from_plain),
+        Conn::Postgres(c) => pattern_db_postgres::blocks::seen_as(c, agent.0, label)
+            .await?
+            .map(block_from_plain),
+    };
     match row {
-        Some(row) => block_from_row(&row),
+        Some(block) => block,
         None => Err(BlockError::NotFound {
             agent,
             label: label.to_owned(),
@@ -204,14 +204,44 @@ fn require_admin(block: &StoredBlock) -> Result<()> {
 }
 
 async fn label_used_by(conn: &mut Conn<'_>, agent: AgentId, label: &str) -> Result<bool> {
-    Ok(crate::sql::query(
-        "SELECT block_id FROM memory_block_access WHERE agent_id = $1 AND label = $2",
-    )
-    .bind(agent.to_string())
-    .bind(label)
-    .fetch_optional(&mut *conn)
-    .await?
-    .is_some())
+    Ok(block_of_label(conn, agent, label).await?.is_some())
+}
+
+/// The id of the block `agent` sees as `label`, if any.
+async fn block_of_label(conn: &mut Conn<'_>, agent: AgentId, label: &str) -> Result<Option<Uuid>> {
+    Ok(match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::blocks::block_of_label(c, &agent.to_string(), label)
+            .await?
+            .map(|id| parse_uuid(&id))
+            .transpose()?,
+        Conn::Postgres(c) => pattern_db_postgres::blocks::block_of_label(c, agent.0, label).await?,
+    })
+}
+
+/// Gives `agent` access to `block` as `label` with `permission`; sqlx's error unchanged (the
+/// caller maps a unique violation).
+async fn insert_access(
+    conn: &mut Conn<'_>,
+    block: Uuid,
+    agent: AgentId,
+    label: &str,
+    permission: &str,
+) -> std::result::Result<u64, sqlx::Error> {
+    match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::blocks::insert_access(
+                c,
+                &block.to_string(),
+                &agent.to_string(),
+                label,
+                permission,
+            )
+            .await
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::blocks::insert_access(c, block, agent.0, label, permission).await
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -225,20 +255,40 @@ async fn insert_version(
     change: &str,
     at: i64,
 ) -> Result<()> {
-    crate::sql::query(
-        "INSERT INTO memory_block_versions \
-         (block_id, version, value, description, changed_by, change, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
-    )
-    .bind(block.to_string())
-    .bind(version)
-    .bind(value)
-    .bind(description)
-    .bind(by.to_string())
-    .bind(change)
-    .bind(at)
-    .execute(&mut *conn)
-    .await?;
+    let by = by.to_string();
+    match conn {
+        Conn::Sqlite(c) => {
+            let block = block.to_string();
+            pattern_db_sqlite::blocks::insert_version(
+                c,
+                &pattern_db_sqlite::blocks::NewVersion {
+                    block_id: &block,
+                    version,
+                    value,
+                    description,
+                    changed_by: &by,
+                    change,
+                    created_at: at,
+                },
+            )
+            .await?;
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::blocks::insert_version(
+                c,
+                &pattern_db_postgres::blocks::NewVersion {
+                    block_id: block,
+                    version,
+                    value,
+                    description,
+                    changed_by: &by,
+                    change,
+                    created_at: instant(at)?,
+                },
+            )
+            .await?;
+        }
+    }
     Ok(())
 }
 
@@ -261,34 +311,47 @@ async fn create_block(
     }
     let id = Uuid::now_v7();
     let now = now_ms();
-    let inserted = crate::sql::query(
-        "INSERT INTO memory_blocks (id, owner_agent_id, label, description, value, char_limit, \
-         block_type, version, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, $8)",
-    )
-    .bind(id.to_string())
-    .bind(owner.to_string())
-    .bind(&new.label)
-    .bind(&new.description)
-    .bind(&new.value)
-    .bind(new.char_limit)
-    .bind(&new.block_type)
-    .bind(now)
-    .execute(&mut *conn)
-    .await;
+    let inserted = match conn {
+        Conn::Sqlite(c) => {
+            let (id, owner) = (id.to_string(), owner.to_string());
+            pattern_db_sqlite::blocks::insert(
+                c,
+                &pattern_db_sqlite::blocks::NewBlock {
+                    id: &id,
+                    owner_agent_id: &owner,
+                    label: &new.label,
+                    description: &new.description,
+                    value: &new.value,
+                    char_limit: new.char_limit,
+                    block_type: &new.block_type,
+                    created_at: now,
+                },
+            )
+            .await
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::blocks::insert(
+                c,
+                &pattern_db_postgres::blocks::NewBlock {
+                    id,
+                    owner_agent_id: owner.0,
+                    label: &new.label,
+                    description: &new.description,
+                    value: &new.value,
+                    char_limit: new.char_limit,
+                    block_type: &new.block_type,
+                    created_at: instant(now)?,
+                },
+            )
+            .await
+        }
+    };
     match inserted {
         Ok(_) => {}
         Err(e) if is_unique_violation(&e) => return Err(taken()),
         Err(e) => return Err(e.into()),
     }
-    crate::sql::query(
-        "INSERT INTO memory_block_access (block_id, agent_id, label, permission) \
-         VALUES ($1, $2, $3, 'admin')",
-    )
-    .bind(id.to_string())
-    .bind(owner.to_string())
-    .bind(&new.label)
-    .execute(&mut *conn)
-    .await?;
+    insert_access(conn, id, owner, &new.label, "admin").await?;
     insert_version(
         conn,
         id,
@@ -363,22 +426,21 @@ async fn write_block(conn: &mut Conn<'_>, ctx: &Ctx, w: ValueChange<'_>) -> Resu
     };
     check_limit(&block.label, &value, block.char_limit)?;
     let now = now_ms();
-    let updated = crate::sql::query(
-        "UPDATE memory_blocks SET value = $1, version = version + 1, updated_at = $2 \
-         WHERE id = $3 AND version = $4",
-    )
-    .bind(&value)
-    .bind(now)
-    .bind(block.id.to_string())
-    .bind(w.expected)
-    .execute(&mut *conn)
-    .await?;
-    if updated.rows_affected() == 0 {
-        let current: i64 = crate::sql::query("SELECT version FROM memory_blocks WHERE id = $1")
-            .bind(block.id.to_string())
-            .fetch_one(&mut *conn)
-            .await?
-            .try_get(0)?;
+    let updated = match conn {
+        Conn::Sqlite(c) => {
+            let id = block.id.to_string();
+            pattern_db_sqlite::blocks::set_value(c, &id, &value, now, w.expected).await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::blocks::set_value(c, block.id, &value, instant(now)?, w.expected)
+                .await?
+        }
+    };
+    if updated == 0 {
+        let current = match conn {
+            Conn::Sqlite(c) => pattern_db_sqlite::blocks::version(c, &block.id.to_string()).await?,
+            Conn::Postgres(c) => pattern_db_postgres::blocks::version(c, block.id).await?,
+        };
         return Err(conflict(current));
     }
     let version = w.expected + 1;
@@ -408,15 +470,15 @@ async fn write_block(conn: &mut Conn<'_>, ctx: &Ctx, w: ValueChange<'_>) -> Resu
 }
 
 async fn previous_value(conn: &mut Conn<'_>, block: &StoredBlock) -> Result<String> {
-    let row = crate::sql::query(
-        "SELECT value FROM memory_block_versions WHERE block_id = $1 AND version = $2",
-    )
-    .bind(block.id.to_string())
-    .bind(block.version - 1)
-    .fetch_optional(&mut *conn)
-    .await?;
-    match row {
-        Some(row) => Ok(row.try_get(0)?),
+    let previous = block.version - 1;
+    let value = match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::blocks::value_at(c, &block.id.to_string(), previous).await?
+        }
+        Conn::Postgres(c) => pattern_db_postgres::blocks::value_at(c, block.id, previous).await?,
+    };
+    match value {
+        Some(value) => Ok(value),
         None => Err(BlockError::NothingToUndo {
             label: block.label.clone(),
             version: block.version,
@@ -443,14 +505,20 @@ async fn share_block(
                 "the owner's access to block `{label}` cannot be taken away; delete the block instead"
             )).into());
         }
-        let removed = crate::sql::query(
-            "DELETE FROM memory_block_access WHERE block_id = $1 AND agent_id = $2",
-        )
-        .bind(block.id.to_string())
-        .bind(with.to_string())
-        .execute(&mut *conn)
-        .await?;
-        if removed.rows_affected() == 0 {
+        let removed = match conn {
+            Conn::Sqlite(c) => {
+                pattern_db_sqlite::blocks::delete_access(
+                    c,
+                    &block.id.to_string(),
+                    &with.to_string(),
+                )
+                .await?
+            }
+            Conn::Postgres(c) => {
+                pattern_db_postgres::blocks::delete_access(c, block.id, with.0).await?
+            }
+        };
+        if removed == 0 {
             return Err(BlockError::NotFound {
                 agent: with,
                 label: label.to_owned(),
@@ -464,31 +532,30 @@ async fn share_block(
             BlockError::Invalid(format!("the owner of block `{label}` keeps `admin`")).into(),
         );
     }
-    let exists = crate::sql::query("SELECT id FROM agents WHERE id = $1")
-        .bind(with.to_string())
-        .fetch_optional(&mut *conn)
-        .await?;
-    if exists.is_none() {
+    let exists = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::agents::exists(c, &with.to_string()).await?,
+        Conn::Postgres(c) => pattern_db_postgres::agents::exists(c, with.0).await?,
+    };
+    if !exists {
         return Err(AgentError::NotFound(with).into());
     }
-    let current = crate::sql::query(
-        "SELECT block_id FROM memory_block_access WHERE agent_id = $1 AND label = $2",
-    )
-    .bind(with.to_string())
-    .bind(&block.label)
-    .fetch_optional(&mut *conn)
-    .await?;
+    let current = block_of_label(conn, with, &block.label).await?;
     match current {
-        Some(row) if row.try_get::<String, _>(0)? == block.id.to_string() => {
-            crate::sql::query(
-                "UPDATE memory_block_access SET permission = $1 WHERE block_id = $2 AND agent_id = $3",
-            )
-            .bind(permission)
-            .bind(block.id.to_string())
-            .bind(with.to_string())
-            .execute(&mut *conn)
-            .await?;
-        }
+        Some(id) if id == block.id => match conn {
+            Conn::Sqlite(c) => {
+                pattern_db_sqlite::blocks::set_permission(
+                    c,
+                    &block.id.to_string(),
+                    &with.to_string(),
+                    permission,
+                )
+                .await?;
+            }
+            Conn::Postgres(c) => {
+                pattern_db_postgres::blocks::set_permission(c, block.id, with.0, permission)
+                    .await?;
+            }
+        },
         Some(_) => {
             return Err(BlockError::LabelTaken {
                 agent: with,
@@ -497,16 +564,7 @@ async fn share_block(
             .into());
         }
         None => {
-            let inserted = crate::sql::query(
-                "INSERT INTO memory_block_access (block_id, agent_id, label, permission) \
-                 VALUES ($1, $2, $3, $4)",
-            )
-            .bind(block.id.to_string())
-            .bind(with.to_string())
-            .bind(&block.label)
-            .bind(permission)
-            .execute(&mut *conn)
-            .await;
+            let inserted = insert_access(conn, block.id, with, &block.label, permission).await;
             match inserted {
                 Ok(_) => {}
                 Err(e) if is_unique_violation(&e) => {
@@ -537,12 +595,19 @@ async fn delete_block(
     search::content_removed(conn, ctx, &[(ContentType::Block, id.clone(), block.owner)]).await?;
     // Explicit deletes rather than relying on cascades, which SQLite applies only with
     // `foreign_keys` on.
-    for sql in [
-        "DELETE FROM memory_block_versions WHERE block_id = $1",
-        "DELETE FROM memory_block_access WHERE block_id = $1",
-        "DELETE FROM memory_blocks WHERE id = $1",
-    ] {
-        crate::sql::query(sql).bind(&id).execute(&mut *conn).await?;
+    match conn {
+        Conn::Sqlite(c) => {
+            use pattern_db_sqlite::blocks as b;
+            b::delete_versions(c, &id).await?;
+            b::delete_all_access(c, &id).await?;
+            b::delete(c, &id).await?;
+        }
+        Conn::Postgres(c) => {
+            use pattern_db_postgres::blocks as b;
+            b::delete_versions(c, block.id).await?;
+            b::delete_all_access(c, block.id).await?;
+            b::delete(c, block.id).await?;
+        }
     }
     Ok(())
 }

@@ -6,10 +6,10 @@
 
 use crate::sql::Conn;
 use crate::sql::Pool;
-use crate::sql::Row;
+use crate::sql::instant;
 use crate::{BatchError, McpError, StorageError};
 
-use super::{Ctx, from_ms, lock_agent, now_ms, parse_uuid};
+use super::{Ctx, FromStored, StoredId, StoredTime, lock_agent, now_ms};
 use crate::error::Result;
 use crate::mcp::{MAX_SERVERS_PER_AGENT, McpServerRow};
 use crate::model::AgentId;
@@ -66,20 +66,34 @@ impl Write for RemoveServer {
     }
 }
 
-const COLUMNS: &str = "agent_id, name, config, updated_at";
-
-fn from_row(row: &Row) -> Result<McpServerRow> {
-    let agent: String = row.try_get(0)?;
-    let config: String = row.try_get(2)?;
-    Ok(McpServerRow {
-        agent_id: AgentId(parse_uuid(&agent)?),
-        name: row.try_get(1)?,
-        config: serde_json::from_str(&config).map_err(|e| {
-            StorageError::Corrupt(format!("an MCP server's config does not decode: {e}"))
-        })?,
-        updated_at: from_ms(row.try_get(3)?),
-    })
+/// An MCP server from either engine's checked row ([`FromStored`]).
+fn server_from_plain(row: impl FromStored<McpServerRow>) -> Result<McpServerRow> {
+    row.into_domain()
 }
+
+/// [`FromStored`] for the MCP server rows of one engine's crate of checked statements: one
+/// conversion, written once, for both engines.
+macro_rules! server_from_stored {
+    ($engine:ident) => {
+        impl FromStored<McpServerRow> for $engine::mcp::McpServerRow {
+            fn into_domain(self) -> Result<McpServerRow> {
+                Ok(McpServerRow {
+                    agent_id: AgentId(self.agent_id.uuid()?),
+                    name: self.name,
+                    config: serde_json::from_str(&self.config).map_err(|e| {
+                        StorageError::Corrupt(format!(
+                            "an MCP server's config does not decode: {e}"
+                        ))
+                    })?,
+                    updated_at: self.updated_at.time(),
+                })
+            }
+        }
+    };
+}
+
+server_from_stored!(pattern_db_sqlite);
+server_from_stored!(pattern_db_postgres);
 
 async fn put(
     conn: &mut Conn<'_>,
@@ -88,31 +102,26 @@ async fn put(
     replace_all: bool,
 ) -> Result<Vec<McpServerRow>> {
     lock_agent(conn, agent).await?;
-    if replace_all {
-        crate::sql::query("DELETE FROM mcp_servers WHERE agent_id = $1")
-            .bind(agent.to_string())
-            .execute(&mut *conn)
-            .await?;
-    }
     let now = now_ms();
-    for (name, config) in servers {
-        crate::sql::query(
-            "INSERT INTO mcp_servers (agent_id, name, config, updated_at) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (agent_id, name) DO UPDATE SET config = excluded.config, \
-             updated_at = excluded.updated_at",
-        )
-        .bind(agent.to_string())
-        .bind(name)
-        .bind(config)
-        .bind(now)
-        .execute(&mut *conn)
-        .await?;
+    let id = agent.to_string();
+    if replace_all {
+        match conn {
+            Conn::Sqlite(c) => pattern_db_sqlite::mcp::delete_all(c, &id).await?,
+            Conn::Postgres(c) => pattern_db_postgres::mcp::delete_all(c, agent.0).await?,
+        };
     }
-    let count: i64 = crate::sql::query("SELECT COUNT(*) FROM mcp_servers WHERE agent_id = $1")
-        .bind(agent.to_string())
-        .fetch_one(&mut *conn)
-        .await?
-        .try_get(0)?;
+    for (name, config) in servers {
+        match conn {
+            Conn::Sqlite(c) => pattern_db_sqlite::mcp::upsert(c, &id, name, config, now).await?,
+            Conn::Postgres(c) => {
+                pattern_db_postgres::mcp::upsert(c, agent.0, name, config, instant(now)?).await?
+            }
+        };
+    }
+    let count = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::mcp::count(c, &id).await?,
+        Conn::Postgres(c) => pattern_db_postgres::mcp::count(c, agent.0).await?,
+    };
     if usize::try_from(count).unwrap_or(usize::MAX) > MAX_SERVERS_PER_AGENT {
         return Err(BatchError::InvalidContent(format!(
             "an agent has at most {MAX_SERVERS_PER_AGENT} MCP servers"
@@ -121,26 +130,23 @@ async fn put(
     }
     let mut out = Vec::with_capacity(servers.len());
     for (name, _) in servers {
-        let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM mcp_servers WHERE agent_id = $1 AND name = $2"
-        )))
-        .bind(agent.to_string())
-        .bind(name)
-        .fetch_one(&mut *conn)
-        .await?;
-        out.push(from_row(&row)?);
+        out.push(match conn {
+            Conn::Sqlite(c) => server_from_plain(pattern_db_sqlite::mcp::one(c, &id, name).await?)?,
+            Conn::Postgres(c) => {
+                server_from_plain(pattern_db_postgres::mcp::one(c, agent.0, name).await?)?
+            }
+        });
     }
     Ok(out)
 }
 
 async fn remove(conn: &mut Conn<'_>, agent: AgentId, name: &str) -> Result<()> {
     lock_agent(conn, agent).await?;
-    let done = crate::sql::query("DELETE FROM mcp_servers WHERE agent_id = $1 AND name = $2")
-        .bind(agent.to_string())
-        .bind(name)
-        .execute(&mut *conn)
-        .await?;
-    if done.rows_affected() == 0 {
+    let done = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::mcp::delete(c, &agent.to_string(), name).await?,
+        Conn::Postgres(c) => pattern_db_postgres::mcp::delete(c, agent.0, name).await?,
+    };
+    if done == 0 {
         return Err(McpError::ServerNotFound {
             agent,
             name: name.chars().take(64).collect(),
@@ -151,11 +157,17 @@ async fn remove(conn: &mut Conn<'_>, agent: AgentId, name: &str) -> Result<()> {
 }
 
 pub(crate) async fn list(pool: &Pool, agent: AgentId) -> Result<Vec<McpServerRow>> {
-    let rows = crate::sql::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {COLUMNS} FROM mcp_servers WHERE agent_id = $1 ORDER BY name"
-    )))
-    .bind(agent.to_string())
-    .fetch_all(pool)
-    .await?;
-    rows.iter().map(from_row).collect()
+    let mut pooled = pool.acquire().await?;
+    match &mut pooled.conn() {
+        Conn::Sqlite(c) => pattern_db_sqlite::mcp::of_agent(c, &agent.to_string())
+            .await?
+            .into_iter()
+            .map(server_from_plain)
+            .collect(),
+        Conn::Postgres(c) => pattern_db_postgres::mcp::of_agent(c, agent.0)
+            .await?
+            .into_iter()
+            .map(server_from_plain)
+            .collect(),
+    }
 }

@@ -13,7 +13,8 @@ use super::{Ctx, begin_batch, claim_retry, encode_content, lock_agent, now_ms};
 use crate::error::Result;
 use crate::id::SnowflakeId;
 use crate::model::{AgentId, BatchId, BatchType, BeginBatch, ContentBlock, NewMessage, Role};
-use crate::queue::{Delivered, NewQueued, QUEUE_COLUMNS, QueuedMessage, queued_from_row};
+use crate::protocol::ProtocolMessageId;
+use crate::queue::{Delivered, NewQueued, QueuedMessage, queued_from_plain};
 use crate::runs::RunClaim;
 use crate::schedule::{MAX_SCHEDULES_PER_AGENT, SCHEDULE_SOURCE, ValidSchedule};
 use crate::writer::{Locks, Write};
@@ -151,16 +152,23 @@ pub(crate) async fn enqueue(
     if let Some(abandoned) = entry.retry_of {
         claim_retry(conn, agent, abandoned, now).await?;
         // A retry delivers the same session message as the entry whose batch it runs again.
-        delivers = crate::sql::query(
-            "SELECT protocol_message_id FROM agent_queue WHERE delivered_batch = $1 AND agent_id = $2",
-        )
-        .bind(abandoned.get())
-        .bind(agent.to_string())
-        .fetch_optional(&mut *conn)
-        .await?
-        .map(|row| row.try_get::<Option<String>, _>(0))
-        .transpose()?
-        .flatten();
+        delivers = match conn {
+            Conn::Sqlite(c) => pattern_db_sqlite::queue::protocol_message_of_batch(
+                c,
+                abandoned.get(),
+                &agent.to_string(),
+            )
+            .await?
+            .flatten()
+            .map(|m| super::parse_uuid(&m))
+            .transpose()?,
+            Conn::Postgres(c) => {
+                pattern_db_postgres::queue::protocol_message_of_batch(c, abandoned.get(), agent.0)
+                    .await?
+                    .flatten()
+            }
+        }
+        .map(ProtocolMessageId);
     }
     insert_entry(conn, ctx, agent, entry, content, delivers, now).await
 }
@@ -176,16 +184,7 @@ pub(crate) async fn enqueue_session_message(
     message: crate::protocol::ProtocolMessageId,
 ) -> Result<QueuedMessage> {
     let content = check_entry(ctx, entry)?;
-    insert_entry(
-        conn,
-        ctx,
-        agent,
-        entry,
-        content,
-        Some(message.to_string()),
-        now_ms(),
-    )
-    .await
+    insert_entry(conn, ctx, agent, entry, content, Some(message), now_ms()).await
 }
 
 /// Checks an entry before anything is written; returns its encoded content.
@@ -219,7 +218,7 @@ async fn insert_entry(
     agent: AgentId,
     entry: &NewQueued,
     content: String,
-    delivers: Option<String>,
+    delivers: Option<ProtocolMessageId>,
     now: i64,
 ) -> Result<QueuedMessage> {
     let id = ctx.ids.next_id()?;
@@ -227,27 +226,104 @@ async fn insert_entry(
     let every = entry
         .every
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO agent_queue (id, agent_id, batch_type, role, content, source, deliver_at, \
-         every_ms, deliveries, created_at, retry_of, protocol_message_id) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, $9, $10, $11) \
-         RETURNING {QUEUE_COLUMNS}"
-    )))
-    .bind(id.get())
-    .bind(agent.to_string())
-    .bind(entry.batch_type.as_str())
-    .bind(entry.role.as_str())
-    .bind(content)
-    .bind(entry.source.as_str())
-    .bind(deliver_at)
-    .bind(every)
-    .bind(now)
-    .bind(entry.retry_of.map(|b| b.get()))
-    .bind(delivers)
-    .fetch_one(&mut *conn)
+    let queued = insert_row(
+        conn,
+        &NewRow {
+            id: id.get(),
+            agent,
+            batch_type: entry.batch_type.as_str(),
+            role: entry.role.as_str(),
+            content: &content,
+            source: &entry.source,
+            deliver_at,
+            every_ms: every,
+            created_at: now,
+            retry_of: entry.retry_of.map(|b| b.get()),
+            protocol_message: delivers,
+            schedule: None,
+            cron: None,
+            time_zone: None,
+            name: None,
+        },
+    )
     .await?;
     wake_queue(conn, ctx, agent).await?;
-    queued_from_row(&row)
+    Ok(queued)
+}
+
+/// A new queue row in the domain's values (times in milliseconds).
+struct NewRow<'a> {
+    id: i64,
+    agent: AgentId,
+    batch_type: &'a str,
+    role: &'a str,
+    content: &'a str,
+    source: &'a str,
+    deliver_at: i64,
+    every_ms: Option<i64>,
+    created_at: i64,
+    retry_of: Option<i64>,
+    protocol_message: Option<ProtocolMessageId>,
+    schedule: Option<&'a str>,
+    cron: Option<&'a str>,
+    time_zone: Option<&'a str>,
+    name: Option<&'a str>,
+}
+
+/// Inserts `row` with no deliveries yet; the entry as stored.
+async fn insert_row(conn: &mut Conn<'_>, row: &NewRow<'_>) -> Result<QueuedMessage> {
+    match conn {
+        Conn::Sqlite(c) => {
+            let agent = row.agent.to_string();
+            let message = row.protocol_message.map(|m| m.to_string());
+            queued_from_plain(
+                pattern_db_sqlite::queue::insert(
+                    c,
+                    &pattern_db_sqlite::queue::NewEntry {
+                        id: row.id,
+                        agent_id: &agent,
+                        batch_type: row.batch_type,
+                        role: row.role,
+                        content: row.content,
+                        source: row.source,
+                        deliver_at: row.deliver_at,
+                        every_ms: row.every_ms,
+                        created_at: row.created_at,
+                        retry_of: row.retry_of,
+                        protocol_message_id: message.as_deref(),
+                        schedule: row.schedule,
+                        cron: row.cron,
+                        time_zone: row.time_zone,
+                        name: row.name,
+                    },
+                )
+                .await?,
+            )
+        }
+        Conn::Postgres(c) => queued_from_plain(
+            pattern_db_postgres::queue::insert(
+                c,
+                &pattern_db_postgres::queue::NewEntry {
+                    id: row.id,
+                    agent_id: row.agent.0,
+                    batch_type: row.batch_type,
+                    role: row.role,
+                    content: row.content,
+                    source: row.source,
+                    deliver_at: crate::sql::instant(row.deliver_at)?,
+                    every_ms: row.every_ms,
+                    created_at: crate::sql::instant(row.created_at)?,
+                    retry_of: row.retry_of,
+                    protocol_message_id: row.protocol_message.map(|m| m.0),
+                    schedule: row.schedule,
+                    cron: row.cron,
+                    time_zone: row.time_zone,
+                    name: row.name,
+                },
+            )
+            .await?,
+        ),
+    }
 }
 
 /// Wakes whoever waits on `agent`'s queue or on any queue (after a new entry, in its
@@ -287,25 +363,30 @@ async fn begin_queued(
         None,
     )
     .await?;
-    crate::sql::query("UPDATE agent_queue SET delivered_batch = $1 WHERE id = $2")
-        .bind(received.batch_id.get())
-        .bind(id.get())
-        .execute(&mut *conn)
-        .await?;
+    match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::queue::set_delivered_batch(c, id.get(), received.batch_id.get())
+                .await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::queue::set_delivered_batch(c, id.get(), received.batch_id.get())
+                .await?
+        }
+    };
     entry.delivered_batch = Some(received.batch_id);
     Ok(Some(Delivered { entry, received }))
 }
 
 async fn cancel_queued(conn: &mut Conn<'_>, agent: AgentId, id: SnowflakeId) -> Result<u64> {
     lock_agent(conn, agent).await?;
-    let done = crate::sql::query(
-        "DELETE FROM agent_queue WHERE id = $1 AND agent_id = $2 AND delivered_at IS NULL",
-    )
-    .bind(id.get())
-    .bind(agent.to_string())
-    .execute(&mut *conn)
-    .await?;
-    Ok(done.rows_affected())
+    Ok(match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::queue::delete_pending(c, id.get(), &agent.to_string()).await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::queue::delete_pending(c, id.get(), agent.0).await?
+        }
+    })
 }
 
 /// Claims pending entry `id` of `agent` for delivery at `now`: a one-off is marked delivered, an
@@ -321,25 +402,28 @@ pub(crate) async fn claim_entry(
     now: i64,
     due_only: bool,
 ) -> Result<Option<QueuedMessage>> {
-    let current = crate::sql::query(
-        "SELECT deliver_at, cron, time_zone, every_ms FROM agent_queue \
-         WHERE id = $1 AND agent_id = $2 AND delivered_at IS NULL",
-    )
-    .bind(id.get())
-    .bind(agent.to_string())
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some(current) = current else {
+    let current = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::queue::claim_state(c, id.get(), &agent.to_string())
+            .await?
+            .map(|r| (r.deliver_at, r.cron, r.time_zone, r.every_ms)),
+        Conn::Postgres(c) => pattern_db_postgres::queue::claim_state(c, id.get(), agent.0)
+            .await?
+            .map(|r| {
+                (
+                    r.deliver_at.timestamp_millis(),
+                    r.cron,
+                    r.time_zone,
+                    r.every_ms,
+                )
+            }),
+    };
+    let Some((deliver_at, cron, zone, every)) = current else {
         return Ok(None);
     };
-    let deliver_at: i64 = current.try_get(0)?;
-    let cron: Option<String> = current.try_get(1)?;
-    let zone: Option<String> = current.try_get(2)?;
-    let every: Option<i64> = current.try_get(3)?;
     if due_only && deliver_at > now {
         return Ok(None);
     }
-    let row = match cron {
+    let claim = match cron {
         Some(expr) => {
             // A stored expression was checked when it was added; one that fails now (or never
             // matches again) ends the schedule after this delivery rather than stalling it.
@@ -347,25 +431,10 @@ pub(crate) async fn claim_entry(
                 .ok()
                 .flatten()
                 .map(|t| t.timestamp_millis());
-            let sql = match next {
-                Some(_) => format!(
-                    "UPDATE agent_queue SET deliver_at = $1, deliveries = deliveries + 1 \
-                     WHERE id = $2 AND agent_id = $3 AND delivered_at IS NULL AND deliver_at = $4 \
-                     RETURNING {QUEUE_COLUMNS}"
-                ),
-                None => format!(
-                    "UPDATE agent_queue SET delivered_at = $1, deliveries = deliveries + 1 \
-                     WHERE id = $2 AND agent_id = $3 AND delivered_at IS NULL AND deliver_at = $4 \
-                     RETURNING {QUEUE_COLUMNS}"
-                ),
-            };
-            crate::sql::query(sqlx::AssertSqlSafe(sql))
-                .bind(next.unwrap_or(now))
-                .bind(id.get())
-                .bind(agent.to_string())
-                .bind(deliver_at)
-                .fetch_optional(&mut *conn)
-                .await?
+            match next {
+                Some(next) => Claim::To(next),
+                None => Claim::Last(now),
+            }
         }
         None => {
             // A one-off is delivered now; an `every` entry moves to its first slot after now
@@ -379,21 +448,60 @@ pub(crate) async fn claim_entry(
                 }
                 _ => (Some(now), deliver_at),
             };
-            crate::sql::query(sqlx::AssertSqlSafe(format!(
-                "UPDATE agent_queue SET delivered_at = $1, deliver_at = $5, deliveries = deliveries + 1 \
-                 WHERE id = $2 AND agent_id = $3 AND delivered_at IS NULL AND deliver_at = $4 \
-                 RETURNING {QUEUE_COLUMNS}"
-            )))
-            .bind(delivered_at)
-            .bind(id.get())
-            .bind(agent.to_string())
-            .bind(deliver_at)
-            .bind(next)
-            .fetch_optional(&mut *conn)
-            .await?
+            Claim::Set(delivered_at, next)
         }
     };
-    row.as_ref().map(queued_from_row).transpose()
+    claim_update(conn, agent, id, deliver_at, claim).await
+}
+
+/// How a claim moves an entry on: to a next time (a cron schedule), delivered for good (a cron
+/// schedule that never fires again), or both columns set (a one-off or an `every` entry).
+#[derive(Clone, Copy, Debug)]
+enum Claim {
+    To(i64),
+    Last(i64),
+    Set(Option<i64>, i64),
+}
+
+/// Runs `claim` on pending entry `id` of `agent` if it is still due at `was` (the update is
+/// conditional on what the claim read).
+async fn claim_update(
+    conn: &mut Conn<'_>,
+    agent: AgentId,
+    id: SnowflakeId,
+    was: i64,
+    claim: Claim,
+) -> Result<Option<QueuedMessage>> {
+    let id = id.get();
+    match conn {
+        Conn::Sqlite(c) => {
+            use pattern_db_sqlite::queue as q;
+            let agent = agent.to_string();
+            let row = match claim {
+                Claim::To(next) => q::claim_to(c, id, &agent, was, next).await?,
+                Claim::Last(now) => q::claim_last(c, id, &agent, was, now).await?,
+                Claim::Set(delivered_at, next) => {
+                    q::claim_set(c, id, &agent, was, delivered_at, next).await?
+                }
+            };
+            row.map(queued_from_plain).transpose()
+        }
+        Conn::Postgres(c) => {
+            use crate::sql::instant;
+            use pattern_db_postgres::queue as q;
+            let agent = agent.0;
+            let was = instant(was)?;
+            let row = match claim {
+                Claim::To(next) => q::claim_to(c, id, agent, was, instant(next)?).await?,
+                Claim::Last(now) => q::claim_last(c, id, agent, was, instant(now)?).await?,
+                Claim::Set(delivered_at, next) => {
+                    let delivered_at = delivered_at.map(instant).transpose()?;
+                    q::claim_set(c, id, agent, was, delivered_at, instant(next)?).await?
+                }
+            };
+            row.map(queued_from_plain).transpose()
+        }
+    }
 }
 
 /// Stores a checked schedule as a queue entry, under the agent's lock, after checking its cap.
@@ -406,14 +514,12 @@ async fn add_schedule(
     let message = NewMessage::new(Role::System, vec![ContentBlock::text(&valid.message)]);
     let content = encode_content(ctx.max_content_bytes, &message)?;
     lock_agent(conn, agent).await?;
-    let live: i64 = crate::sql::query(
-        "SELECT COUNT(*) FROM agent_queue \
-         WHERE agent_id = $1 AND schedule IS NOT NULL AND delivered_at IS NULL",
-    )
-    .bind(agent.to_string())
-    .fetch_one(&mut *conn)
-    .await?
-    .try_get(0)?;
+    let live = match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::queue::count_live_schedules(c, &agent.to_string()).await?
+        }
+        Conn::Postgres(c) => pattern_db_postgres::queue::count_live_schedules(c, agent.0).await?,
+    };
     if usize::try_from(live).unwrap_or(usize::MAX) >= MAX_SCHEDULES_PER_AGENT {
         return Err(ScheduleError::TooMany {
             agent,
@@ -423,28 +529,29 @@ async fn add_schedule(
     }
     let id = ctx.ids.next_id()?;
     let now = now_ms();
-    let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO agent_queue (id, agent_id, batch_type, role, content, source, deliver_at, \
-         deliveries, created_at, schedule, cron, time_zone, name) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $9, $10, $11, $12) \
-         RETURNING {QUEUE_COLUMNS}"
-    )))
-    .bind(id.get())
-    .bind(agent.to_string())
-    .bind(BatchType::SystemTrigger.as_str())
-    .bind(Role::System.as_str())
-    .bind(content)
-    .bind(SCHEDULE_SOURCE)
-    .bind(valid.first)
-    .bind(now)
-    .bind(valid.kind.as_str())
-    .bind(valid.cron.as_deref())
-    .bind(valid.time_zone.as_deref())
-    .bind(valid.name.as_deref())
-    .fetch_one(&mut *conn)
+    let queued = insert_row(
+        conn,
+        &NewRow {
+            id: id.get(),
+            agent,
+            batch_type: BatchType::SystemTrigger.as_str(),
+            role: Role::System.as_str(),
+            content: &content,
+            source: SCHEDULE_SOURCE,
+            deliver_at: valid.first,
+            every_ms: None,
+            created_at: now,
+            retry_of: None,
+            protocol_message: None,
+            schedule: Some(valid.kind.as_str()),
+            cron: valid.cron.as_deref(),
+            time_zone: valid.time_zone.as_deref(),
+            name: valid.name.as_deref(),
+        },
+    )
     .await?;
     wake_queue(conn, ctx, agent).await?;
-    queued_from_row(&row)
+    Ok(queued)
 }
 
 /// Deletes `agent`'s live schedule `id`; returns it.
@@ -454,17 +561,18 @@ async fn remove_schedule(
     id: SnowflakeId,
 ) -> Result<QueuedMessage> {
     lock_agent(conn, agent).await?;
-    let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
-        "DELETE FROM agent_queue \
-         WHERE id = $1 AND agent_id = $2 AND schedule IS NOT NULL AND delivered_at IS NULL \
-         RETURNING {QUEUE_COLUMNS}"
-    )))
-    .bind(id.get())
-    .bind(agent.to_string())
-    .fetch_optional(&mut *conn)
-    .await?;
+    let row = match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::queue::delete_schedule(c, id.get(), &agent.to_string())
+                .await?
+                .map(queued_from_plain)
+        }
+        Conn::Postgres(c) => pattern_db_postgres::queue::delete_schedule(c, id.get(), agent.0)
+            .await?
+            .map(queued_from_plain),
+    };
     match row {
-        Some(row) => queued_from_row(&row),
+        Some(entry) => entry,
         None => Err(ScheduleError::NotFound(id).into()),
     }
 }
@@ -489,25 +597,30 @@ pub(crate) async fn retry_crashed_wakeup(
     batch: BatchId,
     now: i64,
 ) -> Result<Option<QueuedMessage>> {
-    let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {QUEUE_COLUMNS} FROM agent_queue WHERE delivered_batch = $1 AND agent_id = $2"
-    )))
-    .bind(batch.get())
-    .bind(agent.to_string())
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some(row) = row else {
+    let row = match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::queue::by_delivered_batch(c, batch.get(), &agent.to_string())
+                .await?
+                .map(queued_from_plain)
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::queue::by_delivered_batch(c, batch.get(), agent.0)
+                .await?
+                .map(queued_from_plain)
+        }
+    };
+    let Some(entry) = row.transpose()? else {
         return Ok(None);
     };
-    let entry = queued_from_row(&row)?;
     if !earns_retry(&entry) || entry.retry_of.is_some() {
         return Ok(None);
     }
-    let retried: Option<i64> = crate::sql::query("SELECT retried_at FROM batches WHERE id = $1")
-        .bind(batch.get())
-        .fetch_one(&mut *conn)
-        .await?
-        .try_get(0)?;
+    let retried = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::batches::retried_at(c, batch.get()).await?,
+        Conn::Postgres(c) => pattern_db_postgres::batches::retried_at(c, batch.get())
+            .await?
+            .map(|t| t.timestamp_millis()),
+    };
     if retried.is_some() {
         return Ok(None);
     }
