@@ -505,17 +505,9 @@ pub(crate) fn batches_with_messages(pick: &str) -> String {
 /// in sequence order. A batch's columns are decoded from its first row only (the join repeats
 /// them on every message: decoding them each time cost a fifth of `get_recent`, measured).
 pub(crate) fn batches_from_joined_rows(rows: &[Row]) -> Result<Vec<crate::model::StoredBatch>> {
-    let mut by_id: std::collections::BTreeMap<i64, crate::model::StoredBatch> =
-        std::collections::BTreeMap::new();
+    let mut batches = Grouped::default();
     for row in rows {
-        let id: i64 = row.try_get(0)?;
-        let batch = match by_id.entry(id) {
-            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::btree_map::Entry::Vacant(e) => e.insert(crate::model::StoredBatch {
-                info: batch_from_row(row)?,
-                messages: Vec::new(),
-            }),
-        };
+        let batch = batches.batch(row.try_get(0)?, || batch_from_row(row))?;
         if !row.is_null(BATCH_COLUMN_COUNT)? {
             batch.messages.push(message_from_plain(message_row_at(
                 row,
@@ -523,11 +515,38 @@ pub(crate) fn batches_from_joined_rows(rows: &[Row]) -> Result<Vec<crate::model:
             )?)?);
         }
     }
-    let mut out: Vec<_> = by_id.into_values().collect();
-    for batch in &mut out {
-        batch.messages.sort_by_key(|m| m.sequence_num);
+    Ok(batches.finish())
+}
+
+/// Batches read one row per message (a batch's columns repeated on each), gathered: each batch
+/// once, decoded from its first row.
+#[derive(Default)]
+struct Grouped(std::collections::BTreeMap<i64, crate::model::StoredBatch>);
+
+impl Grouped {
+    /// Batch `id`, decoded by `info` the first time it is seen.
+    fn batch(
+        &mut self,
+        id: i64,
+        info: impl FnOnce() -> Result<BatchInfo>,
+    ) -> Result<&mut crate::model::StoredBatch> {
+        Ok(match self.0.entry(id) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => e.insert(crate::model::StoredBatch {
+                info: info()?,
+                messages: Vec::new(),
+            }),
+        })
     }
-    Ok(out)
+
+    /// The batches oldest first, each one's messages in sequence order.
+    fn finish(self) -> Vec<crate::model::StoredBatch> {
+        let mut out: Vec<_> = self.0.into_values().collect();
+        for batch in &mut out {
+            batch.messages.sort_by_key(|m| m.sequence_num);
+        }
+        out
+    }
 }
 
 /// One element of `pattern_db_sqlite::batches::newest_with_messages_json`'s document.
@@ -565,31 +584,26 @@ pub(crate) fn batches_from_json(doc: &str) -> Result<Vec<crate::model::StoredBat
             "the newest batches do not decode: {e}"
         )))
     })?;
-    let mut by_id: std::collections::BTreeMap<i64, crate::model::StoredBatch> =
-        std::collections::BTreeMap::new();
+    let mut batches = Grouped::default();
     for r in rows {
-        let batch = match by_id.entry(r.0) {
-            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::btree_map::Entry::Vacant(e) => e.insert(crate::model::StoredBatch {
-                info: batch_from_plain(pattern_db_sqlite::BatchRow {
-                    id: r.0,
-                    agent_id: r.1.clone(),
-                    batch_type: r.2.clone(),
-                    state: r.3,
-                    parent_batch: r.4,
-                    run_owner: r.5,
-                    lease_expires_at: r.6,
-                    next_sequence: r.7,
-                    archived: r.8 != 0,
-                    started_at: r.9,
-                    completed_at: r.10,
-                    continuations: r.11,
-                    retried_at: r.12,
-                    claim_token: r.13,
-                })?,
-                messages: Vec::new(),
-            }),
-        };
+        let batch = batches.batch(r.0, || {
+            batch_from_plain(pattern_db_sqlite::BatchRow {
+                id: r.0,
+                agent_id: r.1.clone(),
+                batch_type: r.2.clone(),
+                state: r.3.clone(),
+                parent_batch: r.4,
+                run_owner: r.5.clone(),
+                lease_expires_at: r.6,
+                next_sequence: r.7,
+                archived: r.8 != 0,
+                started_at: r.9,
+                completed_at: r.10,
+                continuations: r.11,
+                retried_at: r.12,
+                claim_token: r.13,
+            })
+        })?;
         // A batch without a live message has one element, the message's columns null.
         let (
             Some(id),
@@ -621,11 +635,7 @@ pub(crate) fn batches_from_json(doc: &str) -> Result<Vec<crate::model::StoredBat
                 created_at,
             })?);
     }
-    let mut out: Vec<_> = by_id.into_values().collect();
-    for batch in &mut out {
-        batch.messages.sort_by_key(|m| m.sequence_num);
-    }
-    Ok(out)
+    Ok(batches.finish())
 }
 
 pub(crate) async fn load_batch(
