@@ -91,6 +91,22 @@ fn index_error(e: tantivy::TantivyError) -> Error {
     Error::Storage(StorageError::Index(Arc::new(e)))
 }
 
+/// Whether `e` is the index missing a file: another handle or process (each with its own view
+/// of the directory) merged segments this handle still read and removed their files. A reload
+/// sees the newest segments, so the operation can run again.
+pub(crate) fn file_vanished(e: &Error) -> bool {
+    match e {
+        Error::Storage(StorageError::Index(e)) => match &**e {
+            tantivy::TantivyError::IoError(io) => io.kind() == std::io::ErrorKind::NotFound,
+            tantivy::TantivyError::OpenReadError(
+                tantivy::directory::error::OpenReadError::FileDoesNotExist(_),
+            ) => true,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
 fn join_error(e: tokio::task::JoinError) -> Error {
     Error::Storage(StorageError::Index(Arc::new(
         tantivy::TantivyError::SystemError(format!("index task failed: {e}")),
@@ -691,6 +707,23 @@ async fn with_agents(conn: &mut crate::sql::Conn<'_>, rows: Vec<ContentRow>) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_vanished_segment_file_is_recognised() {
+        let gone = |e: tantivy::TantivyError| {
+            file_vanished(&Error::Storage(StorageError::Index(Arc::new(e))))
+        };
+        assert!(gone(tantivy::TantivyError::IoError(Arc::new(
+            std::io::Error::from(std::io::ErrorKind::NotFound)
+        ))));
+        assert!(gone(tantivy::TantivyError::OpenReadError(
+            tantivy::directory::error::OpenReadError::FileDoesNotExist("x.idx".into())
+        )));
+        assert!(!gone(tantivy::TantivyError::IoError(Arc::new(
+            std::io::Error::from(std::io::ErrorKind::PermissionDenied)
+        ))));
+        assert!(!file_vanished(&Error::Storage(StorageError::Closed)));
+    }
 
     #[test]
     fn index_lives_beside_the_file() {

@@ -622,8 +622,19 @@ impl Database {
             }
             Backend::Sqlite => {
                 let fts = self.fts().await?;
-                fts.catch_up(self).await?;
-                fts.search(self, query, opts).await
+                let mut attempt = 0;
+                loop {
+                    let found = match fts.catch_up(self).await {
+                        Ok(()) => fts.search(self, query, opts).await,
+                        Err(e) => Err(e),
+                    };
+                    match found {
+                        // Another handle or process merged the segments this one read and
+                        // removed their files: the next catch-up reloads the newest ones.
+                        Err(e) if attempt < 3 && crate::fts::file_vanished(&e) => attempt += 1,
+                        found => return found,
+                    }
+                }
             }
         }
     }
