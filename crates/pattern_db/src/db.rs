@@ -404,6 +404,17 @@ impl Database {
         Some(hit.batches[skip..].to_vec())
     }
 
+    /// Whether a `get_recent` answer of at least `n_batches` batches of `agent` is cached at some
+    /// revision (then checking the revision first can save the read; otherwise the read goes
+    /// straight to the statement that returns the revision with the batches).
+    pub(crate) fn may_have_recent(&self, agent: AgentId, n_batches: usize) -> bool {
+        self.inner.recent.lock().is_ok_and(|cache| {
+            cache
+                .get(&agent)
+                .is_some_and(|hit| hit.n_batches >= n_batches)
+        })
+    }
+
     /// Remembers a `get_recent` answer read at `revision` (read before the batches, so the answer
     /// is at least that new).
     pub(crate) fn cache_recent(

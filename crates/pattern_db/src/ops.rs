@@ -797,6 +797,38 @@ pub(crate) async fn begin_batch(
             }),
         };
     }
+    if let Conn::Postgres(c) = conn {
+        // PostgreSQL: the batch row and the message in one statement, one round trip.
+        let open = pattern_db_postgres::batches::OpenWithTrigger {
+            id: position.get(),
+            agent_id: agent.0,
+            batch_type: batch_type.as_str(),
+            parent_batch: batch_row.parent.map(SnowflakeId::get),
+            run_owner: batch_row.owner.as_deref(),
+            lease_expires_at: batch_row
+                .lease_expires_at
+                .map(crate::sql::instant)
+                .transpose()?,
+            claim_token,
+            now: crate::sql::instant(now)?,
+            message_id: message_id.0,
+            role: trigger.role.as_str(),
+            content: &content,
+            token_estimate: NewMessage::estimate_tokens(content.len()),
+        };
+        match pattern_db_postgres::batches::insert_open_with_trigger(c, &open).await {
+            // `batches_one_run`: another run's batch of this agent is open.
+            Err(e) if is_unique_violation(&e) && e.to_string().contains("batches") => {
+                return Err(busy());
+            }
+            other => other?,
+        };
+        search::messages_written(conn, ctx, &written).await?;
+        return Ok(Received {
+            batch_id: position,
+            message_id,
+        });
+    }
     match insert_batches(conn, std::slice::from_ref(&batch_row)).await {
         // `batches_one_run`: another run's batch of this agent is open.
         Err(Error::Storage(StorageError::Database(e))) if is_unique_violation(&e) => {

@@ -13,7 +13,9 @@
 //! order: the search change-log advisory lock first (when an op of the group logs changes), then
 //! every agent the group writes (each op's agent, and the agent of each run whose claim fences
 //! an op) in agent id order, in one statement, before any op runs; then the protocol rows of the
-//! ops in the group's sorted order. Recovery across agents, which discovers the agents it locks
+//! ops in the group's sorted order. A group of one `begin_batch` without a fence skips the
+//! up-front statement: its first statement updates its one agent's row (the revision bump),
+//! which takes that same lock in the same place of the order. Recovery across agents, which discovers the agents it locks
 //! as it goes, runs alone in its own transaction and takes them in agent order too. A deadlock or
 //! serialization failure that still happens (another process's transaction, a foreign-key check)
 //! rolls the whole group back and it runs again, a few times, before any caller hears of it.
@@ -463,6 +465,13 @@ async fn lock_up_front(tx: &mut crate::sql::Tx, ctx: &Ctx, group: &[Job]) -> Res
         ops::search::change_lock(&mut tx.conn(), ctx.backend).await?;
     }
     if ctx.backend != Backend::Postgres {
+        return Ok(());
+    }
+    if let [job] = group
+        && job.fence.is_none()
+        && job.write.bulk_begin().is_some()
+    {
+        // Its first statement locks its agent's row (see the module doc): one round trip less.
         return Ok(());
     }
     let mut agents = Vec::with_capacity(group.len() + 1);

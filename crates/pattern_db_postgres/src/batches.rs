@@ -1,6 +1,6 @@
 //! Statements on `batches` rows: one batch by id, an agent's newest open batch, a page of an
 //! agent's batches; and a batch's state changes (a step's sequence and lease, complete, reopen,
-//! lease renewal, abandon, the retry claim).
+//! lease renewal, abandon, the retry claim); a new open batch with its trigger message.
 //!
 //! It must never order, filter or judge what it reads beyond what the statement does. A state
 //! change never checks the batch's state first: the caller has locked the agent and judged the
@@ -42,6 +42,63 @@ pub struct BatchRow {
     pub retried_at: Option<Timestamp>,
     /// `claim_token`.
     pub claim_token: Option<i64>,
+}
+
+/// A new open batch and its trigger (the batch's first message, sequence 0), as
+/// [`insert_open_with_trigger`] stores them: one statement, so one round trip.
+#[derive(Clone, Debug)]
+pub struct OpenWithTrigger<'a> {
+    /// The batch's `id`, which is also its trigger's `position` and `batch_id`.
+    pub id: i64,
+    /// `agent_id` of both rows.
+    pub agent_id: Uuid,
+    /// `batch_type` of both rows.
+    pub batch_type: &'a str,
+    /// The batch's `parent_batch`.
+    pub parent_batch: Option<i64>,
+    /// The batch's `run_owner`.
+    pub run_owner: Option<&'a str>,
+    /// The batch's `lease_expires_at` (`None` under a run's claim).
+    pub lease_expires_at: Option<Timestamp>,
+    /// The batch's `claim_token`.
+    pub claim_token: Option<i64>,
+    /// The batch's `started_at` and the trigger's `created_at`.
+    pub now: Timestamp,
+    /// The trigger's `id`.
+    pub message_id: Uuid,
+    /// The trigger's `role`.
+    pub role: &'a str,
+    /// The trigger's `content` (JSON text, stored as given).
+    pub content: &'a str,
+    /// The trigger's `token_estimate`.
+    pub token_estimate: i64,
+}
+
+/// Inserts the open batch and its trigger of `row` (state `open`, next sequence 1, nothing
+/// archived or deleted); rows inserted into `messages` (1). A unique violation names the
+/// constraint it broke (`batches_one_run`: another run's batch of the agent is open).
+pub async fn insert_open_with_trigger(
+    conn: &mut PgConnection,
+    row: &OpenWithTrigger<'_>,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        r#"WITH batch AS (INSERT INTO batches (id, agent_id, batch_type, state, parent_batch, run_owner, lease_expires_at, next_sequence, continuations, archived, started_at, completed_at, retried_at, claim_token) VALUES ($1, $2, $3, 'open', $4, $5, $6, 1, 0, FALSE, $7, NULL, NULL, $8)) INSERT INTO messages (id, agent_id, position, batch_id, sequence_num, batch_type, role, content, token_estimate, archived, deleted, created_at) VALUES ($9, $2, $1, $1, 0, $3, $10, $11::text::json, $12, FALSE, FALSE, $7)"#,
+        row.id,
+        row.agent_id,
+        row.batch_type,
+        row.parent_batch,
+        row.run_owner,
+        row.lease_expires_at,
+        row.now,
+        row.claim_token,
+        row.message_id,
+        row.role,
+        row.content,
+        row.token_estimate
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
 }
 
 /// Batch `batch` of `agent`; `None` when there is no such batch (or it is another agent's).

@@ -111,6 +111,24 @@ pub async fn newest_with_messages_json(
     Ok(doc)
 }
 
+/// `agent`'s revision and [`newest_with_messages_json`]'s document, read by one statement (so
+/// from one snapshot, in one round trip to the connection's thread): `None` for an unknown
+/// agent.
+pub async fn revision_and_newest_json(
+    conn: &mut SqliteConnection,
+    agent: &str,
+    limit: i64,
+) -> sqlx::Result<Option<(i64, String)>> {
+    let row = sqlx::query!(
+        r#"SELECT a.revision AS "revision!: i64", (SELECT json_group_array(json_array(b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token, m.id, m.position, m.sequence_num, m.role, m.content, m.token_estimate, m.archived, m.created_at)) FROM (SELECT * FROM batches WHERE agent_id = $1 AND NOT archived ORDER BY id DESC LIMIT $2) b LEFT JOIN messages m ON m.batch_id = b.id AND NOT m.deleted) AS "doc!: String" FROM agents a WHERE a.id = $1"#,
+        agent,
+        limit
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|r| (r.revision, r.doc)))
+}
+
 /// Moves batch `batch`'s next sequence number on by `appended` messages and sets its lease
 /// expiry (`None` for a batch under a run's claim); rows changed.
 pub async fn advance_sequence(
