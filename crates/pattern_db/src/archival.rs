@@ -15,13 +15,13 @@ use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
 
-use crate::sql::Row;
+use crate::sql::{Conn, Row};
 use uuid::Uuid;
 
 use crate::db::Database;
 use crate::error::{Error, Result};
 use crate::model::AgentId;
-use crate::ops::{from_ms, parse_uuid};
+use crate::ops::{FromStored, StoredId, StoredTime, from_ms, parse_uuid};
 
 /// Most tags one passage may carry.
 pub const MAX_TAGS: usize = 32;
@@ -215,19 +215,57 @@ pub(crate) fn archival_from_row(row: &Row) -> Result<ArchivalEntry> {
     let agent: String = row.try_get(1)?;
     let metadata: String = row.try_get(3)?;
     let tags: String = row.try_get(4)?;
+    let (metadata, tags) = decode_archival_json(&metadata, &tags)?;
     Ok(ArchivalEntry {
         id: ArchivalId(parse_uuid(&id)?),
         agent_id: AgentId(parse_uuid(&agent)?),
         content: row.try_get(2)?,
-        metadata: serde_json::from_str(&metadata).map_err(|e| {
-            StorageError::Corrupt(format!("archival metadata does not decode: {e}"))
-        })?,
-        tags: serde_json::from_str(&tags)
-            .map_err(|e| StorageError::Corrupt(format!("archival tags do not decode: {e}")))?,
+        metadata,
+        tags,
         dedupe_key: row.try_get(5)?,
         created_at: from_ms(row.try_get(6)?),
     })
 }
+
+/// A passage from either engine's checked row ([`FromStored`]).
+fn archival_from_plain(row: impl FromStored<ArchivalEntry>) -> Result<ArchivalEntry> {
+    row.into_domain()
+}
+
+/// The metadata and tags of a stored passage, decoded.
+fn decode_archival_json(metadata: &str, tags: &str) -> Result<(serde_json::Value, Vec<String>)> {
+    Ok((
+        serde_json::from_str(metadata).map_err(|e| {
+            StorageError::Corrupt(format!("archival metadata does not decode: {e}"))
+        })?,
+        serde_json::from_str(tags)
+            .map_err(|e| StorageError::Corrupt(format!("archival tags do not decode: {e}")))?,
+    ))
+}
+
+/// [`FromStored`] for the archival rows of one engine's crate of checked statements: one
+/// conversion, written once, for both engines.
+macro_rules! archival_from_stored {
+    ($engine:ident) => {
+        impl FromStored<ArchivalEntry> for $engine::archival::ArchivalRow {
+            fn into_domain(self) -> Result<ArchivalEntry> {
+                let (metadata, tags) = decode_archival_json(&self.metadata, &self.tags)?;
+                Ok(ArchivalEntry {
+                    id: ArchivalId(self.id.uuid()?),
+                    agent_id: AgentId(self.agent_id.uuid()?),
+                    content: self.content,
+                    metadata,
+                    tags,
+                    dedupe_key: self.dedupe_key,
+                    created_at: self.created_at.time(),
+                })
+            }
+        }
+    };
+}
+
+archival_from_stored!(pattern_db_sqlite);
+archival_from_stored!(pattern_db_postgres);
 
 impl Database {
     /// Stores a passage (with its embedding job and search change, in one transaction). A
@@ -260,15 +298,19 @@ impl Database {
 
     /// The passage `id` of `agent`.
     pub async fn archival(&self, agent: AgentId, id: ArchivalId) -> Result<ArchivalEntry> {
-        let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {ARCHIVAL_COLUMNS} FROM archival_memories a WHERE a.id = $1 AND a.agent_id = $2"
-        )))
-        .bind(id.to_string())
-        .bind(agent.to_string())
-        .fetch_optional(self.reader())
-        .await?;
-        match row {
-            Some(row) => archival_from_row(&row),
+        let mut pooled = self.reader().acquire().await?;
+        let found = match &mut pooled.conn() {
+            Conn::Sqlite(c) => {
+                pattern_db_sqlite::archival::one(c, &id.to_string(), &agent.to_string())
+                    .await?
+                    .map(archival_from_plain)
+            }
+            Conn::Postgres(c) => pattern_db_postgres::archival::one(c, id.0, agent.0)
+                .await?
+                .map(archival_from_plain),
+        };
+        match found {
+            Some(entry) => entry,
             None => Err(ArchivalError::NotFound { agent, id }.into()),
         }
     }
@@ -286,44 +328,43 @@ impl Database {
             ))
             .into());
         }
-        let mut sql =
-            format!("SELECT {ARCHIVAL_COLUMNS} FROM archival_memories a WHERE a.agent_id = $1");
-        let mut n = 1;
-        if opts.before.is_some() {
-            n += 1;
-            sql.push_str(&format!(" AND a.id < ${n}"));
+        let limit = i64::try_from(opts.limit).unwrap_or(i64::MAX);
+        let tag = opts.tag.as_deref();
+        let mut pooled = self.reader().acquire().await?;
+        match &mut pooled.conn() {
+            Conn::Sqlite(c) => {
+                use pattern_db_sqlite::archival as q;
+                let a = agent.to_string();
+                let before = opts.before.map(|b| b.to_string());
+                let rows = match (before.as_deref(), tag) {
+                    (None, None) => q::page(c, &a, limit).await?,
+                    (Some(b), None) => q::page_before(c, &a, b, limit).await?,
+                    (None, Some(t)) => q::page_tagged(c, &a, t, limit).await?,
+                    (Some(b), Some(t)) => q::page_tagged_before(c, &a, b, t, limit).await?,
+                };
+                rows.into_iter().map(archival_from_plain).collect()
+            }
+            Conn::Postgres(c) => {
+                use pattern_db_postgres::archival as q;
+                let a = agent.0;
+                let rows = match (opts.before.map(|b| b.0), tag) {
+                    (None, None) => q::page(c, a, limit).await?,
+                    (Some(b), None) => q::page_before(c, a, b, limit).await?,
+                    (None, Some(t)) => q::page_tagged(c, a, t, limit).await?,
+                    (Some(b), Some(t)) => q::page_tagged_before(c, a, b, t, limit).await?,
+                };
+                rows.into_iter().map(archival_from_plain).collect()
+            }
         }
-        if opts.tag.is_some() {
-            n += 1;
-            sql.push_str(&format!(
-                " AND a.id IN (SELECT t.archival_id FROM archival_tags t WHERE t.agent_id = $1 AND t.tag = ${n})"
-            ));
-        }
-        n += 1;
-        sql.push_str(&format!(" ORDER BY a.id DESC LIMIT ${n}"));
-        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(agent.to_string());
-        if let Some(before) = opts.before {
-            q = q.bind(before.to_string());
-        }
-        if let Some(tag) = &opts.tag {
-            q = q.bind(tag.clone());
-        }
-        q = q.bind(opts.limit as i64);
-        q.fetch_all(self.reader())
-            .await?
-            .iter()
-            .map(archival_from_row)
-            .collect()
     }
 
     /// How many passages the agent has.
     pub async fn count_archival(&self, agent: AgentId) -> Result<u64> {
-        let n: i64 =
-            crate::sql::query("SELECT COUNT(*) FROM archival_memories WHERE agent_id = $1")
-                .bind(agent.to_string())
-                .fetch_one(self.reader())
-                .await?
-                .try_get(0)?;
+        let mut pooled = self.reader().acquire().await?;
+        let n = match &mut pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::archival::count(c, &agent.to_string()).await?,
+            Conn::Postgres(c) => pattern_db_postgres::archival::count(c, agent.0).await?,
+        };
         Ok(u64::try_from(n).unwrap_or(0))
     }
 

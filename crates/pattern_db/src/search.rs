@@ -454,10 +454,11 @@ impl Database {
 
     /// How many embedding jobs are waiting (claimed or not).
     pub async fn pending_embedding_jobs(&self) -> Result<u64> {
-        let n: i64 = crate::sql::query("SELECT COUNT(*) FROM embedding_jobs")
-            .fetch_one(self.reader())
-            .await?
-            .try_get(0)?;
+        let mut pooled = self.reader().acquire().await?;
+        let n = match &mut pooled.conn() {
+            crate::sql::Conn::Sqlite(c) => pattern_db_sqlite::search::count_jobs(c).await?,
+            crate::sql::Conn::Postgres(c) => pattern_db_postgres::search::count_jobs(c).await?,
+        };
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
@@ -538,12 +539,10 @@ impl Database {
     /// its cursor in memory reads [`Database::search_pruned_through`] and reloads when the log
     /// was pruned past it. Returns how many entries went.
     pub async fn prune_applied_search_changes(&self) -> Result<u64> {
-        let floor: Option<i64> =
-            crate::sql::query("SELECT MIN(seq) FROM search_consumers WHERE name <> $1")
-                .bind(crate::ops::search::PRUNED_MARK)
-                .fetch_one(self.reader())
-                .await?
-                .try_get(0)?;
+        let floor = {
+            let mut pooled = self.reader().acquire().await?;
+            crate::ops::search::followers_floor(&mut pooled.conn()).await?
+        };
         match (floor, self.backend()) {
             (Some(floor), _) => self.prune_search_changes(floor).await,
             // PostgreSQL has no durable follower (its full text is in the tables); the vector

@@ -29,12 +29,15 @@
 
 pub mod agents;
 pub mod approvals;
+pub mod archival;
 pub mod auth;
 pub mod batches;
 pub mod blocks;
 pub mod mcp;
 pub mod messages;
 pub mod queue;
+pub mod retention;
+pub mod search;
 pub mod summaries;
 pub mod tool_calls;
 

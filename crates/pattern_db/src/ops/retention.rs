@@ -8,12 +8,11 @@
 use crate::StorageError;
 use crate::sql::Conn;
 use crate::sql::Pool;
-use crate::sql::Row;
+use crate::sql::instant;
 
-use crate::config::Backend;
 use crate::error::{Error, Result};
 use crate::model::{AgentId, BatchId};
-use crate::ops::{Ctx, from_ms, lock_agent, now_ms, parse_uuid, placeholders, search};
+use crate::ops::{Ctx, FromStored, StoredId, StoredTime, lock_agent, now_ms, placeholders, search};
 use crate::retention::{
     AgentRetention, AgentRetentionReport, BatchDisposal, RetentionSettings, StoredRetention,
 };
@@ -62,7 +61,7 @@ impl Write for PlanArchive {
     async fn apply(
         &self,
         conn: &mut Conn<'_>,
-        ctx: &Ctx,
+        _ctx: &Ctx,
         _fence: Option<&RunClaim>,
     ) -> Result<Vec<BatchId>> {
         lock_agent(conn, self.agent).await?;
@@ -70,19 +69,22 @@ impl Write for PlanArchive {
             return Ok(planned.into_iter().map(crate::id::SnowflakeId).collect());
         }
         let cutoff = now_ms().saturating_sub(age_ms(self.older_than));
-        let ids = eligible(conn, ctx, self.agent, cutoff).await?;
+        let ids = eligible(conn, self.agent, cutoff).await?;
         if !ids.is_empty() {
             let text = serde_json::to_string(&ids).map_err(|e| {
                 StorageError::Corrupt(format!("an archive plan does not encode: {e}"))
             })?;
-            crate::sql::query(
-                "INSERT INTO retention_exports (agent_id, batch_ids, created_at) VALUES ($1, $2, $3)",
-            )
-            .bind(self.agent.to_string())
-            .bind(text)
-            .bind(now_ms())
-            .execute(&mut *conn)
-            .await?;
+            let now = now_ms();
+            match conn {
+                Conn::Sqlite(c) => {
+                    let a = self.agent.to_string();
+                    pattern_db_sqlite::retention::put_plan(c, &a, &text, now).await?
+                }
+                Conn::Postgres(c) => {
+                    let a = self.agent.0;
+                    pattern_db_postgres::retention::put_plan(c, a, &text, instant(now)?).await?
+                }
+            };
         }
         Ok(ids.into_iter().map(crate::id::SnowflakeId).collect())
     }
@@ -110,32 +112,35 @@ impl Write for SetPolicy {
     ) -> Result<StoredRetention> {
         lock_agent(conn, self.agent).await?;
         let s = &self.settings;
-        crate::sql::query(
-            "INSERT INTO retention_policies (agent_id, batches_older_than_days, batch_disposal, \
-             keep_block_versions, activity_older_than_days, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6) \
-             ON CONFLICT (agent_id) DO UPDATE SET \
-             batches_older_than_days = excluded.batches_older_than_days, \
-             batch_disposal = excluded.batch_disposal, \
-             keep_block_versions = excluded.keep_block_versions, \
-             activity_older_than_days = excluded.activity_older_than_days, \
-             updated_at = excluded.updated_at",
-        )
-        .bind(self.agent.to_string())
-        .bind(s.batches_older_than_days.map(i64::from))
-        .bind(s.batch_disposal.as_str())
-        .bind(s.keep_block_versions.map(i64::from))
-        .bind(s.activity_older_than_days.map(i64::from))
-        .bind(now_ms())
-        .execute(&mut *conn)
-        .await?;
-        let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {POLICY_COLUMNS} FROM retention_policies WHERE agent_id = $1"
-        )))
-        .bind(self.agent.to_string())
-        .fetch_one(&mut *conn)
-        .await?;
-        policy_from_row(&row)
+        let now = now_ms();
+        match conn {
+            Conn::Sqlite(c) => {
+                use pattern_db_sqlite::retention as q;
+                let a = self.agent.to_string();
+                let new = q::NewPolicy {
+                    batches_older_than_days: s.batches_older_than_days.map(i64::from),
+                    batch_disposal: s.batch_disposal.as_str(),
+                    keep_block_versions: s.keep_block_versions.map(i64::from),
+                    activity_older_than_days: s.activity_older_than_days.map(i64::from),
+                };
+                q::put_policy(c, &a, new, now).await?;
+                let row = q::policy_of(c, &a).await?;
+                policy_from_plain(row.ok_or(sqlx::Error::RowNotFound)?)
+            }
+            Conn::Postgres(c) => {
+                use pattern_db_postgres::retention as q;
+                let a = self.agent.0;
+                let new = q::NewPolicy {
+                    batches_older_than_days: s.batches_older_than_days.map(i64::from),
+                    batch_disposal: s.batch_disposal.as_str(),
+                    keep_block_versions: s.keep_block_versions.map(i64::from),
+                    activity_older_than_days: s.activity_older_than_days.map(i64::from),
+                };
+                q::put_policy(c, a, new, instant(now)?).await?;
+                let row = q::policy_of(c, a).await?;
+                policy_from_plain(row.ok_or(sqlx::Error::RowNotFound)?)
+            }
+        }
     }
 }
 
@@ -159,19 +164,19 @@ impl Write for ClearPolicy {
         _fence: Option<&RunClaim>,
     ) -> Result<bool> {
         lock_agent(conn, self.agent).await?;
-        let done = crate::sql::query("DELETE FROM retention_policies WHERE agent_id = $1")
-            .bind(self.agent.to_string())
-            .execute(&mut *conn)
-            .await?;
-        Ok(done.rows_affected() > 0)
+        let done = match conn {
+            Conn::Sqlite(c) => {
+                pattern_db_sqlite::retention::delete_policy(c, &self.agent.to_string()).await?
+            }
+            Conn::Postgres(c) => {
+                pattern_db_postgres::retention::delete_policy(c, self.agent.0).await?
+            }
+        };
+        Ok(done > 0)
     }
 }
 
-const POLICY_COLUMNS: &str = "agent_id, batches_older_than_days, batch_disposal, \
-     keep_block_versions, activity_older_than_days, updated_at";
-
-fn stored_u32(row: &Row, i: usize) -> Result<Option<u32>> {
-    let v: Option<i64> = row.try_get(i)?;
+fn stored_u32(v: Option<i64>) -> Result<Option<u32>> {
     v.map(|v| {
         u32::try_from(v).map_err(|_| {
             Error::Storage(StorageError::Corrupt(format!(
@@ -182,58 +187,73 @@ fn stored_u32(row: &Row, i: usize) -> Result<Option<u32>> {
     .transpose()
 }
 
-fn policy_from_row(row: &Row) -> Result<StoredRetention> {
-    let agent: String = row.try_get(0)?;
-    let disposal: String = row.try_get(2)?;
-    let settings = RetentionSettings {
-        batches_older_than_days: stored_u32(row, 1)?,
-        batch_disposal: BatchDisposal::parse(&disposal)
-            .map_err(|e| StorageError::Corrupt(format!("a stored retention policy: {e}")))?,
-        keep_block_versions: stored_u32(row, 3)?,
-        activity_older_than_days: stored_u32(row, 4)?,
-    };
-    // What a stored row says is checked like what a caller gives: a row written around the API
-    // never turns into a zero age.
-    settings
-        .check()
-        .map_err(|e| StorageError::Corrupt(format!("a stored retention policy: {e}")))?;
-    Ok(StoredRetention {
-        agent: AgentId(parse_uuid(&agent)?),
-        settings,
-        updated_at: from_ms(row.try_get(5)?),
-    })
+/// A stored policy from either engine's checked row ([`FromStored`]).
+fn policy_from_plain(row: impl FromStored<StoredRetention>) -> Result<StoredRetention> {
+    row.into_domain()
 }
+
+/// [`FromStored`] for the policy rows of one engine's crate of checked statements: one
+/// conversion, written once, for both engines.
+macro_rules! policy_from_stored {
+    ($engine:ident) => {
+        impl FromStored<StoredRetention> for $engine::retention::PolicyRow {
+            fn into_domain(self) -> Result<StoredRetention> {
+                let settings = RetentionSettings {
+                    batches_older_than_days: stored_u32(self.batches_older_than_days)?,
+                    batch_disposal: BatchDisposal::parse(&self.batch_disposal).map_err(|e| {
+                        StorageError::Corrupt(format!("a stored retention policy: {e}"))
+                    })?,
+                    keep_block_versions: stored_u32(self.keep_block_versions)?,
+                    activity_older_than_days: stored_u32(self.activity_older_than_days)?,
+                };
+                // What a stored row says is checked like what a caller gives: a row written
+                // around the API never turns into a zero age.
+                settings.check().map_err(|e| {
+                    StorageError::Corrupt(format!("a stored retention policy: {e}"))
+                })?;
+                Ok(StoredRetention {
+                    agent: AgentId(self.agent_id.uuid()?),
+                    settings,
+                    updated_at: self.updated_at.time(),
+                })
+            }
+        }
+    };
+}
+
+policy_from_stored!(pattern_db_sqlite);
+policy_from_stored!(pattern_db_postgres);
 
 /// The stored policy of `agent`, or every stored policy (by agent id).
 pub(crate) async fn policy(pool: &Pool, agent: Option<AgentId>) -> Result<Vec<StoredRetention>> {
-    let rows = match agent {
-        Some(a) => {
-            crate::sql::query(sqlx::AssertSqlSafe(format!(
-                "SELECT {POLICY_COLUMNS} FROM retention_policies WHERE agent_id = $1"
-            )))
-            .bind(a.to_string())
-            .fetch_all(pool)
-            .await?
+    let mut pooled = pool.acquire().await?;
+    match &mut pooled.conn() {
+        Conn::Sqlite(c) => {
+            use pattern_db_sqlite::retention as q;
+            let rows = match agent {
+                Some(a) => q::policy_of(c, &a.to_string()).await?.into_iter().collect(),
+                None => q::policies(c).await?,
+            };
+            rows.into_iter().map(policy_from_plain).collect()
         }
-        None => {
-            crate::sql::query(sqlx::AssertSqlSafe(format!(
-                "SELECT {POLICY_COLUMNS} FROM retention_policies ORDER BY agent_id"
-            )))
-            .fetch_all(pool)
-            .await?
+        Conn::Postgres(c) => {
+            use pattern_db_postgres::retention as q;
+            let rows = match agent {
+                Some(a) => q::policy_of(c, a.0).await?.into_iter().collect(),
+                None => q::policies(c).await?,
+            };
+            rows.into_iter().map(policy_from_plain).collect()
         }
-    };
-    rows.iter().map(policy_from_row).collect()
+    }
 }
 
 /// The batch ids of `agent`'s unfinished archive plan.
 async fn planned(conn: &mut Conn<'_>, agent: AgentId) -> Result<Option<Vec<i64>>> {
-    let row = crate::sql::query("SELECT batch_ids FROM retention_exports WHERE agent_id = $1")
-        .bind(agent.to_string())
-        .fetch_optional(&mut *conn)
-        .await?;
-    row.map(|r| {
-        let text: String = r.try_get(0)?;
+    let text = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::retention::plan_of(c, &agent.to_string()).await?,
+        Conn::Postgres(c) => pattern_db_postgres::retention::plan_of(c, agent.0).await?,
+    };
+    text.map(|text| {
         serde_json::from_str::<Vec<i64>>(&text).map_err(|e| {
             Error::Storage(StorageError::Corrupt(format!(
                 "an archive plan does not decode: {e}"
@@ -245,26 +265,15 @@ async fn planned(conn: &mut Conn<'_>, agent: AgentId) -> Result<Option<Vec<i64>>
 
 /// Batches of `agent` a pass may delete: not open, older than `cutoff` (by completion, else
 /// start), and abandoned or archived under a summary; oldest first.
-async fn eligible(conn: &mut Conn<'_>, ctx: &Ctx, agent: AgentId, cutoff: i64) -> Result<Vec<i64>> {
-    let archived = match ctx.backend {
-        Backend::Sqlite => "b.archived = 1",
-        Backend::Postgres => "b.archived",
-    };
-    let sql = format!(
-        "SELECT b.id FROM batches b WHERE b.agent_id = $1 AND b.state <> 'open' \
-         AND COALESCE(b.completed_at, b.started_at) < $2 \
-         AND (b.state = 'abandoned' OR ({archived} AND EXISTS (SELECT 1 FROM summaries s \
-              WHERE s.agent_id = b.agent_id AND s.from_batch <= b.id AND b.id <= s.through_batch))) \
-         ORDER BY b.id"
-    );
-    Ok(crate::sql::query(sqlx::AssertSqlSafe(sql))
-        .bind(agent.to_string())
-        .bind(cutoff)
-        .fetch_all(&mut *conn)
-        .await?
-        .iter()
-        .map(|r| r.try_get::<i64, _>(0))
-        .collect::<std::result::Result<_, _>>()?)
+async fn eligible(conn: &mut Conn<'_>, agent: AgentId, cutoff: i64) -> Result<Vec<i64>> {
+    Ok(match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::retention::eligible_batches(c, &agent.to_string(), cutoff).await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::retention::eligible_batches(c, agent.0, instant(cutoff)?).await?
+        }
+    })
 }
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
@@ -288,7 +297,7 @@ async fn retain(
     let id = agent.to_string();
     let now = now_ms();
     if let Some(age) = policy.batches_older_than {
-        let eligible = eligible(conn, ctx, agent, now.saturating_sub(age_ms(age))).await?;
+        let eligible = eligible(conn, agent, now.saturating_sub(age_ms(age))).await?;
         let ids: Vec<i64> = match policy.batch_disposal {
             BatchDisposal::Delete => eligible,
             BatchDisposal::Archive => {
@@ -296,10 +305,14 @@ async fn retain(
                 // run without a plan reports what a plan would take.
                 let planned = planned(conn, agent).await?;
                 if !policy.dry_run && planned.is_some() {
-                    crate::sql::query("DELETE FROM retention_exports WHERE agent_id = $1")
-                        .bind(id.clone())
-                        .execute(&mut *conn)
-                        .await?;
+                    match conn {
+                        Conn::Sqlite(c) => {
+                            pattern_db_sqlite::retention::delete_plan(c, &id).await?
+                        }
+                        Conn::Postgres(c) => {
+                            pattern_db_postgres::retention::delete_plan(c, agent.0).await?
+                        }
+                    };
                 }
                 match planned {
                     Some(p) => eligible.into_iter().filter(|b| p.contains(b)).collect(),
@@ -355,69 +368,88 @@ async fn retain(
         // Summaries a newer one contains (recursive summarisation folds each into the next; the
         // context reads only the newest): they cover no batch the newer one does not, so no
         // batch's eligibility changes, and the newest always stays.
-        let filter = "FROM summaries WHERE agent_id = $1 AND created_at < $2 AND EXISTS \
-             (SELECT 1 FROM summaries t WHERE t.agent_id = summaries.agent_id \
-              AND t.from_batch <= summaries.from_batch AND t.through_batch >= summaries.through_batch \
-              AND (t.through_batch > summaries.through_batch OR t.id > summaries.id))";
         let cutoff = now.saturating_sub(age_ms(age));
-        report.deleted_summaries =
-            count_or_delete(conn, policy.dry_run, filter, &id, &[cutoff]).await?;
+        report.deleted_summaries = counted(match (&mut *conn, policy.dry_run) {
+            (Conn::Sqlite(c), true) => Counted::Rows(
+                pattern_db_sqlite::retention::count_folded_summaries(c, &id, cutoff).await?,
+            ),
+            (Conn::Sqlite(c), false) => Counted::Done(
+                pattern_db_sqlite::retention::delete_folded_summaries(c, &id, cutoff).await?,
+            ),
+            (Conn::Postgres(c), true) => Counted::Rows(
+                pattern_db_postgres::retention::count_folded_summaries(
+                    c,
+                    agent.0,
+                    instant(cutoff)?,
+                )
+                .await?,
+            ),
+            (Conn::Postgres(c), false) => Counted::Done(
+                pattern_db_postgres::retention::delete_folded_summaries(
+                    c,
+                    agent.0,
+                    instant(cutoff)?,
+                )
+                .await?,
+            ),
+        });
     }
     if let Some(keep) = policy.keep_block_versions {
         // Beyond the last `keep` versions, only the last version of each day stays.
-        let backend = conn.backend();
-        let day = |column: &str| format!("{} / $3", crate::sql::millis_of(backend, column));
-        let filter = format!(
-            "FROM memory_block_versions WHERE block_id IN \
-             (SELECT id FROM memory_blocks WHERE owner_agent_id = $1) \
-             AND version <= (SELECT MAX(v2.version) FROM memory_block_versions v2 \
-                 WHERE v2.block_id = memory_block_versions.block_id) - $2 \
-             AND version <> (SELECT MAX(v3.version) FROM memory_block_versions v3 \
-                 WHERE v3.block_id = memory_block_versions.block_id \
-                 AND {} = {})",
-            day("v3.created_at"),
-            day("memory_block_versions.created_at")
-        );
-        report.deleted_block_versions = count_or_delete(
-            conn,
-            policy.dry_run,
-            &filter,
-            &id,
-            &[i64::from(keep), DAY_MS],
-        )
-        .await?;
+        let keep = i64::from(keep);
+        report.deleted_block_versions = counted(match (&mut *conn, policy.dry_run) {
+            (Conn::Sqlite(c), true) => Counted::Rows(
+                pattern_db_sqlite::retention::count_old_block_versions(c, &id, keep, DAY_MS)
+                    .await?,
+            ),
+            (Conn::Sqlite(c), false) => Counted::Done(
+                pattern_db_sqlite::retention::delete_old_block_versions(c, &id, keep, DAY_MS)
+                    .await?,
+            ),
+            (Conn::Postgres(c), true) => Counted::Rows(
+                pattern_db_postgres::retention::count_old_block_versions(c, agent.0, keep, DAY_MS)
+                    .await?,
+            ),
+            (Conn::Postgres(c), false) => Counted::Done(
+                pattern_db_postgres::retention::delete_old_block_versions(c, agent.0, keep, DAY_MS)
+                    .await?,
+            ),
+        });
     }
     if let Some(age) = policy.activity_older_than {
-        let filter = "FROM activity_events WHERE agent_id = $1 AND created_at < $2";
         let cutoff = now.saturating_sub(age_ms(age));
-        report.deleted_activity_events =
-            count_or_delete(conn, policy.dry_run, filter, &id, &[cutoff]).await?;
+        report.deleted_activity_events = counted(match (&mut *conn, policy.dry_run) {
+            (Conn::Sqlite(c), true) => Counted::Rows(
+                pattern_db_sqlite::retention::count_old_activity(c, &id, cutoff).await?,
+            ),
+            (Conn::Sqlite(c), false) => Counted::Done(
+                pattern_db_sqlite::retention::delete_old_activity(c, &id, cutoff).await?,
+            ),
+            (Conn::Postgres(c), true) => Counted::Rows(
+                pattern_db_postgres::retention::count_old_activity(c, agent.0, instant(cutoff)?)
+                    .await?,
+            ),
+            (Conn::Postgres(c), false) => Counted::Done(
+                pattern_db_postgres::retention::delete_old_activity(c, agent.0, instant(cutoff)?)
+                    .await?,
+            ),
+        });
     }
     Ok(report)
 }
 
-/// Counts (on a dry run) or deletes the rows `filter` (`FROM ... WHERE ...`: `$1` the agent's
-/// id, then `$2`, `$3`... the `numbers`) selects; returns how many.
-async fn count_or_delete(
-    conn: &mut Conn<'_>,
-    dry_run: bool,
-    filter: &str,
-    agent: &str,
-    numbers: &[i64],
-) -> Result<u64> {
-    let verb = if dry_run {
-        "SELECT COUNT(*) "
-    } else {
-        "DELETE "
-    };
-    let mut q =
-        crate::sql::query(sqlx::AssertSqlSafe(format!("{verb}{filter}"))).bind(agent.to_owned());
-    for n in numbers {
-        q = q.bind(*n);
+/// What a dry run counted or a pass deleted.
+enum Counted {
+    /// A dry run's `COUNT(*)`.
+    Rows(i64),
+    /// A delete's rows affected.
+    Done(u64),
+}
+
+/// How many rows a dry run counted or a pass deleted.
+fn counted(n: Counted) -> u64 {
+    match n {
+        Counted::Rows(n) => u64::try_from(n).unwrap_or(0),
+        Counted::Done(n) => n,
     }
-    Ok(if dry_run {
-        u64::try_from(q.fetch_one(&mut *conn).await?.try_get::<i64, _>(0)?).unwrap_or(0)
-    } else {
-        q.execute(&mut *conn).await?.rows_affected()
-    })
 }

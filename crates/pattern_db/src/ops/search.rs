@@ -16,12 +16,13 @@ use std::time::Duration;
 use crate::sql::Conn;
 use crate::sql::Pool;
 use crate::sql::Row;
+use crate::sql::instant;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{
-    Ctx, decode_content, fixed_chunks, from_ms, lock_agent, now_ms, parse_uuid, placeholders,
-    value_rows,
+    Ctx, FromStored, StoredId, StoredTime, decode_content, fixed_chunks, from_ms, lock_agent,
+    now_ms, parse_uuid, placeholders, value_rows,
 };
 use crate::archival::{
     ARCHIVAL_COLUMNS, ArchivalEntry, ArchivalId, NewArchival, archival_from_row,
@@ -41,13 +42,93 @@ pub(crate) const CHANGE_LOCK: i64 = 7_061_747_466;
 /// Rows read per page when walking all content.
 const PAGE: i64 = 1000;
 
+/// A content id (the text of a UUID) as the `UUID` a checked PostgreSQL statement binds; text
+/// that is not one is sqlx's encoding error, as when the dynamic [`crate::sql::Query`] converts it.
+fn uuid_arg(text: &str) -> std::result::Result<Uuid, sqlx::Error> {
+    Uuid::parse_str(text).map_err(|e| sqlx::Error::Encode(Box::new(e)))
+}
+
+/// A content id as an engine's row holds it (SQLite its text, kept as stored; PostgreSQL a
+/// `UUID`), as the text a [`ContentRef`] holds.
+trait ContentIdText {
+    fn text(self) -> String;
+}
+
+impl ContentIdText for String {
+    fn text(self) -> String {
+        self
+    }
+}
+
+impl ContentIdText for Uuid {
+    fn text(self) -> String {
+        self.to_string()
+    }
+}
+
+/// A due job: its content, attempts so far and the text hash it was recorded for.
+type DueJob = (ContentRef, i64, String);
+
+/// [`FromStored`] for the search storage rows of one engine's crate of checked statements: one
+/// conversion, written once, for both engines.
+macro_rules! search_from_stored {
+    ($engine:ident) => {
+        impl FromStored<SearchChange> for $engine::search::ChangeRow {
+            fn into_domain(self) -> Result<SearchChange> {
+                Ok(SearchChange {
+                    seq: self.seq,
+                    content: ContentRef::new(self.content_type.parse()?, self.content_id.text()),
+                    agent_id: AgentId(self.agent_id.uuid()?),
+                    kind: self.kind.parse()?,
+                })
+            }
+        }
+
+        impl FromStored<VectorRow> for $engine::search::VectorRow {
+            fn into_domain(self) -> Result<VectorRow> {
+                Ok(VectorRow {
+                    content: ContentRef::new(self.content_type.parse()?, self.content_id.text()),
+                    agent_id: AgentId(self.agent_id.uuid()?),
+                    created_at: self.created_at.time(),
+                    vector: decode_vector(&self.vector, self.dimension)?,
+                })
+            }
+        }
+
+        impl FromStored<EmbeddingModelInfo> for $engine::search::ModelRow {
+            fn into_domain(self) -> Result<EmbeddingModelInfo> {
+                let dimension = self.dimension;
+                Ok(EmbeddingModelInfo {
+                    name: self.name,
+                    dimension: u32::try_from(dimension).map_err(|_| {
+                        StorageError::Corrupt(format!("stored dimension {dimension}"))
+                    })?,
+                    file_hash: self.file_hash,
+                })
+            }
+        }
+
+        impl FromStored<DueJob> for $engine::search::DueJobRow {
+            fn into_domain(self) -> Result<DueJob> {
+                Ok((
+                    ContentRef::new(self.content_type.parse()?, self.content_id.text()),
+                    self.attempts,
+                    self.text_hash,
+                ))
+            }
+        }
+    };
+}
+
+search_from_stored!(pattern_db_sqlite);
+search_from_stored!(pattern_db_postgres);
+
 /// Takes the change-log lock (PostgreSQL; held to the end of the transaction, re-entrant).
 pub(crate) async fn change_lock(conn: &mut Conn<'_>, backend: Backend) -> Result<()> {
-    if backend == Backend::Postgres {
-        crate::sql::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(CHANGE_LOCK)
-            .execute(&mut *conn)
-            .await?;
+    if backend == Backend::Postgres
+        && let Conn::Postgres(c) = conn
+    {
+        pattern_db_postgres::search::lock_changes(c, CHANGE_LOCK).await?;
     }
     Ok(())
 }
@@ -217,16 +298,21 @@ pub(crate) async fn content_removed(
         .map(|(t, id, agent)| (*t, id.as_str(), *agent, ChangeKind::Delete))
         .collect();
     log_changes(conn, ctx.backend, &changes).await?;
-    for table in ["embeddings", "embedding_jobs"] {
-        for (t, id, _) in items {
-            crate::sql::query(sqlx::AssertSqlSafe(format!(
-                "DELETE FROM {table} WHERE content_type = $1 AND content_id = $2"
-            )))
-            .bind(t.as_str())
-            .bind(id.clone())
-            .execute(&mut *conn)
-            .await?;
-        }
+    for (t, id, _) in items {
+        match conn {
+            Conn::Sqlite(c) => pattern_db_sqlite::search::delete_vector(c, t.as_str(), id).await?,
+            Conn::Postgres(c) => {
+                pattern_db_postgres::search::delete_vector(c, t.as_str(), uuid_arg(id)?).await?
+            }
+        };
+    }
+    for (t, id, _) in items {
+        match conn {
+            Conn::Sqlite(c) => pattern_db_sqlite::search::delete_job(c, t.as_str(), id).await?,
+            Conn::Postgres(c) => {
+                pattern_db_postgres::search::delete_job(c, t.as_str(), uuid_arg(id)?).await?
+            }
+        };
     }
     Ok(())
 }
@@ -278,26 +364,19 @@ pub(crate) async fn block_access_changed(
 /// blocks of others it could see.
 pub(crate) async fn agent_removed(conn: &mut Conn<'_>, ctx: &Ctx, agent: AgentId) -> Result<()> {
     change_lock(conn, ctx.backend).await?;
-    let a = agent.to_string();
-    let mut statements = vec![
-        "INSERT INTO search_changes (content_type, content_id, agent_id, kind) \
-         SELECT content_type, content_id, agent_id, 'delete' FROM embeddings WHERE agent_id = $1",
-    ];
-    if ctx.backend == Backend::Sqlite {
-        statements.extend([
-            "INSERT INTO search_changes (content_type, content_id, agent_id, kind) \
-             SELECT 'message', id, agent_id, 'delete' FROM messages WHERE agent_id = $1 AND NOT archived AND NOT deleted",
-            "INSERT INTO search_changes (content_type, content_id, agent_id, kind) \
-             SELECT 'archival', id, agent_id, 'delete' FROM archival_memories WHERE agent_id = $1",
-            "INSERT INTO search_changes (content_type, content_id, agent_id, kind) \
-             SELECT 'block', id, owner_agent_id, 'delete' FROM memory_blocks WHERE owner_agent_id = $1",
-            "INSERT INTO search_changes (content_type, content_id, agent_id, kind) \
-             SELECT 'block', b.id, b.owner_agent_id, 'text' FROM memory_block_access x \
-             JOIN memory_blocks b ON b.id = x.block_id WHERE x.agent_id = $1 AND b.owner_agent_id <> $1",
-        ]);
-    }
-    for sql in statements {
-        crate::sql::query(sql).bind(&a).execute(&mut *conn).await?;
+    match conn {
+        Conn::Sqlite(c) => {
+            use pattern_db_sqlite::search as q;
+            let a = agent.to_string();
+            q::log_vectors_deleted_of_agent(c, &a).await?;
+            q::log_messages_deleted_of_agent(c, &a).await?;
+            q::log_archival_deleted_of_agent(c, &a).await?;
+            q::log_blocks_deleted_of_agent(c, &a).await?;
+            q::log_shared_blocks_changed_of_agent(c, &a).await?;
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::search::log_vectors_deleted_of_agent(c, agent.0).await?;
+        }
     }
     Ok(())
 }
@@ -432,20 +511,21 @@ pub(crate) async fn delete_archival(
     id: ArchivalId,
 ) -> Result<u64> {
     lock_agent(conn, agent).await?;
-    let done = crate::sql::query("DELETE FROM archival_memories WHERE id = $1 AND agent_id = $2")
-        .bind(id.to_string())
-        .bind(agent.to_string())
-        .execute(&mut *conn)
-        .await?;
-    if done.rows_affected() > 0 {
+    let done = match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::archival::delete(c, &id.to_string(), &agent.to_string()).await?
+        }
+        Conn::Postgres(c) => pattern_db_postgres::archival::delete(c, id.0, agent.0).await?,
+    };
+    if done > 0 {
         // Explicitly, not by cascade (SQLite cascades only with foreign_keys on).
-        crate::sql::query("DELETE FROM archival_tags WHERE archival_id = $1")
-            .bind(id.to_string())
-            .execute(&mut *conn)
-            .await?;
+        match conn {
+            Conn::Sqlite(c) => pattern_db_sqlite::archival::delete_tags(c, &id.to_string()).await?,
+            Conn::Postgres(c) => pattern_db_postgres::archival::delete_tags(c, id.0).await?,
+        };
         content_removed(conn, ctx, &[(ContentType::Archival, id.to_string(), agent)]).await?;
     }
-    Ok(done.rows_affected())
+    Ok(done)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -599,21 +679,16 @@ pub(crate) async fn live_page(
 // embedding model and jobs
 
 pub(crate) async fn load_model(conn: &mut Conn<'_>) -> Result<Option<EmbeddingModelInfo>> {
-    let row = crate::sql::query(
-        "SELECT name, dimension, file_hash FROM embedding_model WHERE singleton = 1",
-    )
-    .fetch_optional(&mut *conn)
-    .await?;
-    row.map(|row| {
-        let dimension: i64 = row.try_get(1)?;
-        Ok(EmbeddingModelInfo {
-            name: row.try_get(0)?,
-            dimension: u32::try_from(dimension)
-                .map_err(|_| StorageError::Corrupt(format!("stored dimension {dimension}")))?,
-            file_hash: row.try_get(2)?,
-        })
-    })
-    .transpose()
+    match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::search::model(c)
+            .await?
+            .map(FromStored::into_domain)
+            .transpose(),
+        Conn::Postgres(c) => pattern_db_postgres::search::model(c)
+            .await?
+            .map(FromStored::into_domain)
+            .transpose(),
+    }
 }
 
 fn check_model(info: &EmbeddingModelInfo) -> Result<()> {
@@ -627,17 +702,16 @@ fn check_model(info: &EmbeddingModelInfo) -> Result<()> {
 }
 
 async fn store_model(conn: &mut Conn<'_>, info: &EmbeddingModelInfo) -> Result<()> {
-    crate::sql::query(
-        "INSERT INTO embedding_model (singleton, name, dimension, file_hash, registered_at) \
-         VALUES (1, $1, $2, $3, $4) ON CONFLICT (singleton) DO UPDATE SET name = excluded.name, \
-         dimension = excluded.dimension, file_hash = excluded.file_hash, registered_at = excluded.registered_at",
-    )
-    .bind(info.name.clone())
-    .bind(i64::from(info.dimension))
-    .bind(info.file_hash.clone())
-    .bind(now_ms())
-    .execute(&mut *conn)
-    .await?;
+    let (name, dimension, hash) = (&info.name, i64::from(info.dimension), &info.file_hash);
+    let now = now_ms();
+    match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::search::put_model(c, name, dimension, hash, now).await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::search::put_model(c, name, dimension, hash, instant(now)?).await?
+        }
+    };
     Ok(())
 }
 
@@ -710,18 +784,20 @@ pub(crate) async fn reset_embeddings(
 ) -> Result<u64> {
     check_model(info)?;
     change_lock(conn, ctx.backend).await?;
-    crate::sql::query(
-        "INSERT INTO search_changes (content_type, content_id, agent_id, kind) \
-         SELECT content_type, content_id, agent_id, 'delete' FROM embeddings ORDER BY content_type, content_id",
-    )
-    .execute(&mut *conn)
-    .await?;
-    crate::sql::query("DELETE FROM embeddings")
-        .execute(&mut *conn)
-        .await?;
-    crate::sql::query("DELETE FROM embedding_jobs")
-        .execute(&mut *conn)
-        .await?;
+    match conn {
+        Conn::Sqlite(c) => {
+            use pattern_db_sqlite::search as q;
+            q::log_all_vectors_deleted(c).await?;
+            q::delete_all_vectors(c).await?;
+            q::delete_all_jobs(c).await?;
+        }
+        Conn::Postgres(c) => {
+            use pattern_db_postgres::search as q;
+            q::log_all_vectors_deleted(c).await?;
+            q::delete_all_vectors(c).await?;
+            q::delete_all_jobs(c).await?;
+        }
+    }
     store_model(conn, info).await?;
     queue_all(conn, false).await
 }
@@ -801,28 +877,20 @@ pub(crate) async fn claim(
 ) -> Result<Vec<EmbeddingJob>> {
     let now = now_ms();
     reclaim_from_dead(conn, ctx, now).await?;
-    let lock = match ctx.backend {
-        Backend::Sqlite => "",
-        Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    // PostgreSQL's statement locks the rows it returns and skips those another claim locked.
+    let due = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::search::due_jobs(c, now, limit)
+            .await?
+            .into_iter()
+            .map(FromStored::into_domain)
+            .collect::<Result<Vec<DueJob>>>()?,
+        Conn::Postgres(c) => pattern_db_postgres::search::due_jobs(c, instant(now)?, limit)
+            .await?
+            .into_iter()
+            .map(FromStored::into_domain)
+            .collect::<Result<Vec<DueJob>>>()?,
     };
-    let sql = format!(
-        "SELECT content_type, content_id, attempts, text_hash FROM embedding_jobs \
-         WHERE next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until <= $1) \
-         ORDER BY created_at, content_type, content_id LIMIT $2{lock}"
-    );
-    let rows = crate::sql::query(sqlx::AssertSqlSafe(sql))
-        .bind(now)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&mut *conn)
-        .await?;
-    let mut due = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let t: String = row.try_get(0)?;
-        let id: String = row.try_get(1)?;
-        let attempts: i64 = row.try_get(2)?;
-        let hash: String = row.try_get(3)?;
-        due.push((ContentRef::new(t.parse()?, id), attempts, hash));
-    }
     let refs: Vec<ContentRef> = due.iter().map(|(c, _, _)| c.clone()).collect();
     let live = load_live(conn, &refs, None).await?;
     let until = now + lease_ms(lease);
@@ -837,14 +905,16 @@ pub(crate) async fn claim(
         if hash != stored_hash {
             // The text changed without its job being refreshed: the job follows the text, so
             // storing the vector of this text completes it.
-            crate::sql::query(
-                "UPDATE embedding_jobs SET text_hash = $1 WHERE content_type = $2 AND content_id = $3",
-            )
-            .bind(hash.clone())
-            .bind(content.content_type.as_str())
-            .bind(content.id.clone())
-            .execute(&mut *conn)
-            .await?;
+            let t = content.content_type.as_str();
+            match conn {
+                Conn::Sqlite(c) => {
+                    pattern_db_sqlite::search::set_job_hash(c, &hash, t, &content.id).await?
+                }
+                Conn::Postgres(c) => {
+                    let id = uuid_arg(&content.id)?;
+                    pattern_db_postgres::search::set_job_hash(c, &hash, t, id).await?
+                }
+            };
         }
         out.push(EmbeddingJob {
             content,
@@ -879,17 +949,13 @@ pub(crate) async fn claim(
 /// rather than when the dead holder's lease would have passed. Claims recorded before migration
 /// 0014 (no holder) keep their lease. Returns how many jobs were freed.
 pub(crate) async fn reclaim_from_dead(conn: &mut Conn<'_>, ctx: &Ctx, now: i64) -> Result<u64> {
-    let holders: Vec<String> = crate::sql::query(
-        "SELECT DISTINCT claimed_by FROM embedding_jobs \
-         WHERE claimed_by IS NOT NULL AND claimed_until > $1 AND claimed_by <> $2",
-    )
-    .bind(now)
-    .bind(ctx.judge.me.clone())
-    .fetch_all(&mut *conn)
-    .await?
-    .iter()
-    .map(|r| r.try_get::<String, _>(0))
-    .collect::<std::result::Result<_, _>>()?;
+    let me = ctx.judge.me.as_str();
+    let holders = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::search::claim_holders(c, now, me).await?,
+        Conn::Postgres(c) => {
+            pattern_db_postgres::search::claim_holders(c, instant(now)?, me).await?
+        }
+    };
     let mut freed = 0;
     for holder in holders {
         if ctx.judge.status(conn, &holder).await? == crate::process::HolderStatus::Alive {
@@ -902,13 +968,10 @@ pub(crate) async fn reclaim_from_dead(conn: &mut Conn<'_>, ctx: &Ctx, now: i64) 
 
 /// Frees every claim `holder` holds. Returns how many jobs were freed.
 pub(crate) async fn release_claims_of(conn: &mut Conn<'_>, holder: &str) -> Result<u64> {
-    Ok(crate::sql::query(
-        "UPDATE embedding_jobs SET claimed_until = NULL, claimed_by = NULL WHERE claimed_by = $1",
-    )
-    .bind(holder.to_owned())
-    .execute(&mut *conn)
-    .await?
-    .rows_affected())
+    Ok(match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::search::release_claims_of(c, holder).await?,
+        Conn::Postgres(c) => pattern_db_postgres::search::release_claims_of(c, holder).await?,
+    })
 }
 
 pub(crate) async fn store(
@@ -1039,19 +1102,19 @@ pub(crate) async fn fail(
     failures: &[(ContentRef, String)],
     retry_at: DateTime<Utc>,
 ) -> Result<u64> {
+    let retry_ms = retry_at.timestamp_millis();
     let mut n = 0;
     for (content, error) in failures {
-        n += crate::sql::query(
-            "UPDATE embedding_jobs SET attempts = attempts + 1, last_error = $1, next_attempt_at = $2, \
-             claimed_until = NULL, claimed_by = NULL WHERE content_type = $3 AND content_id = $4",
-        )
-        .bind(error.clone())
-        .bind(retry_at.timestamp_millis())
-        .bind(content.content_type.as_str())
-        .bind(content.id.clone())
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
+        let t = content.content_type.as_str();
+        n += match conn {
+            Conn::Sqlite(c) => {
+                pattern_db_sqlite::search::fail_job(c, error, retry_ms, t, &content.id).await?
+            }
+            Conn::Postgres(c) => {
+                let (at, id) = (instant(retry_ms)?, uuid_arg(&content.id)?);
+                pattern_db_postgres::search::fail_job(c, error, at, t, id).await?
+            }
+        };
     }
     Ok(n)
 }
@@ -1064,33 +1127,26 @@ pub(crate) async fn changes_after(
     cursor: i64,
     limit: usize,
 ) -> Result<Vec<SearchChange>> {
-    crate::sql::query(
-        "SELECT seq, content_type, content_id, agent_id, kind FROM search_changes \
-         WHERE seq > $1 ORDER BY seq LIMIT $2",
-    )
-    .bind(cursor)
-    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-    .fetch_all(&mut *conn)
-    .await?
-    .iter()
-    .map(|row| {
-        let t: String = row.try_get(1)?;
-        let kind: String = row.try_get(4)?;
-        Ok(SearchChange {
-            seq: row.try_get(0)?,
-            content: ContentRef::new(t.parse()?, row.try_get::<String, _>(2)?),
-            agent_id: row_agent(row, 3)?,
-            kind: kind.parse()?,
-        })
-    })
-    .collect()
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::search::changes_after(c, cursor, limit)
+            .await?
+            .into_iter()
+            .map(FromStored::into_domain)
+            .collect(),
+        Conn::Postgres(c) => pattern_db_postgres::search::changes_after(c, cursor, limit)
+            .await?
+            .into_iter()
+            .map(FromStored::into_domain)
+            .collect(),
+    }
 }
 
 pub(crate) async fn changes_head(conn: &mut Conn<'_>) -> Result<i64> {
-    let head: Option<i64> = crate::sql::query("SELECT MAX(seq) FROM search_changes")
-        .fetch_one(&mut *conn)
-        .await?
-        .try_get(0)?;
+    let head = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::search::changes_head(c).await?,
+        Conn::Postgres(c) => pattern_db_postgres::search::changes_head(c).await?,
+    };
     Ok(head.unwrap_or(0))
 }
 
@@ -1100,59 +1156,54 @@ pub(crate) async fn changes_head(conn: &mut Conn<'_>) -> Result<i64> {
 pub(crate) const PRUNED_MARK: &str = "_pruned";
 
 pub(crate) async fn prune_changes(conn: &mut Conn<'_>, upto: i64) -> Result<u64> {
-    let floor: Option<i64> =
-        crate::sql::query("SELECT MIN(seq) FROM search_consumers WHERE name <> $1")
-            .bind(PRUNED_MARK)
-            .fetch_one(&mut *conn)
-            .await?
-            .try_get(0)?;
+    let floor = followers_floor(conn).await?;
     let upto = floor.map_or(upto, |f| f.min(upto));
     // The newest change always stays: on SQLite `seq` is a rowid (migration 0022), which an
     // empty table would hand out again from 1.
-    let pruned = crate::sql::query(
-        "DELETE FROM search_changes WHERE seq <= $1 \
-         AND seq < (SELECT MAX(seq) FROM search_changes)",
-    )
-    .bind(upto)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
+    let pruned = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::search::prune_changes(c, upto).await?,
+        Conn::Postgres(c) => pattern_db_postgres::search::prune_changes(c, upto).await?,
+    };
     if pruned > 0 {
-        crate::sql::query(
-            "INSERT INTO search_consumers (name, seq, updated_at) VALUES ($1, $2, $3) \
-             ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, updated_at = excluded.updated_at \
-             WHERE search_consumers.seq < excluded.seq",
-        )
-        .bind(PRUNED_MARK)
-        .bind(upto)
-        .bind(now_ms())
-        .execute(&mut *conn)
-        .await?;
+        let now = now_ms();
+        match conn {
+            Conn::Sqlite(c) => {
+                pattern_db_sqlite::search::raise_cursor(c, PRUNED_MARK, upto, now).await?
+            }
+            Conn::Postgres(c) => {
+                pattern_db_postgres::search::raise_cursor(c, PRUNED_MARK, upto, instant(now)?)
+                    .await?
+            }
+        };
     }
     Ok(pruned)
 }
 
+/// The slowest registered follower's cursor (`None`: no follower; [`PRUNED_MARK`] is none).
+pub(crate) async fn followers_floor(conn: &mut Conn<'_>) -> Result<Option<i64>> {
+    Ok(match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::search::followers_floor(c, PRUNED_MARK).await?,
+        Conn::Postgres(c) => pattern_db_postgres::search::followers_floor(c, PRUNED_MARK).await?,
+    })
+}
+
 /// How far the log was pruned (0: never).
 pub(crate) async fn pruned_through(conn: &mut Conn<'_>) -> Result<i64> {
-    let seq: Option<i64> = crate::sql::query("SELECT seq FROM search_consumers WHERE name = $1")
-        .bind(PRUNED_MARK)
-        .fetch_optional(&mut *conn)
-        .await?
-        .map(|r| r.try_get(0))
-        .transpose()?;
+    let seq = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::search::cursor(c, PRUNED_MARK).await?,
+        Conn::Postgres(c) => pattern_db_postgres::search::cursor(c, PRUNED_MARK).await?,
+    };
     Ok(seq.unwrap_or(0))
 }
 
 pub(crate) async fn set_cursor(conn: &mut Conn<'_>, name: &str, seq: i64) -> Result<()> {
-    crate::sql::query(
-        "INSERT INTO search_consumers (name, seq, updated_at) VALUES ($1, $2, $3) \
-         ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, updated_at = excluded.updated_at",
-    )
-    .bind(name.to_owned())
-    .bind(seq)
-    .bind(now_ms())
-    .execute(&mut *conn)
-    .await?;
+    let now = now_ms();
+    match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::search::set_cursor(c, name, seq, now).await?,
+        Conn::Postgres(c) => {
+            pattern_db_postgres::search::set_cursor(c, name, seq, instant(now)?).await?
+        }
+    };
     Ok(())
 }
 
@@ -1174,24 +1225,32 @@ pub(crate) async fn vectors_page(
     after: Option<&ContentRef>,
     limit: usize,
 ) -> Result<Vec<VectorRow>> {
-    let q = match after {
-        Some(c) => crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {VECTOR_COLUMNS} FROM embeddings \
-             WHERE content_type > $1 OR (content_type = $1 AND content_id > $2) \
-             ORDER BY content_type, content_id LIMIT $3"
-        )))
-        .bind(c.content_type.as_str())
-        .bind(c.id.clone()),
-        None => crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {VECTOR_COLUMNS} FROM embeddings ORDER BY content_type, content_id LIMIT $1"
-        ))),
-    };
-    q.bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&mut *conn)
-        .await?
-        .iter()
-        .map(vector_from_row)
-        .collect()
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    match conn {
+        Conn::Sqlite(c) => {
+            use pattern_db_sqlite::search as q;
+            match after {
+                Some(a) => q::vectors_after(c, a.content_type.as_str(), &a.id, limit).await?,
+                None => q::vectors_first(c, limit).await?,
+            }
+            .into_iter()
+            .map(FromStored::into_domain)
+            .collect()
+        }
+        Conn::Postgres(c) => {
+            use pattern_db_postgres::search as q;
+            match after {
+                Some(a) => {
+                    let id = uuid_arg(&a.id)?;
+                    q::vectors_after(c, a.content_type.as_str(), id, limit).await?
+                }
+                None => q::vectors_first(c, limit).await?,
+            }
+            .into_iter()
+            .map(FromStored::into_domain)
+            .collect()
+        }
+    }
 }
 
 pub(crate) async fn vectors_for(
@@ -1236,13 +1295,11 @@ fn ranked_candidates(limit: usize) -> i64 {
 /// Whether the RUM indexes of migration 0020 exist (both), so archival and block matches can be
 /// read in rank order from the index.
 pub(crate) async fn ranked_fulltext_indexes(pool: &Pool) -> Result<bool> {
-    let row = crate::sql::query(
-        "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() \
-         AND indexname IN ('archival_rum', 'memory_blocks_rum')",
-    )
-    .fetch_one(pool)
-    .await?;
-    Ok(row.try_get::<i64, _>(0)? == 2)
+    let mut pooled = pool.acquire().await?;
+    let Conn::Postgres(c) = &mut pooled.conn() else {
+        return Ok(false);
+    };
+    Ok(pattern_db_postgres::search::count_rum_indexes(c).await? == 2)
 }
 
 /// Full-text search on PostgreSQL: the query's words normalised by the 'english' configuration
@@ -1260,15 +1317,13 @@ pub(crate) async fn search_pg(
     // then an OR of exactly those lexemes, built here so no user text is read as tsquery syntax.
     // PostgreSQL text cannot hold NUL, which no word contains anyway.
     let plain = query.replace('\0', " ");
-    let lexemes: Vec<String> = crate::sql::query(
-        "SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('english'::regconfig, $1)))",
-    )
-    .bind(plain)
-    .fetch_all(pool)
-    .await?
-    .iter()
-    .map(|r| r.try_get::<String, _>(0))
-    .collect::<Result<_, _>>()?;
+    let lexemes = {
+        let mut pooled = pool.acquire().await?;
+        let Conn::Postgres(c) = &mut pooled.conn() else {
+            return Ok(Vec::new());
+        };
+        pattern_db_postgres::search::english_lexemes(c, &plain).await?
+    };
     if lexemes.is_empty() {
         return Ok(Vec::new());
     }
