@@ -35,6 +35,7 @@ pub mod blocks;
 pub mod mcp;
 pub mod messages;
 pub mod queue;
+pub mod runs;
 pub mod summaries;
 pub mod tool_calls;
 
