@@ -34,6 +34,7 @@ pub mod batches;
 pub mod blocks;
 pub mod mcp;
 pub mod messages;
+pub mod processes;
 pub mod queue;
 pub mod runs;
 pub mod summaries;
