@@ -37,6 +37,7 @@ pub mod messages;
 pub mod processes;
 pub mod queue;
 pub mod runs;
+pub mod schedules;
 pub mod summaries;
 pub mod tool_calls;
 
