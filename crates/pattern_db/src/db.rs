@@ -232,7 +232,6 @@ impl Database {
         let read = pool(&config, &options, read_size).await?;
 
         let judge = Judge {
-            backend,
             me: config.run_owner.clone(),
             lock_dir: crate::process::lock_dir_for(&config.url),
         };

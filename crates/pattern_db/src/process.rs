@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use crate::sql::Conn;
 use crate::sql::Pool;
+use crate::sql::instant;
 use sqlx::Connection;
 use tokio::sync::Mutex;
 use tracing::warn;
@@ -30,6 +31,10 @@ use tracing::warn;
 use crate::config::Backend;
 use crate::error::Result;
 use crate::ops::now_ms;
+
+/// The PostgreSQL transaction-level advisory lock that lets one process lease a machine id at a
+/// time.
+const MACHINE_LEASE_LOCK: i64 = 7_061_747_465;
 
 /// First key of the PostgreSQL advisory locks that show a process alive (`'PT'`).
 pub(crate) const LOCK_NAMESPACE: i64 = 0x5054;
@@ -104,12 +109,12 @@ pub(crate) async fn register(
         match backend {
             Backend::Postgres => {
                 let mut conn = sqlx::PgConnection::connect(url).await?;
-                let got: bool = crate::sql::query("SELECT pg_try_advisory_lock($1::int, $2::int)")
-                    .bind(LOCK_NAMESPACE)
-                    .bind(key)
-                    .fetch_one(&mut conn)
-                    .await?
-                    .try_get(0)?;
+                let got = pattern_db_postgres::processes::try_liveness_lock(
+                    &mut conn,
+                    LOCK_NAMESPACE,
+                    key,
+                )
+                .await?;
                 if got {
                     break Liveness {
                         pg: Some(Mutex::new(conn)),
@@ -158,20 +163,35 @@ pub(crate) async fn register(
     };
     let now = now_ms();
     let host = hostname();
-    crate::sql::query(
-        "INSERT INTO processes (holder, lock_key, pid, host, started_at, expires_at) \
-         VALUES ($1, $2, $3, $4, $5, $6) \
-         ON CONFLICT (holder) DO UPDATE SET lock_key = excluded.lock_key, \
-         expires_at = excluded.expires_at",
-    )
-    .bind(holder)
-    .bind(liveness.lock_key)
-    .bind(i64::from(std::process::id()))
-    .bind(host)
-    .bind(now)
-    .bind(now + lease_ms(lease))
-    .execute(pool)
-    .await?;
+    let expires = now + lease_ms(lease);
+    let pid = i64::from(std::process::id());
+    let mut pooled = pool.acquire().await?;
+    match &mut pooled.conn() {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::processes::register(
+                c,
+                holder,
+                liveness.lock_key,
+                pid,
+                &host,
+                now,
+                expires,
+            )
+            .await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::processes::register(
+                c,
+                holder,
+                liveness.lock_key,
+                pid,
+                &host,
+                instant(now)?,
+                instant(expires)?,
+            )
+            .await?
+        }
+    };
     Ok(liveness)
 }
 
@@ -181,8 +201,7 @@ pub(crate) async fn register(
 pub(crate) async fn keep_alive(liveness: &Liveness, url: &str) {
     let Some(pg) = &liveness.pg else { return };
     let mut conn = pg.lock().await;
-    let ok = crate::sql::query("SELECT 1")
-        .execute(&mut *conn)
+    let ok = pattern_db_postgres::processes::ping(&mut conn)
         .await
         .is_ok();
     if ok {
@@ -191,11 +210,12 @@ pub(crate) async fn keep_alive(liveness: &Liveness, url: &str) {
     warn!("the process liveness session was lost; taking the lock again");
     match sqlx::PgConnection::connect(url).await {
         Ok(mut fresh) => {
-            let taken = crate::sql::query("SELECT pg_advisory_lock($1::int, $2::int)")
-                .bind(LOCK_NAMESPACE)
-                .bind(liveness.lock_key)
-                .execute(&mut fresh)
-                .await;
+            let taken = pattern_db_postgres::processes::liveness_lock(
+                &mut fresh,
+                LOCK_NAMESPACE,
+                liveness.lock_key,
+            )
+            .await;
             match taken {
                 Ok(_) => *conn = fresh,
                 Err(e) => warn!(error = %e, "cannot take the process liveness lock again"),
@@ -233,7 +253,6 @@ pub(crate) fn lease_ms(d: Duration) -> i64 {
 /// How liveness is judged inside a transaction.
 #[derive(Debug, Clone)]
 pub(crate) struct Judge {
-    pub(crate) backend: Backend,
     /// This process: always alive to itself.
     pub(crate) me: String,
     /// SQLite: the lock file folder.
@@ -258,30 +277,26 @@ impl Judge {
         if holder == self.me {
             return Ok(HolderStatus::Alive);
         }
-        let row = crate::sql::query("SELECT lock_key, expires_at FROM processes WHERE holder = $1")
-            .bind(holder)
-            .fetch_optional(&mut *conn)
-            .await?;
-        let Some(row) = row else {
-            return Ok(HolderStatus::Gone);
-        };
-        let key: i64 = row.try_get(0)?;
-        let expires: i64 = row.try_get(1)?;
-        let locked = match self.backend {
-            Backend::Postgres => crate::sql::query(
-                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted \
-                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-                 AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 2)",
-            )
-            .bind(LOCK_NAMESPACE)
-            .bind(key)
-            .fetch_one(&mut *conn)
-            .await?
-            .try_get::<bool, _>(0)?,
-            Backend::Sqlite => match &self.lock_dir {
-                Some(dir) => file_held(&lock_file(dir, key)),
-                None => true,
-            },
+        let (expires, locked) = match conn {
+            Conn::Sqlite(c) => {
+                let Some(row) = pattern_db_sqlite::processes::process(c, holder).await? else {
+                    return Ok(HolderStatus::Gone);
+                };
+                let locked = match &self.lock_dir {
+                    Some(dir) => file_held(&lock_file(dir, row.lock_key)),
+                    None => true,
+                };
+                (row.expires_at, locked)
+            }
+            Conn::Postgres(c) => {
+                let Some(row) = pattern_db_postgres::processes::process(c, holder).await? else {
+                    return Ok(HolderStatus::Gone);
+                };
+                let locked =
+                    pattern_db_postgres::processes::liveness_held(c, LOCK_NAMESPACE, row.lock_key)
+                        .await?;
+                (row.expires_at.timestamp_millis(), locked)
+            }
         };
         Ok(if !locked {
             HolderStatus::Gone
@@ -312,14 +327,16 @@ fn file_held(path: &Path) -> bool {
 
 /// Forgets a dead holder: its row and its machine-id lease, so both are free at once.
 pub(crate) async fn forget(conn: &mut Conn<'_>, holder: &str) -> Result<()> {
-    crate::sql::query("DELETE FROM processes WHERE holder = $1")
-        .bind(holder)
-        .execute(&mut *conn)
-        .await?;
-    crate::sql::query("DELETE FROM machine_leases WHERE holder = $1")
-        .bind(holder)
-        .execute(&mut *conn)
-        .await?;
+    match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::processes::delete(c, holder).await?;
+            pattern_db_sqlite::processes::delete_leases(c, holder).await?;
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::processes::delete(c, holder).await?;
+            pattern_db_postgres::processes::delete_leases(c, holder).await?;
+        }
+    }
     Ok(())
 }
 
@@ -335,41 +352,45 @@ pub(crate) async fn renew(
 ) -> Result<HeartbeatReport> {
     let now = now_ms();
     let expires = now + lease_ms(lease);
-    let renewed = crate::sql::query("UPDATE processes SET expires_at = $1 WHERE holder = $2")
-        .bind(expires)
-        .bind(holder)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected()
-        == 1;
-    if !renewed {
-        crate::sql::query(
-            "INSERT INTO processes (holder, lock_key, pid, host, started_at, expires_at) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(holder)
-        .bind(lock_key)
-        .bind(i64::from(std::process::id()))
-        .bind(hostname())
-        .bind(now)
-        .bind(expires)
-        .execute(&mut *conn)
-        .await?;
-    }
-    let machine_kept =
-        match machine {
-            Some((id, machine_lease)) => crate::sql::query(
-                "UPDATE machine_leases SET expires_at = $1 WHERE machine_id = $2 AND holder = $3",
-            )
-            .bind(now + lease_ms(machine_lease))
-            .bind(i64::from(id))
-            .bind(holder)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected()
-                == 1,
-            None => true,
-        };
+    let pid = i64::from(std::process::id());
+    let machine_expires = machine.map(|(id, l)| (id, now + lease_ms(l)));
+    let (renewed, machine_kept) = match conn {
+        Conn::Sqlite(c) => {
+            use pattern_db_sqlite::processes as p;
+            let renewed = p::renew(c, holder, expires).await? == 1;
+            if !renewed {
+                p::insert(c, holder, lock_key, pid, &hostname(), now, expires).await?;
+            }
+            let kept = match machine_expires {
+                Some((id, until)) => p::renew_lease(c, i64::from(id), holder, until).await? == 1,
+                None => true,
+            };
+            (renewed, kept)
+        }
+        Conn::Postgres(c) => {
+            use pattern_db_postgres::processes as p;
+            let renewed = p::renew(c, holder, instant(expires)?).await? == 1;
+            if !renewed {
+                p::insert(
+                    c,
+                    holder,
+                    lock_key,
+                    pid,
+                    &hostname(),
+                    instant(now)?,
+                    instant(expires)?,
+                )
+                .await?;
+            }
+            let kept = match machine_expires {
+                Some((id, until)) => {
+                    p::renew_lease(c, i32::from(id), holder, instant(until)?).await? == 1
+                }
+                None => true,
+            };
+            (renewed, kept)
+        }
+    };
     Ok(HeartbeatReport {
         renewed,
         machine_kept,
@@ -394,23 +415,34 @@ pub(crate) async fn lease_machine_id(
     lease: Duration,
 ) -> Result<u16> {
     let mut tx = pool.begin_write().await?;
-    if judge.backend == Backend::Postgres {
-        // One leaser at a time across processes; released at commit.
-        crate::sql::query("SELECT pg_advisory_xact_lock(7061747465)")
-            .execute(&mut tx)
-            .await?;
-    }
-    let rows = crate::sql::query("SELECT machine_id, holder, expires_at FROM machine_leases")
-        .fetch_all(&mut tx)
-        .await?;
+    // `(machine id, holder, expiry in ms)` of every lease.
+    let rows: Vec<(i64, String, i64)> = match &mut tx.conn() {
+        Conn::Sqlite(c) => pattern_db_sqlite::processes::leases(c)
+            .await?
+            .into_iter()
+            .map(|r| (r.machine_id, r.holder, r.expires_at))
+            .collect(),
+        Conn::Postgres(c) => {
+            // One leaser at a time across processes; released at commit.
+            pattern_db_postgres::processes::xact_lock(c, MACHINE_LEASE_LOCK).await?;
+            pattern_db_postgres::processes::leases(c)
+                .await?
+                .into_iter()
+                .map(|r| {
+                    (
+                        i64::from(r.machine_id),
+                        r.holder,
+                        r.expires_at.timestamp_millis(),
+                    )
+                })
+                .collect()
+        }
+    };
     let max = usize::from(crate::id::MAX_MACHINE_ID);
     let mut taken = vec![false; max + 1];
     let now = now_ms();
     let mut live = 0usize;
-    for row in &rows {
-        let id: i64 = row.try_get(0)?;
-        let owner: String = row.try_get(1)?;
-        let expires: i64 = row.try_get(2)?;
+    for (id, owner, expires) in rows {
         let Some(slot) = usize::try_from(id).ok().filter(|i| *i <= max) else {
             continue;
         };
@@ -425,19 +457,17 @@ pub(crate) async fn lease_machine_id(
     let Some(free) = taken.iter().position(|t| !t) else {
         return Err(StorageError::MachineIdsExhausted { live }.into());
     };
-    crate::sql::query("DELETE FROM machine_leases WHERE holder = $1")
-        .bind(holder)
-        .execute(&mut tx)
-        .await?;
-    crate::sql::query(
-        "INSERT INTO machine_leases (machine_id, holder, expires_at) VALUES ($1, $2, $3) \
-         ON CONFLICT (machine_id) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at",
-    )
-    .bind(free as i64)
-    .bind(holder)
-    .bind(now + lease_ms(lease))
-    .execute(&mut tx)
-    .await?;
+    let until = now + lease_ms(lease);
+    match &mut tx.conn() {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::processes::delete_leases(c, holder).await?;
+            pattern_db_sqlite::processes::lease(c, free as i64, holder, until).await?;
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::processes::delete_leases(c, holder).await?;
+            pattern_db_postgres::processes::lease(c, free as i32, holder, instant(until)?).await?;
+        }
+    }
     tx.commit().await?;
     Ok(free as u16)
 }

@@ -15,8 +15,6 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::sql::Row;
-
 use crate::db::Database;
 use crate::error::Result;
 use crate::id::SnowflakeId;
@@ -121,10 +119,6 @@ pub struct Delivered {
     pub received: Received,
 }
 
-pub(crate) const QUEUE_COLUMNS: &str = "id, agent_id, batch_type, role, content, source, \
-     deliver_at, every_ms, delivered_at, delivered_batch, deliveries, created_at, schedule, cron, \
-     time_zone, name, retry_of, protocol_message_id";
-
 /// A queue entry from either engine's checked row ([`FromStored`]).
 pub(crate) fn queued_from_plain(row: impl FromStored<QueuedMessage>) -> Result<QueuedMessage> {
     row.into_domain()
@@ -194,53 +188,6 @@ macro_rules! queue_from_stored {
 
 queue_from_stored!(pattern_db_sqlite);
 queue_from_stored!(pattern_db_postgres);
-
-pub(crate) fn queued_from_row(row: &Row) -> Result<QueuedMessage> {
-    let agent: String = row.try_get(1)?;
-    let batch_type: String = row.try_get(2)?;
-    let role: String = row.try_get(3)?;
-    let content: String = row.try_get(4)?;
-    let every: Option<i64> = row.try_get(7)?;
-    let delivered_at: Option<i64> = row.try_get(8)?;
-    let delivered_batch: Option<i64> = row.try_get(9)?;
-    Ok(QueuedMessage {
-        id: SnowflakeId(row.try_get(0)?),
-        agent_id: AgentId(crate::ops::parse_uuid(&agent)?),
-        batch_type: batch_type.parse()?,
-        role: role.parse()?,
-        content: decode_content(&content)?,
-        source: row.try_get(5)?,
-        deliver_at: from_ms(row.try_get(6)?),
-        every: every.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
-        delivered_at: delivered_at.map(from_ms),
-        delivered_batch: delivered_batch.map(SnowflakeId),
-        deliveries: row.try_get(10)?,
-        created_at: from_ms(row.try_get(11)?),
-        schedule: match row.try_get::<Option<String>, _>(12)?.as_deref() {
-            None => None,
-            Some(kind) => Some(Box::new(QueuedSchedule {
-                kind: match kind {
-                    "at" => crate::schedule::ScheduleKind::At,
-                    "cron" => crate::schedule::ScheduleKind::Cron,
-                    other => {
-                        return Err(BatchError::InvalidContent(format!(
-                            "unknown schedule kind `{other}` in the queue"
-                        ))
-                        .into());
-                    }
-                },
-                cron: row.try_get(13)?,
-                time_zone: row.try_get(14)?,
-                name: row.try_get(15)?,
-            })),
-        },
-        retry_of: row.try_get::<Option<i64>, _>(16)?.map(SnowflakeId),
-        protocol_message: row
-            .try_get::<Option<String>, _>(17)?
-            .map(|m| crate::ops::parse_uuid(&m).map(crate::protocol::ProtocolMessageId))
-            .transpose()?,
-    })
-}
 
 impl Database {
     /// Commits `entry` to `agent`'s queue. When this returns, the trigger is durable.

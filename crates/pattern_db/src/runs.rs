@@ -629,7 +629,7 @@ impl Database {
     /// or expired, oldest due first, one row per agent, at most `limit`: one agent's backlog
     /// takes one row, however long it is.
     pub async fn deliverable_agents(&self, limit: usize) -> Result<Vec<AgentId>> {
-        crate::ops::runs::read_deliverable(self.reader(), self.backend(), limit).await
+        crate::ops::runs::read_deliverable(self.reader(), limit).await
     }
 }
 

@@ -13,7 +13,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::sql::Row;
+use crate::sql::Conn;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::id::SnowflakeId;
 use crate::model::{AgentId, BatchId, ContentBlock};
 use crate::ops::queue::{AddSchedule, RemoveSchedule};
-use crate::queue::{QUEUE_COLUMNS, QueuedMessage, queued_from_row};
+use crate::queue::{QueuedMessage, queued_from_plain};
 
 /// The most live schedules one agent may have; one more is [`ScheduleError::TooMany`].
 pub const MAX_SCHEDULES_PER_AGENT: usize = 100;
@@ -294,8 +294,17 @@ impl NewSchedule {
     }
 }
 
-pub(crate) fn schedule_from_row(row: &Row) -> Result<Option<Schedule>> {
-    Ok(Schedule::from_entry(&queued_from_row(row)?))
+/// The schedules among queue entries (an entry that is not one is left out).
+fn schedules_of(entries: Vec<QueuedMessage>) -> Vec<Schedule> {
+    entries.iter().filter_map(Schedule::from_entry).collect()
+}
+
+/// Queue entries from either engine's checked rows.
+fn entries_of<R>(rows: Vec<R>) -> Result<Vec<QueuedMessage>>
+where
+    R: crate::ops::FromStored<QueuedMessage>,
+{
+    rows.into_iter().map(queued_from_plain).collect()
 }
 
 impl Database {
@@ -318,68 +327,61 @@ impl Database {
 
     /// `agent`'s live schedules, in the order they were added.
     pub async fn schedules(&self, agent: AgentId) -> Result<Vec<Schedule>> {
-        let rows = crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {QUEUE_COLUMNS} FROM agent_queue \
-             WHERE agent_id = $1 AND schedule IS NOT NULL AND delivered_at IS NULL ORDER BY id"
-        )))
-        .bind(agent.to_string())
-        .fetch_all(self.reader())
-        .await?;
-        Ok(rows
-            .iter()
-            .map(schedule_from_row)
-            .collect::<Result<Vec<_>>>()?
-            .into_iter()
-            .flatten()
-            .collect())
+        let mut pooled = self.reader().acquire().await?;
+        let entries = match &mut pooled.conn() {
+            Conn::Sqlite(c) => {
+                entries_of(pattern_db_sqlite::schedules::of_agent(c, &agent.to_string()).await?)?
+            }
+            Conn::Postgres(c) => {
+                entries_of(pattern_db_postgres::schedules::of_agent(c, agent.0).await?)?
+            }
+        };
+        Ok(schedules_of(entries))
     }
 
     /// Every agent's live schedules, by next fire time.
     pub async fn all_schedules(&self) -> Result<Vec<Schedule>> {
-        let rows = crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {QUEUE_COLUMNS} FROM agent_queue \
-             WHERE schedule IS NOT NULL AND delivered_at IS NULL ORDER BY deliver_at, id"
-        )))
-        .fetch_all(self.reader())
-        .await?;
-        Ok(rows
-            .iter()
-            .map(schedule_from_row)
-            .collect::<Result<Vec<_>>>()?
-            .into_iter()
-            .flatten()
-            .collect())
+        let mut pooled = self.reader().acquire().await?;
+        let entries = match &mut pooled.conn() {
+            Conn::Sqlite(c) => entries_of(pattern_db_sqlite::schedules::all(c).await?)?,
+            Conn::Postgres(c) => entries_of(pattern_db_postgres::schedules::all(c).await?)?,
+        };
+        Ok(schedules_of(entries))
     }
 
     /// The live schedule `id`, whichever agent it belongs to.
     pub async fn schedule(&self, id: SnowflakeId) -> Result<Schedule> {
-        let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {QUEUE_COLUMNS} FROM agent_queue \
-             WHERE id = $1 AND schedule IS NOT NULL AND delivered_at IS NULL"
-        )))
-        .bind(id.get())
-        .fetch_optional(self.reader())
-        .await?;
-        match row {
-            Some(row) => {
-                schedule_from_row(&row)?.ok_or(Error::Schedule(ScheduleError::NotFound(id)))
-            }
-            None => Err(ScheduleError::NotFound(id).into()),
-        }
+        let mut pooled = self.reader().acquire().await?;
+        let entry = match &mut pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::schedules::one(c, id.get())
+                .await?
+                .map(queued_from_plain)
+                .transpose()?,
+            Conn::Postgres(c) => pattern_db_postgres::schedules::one(c, id.get())
+                .await?
+                .map(queued_from_plain)
+                .transpose()?,
+        };
+        entry
+            .as_ref()
+            .and_then(Schedule::from_entry)
+            .ok_or(Error::Schedule(ScheduleError::NotFound(id)))
     }
 
     /// The queue entries of `agent` that retry a crashed wakeup (for inspection and tests).
     pub async fn queue_retries(&self, agent: AgentId) -> Result<Vec<(QueuedMessage, BatchId)>> {
-        let rows = crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {QUEUE_COLUMNS} FROM agent_queue \
-             WHERE agent_id = $1 AND retry_of IS NOT NULL ORDER BY id"
-        )))
-        .bind(agent.to_string())
-        .fetch_all(self.reader())
-        .await?;
-        rows.iter()
-            .map(|row| {
-                let entry = queued_from_row(row)?;
+        let mut pooled = self.reader().acquire().await?;
+        let entries = match &mut pooled.conn() {
+            Conn::Sqlite(c) => {
+                entries_of(pattern_db_sqlite::schedules::retries(c, &agent.to_string()).await?)?
+            }
+            Conn::Postgres(c) => {
+                entries_of(pattern_db_postgres::schedules::retries(c, agent.0).await?)?
+            }
+        };
+        entries
+            .into_iter()
+            .map(|entry| {
                 let of = entry.retry_of.ok_or(ScheduleError::NotFound(entry.id))?;
                 Ok((entry, of))
             })

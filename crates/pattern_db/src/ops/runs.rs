@@ -4,6 +4,11 @@
 //! for its group (on PostgreSQL: the row locks of every agent the group writes, in agent order),
 //! so a claim is read and changed under its agent's lock and never raced. It must never commit,
 //! never change a claim without its agent's lock, and never append to a finished turn.
+//!
+//! Statements are the checked ones of `pattern_db_sqlite::runs` and `pattern_db_postgres::runs`
+//! (decision 0023 step 3 (c)), except two whose text varies with the call and stays dynamic: the
+//! insert of a turn's events (its `VALUES` list grows with the events) and recovery's candidate
+//! agents (its filters follow the scope and the agent asked for).
 
 pub(crate) mod writes;
 
@@ -12,20 +17,19 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::sql::Conn;
 use crate::sql::Pool;
-use crate::sql::Row;
+use crate::sql::instant;
 
 use super::{
-    Ctx, abandon_batch, begin_batch, complete_batch, from_ms, load_batch, lock_agent, log_activity,
-    now_ms, parse_uuid,
+    Ctx, FromStored, StoredId, StoredTime, abandon_batch, begin_batch, complete_batch, load_batch,
+    lock_agent, log_activity, now_ms, parse_uuid,
 };
-use crate::config::Backend;
 use crate::error::{Error, Result};
 use crate::id::SnowflakeId;
 use crate::model::{
     Abandoned, AgentId, BatchId, BatchInfo, BatchType, BeginBatch, NewMessage, RecoveryScope,
 };
 use crate::process::HolderStatus;
-use crate::queue::{NewQueued, QUEUE_COLUMNS, QueuedMessage, queued_from_row};
+use crate::queue::{NewQueued, QueuedMessage, queued_from_plain};
 use crate::runs::{
     ClaimInfo, Finished, NewTurn, NewTurnEvent, RunClaim, RunEnding, Started, Submit, Submitted,
     TurnEvent, TurnId, TurnInfo, TurnOutcome, TurnState, lifecycle,
@@ -54,13 +58,39 @@ pub(crate) struct FinishRun {
 
 /// The claim row of `agent`: `(token, holder)`; `(0, None)` when it never ran under a claim.
 async fn claim_row(conn: &mut Conn<'_>, agent: AgentId) -> Result<(i64, Option<String>)> {
-    let row = crate::sql::query("SELECT token, holder FROM agent_runs WHERE agent_id = $1")
-        .bind(agent.to_string())
-        .fetch_optional(&mut *conn)
-        .await?;
-    Ok(match row {
-        Some(row) => (row.try_get(0)?, row.try_get(1)?),
-        None => (0, None),
+    let row = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::runs::claim(c, &agent.to_string())
+            .await?
+            .map(|r| (r.token, r.holder)),
+        Conn::Postgres(c) => pattern_db_postgres::runs::claim(c, agent.0)
+            .await?
+            .map(|r| (r.token, r.holder)),
+    };
+    Ok(row.unwrap_or((0, None)))
+}
+
+/// `agent`'s open batches, in id order: `(id, lease expiry in ms, claim token)`.
+async fn open_batches(
+    conn: &mut Conn<'_>,
+    agent: AgentId,
+) -> Result<Vec<(i64, Option<i64>, Option<i64>)>> {
+    Ok(match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::runs::open_batches(c, &agent.to_string())
+            .await?
+            .into_iter()
+            .map(|r| (r.id, r.lease_expires_at, r.claim_token))
+            .collect(),
+        Conn::Postgres(c) => pattern_db_postgres::runs::open_batches(c, agent.0)
+            .await?
+            .into_iter()
+            .map(|r| {
+                (
+                    r.id,
+                    r.lease_expires_at.map(|t| t.timestamp_millis()),
+                    r.claim_token,
+                )
+            })
+            .collect(),
     })
 }
 
@@ -126,17 +156,7 @@ async fn availability(
         }
         token = take_over(conn, ctx, agent, &holder, status, now).await?.0;
     }
-    let rows = crate::sql::query(
-        "SELECT id, lease_expires_at, claim_token FROM batches \
-         WHERE agent_id = $1 AND state = 'open' ORDER BY id",
-    )
-    .bind(agent.to_string())
-    .fetch_all(&mut *conn)
-    .await?;
-    for row in rows {
-        let id: i64 = row.try_get(0)?;
-        let lease: Option<i64> = row.try_get(1)?;
-        let claimed: Option<i64> = row.try_get(2)?;
+    for (id, lease, claimed) in open_batches(conn, agent).await? {
         // A claimed batch whose claim is free has no run: its run was released uncleanly.
         // A batch begun without a claim blocks until its lease expires.
         let dead = claimed.is_some() || lease.is_some_and(|l| l < now);
@@ -160,24 +180,20 @@ async fn take_over(
     status: HolderStatus,
     now: i64,
 ) -> Result<(i64, Vec<Abandoned>)> {
-    let row = crate::sql::query(
-        "UPDATE agent_runs SET token = token + 1, holder = NULL, claimed_at = NULL, batch_id = NULL \
-         WHERE agent_id = $1 RETURNING token",
-    )
-    .bind(agent.to_string())
-    .fetch_one(&mut *conn)
-    .await?;
-    let token: i64 = row.try_get(0)?;
-    let open: Vec<i64> = crate::sql::query(
-        "SELECT id FROM batches WHERE agent_id = $1 AND state = 'open' AND claim_token IS NOT NULL \
-         ORDER BY id",
-    )
-    .bind(agent.to_string())
-    .fetch_all(&mut *conn)
-    .await?
-    .iter()
-    .map(|r| r.try_get(0))
-    .collect::<Result<_, _>>()?;
+    let (token, open) = match conn {
+        Conn::Sqlite(c) => {
+            let id = agent.to_string();
+            let token = pattern_db_sqlite::runs::take_over(c, &id).await?;
+            (token, pattern_db_sqlite::runs::open_claimed(c, &id).await?)
+        }
+        Conn::Postgres(c) => {
+            let token = pattern_db_postgres::runs::take_over(c, agent.0).await?;
+            (
+                token,
+                pattern_db_postgres::runs::open_claimed(c, agent.0).await?,
+            )
+        }
+    };
     let reason = format!("the process `{holder}` running it stopped");
     let mut abandoned = Vec::with_capacity(open.len());
     for id in open {
@@ -218,16 +234,19 @@ async fn abandon_dead(
     log_activity(conn, ctx, agent, "batch_abandoned", &payload).await?;
     // A scheduled wakeup whose run died is queued again, once.
     super::queue::retry_crashed_wakeup(conn, ctx, agent, batch, now).await?;
-    let turns: Vec<String> =
-        crate::sql::query("SELECT id FROM turns WHERE batch_id = $1 AND state <> 'finished'")
-            .bind(batch.get())
-            .fetch_all(&mut *conn)
+    let turns: Vec<TurnId> = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::runs::unfinished_of_batch(c, batch.get())
             .await?
-            .iter()
-            .map(|r| r.try_get(0))
-            .collect::<Result<_, _>>()?;
+            .into_iter()
+            .map(|t| Ok(TurnId(t.uuid()?)))
+            .collect::<Result<_>>()?,
+        Conn::Postgres(c) => pattern_db_postgres::runs::unfinished_of_batch(c, batch.get())
+            .await?
+            .into_iter()
+            .map(TurnId)
+            .collect(),
+    };
     for turn in turns {
-        let turn = TurnId(parse_uuid(&turn)?);
         append_events(
             conn,
             ctx,
@@ -256,30 +275,40 @@ async fn acquire(
         agent,
         token: token + 1,
     };
-    crate::sql::query(
-        "INSERT INTO agent_runs (agent_id, token, holder, claimed_at, batch_id) \
-         VALUES ($1, $2, $3, $4, NULL) \
-         ON CONFLICT (agent_id) DO UPDATE SET token = excluded.token, holder = excluded.holder, \
-         claimed_at = excluded.claimed_at, batch_id = NULL",
-    )
-    .bind(agent.to_string())
-    .bind(claim.token)
-    .bind(&ctx.run_owner)
-    .bind(now)
-    .execute(&mut *conn)
-    .await?;
+    match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::runs::acquire(
+                c,
+                &agent.to_string(),
+                claim.token,
+                &ctx.run_owner,
+                now,
+            )
+            .await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::runs::acquire(
+                c,
+                agent.0,
+                claim.token,
+                &ctx.run_owner,
+                instant(now)?,
+            )
+            .await?
+        }
+    };
     Ok(claim)
 }
 
 async fn release(conn: &mut Conn<'_>, ctx: &Ctx, claim: &RunClaim) -> Result<()> {
-    crate::sql::query(
-        "UPDATE agent_runs SET holder = NULL, claimed_at = NULL, batch_id = NULL \
-         WHERE agent_id = $1 AND token = $2",
-    )
-    .bind(claim.agent.to_string())
-    .bind(claim.token)
-    .execute(&mut *conn)
-    .await?;
+    match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::runs::release(c, &claim.agent.to_string(), claim.token).await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::runs::release(c, claim.agent.0, claim.token).await?
+        }
+    };
     wake::notify(
         conn,
         ctx.backend,
@@ -289,12 +318,20 @@ async fn release(conn: &mut Conn<'_>, ctx: &Ctx, claim: &RunClaim) -> Result<()>
 }
 
 async fn set_claim_batch(conn: &mut Conn<'_>, claim: &RunClaim, batch: BatchId) -> Result<()> {
-    crate::sql::query("UPDATE agent_runs SET batch_id = $1 WHERE agent_id = $2 AND token = $3")
-        .bind(batch.get())
-        .bind(claim.agent.to_string())
-        .bind(claim.token)
-        .execute(&mut *conn)
-        .await?;
+    match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::runs::set_batch(
+                c,
+                &claim.agent.to_string(),
+                claim.token,
+                batch.get(),
+            )
+            .await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::runs::set_batch(c, claim.agent.0, claim.token, batch.get()).await?
+        }
+    };
     Ok(())
 }
 
@@ -304,23 +341,21 @@ async fn due_entry(
     agent: AgentId,
     now: i64,
 ) -> Result<Option<(QueuedMessage, Option<TurnId>)>> {
-    let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {QUEUE_COLUMNS}, turn_id FROM agent_queue \
-         WHERE agent_id = $1 AND delivered_at IS NULL AND deliver_at <= $2 \
-         ORDER BY deliver_at, id LIMIT 1"
-    )))
-    .bind(agent.to_string())
-    .bind(now)
-    .fetch_optional(&mut *conn)
-    .await?;
-    row.map(|row| {
-        let turn: Option<String> = row.try_get("turn_id")?;
-        Ok((
-            queued_from_row(&row)?,
-            turn.map(|t| parse_uuid(&t).map(TurnId)).transpose()?,
-        ))
-    })
-    .transpose()
+    match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::runs::due_entry(c, &agent.to_string(), now)
+            .await?
+            .map(|(entry, turn)| {
+                Ok((
+                    queued_from_plain(entry)?,
+                    turn.map(|t| parse_uuid(&t).map(TurnId)).transpose()?,
+                ))
+            })
+            .transpose(),
+        Conn::Postgres(c) => pattern_db_postgres::runs::due_entry(c, agent.0, instant(now)?)
+            .await?
+            .map(|(entry, turn)| Ok((queued_from_plain(entry)?, turn.map(TurnId))))
+            .transpose(),
+    }
 }
 
 /// Delivers `entry` under `claim`: marks it delivered (a recurring one moves on), begins its
@@ -350,22 +385,38 @@ async fn deliver(
         Some(claim.token),
     )
     .await?;
-    crate::sql::query("UPDATE agent_queue SET delivered_batch = $1 WHERE id = $2")
-        .bind(received.batch_id.get())
-        .bind(entry.id.get())
-        .execute(&mut *conn)
-        .await?;
+    match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::runs::set_delivered_batch(c, entry.id.get(), received.batch_id.get())
+                .await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::runs::set_delivered_batch(
+                c,
+                entry.id.get(),
+                received.batch_id.get(),
+            )
+            .await?
+        }
+    };
     entry.delivered_batch = Some(received.batch_id);
     set_claim_batch(conn, &claim, received.batch_id).await?;
     let turn = match turn {
         Some(turn) if entry.every.is_none() => {
-            crate::sql::query(
-                "UPDATE turns SET state = 'running', batch_id = $1 WHERE id = $2 AND state = 'queued'",
-            )
-            .bind(received.batch_id.get())
-            .bind(turn.to_string())
-            .execute(&mut *conn)
-            .await?;
+            match conn {
+                Conn::Sqlite(c) => {
+                    pattern_db_sqlite::runs::start_turn(
+                        c,
+                        &turn.to_string(),
+                        received.batch_id.get(),
+                    )
+                    .await?
+                }
+                Conn::Postgres(c) => {
+                    pattern_db_postgres::runs::start_turn(c, turn.0, received.batch_id.get())
+                        .await?
+                }
+            };
             turn
         }
         // A recurring entry (or one queued without a turn) gets a turn per delivery.
@@ -396,14 +447,10 @@ async fn deliver(
 }
 
 async fn has_due(conn: &mut Conn<'_>, agent: AgentId, now: i64) -> Result<bool> {
-    Ok(crate::sql::query(
-        "SELECT 1 FROM agent_queue WHERE agent_id = $1 AND delivered_at IS NULL AND deliver_at <= $2 LIMIT 1",
-    )
-    .bind(agent.to_string())
-    .bind(now)
-    .fetch_optional(&mut *conn)
-    .await?
-    .is_some())
+    Ok(match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::runs::has_due(c, &agent.to_string(), now).await?,
+        Conn::Postgres(c) => pattern_db_postgres::runs::has_due(c, agent.0, instant(now)?).await?,
+    })
 }
 
 pub(crate) async fn submit(conn: &mut Conn<'_>, ctx: &Ctx, s: &Submit) -> Result<Submitted> {
@@ -488,11 +535,20 @@ pub(crate) async fn submit(conn: &mut Conn<'_>, ctx: &Ctx, s: &Submit) -> Result
                 ..NewQueued::now(batch_type, s.trigger.role, s.trigger.content.clone())
             };
             let entry = super::queue::enqueue(conn, ctx, agent, &entry).await?;
-            crate::sql::query("UPDATE agent_queue SET turn_id = $1 WHERE id = $2")
-                .bind(s.turn.id.to_string())
-                .bind(entry.id.get())
-                .execute(&mut *conn)
-                .await?;
+            match conn {
+                Conn::Sqlite(c) => {
+                    pattern_db_sqlite::runs::set_entry_turn(
+                        c,
+                        entry.id.get(),
+                        &s.turn.id.to_string(),
+                    )
+                    .await?
+                }
+                Conn::Postgres(c) => {
+                    pattern_db_postgres::runs::set_entry_turn(c, entry.id.get(), s.turn.id.0)
+                        .await?
+                }
+            };
             insert_turn(
                 conn,
                 &s.turn,
@@ -516,13 +572,9 @@ pub(crate) async fn claim_next(
     ctx: &Ctx,
     agent: AgentId,
 ) -> Result<Option<Box<Started>>> {
-    if ctx.backend == Backend::Postgres {
+    if let Conn::Postgres(c) = conn {
         // Another process claiming (or writing) this agent right now: leave it to them.
-        let locked =
-            crate::sql::query("SELECT id FROM agents WHERE id = $1 FOR NO KEY UPDATE SKIP LOCKED")
-                .bind(agent.to_string())
-                .fetch_optional(&mut *conn)
-                .await?;
+        let locked = pattern_db_postgres::runs::lock_agent_skip_locked(c, agent.0).await?;
         if locked.is_none() {
             return Ok(None);
         }
@@ -595,16 +647,14 @@ pub(crate) async fn release_claim(
         return Ok(false);
     }
     let now = now_ms();
-    let open: Vec<i64> = crate::sql::query(
-        "SELECT id FROM batches WHERE agent_id = $1 AND state = 'open' AND claim_token = $2",
-    )
-    .bind(claim.agent.to_string())
-    .bind(claim.token)
-    .fetch_all(&mut *conn)
-    .await?
-    .iter()
-    .map(|r| r.try_get(0))
-    .collect::<Result<_, _>>()?;
+    let open = match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::runs::open_of_token(c, &claim.agent.to_string(), claim.token).await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::runs::open_of_token(c, claim.agent.0, claim.token).await?
+        }
+    };
     for id in open {
         abandon_dead(conn, ctx, claim.agent, SnowflakeId(id), reason, now).await?;
     }
@@ -619,15 +669,16 @@ pub(crate) async fn cancel_turn(
     turn: TurnId,
 ) -> Result<Box<TurnInfo>> {
     lock_agent(conn, agent).await?;
-    crate::sql::query(
-        "UPDATE turns SET cancel_requested_at = $1 \
-         WHERE id = $2 AND agent_id = $3 AND state <> 'finished' AND cancel_requested_at IS NULL",
-    )
-    .bind(now_ms())
-    .bind(turn.to_string())
-    .bind(agent.to_string())
-    .execute(&mut *conn)
-    .await?;
+    let now = now_ms();
+    match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::runs::request_cancel(c, &agent.to_string(), &turn.to_string(), now)
+                .await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::runs::request_cancel(c, agent.0, turn.0, instant(now)?).await?
+        }
+    };
     let info = read_turn_tx(conn, agent, turn).await?;
     wake::notify(conn, ctx.backend, &[WakeKey::Cancel(turn)]).await?;
     Ok(Box::new(info))
@@ -645,22 +696,23 @@ pub(crate) async fn recover(
     // Candidates, read without locks; each is checked again under its agent's lock.
     let mut agents: BTreeSet<AgentId> = BTreeSet::new();
     let mut statuses: HashMap<String, HolderStatus> = HashMap::new();
-    let held = match only {
-        Some(a) => crate::sql::query(
-            "SELECT agent_id, holder FROM agent_runs WHERE holder IS NOT NULL AND agent_id = $1",
-        )
-        .bind(a.to_string())
-        .fetch_all(&mut *conn)
-        .await?,
-        None => {
-            crate::sql::query("SELECT agent_id, holder FROM agent_runs WHERE holder IS NOT NULL")
-                .fetch_all(&mut *conn)
-                .await?
+    let held: Vec<(AgentId, String)> = match conn {
+        Conn::Sqlite(c) => match only {
+            Some(a) => pattern_db_sqlite::runs::held_of(c, &a.to_string()).await?,
+            None => pattern_db_sqlite::runs::held(c).await?,
         }
+        .into_iter()
+        .map(|r| Ok((AgentId(r.agent_id.uuid()?), r.holder)))
+        .collect::<Result<_>>()?,
+        Conn::Postgres(c) => match only {
+            Some(a) => pattern_db_postgres::runs::held_of(c, a.0).await?,
+            None => pattern_db_postgres::runs::held(c).await?,
+        }
+        .into_iter()
+        .map(|r| (AgentId(r.agent_id), r.holder))
+        .collect(),
     };
-    for row in held {
-        let agent = AgentId(parse_uuid(&row.try_get::<String, _>(0)?)?);
-        let holder: String = row.try_get(1)?;
+    for (agent, holder) in held {
         let status = match statuses.get(&holder) {
             Some(s) => *s,
             None => {
@@ -712,18 +764,9 @@ pub(crate) async fn recover(
                 taken_over = true;
             }
         }
-        let rows = crate::sql::query(
-            "SELECT id, lease_expires_at, claim_token FROM batches \
-             WHERE agent_id = $1 AND state = 'open' ORDER BY id",
-        )
-        .bind(agent.to_string())
-        .fetch_all(&mut *conn)
-        .await?;
+        let rows = open_batches(conn, agent).await?;
         let (_, holder_now) = claim_row(conn, agent).await?;
-        for row in rows {
-            let id: i64 = row.try_get(0)?;
-            let lease: Option<i64> = row.try_get(1)?;
-            let claimed: Option<i64> = row.try_get(2)?;
+        for (id, lease, claimed) in rows {
             let dead = match claimed {
                 // A run's batch is dead when no live run holds the agent.
                 Some(_) => holder_now.is_none(),
@@ -779,21 +822,42 @@ async fn insert_turn(
     batch_id: Option<BatchId>,
     now: i64,
 ) -> Result<()> {
-    crate::sql::query(
-        "INSERT INTO turns (id, agent_id, source, idempotency_key, fingerprint, queue_id, batch_id, \
-         state, last_seq, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, $9)",
-    )
-    .bind(turn.id.to_string())
-    .bind(agent.to_string())
-    .bind(turn.source.as_str())
-    .bind(turn.idempotency.as_ref().map(|i| i.key.clone()))
-    .bind(turn.idempotency.as_ref().map(|i| i.fingerprint.clone()))
-    .bind(queue_id.map(SnowflakeId::get))
-    .bind(batch_id.map(SnowflakeId::get))
-    .bind(state.as_str())
-    .bind(now)
-    .execute(&mut *conn)
-    .await?;
+    let key = turn.idempotency.as_ref().map(|i| i.key.as_str());
+    let fingerprint = turn.idempotency.as_ref().map(|i| i.fingerprint.as_str());
+    let queue_id = queue_id.map(SnowflakeId::get);
+    let batch_id = batch_id.map(SnowflakeId::get);
+    match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::runs::insert_turn(
+                c,
+                &turn.id.to_string(),
+                &agent.to_string(),
+                &turn.source,
+                key,
+                fingerprint,
+                queue_id,
+                batch_id,
+                state.as_str(),
+                now,
+            )
+            .await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::runs::insert_turn(
+                c,
+                turn.id.0,
+                agent.0,
+                &turn.source,
+                key,
+                fingerprint,
+                queue_id,
+                batch_id,
+                state.as_str(),
+                instant(now)?,
+            )
+            .await?
+        }
+    };
     Ok(())
 }
 
@@ -803,15 +867,16 @@ async fn finish_turn(
     outcome: TurnOutcome,
     now: i64,
 ) -> Result<()> {
-    crate::sql::query(
-        "UPDATE turns SET state = 'finished', outcome = $1, finished_at = $2 \
-         WHERE id = $3 AND state <> 'finished'",
-    )
-    .bind(outcome.as_str())
-    .bind(now)
-    .bind(turn.to_string())
-    .execute(&mut *conn)
-    .await?;
+    match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::runs::finish_turn(c, &turn.to_string(), outcome.as_str(), now)
+                .await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::runs::finish_turn(c, turn.0, outcome.as_str(), instant(now)?)
+                .await?
+        }
+    };
     Ok(())
 }
 
@@ -823,20 +888,23 @@ pub(crate) async fn append_events(
     turn: TurnId,
     events: &[NewTurnEvent],
 ) -> Result<u64> {
-    let row = crate::sql::query("SELECT agent_id, state, last_seq FROM turns WHERE id = $1")
-        .bind(turn.to_string())
-        .fetch_optional(&mut *conn)
-        .await?;
-    let Some(row) = row else {
+    let row = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::runs::turn_state(c, &turn.to_string())
+            .await?
+            .map(|r| (r.agent_id == agent.to_string(), r.state, r.last_seq)),
+        Conn::Postgres(c) => pattern_db_postgres::runs::turn_state(c, turn.0)
+            .await?
+            .map(|r| (r.agent_id == agent.0, r.state, r.last_seq)),
+    };
+    let Some((mine, state, last)) = row else {
         return Err(RunError::TurnNotFound { agent, turn }.into());
     };
-    if row.try_get::<String, _>(0)? != agent.to_string() {
+    if !mine {
         return Err(RunError::TurnNotFound { agent, turn }.into());
     }
-    if row.try_get::<String, _>(1)?.parse::<TurnState>()? == TurnState::Finished {
+    if state.parse::<TurnState>()? == TurnState::Finished {
         return Err(RunError::TurnFinished(turn).into());
     }
-    let last: i64 = row.try_get(2)?;
     if events.is_empty() {
         return Ok(u64::try_from(last).unwrap_or(0));
     }
@@ -885,81 +953,115 @@ pub(crate) async fn append_events(
         q.execute(&mut *conn).await?;
     }
     let new_last = last + events.len() as i64;
-    crate::sql::query("UPDATE turns SET last_seq = $1 WHERE id = $2")
-        .bind(new_last)
-        .bind(turn.to_string())
-        .execute(&mut *conn)
-        .await?;
+    match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::runs::set_last_seq(c, &turn.to_string(), new_last).await?
+        }
+        Conn::Postgres(c) => pattern_db_postgres::runs::set_last_seq(c, turn.0, new_last).await?,
+    };
     wake::notify(conn, ctx.backend, &[WakeKey::Turn(turn)]).await?;
     Ok(u64::try_from(new_last).unwrap_or(0))
 }
 
 pub(crate) async fn prune_turns(conn: &mut Conn<'_>, before: i64) -> Result<u64> {
-    crate::sql::query(
-        "DELETE FROM turn_events WHERE turn_id IN \
-         (SELECT id FROM turns WHERE state = 'finished' AND finished_at < $1)",
-    )
-    .bind(before)
-    .execute(&mut *conn)
-    .await?;
-    Ok(
-        crate::sql::query("DELETE FROM turns WHERE state = 'finished' AND finished_at < $1")
-            .bind(before)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected(),
-    )
+    Ok(match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::runs::prune_events(c, before).await?;
+            pattern_db_sqlite::runs::prune_turns(c, before).await?
+        }
+        Conn::Postgres(c) => {
+            let before = instant(before)?;
+            pattern_db_postgres::runs::prune_events(c, before).await?;
+            pattern_db_postgres::runs::prune_turns(c, before).await?
+        }
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
 // reads
 
 pub(crate) async fn count_prunable(pool: &Pool, before: i64) -> Result<u64> {
-    let n: i64 = crate::sql::query(
-        "SELECT COUNT(*) FROM turns WHERE state = 'finished' AND finished_at < $1",
-    )
-    .bind(before)
-    .fetch_one(pool)
-    .await?
-    .try_get(0)?;
+    let mut pooled = pool.acquire().await?;
+    let n = match &mut pooled.conn() {
+        Conn::Sqlite(c) => pattern_db_sqlite::runs::count_prunable(c, before).await?,
+        Conn::Postgres(c) => pattern_db_postgres::runs::count_prunable(c, instant(before)?).await?,
+    };
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
-const TURN_COLUMNS: &str = "id, agent_id, source, idempotency_key, fingerprint, queue_id, batch_id, \
-    state, outcome, last_seq, cancel_requested_at, created_at, finished_at";
-
-fn turn_from_row(row: &Row) -> Result<TurnInfo> {
-    let id: String = row.try_get(0)?;
-    let agent: String = row.try_get(1)?;
-    let state: String = row.try_get(7)?;
-    let outcome: Option<String> = row.try_get(8)?;
-    Ok(TurnInfo {
-        id: TurnId(parse_uuid(&id)?),
-        agent_id: AgentId(parse_uuid(&agent)?),
-        source: row.try_get(2)?,
-        idempotency_key: row.try_get(3)?,
-        fingerprint: row.try_get(4)?,
-        queue_id: row.try_get::<Option<i64>, _>(5)?.map(SnowflakeId),
-        batch_id: row.try_get::<Option<i64>, _>(6)?.map(SnowflakeId),
-        state: state.parse()?,
-        outcome: outcome.map(|o| o.parse()).transpose()?,
-        last_seq: u64::try_from(row.try_get::<i64, _>(9)?).unwrap_or(0),
-        cancel_requested: row.try_get::<Option<i64>, _>(10)?.is_some(),
-        created_at: from_ms(row.try_get(11)?),
-        finished_at: row.try_get::<Option<i64>, _>(12)?.map(from_ms),
-    })
+/// A turn from either engine's checked row ([`FromStored`]).
+fn turn_from_plain(row: impl FromStored<TurnInfo>) -> Result<TurnInfo> {
+    row.into_domain()
 }
 
+/// A claim from either engine's checked row ([`FromStored`]).
+fn claim_from_plain(row: impl FromStored<ClaimInfo>) -> Result<ClaimInfo> {
+    row.into_domain()
+}
+
+/// [`FromStored`] for the turn and claim rows of one engine's crate of checked statements: one
+/// conversion, written once, for both engines.
+macro_rules! runs_from_stored {
+    ($engine:ident) => {
+        impl FromStored<TurnInfo> for $engine::runs::TurnRow {
+            fn into_domain(self) -> Result<TurnInfo> {
+                Ok(TurnInfo {
+                    id: TurnId(self.id.uuid()?),
+                    agent_id: AgentId(self.agent_id.uuid()?),
+                    source: self.source,
+                    idempotency_key: self.idempotency_key,
+                    fingerprint: self.fingerprint,
+                    queue_id: self.queue_id.map(SnowflakeId),
+                    batch_id: self.batch_id.map(SnowflakeId),
+                    state: self.state.parse()?,
+                    outcome: self.outcome.map(|o| o.parse()).transpose()?,
+                    last_seq: u64::try_from(self.last_seq).unwrap_or(0),
+                    cancel_requested: self.cancel_requested_at.is_some(),
+                    created_at: self.created_at.time(),
+                    finished_at: self.finished_at.map(StoredTime::time),
+                })
+            }
+        }
+
+        impl FromStored<ClaimInfo> for $engine::runs::ClaimRow {
+            fn into_domain(self) -> Result<ClaimInfo> {
+                Ok(ClaimInfo {
+                    agent: AgentId(self.agent_id.uuid()?),
+                    token: self.token,
+                    holder: self.holder,
+                    claimed_at: self.claimed_at.map(StoredTime::time),
+                    batch_id: self.batch_id.map(SnowflakeId),
+                })
+            }
+        }
+
+        impl FromStored<TurnEvent> for $engine::runs::TurnEventRow {
+            fn into_domain(self) -> Result<TurnEvent> {
+                Ok(TurnEvent {
+                    seq: u64::try_from(self.seq).unwrap_or(0),
+                    kind: self.kind,
+                    data: self.data,
+                    created_at: self.created_at.time(),
+                })
+            }
+        }
+    };
+}
+
+runs_from_stored!(pattern_db_sqlite);
+runs_from_stored!(pattern_db_postgres);
+
 async fn read_turn_tx(conn: &mut Conn<'_>, agent: AgentId, turn: TurnId) -> Result<TurnInfo> {
-    let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {TURN_COLUMNS} FROM turns WHERE id = $1 AND agent_id = $2"
-    )))
-    .bind(turn.to_string())
-    .bind(agent.to_string())
-    .fetch_optional(&mut *conn)
-    .await?;
+    let row = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::runs::turn(c, &agent.to_string(), &turn.to_string())
+            .await?
+            .map(turn_from_plain),
+        Conn::Postgres(c) => pattern_db_postgres::runs::turn(c, agent.0, turn.0)
+            .await?
+            .map(turn_from_plain),
+    };
     match row {
-        Some(row) => turn_from_row(&row),
+        Some(info) => info,
         None => Err(RunError::TurnNotFound { agent, turn }.into()),
     }
 }
@@ -969,16 +1071,16 @@ async fn read_turn_by_key_tx(
     agent: AgentId,
     key: &str,
 ) -> Result<Option<TurnInfo>> {
-    crate::sql::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {TURN_COLUMNS} FROM turns WHERE agent_id = $1 AND idempotency_key = $2"
-    )))
-    .bind(agent.to_string())
-    .bind(key)
-    .fetch_optional(&mut *conn)
-    .await?
-    .as_ref()
-    .map(turn_from_row)
-    .transpose()
+    match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::runs::turn_by_key(c, &agent.to_string(), key)
+            .await?
+            .map(turn_from_plain)
+            .transpose(),
+        Conn::Postgres(c) => pattern_db_postgres::runs::turn_by_key(c, agent.0, key)
+            .await?
+            .map(turn_from_plain)
+            .transpose(),
+    }
 }
 
 pub(crate) async fn read_turn(pool: &Pool, agent: AgentId, turn: TurnId) -> Result<TurnInfo> {
@@ -998,16 +1100,20 @@ pub(crate) async fn read_turn_by_key(
 }
 
 pub(crate) async fn read_turns(pool: &Pool, agent: AgentId, limit: usize) -> Result<Vec<TurnInfo>> {
-    crate::sql::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {TURN_COLUMNS} FROM turns WHERE agent_id = $1 ORDER BY id DESC LIMIT $2"
-    )))
-    .bind(agent.to_string())
-    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-    .fetch_all(pool)
-    .await?
-    .iter()
-    .map(turn_from_row)
-    .collect()
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut pooled = pool.acquire().await?;
+    match &mut pooled.conn() {
+        Conn::Sqlite(c) => pattern_db_sqlite::runs::turns(c, &agent.to_string(), limit)
+            .await?
+            .into_iter()
+            .map(turn_from_plain)
+            .collect(),
+        Conn::Postgres(c) => pattern_db_postgres::runs::turns(c, agent.0, limit)
+            .await?
+            .into_iter()
+            .map(turn_from_plain)
+            .collect(),
+    }
 }
 
 pub(crate) async fn read_events(
@@ -1016,94 +1122,74 @@ pub(crate) async fn read_events(
     after: u64,
     limit: usize,
 ) -> Result<Vec<TurnEvent>> {
-    crate::sql::query(
-        "SELECT seq, kind, data, created_at FROM turn_events WHERE turn_id = $1 AND seq > $2 \
-         ORDER BY seq LIMIT $3",
-    )
-    .bind(turn.to_string())
-    .bind(i64::try_from(after).unwrap_or(i64::MAX))
-    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-    .fetch_all(pool)
-    .await?
-    .iter()
-    .map(|row| {
-        Ok(TurnEvent {
-            seq: u64::try_from(row.try_get::<i64, _>(0)?).unwrap_or(0),
-            kind: row.try_get(1)?,
-            data: row.try_get(2)?,
-            created_at: from_ms(row.try_get(3)?),
-        })
-    })
-    .collect()
-}
-
-fn claim_from_row(row: &Row) -> Result<ClaimInfo> {
-    let agent: String = row.try_get(0)?;
-    Ok(ClaimInfo {
-        agent: AgentId(parse_uuid(&agent)?),
-        token: row.try_get(1)?,
-        holder: row.try_get(2)?,
-        claimed_at: row.try_get::<Option<i64>, _>(3)?.map(from_ms),
-        batch_id: row.try_get::<Option<i64>, _>(4)?.map(SnowflakeId),
-    })
+    let after = i64::try_from(after).unwrap_or(i64::MAX);
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut pooled = pool.acquire().await?;
+    match &mut pooled.conn() {
+        Conn::Sqlite(c) => pattern_db_sqlite::runs::events(c, &turn.to_string(), after, limit)
+            .await?
+            .into_iter()
+            .map(FromStored::into_domain)
+            .collect(),
+        Conn::Postgres(c) => pattern_db_postgres::runs::events(c, turn.0, after, limit)
+            .await?
+            .into_iter()
+            .map(FromStored::into_domain)
+            .collect(),
+    }
 }
 
 pub(crate) async fn read_claim_info(pool: &Pool, agent: AgentId) -> Result<Option<ClaimInfo>> {
-    crate::sql::query(
-        "SELECT agent_id, token, holder, claimed_at, batch_id FROM agent_runs WHERE agent_id = $1",
-    )
-    .bind(agent.to_string())
-    .fetch_optional(pool)
-    .await?
-    .as_ref()
-    .map(claim_from_row)
-    .transpose()
+    let mut pooled = pool.acquire().await?;
+    match &mut pooled.conn() {
+        Conn::Sqlite(c) => pattern_db_sqlite::runs::claim(c, &agent.to_string())
+            .await?
+            .map(claim_from_plain)
+            .transpose(),
+        Conn::Postgres(c) => pattern_db_postgres::runs::claim(c, agent.0)
+            .await?
+            .map(claim_from_plain)
+            .transpose(),
+    }
 }
 
 pub(crate) async fn read_claims_of(pool: &Pool, holder: &str) -> Result<Vec<ClaimInfo>> {
-    crate::sql::query(
-        "SELECT agent_id, token, holder, claimed_at, batch_id FROM agent_runs WHERE holder = $1 \
-         ORDER BY agent_id",
-    )
-    .bind(holder)
-    .fetch_all(pool)
-    .await?
-    .iter()
-    .map(claim_from_row)
-    .collect()
+    let mut pooled = pool.acquire().await?;
+    match &mut pooled.conn() {
+        Conn::Sqlite(c) => pattern_db_sqlite::runs::claims_of(c, holder)
+            .await?
+            .into_iter()
+            .map(claim_from_plain)
+            .collect(),
+        Conn::Postgres(c) => pattern_db_postgres::runs::claims_of(c, holder)
+            .await?
+            .into_iter()
+            .map(claim_from_plain)
+            .collect(),
+    }
 }
 
-pub(crate) async fn read_deliverable(
-    pool: &Pool,
-    backend: Backend,
-    limit: usize,
-) -> Result<Vec<AgentId>> {
-    // A claim's holder counts as gone when its process row is missing or expired, or (on
-    // PostgreSQL) its session no longer holds its liveness lock; `claim_next` decides for sure.
-    let gone = match backend {
-        Backend::Sqlite => "p.holder IS NULL OR p.expires_at <= $1",
-        Backend::Postgres => {
-            "p.holder IS NULL OR p.expires_at <= $1 OR NOT EXISTS (SELECT 1 FROM pg_locks l \
-             WHERE l.locktype = 'advisory' AND l.granted \
-             AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-             AND l.classid::bigint = 20564 AND l.objid::bigint = p.lock_key AND l.objsubid = 2)"
-        }
-    };
-    let sql = format!(
-        "SELECT q.agent_id, MIN(q.deliver_at) AS due FROM agent_queue q \
-         LEFT JOIN agent_runs r ON r.agent_id = q.agent_id \
-         LEFT JOIN processes p ON p.holder = r.holder \
-         WHERE q.delivered_at IS NULL AND q.deliver_at <= $1 AND (r.holder IS NULL OR {gone}) \
-         GROUP BY q.agent_id ORDER BY due, q.agent_id LIMIT $2"
-    );
-    crate::sql::query(sqlx::AssertSqlSafe(sql))
-        .bind(now_ms())
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(pool)
-        .await?
-        .iter()
-        .map(|row| Ok(AgentId(parse_uuid(&row.try_get::<String, _>(0)?)?)))
-        .collect()
+/// Up to `limit` agents with due queue entries and no live run, the earliest due first. A claim's
+/// holder counts as gone when its process row is missing or expired, or (on PostgreSQL) its
+/// session no longer holds its liveness lock; `claim_next` decides for sure.
+pub(crate) async fn read_deliverable(pool: &Pool, limit: usize) -> Result<Vec<AgentId>> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let now = now_ms();
+    let mut pooled = pool.acquire().await?;
+    match &mut pooled.conn() {
+        Conn::Sqlite(c) => pattern_db_sqlite::runs::deliverable(c, now, limit)
+            .await?
+            .into_iter()
+            .map(|a| Ok(AgentId(a.uuid()?)))
+            .collect(),
+        Conn::Postgres(c) => Ok(
+            pattern_db_postgres::runs::deliverable(c, instant(now)?, limit)
+                .await?
+                .into_iter()
+                .map(AgentId)
+                .collect(),
+        ),
+    }
 }
 
 #[cfg(test)]
