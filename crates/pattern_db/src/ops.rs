@@ -549,7 +549,7 @@ impl Grouped {
     }
 }
 
-/// One element of `pattern_db_sqlite::batches::newest_with_messages_json`'s document.
+/// One element of `pattern_db_sqlite::batches::revision_and_newest_json`'s document.
 #[derive(serde::Deserialize)]
 struct RecentRow(
     i64,
@@ -576,7 +576,7 @@ struct RecentRow(
     Option<i64>,
 );
 
-/// The batches of `pattern_db_sqlite::batches::newest_with_messages_json`'s document, oldest
+/// The batches of `pattern_db_sqlite::batches::revision_and_newest_json`'s document, oldest
 /// first, each with its messages in sequence order.
 pub(crate) fn batches_from_json(doc: &str) -> Result<Vec<crate::model::StoredBatch>> {
     let rows: Vec<RecentRow> = serde_json::from_str(doc).map_err(|e| {

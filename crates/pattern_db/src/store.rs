@@ -157,19 +157,25 @@ impl MessageStore {
         // One connection for the lookup and the read: every pool acquire and release costs a
         // task hop of its own.
         let mut pooled = self.db.reader().acquire().await?;
-        if !self.db.may_have_recent(self.agent, n_batches)
-            && let Conn::Sqlite(c) = pooled.conn()
-        {
-            // Nothing cached to check the revision against: the revision and the batches in one
-            // statement, one round trip (decision 0025, "Stop 29").
-            let limit = i64::try_from(n_batches).unwrap_or(i64::MAX);
-            let read = pattern_db_sqlite::batches::revision_and_newest_json(
-                c,
-                &self.agent.to_string(),
-                limit,
-            )
-            .await?;
-            let Some((revision, doc)) = read else {
+        let limit = i64::try_from(n_batches).unwrap_or(i64::MAX);
+        if let Conn::Sqlite(c) = pooled.conn() {
+            let agent = self.agent.to_string();
+            // With an entry cached, one primary-key lookup of the revision decides whether it is
+            // still the answer.
+            if self.db.may_have_recent(self.agent, n_batches) {
+                let Some(revision) = pattern_db_sqlite::agents::revision(c, &agent).await? else {
+                    return Ok(Vec::new());
+                };
+                if let Some(hit) = self.db.cached_recent(self.agent, revision, n_batches) {
+                    return Ok(hit);
+                }
+            }
+            // The revision and the batches in one statement, one snapshot: the entry cached is
+            // exactly that revision's (decision 0025, "Stop 29"). One JSON value instead of a
+            // row per message (decision 0025, "Stop 28").
+            let Some((revision, doc)) =
+                pattern_db_sqlite::batches::revision_and_newest_json(c, &agent, limit).await?
+            else {
                 return Ok(Vec::new());
             };
             let batches = ops::batches_from_json(&doc)?;
@@ -183,7 +189,17 @@ impl MessageStore {
         if let Some(hit) = self.db.cached_recent(self.agent, revision, n_batches) {
             return Ok(hit);
         }
-        let batches = self.fetch_recent(&mut pooled.conn(), n_batches).await?;
+        // Dynamic on PostgreSQL: a checked statement decodes every column of every row, and
+        // this join repeats a batch's columns on each of its messages (decision 0023, 3 (c)).
+        let sql = ops::batches_with_messages(
+            "WHERE agent_id = $1 AND NOT archived ORDER BY id DESC LIMIT $2",
+        );
+        let rows = crate::sql::query(sqlx::AssertSqlSafe(sql))
+            .bind(self.agent.to_string())
+            .bind(limit)
+            .fetch_all(&mut pooled.conn())
+            .await?;
+        let batches = ops::batches_from_joined_rows(&rows)?;
         self.db
             .cache_recent(self.agent, revision, n_batches, &batches);
         Ok(batches)
@@ -202,33 +218,6 @@ impl MessageStore {
             }
             Conn::Postgres(c) => pattern_db_postgres::agents::revision(c, self.agent.0).await?,
         })
-    }
-
-    /// The newest `n_batches` batches, oldest first, whole: one statement.
-    async fn fetch_recent(
-        &self,
-        conn: &mut Conn<'_>,
-        n_batches: usize,
-    ) -> Result<Vec<StoredBatch>> {
-        let limit = i64::try_from(n_batches).unwrap_or(i64::MAX);
-        let agent = self.agent.to_string();
-        if let Conn::Sqlite(c) = conn {
-            // One JSON value instead of a row per message (decision 0025, "Stop 28").
-            let doc =
-                pattern_db_sqlite::batches::newest_with_messages_json(c, &agent, limit).await?;
-            return ops::batches_from_json(&doc);
-        }
-        // Dynamic on PostgreSQL: a checked statement decodes every column of every row, and
-        // this join repeats a batch's columns on each of its messages (decision 0023, 3 (c)).
-        let sql = ops::batches_with_messages(
-            "WHERE agent_id = $1 AND NOT archived ORDER BY id DESC LIMIT $2",
-        );
-        let rows = crate::sql::query(sqlx::AssertSqlSafe(sql))
-            .bind(agent)
-            .bind(limit)
-            .fetch_all(conn)
-            .await?;
-        ops::batches_from_joined_rows(&rows)
     }
 
     /// Every message of the agent in position order, archived ones included when asked; at most
@@ -342,7 +331,7 @@ impl MessageStore {
         before: BatchId,
         limit: usize,
     ) -> Result<Vec<StoredBatch>> {
-        // Dynamic on both engines, as `fetch_recent`.
+        // Dynamic on both engines, as `get_recent`'s read on PostgreSQL.
         let sql = ops::batches_with_messages(
             "WHERE agent_id = $1 AND id < $2 AND NOT archived ORDER BY id LIMIT $3",
         );

@@ -90,30 +90,13 @@ pub async fn page_before(
     .await
 }
 
-/// `agent`'s newest `limit` batches that are not archived, with their live messages, as one JSON
-/// array (one value: sqlx copies and hands over every column of every row it returns, which
-/// made most of the time of reading them as rows). Each element holds the batch's columns
-/// (`batches`' order, 14), then the message's `id, position, sequence_num, role, content,
-/// token_estimate, archived, created_at` (`null`s for a batch without a message); `[]` when
-/// there is none.
-pub async fn newest_with_messages_json(
-    conn: &mut SqliteConnection,
-    agent: &str,
-    limit: i64,
-) -> sqlx::Result<String> {
-    let doc = sqlx::query_scalar!(
-        r#"SELECT json_group_array(json_array(b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token, m.id, m.position, m.sequence_num, m.role, m.content, m.token_estimate, m.archived, m.created_at)) AS "doc!: String" FROM (SELECT * FROM batches WHERE agent_id = $1 AND NOT archived ORDER BY id DESC LIMIT $2) b LEFT JOIN messages m ON m.batch_id = b.id AND NOT m.deleted"#,
-        agent,
-        limit
-    )
-    .fetch_one(conn)
-    .await?;
-    Ok(doc)
-}
-
-/// `agent`'s revision and [`newest_with_messages_json`]'s document, read by one statement (so
-/// from one snapshot, in one round trip to the connection's thread): `None` for an unknown
-/// agent.
+/// `agent`'s revision and its newest `limit` batches that are not archived, with their live
+/// messages, read by one statement (so from one snapshot, in one round trip to the connection's
+/// thread); `None` for an unknown agent. The batches come as one JSON array (one value: sqlx
+/// copies and hands over every column of every row it returns, which made most of the time of
+/// reading them as rows). Each element holds the batch's columns (`batches`' order, 14), then
+/// the message's `id, position, sequence_num, role, content, token_estimate, archived,
+/// created_at` (`null`s for a batch without a message); `[]` when there is none.
 pub async fn revision_and_newest_json(
     conn: &mut SqliteConnection,
     agent: &str,
