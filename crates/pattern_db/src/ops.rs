@@ -740,6 +740,15 @@ pub(crate) async fn begin_batch(
     claim_token: Option<i64>,
 ) -> Result<Received> {
     let (content, batch_type) = prepare_trigger(ctx, trigger, opts)?;
+    if let Conn::Postgres(c) = conn {
+        let trigger = Trigger {
+            agent,
+            role: trigger.role,
+            content: &content,
+            batch_type,
+        };
+        return begin_batch_postgres(c, ctx, &trigger, opts, claim_token).await;
+    }
     let (max, holder) = lock_agent_for_write(conn, agent, claim_token.is_none()).await?;
     if let Some(holder) = holder {
         refuse_while_claimed(conn, ctx, agent, holder).await?;
@@ -797,38 +806,6 @@ pub(crate) async fn begin_batch(
             }),
         };
     }
-    if let Conn::Postgres(c) = conn {
-        // PostgreSQL: the batch row and the message in one statement, one round trip.
-        let open = pattern_db_postgres::batches::OpenWithTrigger {
-            id: position.get(),
-            agent_id: agent.0,
-            batch_type: batch_type.as_str(),
-            parent_batch: batch_row.parent.map(SnowflakeId::get),
-            run_owner: batch_row.owner.as_deref(),
-            lease_expires_at: batch_row
-                .lease_expires_at
-                .map(crate::sql::instant)
-                .transpose()?,
-            claim_token,
-            now: crate::sql::instant(now)?,
-            message_id: message_id.0,
-            role: trigger.role.as_str(),
-            content: &content,
-            token_estimate: NewMessage::estimate_tokens(content.len()),
-        };
-        match pattern_db_postgres::batches::insert_open_with_trigger(c, &open).await {
-            // `batches_one_run`: another run's batch of this agent is open.
-            Err(e) if is_unique_violation(&e) && e.to_string().contains("batches") => {
-                return Err(busy());
-            }
-            other => other?,
-        };
-        search::messages_written(conn, ctx, &written).await?;
-        return Ok(Received {
-            batch_id: position,
-            message_id,
-        });
-    }
     match insert_batches(conn, std::slice::from_ref(&batch_row)).await {
         // `batches_one_run`: another run's batch of this agent is open.
         Err(Error::Storage(StorageError::Database(e))) if is_unique_violation(&e) => {
@@ -841,6 +818,109 @@ pub(crate) async fn begin_batch(
         batch_id: position,
         message_id,
     })
+}
+
+/// A trigger ready to store: checked and serialized by `prepare_trigger`.
+struct Trigger<'a> {
+    agent: AgentId,
+    role: Role,
+    content: &'a str,
+    batch_type: BatchType,
+}
+
+/// `begin_batch` on PostgreSQL. The revision bump comes first and takes the agent's row lock;
+/// the batch and its trigger follow in one statement that also reads the agent's newest
+/// position and run holder, so what it reads was committed before the lock was granted. (A
+/// statement that waits for a row lock keeps the snapshot it started with under `READ
+/// COMMITTED`: reading them in the bump, as stop 29 did, could miss another process's message
+/// or run claim committed while it waited; decision 0025, "Stop 30".) When that statement finds
+/// a position at or above the one it was given, or a holder, it stores nothing and says so: the
+/// holder is judged, the generator moves past the position, and it runs again under the same
+/// lock. Four round trips for a lone acknowledgement: `BEGIN`, the bump, the insert, `COMMIT`.
+async fn begin_batch_postgres(
+    c: &mut sqlx::PgConnection,
+    ctx: &Ctx,
+    trigger: &Trigger<'_>,
+    opts: &BeginBatch,
+    claim_token: Option<i64>,
+) -> Result<Received> {
+    let agent = trigger.agent;
+    lock_agent(&mut Conn::Postgres(&mut *c), agent).await?;
+    if let Some(parent) = opts.parent_batch {
+        load_batch(&mut Conn::Postgres(&mut *c), agent, parent).await?;
+    }
+    let now = now_ms();
+    if let Some(abandoned) = opts.retry_of {
+        claim_retry(&mut Conn::Postgres(&mut *c), agent, abandoned, now).await?;
+    }
+    let message_id = MessageId::new();
+    let mut check_holder = claim_token.is_none();
+    let mut max = None;
+    // At most: a holder to judge, then a position to move past, then the insert.
+    for _ in 0..3 {
+        let position = positions_after(ctx, max, 1)?[0];
+        let batch_row = open_batch_row(
+            ctx,
+            agent,
+            position,
+            trigger.batch_type,
+            opts.parent_batch,
+            now,
+            claim_token,
+        );
+        let open = pattern_db_postgres::batches::OpenWithTrigger {
+            id: position.get(),
+            agent_id: agent.0,
+            batch_type: trigger.batch_type.as_str(),
+            parent_batch: batch_row.parent.map(SnowflakeId::get),
+            run_owner: batch_row.owner.as_deref(),
+            lease_expires_at: batch_row
+                .lease_expires_at
+                .map(crate::sql::instant)
+                .transpose()?,
+            claim_token,
+            now: crate::sql::instant(now)?,
+            message_id: message_id.0,
+            role: trigger.role.as_str(),
+            content: trigger.content,
+            token_estimate: NewMessage::estimate_tokens(trigger.content.len()),
+        };
+        let attempt = match pattern_db_postgres::batches::insert_open_with_trigger_if_latest(
+            c,
+            &open,
+            check_holder,
+        )
+        .await
+        {
+            // `batches_one_run`: another run's batch of this agent is open.
+            Err(e) if is_unique_violation(&e) && e.to_string().contains("batches") => {
+                return Err(RunError::AgentBusy {
+                    agent,
+                    holder: "another run".into(),
+                }
+                .into());
+            }
+            other => other?,
+        };
+        if attempt.inserted == 1 {
+            let written = [(message_id.0, agent, trigger.content)];
+            search::messages_written(&mut Conn::Postgres(&mut *c), ctx, &written).await?;
+            return Ok(Received {
+                batch_id: position,
+                message_id,
+            });
+        }
+        if let Some(holder) = attempt.run_holder {
+            refuse_while_claimed(&mut Conn::Postgres(&mut *c), ctx, agent, holder).await?;
+            // The holder's process is gone: its claim does not refuse this batch.
+            check_holder = false;
+        }
+        max = attempt.max_position;
+    }
+    Err(Error::Storage(StorageError::Corrupt(format!(
+        "begin_batch for agent {agent} found a newer position or a run holder three times under \
+         the agent's lock"
+    ))))
 }
 
 /// Marks abandoned batch `batch` of `agent` retried, inside the transaction that stores the

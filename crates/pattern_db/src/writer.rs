@@ -15,7 +15,10 @@
 //! an op) in agent id order, in one statement, before any op runs; then the protocol rows of the
 //! ops in the group's sorted order. A group of one `begin_batch` without a fence skips the
 //! up-front statement: its first statement updates its one agent's row (the revision bump),
-//! which takes that same lock in the same place of the order. Recovery across agents, which discovers the agents it locks
+//! which takes that same lock in the same place of the order, and reads nothing: under `READ
+//! COMMITTED` a statement that waited for a row lock still reads from the snapshot it started
+//! with, so what the write reads (the newest position, the run holder) comes from its next
+//! statement (`ops::begin_batch_postgres`). Recovery across agents, which discovers the agents it locks
 //! as it goes, runs alone in its own transaction and takes them in agent order too. A deadlock or
 //! serialization failure that still happens (another process's transaction, a foreign-key check)
 //! rolls the whole group back and it runs again, a few times, before any caller hears of it.

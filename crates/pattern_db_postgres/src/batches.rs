@@ -45,7 +45,7 @@ pub struct BatchRow {
 }
 
 /// A new open batch and its trigger (the batch's first message, sequence 0), as
-/// [`insert_open_with_trigger`] stores them: one statement, so one round trip.
+/// [`insert_open_with_trigger_if_latest`] stores them: one statement, so one round trip.
 #[derive(Clone, Debug)]
 pub struct OpenWithTrigger<'a> {
     /// The batch's `id`, which is also its trigger's `position` and `batch_id`.
@@ -74,15 +74,33 @@ pub struct OpenWithTrigger<'a> {
     pub token_estimate: i64,
 }
 
+/// What [`insert_open_with_trigger_if_latest`] found, and whether it stored the rows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenAttempt {
+    /// The agent's highest stored message position before the insert.
+    pub max_position: Option<i64>,
+    /// Who holds a run claim on the agent (read only when asked; `None` otherwise).
+    pub run_holder: Option<String>,
+    /// Messages inserted: 1 when the batch and its trigger were stored, 0 when nothing was.
+    pub inserted: i64,
+}
+
 /// Inserts the open batch and its trigger of `row` (state `open`, next sequence 1, nothing
-/// archived or deleted); rows inserted into `messages` (1). A unique violation names the
-/// constraint it broke (`batches_one_run`: another run's batch of the agent is open).
-pub async fn insert_open_with_trigger(
+/// archived or deleted) only when `row.id` is above every position the agent has stored and,
+/// when `check_holder`, no run holds a claim on the agent; otherwise stores nothing. Either
+/// way it says what it found. One statement, so one round trip; its reads see what was
+/// committed before it started, so the caller runs it after the statement that locked the
+/// agent's row (a statement that waits for that lock keeps its older snapshot: PostgreSQL's
+/// `READ COMMITTED`). A unique violation names the constraint it broke (`batches_one_run`:
+/// another run's batch of the agent is open).
+pub async fn insert_open_with_trigger_if_latest(
     conn: &mut PgConnection,
     row: &OpenWithTrigger<'_>,
-) -> sqlx::Result<u64> {
-    let done = sqlx::query!(
-        r#"WITH batch AS (INSERT INTO batches (id, agent_id, batch_type, state, parent_batch, run_owner, lease_expires_at, next_sequence, continuations, archived, started_at, completed_at, retried_at, claim_token) VALUES ($1, $2, $3, 'open', $4, $5, $6, 1, 0, FALSE, $7, NULL, NULL, $8)) INSERT INTO messages (id, agent_id, position, batch_id, sequence_num, batch_type, role, content, token_estimate, archived, deleted, created_at) VALUES ($9, $2, $1, $1, 0, $3, $10, $11::text::json, $12, FALSE, FALSE, $7)"#,
+    check_holder: bool,
+) -> sqlx::Result<OpenAttempt> {
+    sqlx::query_as!(
+        OpenAttempt,
+        r#"WITH cur AS (SELECT (SELECT m.position FROM messages m WHERE m.agent_id = $2::uuid ORDER BY m.position DESC LIMIT 1) AS max_position, CASE WHEN $13::boolean THEN (SELECT r.holder FROM agent_runs r WHERE r.agent_id = $2::uuid AND r.holder IS NOT NULL) END AS run_holder), batch AS (INSERT INTO batches (id, agent_id, batch_type, state, parent_batch, run_owner, lease_expires_at, next_sequence, continuations, archived, started_at, completed_at, retried_at, claim_token) SELECT $1::bigint, $2::uuid, $3::text, 'open', $4::bigint, $5::text, $6::timestamptz, 1, 0, FALSE, $7::timestamptz, NULL, NULL, $8::bigint FROM cur WHERE cur.run_holder IS NULL AND (cur.max_position IS NULL OR cur.max_position < $1::bigint) RETURNING id), msg AS (INSERT INTO messages (id, agent_id, position, batch_id, sequence_num, batch_type, role, content, token_estimate, archived, deleted, created_at) SELECT $9::uuid, $2::uuid, batch.id, batch.id, 0, $3::text, $10::text, $11::text::json, $12::bigint, FALSE, FALSE, $7::timestamptz FROM batch RETURNING position) SELECT cur.max_position AS "max_position?: i64", cur.run_holder AS "run_holder?: String", (SELECT COUNT(*) FROM msg) AS "inserted!: i64" FROM cur"#,
         row.id,
         row.agent_id,
         row.batch_type,
@@ -94,11 +112,11 @@ pub async fn insert_open_with_trigger(
         row.message_id,
         row.role,
         row.content,
-        row.token_estimate
+        row.token_estimate,
+        check_holder
     )
-    .execute(conn)
-    .await?;
-    Ok(done.rows_affected())
+    .fetch_one(conn)
+    .await
 }
 
 /// Batch `batch` of `agent`; `None` when there is no such batch (or it is another agent's).

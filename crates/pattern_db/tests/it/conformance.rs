@@ -1658,3 +1658,81 @@ conformance!(
     concurrent_block_writes_lose_nothing,
     protocol_organizations_and_agents,
 );
+
+/// PostgreSQL: another process stores a message while holding the agent's row lock, and an
+/// acknowledgement of this process waits for that lock. The acknowledgement must see what the
+/// other committed: its batch comes after the other's message even when this process's id
+/// generator is behind it (decision 0025, "Stop 30": a statement that waits for a row lock keeps
+/// its older snapshot, so the newest position is read by the next statement).
+#[tokio::test]
+async fn an_acknowledgement_waiting_for_the_agent_sees_what_the_lock_holder_committed() {
+    use sqlx::Connection as _;
+    let tdb = fresh(Kind::Postgres).await;
+    let db = tdb.open().await.unwrap();
+    let agent = db.create_agent(NewAgent::named("ada")).await.unwrap();
+    let first = db
+        .messages(agent.id)
+        .begin_batch(NewMessage::user("one"), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
+    db.messages(agent.id).complete_batch(first).await.unwrap();
+
+    // The other process: a position about four minutes ahead of this process's generator.
+    let ahead = first.get() + (1_i64 << 40);
+    let mut other = sqlx::PgConnection::connect(&tdb.url).await.unwrap();
+    let mut tx = other.begin().await.unwrap();
+    let id = agent.id.to_string();
+    sqlx::query("UPDATE agents SET revision = revision + 1 WHERE id = $1::uuid")
+        .bind(&id)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO batches (id, agent_id, batch_type, state, next_sequence, continuations, \
+         archived, started_at, completed_at) \
+         VALUES ($1, $2::uuid, 'user_request', 'complete', 1, 0, FALSE, now(), now())",
+    )
+    .bind(ahead)
+    .bind(&id)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO messages (id, agent_id, position, batch_id, sequence_num, batch_type, role, \
+         content, token_estimate, archived, deleted, created_at) \
+         VALUES (gen_random_uuid(), $2::uuid, $1, $1, 0, 'user_request', 'user', \
+         '[{\"type\":\"text\",\"text\":\"other\"}]'::json, 1, FALSE, FALSE, now())",
+    )
+    .bind(ahead)
+    .bind(&id)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+
+    let waiting = {
+        let db = db.clone();
+        tokio::spawn(async move {
+            db.messages(agent.id)
+                .begin_batch(NewMessage::user("two"), BeginBatch::default())
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the acknowledgement waits for the agent's row lock"
+    );
+    tx.commit().await.unwrap();
+    let second = waiting.await.unwrap().unwrap().batch_id;
+    assert!(
+        second.get() > ahead,
+        "the batch acknowledged second ({}) comes after the other's message ({ahead})",
+        second.get()
+    );
+    let recent = db.messages(agent.id).get_recent(10).await.unwrap();
+    let ids: Vec<i64> = recent.iter().map(|b| b.info.id.get()).collect();
+    assert_eq!(ids, vec![first.get(), ahead, second.get()]);
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
