@@ -12,6 +12,8 @@ use sqlx::PgConnection;
 
 use crate::{Timestamp, Uuid};
 
+pub mod meetings;
+
 /// A `protocol_organizations` row as PostgreSQL stores it (`pattern_db_sqlite::protocol`'s
 /// fields, with `UUID` ids and `TIMESTAMPTZ` instants).
 #[derive(Clone, Debug, PartialEq, Eq)]

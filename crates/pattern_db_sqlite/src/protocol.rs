@@ -9,6 +9,8 @@
 
 use sqlx::SqliteConnection;
 
+pub mod meetings;
+
 /// A `protocol_organizations` row as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OrganizationRow {

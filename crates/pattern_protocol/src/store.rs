@@ -26,6 +26,7 @@
 //! write outside the writer.
 
 use chrono::{DateTime, Utc};
+use pattern_db::storage::{from_ms, parse_uuid};
 use pattern_db::{Database, Result};
 
 mod lists;
@@ -55,4 +56,41 @@ pub(crate) fn instant(ms: i64) -> Result<DateTime<Utc>> {
         sqlx::Error::Encode(format!("{ms} ms since 1970 is out of range for TIMESTAMPTZ").into())
             .into()
     })
+}
+
+/// An id as an engine's checked row holds it: SQLite the UUID's text, PostgreSQL a `UUID`.
+pub(crate) trait StoredId {
+    /// The id as a UUID; text that is not one is a corrupt row.
+    fn uuid(self) -> Result<uuid::Uuid>;
+}
+
+impl StoredId for String {
+    fn uuid(self) -> Result<uuid::Uuid> {
+        parse_uuid(&self)
+    }
+}
+
+impl StoredId for uuid::Uuid {
+    fn uuid(self) -> Result<uuid::Uuid> {
+        Ok(self)
+    }
+}
+
+/// An instant as an engine's checked row holds it: SQLite Unix milliseconds, PostgreSQL a
+/// `TIMESTAMPTZ`.
+pub(crate) trait StoredTime {
+    /// The instant.
+    fn time(self) -> DateTime<Utc>;
+}
+
+impl StoredTime for i64 {
+    fn time(self) -> DateTime<Utc> {
+        from_ms(self)
+    }
+}
+
+impl StoredTime for DateTime<Utc> {
+    fn time(self) -> DateTime<Utc> {
+        self
+    }
 }
