@@ -1,7 +1,9 @@
 //! What of the agent-to-agent protocol other domains of this crate write in their own
 //! transactions (decision 0023, step 4): organizations (migration `0003_protocol`; agent
 //! creation, auth and approvals use them), the protocol ids, the session and message types with
-//! their row decoders, and the session message store: [`store_message`] (checks participant,
+//! the conversion of their checked rows ([`StoredProtocolRow`], for either engine's
+//! `protocol` module of checked statements; `pattern_protocol::store` uses it too), and the
+//! session message store: [`store_message`] (checks participant,
 //! live session, turn and limit, stores the message, passes a sync session's turn, ends the
 //! session at its limit, queues the recipient's trigger when the agents answer), [`lock_session`]
 //! and [`close_session`]. Batch completion's delivery receipt (`ops::protocol`) marks the session
@@ -19,7 +21,7 @@
 use crate::StorageError;
 use std::fmt;
 
-use crate::sql::{Conn, Row};
+use crate::sql::Conn;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -29,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::id::SnowflakeId;
 use crate::model::{Agent, AgentId};
 use crate::ops::protocol::CreateOrganization;
-use crate::ops::{AGENT_COLUMNS, StoredId, StoredTime, agent_from_row, from_ms, parse_uuid};
+use crate::ops::{AGENT_COLUMNS, StoredId, StoredTime, agent_from_row};
 
 macro_rules! protocol_id {
     ($(#[$doc:meta])* $name:ident) => {
@@ -365,74 +367,12 @@ pub fn validate_name(what: &str, text: &str) -> Result<()> {
     Ok(())
 }
 
-/// The columns [`session_from_row`] decodes, in its order.
-pub const SESSION_COLUMNS: &str = "id, agent_a_id, agent_b_id, session_type, status, \
-    locked_agent_id, created_at, updated_at, ended_at, delivery, message_limit, messages_sent";
-/// The columns [`message_from_row`] decodes, in its order.
-pub const MESSAGE_COLUMNS: &str = "id, sender_id, recipient_id, session_id, message_type, \
-    content, metadata, read_at, seq, created_at, meeting_id";
-
-/// An optional id column (text) as a UUID.
-pub fn opt_uuid(row: &Row, index: usize) -> Result<Option<Uuid>> {
-    row.try_get::<Option<String>, _>(index)?
-        .map(|s| parse_uuid(&s))
-        .transpose()
-}
-
 /// Stored JSON text as a value; text that does not decode is a corrupt row.
 pub fn json(text: &str) -> Result<serde_json::Value> {
     serde_json::from_str(text).map_err(|e| {
         Error::Storage(StorageError::Corrupt(format!(
             "stored protocol JSON does not decode: {e}"
         )))
-    })
-}
-
-/// A session row ([`SESSION_COLUMNS`]).
-pub fn session_from_row(row: &Row) -> Result<Session> {
-    let id: String = row.try_get(0)?;
-    let a: String = row.try_get(1)?;
-    let b: String = row.try_get(2)?;
-    let session_type: String = row.try_get(3)?;
-    let status: String = row.try_get(4)?;
-    Ok(Session {
-        id: SessionId(parse_uuid(&id)?),
-        agent_a: AgentId(parse_uuid(&a)?),
-        agent_b: AgentId(parse_uuid(&b)?),
-        session_type: SessionType::parse(&session_type)?,
-        status: SessionStatus::parse(&status)?,
-        turn: opt_uuid(row, 5)?.map(AgentId),
-        created_at: from_ms(row.try_get(6)?),
-        updated_at: from_ms(row.try_get(7)?),
-        ended_at: row.try_get::<Option<i64>, _>(8)?.map(from_ms),
-        delivery: Delivery::parse(&row.try_get::<String, _>(9)?)?,
-        message_limit: row
-            .try_get::<Option<i64>, _>(10)?
-            .map(|n| u64::try_from(n).unwrap_or(0)),
-        messages_sent: u64::try_from(row.try_get::<i64, _>(11)?).unwrap_or(0),
-    })
-}
-
-/// A protocol message row ([`MESSAGE_COLUMNS`]; also of `protocol_messages_archive`).
-pub fn message_from_row(row: &Row) -> Result<ProtocolMessage> {
-    let id: String = row.try_get(0)?;
-    let sender: String = row.try_get(1)?;
-    let content: String = row.try_get(5)?;
-    Ok(ProtocolMessage {
-        id: ProtocolMessageId(parse_uuid(&id)?),
-        sender: AgentId(parse_uuid(&sender)?),
-        recipient: opt_uuid(row, 2)?.map(AgentId),
-        session: opt_uuid(row, 3)?.map(SessionId),
-        meeting: opt_uuid(row, 10)?.map(MeetingId),
-        message_type: row.try_get(4)?,
-        content: json(&content)?,
-        metadata: row
-            .try_get::<Option<String>, _>(6)?
-            .map(|m| json(&m))
-            .transpose()?,
-        read_at: row.try_get::<Option<i64>, _>(7)?.map(from_ms),
-        seq: SnowflakeId(row.try_get(8)?),
-        created_at: from_ms(row.try_get(9)?),
     })
 }
 

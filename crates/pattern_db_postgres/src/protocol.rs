@@ -12,6 +12,7 @@ use sqlx::PgConnection;
 
 use crate::{Timestamp, Uuid};
 
+pub mod lists;
 pub mod meetings;
 
 /// A `protocol_organizations` row as PostgreSQL stores it (`pattern_db_sqlite::protocol`'s

@@ -9,6 +9,7 @@
 
 use sqlx::SqliteConnection;
 
+pub mod lists;
 pub mod meetings;
 
 /// A `protocol_organizations` row as stored.

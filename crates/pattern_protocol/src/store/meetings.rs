@@ -14,9 +14,8 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use pattern_db::protocol::{StoredProtocolRow, json, opt_uuid, validate_name};
-use pattern_db::sql::Row;
-use pattern_db::storage::{Conn, from_ms, now_ms, parse_uuid};
+use pattern_db::protocol::{StoredProtocolRow, json, validate_name};
+use pattern_db::storage::{Conn, now_ms};
 use pattern_db::{
     AgentId, Error, MeetingId, NewProtocolMessage, ProtocolError as DbProtocolError,
     ProtocolMessage, ProtocolMessageId, Result, StorageError,
@@ -30,35 +29,8 @@ use crate::meeting::{
     RetentionReport, UnreadSummary,
 };
 
-pub(super) const MEETING_COLUMNS: &str = "id, host_id, status, current_speaker_id, \
-    turn_duration_ms, turn_started_at, turn_deadline, last_event_seq, created_at, started_at, \
-    ended_at, policy, chosen_speaker_id";
 fn to_u64(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
-}
-
-pub(super) fn meeting_from_row(row: &Row) -> Result<Meeting> {
-    let id: String = row.try_get(0)?;
-    let host: String = row.try_get(1)?;
-    let status: String = row.try_get(2)?;
-    Ok(Meeting {
-        id: MeetingId(parse_uuid(&id)?),
-        host: AgentId(parse_uuid(&host)?),
-        status: MeetingStatus::parse(&status)?,
-        speaker: opt_uuid(row, 3)?.map(AgentId),
-        turn_duration: row
-            .try_get::<Option<i64>, _>(4)?
-            .map(|ms| Duration::from_millis(to_u64(ms))),
-        turn_started_at: row.try_get::<Option<i64>, _>(5)?.map(from_ms),
-        turn_deadline: row.try_get::<Option<i64>, _>(6)?.map(from_ms),
-        last_event_seq: to_u64(row.try_get(7)?),
-        created_at: from_ms(row.try_get(8)?),
-        started_at: row.try_get::<Option<i64>, _>(9)?.map(from_ms),
-        ended_at: row.try_get::<Option<i64>, _>(10)?.map(from_ms),
-        policy: MeetingPolicy::parse(&row.try_get::<String, _>(11)?)
-            .map_err(|_| StorageError::Corrupt("unknown stored meeting policy".into()))?,
-        chosen: opt_uuid(row, 12)?.map(AgentId),
-    })
 }
 
 /// [`StoredProtocolRow`] for the meeting, participant and event rows of one engine's crate of
