@@ -14,6 +14,7 @@ use crate::{Timestamp, Uuid};
 
 pub mod lists;
 pub mod meetings;
+pub mod retention;
 
 /// A `protocol_organizations` row as PostgreSQL stores it (`pattern_db_sqlite::protocol`'s
 /// fields, with `UUID` ids and `TIMESTAMPTZ` instants).

@@ -11,6 +11,7 @@ use sqlx::SqliteConnection;
 
 pub mod lists;
 pub mod meetings;
+pub mod retention;
 
 /// A `protocol_organizations` row as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -6,19 +6,16 @@
 //! SQLite the single writer serialises), applies an expired turn deadline, checks, and only then
 //! changes rows and appends events with the next sequence numbers; the meeting row (status,
 //! speaker, deadline, last event sequence) is written last. Retention never waits for a lock: on
-//! PostgreSQL it skips rows others hold (`SKIP LOCKED`). The meeting writes' statements are
-//! checked (`pattern_db_sqlite::protocol::meetings`, `pattern_db_postgres::protocol::meetings`);
-//! retention's stay dynamic: its selects are built from a table and a filter (and a
-//! `SKIP LOCKED` twin on PostgreSQL), its archive and deletes are `IN` lists as long as the ids
-//! found. These functions must never commit, roll back or open a transaction, and never run a
+//! PostgreSQL it skips rows others hold (`SKIP LOCKED`). The meeting writes' statements and
+//! retention's picks are checked (`pattern_db_sqlite::protocol::{meetings, retention}` and their
+//! PostgreSQL twins); retention's archive and deletes stay dynamic: `IN` lists as long as the
+//! ids found. These functions must never commit, roll back or open a transaction, and never run a
 //! statement after one that failed.
 
 use std::time::Duration;
 
 use pattern_db::protocol::{Wakeup, notify, require_agent, require_same_organization};
-use pattern_db::storage::{
-    Backend, Conn, Ctx, Locks, Write, fixed_chunks, from_ms, now_ms, parse_uuid,
-};
+use pattern_db::storage::{Conn, Ctx, Locks, Write, fixed_chunks, from_ms, now_ms, parse_uuid};
 use pattern_db::{
     AgentId, Error, MeetingId, NewProtocolMessage, ProtocolError as DbProtocolError,
     ProtocolMessage, ProtocolMessageId, Result, RunClaim, SessionId, StorageError,
@@ -144,7 +141,7 @@ async fn apply(conn: &mut Conn<'_>, ctx: &Ctx, op: &ProtocolOp) -> Result<Protoc
             create_meeting(conn, ctx, *host, *turn_duration, *policy, plan.clone()).await?,
         ))),
         ProtocolOp::Retention(policy) => Ok(ProtocolDone::Retention(Box::new(
-            retention(conn, ctx, policy).await?,
+            retention(conn, policy).await?,
         ))),
         _ => run(conn, ctx, op).await,
     }
@@ -1021,55 +1018,70 @@ async fn run(conn: &mut Conn<'_>, ctx: &Ctx, op: &ProtocolOp) -> Result<Protocol
     }
 }
 
-/// The one parameter (`$1`) of a retention query.
+/// What a retention pick selects (one checked statement per engine, and on PostgreSQL its
+/// `SKIP LOCKED` twin).
 #[derive(Clone, Copy)]
-enum Arg<'a> {
-    Ms(i64),
-    Id(&'a str),
+enum Pick<'a> {
+    /// Ended sessions that ended before the cutoff (Unix ms).
+    EndedSessions(i64),
+    /// Ended meetings that ended before the cutoff.
+    EndedMeetings(i64),
+    /// Messages older than the cutoff, read or of an ended meeting.
+    OldMessages(i64),
+    /// The messages of this session.
+    OfSession(&'a str),
+    /// The messages of this meeting.
+    OfMeeting(&'a str),
 }
 
-/// Ids (TEXT) from a one-column query.
-async fn ids(conn: &mut Conn<'_>, sql: String, arg: Arg<'_>) -> Result<Vec<String>> {
-    let query = pattern_db::sql::query(sqlx::AssertSqlSafe(sql));
-    let query = match arg {
-        Arg::Ms(ms) => query.bind(ms),
-        Arg::Id(id) => query.bind(id.to_owned()),
-    };
-    query
-        .fetch_all(&mut *conn)
-        .await?
-        .iter()
-        .map(|row| Ok(row.try_get::<String, _>(0)?))
-        .collect()
-}
-
-/// Ids of rows matching `filter` that nobody else holds: on PostgreSQL they are locked, skipping
-/// those held by other transactions; the number is how many matched but were held.
-async fn take(
-    conn: &mut Conn<'_>,
-    ctx: &Ctx,
-    table: &str,
-    filter: &str,
-    arg: Arg<'_>,
-) -> Result<(Vec<String>, u64)> {
-    let all = ids(
-        conn,
-        format!("SELECT id FROM {table} WHERE {filter} ORDER BY id"),
-        arg,
-    )
-    .await?;
-    let free = match ctx.backend() {
-        Backend::Sqlite => all.clone(),
-        Backend::Postgres => {
-            ids(
-                conn,
-                format!("SELECT id FROM {table} WHERE {filter} ORDER BY id FOR UPDATE SKIP LOCKED"),
-                arg,
-            )
-            .await?
+/// Ids (TEXT) of the rows `pick` selects that nobody else holds: on PostgreSQL they are locked,
+/// skipping those held by other transactions; the number is how many matched but were held.
+async fn take(conn: &mut Conn<'_>, pick: Pick<'_>) -> Result<(Vec<String>, u64)> {
+    use pattern_db_postgres::protocol::retention as pg;
+    use pattern_db_sqlite::protocol::retention as lite;
+    let (all, free) = match conn {
+        Conn::Sqlite(c) => {
+            let all = match pick {
+                Pick::EndedSessions(cutoff) => lite::ended_sessions(c, cutoff).await?,
+                Pick::EndedMeetings(cutoff) => lite::ended_meetings(c, cutoff).await?,
+                Pick::OldMessages(cutoff) => lite::old_messages(c, cutoff).await?,
+                Pick::OfSession(owner) => lite::messages_of_session(c, owner).await?,
+                Pick::OfMeeting(owner) => lite::messages_of_meeting(c, owner).await?,
+            };
+            (all.len(), all)
+        }
+        Conn::Postgres(c) => {
+            let (all, free) = match pick {
+                Pick::EndedSessions(cutoff) => {
+                    let cutoff = instant(cutoff)?;
+                    let all = pg::ended_sessions(c, cutoff).await?.len();
+                    (all, pg::ended_sessions_free(c, cutoff).await?)
+                }
+                Pick::EndedMeetings(cutoff) => {
+                    let cutoff = instant(cutoff)?;
+                    let all = pg::ended_meetings(c, cutoff).await?.len();
+                    (all, pg::ended_meetings_free(c, cutoff).await?)
+                }
+                Pick::OldMessages(cutoff) => {
+                    let cutoff = instant(cutoff)?;
+                    let all = pg::old_messages(c, cutoff).await?.len();
+                    (all, pg::old_messages_free(c, cutoff).await?)
+                }
+                Pick::OfSession(owner) => {
+                    let owner = parse_uuid(owner)?;
+                    let all = pg::messages_of_session(c, owner).await?.len();
+                    (all, pg::messages_of_session_free(c, owner).await?)
+                }
+                Pick::OfMeeting(owner) => {
+                    let owner = parse_uuid(owner)?;
+                    let all = pg::messages_of_meeting(c, owner).await?.len();
+                    (all, pg::messages_of_meeting_free(c, owner).await?)
+                }
+            };
+            (all, free.iter().map(ToString::to_string).collect())
         }
     };
-    let skipped = all.len().saturating_sub(free.len());
+    let skipped = all.saturating_sub(free.len());
     Ok((free, u64::try_from(skipped).unwrap_or(0)))
 }
 
@@ -1128,49 +1140,26 @@ fn uuids<T>(ids: &[String], wrap: impl Fn(uuid::Uuid) -> T) -> Result<Vec<T>> {
     ids.iter().map(|s| Ok(wrap(parse_uuid(s)?))).collect()
 }
 
-async fn retention(
-    conn: &mut Conn<'_>,
-    ctx: &Ctx,
-    policy: &RetentionPolicy,
-) -> Result<RetentionReport> {
+async fn retention(conn: &mut Conn<'_>, policy: &RetentionPolicy) -> Result<RetentionReport> {
     let now = now_ms();
     let message_cutoff = now.saturating_sub(ms(policy.archive_messages_after));
     let ended_cutoff = now.saturating_sub(ms(policy.delete_ended_after));
     // Ended sessions and meetings old enough to go, and the messages that go with them.
-    let (sessions, busy_s) = take(
-        conn,
-        ctx,
-        "protocol_sessions",
-        "status = 'ended' AND ended_at < $1",
-        Arg::Ms(ended_cutoff),
-    )
-    .await?;
-    let (meetings, busy_m) = take(
-        conn,
-        ctx,
-        "protocol_meetings",
-        "status = 'ended' AND ended_at < $1",
-        Arg::Ms(ended_cutoff),
-    )
-    .await?;
+    let (sessions, busy_s) = take(conn, Pick::EndedSessions(ended_cutoff)).await?;
+    let (meetings, busy_m) = take(conn, Pick::EndedMeetings(ended_cutoff)).await?;
     // Old messages: read ones, and those of meetings that ended.
-    let (mut messages, busy_old) = take(
-        conn,
-        ctx,
-        "protocol_messages",
-        "created_at < $1 AND (read_at IS NOT NULL OR (meeting_id IS NOT NULL AND EXISTS \
-         (SELECT 1 FROM protocol_meetings pm WHERE pm.id = meeting_id AND pm.status = 'ended')))",
-        Arg::Ms(message_cutoff),
-    )
-    .await?;
+    let (mut messages, busy_old) = take(conn, Pick::OldMessages(message_cutoff)).await?;
     let mut busy = busy_s + busy_m + busy_old;
     // Every message of a session or meeting that goes is archived with it, read or not.
     let mut kept = Vec::new();
-    for (column, owners) in [("session_id", &sessions), ("meeting_id", &meetings)] {
+    for (sessions_of, owners) in [(true, &sessions), (false, &meetings)] {
         for owner in owners.iter() {
-            let filter = format!("{column} = $1");
-            let (mine, held) =
-                take(conn, ctx, "protocol_messages", &filter, Arg::Id(owner)).await?;
+            let pick = if sessions_of {
+                Pick::OfSession(owner)
+            } else {
+                Pick::OfMeeting(owner)
+            };
+            let (mine, held) = take(conn, pick).await?;
             if held > 0 {
                 // Some of its messages are held by another transaction: keep the owner this time.
                 busy += held;
