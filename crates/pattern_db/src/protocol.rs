@@ -1,7 +1,9 @@
 //! What of the agent-to-agent protocol other domains of this crate write in their own
 //! transactions (decision 0023, step 4): organizations (migration `0003_protocol`; agent
 //! creation, auth and approvals use them), the protocol ids, the session and message types with
-//! their row decoders, and the session message store: [`store_message`] (checks participant,
+//! the conversion of their checked rows ([`StoredProtocolRow`], for either engine's
+//! `protocol` module of checked statements; `pattern_protocol::store` uses it too), and the
+//! session message store: [`store_message`] (checks participant,
 //! live session, turn and limit, stores the message, passes a sync session's turn, ends the
 //! session at its limit, queues the recipient's trigger when the agents answer), [`lock_session`]
 //! and [`close_session`]. Batch completion's delivery receipt (`ops::protocol`) marks the session
@@ -19,7 +21,7 @@
 use crate::StorageError;
 use std::fmt;
 
-use crate::sql::Row;
+use crate::sql::Conn;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -29,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::id::SnowflakeId;
 use crate::model::{Agent, AgentId};
 use crate::ops::protocol::CreateOrganization;
-use crate::ops::{AGENT_COLUMNS, agent_from_row, from_ms, parse_uuid};
+use crate::ops::{AGENT_COLUMNS, StoredId, StoredTime, agent_from_row};
 
 macro_rules! protocol_id {
     ($(#[$doc:meta])* $name:ident) => {
@@ -365,21 +367,6 @@ pub fn validate_name(what: &str, text: &str) -> Result<()> {
     Ok(())
 }
 
-pub(crate) const ORG_COLUMNS: &str = "id, external_id, name, created_at";
-/// The columns [`session_from_row`] decodes, in its order.
-pub const SESSION_COLUMNS: &str = "id, agent_a_id, agent_b_id, session_type, status, \
-    locked_agent_id, created_at, updated_at, ended_at, delivery, message_limit, messages_sent";
-/// The columns [`message_from_row`] decodes, in its order.
-pub const MESSAGE_COLUMNS: &str = "id, sender_id, recipient_id, session_id, message_type, \
-    content, metadata, read_at, seq, created_at, meeting_id";
-
-/// An optional id column (text) as a UUID.
-pub fn opt_uuid(row: &Row, index: usize) -> Result<Option<Uuid>> {
-    row.try_get::<Option<String>, _>(index)?
-        .map(|s| parse_uuid(&s))
-        .transpose()
-}
-
 /// Stored JSON text as a value; text that does not decode is a corrupt row.
 pub fn json(text: &str) -> Result<serde_json::Value> {
     serde_json::from_str(text).map_err(|e| {
@@ -389,63 +376,87 @@ pub fn json(text: &str) -> Result<serde_json::Value> {
     })
 }
 
-pub(crate) fn org_from_row(row: &Row) -> Result<Organization> {
-    let id: String = row.try_get(0)?;
-    Ok(Organization {
-        id: OrganizationId(parse_uuid(&id)?),
-        external_id: row.try_get(1)?,
-        name: row.try_get(2)?,
-        created_at: from_ms(row.try_get(3)?),
-    })
+/// A protocol row of either engine's crate of checked statements (`pattern_db_sqlite::protocol`
+/// or `pattern_db_postgres::protocol`: the same fields, in each engine's id and time types) as
+/// this crate's type `T`: one conversion, written once for both engines, that
+/// `pattern_protocol::store` uses too.
+pub trait StoredProtocolRow<T> {
+    /// The value; an id that is not a UUID, an unknown kind or JSON that does not decode is a
+    /// corrupt row.
+    fn into_protocol(self) -> Result<T>;
 }
 
-/// A session row ([`SESSION_COLUMNS`]).
-pub fn session_from_row(row: &Row) -> Result<Session> {
-    let id: String = row.try_get(0)?;
-    let a: String = row.try_get(1)?;
-    let b: String = row.try_get(2)?;
-    let session_type: String = row.try_get(3)?;
-    let status: String = row.try_get(4)?;
-    Ok(Session {
-        id: SessionId(parse_uuid(&id)?),
-        agent_a: AgentId(parse_uuid(&a)?),
-        agent_b: AgentId(parse_uuid(&b)?),
-        session_type: SessionType::parse(&session_type)?,
-        status: SessionStatus::parse(&status)?,
-        turn: opt_uuid(row, 5)?.map(AgentId),
-        created_at: from_ms(row.try_get(6)?),
-        updated_at: from_ms(row.try_get(7)?),
-        ended_at: row.try_get::<Option<i64>, _>(8)?.map(from_ms),
-        delivery: Delivery::parse(&row.try_get::<String, _>(9)?)?,
-        message_limit: row
-            .try_get::<Option<i64>, _>(10)?
-            .map(|n| u64::try_from(n).unwrap_or(0)),
-        messages_sent: u64::try_from(row.try_get::<i64, _>(11)?).unwrap_or(0),
-    })
+/// [`StoredProtocolRow`] for the organization, session and message rows of one engine's crate.
+macro_rules! protocol_from_stored {
+    ($engine:ident) => {
+        impl StoredProtocolRow<Organization> for $engine::protocol::OrganizationRow {
+            fn into_protocol(self) -> Result<Organization> {
+                Ok(Organization {
+                    id: OrganizationId(self.id.uuid()?),
+                    external_id: self.external_id,
+                    name: self.name,
+                    created_at: self.created_at.time(),
+                })
+            }
+        }
+
+        impl StoredProtocolRow<Session> for $engine::protocol::SessionRow {
+            fn into_protocol(self) -> Result<Session> {
+                Ok(Session {
+                    id: SessionId(self.id.uuid()?),
+                    agent_a: AgentId(self.agent_a_id.uuid()?),
+                    agent_b: AgentId(self.agent_b_id.uuid()?),
+                    session_type: SessionType::parse(&self.session_type)?,
+                    status: SessionStatus::parse(&self.status)?,
+                    turn: self
+                        .locked_agent_id
+                        .map(StoredId::uuid)
+                        .transpose()?
+                        .map(AgentId),
+                    created_at: self.created_at.time(),
+                    updated_at: self.updated_at.time(),
+                    ended_at: self.ended_at.map(StoredTime::time),
+                    delivery: Delivery::parse(&self.delivery)?,
+                    message_limit: self.message_limit.map(|n| u64::try_from(n).unwrap_or(0)),
+                    messages_sent: u64::try_from(self.messages_sent).unwrap_or(0),
+                })
+            }
+        }
+
+        impl StoredProtocolRow<ProtocolMessage> for $engine::protocol::ProtocolMessageRow {
+            fn into_protocol(self) -> Result<ProtocolMessage> {
+                Ok(ProtocolMessage {
+                    id: ProtocolMessageId(self.id.uuid()?),
+                    sender: AgentId(self.sender_id.uuid()?),
+                    recipient: self
+                        .recipient_id
+                        .map(StoredId::uuid)
+                        .transpose()?
+                        .map(AgentId),
+                    session: self
+                        .session_id
+                        .map(StoredId::uuid)
+                        .transpose()?
+                        .map(SessionId),
+                    meeting: self
+                        .meeting_id
+                        .map(StoredId::uuid)
+                        .transpose()?
+                        .map(MeetingId),
+                    message_type: self.message_type,
+                    content: json(&self.content)?,
+                    metadata: self.metadata.map(|m| json(&m)).transpose()?,
+                    read_at: self.read_at.map(StoredTime::time),
+                    seq: SnowflakeId(self.seq),
+                    created_at: self.created_at.time(),
+                })
+            }
+        }
+    };
 }
 
-/// A protocol message row ([`MESSAGE_COLUMNS`]; also of `protocol_messages_archive`).
-pub fn message_from_row(row: &Row) -> Result<ProtocolMessage> {
-    let id: String = row.try_get(0)?;
-    let sender: String = row.try_get(1)?;
-    let content: String = row.try_get(5)?;
-    Ok(ProtocolMessage {
-        id: ProtocolMessageId(parse_uuid(&id)?),
-        sender: AgentId(parse_uuid(&sender)?),
-        recipient: opt_uuid(row, 2)?.map(AgentId),
-        session: opt_uuid(row, 3)?.map(SessionId),
-        meeting: opt_uuid(row, 10)?.map(MeetingId),
-        message_type: row.try_get(4)?,
-        content: json(&content)?,
-        metadata: row
-            .try_get::<Option<String>, _>(6)?
-            .map(|m| json(&m))
-            .transpose()?,
-        read_at: row.try_get::<Option<i64>, _>(7)?.map(from_ms),
-        seq: SnowflakeId(row.try_get(8)?),
-        created_at: from_ms(row.try_get(9)?),
-    })
-}
+protocol_from_stored!(pattern_db_sqlite);
+protocol_from_stored!(pattern_db_postgres);
 
 impl Database {
     // -- organizations -------------------------------------------------------------------------
@@ -465,14 +476,21 @@ impl Database {
 
     /// The organization with this external id ([`ProtocolError::ExternalIdNotFound`] otherwise).
     pub async fn organization_by_external_id(&self, external_id: &str) -> Result<Organization> {
-        let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {ORG_COLUMNS} FROM protocol_organizations WHERE external_id = $1"
-        )))
-        .bind(external_id)
-        .fetch_optional(self.reader())
-        .await?;
+        let mut pooled = self.reader().acquire().await?;
+        let row = match &mut pooled.conn() {
+            Conn::Sqlite(c) => {
+                pattern_db_sqlite::protocol::organization_by_external_id(c, external_id)
+                    .await?
+                    .map(StoredProtocolRow::into_protocol)
+            }
+            Conn::Postgres(c) => {
+                pattern_db_postgres::protocol::organization_by_external_id(c, external_id)
+                    .await?
+                    .map(StoredProtocolRow::into_protocol)
+            }
+        };
         match row {
-            Some(row) => org_from_row(&row),
+            Some(org) => org,
             None => Err(ProtocolError::ExternalIdNotFound {
                 kind: "organization",
                 external_id: external_id.to_owned(),
@@ -483,14 +501,19 @@ impl Database {
 
     /// Every organization, by external id.
     pub async fn organizations(&self) -> Result<Vec<Organization>> {
-        crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {ORG_COLUMNS} FROM protocol_organizations ORDER BY external_id"
-        )))
-        .fetch_all(self.reader())
-        .await?
-        .iter()
-        .map(org_from_row)
-        .collect()
+        let mut pooled = self.reader().acquire().await?;
+        match &mut pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::protocol::organizations(c)
+                .await?
+                .into_iter()
+                .map(StoredProtocolRow::into_protocol)
+                .collect(),
+            Conn::Postgres(c) => pattern_db_postgres::protocol::organizations(c)
+                .await?
+                .into_iter()
+                .map(StoredProtocolRow::into_protocol)
+                .collect(),
+        }
     }
 
     // -- agents as the protocol knows them -------------------------------------------------------

@@ -10,8 +10,9 @@
 //! cache from a throwaway PostgreSQL cluster migrated by `pattern_db`'s own migrator;
 //! `cargo xtask sqlx check` fails when the committed cache is stale.
 //!
-//! Only `pattern_db` names this crate. It calls these functions from the PostgreSQL arm of
-//! `pattern_db::sql::Conn`, beside the same statements of `pattern_db_sqlite` in the SQLite arm.
+//! Only `pattern_db` and `pattern_protocol`'s storage module (`pattern_protocol::store`, for the
+//! protocol's statements in `protocol`) name this crate. They call these functions from the
+//! PostgreSQL arm of `pattern_db::sql::Conn`, beside the same statements of `pattern_db_sqlite` in the SQLite arm.
 //! A function here takes a `&mut PgConnection` (a pooled connection or the writer's transaction:
 //! the caller decides) and typed values (`Uuid` ids, `DateTime<Utc>` instants, `i64` positions),
 //! and returns plain row structs with the same fields as `pattern_db_sqlite`'s, in PostgreSQL's
@@ -36,6 +37,7 @@ pub mod blocks;
 pub mod mcp;
 pub mod messages;
 pub mod processes;
+pub mod protocol;
 pub mod queue;
 pub mod retention;
 pub mod runs;

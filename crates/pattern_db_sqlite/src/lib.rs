@@ -8,9 +8,11 @@
 //! `pattern_db`'s own migrator; `cargo xtask sqlx check` fails when the committed cache is stale
 //! (a statement or the schema changed without `prepare`).
 //!
-//! Only `pattern_db` names this crate. It calls these functions from the SQLite arm of
-//! `pattern_db::sql::Conn`; the PostgreSQL arm calls the same statements of `pattern_db_postgres`,
-//! checked against PostgreSQL's native column types (step 3 (d), migration 0023). A function here
+//! Only `pattern_db` and `pattern_protocol`'s storage module (`pattern_protocol::store`, for the
+//! protocol's statements in `protocol`) name this crate. They call these functions from the
+//! SQLite arm of `pattern_db::sql::Conn`; the PostgreSQL arm calls the same statements of
+//! `pattern_db_postgres`, checked against PostgreSQL's native column types (step 3 (d), migration
+//! 0023). A function here
 //! takes a `&mut SqliteConnection` (a pooled connection or the writer's transaction: the caller
 //! decides) and plain values, and returns plain row structs or counts; the caller turns them into
 //! `pattern_db`'s types and errors.
@@ -37,6 +39,7 @@ pub mod blocks;
 pub mod mcp;
 pub mod messages;
 pub mod processes;
+pub mod protocol;
 pub mod queue;
 pub mod retention;
 pub mod runs;

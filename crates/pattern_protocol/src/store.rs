@@ -15,12 +15,19 @@
 //! [`crate::Protocol`] is the handle most callers want (it wakes waiters after each write and
 //! returns [`crate::Error`]); [`Store`] serves callers that hold only a [`Database`] and wait for
 //! nobody (an agent's session and meeting tools). It returns `pattern_db`'s error: the protocol's
-//! own refusals are inside it ([`crate::ProtocolError::of`]). The statements go through
-//! `sqlx::Any` like `pattern_db`'s until the typed backends land (decision 0023, step 3). This
-//! module must never commit, roll back or open a transaction itself, and never write outside the
-//! writer.
+//! own refusals are inside it ([`crate::ProtocolError::of`]). Its fixed statements are checked at
+//! compile time (decision 0023, step 3 (c)): they live in `pattern_db_sqlite::protocol` and
+//! `pattern_db_postgres::protocol`, called from the engine arms of
+//! [`Conn`](pattern_db::storage::Conn) here (the only files of this crate that may name those
+//! crates or `sqlx`: tidy); their rows become the protocol's types through
+//! [`pattern_db::protocol::StoredProtocolRow`] (sessions, messages) or this module's conversions
+//! (meetings). What stays on `pattern_db::sql::query` is text built at run time (see each
+//! module). This module must never commit, roll back or open a transaction itself, and never
+//! write outside the writer.
 
-use pattern_db::Database;
+use chrono::{DateTime, Utc};
+use pattern_db::storage::{from_ms, parse_uuid};
+use pattern_db::{Database, Result};
 
 mod lists;
 mod meeting_writes;
@@ -39,5 +46,51 @@ impl<'a> Store<'a> {
     /// The protocol's storage over `db`.
     pub fn new(db: &'a Database) -> Self {
         Self { db }
+    }
+}
+
+/// Unix milliseconds as the instant a PostgreSQL statement binds (`TIMESTAMPTZ`); out of its
+/// range is the driver's encode error, as a dynamic bind's would be.
+pub(crate) fn instant(ms: i64) -> Result<DateTime<Utc>> {
+    DateTime::from_timestamp_millis(ms).ok_or_else(|| {
+        sqlx::Error::Encode(format!("{ms} ms since 1970 is out of range for TIMESTAMPTZ").into())
+            .into()
+    })
+}
+
+/// An id as an engine's checked row holds it: SQLite the UUID's text, PostgreSQL a `UUID`.
+pub(crate) trait StoredId {
+    /// The id as a UUID; text that is not one is a corrupt row.
+    fn uuid(self) -> Result<uuid::Uuid>;
+}
+
+impl StoredId for String {
+    fn uuid(self) -> Result<uuid::Uuid> {
+        parse_uuid(&self)
+    }
+}
+
+impl StoredId for uuid::Uuid {
+    fn uuid(self) -> Result<uuid::Uuid> {
+        Ok(self)
+    }
+}
+
+/// An instant as an engine's checked row holds it: SQLite Unix milliseconds, PostgreSQL a
+/// `TIMESTAMPTZ`.
+pub(crate) trait StoredTime {
+    /// The instant.
+    fn time(self) -> DateTime<Utc>;
+}
+
+impl StoredTime for i64 {
+    fn time(self) -> DateTime<Utc> {
+        from_ms(self)
+    }
+}
+
+impl StoredTime for DateTime<Utc> {
+    fn time(self) -> DateTime<Utc> {
+        self
     }
 }

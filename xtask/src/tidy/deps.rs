@@ -21,13 +21,15 @@ pub(crate) const RESTRICTED: &[(&str, &[&str], &str)] = &[
     ),
     (
         "pattern_db_sqlite",
-        &["pattern_db"],
-        "the checked SQLite statements are called from pattern_db's SQLite arms only",
+        &["pattern_db", "pattern_protocol"],
+        "the checked SQLite statements are called from the engine arms of pattern_db and \
+         pattern_protocol::store",
     ),
     (
         "pattern_db_postgres",
-        &["pattern_db"],
-        "the checked PostgreSQL statements are called from pattern_db's PostgreSQL arms only",
+        &["pattern_db", "pattern_protocol"],
+        "the checked PostgreSQL statements are called from the engine arms of pattern_db and \
+         pattern_protocol::store",
     ),
     (
         "tantivy",
@@ -48,13 +50,16 @@ pub(crate) const RESTRICTED: &[(&str, &[&str], &str)] = &[
     ),
 ];
 
-/// Crates above the storage layer that may name `sqlx` (see [`RESTRICTED`]), and the only
-/// files of each that may: its storage module (decision 0023). Paths are relative to the
-/// crate's folder; one ending in `/` is a folder.
+/// Crates above the storage layer that may name `sqlx` and the backend crates of checked
+/// statements (see [`RESTRICTED`]), and the only files of each that may: its storage module
+/// (decision 0023). Paths are relative to the crate's folder; one ending in `/` is a folder.
 pub(crate) const SQL_MODULES: &[(&str, &[&str])] =
     &[("pattern_protocol", &["src/store.rs", "src/store/"])];
 
-/// Violations of [`SQL_MODULES`] by crate `krate`: a line naming `sqlx` in one of `files`
+/// What only a crate's [`SQL_MODULES`] may name: the driver and the crates of checked statements.
+const SQL_NAMES: &[&str] = &["sqlx", "pattern_db_sqlite", "pattern_db_postgres"];
+
+/// Violations of [`SQL_MODULES`] by crate `krate`: a line naming one of [`SQL_NAMES`] in one of `files`
 /// (`(path relative to the crate, path relative to the workspace, text)`) outside the crate's
 /// storage module. Crates not listed have nothing to check here (the manifest rule covers them).
 pub(crate) fn check_sql_module(krate: &str, files: &[(String, String, String)]) -> Vec<Violation> {
@@ -77,12 +82,12 @@ pub(crate) fn check_sql_module(krate: &str, files: &[(String, String, String)]) 
         }
         for (n, line) in text.lines().enumerate() {
             let code = line.split("//").next().unwrap_or_default();
-            if code.contains("sqlx") {
+            if let Some(name) = SQL_NAMES.iter().find(|name| code.contains(*name)) {
                 out.push(Violation::new(
                     rel,
                     n + 1,
                     format!(
-                        "`sqlx` named outside {}'s storage module ({}): the protocol's SQL \
+                        "`{name}` named outside {}'s storage module ({}): the protocol's SQL \
                          lives there only",
                         krate,
                         allowed.join(", ")
@@ -233,6 +238,48 @@ mod tests {
             1
         );
         assert!(check_restricted("pattern_protocol", "m", &[dep("sqlx", 2)]).is_empty());
+    }
+
+    #[test]
+    fn checked_statements_stay_in_the_storage_module() {
+        let file = |path: &str, text: &str| {
+            (
+                path.to_owned(),
+                format!("crates/pattern_protocol/{path}"),
+                text.to_owned(),
+            )
+        };
+        let files = [
+            file(
+                "src/store/sessions.rs",
+                "pattern_db_sqlite::protocol::f(c);\n",
+            ),
+            file("src/store.rs", "use pattern_db_postgres::protocol;\n"),
+            file(
+                "src/lib.rs",
+                "// pattern_db_sqlite in a comment\nuse pattern_db_sqlite;\n",
+            ),
+            file("src/meeting.rs", "x(pattern_db_postgres::Uuid::nil());\n"),
+        ];
+        let got = check_sql_module("pattern_protocol", &files);
+        let at: Vec<_> = got.iter().map(|v| (v.file.as_str(), v.line)).collect();
+        assert_eq!(
+            at,
+            [
+                ("crates/pattern_protocol/src/lib.rs", 2),
+                ("crates/pattern_protocol/src/meeting.rs", 1),
+            ]
+        );
+        assert!(got[0].message.contains("`pattern_db_sqlite`"));
+        // The manifest rule lets pattern_db and pattern_protocol name the backend crates only.
+        for backend in ["pattern_db_sqlite", "pattern_db_postgres"] {
+            assert!(check_restricted("pattern_protocol", "m", &[dep(backend, 2)]).is_empty());
+            assert!(check_restricted("pattern_db", "m", &[dep(backend, 2)]).is_empty());
+            assert_eq!(
+                check_restricted("pattern_core", "m", &[dep(backend, 2)]).len(),
+                1
+            );
+        }
     }
 
     #[test]

@@ -14,17 +14,15 @@
 
 use crate::{AgentError, ProtocolError};
 
-use crate::sql::Conn;
+use crate::sql::{Conn, instant};
 
 use super::{AGENT_COLUMNS, agent_from_row};
-use super::{Ctx, from_ms, is_unique_violation, now_ms};
-use crate::config::Backend;
+use super::{Ctx, StoredId, from_ms, is_unique_violation, now_ms};
 use crate::error::{Error, Result};
 use crate::model::{Agent, AgentId, BatchType, ContentBlock, Role};
 use crate::protocol::{
     Delivery, NewProtocolMessage, Organization, OrganizationId, ProtocolMessage, ProtocolMessageId,
-    SESSION_COLUMNS, Session, SessionId, SessionStatus, SessionType, WAKEUP_CHANNEL, Wakeup,
-    session_from_row,
+    Session, SessionId, SessionStatus, SessionType, StoredProtocolRow, WAKEUP_CHANNEL, Wakeup,
 };
 use crate::queue::NewQueued;
 use crate::runs::RunClaim;
@@ -56,16 +54,12 @@ impl Write for CreateOrganization {
 
 /// On PostgreSQL, queues `NOTIFY`s for the wake-ups inside the current transaction: they are
 /// delivered when (and only if) it commits. Nothing on SQLite (the handle wakes in-process).
-pub async fn notify(conn: &mut Conn<'_>, ctx: &Ctx, wakeups: &[Wakeup]) -> Result<()> {
-    if ctx.backend != Backend::Postgres {
+pub async fn notify(conn: &mut Conn<'_>, _ctx: &Ctx, wakeups: &[Wakeup]) -> Result<()> {
+    let Conn::Postgres(c) = conn else {
         return Ok(());
-    }
+    };
     for wakeup in wakeups {
-        crate::sql::query("SELECT pg_notify($1, $2)")
-            .bind(WAKEUP_CHANNEL)
-            .bind(wakeup.payload())
-            .execute(&mut *conn)
-            .await?;
+        pattern_db_postgres::protocol::notify(c, WAKEUP_CHANNEL, &wakeup.payload()).await?;
     }
     Ok(())
 }
@@ -81,12 +75,13 @@ pub(crate) async fn create_organization(
             external_id: external_id.to_owned(),
         })
     };
-    if crate::sql::query("SELECT id FROM protocol_organizations WHERE external_id = $1")
-        .bind(external_id)
-        .fetch_optional(&mut *conn)
-        .await?
-        .is_some()
-    {
+    let exists = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::protocol::organization_exists(c, external_id).await?,
+        Conn::Postgres(c) => {
+            pattern_db_postgres::protocol::organization_exists(c, external_id).await?
+        }
+    };
+    if exists {
         return Err(taken());
     }
     let org = Organization {
@@ -95,16 +90,26 @@ pub(crate) async fn create_organization(
         name: name.to_owned(),
         created_at: from_ms(now_ms()),
     };
-    let inserted = crate::sql::query(
-        "INSERT INTO protocol_organizations (id, external_id, name, created_at) \
-         VALUES ($1, $2, $3, $4)",
-    )
-    .bind(org.id.to_string())
-    .bind(&org.external_id)
-    .bind(&org.name)
-    .bind(org.created_at.timestamp_millis())
-    .execute(&mut *conn)
-    .await;
+    let inserted = match conn {
+        Conn::Sqlite(c) => {
+            let row = pattern_db_sqlite::protocol::OrganizationRow {
+                id: org.id.to_string(),
+                external_id: org.external_id.clone(),
+                name: org.name.clone(),
+                created_at: org.created_at.timestamp_millis(),
+            };
+            pattern_db_sqlite::protocol::insert_organization(c, &row).await
+        }
+        Conn::Postgres(c) => {
+            let row = pattern_db_postgres::protocol::OrganizationRow {
+                id: org.id.0,
+                external_id: org.external_id.clone(),
+                name: org.name.clone(),
+                created_at: instant(org.created_at.timestamp_millis())?,
+            };
+            pattern_db_postgres::protocol::insert_organization(c, &row).await
+        }
+    };
     match inserted {
         Ok(_) => Ok(org),
         Err(e) if is_unique_violation(&e) => Err(taken()),
@@ -146,19 +151,17 @@ pub async fn require_same_organization(
 }
 
 /// Reads a session and, on PostgreSQL, locks its row until the transaction ends.
-pub async fn lock_session(conn: &mut Conn<'_>, ctx: &Ctx, id: SessionId) -> Result<Session> {
-    let lock = match ctx.backend {
-        Backend::Postgres => " FOR UPDATE",
-        Backend::Sqlite => "",
+pub async fn lock_session(conn: &mut Conn<'_>, _ctx: &Ctx, id: SessionId) -> Result<Session> {
+    let row = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::protocol::session(c, &id.to_string())
+            .await?
+            .map(StoredProtocolRow::into_protocol),
+        Conn::Postgres(c) => pattern_db_postgres::protocol::lock_session(c, id.0)
+            .await?
+            .map(StoredProtocolRow::into_protocol),
     };
-    let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {SESSION_COLUMNS} FROM protocol_sessions WHERE id = $1{lock}"
-    )))
-    .bind(id.to_string())
-    .fetch_optional(&mut *conn)
-    .await?;
     match row {
-        Some(row) => session_from_row(&row),
+        Some(session) => session,
         None => Err(ProtocolError::NotFound {
             kind: "session",
             id: id.0,
@@ -170,14 +173,14 @@ pub async fn lock_session(conn: &mut Conn<'_>, ctx: &Ctx, id: SessionId) -> Resu
 /// Ends a locked, live session and wakes both participants.
 pub async fn close_session(conn: &mut Conn<'_>, ctx: &Ctx, session: &mut Session) -> Result<()> {
     let now = now_ms();
-    crate::sql::query(
-        "UPDATE protocol_sessions SET status = 'ended', locked_agent_id = NULL, updated_at = $1, \
-         ended_at = $1 WHERE id = $2",
-    )
-    .bind(now)
-    .bind(session.id.to_string())
-    .execute(&mut *conn)
-    .await?;
+    match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::protocol::end_session(c, &session.id.to_string(), now).await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::protocol::end_session(c, session.id.0, instant(now)?).await?
+        }
+    }
     notify(
         conn,
         ctx,
@@ -253,37 +256,59 @@ pub async fn store_message(
         seq: ctx.ids.next_id()?,
         created_at: from_ms(now),
     };
-    crate::sql::query(
-        "INSERT INTO protocol_messages (id, sender_id, recipient_id, session_id, meeting_id, \
-         message_type, content, metadata, read_at, seq, created_at) \
-         VALUES ($1, $2, $3, $4, NULL, $5, $6, $7, NULL, $8, $9)",
-    )
-    .bind(stored.id.to_string())
-    .bind(sender.to_string())
-    .bind(recipient.to_string())
-    .bind(id.to_string())
-    .bind(&stored.message_type)
-    .bind(content)
-    .bind(metadata)
-    .bind(stored.seq.get())
-    .bind(now)
-    .execute(&mut *conn)
-    .await?;
+    match conn {
+        Conn::Sqlite(c) => {
+            let (message_id, sender_id, recipient_id, session_id) = (
+                stored.id.to_string(),
+                sender.to_string(),
+                recipient.to_string(),
+                id.to_string(),
+            );
+            let new = pattern_db_sqlite::protocol::NewSessionMessage {
+                id: &message_id,
+                sender: &sender_id,
+                recipient: &recipient_id,
+                session: &session_id,
+                message_type: &stored.message_type,
+                content: &content,
+                metadata: metadata.as_deref(),
+                seq: stored.seq.get(),
+                now,
+            };
+            pattern_db_sqlite::protocol::insert_session_message(c, new).await?
+        }
+        Conn::Postgres(c) => {
+            let new = pattern_db_postgres::protocol::NewSessionMessage {
+                id: stored.id.0,
+                sender: sender.0,
+                recipient: recipient.0,
+                session: id.0,
+                message_type: &stored.message_type,
+                content: &content,
+                metadata: metadata.as_deref(),
+                seq: stored.seq.get(),
+                now: instant(now)?,
+            };
+            pattern_db_postgres::protocol::insert_session_message(c, new).await?
+        }
+    }
     session.messages_sent += 1;
     session.turn = match session.session_type {
         SessionType::Sync => Some(recipient),
         SessionType::Async => None,
     };
     session.updated_at = from_ms(now);
-    crate::sql::query(
-        "UPDATE protocol_sessions SET locked_agent_id = $1, updated_at = $2, \
-         messages_sent = messages_sent + 1 WHERE id = $3",
-    )
-    .bind(session.turn.map(|t| t.to_string()))
-    .bind(now)
-    .bind(id.to_string())
-    .execute(&mut *conn)
-    .await?;
+    match conn {
+        Conn::Sqlite(c) => {
+            let turn = session.turn.map(|t| t.to_string());
+            pattern_db_sqlite::protocol::count_sent(c, &id.to_string(), turn.as_deref(), now)
+                .await?
+        }
+        Conn::Postgres(c) => {
+            let turn = session.turn.map(|t| t.0);
+            pattern_db_postgres::protocol::count_sent(c, id.0, turn, instant(now)?).await?
+        }
+    }
     if let Some(name) = sender_name {
         let entry = trigger_for(session, &name, &stored);
         super::queue::enqueue_session_message(conn, ctx, recipient, &entry, stored.id).await?;
@@ -338,33 +363,32 @@ pub(crate) async fn complete_delivery(
     agent: AgentId,
     batch: crate::model::BatchId,
 ) -> Result<()> {
-    let row = crate::sql::query(
-        "SELECT q.protocol_message_id, m.session_id FROM agent_queue q \
-         JOIN protocol_messages m ON m.id = q.protocol_message_id \
-         WHERE q.delivered_batch = $1 AND q.agent_id = $2",
-    )
-    .bind(batch.get())
-    .bind(agent.to_string())
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some(row) = row else {
-        return Ok(());
+    let now = now_ms();
+    let session = match conn {
+        Conn::Sqlite(c) => {
+            let agent = agent.to_string();
+            let Some(row) = pattern_db_sqlite::protocol::delivered(c, batch.get(), &agent).await?
+            else {
+                return Ok(());
+            };
+            pattern_db_sqlite::protocol::mark_read(c, &row.message_id, &agent, now).await?;
+            row.session_id.map(StoredId::uuid).transpose()?
+        }
+        Conn::Postgres(c) => {
+            let Some(row) =
+                pattern_db_postgres::protocol::delivered(c, batch.get(), agent.0).await?
+            else {
+                return Ok(());
+            };
+            pattern_db_postgres::protocol::mark_read(c, row.message_id, agent.0, instant(now)?)
+                .await?;
+            row.session_id
+        }
     };
-    let message: String = row.try_get(0)?;
-    let session: Option<String> = row.try_get(1)?;
-    crate::sql::query(
-        "UPDATE protocol_messages SET read_at = $1 \
-         WHERE id = $2 AND recipient_id = $3 AND read_at IS NULL",
-    )
-    .bind(now_ms())
-    .bind(&message)
-    .bind(agent.to_string())
-    .execute(&mut *conn)
-    .await?;
     let Some(session) = session else {
         return Ok(());
     };
-    let mut session = lock_session(conn, ctx, SessionId(super::parse_uuid(&session)?)).await?;
+    let mut session = lock_session(conn, ctx, SessionId(session)).await?;
     if session.session_type != SessionType::Sync
         || session.delivery != Delivery::Agents
         || !session.is_live()
@@ -384,17 +408,13 @@ pub(crate) async fn complete_delivery(
 
 /// The text of the last assistant message of `batch` (its final answer).
 async fn final_answer(conn: &mut Conn<'_>, batch: crate::model::BatchId) -> Result<String> {
-    let row = crate::sql::query(
-        "SELECT content FROM messages WHERE batch_id = $1 AND role = 'assistant' \
-         ORDER BY sequence_num DESC LIMIT 1",
-    )
-    .bind(batch.get())
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some(row) = row else {
+    let content = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::protocol::final_answer(c, batch.get()).await?,
+        Conn::Postgres(c) => pattern_db_postgres::protocol::final_answer(c, batch.get()).await?,
+    };
+    let Some(content) = content else {
         return Ok(String::new());
     };
-    let content: String = row.try_get(0)?;
     Ok(super::decode_content(&content)?
         .iter()
         .filter_map(|block| match block {

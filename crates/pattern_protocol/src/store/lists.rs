@@ -2,16 +2,16 @@
 //! v7, so their text order is their creation order): what a front door serving several
 //! organizations lists (the HTTP server's `GET /v1/sessions` and `GET /v1/meetings`).
 //!
-//! A session is the organization's when both its agents are; a meeting when its host is. This
-//! module must never list a row of another organization.
+//! A session is the organization's when both its agents are; a meeting when its host is. Each
+//! choice of rows (all, live, ended) and cursor (first page or not) is its own checked statement
+//! (`pattern_db_sqlite::protocol::lists`, `pattern_db_postgres::protocol::lists`), so each keeps
+//! its plan. This module must never list a row of another organization.
 
-use pattern_db::sql::Row;
-
-use pattern_db::protocol::{SESSION_COLUMNS, session_from_row};
+use pattern_db::storage::Conn;
 use pattern_db::{MeetingId, OrganizationId, Result, Session, SessionId};
 
 use super::Store;
-use super::meetings::{MEETING_COLUMNS, meeting_from_row};
+use super::meetings::converted;
 use crate::meeting::Meeting;
 
 /// Which rows a list holds.
@@ -26,16 +26,6 @@ pub enum Liveness {
     Ended,
 }
 
-impl Liveness {
-    fn condition(self, alias: &str) -> String {
-        match self {
-            Liveness::All => String::new(),
-            Liveness::Live => format!(" AND {alias}.status <> 'ended'"),
-            Liveness::Ended => format!(" AND {alias}.status = 'ended'"),
-        }
-    }
-}
-
 /// One page of a list: at most `limit` rows older than `before`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListPage<Id> {
@@ -47,12 +37,21 @@ pub struct ListPage<Id> {
     pub limit: u32,
 }
 
-fn prefixed(columns: &str, alias: &str) -> String {
-    columns
-        .split(", ")
-        .map(|c| format!("{alias}.{c}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+/// One page from the statement of its rows and cursor (`$q` one engine's `lists` module; the
+/// engine's organization, cursor and limit values).
+macro_rules! page {
+    ($q:ident, $c:expr, $org:expr, $before:expr, $liveness:expr, $limit:expr,
+     $all:ident, $all_before:ident, $live:ident, $live_before:ident, $ended:ident,
+     $ended_before:ident) => {
+        match ($liveness, $before) {
+            (Liveness::All, None) => $q::$all($c, $org, $limit).await?,
+            (Liveness::All, Some(b)) => $q::$all_before($c, $org, b, $limit).await?,
+            (Liveness::Live, None) => $q::$live($c, $org, $limit).await?,
+            (Liveness::Live, Some(b)) => $q::$live_before($c, $org, b, $limit).await?,
+            (Liveness::Ended, None) => $q::$ended($c, $org, $limit).await?,
+            (Liveness::Ended, Some(b)) => $q::$ended_before($c, $org, b, $limit).await?,
+        }
+    };
 }
 
 impl Store<'_> {
@@ -62,26 +61,45 @@ impl Store<'_> {
         org: OrganizationId,
         page: ListPage<SessionId>,
     ) -> Result<Vec<Session>> {
-        // Parameters in the order they appear: $1 the organization, then the cursor, the limit.
-        let (before, limit) = if page.before.is_some() {
-            (" AND s.id < $2", "$3")
-        } else {
-            ("", "$2")
-        };
-        let sql = format!(
-            "SELECT {} FROM protocol_sessions s \
-             JOIN agents a ON a.id = s.agent_a_id JOIN agents b ON b.id = s.agent_b_id \
-             WHERE a.organization_id = $1 AND b.organization_id = $1{}{before} \
-             ORDER BY s.id DESC LIMIT {limit}",
-            prefixed(SESSION_COLUMNS, "s"),
-            page.liveness.condition("s"),
-        );
-        let mut query = pattern_db::sql::query(sqlx::AssertSqlSafe(sql)).bind(org.to_string());
-        if let Some(before) = page.before {
-            query = query.bind(before.to_string());
+        let limit = i64::from(page.limit);
+        let mut pooled = self.db.reader().acquire().await?;
+        match &mut pooled.conn() {
+            Conn::Sqlite(c) => {
+                use pattern_db_sqlite::protocol::lists as q;
+                let (org, before) = (org.to_string(), page.before.map(|b| b.to_string()));
+                converted(page!(
+                    q,
+                    c,
+                    &org,
+                    before.as_deref(),
+                    page.liveness,
+                    limit,
+                    org_sessions,
+                    org_sessions_before,
+                    org_live_sessions,
+                    org_live_sessions_before,
+                    org_ended_sessions,
+                    org_ended_sessions_before
+                ))
+            }
+            Conn::Postgres(c) => {
+                use pattern_db_postgres::protocol::lists as q;
+                converted(page!(
+                    q,
+                    c,
+                    org.0,
+                    page.before.map(|b| b.0),
+                    page.liveness,
+                    limit,
+                    org_sessions,
+                    org_sessions_before,
+                    org_live_sessions,
+                    org_live_sessions_before,
+                    org_ended_sessions,
+                    org_ended_sessions_before
+                ))
+            }
         }
-        query = query.bind(i64::from(page.limit));
-        rows(query.fetch_all(self.db.reader()).await?, session_from_row)
     }
 
     /// The organization's meetings (hosted by its agents), newest first.
@@ -90,27 +108,44 @@ impl Store<'_> {
         org: OrganizationId,
         page: ListPage<MeetingId>,
     ) -> Result<Vec<Meeting>> {
-        // Parameters in the order they appear: $1 the organization, then the cursor, the limit.
-        let (before, limit) = if page.before.is_some() {
-            (" AND m.id < $2", "$3")
-        } else {
-            ("", "$2")
-        };
-        let sql = format!(
-            "SELECT {} FROM protocol_meetings m JOIN agents h ON h.id = m.host_id \
-             WHERE h.organization_id = $1{}{before} ORDER BY m.id DESC LIMIT {limit}",
-            prefixed(MEETING_COLUMNS, "m"),
-            page.liveness.condition("m"),
-        );
-        let mut query = pattern_db::sql::query(sqlx::AssertSqlSafe(sql)).bind(org.to_string());
-        if let Some(before) = page.before {
-            query = query.bind(before.to_string());
+        let limit = i64::from(page.limit);
+        let mut pooled = self.db.reader().acquire().await?;
+        match &mut pooled.conn() {
+            Conn::Sqlite(c) => {
+                use pattern_db_sqlite::protocol::lists as q;
+                let (org, before) = (org.to_string(), page.before.map(|b| b.to_string()));
+                converted(page!(
+                    q,
+                    c,
+                    &org,
+                    before.as_deref(),
+                    page.liveness,
+                    limit,
+                    org_meetings,
+                    org_meetings_before,
+                    org_live_meetings,
+                    org_live_meetings_before,
+                    org_ended_meetings,
+                    org_ended_meetings_before
+                ))
+            }
+            Conn::Postgres(c) => {
+                use pattern_db_postgres::protocol::lists as q;
+                converted(page!(
+                    q,
+                    c,
+                    org.0,
+                    page.before.map(|b| b.0),
+                    page.liveness,
+                    limit,
+                    org_meetings,
+                    org_meetings_before,
+                    org_live_meetings,
+                    org_live_meetings_before,
+                    org_ended_meetings,
+                    org_ended_meetings_before
+                ))
+            }
         }
-        query = query.bind(i64::from(page.limit));
-        rows(query.fetch_all(self.db.reader()).await?, meeting_from_row)
     }
-}
-
-fn rows<T>(rows: Vec<Row>, from_row: impl Fn(&Row) -> Result<T>) -> Result<Vec<T>> {
-    rows.iter().map(from_row).collect()
 }

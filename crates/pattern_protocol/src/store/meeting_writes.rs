@@ -6,23 +6,28 @@
 //! SQLite the single writer serialises), applies an expired turn deadline, checks, and only then
 //! changes rows and appends events with the next sequence numbers; the meeting row (status,
 //! speaker, deadline, last event sequence) is written last. Retention never waits for a lock: on
-//! PostgreSQL it skips rows others hold (`SKIP LOCKED`). These functions must never commit, roll
-//! back or open a transaction, and never run a statement after one that failed.
+//! PostgreSQL it skips rows others hold (`SKIP LOCKED`). The meeting writes' statements and
+//! retention's picks are checked (`pattern_db_sqlite::protocol::{meetings, retention}` and their
+//! PostgreSQL twins); retention's archive and deletes stay dynamic: `IN` lists as long as the
+//! ids found. These functions must never commit, roll back or open a transaction, and never run a
+//! statement after one that failed.
 
 use std::time::Duration;
 
 use pattern_db::protocol::{Wakeup, notify, require_agent, require_same_organization};
-use pattern_db::storage::{
-    Backend, Conn, Ctx, Locks, Write, fixed_chunks, from_ms, now_ms, parse_uuid,
-};
+use pattern_db::storage::{Conn, Ctx, Locks, Write, fixed_chunks, from_ms, now_ms, parse_uuid};
 use pattern_db::{
     AgentId, Error, MeetingId, NewProtocolMessage, ProtocolError as DbProtocolError,
     ProtocolMessage, ProtocolMessageId, Result, RunClaim, SessionId, StorageError,
 };
 
-use super::meetings::{
-    MEETING_COLUMNS, PARTICIPANT_COLUMNS, meeting_from_row, participant_from_row,
-};
+use chrono::{DateTime, Utc};
+use pattern_db::protocol::StoredProtocolRow;
+use pattern_db_postgres::protocol::meetings as postgres;
+use pattern_db_sqlite::protocol::meetings as sqlite;
+
+use super::instant;
+use super::meetings::participants;
 use crate::error::ProtocolError;
 use crate::meeting::{
     Meeting, MeetingEvent, MeetingEventType, MeetingPolicy, MeetingStatus, MeetingUpdate,
@@ -136,7 +141,7 @@ async fn apply(conn: &mut Conn<'_>, ctx: &Ctx, op: &ProtocolOp) -> Result<Protoc
             create_meeting(conn, ctx, *host, *turn_duration, *policy, plan.clone()).await?,
         ))),
         ProtocolOp::Retention(policy) => Ok(ProtocolDone::Retention(Box::new(
-            retention(conn, ctx, policy).await?,
+            retention(conn, policy).await?,
         ))),
         _ => run(conn, ctx, op).await,
     }
@@ -144,13 +149,6 @@ async fn apply(conn: &mut Conn<'_>, ctx: &Ctx, op: &ProtocolOp) -> Result<Protoc
 
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
-}
-
-fn lock_suffix(ctx: &Ctx) -> &'static str {
-    match ctx.backend() {
-        Backend::Postgres => " FOR UPDATE",
-        Backend::Sqlite => "",
-    }
 }
 
 /// A meeting write in progress: the locked meeting, the events appended so far, the clock.
@@ -170,19 +168,32 @@ impl Change {
     ) -> Result<()> {
         let seq = self.meeting.last_event_seq + 1;
         let text = data.as_ref().map(serde_json::Value::to_string);
-        pattern_db::sql::query(
-            "INSERT INTO protocol_meeting_events \
-             (meeting_id, seq, event_type, agent_id, data, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(self.meeting.id.to_string())
-        .bind(i64::try_from(seq).unwrap_or(i64::MAX))
-        .bind(event_type.as_str())
-        .bind(agent.map(|a| a.to_string()))
-        .bind(text)
-        .bind(self.now)
-        .execute(&mut *conn)
-        .await?;
+        let stored_seq = i64::try_from(seq).unwrap_or(i64::MAX);
+        match conn {
+            Conn::Sqlite(c) => {
+                let (meeting, agent) = (self.meeting.id.to_string(), agent.map(|a| a.to_string()));
+                let new = sqlite::NewEvent {
+                    meeting: &meeting,
+                    seq: stored_seq,
+                    event_type: event_type.as_str(),
+                    agent: agent.as_deref(),
+                    data: text.as_deref(),
+                    now: self.now,
+                };
+                sqlite::insert_event(c, new).await?
+            }
+            Conn::Postgres(c) => {
+                let new = postgres::NewEvent {
+                    meeting: self.meeting.id.0,
+                    seq: stored_seq,
+                    event_type: event_type.as_str(),
+                    agent: agent.map(|a| a.0),
+                    data: text.as_deref(),
+                    now: instant(self.now)?,
+                };
+                postgres::insert_event(c, new).await?
+            }
+        }
         self.meeting.last_event_seq = seq;
         self.events.push(MeetingEvent {
             meeting: self.meeting.id,
@@ -198,22 +209,45 @@ impl Change {
     /// Writes the meeting row back (last statement of every write).
     async fn save(&self, conn: &mut Conn<'_>) -> Result<()> {
         let m = &self.meeting;
-        pattern_db::sql::query(
-            "UPDATE protocol_meetings SET status = $1, current_speaker_id = $2, \
-             turn_started_at = $3, turn_deadline = $4, last_event_seq = $5, started_at = $6, \
-             ended_at = $7, chosen_speaker_id = $8 WHERE id = $9",
-        )
-        .bind(m.status.as_str())
-        .bind(m.speaker.map(|s| s.to_string()))
-        .bind(m.turn_started_at.map(|t| t.timestamp_millis()))
-        .bind(m.turn_deadline.map(|t| t.timestamp_millis()))
-        .bind(i64::try_from(m.last_event_seq).unwrap_or(i64::MAX))
-        .bind(m.started_at.map(|t| t.timestamp_millis()))
-        .bind(m.ended_at.map(|t| t.timestamp_millis()))
-        .bind(m.chosen.map(|c| c.to_string()))
-        .bind(m.id.to_string())
-        .execute(&mut *conn)
-        .await?;
+        let ms = |t: Option<DateTime<Utc>>| t.map(|t| t.timestamp_millis());
+        let last_event_seq = i64::try_from(m.last_event_seq).unwrap_or(i64::MAX);
+        match conn {
+            Conn::Sqlite(c) => {
+                let (id, speaker, chosen) = (
+                    m.id.to_string(),
+                    m.speaker.map(|s| s.to_string()),
+                    m.chosen.map(|c| c.to_string()),
+                );
+                let state = sqlite::MeetingState {
+                    id: &id,
+                    status: m.status.as_str(),
+                    speaker: speaker.as_deref(),
+                    turn_started_at: ms(m.turn_started_at),
+                    turn_deadline: ms(m.turn_deadline),
+                    last_event_seq,
+                    started_at: ms(m.started_at),
+                    ended_at: ms(m.ended_at),
+                    chosen: chosen.as_deref(),
+                };
+                sqlite::save_meeting(c, state).await?
+            }
+            Conn::Postgres(c) => {
+                // The instants go through their milliseconds, as the SQLite arm stores them.
+                let at = |t: Option<DateTime<Utc>>| ms(t).map(instant).transpose();
+                let state = postgres::MeetingState {
+                    id: m.id.0,
+                    status: m.status.as_str(),
+                    speaker: m.speaker.map(|s| s.0),
+                    turn_started_at: at(m.turn_started_at)?,
+                    turn_deadline: at(m.turn_deadline)?,
+                    last_event_seq,
+                    started_at: at(m.started_at)?,
+                    ended_at: at(m.ended_at)?,
+                    chosen: m.chosen.map(|c| c.0),
+                };
+                postgres::save_meeting(c, state).await?
+            }
+        }
         Ok(())
     }
 
@@ -359,16 +393,19 @@ fn next_speaker(present: &[Participant], after: u64) -> Option<AgentId> {
         .map(|p| p.agent)
 }
 
-async fn lock_meeting(conn: &mut Conn<'_>, ctx: &Ctx, id: MeetingId) -> Result<Change> {
-    let row = pattern_db::sql::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {MEETING_COLUMNS} FROM protocol_meetings WHERE id = $1{}",
-        lock_suffix(ctx)
-    )))
-    .bind(id.to_string())
-    .fetch_optional(&mut *conn)
-    .await?;
+/// The meeting, its row locked on PostgreSQL (`FOR UPDATE`; SQLite's single writer serialises),
+/// with an expired turn deadline applied.
+async fn lock_meeting(conn: &mut Conn<'_>, id: MeetingId) -> Result<Change> {
+    let row = match conn {
+        Conn::Sqlite(c) => sqlite::meeting(c, &id.to_string())
+            .await?
+            .map(StoredProtocolRow::into_protocol),
+        Conn::Postgres(c) => postgres::lock_meeting(c, id.0)
+            .await?
+            .map(StoredProtocolRow::into_protocol),
+    };
     let meeting = match row {
-        Some(row) => meeting_from_row(&row)?,
+        Some(meeting) => meeting?,
         None => {
             return Err(DbProtocolError::NotFound {
                 kind: "meeting",
@@ -386,35 +423,21 @@ async fn lock_meeting(conn: &mut Conn<'_>, ctx: &Ctx, id: MeetingId) -> Result<C
     Ok(change)
 }
 
-async fn participants(conn: &mut Conn<'_>, meeting: MeetingId) -> Result<Vec<Participant>> {
-    pattern_db::sql::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {PARTICIPANT_COLUMNS} FROM protocol_meeting_participants \
-         WHERE meeting_id = $1 ORDER BY join_order IS NULL, join_order, agent_id"
-    )))
-    .bind(meeting.to_string())
-    .fetch_all(&mut *conn)
-    .await?
-    .iter()
-    .map(participant_from_row)
-    .collect()
-}
-
 async fn participant(
     conn: &mut Conn<'_>,
     meeting: MeetingId,
     agent: AgentId,
 ) -> Result<Option<Participant>> {
-    pattern_db::sql::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {PARTICIPANT_COLUMNS} FROM protocol_meeting_participants \
-         WHERE meeting_id = $1 AND agent_id = $2"
-    )))
-    .bind(meeting.to_string())
-    .bind(agent.to_string())
-    .fetch_optional(&mut *conn)
-    .await?
-    .as_ref()
-    .map(participant_from_row)
-    .transpose()
+    match conn {
+        Conn::Sqlite(c) => sqlite::participant(c, &meeting.to_string(), &agent.to_string())
+            .await?
+            .map(StoredProtocolRow::into_protocol)
+            .transpose(),
+        Conn::Postgres(c) => postgres::participant(c, meeting.0, agent.0)
+            .await?
+            .map(StoredProtocolRow::into_protocol)
+            .transpose(),
+    }
 }
 
 async fn set_participant_status(
@@ -423,15 +446,15 @@ async fn set_participant_status(
     agent: AgentId,
     status: ParticipantStatus,
 ) -> Result<()> {
-    pattern_db::sql::query(
-        "UPDATE protocol_meeting_participants SET status = $1 \
-         WHERE meeting_id = $2 AND agent_id = $3",
-    )
-    .bind(status.as_str())
-    .bind(meeting.to_string())
-    .bind(agent.to_string())
-    .execute(&mut *conn)
-    .await?;
+    match conn {
+        Conn::Sqlite(c) => {
+            let (meeting, agent) = (meeting.to_string(), agent.to_string());
+            sqlite::set_participant_status(c, &meeting, &agent, status.as_str()).await?
+        }
+        Conn::Postgres(c) => {
+            postgres::set_participant_status(c, meeting.0, agent.0, status.as_str()).await?
+        }
+    }
     Ok(())
 }
 
@@ -441,15 +464,14 @@ async fn set_status_where(
     from: ParticipantStatus,
     to: ParticipantStatus,
 ) -> Result<()> {
-    pattern_db::sql::query(
-        "UPDATE protocol_meeting_participants SET status = $1 \
-         WHERE meeting_id = $2 AND status = $3",
-    )
-    .bind(to.as_str())
-    .bind(meeting.to_string())
-    .bind(from.as_str())
-    .execute(&mut *conn)
-    .await?;
+    match conn {
+        Conn::Sqlite(c) => {
+            sqlite::set_status_where(c, &meeting.to_string(), from.as_str(), to.as_str()).await?
+        }
+        Conn::Postgres(c) => {
+            postgres::set_status_where(c, meeting.0, from.as_str(), to.as_str()).await?
+        }
+    }
     Ok(())
 }
 
@@ -509,29 +531,36 @@ async fn create_meeting(
         policy,
         chosen: None,
     };
-    pattern_db::sql::query(
-        "INSERT INTO protocol_meetings (id, host_id, status, current_speaker_id, \
-         turn_duration_ms, turn_started_at, turn_deadline, last_event_seq, last_join_order, \
-         created_at, started_at, ended_at, policy) \
-         VALUES ($1, $2, 'created', NULL, $3, NULL, NULL, 0, 1, $4, NULL, NULL, $5)",
-    )
-    .bind(meeting.id.to_string())
-    .bind(host.to_string())
-    .bind(turn_duration.map(ms))
-    .bind(now)
-    .bind(policy.as_str())
-    .execute(&mut *conn)
-    .await?;
-    pattern_db::sql::query(
-        "INSERT INTO protocol_meeting_participants \
-         (meeting_id, agent_id, status, join_order, invited_at, joined_at, left_at) \
-         VALUES ($1, $2, 'attending', 1, NULL, $3, NULL)",
-    )
-    .bind(meeting.id.to_string())
-    .bind(host.to_string())
-    .bind(now)
-    .execute(&mut *conn)
-    .await?;
+    let duration = turn_duration.map(ms);
+    match conn {
+        Conn::Sqlite(c) => {
+            let (id, host) = (meeting.id.to_string(), host.to_string());
+            sqlite::insert_meeting(c, &id, &host, duration, now, policy.as_str()).await?;
+            let new = sqlite::NewParticipant {
+                meeting: &id,
+                agent: &host,
+                status: ParticipantStatus::Attending.as_str(),
+                join_order: Some(1),
+                invited_at: None,
+                joined_at: Some(now),
+            };
+            sqlite::insert_participant(c, new).await?
+        }
+        Conn::Postgres(c) => {
+            let at = instant(now)?;
+            postgres::insert_meeting(c, meeting.id.0, host.0, duration, at, policy.as_str())
+                .await?;
+            let new = postgres::NewParticipant {
+                meeting: meeting.id.0,
+                agent: host.0,
+                status: ParticipantStatus::Attending.as_str(),
+                join_order: Some(1),
+                invited_at: None,
+                joined_at: Some(at),
+            };
+            postgres::insert_participant(c, new).await?
+        }
+    }
     let mut change = Change {
         meeting,
         events: Vec::new(),
@@ -581,29 +610,40 @@ async fn invite(
         Some(p) if p.status != ParticipantStatus::Left => {
             return Err(ProtocolError::AlreadyParticipant { meeting, agent }.into());
         }
-        Some(_) => {
-            pattern_db::sql::query(
-                "UPDATE protocol_meeting_participants SET status = 'invited', invited_at = $1, \
-                 left_at = NULL WHERE meeting_id = $2 AND agent_id = $3",
-            )
-            .bind(change.now)
-            .bind(meeting.to_string())
-            .bind(agent.to_string())
-            .execute(&mut *conn)
-            .await?;
-        }
-        None => {
-            pattern_db::sql::query(
-                "INSERT INTO protocol_meeting_participants \
-                 (meeting_id, agent_id, status, join_order, invited_at, joined_at, left_at) \
-                 VALUES ($1, $2, 'invited', NULL, $3, NULL, NULL)",
-            )
-            .bind(meeting.to_string())
-            .bind(agent.to_string())
-            .bind(change.now)
-            .execute(&mut *conn)
-            .await?;
-        }
+        Some(_) => match conn {
+            Conn::Sqlite(c) => {
+                let (meeting, agent) = (meeting.to_string(), agent.to_string());
+                sqlite::reinvite(c, &meeting, &agent, change.now).await?
+            }
+            Conn::Postgres(c) => {
+                postgres::reinvite(c, meeting.0, agent.0, instant(change.now)?).await?
+            }
+        },
+        None => match conn {
+            Conn::Sqlite(c) => {
+                let (meeting, agent) = (meeting.to_string(), agent.to_string());
+                let new = sqlite::NewParticipant {
+                    meeting: &meeting,
+                    agent: &agent,
+                    status: ParticipantStatus::Invited.as_str(),
+                    join_order: None,
+                    invited_at: Some(change.now),
+                    joined_at: None,
+                };
+                sqlite::insert_participant(c, new).await?
+            }
+            Conn::Postgres(c) => {
+                let new = postgres::NewParticipant {
+                    meeting: meeting.0,
+                    agent: agent.0,
+                    status: ParticipantStatus::Invited.as_str(),
+                    join_order: None,
+                    invited_at: Some(instant(change.now)?),
+                    joined_at: None,
+                };
+                postgres::insert_participant(c, new).await?
+            }
+        },
     }
     change
         .event(conn, MeetingEventType::AgentInvited, Some(agent), None)
@@ -624,44 +664,48 @@ async fn join(
     if existing.as_ref().is_some_and(|p| p.status.is_present()) {
         return Err(ProtocolError::AlreadyParticipant { meeting, agent }.into());
     }
-    let order: i64 = pattern_db::sql::query(
-        "UPDATE protocol_meetings SET last_join_order = last_join_order + 1 \
-         WHERE id = $1 RETURNING last_join_order",
-    )
-    .bind(meeting.to_string())
-    .fetch_one(&mut *conn)
-    .await?
-    .try_get(0)?;
+    let order = match conn {
+        Conn::Sqlite(c) => sqlite::next_join_order(c, &meeting.to_string()).await?,
+        Conn::Postgres(c) => postgres::next_join_order(c, meeting.0).await?,
+    };
     let status = if change.meeting.status == MeetingStatus::Active {
         ParticipantStatus::Waiting
     } else {
         ParticipantStatus::Attending
     };
-    if existing.is_some() {
-        pattern_db::sql::query(
-            "UPDATE protocol_meeting_participants SET status = $1, join_order = $2, \
-             joined_at = $3, left_at = NULL WHERE meeting_id = $4 AND agent_id = $5",
-        )
-        .bind(status.as_str())
-        .bind(order)
-        .bind(change.now)
-        .bind(meeting.to_string())
-        .bind(agent.to_string())
-        .execute(&mut *conn)
-        .await?;
-    } else {
-        pattern_db::sql::query(
-            "INSERT INTO protocol_meeting_participants \
-             (meeting_id, agent_id, status, join_order, invited_at, joined_at, left_at) \
-             VALUES ($1, $2, $3, $4, NULL, $5, NULL)",
-        )
-        .bind(meeting.to_string())
-        .bind(agent.to_string())
-        .bind(status.as_str())
-        .bind(order)
-        .bind(change.now)
-        .execute(&mut *conn)
-        .await?;
+    match conn {
+        Conn::Sqlite(c) => {
+            let (id, agent) = (meeting.to_string(), agent.to_string());
+            if existing.is_some() {
+                sqlite::rejoin(c, &id, &agent, status.as_str(), order, change.now).await?
+            } else {
+                let new = sqlite::NewParticipant {
+                    meeting: &id,
+                    agent: &agent,
+                    status: status.as_str(),
+                    join_order: Some(order),
+                    invited_at: None,
+                    joined_at: Some(change.now),
+                };
+                sqlite::insert_participant(c, new).await?
+            }
+        }
+        Conn::Postgres(c) => {
+            let now = instant(change.now)?;
+            if existing.is_some() {
+                postgres::rejoin(c, meeting.0, agent.0, status.as_str(), order, now).await?
+            } else {
+                let new = postgres::NewParticipant {
+                    meeting: meeting.0,
+                    agent: agent.0,
+                    status: status.as_str(),
+                    join_order: Some(order),
+                    invited_at: None,
+                    joined_at: Some(now),
+                };
+                postgres::insert_participant(c, new).await?
+            }
+        }
     }
     change
         .event(
@@ -782,21 +826,36 @@ async fn speak(
             seq: ctx.next_id()?,
             created_at: from_ms(change.now),
         };
-        pattern_db::sql::query(
-            "INSERT INTO protocol_messages (id, sender_id, recipient_id, session_id, meeting_id, \
-             message_type, content, metadata, read_at, seq, created_at) \
-             VALUES ($1, $2, NULL, NULL, $3, $4, $5, $6, NULL, $7, $8)",
-        )
-        .bind(row.id.to_string())
-        .bind(agent.to_string())
-        .bind(meeting.to_string())
-        .bind(&row.message_type)
-        .bind(content)
-        .bind(metadata)
-        .bind(row.seq.get())
-        .bind(change.now)
-        .execute(&mut *conn)
-        .await?;
+        match conn {
+            Conn::Sqlite(c) => {
+                let (id, sender, meeting) =
+                    (row.id.to_string(), agent.to_string(), meeting.to_string());
+                let new = sqlite::NewMeetingMessage {
+                    id: &id,
+                    sender: &sender,
+                    meeting: &meeting,
+                    message_type: &row.message_type,
+                    content: &content,
+                    metadata: metadata.as_deref(),
+                    seq: row.seq.get(),
+                    now: change.now,
+                };
+                sqlite::insert_meeting_message(c, new).await?
+            }
+            Conn::Postgres(c) => {
+                let new = postgres::NewMeetingMessage {
+                    id: row.id.0,
+                    sender: agent.0,
+                    meeting: meeting.0,
+                    message_type: &row.message_type,
+                    content: &content,
+                    metadata: metadata.as_deref(),
+                    seq: row.seq.get(),
+                    now: instant(change.now)?,
+                };
+                postgres::insert_meeting_message(c, new).await?
+            }
+        }
         change
             .event(
                 conn,
@@ -825,15 +884,13 @@ async fn leave(
         .await?
         .filter(|p| p.status.is_present())
         .ok_or(ProtocolError::NotMeetingParticipant { meeting, agent })?;
-    pattern_db::sql::query(
-        "UPDATE protocol_meeting_participants SET status = 'left', left_at = $1 \
-         WHERE meeting_id = $2 AND agent_id = $3",
-    )
-    .bind(change.now)
-    .bind(meeting.to_string())
-    .bind(agent.to_string())
-    .execute(&mut *conn)
-    .await?;
+    match conn {
+        Conn::Sqlite(c) => {
+            let (id, agent) = (meeting.to_string(), agent.to_string());
+            sqlite::leave(c, &id, &agent, change.now).await?
+        }
+        Conn::Postgres(c) => postgres::leave(c, meeting.0, agent.0, instant(change.now)?).await?,
+    }
     change
         .event(conn, MeetingEventType::AgentLeft, Some(agent), None)
         .await?;
@@ -927,7 +984,7 @@ async fn run(conn: &mut Conn<'_>, ctx: &Ctx, op: &ProtocolOp) -> Result<Protocol
     let Some(id) = op.key().map(MeetingId) else {
         return Err(StorageError::Corrupt(format!("{op:?} names no meeting")).into());
     };
-    let mut change = lock_meeting(conn, ctx, id).await?;
+    let mut change = lock_meeting(conn, id).await?;
     let timed_out = (change.meeting.clone(), change.events.len());
     let outcome = match op {
         ProtocolOp::Invite { host, agent, .. } => invite(conn, &mut change, *host, *agent).await,
@@ -961,55 +1018,70 @@ async fn run(conn: &mut Conn<'_>, ctx: &Ctx, op: &ProtocolOp) -> Result<Protocol
     }
 }
 
-/// The one parameter (`$1`) of a retention query.
+/// What a retention pick selects (one checked statement per engine, and on PostgreSQL its
+/// `SKIP LOCKED` twin).
 #[derive(Clone, Copy)]
-enum Arg<'a> {
-    Ms(i64),
-    Id(&'a str),
+enum Pick<'a> {
+    /// Ended sessions that ended before the cutoff (Unix ms).
+    EndedSessions(i64),
+    /// Ended meetings that ended before the cutoff.
+    EndedMeetings(i64),
+    /// Messages older than the cutoff, read or of an ended meeting.
+    OldMessages(i64),
+    /// The messages of this session.
+    OfSession(&'a str),
+    /// The messages of this meeting.
+    OfMeeting(&'a str),
 }
 
-/// Ids (TEXT) from a one-column query.
-async fn ids(conn: &mut Conn<'_>, sql: String, arg: Arg<'_>) -> Result<Vec<String>> {
-    let query = pattern_db::sql::query(sqlx::AssertSqlSafe(sql));
-    let query = match arg {
-        Arg::Ms(ms) => query.bind(ms),
-        Arg::Id(id) => query.bind(id.to_owned()),
-    };
-    query
-        .fetch_all(&mut *conn)
-        .await?
-        .iter()
-        .map(|row| Ok(row.try_get::<String, _>(0)?))
-        .collect()
-}
-
-/// Ids of rows matching `filter` that nobody else holds: on PostgreSQL they are locked, skipping
-/// those held by other transactions; the number is how many matched but were held.
-async fn take(
-    conn: &mut Conn<'_>,
-    ctx: &Ctx,
-    table: &str,
-    filter: &str,
-    arg: Arg<'_>,
-) -> Result<(Vec<String>, u64)> {
-    let all = ids(
-        conn,
-        format!("SELECT id FROM {table} WHERE {filter} ORDER BY id"),
-        arg,
-    )
-    .await?;
-    let free = match ctx.backend() {
-        Backend::Sqlite => all.clone(),
-        Backend::Postgres => {
-            ids(
-                conn,
-                format!("SELECT id FROM {table} WHERE {filter} ORDER BY id FOR UPDATE SKIP LOCKED"),
-                arg,
-            )
-            .await?
+/// Ids (TEXT) of the rows `pick` selects that nobody else holds: on PostgreSQL they are locked,
+/// skipping those held by other transactions; the number is how many matched but were held.
+async fn take(conn: &mut Conn<'_>, pick: Pick<'_>) -> Result<(Vec<String>, u64)> {
+    use pattern_db_postgres::protocol::retention as pg;
+    use pattern_db_sqlite::protocol::retention as lite;
+    let (all, free) = match conn {
+        Conn::Sqlite(c) => {
+            let all = match pick {
+                Pick::EndedSessions(cutoff) => lite::ended_sessions(c, cutoff).await?,
+                Pick::EndedMeetings(cutoff) => lite::ended_meetings(c, cutoff).await?,
+                Pick::OldMessages(cutoff) => lite::old_messages(c, cutoff).await?,
+                Pick::OfSession(owner) => lite::messages_of_session(c, owner).await?,
+                Pick::OfMeeting(owner) => lite::messages_of_meeting(c, owner).await?,
+            };
+            (all.len(), all)
+        }
+        Conn::Postgres(c) => {
+            let (all, free) = match pick {
+                Pick::EndedSessions(cutoff) => {
+                    let cutoff = instant(cutoff)?;
+                    let all = pg::ended_sessions(c, cutoff).await?.len();
+                    (all, pg::ended_sessions_free(c, cutoff).await?)
+                }
+                Pick::EndedMeetings(cutoff) => {
+                    let cutoff = instant(cutoff)?;
+                    let all = pg::ended_meetings(c, cutoff).await?.len();
+                    (all, pg::ended_meetings_free(c, cutoff).await?)
+                }
+                Pick::OldMessages(cutoff) => {
+                    let cutoff = instant(cutoff)?;
+                    let all = pg::old_messages(c, cutoff).await?.len();
+                    (all, pg::old_messages_free(c, cutoff).await?)
+                }
+                Pick::OfSession(owner) => {
+                    let owner = parse_uuid(owner)?;
+                    let all = pg::messages_of_session(c, owner).await?.len();
+                    (all, pg::messages_of_session_free(c, owner).await?)
+                }
+                Pick::OfMeeting(owner) => {
+                    let owner = parse_uuid(owner)?;
+                    let all = pg::messages_of_meeting(c, owner).await?.len();
+                    (all, pg::messages_of_meeting_free(c, owner).await?)
+                }
+            };
+            (all, free.iter().map(ToString::to_string).collect())
         }
     };
-    let skipped = all.len().saturating_sub(free.len());
+    let skipped = all.saturating_sub(free.len());
     Ok((free, u64::try_from(skipped).unwrap_or(0)))
 }
 
@@ -1068,49 +1140,26 @@ fn uuids<T>(ids: &[String], wrap: impl Fn(uuid::Uuid) -> T) -> Result<Vec<T>> {
     ids.iter().map(|s| Ok(wrap(parse_uuid(s)?))).collect()
 }
 
-async fn retention(
-    conn: &mut Conn<'_>,
-    ctx: &Ctx,
-    policy: &RetentionPolicy,
-) -> Result<RetentionReport> {
+async fn retention(conn: &mut Conn<'_>, policy: &RetentionPolicy) -> Result<RetentionReport> {
     let now = now_ms();
     let message_cutoff = now.saturating_sub(ms(policy.archive_messages_after));
     let ended_cutoff = now.saturating_sub(ms(policy.delete_ended_after));
     // Ended sessions and meetings old enough to go, and the messages that go with them.
-    let (sessions, busy_s) = take(
-        conn,
-        ctx,
-        "protocol_sessions",
-        "status = 'ended' AND ended_at < $1",
-        Arg::Ms(ended_cutoff),
-    )
-    .await?;
-    let (meetings, busy_m) = take(
-        conn,
-        ctx,
-        "protocol_meetings",
-        "status = 'ended' AND ended_at < $1",
-        Arg::Ms(ended_cutoff),
-    )
-    .await?;
+    let (sessions, busy_s) = take(conn, Pick::EndedSessions(ended_cutoff)).await?;
+    let (meetings, busy_m) = take(conn, Pick::EndedMeetings(ended_cutoff)).await?;
     // Old messages: read ones, and those of meetings that ended.
-    let (mut messages, busy_old) = take(
-        conn,
-        ctx,
-        "protocol_messages",
-        "created_at < $1 AND (read_at IS NOT NULL OR (meeting_id IS NOT NULL AND EXISTS \
-         (SELECT 1 FROM protocol_meetings pm WHERE pm.id = meeting_id AND pm.status = 'ended')))",
-        Arg::Ms(message_cutoff),
-    )
-    .await?;
+    let (mut messages, busy_old) = take(conn, Pick::OldMessages(message_cutoff)).await?;
     let mut busy = busy_s + busy_m + busy_old;
     // Every message of a session or meeting that goes is archived with it, read or not.
     let mut kept = Vec::new();
-    for (column, owners) in [("session_id", &sessions), ("meeting_id", &meetings)] {
+    for (sessions_of, owners) in [(true, &sessions), (false, &meetings)] {
         for owner in owners.iter() {
-            let filter = format!("{column} = $1");
-            let (mine, held) =
-                take(conn, ctx, "protocol_messages", &filter, Arg::Id(owner)).await?;
+            let pick = if sessions_of {
+                Pick::OfSession(owner)
+            } else {
+                Pick::OfMeeting(owner)
+            };
+            let (mine, held) = take(conn, pick).await?;
             if held > 0 {
                 // Some of its messages are held by another transaction: keep the owner this time.
                 busy += held;

@@ -1,7 +1,9 @@
 //! The SQL of meetings' reads (a meeting, its participants, messages and event log, the
 //! expired ones for a sweeper), the views (active conversations, active meetings, unread per
 //! agent) and the [`Store`] methods that queue meeting and retention writes (their SQL is in
-//! [`super::meeting_writes`]); and the meeting tables' row decoders.
+//! [`super::meeting_writes`]); and the conversions of the meeting tables' checked rows (either
+//! engine's, [`StoredProtocolRow`]). The reads are checked statements
+//! (`pattern_db_sqlite::protocol::meetings`, `pattern_db_postgres::protocol::meetings`).
 //!
 //! Every change appends to the meeting's event log with the next sequence number (1, 2, 3 ...),
 //! under the meeting's row lock (PostgreSQL `SELECT ... FOR UPDATE`; SQLite's single writer), so
@@ -12,89 +14,153 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use pattern_db::protocol::{
-    MESSAGE_COLUMNS, SESSION_COLUMNS, json, message_from_row, opt_uuid, session_from_row,
-    validate_name,
-};
-use pattern_db::sql::Row;
-use pattern_db::storage::{from_ms, now_ms, parse_uuid};
+use pattern_db::protocol::{StoredProtocolRow, json, validate_name};
+use pattern_db::storage::{Conn, now_ms};
 use pattern_db::{
     AgentId, Error, MeetingId, NewProtocolMessage, ProtocolError as DbProtocolError,
     ProtocolMessage, ProtocolMessageId, Result, StorageError,
 };
 
-use super::Store;
 use super::meeting_writes::{ProtocolDone, ProtocolOp};
+use super::{Store, StoredId, StoredTime, instant};
 use crate::meeting::{
     ActiveConversation, ActiveMeeting, MAX_TURN_DURATION, Meeting, MeetingEvent, MeetingEventType,
     MeetingPolicy, MeetingStatus, MeetingUpdate, Participant, ParticipantStatus, RetentionPolicy,
     RetentionReport, UnreadSummary,
 };
 
-pub(super) const MEETING_COLUMNS: &str = "id, host_id, status, current_speaker_id, \
-    turn_duration_ms, turn_started_at, turn_deadline, last_event_seq, created_at, started_at, \
-    ended_at, policy, chosen_speaker_id";
-pub(super) const PARTICIPANT_COLUMNS: &str =
-    "meeting_id, agent_id, status, join_order, invited_at, joined_at, left_at";
-pub(super) const EVENT_COLUMNS: &str = "meeting_id, seq, event_type, agent_id, data, created_at";
-
 fn to_u64(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
-pub(super) fn meeting_from_row(row: &Row) -> Result<Meeting> {
-    let id: String = row.try_get(0)?;
-    let host: String = row.try_get(1)?;
-    let status: String = row.try_get(2)?;
-    Ok(Meeting {
-        id: MeetingId(parse_uuid(&id)?),
-        host: AgentId(parse_uuid(&host)?),
-        status: MeetingStatus::parse(&status)?,
-        speaker: opt_uuid(row, 3)?.map(AgentId),
-        turn_duration: row
-            .try_get::<Option<i64>, _>(4)?
-            .map(|ms| Duration::from_millis(to_u64(ms))),
-        turn_started_at: row.try_get::<Option<i64>, _>(5)?.map(from_ms),
-        turn_deadline: row.try_get::<Option<i64>, _>(6)?.map(from_ms),
-        last_event_seq: to_u64(row.try_get(7)?),
-        created_at: from_ms(row.try_get(8)?),
-        started_at: row.try_get::<Option<i64>, _>(9)?.map(from_ms),
-        ended_at: row.try_get::<Option<i64>, _>(10)?.map(from_ms),
-        policy: MeetingPolicy::parse(&row.try_get::<String, _>(11)?)
-            .map_err(|_| StorageError::Corrupt("unknown stored meeting policy".into()))?,
-        chosen: opt_uuid(row, 12)?.map(AgentId),
-    })
+/// [`StoredProtocolRow`] for the meeting, participant and event rows of one engine's crate of
+/// checked statements: one conversion, written once, for both engines.
+macro_rules! meeting_from_stored {
+    ($engine:ident) => {
+        impl StoredProtocolRow<Meeting> for $engine::protocol::meetings::MeetingRow {
+            fn into_protocol(self) -> Result<Meeting> {
+                Ok(Meeting {
+                    id: MeetingId(self.id.uuid()?),
+                    host: AgentId(self.host_id.uuid()?),
+                    status: MeetingStatus::parse(&self.status)?,
+                    speaker: self
+                        .current_speaker_id
+                        .map(StoredId::uuid)
+                        .transpose()?
+                        .map(AgentId),
+                    turn_duration: self
+                        .turn_duration_ms
+                        .map(|ms| Duration::from_millis(to_u64(ms))),
+                    turn_started_at: self.turn_started_at.map(StoredTime::time),
+                    turn_deadline: self.turn_deadline.map(StoredTime::time),
+                    last_event_seq: to_u64(self.last_event_seq),
+                    created_at: self.created_at.time(),
+                    started_at: self.started_at.map(StoredTime::time),
+                    ended_at: self.ended_at.map(StoredTime::time),
+                    policy: MeetingPolicy::parse(&self.policy).map_err(|_| {
+                        StorageError::Corrupt("unknown stored meeting policy".into())
+                    })?,
+                    chosen: self
+                        .chosen_speaker_id
+                        .map(StoredId::uuid)
+                        .transpose()?
+                        .map(AgentId),
+                })
+            }
+        }
+
+        impl StoredProtocolRow<Participant> for $engine::protocol::meetings::ParticipantRow {
+            fn into_protocol(self) -> Result<Participant> {
+                Ok(Participant {
+                    meeting: MeetingId(self.meeting_id.uuid()?),
+                    agent: AgentId(self.agent_id.uuid()?),
+                    status: ParticipantStatus::parse(&self.status)?,
+                    join_order: self.join_order.map(to_u64),
+                    invited_at: self.invited_at.map(StoredTime::time),
+                    joined_at: self.joined_at.map(StoredTime::time),
+                    left_at: self.left_at.map(StoredTime::time),
+                })
+            }
+        }
+
+        impl StoredProtocolRow<MeetingEvent> for $engine::protocol::meetings::EventRow {
+            fn into_protocol(self) -> Result<MeetingEvent> {
+                Ok(MeetingEvent {
+                    meeting: MeetingId(self.meeting_id.uuid()?),
+                    seq: to_u64(self.seq),
+                    event_type: MeetingEventType::parse(&self.event_type)?,
+                    agent: self.agent_id.map(StoredId::uuid).transpose()?.map(AgentId),
+                    data: self.data.map(|d| json(&d)).transpose()?,
+                    created_at: self.created_at.time(),
+                })
+            }
+        }
+
+        impl StoredProtocolRow<ActiveConversation>
+            for $engine::protocol::meetings::ActiveConversationRow
+        {
+            fn into_protocol(self) -> Result<ActiveConversation> {
+                Ok(ActiveConversation {
+                    session: self.session.into_protocol()?,
+                    agent_a_external_id: self.agent_a_external_id,
+                    agent_a_name: self.agent_a_name,
+                    agent_b_external_id: self.agent_b_external_id,
+                    agent_b_name: self.agent_b_name,
+                })
+            }
+        }
+
+        impl StoredProtocolRow<ActiveMeeting> for $engine::protocol::meetings::ActiveMeetingRow {
+            fn into_protocol(self) -> Result<ActiveMeeting> {
+                Ok(ActiveMeeting {
+                    meeting: self.meeting.into_protocol()?,
+                    host_external_id: self.host_external_id,
+                    host_name: self.host_name,
+                    speaker_external_id: self.speaker_external_id,
+                    speaker_name: self.speaker_name,
+                    participant_count: to_u64(self.participant_count),
+                })
+            }
+        }
+
+        impl StoredProtocolRow<UnreadSummary> for $engine::protocol::meetings::UnreadRow {
+            fn into_protocol(self) -> Result<UnreadSummary> {
+                Ok(UnreadSummary {
+                    agent: AgentId(self.agent_id.uuid()?),
+                    external_id: self.external_id,
+                    name: self.name,
+                    unread: to_u64(self.unread),
+                    latest_at: self.latest_at.map(StoredTime::time),
+                })
+            }
+        }
+    };
 }
 
-pub(super) fn participant_from_row(row: &Row) -> Result<Participant> {
-    let meeting: String = row.try_get(0)?;
-    let agent: String = row.try_get(1)?;
-    let status: String = row.try_get(2)?;
-    Ok(Participant {
-        meeting: MeetingId(parse_uuid(&meeting)?),
-        agent: AgentId(parse_uuid(&agent)?),
-        status: ParticipantStatus::parse(&status)?,
-        join_order: row.try_get::<Option<i64>, _>(3)?.map(to_u64),
-        invited_at: row.try_get::<Option<i64>, _>(4)?.map(from_ms),
-        joined_at: row.try_get::<Option<i64>, _>(5)?.map(from_ms),
-        left_at: row.try_get::<Option<i64>, _>(6)?.map(from_ms),
-    })
+meeting_from_stored!(pattern_db_sqlite);
+meeting_from_stored!(pattern_db_postgres);
+
+/// Either engine's checked rows as the protocol's values, in their order.
+pub(super) fn converted<T, R: StoredProtocolRow<T>>(rows: Vec<R>) -> Result<Vec<T>> {
+    rows.into_iter()
+        .map(StoredProtocolRow::into_protocol)
+        .collect()
 }
 
-pub(super) fn event_from_row(row: &Row) -> Result<MeetingEvent> {
-    let meeting: String = row.try_get(0)?;
-    let event_type: String = row.try_get(2)?;
-    Ok(MeetingEvent {
-        meeting: MeetingId(parse_uuid(&meeting)?),
-        seq: to_u64(row.try_get(1)?),
-        event_type: MeetingEventType::parse(&event_type)?,
-        agent: opt_uuid(row, 3)?.map(AgentId),
-        data: row
-            .try_get::<Option<String>, _>(4)?
-            .map(|d| json(&d))
-            .transpose()?,
-        created_at: from_ms(row.try_get(5)?),
-    })
+/// The participants of a meeting, in join order (invited-only ones last), on `conn` (the reader
+/// or the writer's transaction).
+pub(super) async fn participants(
+    conn: &mut Conn<'_>,
+    meeting: MeetingId,
+) -> Result<Vec<Participant>> {
+    match conn {
+        Conn::Sqlite(c) => converted(
+            pattern_db_sqlite::protocol::meetings::participants(c, &meeting.to_string()).await?,
+        ),
+        Conn::Postgres(c) => {
+            converted(pattern_db_postgres::protocol::meetings::participants(c, meeting.0).await?)
+        }
+    }
 }
 
 /// A turn duration must be 1 ms to [`MAX_TURN_DURATION`]
@@ -310,14 +376,17 @@ impl Store<'_> {
 
     /// The meeting with this id ([`pattern_db::ProtocolError::NotFound`] otherwise).
     pub async fn meeting(&self, id: MeetingId) -> Result<Meeting> {
-        let row = pattern_db::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {MEETING_COLUMNS} FROM protocol_meetings WHERE id = $1"
-        )))
-        .bind(id.to_string())
-        .fetch_optional(self.db.reader())
-        .await?;
+        let mut pooled = self.db.reader().acquire().await?;
+        let row = match &mut pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::protocol::meetings::meeting(c, &id.to_string())
+                .await?
+                .map(StoredProtocolRow::into_protocol),
+            Conn::Postgres(c) => pattern_db_postgres::protocol::meetings::meeting(c, id.0)
+                .await?
+                .map(StoredProtocolRow::into_protocol),
+        };
         match row {
-            Some(row) => meeting_from_row(&row),
+            Some(meeting) => meeting,
             None => Err(DbProtocolError::NotFound {
                 kind: "meeting",
                 id: id.0,
@@ -328,29 +397,22 @@ impl Store<'_> {
 
     /// The participants of a meeting, in join order (invited-only ones last).
     pub async fn meeting_participants(&self, meeting: MeetingId) -> Result<Vec<Participant>> {
-        pattern_db::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {PARTICIPANT_COLUMNS} FROM protocol_meeting_participants \
-             WHERE meeting_id = $1 ORDER BY join_order IS NULL, join_order, agent_id"
-        )))
-        .bind(meeting.to_string())
-        .fetch_all(self.db.reader())
-        .await?
-        .iter()
-        .map(participant_from_row)
-        .collect()
+        let mut pooled = self.db.reader().acquire().await?;
+        participants(&mut pooled.conn(), meeting).await
     }
 
     /// The messages of a meeting (its history), in order.
     pub async fn meeting_messages(&self, meeting: MeetingId) -> Result<Vec<ProtocolMessage>> {
-        pattern_db::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {MESSAGE_COLUMNS} FROM protocol_messages WHERE meeting_id = $1 ORDER BY seq"
-        )))
-        .bind(meeting.to_string())
-        .fetch_all(self.db.reader())
-        .await?
-        .iter()
-        .map(message_from_row)
-        .collect()
+        let mut pooled = self.db.reader().acquire().await?;
+        match &mut pooled.conn() {
+            Conn::Sqlite(c) => converted(
+                pattern_db_sqlite::protocol::meetings::meeting_messages(c, &meeting.to_string())
+                    .await?,
+            ),
+            Conn::Postgres(c) => converted(
+                pattern_db_postgres::protocol::meetings::meeting_messages(c, meeting.0).await?,
+            ),
+        }
     }
 
     /// Up to `limit` events of a meeting with a sequence number above `after`, in order. An
@@ -361,140 +423,106 @@ impl Store<'_> {
         after: u64,
         limit: u32,
     ) -> Result<Vec<MeetingEvent>> {
-        let rows = pattern_db::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {EVENT_COLUMNS} FROM protocol_meeting_events \
-             WHERE meeting_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
-        )))
-        .bind(meeting.to_string())
-        .bind(i64::try_from(after).unwrap_or(i64::MAX))
-        .bind(i64::from(limit))
-        .fetch_all(self.db.reader())
-        .await?;
-        if rows.is_empty() {
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let limit = i64::from(limit);
+        let mut pooled = self.db.reader().acquire().await?;
+        let events: Vec<MeetingEvent> = match &mut pooled.conn() {
+            Conn::Sqlite(c) => converted(
+                pattern_db_sqlite::protocol::meetings::events_after(
+                    c,
+                    &meeting.to_string(),
+                    after,
+                    limit,
+                )
+                .await?,
+            )?,
+            Conn::Postgres(c) => converted(
+                pattern_db_postgres::protocol::meetings::events_after(c, meeting.0, after, limit)
+                    .await?,
+            )?,
+        };
+        drop(pooled);
+        if events.is_empty() {
             // Tell "no new events" from "no such meeting".
             self.meeting(meeting).await?;
         }
-        rows.iter().map(event_from_row).collect()
+        Ok(events)
     }
 
     /// Active meetings whose turn deadline has passed (for a sweeper), oldest deadline first.
     pub async fn expired_meetings(&self, limit: u32) -> Result<Vec<MeetingId>> {
-        pattern_db::sql::query(
-            "SELECT id FROM protocol_meetings WHERE turn_deadline IS NOT NULL \
-             AND turn_deadline <= $1 ORDER BY turn_deadline LIMIT $2",
-        )
-        .bind(now_ms())
-        .bind(i64::from(limit))
-        .fetch_all(self.db.reader())
-        .await?
-        .iter()
-        .map(|row| Ok(MeetingId(parse_uuid(&row.try_get::<String, _>(0)?)?)))
-        .collect()
+        let now = now_ms();
+        let limit = i64::from(limit);
+        let mut pooled = self.db.reader().acquire().await?;
+        match &mut pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::protocol::meetings::expired(c, now, limit)
+                .await?
+                .into_iter()
+                .map(|id| Ok(MeetingId(id.uuid()?)))
+                .collect(),
+            Conn::Postgres(c) => {
+                pattern_db_postgres::protocol::meetings::expired(c, instant(now)?, limit)
+                    .await?
+                    .into_iter()
+                    .map(|id| Ok(MeetingId(id)))
+                    .collect()
+            }
+        }
     }
 
     /// The "active conversations" view: every live session with its agents, newest change first.
     pub async fn active_conversations(&self) -> Result<Vec<ActiveConversation>> {
-        let columns = SESSION_COLUMNS
-            .split(", ")
-            .map(|c| format!("s.{c}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let rows = pattern_db::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {columns}, a.external_id, a.name, b.external_id, b.name \
-             FROM protocol_sessions s \
-             JOIN agents a ON a.id = s.agent_a_id \
-             JOIN agents b ON b.id = s.agent_b_id \
-             WHERE s.status <> 'ended' ORDER BY s.updated_at DESC, s.id"
-        )))
-        .fetch_all(self.db.reader())
-        .await?;
-        rows.iter()
-            .map(|row| {
-                // The extra columns follow the session's own.
-                let at = SESSION_COLUMNS.split(", ").count();
-                Ok(ActiveConversation {
-                    session: session_from_row(row)?,
-                    agent_a_external_id: row.try_get(at)?,
-                    agent_a_name: row.try_get(at + 1)?,
-                    agent_b_external_id: row.try_get(at + 2)?,
-                    agent_b_name: row.try_get(at + 3)?,
-                })
-            })
-            .collect()
+        let mut pooled = self.db.reader().acquire().await?;
+        match &mut pooled.conn() {
+            Conn::Sqlite(c) => {
+                converted(pattern_db_sqlite::protocol::meetings::active_conversations(c).await?)
+            }
+            Conn::Postgres(c) => {
+                converted(pattern_db_postgres::protocol::meetings::active_conversations(c).await?)
+            }
+        }
     }
 
     /// The "active meetings" view: every meeting not ended, with host, speaker and the number of
     /// participants present, oldest first.
     pub async fn active_meetings(&self) -> Result<Vec<ActiveMeeting>> {
-        let columns = MEETING_COLUMNS
-            .split(", ")
-            .map(|c| format!("m.{c}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let rows = pattern_db::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {columns}, h.external_id, h.name, cs.external_id, cs.name, \
-             (SELECT COUNT(*) FROM protocol_meeting_participants p WHERE p.meeting_id = m.id \
-              AND p.status IN ('attending', 'waiting', 'speaking')) \
-             FROM protocol_meetings m \
-             JOIN agents h ON h.id = m.host_id \
-             LEFT JOIN agents cs ON cs.id = m.current_speaker_id \
-             WHERE m.status <> 'ended' ORDER BY m.created_at, m.id"
-        )))
-        .fetch_all(self.db.reader())
-        .await?;
-        rows.iter()
-            .map(|row| {
-                // The extra columns follow the meeting's own.
-                let at = MEETING_COLUMNS.split(", ").count();
-                Ok(ActiveMeeting {
-                    meeting: meeting_from_row(row)?,
-                    host_external_id: row.try_get(at)?,
-                    host_name: row.try_get(at + 1)?,
-                    speaker_external_id: row.try_get(at + 2)?,
-                    speaker_name: row.try_get(at + 3)?,
-                    participant_count: to_u64(row.try_get(at + 4)?),
-                })
-            })
-            .collect()
+        let mut pooled = self.db.reader().acquire().await?;
+        match &mut pooled.conn() {
+            Conn::Sqlite(c) => {
+                converted(pattern_db_sqlite::protocol::meetings::active_meetings(c).await?)
+            }
+            Conn::Postgres(c) => {
+                converted(pattern_db_postgres::protocol::meetings::active_meetings(c).await?)
+            }
+        }
     }
 
     /// The "unread per agent" view: every protocol agent (by external id) with its unread count
     /// and the arrival time of its newest unread message.
     pub async fn unread_per_agent(&self) -> Result<Vec<UnreadSummary>> {
-        let rows = pattern_db::sql::query(
-            "SELECT a.id, a.external_id, a.name, \
-             (SELECT COUNT(*) FROM protocol_messages m \
-              WHERE m.recipient_id = a.id AND m.read_at IS NULL), \
-             (SELECT MAX(m.created_at) FROM protocol_messages m \
-              WHERE m.recipient_id = a.id AND m.read_at IS NULL) \
-             FROM agents a ORDER BY a.external_id",
-        )
-        .fetch_all(self.db.reader())
-        .await?;
-        rows.iter()
-            .map(|row| {
-                let id: String = row.try_get(0)?;
-                Ok(UnreadSummary {
-                    agent: AgentId(parse_uuid(&id)?),
-                    external_id: row.try_get(1)?,
-                    name: row.try_get(2)?,
-                    unread: to_u64(row.try_get(3)?),
-                    latest_at: row.try_get::<Option<i64>, _>(4)?.map(from_ms),
-                })
-            })
-            .collect()
+        let mut pooled = self.db.reader().acquire().await?;
+        match &mut pooled.conn() {
+            Conn::Sqlite(c) => {
+                converted(pattern_db_sqlite::protocol::meetings::unread_per_agent(c).await?)
+            }
+            Conn::Postgres(c) => {
+                converted(pattern_db_postgres::protocol::meetings::unread_per_agent(c).await?)
+            }
+        }
     }
 
     /// An archived message, if retention moved it.
     pub async fn archived_message(&self, id: ProtocolMessageId) -> Result<Option<ProtocolMessage>> {
-        pattern_db::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {MESSAGE_COLUMNS} FROM protocol_messages_archive WHERE id = $1"
-        )))
-        .bind(id.to_string())
-        .fetch_optional(self.db.reader())
-        .await?
-        .as_ref()
-        .map(message_from_row)
-        .transpose()
+        let mut pooled = self.db.reader().acquire().await?;
+        match &mut pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::protocol::archived_message(c, &id.to_string())
+                .await?
+                .map(StoredProtocolRow::into_protocol)
+                .transpose(),
+            Conn::Postgres(c) => pattern_db_postgres::protocol::archived_message(c, id.0)
+                .await?
+                .map(StoredProtocolRow::into_protocol)
+                .transpose(),
+        }
     }
 }

@@ -17,13 +17,13 @@
 //! trigger when the agents answer) is `pattern_db::protocol::store_message`: a batch completion
 //! sends a sync session's reply through it in its own transaction, so it stays below. A session
 //! write first locks the session row (`SELECT ... FOR UPDATE` on PostgreSQL; on SQLite the single
-//! writer serialises). These functions must never commit, roll back or open a transaction of
-//! their own, and never run a statement after one that failed.
+//! writer serialises). Every statement here is checked (`pattern_db_sqlite::protocol`,
+//! `pattern_db_postgres::protocol`). These functions must never commit, roll back or open a
+//! transaction of their own, and never run a statement after one that failed.
 
 use pattern_db::protocol::{
-    MAX_SESSION_MESSAGES, MESSAGE_COLUMNS, SESSION_COLUMNS, close_session, lock_session,
-    message_from_row, require_agent, require_same_organization, session_from_row, store_message,
-    validate_name,
+    MAX_SESSION_MESSAGES, StoredProtocolRow, close_session, lock_session, require_agent,
+    require_same_organization, store_message, validate_name,
 };
 use pattern_db::storage::{Conn, Ctx, Locks, Write, from_ms, now_ms};
 use pattern_db::{
@@ -32,8 +32,17 @@ use pattern_db::{
     SessionStatus, SessionType, StorageError, WakeKey,
 };
 
-use super::Store;
+use super::{Store, instant};
 use crate::error::ProtocolError;
+
+/// Messages from either engine's checked rows, in their order.
+pub(super) fn messages<R: StoredProtocolRow<ProtocolMessage>>(
+    rows: Vec<R>,
+) -> Result<Vec<ProtocolMessage>> {
+    rows.into_iter()
+        .map(StoredProtocolRow::into_protocol)
+        .collect()
+}
 
 impl Store<'_> {
     // -- sessions ------------------------------------------------------------------------------
@@ -100,14 +109,17 @@ impl Store<'_> {
 
     /// The session with this id ([`pattern_db::ProtocolError::NotFound`] otherwise).
     pub async fn session(&self, id: SessionId) -> Result<Session> {
-        let row = pattern_db::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {SESSION_COLUMNS} FROM protocol_sessions WHERE id = $1"
-        )))
-        .bind(id.to_string())
-        .fetch_optional(self.db.reader())
-        .await?;
+        let mut pooled = self.db.reader().acquire().await?;
+        let row = match &mut pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::protocol::session(c, &id.to_string())
+                .await?
+                .map(StoredProtocolRow::into_protocol),
+            Conn::Postgres(c) => pattern_db_postgres::protocol::session(c, id.0)
+                .await?
+                .map(StoredProtocolRow::into_protocol),
+        };
         match row {
-            Some(row) => session_from_row(&row),
+            Some(session) => session,
             None => Err(DbProtocolError::NotFound {
                 kind: "session",
                 id: id.0,
@@ -158,56 +170,54 @@ impl Store<'_> {
 
     /// Every message of a session, in arrival order.
     pub async fn session_messages(&self, session: SessionId) -> Result<Vec<ProtocolMessage>> {
-        pattern_db::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {MESSAGE_COLUMNS} FROM protocol_messages WHERE session_id = $1 ORDER BY seq"
-        )))
-        .bind(session.to_string())
-        .fetch_all(self.db.reader())
-        .await?
-        .iter()
-        .map(message_from_row)
-        .collect()
+        let mut pooled = self.db.reader().acquire().await?;
+        match &mut pooled.conn() {
+            Conn::Sqlite(c) => messages(
+                pattern_db_sqlite::protocol::session_messages(c, &session.to_string()).await?,
+            ),
+            Conn::Postgres(c) => {
+                messages(pattern_db_postgres::protocol::session_messages(c, session.0).await?)
+            }
+        }
     }
 
     // -- inbox ---------------------------------------------------------------------------------
 
     /// The unread messages of `agent`, oldest first (arrival order).
     pub async fn unread(&self, agent: AgentId) -> Result<Vec<ProtocolMessage>> {
-        pattern_db::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {MESSAGE_COLUMNS} FROM protocol_messages \
-             WHERE recipient_id = $1 AND read_at IS NULL ORDER BY seq"
-        )))
-        .bind(agent.to_string())
-        .fetch_all(self.db.reader())
-        .await?
-        .iter()
-        .map(message_from_row)
-        .collect()
+        let mut pooled = self.db.reader().acquire().await?;
+        match &mut pooled.conn() {
+            Conn::Sqlite(c) => {
+                messages(pattern_db_sqlite::protocol::unread(c, &agent.to_string()).await?)
+            }
+            Conn::Postgres(c) => messages(pattern_db_postgres::protocol::unread(c, agent.0).await?),
+        }
     }
 
     /// The oldest unread message of `agent`, if any.
     pub async fn oldest_unread(&self, agent: AgentId) -> Result<Option<ProtocolMessage>> {
-        pattern_db::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {MESSAGE_COLUMNS} FROM protocol_messages \
-             WHERE recipient_id = $1 AND read_at IS NULL ORDER BY seq LIMIT 1"
-        )))
-        .bind(agent.to_string())
-        .fetch_optional(self.db.reader())
-        .await?
-        .as_ref()
-        .map(message_from_row)
-        .transpose()
+        let mut pooled = self.db.reader().acquire().await?;
+        match &mut pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::protocol::oldest_unread(c, &agent.to_string())
+                .await?
+                .map(StoredProtocolRow::into_protocol)
+                .transpose(),
+            Conn::Postgres(c) => pattern_db_postgres::protocol::oldest_unread(c, agent.0)
+                .await?
+                .map(StoredProtocolRow::into_protocol)
+                .transpose(),
+        }
     }
 
     /// How many unread messages `agent` has.
     pub async fn unread_count(&self, agent: AgentId) -> Result<u64> {
-        let n: i64 = pattern_db::sql::query(
-            "SELECT COUNT(*) FROM protocol_messages WHERE recipient_id = $1 AND read_at IS NULL",
-        )
-        .bind(agent.to_string())
-        .fetch_one(self.db.reader())
-        .await?
-        .try_get(0)?;
+        let mut pooled = self.db.reader().acquire().await?;
+        let n = match &mut pooled.conn() {
+            Conn::Sqlite(c) => {
+                pattern_db_sqlite::protocol::unread_count(c, &agent.to_string()).await?
+            }
+            Conn::Postgres(c) => pattern_db_postgres::protocol::unread_count(c, agent.0).await?,
+        };
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
@@ -341,18 +351,22 @@ async fn live_session(
     b: AgentId,
     session_type: SessionType,
 ) -> Result<Option<Session>> {
-    pattern_db::sql::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {SESSION_COLUMNS} FROM protocol_sessions \
-         WHERE agent_a_id = $1 AND agent_b_id = $2 AND session_type = $3 AND status <> 'ended'"
-    )))
-    .bind(a.to_string())
-    .bind(b.to_string())
-    .bind(session_type.as_str())
-    .fetch_optional(&mut *conn)
-    .await?
-    .as_ref()
-    .map(session_from_row)
-    .transpose()
+    let session_type = session_type.as_str();
+    match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::protocol::live_session(
+            c,
+            &a.to_string(),
+            &b.to_string(),
+            session_type,
+        )
+        .await?
+        .map(StoredProtocolRow::into_protocol)
+        .transpose(),
+        Conn::Postgres(c) => pattern_db_postgres::protocol::live_session(c, a.0, b.0, session_type)
+            .await?
+            .map(StoredProtocolRow::into_protocol)
+            .transpose(),
+    }
 }
 
 /// Returns the live session of the pair and type, or opens one (`opener` holds the first turn of
@@ -386,14 +400,17 @@ async fn open_session(
         let limit = options
             .message_limit
             .map(|l| l.saturating_add(session.messages_sent));
-        pattern_db::sql::query(
-            "UPDATE protocol_sessions SET delivery = 'agents', \
-             message_limit = COALESCE(message_limit, $1) WHERE id = $2",
-        )
-        .bind(limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX)))
-        .bind(session.id.to_string())
-        .execute(&mut *conn)
-        .await?;
+        let stored_limit = limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
+        match conn {
+            Conn::Sqlite(c) => {
+                let id = session.id.to_string();
+                pattern_db_sqlite::protocol::set_agents_delivery(c, &id, stored_limit).await?
+            }
+            Conn::Postgres(c) => {
+                pattern_db_postgres::protocol::set_agents_delivery(c, session.id.0, stored_limit)
+                    .await?
+            }
+        }
         session.delivery = Delivery::Agents;
         session.message_limit = session.message_limit.or(limit);
     }
@@ -434,26 +451,40 @@ async fn insert_session(
     };
     // A concurrent open in another process may win the race for the partial unique index: the
     // insert then does nothing (no failed statement), and the winner's session is read back.
-    let inserted = pattern_db::sql::query(
-        "INSERT INTO protocol_sessions (id, agent_a_id, agent_b_id, session_type, status, \
-         locked_agent_id, created_at, updated_at, ended_at, delivery, message_limit, messages_sent) \
-         VALUES ($1, $2, $3, $4, 'active', $5, $6, $6, NULL, $7, $8, 0) ON CONFLICT DO NOTHING",
-    )
-    .bind(session.id.to_string())
-    .bind(a.to_string())
-    .bind(b.to_string())
-    .bind(session_type.as_str())
-    .bind(session.turn.map(|t| t.to_string()))
-    .bind(now)
-    .bind(options.delivery.as_str())
-    .bind(
-        options
-            .message_limit
-            .map(|l| i64::try_from(l).unwrap_or(i64::MAX)),
-    )
-    .execute(&mut *conn)
-    .await?;
-    if inserted.rows_affected() == 1 {
+    let message_limit = options
+        .message_limit
+        .map(|l| i64::try_from(l).unwrap_or(i64::MAX));
+    let inserted = match conn {
+        Conn::Sqlite(c) => {
+            let (id, agent_a, agent_b) = (session.id.to_string(), a.to_string(), b.to_string());
+            let turn = session.turn.map(|t| t.to_string());
+            let new = pattern_db_sqlite::protocol::NewSession {
+                id: &id,
+                agent_a: &agent_a,
+                agent_b: &agent_b,
+                session_type: session_type.as_str(),
+                turn: turn.as_deref(),
+                now,
+                delivery: options.delivery.as_str(),
+                message_limit,
+            };
+            pattern_db_sqlite::protocol::insert_session(c, new).await?
+        }
+        Conn::Postgres(c) => {
+            let new = pattern_db_postgres::protocol::NewSession {
+                id: session.id.0,
+                agent_a: a.0,
+                agent_b: b.0,
+                session_type: session_type.as_str(),
+                turn: session.turn.map(|t| t.0),
+                now: instant(now)?,
+                delivery: options.delivery.as_str(),
+                message_limit,
+            };
+            pattern_db_postgres::protocol::insert_session(c, new).await?
+        }
+    };
+    if inserted == 1 {
         return Ok(session);
     }
     live_session(conn, a, b, session_type)
@@ -501,17 +532,22 @@ async fn mark_read(
     require_agent(conn, agent).await?;
     let now = now_ms();
     let mut changed = 0;
-    for message in messages {
-        changed += pattern_db::sql::query(
-            "UPDATE protocol_messages SET read_at = $1 \
-             WHERE id = $2 AND recipient_id = $3 AND read_at IS NULL",
-        )
-        .bind(now)
-        .bind(message.to_string())
-        .bind(agent.to_string())
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
+    match conn {
+        Conn::Sqlite(c) => {
+            let agent = agent.to_string();
+            for message in messages {
+                changed +=
+                    pattern_db_sqlite::protocol::mark_read(c, &message.to_string(), &agent, now)
+                        .await?;
+            }
+        }
+        Conn::Postgres(c) => {
+            let now = instant(now)?;
+            for message in messages {
+                changed +=
+                    pattern_db_postgres::protocol::mark_read(c, message.0, agent.0, now).await?;
+            }
+        }
     }
     Ok(changed)
 }

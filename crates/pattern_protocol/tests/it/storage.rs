@@ -365,6 +365,22 @@ async fn lists_are_walled_filtered_and_paged(kind: Kind) {
         .await
         .unwrap());
     assert_eq!(next, vec![s1.id], "the page after the last id");
+    // Each choice of rows pages too (its own statement).
+    let live_next = ids(store
+        .org_sessions(acme.id, page(Liveness::Live, Some(s3.id), 10))
+        .await
+        .unwrap());
+    assert_eq!(live_next, vec![s1.id]);
+    let ended_next = ids(store
+        .org_sessions(acme.id, page(Liveness::Ended, Some(s3.id), 10))
+        .await
+        .unwrap());
+    assert_eq!(ended_next, vec![s2.id]);
+    let ended_none = ids(store
+        .org_sessions(acme.id, page(Liveness::Ended, Some(s2.id), 10))
+        .await
+        .unwrap());
+    assert!(ended_none.is_empty());
     let theirs = ids(store
         .org_sessions(globex.id, page(Liveness::All, None, 10))
         .await
@@ -411,6 +427,23 @@ async fn lists_are_walled_filtered_and_paged(kind: Kind) {
             .unwrap(),
     );
     assert_eq!(next, vec![m1.id]);
+    let live_next = mids(
+        store
+            .org_meetings(acme.id, page(Liveness::Live, Some(m2.id), 10))
+            .await
+            .unwrap(),
+    );
+    assert!(
+        live_next.is_empty(),
+        "the live meeting is the cursor itself"
+    );
+    let ended_next = mids(
+        store
+            .org_meetings(acme.id, page(Liveness::Ended, Some(m2.id), 10))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(ended_next, vec![m1.id]);
     let none: Option<MeetingId> = Some(m1.id);
     assert!(
         store
