@@ -11,7 +11,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::sql::Pool;
+use crate::sql::{Conn, Pool};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use sqlx::{ConnectOptions, Executor};
@@ -554,16 +554,16 @@ impl Database {
 
     /// The agent with this id.
     pub async fn agent(&self, agent: AgentId) -> Result<Agent> {
-        let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {} FROM agents WHERE id = $1",
-            ops::AGENT_COLUMNS
-        )))
-        .bind(agent.to_string())
-        .fetch_optional(&self.inner.read)
-        .await?;
-        row.as_ref()
-            .map(ops::agent_from_row)
-            .transpose()?
+        let mut pooled = self.inner.read.acquire().await?;
+        let row = match &mut pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::agents::by_id(c, &agent.to_string())
+                .await?
+                .map(ops::agent_from_plain),
+            Conn::Postgres(c) => pattern_db_postgres::agents::by_id(c, agent.0)
+                .await?
+                .map(ops::agent_from_plain),
+        };
+        row.transpose()?
             .ok_or(Error::Agent(AgentError::NotFound(agent)))
     }
 
@@ -575,15 +575,19 @@ impl Database {
 
     /// Every agent of every organization, by organization and name.
     pub async fn agents(&self) -> Result<Vec<Agent>> {
-        crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {} FROM agents ORDER BY organization_id, name",
-            ops::AGENT_COLUMNS
-        )))
-        .fetch_all(&self.inner.read)
-        .await?
-        .iter()
-        .map(ops::agent_from_row)
-        .collect()
+        let mut pooled = self.inner.read.acquire().await?;
+        match &mut pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::agents::all(c)
+                .await?
+                .into_iter()
+                .map(ops::agent_from_plain)
+                .collect(),
+            Conn::Postgres(c) => pattern_db_postgres::agents::all(c)
+                .await?
+                .into_iter()
+                .map(ops::agent_from_plain)
+                .collect(),
+        }
     }
 
     /// Recovery across every agent: open batches in `scope` become `abandoned`; returns them with

@@ -80,7 +80,8 @@ fn lease_ms(d: Duration) -> i64 {
 // ---------------------------------------------------------------------------------------------
 // agents
 
-/// The columns [`agent_from_row`] decodes, in its order.
+/// The columns [`agent_from_row`] decodes, in its order (the protocol's agent reads; the agents
+/// domain's own reads are checked, `pattern_db_{sqlite,postgres}::agents`).
 pub(crate) const AGENT_COLUMNS: &str =
     "id, name, metadata, created_at, organization_id, external_id";
 
@@ -116,12 +117,15 @@ async fn create_agent(conn: &mut Conn<'_>, new: &NewAgent) -> Result<Agent> {
     crate::check_name("external_id", &external_id)?;
     let organization = match new.organization {
         Some(org) => {
-            if crate::sql::query("SELECT id FROM protocol_organizations WHERE id = $1")
-                .bind(org.to_string())
-                .fetch_optional(&mut *conn)
-                .await?
-                .is_none()
-            {
+            let exists = match conn {
+                Conn::Sqlite(c) => {
+                    pattern_db_sqlite::auth::organization_exists(c, &org.to_string()).await?
+                }
+                Conn::Postgres(c) => {
+                    pattern_db_postgres::auth::organization_exists(c, org.0).await?
+                }
+            };
+            if !exists {
                 return Err(ProtocolError::NotFound {
                     kind: "organization",
                     id: org.0,
@@ -132,15 +136,15 @@ async fn create_agent(conn: &mut Conn<'_>, new: &NewAgent) -> Result<Agent> {
         }
         None => organization_by_external_id(conn, crate::LOCAL_ORGANIZATION).await?,
     };
-    let clash = crate::sql::query(
-        "SELECT CASE WHEN name = $2 THEN 1 ELSE 0 END AS by_name FROM agents \
-         WHERE organization_id = $1 AND (name = $2 OR external_id = $3) ORDER BY by_name DESC LIMIT 1",
-    )
-    .bind(organization.to_string())
-    .bind(&new.name)
-    .bind(&external_id)
-    .fetch_optional(&mut *conn)
-    .await?;
+    let clash = match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::agents::clash(c, &organization.to_string(), &new.name, &external_id)
+                .await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::agents::clash(c, organization.0, &new.name, &external_id).await?
+        }
+    };
     let taken = |by_name: bool| {
         if by_name {
             Error::Agent(AgentError::NameTaken(new.name.clone()))
@@ -151,8 +155,8 @@ async fn create_agent(conn: &mut Conn<'_>, new: &NewAgent) -> Result<Agent> {
             })
         }
     };
-    if let Some(row) = clash {
-        return Err(taken(row.try_get::<i64, _>(0)? == 1));
+    if let Some(by_name) = clash {
+        return Err(taken(by_name));
     }
     let agent = Agent {
         id: AgentId::new(),
@@ -164,18 +168,32 @@ async fn create_agent(conn: &mut Conn<'_>, new: &NewAgent) -> Result<Agent> {
     };
     let metadata = serde_json::to_string(&agent.metadata)
         .map_err(|e| BatchError::InvalidContent(e.to_string()))?;
-    let inserted = crate::sql::query(
-        "INSERT INTO agents (id, name, metadata, created_at, organization_id, external_id) \
-         VALUES ($1, $2, $3, $4, $5, $6)",
-    )
-    .bind(agent.id.to_string())
-    .bind(&agent.name)
-    .bind(metadata)
-    .bind(agent.created_at.timestamp_millis())
-    .bind(organization.to_string())
-    .bind(&external_id)
-    .execute(&mut *conn)
-    .await;
+    let created_at = agent.created_at.timestamp_millis();
+    let inserted = match conn {
+        Conn::Sqlite(c) => {
+            let (id, org) = (agent.id.to_string(), organization.to_string());
+            let row = pattern_db_sqlite::agents::NewAgent {
+                id: &id,
+                name: &agent.name,
+                metadata: &metadata,
+                created_at,
+                organization_id: &org,
+                external_id: &external_id,
+            };
+            pattern_db_sqlite::agents::insert(c, &row).await
+        }
+        Conn::Postgres(c) => {
+            let row = pattern_db_postgres::agents::NewAgent {
+                id: agent.id.0,
+                name: &agent.name,
+                metadata: &metadata,
+                created_at: crate::sql::instant(created_at)?,
+                organization_id: organization.0,
+                external_id: &external_id,
+            };
+            pattern_db_postgres::agents::insert(c, &row).await
+        }
+    };
     match inserted {
         Ok(_) => Ok(agent),
         // A concurrent create of the same name or external id won the unique index.
@@ -191,21 +209,27 @@ async fn set_agent_metadata(
 ) -> Result<Agent> {
     let text =
         serde_json::to_string(metadata).map_err(|e| BatchError::InvalidContent(e.to_string()))?;
-    let updated = crate::sql::query("UPDATE agents SET metadata = $1 WHERE id = $2")
-        .bind(text)
-        .bind(agent.to_string())
-        .execute(&mut *conn)
-        .await?;
-    if updated.rows_affected() == 0 {
-        return Err(AgentError::NotFound(agent).into());
-    }
-    let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {AGENT_COLUMNS} FROM agents WHERE id = $1"
-    )))
-    .bind(agent.to_string())
-    .fetch_one(&mut *conn)
-    .await?;
-    agent_from_row(&row)
+    let row = match conn {
+        Conn::Sqlite(c) => {
+            let id = agent.to_string();
+            if pattern_db_sqlite::agents::set_metadata(c, &id, &text).await? == 0 {
+                return Err(AgentError::NotFound(agent).into());
+            }
+            pattern_db_sqlite::agents::by_id(c, &id)
+                .await?
+                .map(agent_from_plain)
+        }
+        Conn::Postgres(c) => {
+            if pattern_db_postgres::agents::set_metadata(c, agent.0, &text).await? == 0 {
+                return Err(AgentError::NotFound(agent).into());
+            }
+            pattern_db_postgres::agents::by_id(c, agent.0)
+                .await?
+                .map(agent_from_plain)
+        }
+    };
+    // The row was updated in this transaction a statement ago (as `fetch_one` did before).
+    row.ok_or(sqlx::Error::RowNotFound)?
 }
 
 pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
@@ -216,10 +240,10 @@ pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
 async fn delete_agent(conn: &mut Conn<'_>, ctx: &Ctx, agent: AgentId) -> Result<()> {
     lock_agent(conn, agent).await?;
     search::agent_removed(conn, ctx, agent).await?;
-    crate::sql::query("DELETE FROM agents WHERE id = $1")
-        .bind(agent.to_string())
-        .execute(&mut *conn)
-        .await?;
+    match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::agents::delete(c, &agent.to_string()).await?,
+        Conn::Postgres(c) => pattern_db_postgres::agents::delete(c, agent.0).await?,
+    };
     Ok(())
 }
 
@@ -1927,6 +1951,11 @@ pub(crate) fn agent_from_row(row: &Row) -> Result<Agent> {
     })
 }
 
+/// An agent from its stored row (either engine's: [`FromStored`]).
+pub(crate) fn agent_from_plain(row: impl FromStored<Agent>) -> Result<Agent> {
+    row.into_domain()
+}
+
 /// A summary from its stored row (either engine's: [`FromStored`]).
 pub(crate) fn summary_from_plain(row: impl FromStored<Summary>) -> Result<Summary> {
     row.into_domain()
@@ -1976,7 +2005,7 @@ impl StoredTime for DateTime<Utc> {
     }
 }
 
-/// [`FromStored`] for the message, batch and summary rows of one engine's crate of checked
+/// [`FromStored`] for the message, batch, agent and summary rows of one engine's crate of checked
 /// statements: one conversion, written once, for both engines.
 macro_rules! from_stored {
     ($engine:ident) => {
@@ -2019,6 +2048,21 @@ macro_rules! from_stored {
                     continuations: self.continuations,
                     retried_at: self.retried_at.map(StoredTime::time),
                     claim_token: self.claim_token,
+                })
+            }
+        }
+
+        impl FromStored<Agent> for $engine::agents::AgentRow {
+            fn into_domain(self) -> Result<Agent> {
+                Ok(Agent {
+                    id: AgentId(self.id.uuid()?),
+                    organization: OrganizationId(self.organization_id.uuid()?),
+                    name: self.name,
+                    external_id: self.external_id,
+                    metadata: serde_json::from_str(&self.metadata).map_err(|e| {
+                        StorageError::Corrupt(format!("agent metadata does not decode: {e}"))
+                    })?,
+                    created_at: self.created_at.time(),
                 })
             }
         }
