@@ -25,8 +25,9 @@ use crate::error::{Error, Result};
 use crate::id::{SnowflakeGenerator, SnowflakeId};
 use crate::legacy::{ImportPlan, LegacyMessage};
 use crate::model::{
-    Abandoned, Agent, AgentId, BatchId, BatchInfo, BatchState, BatchType, BeginBatch, ContentBlock,
-    Message, MessageId, NewAgent, NewMessage, Received, Role, StepReceipt, Summary,
+    Abandoned, ActivityEvent, Agent, AgentId, BatchId, BatchInfo, BatchState, BatchType,
+    BeginBatch, ContentBlock, Message, MessageId, NewAgent, NewMessage, Received, Role,
+    StepReceipt, Summary,
 };
 use crate::protocol::OrganizationId;
 use crate::runs::RunClaim;
@@ -1596,14 +1597,17 @@ pub(crate) async fn log_activity(
         .into());
     }
     let id = ctx.ids.next_id()?;
-    let inserted = crate::sql::query("INSERT INTO activity_events (id, agent_id, kind, payload, created_at) VALUES ($1, $2, $3, $4, $5)")
-        .bind(id.get())
-        .bind(agent.to_string())
-        .bind(kind)
-        .bind(payload)
-        .bind(now_ms())
-        .execute(&mut *conn)
-        .await;
+    let now = now_ms();
+    let inserted = match conn {
+        Conn::Sqlite(c) => {
+            let agent = agent.to_string();
+            pattern_db_sqlite::activity::insert(c, id.get(), &agent, kind, &payload, now).await
+        }
+        Conn::Postgres(c) => {
+            let now = crate::sql::instant(now)?;
+            pattern_db_postgres::activity::insert(c, id.get(), agent.0, kind, &payload, now).await
+        }
+    };
     match inserted {
         Ok(_) => Ok(id),
         Err(e)
@@ -1956,6 +1960,11 @@ pub(crate) fn agent_from_plain(row: impl FromStored<Agent>) -> Result<Agent> {
     row.into_domain()
 }
 
+/// An activity event from its stored row (either engine's: [`FromStored`]).
+pub(crate) fn activity_from_plain(row: impl FromStored<ActivityEvent>) -> Result<ActivityEvent> {
+    row.into_domain()
+}
+
 /// A summary from its stored row (either engine's: [`FromStored`]).
 pub(crate) fn summary_from_plain(row: impl FromStored<Summary>) -> Result<Summary> {
     row.into_domain()
@@ -2005,8 +2014,8 @@ impl StoredTime for DateTime<Utc> {
     }
 }
 
-/// [`FromStored`] for the message, batch, agent and summary rows of one engine's crate of checked
-/// statements: one conversion, written once, for both engines.
+/// [`FromStored`] for the message, batch, agent, activity and summary rows of one engine's
+/// crate of checked statements: one conversion, written once, for both engines.
 macro_rules! from_stored {
     ($engine:ident) => {
         impl FromStored<Message> for $engine::MessageRow {
@@ -2061,6 +2070,20 @@ macro_rules! from_stored {
                     external_id: self.external_id,
                     metadata: serde_json::from_str(&self.metadata).map_err(|e| {
                         StorageError::Corrupt(format!("agent metadata does not decode: {e}"))
+                    })?,
+                    created_at: self.created_at.time(),
+                })
+            }
+        }
+
+        impl FromStored<ActivityEvent> for $engine::activity::ActivityRow {
+            fn into_domain(self) -> Result<ActivityEvent> {
+                Ok(ActivityEvent {
+                    id: SnowflakeId(self.id),
+                    agent_id: AgentId(self.agent_id.uuid()?),
+                    kind: self.kind,
+                    payload: serde_json::from_str(&self.payload).map_err(|e| {
+                        StorageError::Corrupt(format!("activity payload does not decode: {e}"))
                     })?,
                     created_at: self.created_at.time(),
                 })

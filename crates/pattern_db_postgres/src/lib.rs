@@ -27,6 +27,7 @@
 //! back a transaction, and never hide an engine's error: sqlx's own `Error` comes back unchanged,
 //! so the caller's lock-conflict and constraint checks keep reading its codes.
 
+pub mod activity;
 pub mod agents;
 pub mod approvals;
 pub mod archival;
