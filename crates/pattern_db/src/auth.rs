@@ -16,14 +16,14 @@ use std::str::FromStr;
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
-use crate::sql::{Conn, Row};
+use crate::sql::Conn;
 use uuid::Uuid;
 
 use crate::db::Database;
 use crate::error::{Error, Result};
 use crate::model::{Agent, AgentId, NewAgent};
 use crate::ops::auth::{CreateKey, DeleteOrgAgent, RevokeKey};
-use crate::ops::{self, FromStored, StoredId, StoredTime, from_ms, parse_uuid};
+use crate::ops::{self, FromStored, StoredId, StoredTime, from_ms};
 use crate::protocol::OrganizationId;
 
 /// What every secret starts with.
@@ -124,24 +124,6 @@ pub(crate) fn random_token(prefix: &str) -> Result<String> {
 pub(crate) struct NewKeyRow {
     pub(crate) key: ApiKey,
     pub(crate) hash: String,
-}
-
-/// The key columns a dynamic read selects (the console session's join, not moved yet).
-pub(crate) const KEY_COLUMNS: &str = "id, organization_id, name, prefix, created_at, revoked_at";
-
-/// A key from a dynamic row whose [`KEY_COLUMNS`] start at column 0.
-pub(crate) fn key_from_row(row: &Row) -> Result<ApiKey> {
-    let id: String = row.try_get(0)?;
-    let org: String = row.try_get(1)?;
-    let revoked: Option<i64> = row.try_get(5)?;
-    Ok(ApiKey {
-        id: ApiKeyId(parse_uuid(&id)?),
-        organization: OrganizationId(parse_uuid(&org)?),
-        name: row.try_get(2)?,
-        prefix: row.try_get(3)?,
-        created_at: from_ms(row.try_get(4)?),
-        revoked_at: revoked.map(from_ms),
-    })
 }
 
 /// A key from either engine's checked row ([`FromStored`]).

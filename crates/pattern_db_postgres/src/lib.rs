@@ -34,6 +34,7 @@ pub mod archival;
 pub mod auth;
 pub mod batches;
 pub mod blocks;
+pub mod console;
 pub mod mcp;
 pub mod messages;
 pub mod processes;
