@@ -1465,17 +1465,15 @@ async fn archive_before(
     lock_agent(conn, agent).await?;
     // Whole batches only: a batch that has any message at or after `position` stays, and so does
     // an open one.
-    let ids: Vec<i64> = crate::sql::query(
-        "SELECT b.id FROM batches b WHERE b.agent_id = $1 AND b.id < $2 AND b.state <> 'open' AND NOT b.archived \
-         AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.batch_id = b.id AND m.position >= $2) ORDER BY b.id",
-    )
-    .bind(agent.to_string())
-    .bind(position.get())
-    .fetch_all(&mut *conn)
-    .await?
-    .iter()
-    .map(|r| r.try_get(0))
-    .collect::<Result<_, _>>()?;
+    let ids = match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::batches::archivable_before(c, &agent.to_string(), position.get())
+                .await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::batches::archivable_before(c, agent.0, position.get()).await?
+        }
+    };
     archive_batches(conn, ctx, &ids).await
 }
 
@@ -1518,24 +1516,24 @@ async fn summarize_and_archive(
         )
         .into());
     }
-    let rows = crate::sql::query(
-        "SELECT id, state FROM batches WHERE agent_id = $1 AND id >= $2 AND id <= $3 AND NOT archived ORDER BY id",
-    )
-    .bind(summary.agent_id.to_string())
-    .bind(summary.from_batch.get())
-    .bind(summary.through_batch.get())
-    .fetch_all(&mut *conn)
-    .await?;
+    let (from, through) = (summary.from_batch.get(), summary.through_batch.get());
+    let rows = match conn {
+        Conn::Sqlite(c) => {
+            let agent = summary.agent_id.to_string();
+            pattern_db_sqlite::batches::unarchived_in_range(c, &agent, from, through).await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::batches::unarchived_in_range(c, summary.agent_id.0, from, through)
+                .await?
+        }
+    };
     // Open batches in the range stay live: a run may still be writing them (or recovery will
     // abandon them); the summary covers the closed ones.
-    let mut ids = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let id: i64 = row.try_get(0)?;
-        let state: String = row.try_get(1)?;
-        if state != "open" {
-            ids.push(id);
-        }
-    }
+    let ids: Vec<i64> = rows
+        .into_iter()
+        .filter(|(_, state)| state != "open")
+        .map(|(id, _)| id)
+        .collect();
     upsert_summary(conn, ctx, summary).await?;
     archive_batches(conn, ctx, &ids).await?;
     Ok(ids.into_iter().map(SnowflakeId).collect())
@@ -1556,22 +1554,36 @@ async fn upsert_summary(conn: &mut Conn<'_>, ctx: &Ctx, s: &Summary) -> Result<(
         }
         .into());
     }
-    crate::sql::query(
-        "INSERT INTO summaries (id, agent_id, content, from_batch, through_batch, message_count, depth, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-         ON CONFLICT (id) DO UPDATE SET content = excluded.content, from_batch = excluded.from_batch, \
-         through_batch = excluded.through_batch, message_count = excluded.message_count, depth = excluded.depth",
-    )
-    .bind(s.id.get())
-    .bind(s.agent_id.to_string())
-    .bind(&s.content)
-    .bind(s.from_batch.get())
-    .bind(s.through_batch.get())
-    .bind(s.message_count)
-    .bind(s.depth)
-    .bind(s.created_at.timestamp_millis())
-    .execute(&mut *conn)
-    .await?;
+    let created_at = s.created_at.timestamp_millis();
+    match conn {
+        Conn::Sqlite(c) => {
+            let agent = s.agent_id.to_string();
+            let row = pattern_db_sqlite::summaries::NewSummary {
+                id: s.id.get(),
+                agent_id: &agent,
+                content: &s.content,
+                from_batch: s.from_batch.get(),
+                through_batch: s.through_batch.get(),
+                message_count: s.message_count,
+                depth: s.depth,
+                created_at,
+            };
+            pattern_db_sqlite::summaries::upsert(c, &row).await?
+        }
+        Conn::Postgres(c) => {
+            let row = pattern_db_postgres::summaries::NewSummary {
+                id: s.id.get(),
+                agent_id: s.agent_id.0,
+                content: &s.content,
+                from_batch: s.from_batch.get(),
+                through_batch: s.through_batch.get(),
+                message_count: s.message_count,
+                depth: s.depth,
+                created_at: crate::sql::instant(created_at)?,
+            };
+            pattern_db_postgres::summaries::upsert(c, &row).await?
+        }
+    };
     Ok(())
 }
 
@@ -1702,11 +1714,14 @@ async fn import_agent(
             ))
             .into());
         }
-        crate::sql::query("UPDATE batches SET retried_at = $1 WHERE id = $2")
-            .bind(retried_at.timestamp_millis())
-            .bind(id.get())
-            .execute(&mut *conn)
-            .await?;
+        let at = retried_at.timestamp_millis();
+        match conn {
+            Conn::Sqlite(c) => pattern_db_sqlite::batches::set_retried_at(c, id.get(), at).await?,
+            Conn::Postgres(c) => {
+                let at = crate::sql::instant(at)?;
+                pattern_db_postgres::batches::set_retried_at(c, id.get(), at).await?
+            }
+        };
     }
     for (s, id) in import.summaries.iter().zip(&planned.summary_ids) {
         upsert_summary(
@@ -1729,11 +1744,16 @@ async fn import_agent(
         import.archival.iter().map(|p| p.passage.clone()).collect();
     let stored = search::insert_archival(conn, ctx, agent.id, &passages).await?;
     for (entry, given) in stored.iter().zip(&import.archival) {
-        crate::sql::query("UPDATE archival_memories SET created_at = $1 WHERE id = $2")
-            .bind(given.created_at.timestamp_millis())
-            .bind(entry.id.to_string())
-            .execute(&mut *conn)
-            .await?;
+        let at = given.created_at.timestamp_millis();
+        match conn {
+            Conn::Sqlite(c) => {
+                pattern_db_sqlite::archival::set_created_at(c, &entry.id.to_string(), at).await?
+            }
+            Conn::Postgres(c) => {
+                let at = crate::sql::instant(at)?;
+                pattern_db_postgres::archival::set_created_at(c, entry.id.0, at).await?
+            }
+        };
     }
     Ok(crate::import::ImportedAgent {
         agent,

@@ -43,6 +43,7 @@ pub mod retention;
 pub mod runs;
 pub mod schedules;
 pub mod search;
+pub mod stats;
 pub mod summaries;
 pub mod tool_calls;
 
