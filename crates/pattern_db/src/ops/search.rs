@@ -679,11 +679,10 @@ pub(crate) async fn live_page(
                 .collect()
         }
         Conn::Postgres(c) => {
-            // A non-empty `after` is the id of a row this function returned: a UUID.
             let after = if after.is_empty() {
                 None
             } else {
-                Some(parse_uuid(after)?)
+                Some(uuid_arg(after)?)
             };
             let rows = match (t, after) {
                 (Message, None) => pg::live_messages_first(c, limit).await?,
@@ -694,17 +693,17 @@ pub(crate) async fn live_page(
                 (Archival, Some(after)) => pg::live_archival_after(c, after, limit).await?,
             };
             rows.into_iter()
-                .map(|r| live_content(t, r.id.to_string(), r.agent_id, r.created_at, r.text))
+                .map(|r| live_content(t, r.id, r.agent_id, r.created_at, r.text))
                 .collect()
         }
     }
 }
 
-/// A content row of type `t` from either engine's checked row: its id's text, owner, time and
-/// raw text (a message's content JSON, reduced to its text here).
+/// A content row of type `t` from either engine's checked row: its id, owner, time and raw text
+/// (a message's content JSON, reduced to its text here).
 fn live_content(
     t: ContentType,
-    id: String,
+    id: impl ContentIdText,
     agent: impl StoredId,
     created_at: impl StoredTime,
     raw: String,
@@ -714,7 +713,7 @@ fn live_content(
         _ => raw,
     };
     Ok(ContentRow {
-        content: ContentRef::new(t, id),
+        content: ContentRef::new(t, id.text()),
         agent_id: AgentId(agent.uuid()?),
         created_at: created_at.time(),
         text,
