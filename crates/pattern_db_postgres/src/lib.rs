@@ -46,6 +46,7 @@ pub mod search;
 pub mod stats;
 pub mod summaries;
 pub mod tool_calls;
+pub mod wake;
 
 pub use batches::BatchRow;
 pub use messages::MessageRow;
