@@ -23,14 +23,12 @@ use std::str::FromStr;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::sql::Row;
-
 use crate::db::Database;
 use crate::error::{Error, Result};
 use crate::id::SnowflakeId;
 use crate::model::{AgentId, BatchId};
 use crate::ops::approvals::{Decide, Expire, Request};
-use crate::ops::{FromStored, StoredId, StoredTime, from_ms, parse_uuid};
+use crate::ops::{FromStored, StoredId, StoredTime};
 use crate::protocol::OrganizationId;
 use crate::runs::TurnId;
 use crate::wake::WakeKey;
@@ -189,10 +187,6 @@ pub fn approval_requested_event(approval: &Approval) -> crate::runs::NewTurnEven
     }
 }
 
-pub(crate) const APPROVAL_COLUMNS: &str = "id, organization_id, agent_id, batch_id, turn_id, \
-     tool, call_id, input, reason, requested_at, deadline, state, decided_at, decided_by, \
-     denial_reason";
-
 /// A request from either engine's checked row ([`FromStored`]).
 pub(crate) fn approval_from_plain(row: impl FromStored<Approval>) -> Result<Approval> {
     row.into_domain()
@@ -234,37 +228,6 @@ macro_rules! approval_from_stored {
 
 approval_from_stored!(pattern_db_sqlite);
 approval_from_stored!(pattern_db_postgres);
-
-/// A request from a dynamic row whose [`APPROVAL_COLUMNS`] start at column 0 (the listing).
-pub(crate) fn approval_from_row(row: &Row) -> Result<Approval> {
-    let org: Option<String> = row.try_get(1)?;
-    let agent: String = row.try_get(2)?;
-    let batch: Option<i64> = row.try_get(3)?;
-    let turn: Option<String> = row.try_get(4)?;
-    let input: String = row.try_get(7)?;
-    let state: String = row.try_get(11)?;
-    let decided_at: Option<i64> = row.try_get(12)?;
-    Ok(Approval {
-        id: SnowflakeId(row.try_get(0)?),
-        organization: org
-            .map(|o| parse_uuid(&o).map(OrganizationId))
-            .transpose()?,
-        agent_id: AgentId(parse_uuid(&agent)?),
-        batch_id: batch.map(SnowflakeId),
-        turn_id: turn.map(|t| parse_uuid(&t).map(TurnId)).transpose()?,
-        tool: row.try_get(5)?,
-        call_id: row.try_get(6)?,
-        input: serde_json::from_str(&input)
-            .map_err(|e| BatchError::InvalidContent(format!("stored approval input: {e}")))?,
-        reason: row.try_get(8)?,
-        requested_at: from_ms(row.try_get(9)?),
-        deadline: from_ms(row.try_get(10)?),
-        state: state.parse()?,
-        decided_at: decided_at.map(from_ms),
-        decided_by: row.try_get(13)?,
-        denial_reason: row.try_get(14)?,
-    })
-}
 
 fn check_text(what: &str, text: &str) -> Result<()> {
     if text.len() > MAX_TEXT {

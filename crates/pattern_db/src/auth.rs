@@ -16,14 +16,14 @@ use std::str::FromStr;
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
-use crate::sql::{Conn, Row};
+use crate::sql::Conn;
 use uuid::Uuid;
 
 use crate::db::Database;
 use crate::error::{Error, Result};
 use crate::model::{Agent, AgentId, NewAgent};
 use crate::ops::auth::{CreateKey, DeleteOrgAgent, RevokeKey};
-use crate::ops::{self, FromStored, StoredId, StoredTime, from_ms, parse_uuid};
+use crate::ops::{self, FromStored, StoredId, StoredTime, from_ms};
 use crate::protocol::OrganizationId;
 
 /// What every secret starts with.
@@ -124,24 +124,6 @@ pub(crate) fn random_token(prefix: &str) -> Result<String> {
 pub(crate) struct NewKeyRow {
     pub(crate) key: ApiKey,
     pub(crate) hash: String,
-}
-
-/// The key columns a dynamic read selects (the console session's join, not moved yet).
-pub(crate) const KEY_COLUMNS: &str = "id, organization_id, name, prefix, created_at, revoked_at";
-
-/// A key from a dynamic row whose [`KEY_COLUMNS`] start at column 0.
-pub(crate) fn key_from_row(row: &Row) -> Result<ApiKey> {
-    let id: String = row.try_get(0)?;
-    let org: String = row.try_get(1)?;
-    let revoked: Option<i64> = row.try_get(5)?;
-    Ok(ApiKey {
-        id: ApiKeyId(parse_uuid(&id)?),
-        organization: OrganizationId(parse_uuid(&org)?),
-        name: row.try_get(2)?,
-        prefix: row.try_get(3)?,
-        created_at: from_ms(row.try_get(4)?),
-        revoked_at: revoked.map(from_ms),
-    })
 }
 
 /// A key from either engine's checked row ([`FromStored`]).
@@ -262,32 +244,36 @@ impl Database {
 
     /// The organization's agents, by name.
     pub async fn org_agents(&self, org: OrganizationId) -> Result<Vec<Agent>> {
-        crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {} FROM agents WHERE organization_id = $1 ORDER BY name",
-            ops::AGENT_COLUMNS
-        )))
-        .bind(org.to_string())
-        .fetch_all(self.reader())
-        .await?
-        .iter()
-        .map(ops::agent_from_row)
-        .collect()
+        let mut pooled = self.reader().acquire().await?;
+        match &mut pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::agents::of_organization(c, &org.to_string())
+                .await?
+                .into_iter()
+                .map(ops::agent_from_plain)
+                .collect(),
+            Conn::Postgres(c) => pattern_db_postgres::agents::of_organization(c, org.0)
+                .await?
+                .into_iter()
+                .map(ops::agent_from_plain)
+                .collect(),
+        }
     }
 
     /// The organization's agent `id`; [`AgentError::NotFound`] when it does not exist or
     /// belongs to anyone else.
     pub async fn org_agent(&self, org: OrganizationId, id: AgentId) -> Result<Agent> {
-        let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {} FROM agents WHERE id = $1 AND organization_id = $2",
-            ops::AGENT_COLUMNS
-        )))
-        .bind(id.to_string())
-        .bind(org.to_string())
-        .fetch_optional(self.reader())
-        .await?;
-        row.as_ref()
-            .map(ops::agent_from_row)
-            .transpose()?
+        let mut pooled = self.reader().acquire().await?;
+        let row = match &mut pooled.conn() {
+            Conn::Sqlite(c) => {
+                pattern_db_sqlite::agents::by_id_in(c, &id.to_string(), &org.to_string())
+                    .await?
+                    .map(ops::agent_from_plain)
+            }
+            Conn::Postgres(c) => pattern_db_postgres::agents::by_id_in(c, id.0, org.0)
+                .await?
+                .map(ops::agent_from_plain),
+        };
+        row.transpose()?
             .ok_or(Error::Agent(AgentError::NotFound(id)))
     }
 
@@ -302,32 +288,30 @@ impl Database {
     /// [`AgentError::NameNotFound`], exactly like an unknown name, so a scoped lookup never
     /// reveals what exists elsewhere.
     pub async fn agent_in_scope(&self, org: Option<OrganizationId>, name: &str) -> Result<Agent> {
-        let row = match org {
-            Some(org) => {
-                crate::sql::query(sqlx::AssertSqlSafe(format!(
-                    "SELECT {} FROM agents WHERE name = $1 AND organization_id = $2",
-                    ops::AGENT_COLUMNS
-                )))
-                .bind(name)
-                .bind(org.to_string())
-                .fetch_optional(self.reader())
-                .await?
+        let mut pooled = self.reader().acquire().await?;
+        let row = match (&mut pooled.conn(), org) {
+            (Conn::Sqlite(c), Some(org)) => {
+                pattern_db_sqlite::agents::by_name_in(c, name, &org.to_string())
+                    .await?
+                    .map(ops::agent_from_plain)
             }
-            None => {
-                crate::sql::query(sqlx::AssertSqlSafe(format!(
-                    "SELECT {} FROM agents a WHERE name = $1 AND organization_id = \
-                     (SELECT o.id FROM protocol_organizations o WHERE o.external_id = $2)",
-                    ops::AGENT_COLUMNS
-                )))
-                .bind(name)
-                .bind(crate::LOCAL_ORGANIZATION)
-                .fetch_optional(self.reader())
-                .await?
+            (Conn::Sqlite(c), None) => {
+                pattern_db_sqlite::agents::by_name_in_external(c, name, crate::LOCAL_ORGANIZATION)
+                    .await?
+                    .map(ops::agent_from_plain)
+            }
+            (Conn::Postgres(c), Some(org)) => {
+                pattern_db_postgres::agents::by_name_in(c, name, org.0)
+                    .await?
+                    .map(ops::agent_from_plain)
+            }
+            (Conn::Postgres(c), None) => {
+                pattern_db_postgres::agents::by_name_in_external(c, name, crate::LOCAL_ORGANIZATION)
+                    .await?
+                    .map(ops::agent_from_plain)
             }
         };
-        row.as_ref()
-            .map(ops::agent_from_row)
-            .transpose()?
+        row.transpose()?
             .ok_or_else(|| Error::Agent(AgentError::NameNotFound(name.to_owned())))
     }
 

@@ -5,9 +5,10 @@
 //! A token is `pcs_` followed by 64 hex characters from the operating system's random source;
 //! only its SHA-256 is stored, with the key it acts for and when it expires. A session
 //! authenticates only while it has not expired and its key is not revoked (one indexed read
-//! joined with `api_keys`), so revoking a key ends its console sessions at once; logging out
-//! deletes the row. Opening or ending a session also deletes the expired ones. This module must
-//! never store, log or print a token, and never answer for a revoked key or an expired session.
+//! joined with `api_keys`: `pattern_db_{sqlite,postgres}::console`, checked statements), so
+//! revoking a key ends its console sessions at once; logging out deletes the row. Opening or
+//! ending a session also deletes the expired ones. This module must never store, log or print a
+//! token, and never answer for a revoked key or an expired session.
 
 use crate::StorageError;
 use std::fmt;
@@ -15,11 +16,12 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::auth::{ApiKey, KEY_COLUMNS, hash, key_from_row, random_token, well_formed_token};
+use crate::auth::{ApiKey, hash, key_from_plain, random_token, well_formed_token};
 use crate::db::Database;
 use crate::error::Result;
 use crate::ops::console::{EndSession, OpenSession};
-use crate::ops::{self, from_ms};
+use crate::ops::{self, FromStored, StoredTime, from_ms};
+use crate::sql::{Conn, instant};
 
 /// What every console session token starts with.
 pub const CONSOLE_TOKEN_PREFIX: &str = "pcs_";
@@ -51,6 +53,17 @@ impl fmt::Debug for IssuedConsoleSession {
             .field("token", &"***")
             .finish()
     }
+}
+
+/// A session from either engine's checked row: its key ([`FromStored`]) and when it expires.
+fn session_from_plain(
+    key: impl FromStored<ApiKey>,
+    expires_at: impl StoredTime,
+) -> Result<ConsoleSession> {
+    Ok(ConsoleSession {
+        key: key_from_plain(key)?,
+        expires_at: expires_at.time(),
+    })
 }
 
 /// What the writer stores for a new session.
@@ -110,29 +123,17 @@ impl Database {
         if !well_formed_token(token, CONSOLE_TOKEN_PREFIX) {
             return Ok(None);
         }
-        let columns = KEY_COLUMNS
-            .split(", ")
-            .map(|c| format!("k.{c}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let sql = format!(
-            "SELECT {columns}, s.expires_at FROM console_sessions s \
-             JOIN api_keys k ON k.id = s.api_key_id \
-             WHERE s.token_hash = $1 AND s.expires_at > $2 AND k.revoked_at IS NULL"
-        );
-        let row = crate::sql::query(sqlx::AssertSqlSafe(sql))
-            .bind(hash(token))
-            .bind(ops::now_ms())
-            .fetch_optional(self.reader())
-            .await?;
-        let Some(row) = row else {
-            return Ok(None);
+        let (token_hash, now) = (hash(token), ops::now_ms());
+        let mut pooled = self.reader().acquire().await?;
+        let session = match &mut pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::console::live(c, &token_hash, now)
+                .await?
+                .map(|(key, expires_at)| session_from_plain(key, expires_at)),
+            Conn::Postgres(c) => pattern_db_postgres::console::live(c, &token_hash, instant(now)?)
+                .await?
+                .map(|(key, expires_at)| session_from_plain(key, expires_at)),
         };
-        let at = KEY_COLUMNS.split(", ").count();
-        Ok(Some(ConsoleSession {
-            key: key_from_row(&row)?,
-            expires_at: from_ms(row.try_get(at)?),
-        }))
+        session.transpose()
     }
 
     /// Ends the session with this token (logging out); `false` when there was none.

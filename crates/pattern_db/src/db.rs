@@ -11,7 +11,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::sql::Pool;
+use crate::sql::{Conn, Pool};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use sqlx::{ConnectOptions, Executor};
@@ -214,10 +214,7 @@ impl Database {
         };
         let write_pool = pool(&config, &options, write_size).await?;
         if backend == Backend::Sqlite {
-            let version: String = crate::sql::query("SELECT sqlite_version()")
-                .fetch_one(&write_pool)
-                .await?
-                .try_get(0)?;
+            let version = engine_version(&write_pool).await?;
             if parse_version(&version).is_none_or(|v| v < MIN_SQLITE_VERSION) {
                 return Err(StorageError::SqliteTooOld {
                     found: version,
@@ -356,14 +353,7 @@ impl Database {
 
     /// The engine's version string (e.g. `3.51.3` or `PostgreSQL 15.18 ...`).
     pub async fn engine_version(&self) -> Result<String> {
-        let sql = match self.inner.backend {
-            Backend::Sqlite => "SELECT sqlite_version()",
-            Backend::Postgres => "SELECT version()",
-        };
-        Ok(crate::sql::query(sql)
-            .fetch_one(&self.inner.read)
-            .await?
-            .try_get(0)?)
+        engine_version(&self.inner.read).await
     }
 
     /// Every shipped migration and whether this database has it.
@@ -554,16 +544,16 @@ impl Database {
 
     /// The agent with this id.
     pub async fn agent(&self, agent: AgentId) -> Result<Agent> {
-        let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {} FROM agents WHERE id = $1",
-            ops::AGENT_COLUMNS
-        )))
-        .bind(agent.to_string())
-        .fetch_optional(&self.inner.read)
-        .await?;
-        row.as_ref()
-            .map(ops::agent_from_row)
-            .transpose()?
+        let mut pooled = self.inner.read.acquire().await?;
+        let row = match &mut pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::agents::by_id(c, &agent.to_string())
+                .await?
+                .map(ops::agent_from_plain),
+            Conn::Postgres(c) => pattern_db_postgres::agents::by_id(c, agent.0)
+                .await?
+                .map(ops::agent_from_plain),
+        };
+        row.transpose()?
             .ok_or(Error::Agent(AgentError::NotFound(agent)))
     }
 
@@ -575,15 +565,19 @@ impl Database {
 
     /// Every agent of every organization, by organization and name.
     pub async fn agents(&self) -> Result<Vec<Agent>> {
-        crate::sql::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {} FROM agents ORDER BY organization_id, name",
-            ops::AGENT_COLUMNS
-        )))
-        .fetch_all(&self.inner.read)
-        .await?
-        .iter()
-        .map(ops::agent_from_row)
-        .collect()
+        let mut pooled = self.inner.read.acquire().await?;
+        match &mut pooled.conn() {
+            Conn::Sqlite(c) => pattern_db_sqlite::agents::all(c)
+                .await?
+                .into_iter()
+                .map(ops::agent_from_plain)
+                .collect(),
+            Conn::Postgres(c) => pattern_db_postgres::agents::all(c)
+                .await?
+                .into_iter()
+                .map(ops::agent_from_plain)
+                .collect(),
+        }
     }
 
     /// Recovery across every agent: open batches in `scope` become `abandoned`; returns them with
@@ -638,25 +632,51 @@ impl Database {
             let holder = inner.ctx.run_owner.as_str();
             // Hand the machine id and the registration back so short-lived processes do not use
             // up the 1024 ids and their claims are free at once.
-            let mut statements = vec!["DELETE FROM processes WHERE holder = $1"];
-            if inner.leased_machine_id {
-                statements.push("DELETE FROM machine_leases WHERE holder = $1");
-            }
-            for sql in statements {
-                if let Err(e) = crate::sql::query(sql)
-                    .bind(holder)
-                    .execute(&inner.write_pool)
-                    .await
-                {
-                    warn!(error = %e, "cannot release this process's registration");
-                }
-            }
+            release_registration(&inner.write_pool, holder, inner.leased_machine_id).await;
         }
         if let Some(liveness) = liveness {
             crate::process::release(liveness).await;
         }
         inner.read.close().await;
         inner.write_pool.close().await;
+    }
+}
+
+/// The engine's version string, read on a connection of `pool`.
+async fn engine_version(pool: &Pool) -> Result<String> {
+    let mut pooled = pool.acquire().await?;
+    Ok(match &mut pooled.conn() {
+        Conn::Sqlite(c) => pattern_db_sqlite::stats::engine_version(c).await?,
+        Conn::Postgres(c) => pattern_db_postgres::stats::engine_version(c).await?,
+    })
+}
+
+/// Deletes process `holder`'s row and, when it leased its machine id, its leases: each
+/// statement on its own (autocommitted), a failure only logged.
+async fn release_registration(pool: &Pool, holder: &str, leased_machine_id: bool) {
+    let mut pooled = match pool.acquire().await {
+        Ok(pooled) => pooled,
+        Err(e) => {
+            warn!(error = %e, "cannot release this process's registration");
+            return;
+        }
+    };
+    let mut conn = pooled.conn();
+    let process = match &mut conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::processes::delete(c, holder).await,
+        Conn::Postgres(c) => pattern_db_postgres::processes::delete(c, holder).await,
+    };
+    if let Err(e) = process {
+        warn!(error = %e, "cannot release this process's registration");
+    }
+    if leased_machine_id {
+        let leases = match &mut conn {
+            Conn::Sqlite(c) => pattern_db_sqlite::processes::delete_leases(c, holder).await,
+            Conn::Postgres(c) => pattern_db_postgres::processes::delete_leases(c, holder).await,
+        };
+        if let Err(e) = leases {
+            warn!(error = %e, "cannot release this process's registration");
+        }
     }
 }
 

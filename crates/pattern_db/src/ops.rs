@@ -25,8 +25,9 @@ use crate::error::{Error, Result};
 use crate::id::{SnowflakeGenerator, SnowflakeId};
 use crate::legacy::{ImportPlan, LegacyMessage};
 use crate::model::{
-    Abandoned, Agent, AgentId, BatchId, BatchInfo, BatchState, BatchType, BeginBatch, ContentBlock,
-    Message, MessageId, NewAgent, NewMessage, Received, Role, StepReceipt, Summary,
+    Abandoned, ActivityEvent, Agent, AgentId, BatchId, BatchInfo, BatchState, BatchType,
+    BeginBatch, ContentBlock, Message, MessageId, NewAgent, NewMessage, Received, Role,
+    StepReceipt, Summary,
 };
 use crate::protocol::OrganizationId;
 use crate::runs::RunClaim;
@@ -80,7 +81,8 @@ fn lease_ms(d: Duration) -> i64 {
 // ---------------------------------------------------------------------------------------------
 // agents
 
-/// The columns [`agent_from_row`] decodes, in its order.
+/// The columns [`agent_from_row`] decodes, in its order (the protocol's agent reads; the agents
+/// domain's own reads are checked, `pattern_db_{sqlite,postgres}::agents`).
 pub(crate) const AGENT_COLUMNS: &str =
     "id, name, metadata, created_at, organization_id, external_id";
 
@@ -116,12 +118,15 @@ async fn create_agent(conn: &mut Conn<'_>, new: &NewAgent) -> Result<Agent> {
     crate::check_name("external_id", &external_id)?;
     let organization = match new.organization {
         Some(org) => {
-            if crate::sql::query("SELECT id FROM protocol_organizations WHERE id = $1")
-                .bind(org.to_string())
-                .fetch_optional(&mut *conn)
-                .await?
-                .is_none()
-            {
+            let exists = match conn {
+                Conn::Sqlite(c) => {
+                    pattern_db_sqlite::auth::organization_exists(c, &org.to_string()).await?
+                }
+                Conn::Postgres(c) => {
+                    pattern_db_postgres::auth::organization_exists(c, org.0).await?
+                }
+            };
+            if !exists {
                 return Err(ProtocolError::NotFound {
                     kind: "organization",
                     id: org.0,
@@ -132,15 +137,15 @@ async fn create_agent(conn: &mut Conn<'_>, new: &NewAgent) -> Result<Agent> {
         }
         None => organization_by_external_id(conn, crate::LOCAL_ORGANIZATION).await?,
     };
-    let clash = crate::sql::query(
-        "SELECT CASE WHEN name = $2 THEN 1 ELSE 0 END AS by_name FROM agents \
-         WHERE organization_id = $1 AND (name = $2 OR external_id = $3) ORDER BY by_name DESC LIMIT 1",
-    )
-    .bind(organization.to_string())
-    .bind(&new.name)
-    .bind(&external_id)
-    .fetch_optional(&mut *conn)
-    .await?;
+    let clash = match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::agents::clash(c, &organization.to_string(), &new.name, &external_id)
+                .await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::agents::clash(c, organization.0, &new.name, &external_id).await?
+        }
+    };
     let taken = |by_name: bool| {
         if by_name {
             Error::Agent(AgentError::NameTaken(new.name.clone()))
@@ -151,8 +156,8 @@ async fn create_agent(conn: &mut Conn<'_>, new: &NewAgent) -> Result<Agent> {
             })
         }
     };
-    if let Some(row) = clash {
-        return Err(taken(row.try_get::<i64, _>(0)? == 1));
+    if let Some(by_name) = clash {
+        return Err(taken(by_name));
     }
     let agent = Agent {
         id: AgentId::new(),
@@ -164,18 +169,32 @@ async fn create_agent(conn: &mut Conn<'_>, new: &NewAgent) -> Result<Agent> {
     };
     let metadata = serde_json::to_string(&agent.metadata)
         .map_err(|e| BatchError::InvalidContent(e.to_string()))?;
-    let inserted = crate::sql::query(
-        "INSERT INTO agents (id, name, metadata, created_at, organization_id, external_id) \
-         VALUES ($1, $2, $3, $4, $5, $6)",
-    )
-    .bind(agent.id.to_string())
-    .bind(&agent.name)
-    .bind(metadata)
-    .bind(agent.created_at.timestamp_millis())
-    .bind(organization.to_string())
-    .bind(&external_id)
-    .execute(&mut *conn)
-    .await;
+    let created_at = agent.created_at.timestamp_millis();
+    let inserted = match conn {
+        Conn::Sqlite(c) => {
+            let (id, org) = (agent.id.to_string(), organization.to_string());
+            let row = pattern_db_sqlite::agents::NewAgent {
+                id: &id,
+                name: &agent.name,
+                metadata: &metadata,
+                created_at,
+                organization_id: &org,
+                external_id: &external_id,
+            };
+            pattern_db_sqlite::agents::insert(c, &row).await
+        }
+        Conn::Postgres(c) => {
+            let row = pattern_db_postgres::agents::NewAgent {
+                id: agent.id.0,
+                name: &agent.name,
+                metadata: &metadata,
+                created_at: crate::sql::instant(created_at)?,
+                organization_id: organization.0,
+                external_id: &external_id,
+            };
+            pattern_db_postgres::agents::insert(c, &row).await
+        }
+    };
     match inserted {
         Ok(_) => Ok(agent),
         // A concurrent create of the same name or external id won the unique index.
@@ -191,21 +210,27 @@ async fn set_agent_metadata(
 ) -> Result<Agent> {
     let text =
         serde_json::to_string(metadata).map_err(|e| BatchError::InvalidContent(e.to_string()))?;
-    let updated = crate::sql::query("UPDATE agents SET metadata = $1 WHERE id = $2")
-        .bind(text)
-        .bind(agent.to_string())
-        .execute(&mut *conn)
-        .await?;
-    if updated.rows_affected() == 0 {
-        return Err(AgentError::NotFound(agent).into());
-    }
-    let row = crate::sql::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {AGENT_COLUMNS} FROM agents WHERE id = $1"
-    )))
-    .bind(agent.to_string())
-    .fetch_one(&mut *conn)
-    .await?;
-    agent_from_row(&row)
+    let row = match conn {
+        Conn::Sqlite(c) => {
+            let id = agent.to_string();
+            if pattern_db_sqlite::agents::set_metadata(c, &id, &text).await? == 0 {
+                return Err(AgentError::NotFound(agent).into());
+            }
+            pattern_db_sqlite::agents::by_id(c, &id)
+                .await?
+                .map(agent_from_plain)
+        }
+        Conn::Postgres(c) => {
+            if pattern_db_postgres::agents::set_metadata(c, agent.0, &text).await? == 0 {
+                return Err(AgentError::NotFound(agent).into());
+            }
+            pattern_db_postgres::agents::by_id(c, agent.0)
+                .await?
+                .map(agent_from_plain)
+        }
+    };
+    // The row was updated in this transaction a statement ago (as `fetch_one` did before).
+    row.ok_or(sqlx::Error::RowNotFound)?
 }
 
 pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
@@ -216,10 +241,10 @@ pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
 async fn delete_agent(conn: &mut Conn<'_>, ctx: &Ctx, agent: AgentId) -> Result<()> {
     lock_agent(conn, agent).await?;
     search::agent_removed(conn, ctx, agent).await?;
-    crate::sql::query("DELETE FROM agents WHERE id = $1")
-        .bind(agent.to_string())
-        .execute(&mut *conn)
-        .await?;
+    match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::agents::delete(c, &agent.to_string()).await?,
+        Conn::Postgres(c) => pattern_db_postgres::agents::delete(c, agent.0).await?,
+    };
     Ok(())
 }
 
@@ -1520,17 +1545,15 @@ async fn archive_before(
     lock_agent(conn, agent).await?;
     // Whole batches only: a batch that has any message at or after `position` stays, and so does
     // an open one.
-    let ids: Vec<i64> = crate::sql::query(
-        "SELECT b.id FROM batches b WHERE b.agent_id = $1 AND b.id < $2 AND b.state <> 'open' AND NOT b.archived \
-         AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.batch_id = b.id AND m.position >= $2) ORDER BY b.id",
-    )
-    .bind(agent.to_string())
-    .bind(position.get())
-    .fetch_all(&mut *conn)
-    .await?
-    .iter()
-    .map(|r| r.try_get(0))
-    .collect::<Result<_, _>>()?;
+    let ids = match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::batches::archivable_before(c, &agent.to_string(), position.get())
+                .await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::batches::archivable_before(c, agent.0, position.get()).await?
+        }
+    };
     archive_batches(conn, ctx, &ids).await
 }
 
@@ -1573,24 +1596,24 @@ async fn summarize_and_archive(
         )
         .into());
     }
-    let rows = crate::sql::query(
-        "SELECT id, state FROM batches WHERE agent_id = $1 AND id >= $2 AND id <= $3 AND NOT archived ORDER BY id",
-    )
-    .bind(summary.agent_id.to_string())
-    .bind(summary.from_batch.get())
-    .bind(summary.through_batch.get())
-    .fetch_all(&mut *conn)
-    .await?;
+    let (from, through) = (summary.from_batch.get(), summary.through_batch.get());
+    let rows = match conn {
+        Conn::Sqlite(c) => {
+            let agent = summary.agent_id.to_string();
+            pattern_db_sqlite::batches::unarchived_in_range(c, &agent, from, through).await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::batches::unarchived_in_range(c, summary.agent_id.0, from, through)
+                .await?
+        }
+    };
     // Open batches in the range stay live: a run may still be writing them (or recovery will
     // abandon them); the summary covers the closed ones.
-    let mut ids = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let id: i64 = row.try_get(0)?;
-        let state: String = row.try_get(1)?;
-        if state != "open" {
-            ids.push(id);
-        }
-    }
+    let ids: Vec<i64> = rows
+        .into_iter()
+        .filter(|(_, state)| state != "open")
+        .map(|(id, _)| id)
+        .collect();
     upsert_summary(conn, ctx, summary).await?;
     archive_batches(conn, ctx, &ids).await?;
     Ok(ids.into_iter().map(SnowflakeId).collect())
@@ -1611,22 +1634,36 @@ async fn upsert_summary(conn: &mut Conn<'_>, ctx: &Ctx, s: &Summary) -> Result<(
         }
         .into());
     }
-    crate::sql::query(
-        "INSERT INTO summaries (id, agent_id, content, from_batch, through_batch, message_count, depth, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-         ON CONFLICT (id) DO UPDATE SET content = excluded.content, from_batch = excluded.from_batch, \
-         through_batch = excluded.through_batch, message_count = excluded.message_count, depth = excluded.depth",
-    )
-    .bind(s.id.get())
-    .bind(s.agent_id.to_string())
-    .bind(&s.content)
-    .bind(s.from_batch.get())
-    .bind(s.through_batch.get())
-    .bind(s.message_count)
-    .bind(s.depth)
-    .bind(s.created_at.timestamp_millis())
-    .execute(&mut *conn)
-    .await?;
+    let created_at = s.created_at.timestamp_millis();
+    match conn {
+        Conn::Sqlite(c) => {
+            let agent = s.agent_id.to_string();
+            let row = pattern_db_sqlite::summaries::NewSummary {
+                id: s.id.get(),
+                agent_id: &agent,
+                content: &s.content,
+                from_batch: s.from_batch.get(),
+                through_batch: s.through_batch.get(),
+                message_count: s.message_count,
+                depth: s.depth,
+                created_at,
+            };
+            pattern_db_sqlite::summaries::upsert(c, &row).await?
+        }
+        Conn::Postgres(c) => {
+            let row = pattern_db_postgres::summaries::NewSummary {
+                id: s.id.get(),
+                agent_id: s.agent_id.0,
+                content: &s.content,
+                from_batch: s.from_batch.get(),
+                through_batch: s.through_batch.get(),
+                message_count: s.message_count,
+                depth: s.depth,
+                created_at: crate::sql::instant(created_at)?,
+            };
+            pattern_db_postgres::summaries::upsert(c, &row).await?
+        }
+    };
     Ok(())
 }
 
@@ -1652,14 +1689,17 @@ pub(crate) async fn log_activity(
         .into());
     }
     let id = ctx.ids.next_id()?;
-    let inserted = crate::sql::query("INSERT INTO activity_events (id, agent_id, kind, payload, created_at) VALUES ($1, $2, $3, $4, $5)")
-        .bind(id.get())
-        .bind(agent.to_string())
-        .bind(kind)
-        .bind(payload)
-        .bind(now_ms())
-        .execute(&mut *conn)
-        .await;
+    let now = now_ms();
+    let inserted = match conn {
+        Conn::Sqlite(c) => {
+            let agent = agent.to_string();
+            pattern_db_sqlite::activity::insert(c, id.get(), &agent, kind, &payload, now).await
+        }
+        Conn::Postgres(c) => {
+            let now = crate::sql::instant(now)?;
+            pattern_db_postgres::activity::insert(c, id.get(), agent.0, kind, &payload, now).await
+        }
+    };
     match inserted {
         Ok(_) => Ok(id),
         Err(e)
@@ -1754,11 +1794,14 @@ async fn import_agent(
             ))
             .into());
         }
-        crate::sql::query("UPDATE batches SET retried_at = $1 WHERE id = $2")
-            .bind(retried_at.timestamp_millis())
-            .bind(id.get())
-            .execute(&mut *conn)
-            .await?;
+        let at = retried_at.timestamp_millis();
+        match conn {
+            Conn::Sqlite(c) => pattern_db_sqlite::batches::set_retried_at(c, id.get(), at).await?,
+            Conn::Postgres(c) => {
+                let at = crate::sql::instant(at)?;
+                pattern_db_postgres::batches::set_retried_at(c, id.get(), at).await?
+            }
+        };
     }
     for (s, id) in import.summaries.iter().zip(&planned.summary_ids) {
         upsert_summary(
@@ -1781,11 +1824,16 @@ async fn import_agent(
         import.archival.iter().map(|p| p.passage.clone()).collect();
     let stored = search::insert_archival(conn, ctx, agent.id, &passages).await?;
     for (entry, given) in stored.iter().zip(&import.archival) {
-        crate::sql::query("UPDATE archival_memories SET created_at = $1 WHERE id = $2")
-            .bind(given.created_at.timestamp_millis())
-            .bind(entry.id.to_string())
-            .execute(&mut *conn)
-            .await?;
+        let at = given.created_at.timestamp_millis();
+        match conn {
+            Conn::Sqlite(c) => {
+                pattern_db_sqlite::archival::set_created_at(c, &entry.id.to_string(), at).await?
+            }
+            Conn::Postgres(c) => {
+                let at = crate::sql::instant(at)?;
+                pattern_db_postgres::archival::set_created_at(c, entry.id.0, at).await?
+            }
+        };
     }
     Ok(crate::import::ImportedAgent {
         agent,
@@ -2007,6 +2055,16 @@ pub(crate) fn agent_from_row(row: &Row) -> Result<Agent> {
     })
 }
 
+/// An agent from its stored row (either engine's: [`FromStored`]).
+pub(crate) fn agent_from_plain(row: impl FromStored<Agent>) -> Result<Agent> {
+    row.into_domain()
+}
+
+/// An activity event from its stored row (either engine's: [`FromStored`]).
+pub(crate) fn activity_from_plain(row: impl FromStored<ActivityEvent>) -> Result<ActivityEvent> {
+    row.into_domain()
+}
+
 /// A summary from its stored row (either engine's: [`FromStored`]).
 pub(crate) fn summary_from_plain(row: impl FromStored<Summary>) -> Result<Summary> {
     row.into_domain()
@@ -2056,8 +2114,8 @@ impl StoredTime for DateTime<Utc> {
     }
 }
 
-/// [`FromStored`] for the message, batch and summary rows of one engine's crate of checked
-/// statements: one conversion, written once, for both engines.
+/// [`FromStored`] for the message, batch, agent, activity and summary rows of one engine's
+/// crate of checked statements: one conversion, written once, for both engines.
 macro_rules! from_stored {
     ($engine:ident) => {
         impl FromStored<Message> for $engine::MessageRow {
@@ -2099,6 +2157,35 @@ macro_rules! from_stored {
                     continuations: self.continuations,
                     retried_at: self.retried_at.map(StoredTime::time),
                     claim_token: self.claim_token,
+                })
+            }
+        }
+
+        impl FromStored<Agent> for $engine::agents::AgentRow {
+            fn into_domain(self) -> Result<Agent> {
+                Ok(Agent {
+                    id: AgentId(self.id.uuid()?),
+                    organization: OrganizationId(self.organization_id.uuid()?),
+                    name: self.name,
+                    external_id: self.external_id,
+                    metadata: serde_json::from_str(&self.metadata).map_err(|e| {
+                        StorageError::Corrupt(format!("agent metadata does not decode: {e}"))
+                    })?,
+                    created_at: self.created_at.time(),
+                })
+            }
+        }
+
+        impl FromStored<ActivityEvent> for $engine::activity::ActivityRow {
+            fn into_domain(self) -> Result<ActivityEvent> {
+                Ok(ActivityEvent {
+                    id: SnowflakeId(self.id),
+                    agent_id: AgentId(self.agent_id.uuid()?),
+                    kind: self.kind,
+                    payload: serde_json::from_str(&self.payload).map_err(|e| {
+                        StorageError::Corrupt(format!("activity payload does not decode: {e}"))
+                    })?,
+                    created_at: self.created_at.time(),
                 })
             }
         }

@@ -8,6 +8,7 @@
 use crate::db::Database;
 use crate::error::Result;
 use crate::ops::now_ms;
+use crate::sql::Conn;
 
 /// Database-wide counts at one moment (each read on its own; they need not agree exactly).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -27,22 +28,31 @@ pub struct Gauges {
 impl Database {
     /// Reads the [`Gauges`].
     pub async fn gauges(&self) -> Result<Gauges> {
-        let pool = self.reader();
-        let row = crate::sql::query(
-            "SELECT \
-               (SELECT COUNT(*) FROM batches WHERE state = 'open'), \
-               (SELECT COUNT(*) FROM agent_queue WHERE delivered_at IS NULL), \
-               (SELECT COUNT(*) FROM agent_queue WHERE delivered_at IS NULL AND deliver_at <= $1), \
-               (SELECT COUNT(*) FROM agent_runs WHERE holder IS NOT NULL), \
-               (SELECT COUNT(*) FROM embedding_jobs)",
-        )
-        .bind(now_ms())
-        .fetch_one(pool)
-        .await?;
-        let count = |i: usize| -> Result<u64> {
-            let n: i64 = row.try_get(i)?;
-            Ok(u64::try_from(n).unwrap_or(0))
+        let now = now_ms();
+        let mut pooled = self.reader().acquire().await?;
+        let row = match &mut pooled.conn() {
+            Conn::Sqlite(c) => {
+                let r = pattern_db_sqlite::stats::gauges(c, now).await?;
+                [
+                    r.open_batches,
+                    r.queued,
+                    r.queued_due,
+                    r.running,
+                    r.embedding_jobs,
+                ]
+            }
+            Conn::Postgres(c) => {
+                let r = pattern_db_postgres::stats::gauges(c, crate::sql::instant(now)?).await?;
+                [
+                    r.open_batches,
+                    r.queued,
+                    r.queued_due,
+                    r.running,
+                    r.embedding_jobs,
+                ]
+            }
         };
+        let count = |i: usize| -> Result<u64> { Ok(u64::try_from(row[i]).unwrap_or(0)) };
         Ok(Gauges {
             open_batches: count(0)?,
             queued: count(1)?,

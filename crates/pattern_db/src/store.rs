@@ -12,8 +12,6 @@
 //! [`continue_batch`]: MessageStore::continue_batch
 //! [`recover`]: MessageStore::recover
 
-use crate::StorageError;
-
 use crate::db::Database;
 use crate::error::Result;
 use crate::id::SnowflakeId;
@@ -450,28 +448,22 @@ impl MessageStore {
 
     /// The latest `limit` events, newest first.
     pub async fn recent_activity(&self, limit: usize) -> Result<Vec<ActivityEvent>> {
-        let rows = crate::sql::query(
-            "SELECT id, agent_id, kind, payload, created_at FROM activity_events WHERE agent_id = $1 \
-             ORDER BY id DESC LIMIT $2",
-        )
-        .bind(self.agent.to_string())
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(self.db.reader())
-        .await?;
-        rows.iter()
-            .map(|r| {
-                let payload: String = r.try_get(3)?;
-                Ok(ActivityEvent {
-                    id: SnowflakeId(r.try_get(0)?),
-                    agent_id: self.agent,
-                    kind: r.try_get(2)?,
-                    payload: serde_json::from_str(&payload).map_err(|e| {
-                        StorageError::Corrupt(format!("activity payload does not decode: {e}"))
-                    })?,
-                    created_at: ops::from_ms(r.try_get(4)?),
-                })
-            })
-            .collect()
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut pooled = self.db.reader().acquire().await?;
+        match &mut pooled.conn() {
+            Conn::Sqlite(c) => {
+                pattern_db_sqlite::activity::recent(c, &self.agent.to_string(), limit)
+                    .await?
+                    .into_iter()
+                    .map(ops::activity_from_plain)
+                    .collect()
+            }
+            Conn::Postgres(c) => pattern_db_postgres::activity::recent(c, self.agent.0, limit)
+                .await?
+                .into_iter()
+                .map(ops::activity_from_plain)
+                .collect(),
+        }
     }
 
     // -- legacy import -------------------------------------------------------------------------

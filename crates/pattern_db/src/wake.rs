@@ -248,12 +248,10 @@ pub(crate) async fn notify(conn: &mut Conn<'_>, backend: Backend, keys: &[WakeKe
     if backend != Backend::Postgres {
         return Ok(());
     }
-    for key in keys {
-        crate::sql::query("SELECT pg_notify($1, $2)")
-            .bind(RUNS_CHANNEL)
-            .bind(key.payload())
-            .execute(&mut *conn)
-            .await?;
+    if let Conn::Postgres(c) = conn {
+        for key in keys {
+            pattern_db_postgres::wake::notify(c, RUNS_CHANNEL, &key.payload()).await?;
+        }
     }
     Ok(())
 }

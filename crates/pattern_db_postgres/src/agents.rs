@@ -4,14 +4,52 @@
 //! readers key their caches on.
 //!
 //! Also whether an agent exists and the organization it belongs to (the owner checks of blocks,
-//! auth and approvals).
+//! auth and approvals), and the agent rows themselves: the clash check and insert of a new
+//! agent, its metadata update, its delete, and the reads of one agent or a list of them (the
+//! `JSON` metadata written as `$n::text::json` and read as `metadata::text`).
 //!
 //! It must never decide what an unknown agent means: a bump that touches no row comes back as
-//! zero rows or `None`, and the caller refuses.
+//! zero rows or `None`, and the caller refuses. It never checks a name or parses metadata (the
+//! caller's JSON text).
 
 use sqlx::PgConnection;
 
-use crate::Uuid;
+use crate::{Timestamp, Uuid};
+
+/// An `agents` row without its revision (`pattern_db_sqlite::agents::AgentRow`'s fields, with
+/// `UUID` ids and a `TIMESTAMPTZ` instant; the `JSON` metadata read as its text).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentRow {
+    /// `id`.
+    pub id: Uuid,
+    /// `name`.
+    pub name: String,
+    /// `metadata` (JSON text).
+    pub metadata: String,
+    /// `created_at`.
+    pub created_at: Timestamp,
+    /// `organization_id`.
+    pub organization_id: Uuid,
+    /// `external_id`.
+    pub external_id: String,
+}
+
+/// A new `agents` row (its revision starts at the column's default).
+#[derive(Clone, Debug)]
+pub struct NewAgent<'a> {
+    /// `id`.
+    pub id: Uuid,
+    /// `name`.
+    pub name: &'a str,
+    /// `metadata` (JSON text).
+    pub metadata: &'a str,
+    /// `created_at`.
+    pub created_at: Timestamp,
+    /// `organization_id`.
+    pub organization_id: Uuid,
+    /// `external_id`.
+    pub external_id: &'a str,
+}
 
 /// Bumps `agent`'s revision; the number of rows changed (0 for an unknown agent).
 pub async fn bump_revision(conn: &mut PgConnection, agent: Uuid) -> sqlx::Result<u64> {
@@ -81,6 +119,147 @@ pub async fn organization_of(
     sqlx::query_scalar!(
         r#"SELECT organization_id AS "organization_id?" FROM agents WHERE id = $1"#,
         agent
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Whether an agent of `org` already has `name` or `external_id`: `Some(true)` when one has the
+/// name, `Some(false)` when one has only the external id, `None` when neither is taken.
+pub async fn clash(
+    conn: &mut PgConnection,
+    org: Uuid,
+    name: &str,
+    external_id: &str,
+) -> sqlx::Result<Option<bool>> {
+    sqlx::query_scalar!(
+        r#"SELECT (name = $2) AS "by_name!" FROM agents WHERE organization_id = $1 AND (name = $2 OR external_id = $3) ORDER BY 1 DESC LIMIT 1"#,
+        org,
+        name,
+        external_id
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Inserts an agent; rows changed. The engine's errors (a name or external id taken) come back
+/// as they are.
+pub async fn insert(conn: &mut PgConnection, agent: &NewAgent<'_>) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "INSERT INTO agents (id, name, metadata, created_at, organization_id, external_id) VALUES ($1, $2, $3::text::json, $4, $5, $6)",
+        agent.id,
+        agent.name,
+        agent.metadata,
+        agent.created_at,
+        agent.organization_id,
+        agent.external_id
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Replaces `agent`'s metadata with `metadata` (JSON text); rows changed (0 for an unknown
+/// agent).
+pub async fn set_metadata(
+    conn: &mut PgConnection,
+    agent: Uuid,
+    metadata: &str,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "UPDATE agents SET metadata = $1::text::json WHERE id = $2",
+        metadata,
+        agent
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Deletes `agent` (its rows in other tables go by their foreign keys' cascades); rows deleted.
+pub async fn delete(conn: &mut PgConnection, agent: Uuid) -> sqlx::Result<u64> {
+    let done = sqlx::query!("DELETE FROM agents WHERE id = $1", agent)
+        .execute(conn)
+        .await?;
+    Ok(done.rows_affected())
+}
+
+/// Agent `agent`; `None` for an unknown one.
+pub async fn by_id(conn: &mut PgConnection, agent: Uuid) -> sqlx::Result<Option<AgentRow>> {
+    sqlx::query_as!(
+        AgentRow,
+        r#"SELECT id AS "id!", name AS "name!", metadata::text AS "metadata!", created_at AS "created_at!", organization_id AS "organization_id!", external_id AS "external_id!" FROM agents WHERE id = $1"#,
+        agent
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Every agent, by organization and name.
+pub async fn all(conn: &mut PgConnection) -> sqlx::Result<Vec<AgentRow>> {
+    sqlx::query_as!(
+        AgentRow,
+        r#"SELECT id AS "id!", name AS "name!", metadata::text AS "metadata!", created_at AS "created_at!", organization_id AS "organization_id!", external_id AS "external_id!" FROM agents ORDER BY organization_id, name"#
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The agents of organization `org`, by name.
+pub async fn of_organization(conn: &mut PgConnection, org: Uuid) -> sqlx::Result<Vec<AgentRow>> {
+    sqlx::query_as!(
+        AgentRow,
+        r#"SELECT id AS "id!", name AS "name!", metadata::text AS "metadata!", created_at AS "created_at!", organization_id AS "organization_id!", external_id AS "external_id!" FROM agents WHERE organization_id = $1 ORDER BY name"#,
+        org
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// Agent `agent` if it belongs to organization `org`; `None` otherwise.
+pub async fn by_id_in(
+    conn: &mut PgConnection,
+    agent: Uuid,
+    org: Uuid,
+) -> sqlx::Result<Option<AgentRow>> {
+    sqlx::query_as!(
+        AgentRow,
+        r#"SELECT id AS "id!", name AS "name!", metadata::text AS "metadata!", created_at AS "created_at!", organization_id AS "organization_id!", external_id AS "external_id!" FROM agents WHERE id = $1 AND organization_id = $2"#,
+        agent,
+        org
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// The agent named `name` in organization `org`; `None` when there is none.
+pub async fn by_name_in(
+    conn: &mut PgConnection,
+    name: &str,
+    org: Uuid,
+) -> sqlx::Result<Option<AgentRow>> {
+    sqlx::query_as!(
+        AgentRow,
+        r#"SELECT id AS "id!", name AS "name!", metadata::text AS "metadata!", created_at AS "created_at!", organization_id AS "organization_id!", external_id AS "external_id!" FROM agents WHERE name = $1 AND organization_id = $2"#,
+        name,
+        org
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// The agent named `name` in the organization whose external id is `org_external_id`; `None`
+/// when there is none.
+pub async fn by_name_in_external(
+    conn: &mut PgConnection,
+    name: &str,
+    org_external_id: &str,
+) -> sqlx::Result<Option<AgentRow>> {
+    sqlx::query_as!(
+        AgentRow,
+        r#"SELECT a.id AS "id!", a.name AS "name!", a.metadata::text AS "metadata!", a.created_at AS "created_at!", a.organization_id AS "organization_id!", a.external_id AS "external_id!" FROM agents a WHERE a.name = $1 AND a.organization_id = (SELECT o.id FROM protocol_organizations o WHERE o.external_id = $2)"#,
+        name,
+        org_external_id
     )
     .fetch_optional(conn)
     .await

@@ -282,3 +282,53 @@ pub async fn retried_at(conn: &mut PgConnection, batch: i64) -> sqlx::Result<Opt
     .fetch_one(conn)
     .await
 }
+
+/// Sets batch `batch`'s retry time to `at` (an import restoring a retried batch); rows changed.
+pub async fn set_retried_at(
+    conn: &mut PgConnection,
+    batch: i64,
+    at: Timestamp,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "UPDATE batches SET retried_at = $1 WHERE id = $2",
+        at,
+        batch
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// The ids of `agent`'s closed, unarchived batches below `position` that hold no message at or
+/// after it, oldest first.
+pub async fn archivable_before(
+    conn: &mut PgConnection,
+    agent: Uuid,
+    position: i64,
+) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar!(
+        r#"SELECT b.id AS "id!" FROM batches b WHERE b.agent_id = $1 AND b.id < $2 AND b.state <> 'open' AND NOT b.archived AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.batch_id = b.id AND m.position >= $2) ORDER BY b.id"#,
+        agent,
+        position
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// `agent`'s unarchived batches from `from` through `through`, with their states, by id.
+pub async fn unarchived_in_range(
+    conn: &mut PgConnection,
+    agent: Uuid,
+    from: i64,
+    through: i64,
+) -> sqlx::Result<Vec<(i64, String)>> {
+    let rows = sqlx::query!(
+        r#"SELECT id AS "id!", state AS "state!" FROM batches WHERE agent_id = $1 AND id >= $2 AND id <= $3 AND NOT archived ORDER BY id"#,
+        agent,
+        from,
+        through
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.id, r.state)).collect())
+}

@@ -28,12 +28,14 @@
 //! back a transaction, and never hide an engine's error: sqlx's own `Error` comes back unchanged,
 //! so the caller's lock-conflict and constraint checks keep reading its codes.
 
+pub mod activity;
 pub mod agents;
 pub mod approvals;
 pub mod archival;
 pub mod auth;
 pub mod batches;
 pub mod blocks;
+pub mod console;
 pub mod mcp;
 pub mod messages;
 pub mod processes;
@@ -43,8 +45,10 @@ pub mod retention;
 pub mod runs;
 pub mod schedules;
 pub mod search;
+pub mod stats;
 pub mod summaries;
 pub mod tool_calls;
+pub mod wake;
 
 pub use batches::BatchRow;
 pub use messages::MessageRow;

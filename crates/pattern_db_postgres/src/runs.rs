@@ -592,3 +592,54 @@ pub async fn due_entry(
         (entry, turn)
     }))
 }
+
+/// The agents with an open batch (recovery's candidates for every open batch).
+pub async fn agents_with_open_batches(conn: &mut PgConnection) -> sqlx::Result<Vec<Uuid>> {
+    sqlx::query_scalar!(
+        r#"SELECT DISTINCT agent_id AS "agent_id!" FROM batches WHERE state = 'open'"#
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// Whether `agent` has an open batch, as [`agents_with_open_batches`]' one row or none.
+pub async fn agent_with_open_batches(
+    conn: &mut PgConnection,
+    agent: Uuid,
+) -> sqlx::Result<Vec<Uuid>> {
+    sqlx::query_scalar!(
+        r#"SELECT DISTINCT agent_id AS "agent_id!" FROM batches WHERE state = 'open' AND agent_id = $1"#,
+        agent
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The agents with an open batch that carries a claim token or whose lease expired before
+/// `now` (recovery's candidates for expired leases).
+pub async fn agents_with_stale_batches(
+    conn: &mut PgConnection,
+    now: Timestamp,
+) -> sqlx::Result<Vec<Uuid>> {
+    sqlx::query_scalar!(
+        r#"SELECT DISTINCT agent_id AS "agent_id!" FROM batches WHERE state = 'open' AND (claim_token IS NOT NULL OR lease_expires_at < $1)"#,
+        now
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// Whether `agent` has such a batch, as [`agents_with_stale_batches`]' one row or none.
+pub async fn agent_with_stale_batches(
+    conn: &mut PgConnection,
+    now: Timestamp,
+    agent: Uuid,
+) -> sqlx::Result<Vec<Uuid>> {
+    sqlx::query_scalar!(
+        r#"SELECT DISTINCT agent_id AS "agent_id!" FROM batches WHERE state = 'open' AND (claim_token IS NOT NULL OR lease_expires_at < $1) AND agent_id = $2"#,
+        now,
+        agent
+    )
+    .fetch_all(conn)
+    .await
+}

@@ -1,8 +1,9 @@
 //! Statements of search storage on PostgreSQL: the change log `search_changes` (its advisory
 //! lock, reads, pruning, the `delete` logs of an agent's removal and of a model reset), the
 //! followers' cursors `search_consumers`, the embedding model, embedding jobs (due and locked,
-//! claimed, failed, released), stored vectors `embeddings` (pages, one content's delete), and the
-//! fixed reads of full-text search (the RUM indexes' presence, a query's lexemes).
+//! claimed, failed, released), stored vectors `embeddings` (pages, one content's delete), the
+//! fixed reads of full-text search (the RUM indexes' presence, a query's lexemes), and the pages
+//! of live content (messages, blocks, archival passages) the indexes are rebuilt from.
 //!
 //! It must never judge what it stores (model checks, text hashes, vector dimensions: the caller)
 //! and never choose what is logged or when the change-log lock is taken: the caller decides, in
@@ -418,6 +419,110 @@ pub async fn english_lexemes(conn: &mut PgConnection, text: &str) -> sqlx::Resul
     sqlx::query_scalar!(
         r#"SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('english'::regconfig, $1))) AS "lexeme!""#,
         text
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// A live content row as the search indexes read it: its id, owner, time and raw text (a
+/// message's content JSON, a block's value, a passage's content).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveContentRow {
+    /// The content's id.
+    pub id: Uuid,
+    /// Its agent (a block's owner).
+    pub agent_id: Uuid,
+    /// `created_at`.
+    pub created_at: Timestamp,
+    /// The raw text.
+    pub text: String,
+}
+
+/// The first `limit` live messages (their content JSON), in id order.
+pub async fn live_messages_first(
+    conn: &mut PgConnection,
+    limit: i64,
+) -> sqlx::Result<Vec<LiveContentRow>> {
+    sqlx::query_as!(
+        LiveContentRow,
+        r#"SELECT m.id AS "id!", m.agent_id AS "agent_id!", m.created_at AS "created_at!", m.content::text AS "text!" FROM messages m WHERE NOT m.archived AND NOT m.deleted ORDER BY m.id LIMIT $1"#,
+        limit
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The first `limit` live messages (their content JSON) after id `after`, in id order.
+pub async fn live_messages_after(
+    conn: &mut PgConnection,
+    after: Uuid,
+    limit: i64,
+) -> sqlx::Result<Vec<LiveContentRow>> {
+    sqlx::query_as!(
+        LiveContentRow,
+        r#"SELECT m.id AS "id!", m.agent_id AS "agent_id!", m.created_at AS "created_at!", m.content::text AS "text!" FROM messages m WHERE NOT m.archived AND NOT m.deleted AND m.id > $1 ORDER BY m.id LIMIT $2"#,
+        after,
+        limit
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The first `limit` memory blocks (their value), in id order.
+pub async fn live_blocks_first(
+    conn: &mut PgConnection,
+    limit: i64,
+) -> sqlx::Result<Vec<LiveContentRow>> {
+    sqlx::query_as!(
+        LiveContentRow,
+        r#"SELECT m.id AS "id!", m.owner_agent_id AS "agent_id!", m.created_at AS "created_at!", m.value AS "text!" FROM memory_blocks m WHERE 1 = 1 ORDER BY m.id LIMIT $1"#,
+        limit
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The first `limit` memory blocks (their value) after id `after`, in id order.
+pub async fn live_blocks_after(
+    conn: &mut PgConnection,
+    after: Uuid,
+    limit: i64,
+) -> sqlx::Result<Vec<LiveContentRow>> {
+    sqlx::query_as!(
+        LiveContentRow,
+        r#"SELECT m.id AS "id!", m.owner_agent_id AS "agent_id!", m.created_at AS "created_at!", m.value AS "text!" FROM memory_blocks m WHERE 1 = 1 AND m.id > $1 ORDER BY m.id LIMIT $2"#,
+        after,
+        limit
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The first `limit` archival passages (their content), in id order.
+pub async fn live_archival_first(
+    conn: &mut PgConnection,
+    limit: i64,
+) -> sqlx::Result<Vec<LiveContentRow>> {
+    sqlx::query_as!(
+        LiveContentRow,
+        r#"SELECT m.id AS "id!", m.agent_id AS "agent_id!", m.created_at AS "created_at!", m.content AS "text!" FROM archival_memories m WHERE 1 = 1 ORDER BY m.id LIMIT $1"#,
+        limit
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The first `limit` archival passages (their content) after id `after`, in id order.
+pub async fn live_archival_after(
+    conn: &mut PgConnection,
+    after: Uuid,
+    limit: i64,
+) -> sqlx::Result<Vec<LiveContentRow>> {
+    sqlx::query_as!(
+        LiveContentRow,
+        r#"SELECT m.id AS "id!", m.agent_id AS "agent_id!", m.created_at AS "created_at!", m.content AS "text!" FROM archival_memories m WHERE 1 = 1 AND m.id > $1 ORDER BY m.id LIMIT $2"#,
+        after,
+        limit
     )
     .fetch_all(conn)
     .await

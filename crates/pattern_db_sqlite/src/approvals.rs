@@ -1,6 +1,7 @@
 //! Statements on `approvals` rows: a request's insert, the running turn it belongs to, its
 //! decision (in an organization or not), its expiry, the abandonment of a batch's pending
-//! requests, and a request by id (in an organization or not).
+//! requests, a request by id (in an organization or not), and the newest requests (of an
+//! organization or all, in one state or any: four fixed statements).
 //!
 //! It must never decide who may answer or whether an answer came too late: a conditional update
 //! that matches no row comes back as zero rows, and the caller reads the request to say why.
@@ -224,5 +225,66 @@ pub async fn by_id_in(
         org
     )
     .fetch_optional(conn)
+    .await
+}
+
+/// The newest `limit` requests, newest first.
+pub async fn newest(conn: &mut SqliteConnection, limit: i64) -> sqlx::Result<Vec<ApprovalRow>> {
+    sqlx::query_as!(
+        ApprovalRow,
+        r#"SELECT id AS "id!", organization_id AS "organization_id?", agent_id AS "agent_id!", batch_id AS "batch_id?", turn_id AS "turn_id?", tool AS "tool!", call_id AS "call_id?", input AS "input!", reason AS "reason!", requested_at AS "requested_at!", deadline AS "deadline!", state AS "state!", decided_at AS "decided_at?", decided_by AS "decided_by?", denial_reason AS "denial_reason?" FROM approvals ORDER BY id DESC LIMIT $1"#,
+        limit
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The newest `limit` requests of organization `org`, newest first.
+pub async fn newest_in(
+    conn: &mut SqliteConnection,
+    org: &str,
+    limit: i64,
+) -> sqlx::Result<Vec<ApprovalRow>> {
+    sqlx::query_as!(
+        ApprovalRow,
+        r#"SELECT id AS "id!", organization_id AS "organization_id?", agent_id AS "agent_id!", batch_id AS "batch_id?", turn_id AS "turn_id?", tool AS "tool!", call_id AS "call_id?", input AS "input!", reason AS "reason!", requested_at AS "requested_at!", deadline AS "deadline!", state AS "state!", decided_at AS "decided_at?", decided_by AS "decided_by?", denial_reason AS "denial_reason?" FROM approvals WHERE organization_id = $1 ORDER BY id DESC LIMIT $2"#,
+        org,
+        limit
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The newest `limit` requests in `state`, newest first.
+pub async fn newest_in_state(
+    conn: &mut SqliteConnection,
+    state: &str,
+    limit: i64,
+) -> sqlx::Result<Vec<ApprovalRow>> {
+    sqlx::query_as!(
+        ApprovalRow,
+        r#"SELECT id AS "id!", organization_id AS "organization_id?", agent_id AS "agent_id!", batch_id AS "batch_id?", turn_id AS "turn_id?", tool AS "tool!", call_id AS "call_id?", input AS "input!", reason AS "reason!", requested_at AS "requested_at!", deadline AS "deadline!", state AS "state!", decided_at AS "decided_at?", decided_by AS "decided_by?", denial_reason AS "denial_reason?" FROM approvals WHERE state = $1 ORDER BY id DESC LIMIT $2"#,
+        state,
+        limit
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The newest `limit` requests of organization `org` in `state`, newest first.
+pub async fn newest_in_with_state(
+    conn: &mut SqliteConnection,
+    org: &str,
+    state: &str,
+    limit: i64,
+) -> sqlx::Result<Vec<ApprovalRow>> {
+    sqlx::query_as!(
+        ApprovalRow,
+        r#"SELECT id AS "id!", organization_id AS "organization_id?", agent_id AS "agent_id!", batch_id AS "batch_id?", turn_id AS "turn_id?", tool AS "tool!", call_id AS "call_id?", input AS "input!", reason AS "reason!", requested_at AS "requested_at!", deadline AS "deadline!", state AS "state!", decided_at AS "decided_at?", decided_by AS "decided_by?", denial_reason AS "denial_reason?" FROM approvals WHERE organization_id = $1 AND state = $2 ORDER BY id DESC LIMIT $3"#,
+        org,
+        state,
+        limit
+    )
+    .fetch_all(conn)
     .await
 }

@@ -1,6 +1,6 @@
 //! Statements on `archival_memories` and `archival_tags` rows: a passage by id, an agent's
 //! passages newest first (before an id, with a tag, or both), their count, and a passage's
-//! delete with its tags.
+//! delete with its tags; and a passage's creation time (an import restoring it).
 //!
 //! It must never judge a passage (content, tags, dedupe keys, limits: the caller validates) and
 //! never log search changes or touch embeddings: the caller does that in the same transaction.
@@ -142,5 +142,17 @@ pub async fn delete_tags(conn: &mut SqliteConnection, id: &str) -> sqlx::Result<
     let done = sqlx::query!("DELETE FROM archival_tags WHERE archival_id = $1", id)
         .execute(conn)
         .await?;
+    Ok(done.rows_affected())
+}
+
+/// Sets passage `id`'s creation time to `at` (an import restoring it); rows changed.
+pub async fn set_created_at(conn: &mut SqliteConnection, id: &str, at: i64) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "UPDATE archival_memories SET created_at = $1 WHERE id = $2",
+        at,
+        id
+    )
+    .execute(conn)
+    .await?;
     Ok(done.rows_affected())
 }

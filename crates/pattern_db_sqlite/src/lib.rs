@@ -30,12 +30,14 @@
 //! back a transaction, and never hide an engine's error: sqlx's own `Error` comes back unchanged,
 //! so the caller's lock-conflict and constraint checks keep reading its codes.
 
+pub mod activity;
 pub mod agents;
 pub mod approvals;
 pub mod archival;
 pub mod auth;
 pub mod batches;
 pub mod blocks;
+pub mod console;
 pub mod mcp;
 pub mod messages;
 pub mod processes;
@@ -45,6 +47,7 @@ pub mod retention;
 pub mod runs;
 pub mod schedules;
 pub mod search;
+pub mod stats;
 pub mod summaries;
 pub mod tool_calls;
 

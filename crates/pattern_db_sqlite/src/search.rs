@@ -1,7 +1,8 @@
 //! Statements of search storage: the change log `search_changes` (reads, pruning, the bulk
 //! `delete` logs of an agent's removal and of a model reset), the followers' cursors
 //! `search_consumers`, the embedding model, embedding jobs (due, claimed, failed, released) and
-//! stored vectors `embeddings` (pages, one content's delete).
+//! stored vectors `embeddings` (pages, one content's delete), and the pages of live content
+//! (messages, blocks, archival passages) the indexes are rebuilt from.
 //!
 //! It must never judge what it stores (model checks, text hashes, vector dimensions: the caller)
 //! and never choose what is logged: the caller decides which changes a write appends, in its own
@@ -440,4 +441,108 @@ pub async fn fail_job(
     .execute(conn)
     .await?;
     Ok(done.rows_affected())
+}
+
+/// A live content row as the search indexes read it: its id, owner, time and raw text (a
+/// message's content JSON, a block's value, a passage's content).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveContentRow {
+    /// The content's id (a UUID's text).
+    pub id: String,
+    /// Its agent (a block's owner) (a UUID's text).
+    pub agent_id: String,
+    /// `created_at` (milliseconds since the epoch).
+    pub created_at: i64,
+    /// The raw text.
+    pub text: String,
+}
+
+/// The first `limit` live messages (their content JSON), in id order.
+pub async fn live_messages_first(
+    conn: &mut SqliteConnection,
+    limit: i64,
+) -> sqlx::Result<Vec<LiveContentRow>> {
+    sqlx::query_as!(
+        LiveContentRow,
+        r#"SELECT m.id AS "id!", m.agent_id AS "agent_id!", m.created_at AS "created_at!: i64", m.content AS "text!" FROM messages m WHERE NOT m.archived AND NOT m.deleted ORDER BY m.id LIMIT $1"#,
+        limit
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The first `limit` live messages (their content JSON) after id `after`, in id order.
+pub async fn live_messages_after(
+    conn: &mut SqliteConnection,
+    after: &str,
+    limit: i64,
+) -> sqlx::Result<Vec<LiveContentRow>> {
+    sqlx::query_as!(
+        LiveContentRow,
+        r#"SELECT m.id AS "id!", m.agent_id AS "agent_id!", m.created_at AS "created_at!: i64", m.content AS "text!" FROM messages m WHERE NOT m.archived AND NOT m.deleted AND m.id > $1 ORDER BY m.id LIMIT $2"#,
+        after,
+        limit
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The first `limit` memory blocks (their value), in id order.
+pub async fn live_blocks_first(
+    conn: &mut SqliteConnection,
+    limit: i64,
+) -> sqlx::Result<Vec<LiveContentRow>> {
+    sqlx::query_as!(
+        LiveContentRow,
+        r#"SELECT m.id AS "id!", m.owner_agent_id AS "agent_id!", m.created_at AS "created_at!: i64", m.value AS "text!" FROM memory_blocks m WHERE 1 = 1 ORDER BY m.id LIMIT $1"#,
+        limit
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The first `limit` memory blocks (their value) after id `after`, in id order.
+pub async fn live_blocks_after(
+    conn: &mut SqliteConnection,
+    after: &str,
+    limit: i64,
+) -> sqlx::Result<Vec<LiveContentRow>> {
+    sqlx::query_as!(
+        LiveContentRow,
+        r#"SELECT m.id AS "id!", m.owner_agent_id AS "agent_id!", m.created_at AS "created_at!: i64", m.value AS "text!" FROM memory_blocks m WHERE 1 = 1 AND m.id > $1 ORDER BY m.id LIMIT $2"#,
+        after,
+        limit
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The first `limit` archival passages (their content), in id order.
+pub async fn live_archival_first(
+    conn: &mut SqliteConnection,
+    limit: i64,
+) -> sqlx::Result<Vec<LiveContentRow>> {
+    sqlx::query_as!(
+        LiveContentRow,
+        r#"SELECT m.id AS "id!", m.agent_id AS "agent_id!", m.created_at AS "created_at!: i64", m.content AS "text!" FROM archival_memories m WHERE 1 = 1 ORDER BY m.id LIMIT $1"#,
+        limit
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The first `limit` archival passages (their content) after id `after`, in id order.
+pub async fn live_archival_after(
+    conn: &mut SqliteConnection,
+    after: &str,
+    limit: i64,
+) -> sqlx::Result<Vec<LiveContentRow>> {
+    sqlx::query_as!(
+        LiveContentRow,
+        r#"SELECT m.id AS "id!", m.agent_id AS "agent_id!", m.created_at AS "created_at!: i64", m.content AS "text!" FROM archival_memories m WHERE 1 = 1 AND m.id > $1 ORDER BY m.id LIMIT $2"#,
+        after,
+        limit
+    )
+    .fetch_all(conn)
+    .await
 }

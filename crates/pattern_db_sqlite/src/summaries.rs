@@ -1,4 +1,5 @@
-//! Statements on `summaries` rows: an agent's summaries in coverage order.
+//! Statements on `summaries` rows: an agent's summaries in coverage order, and a summary's
+//! upsert.
 //!
 //! It must never judge which summary covers which batches: rows come back as stored.
 
@@ -34,4 +35,44 @@ pub async fn of_agent(conn: &mut SqliteConnection, agent: &str) -> sqlx::Result<
     )
     .fetch_all(conn)
     .await
+}
+
+/// A summary to store.
+#[derive(Clone, Debug)]
+pub struct NewSummary<'a> {
+    /// `id`.
+    pub id: i64,
+    /// `agent_id`.
+    pub agent_id: &'a str,
+    /// `content`.
+    pub content: &'a str,
+    /// `from_batch`.
+    pub from_batch: i64,
+    /// `through_batch`.
+    pub through_batch: i64,
+    /// `message_count`.
+    pub message_count: i64,
+    /// `depth`.
+    pub depth: i32,
+    /// `created_at`.
+    pub created_at: i64,
+}
+
+/// Stores `summary`, replacing the content, range, count and depth of one with the same id (its
+/// agent and creation time stay); rows changed.
+pub async fn upsert(conn: &mut SqliteConnection, summary: &NewSummary<'_>) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "INSERT INTO summaries (id, agent_id, content, from_batch, through_batch, message_count, depth, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO UPDATE SET content = excluded.content, from_batch = excluded.from_batch, through_batch = excluded.through_batch, message_count = excluded.message_count, depth = excluded.depth",
+        summary.id,
+        summary.agent_id,
+        summary.content,
+        summary.from_batch,
+        summary.through_batch,
+        summary.message_count,
+        summary.depth,
+        summary.created_at
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
 }

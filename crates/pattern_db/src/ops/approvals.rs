@@ -12,8 +12,8 @@ use crate::{AgentError, ApprovalError, BatchError};
 
 use super::{Ctx, now_ms, runs};
 use crate::approvals::{
-    APPROVAL_COLUMNS, Approval, ApprovalDecision, ApprovalFilter, ApprovalState, NewApproval,
-    approval_from_plain, approval_from_row, approval_requested_event,
+    Approval, ApprovalDecision, ApprovalFilter, ApprovalState, NewApproval, approval_from_plain,
+    approval_requested_event,
 };
 use crate::error::Result;
 use crate::id::SnowflakeId;
@@ -341,36 +341,35 @@ pub(crate) async fn list(
     organization: Option<OrganizationId>,
     filter: ApprovalFilter,
 ) -> Result<Vec<Approval>> {
-    let mut conditions = Vec::new();
-    let mut n = 0;
-    if organization.is_some() {
-        n += 1;
-        conditions.push(format!("organization_id = ${n}"));
+    // One fixed statement per filter combination, checked in each engine's crate.
+    use pattern_db_postgres::approvals as pg;
+    use pattern_db_sqlite::approvals as lite;
+    let limit = i64::try_from(filter.limit).unwrap_or(1000);
+    let state = filter.state.map(|s| s.as_str());
+    let mut pooled = pool.acquire().await?;
+    match &mut pooled.conn() {
+        Conn::Sqlite(c) => {
+            let org = organization.map(|o| o.to_string());
+            let rows = match (org.as_deref(), state) {
+                (None, None) => lite::newest(c, limit).await?,
+                (Some(org), None) => lite::newest_in(c, org, limit).await?,
+                (None, Some(state)) => lite::newest_in_state(c, state, limit).await?,
+                (Some(org), Some(state)) => {
+                    lite::newest_in_with_state(c, org, state, limit).await?
+                }
+            };
+            rows.into_iter().map(approval_from_plain).collect()
+        }
+        Conn::Postgres(c) => {
+            let rows = match (organization, state) {
+                (None, None) => pg::newest(c, limit).await?,
+                (Some(org), None) => pg::newest_in(c, org.0, limit).await?,
+                (None, Some(state)) => pg::newest_in_state(c, state, limit).await?,
+                (Some(org), Some(state)) => {
+                    pg::newest_in_with_state(c, org.0, state, limit).await?
+                }
+            };
+            rows.into_iter().map(approval_from_plain).collect()
+        }
     }
-    if filter.state.is_some() {
-        n += 1;
-        conditions.push(format!("state = ${n}"));
-    }
-    let where_clause = if conditions.is_empty() {
-        String::new()
-    } else {
-        format!("WHERE {}", conditions.join(" AND "))
-    };
-    let sql = format!(
-        "SELECT {APPROVAL_COLUMNS} FROM approvals {where_clause} ORDER BY id DESC LIMIT ${}",
-        n + 1
-    );
-    let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
-    if let Some(org) = organization {
-        q = q.bind(org.to_string());
-    }
-    if let Some(state) = filter.state {
-        q = q.bind(state.as_str());
-    }
-    q.bind(i64::try_from(filter.limit).unwrap_or(1000))
-        .fetch_all(pool)
-        .await?
-        .iter()
-        .map(approval_from_row)
-        .collect()
 }

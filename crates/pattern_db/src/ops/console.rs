@@ -5,6 +5,7 @@
 //! token (only its hash arrives here).
 
 use crate::sql::Conn;
+use crate::sql::instant;
 
 use super::{Ctx, now_ms};
 use crate::console::NewConsoleSession;
@@ -58,35 +59,48 @@ impl Write for EndSession {
 }
 
 async fn delete_expired(conn: &mut Conn<'_>) -> Result<()> {
-    crate::sql::query("DELETE FROM console_sessions WHERE expires_at <= $1")
-        .bind(now_ms())
-        .execute(&mut *conn)
-        .await?;
+    let now = now_ms();
+    match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::console::delete_expired(c, now).await?,
+        Conn::Postgres(c) => pattern_db_postgres::console::delete_expired(c, instant(now)?).await?,
+    };
     Ok(())
 }
 
 /// Stores the session when its key is still live; whether it did.
 async fn open(conn: &mut Conn<'_>, new: &NewConsoleSession) -> Result<bool> {
     delete_expired(conn).await?;
-    let done = crate::sql::query(
-        "INSERT INTO console_sessions (token_hash, api_key_id, created_at, expires_at) \
-         SELECT $1, id, $2, $3 FROM api_keys WHERE id = $4 AND revoked_at IS NULL",
-    )
-    .bind(&new.token_hash)
-    .bind(new.created_at)
-    .bind(new.expires_at)
-    .bind(new.key.to_string())
-    .execute(&mut *conn)
-    .await?;
-    Ok(done.rows_affected() == 1)
+    let done = match conn {
+        Conn::Sqlite(c) => {
+            pattern_db_sqlite::console::insert_for_live_key(
+                c,
+                &new.token_hash,
+                &new.key.to_string(),
+                new.created_at,
+                new.expires_at,
+            )
+            .await?
+        }
+        Conn::Postgres(c) => {
+            pattern_db_postgres::console::insert_for_live_key(
+                c,
+                &new.token_hash,
+                new.key.0,
+                instant(new.created_at)?,
+                instant(new.expires_at)?,
+            )
+            .await?
+        }
+    };
+    Ok(done == 1)
 }
 
 /// Deletes the session; whether it existed (and had not expired).
 async fn end(conn: &mut Conn<'_>, token_hash: &str) -> Result<bool> {
     delete_expired(conn).await?;
-    let done = crate::sql::query("DELETE FROM console_sessions WHERE token_hash = $1")
-        .bind(token_hash)
-        .execute(&mut *conn)
-        .await?;
-    Ok(done.rows_affected() == 1)
+    let done = match conn {
+        Conn::Sqlite(c) => pattern_db_sqlite::console::delete(c, token_hash).await?,
+        Conn::Postgres(c) => pattern_db_postgres::console::delete(c, token_hash).await?,
+    };
+    Ok(done == 1)
 }

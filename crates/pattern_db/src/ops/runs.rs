@@ -6,9 +6,9 @@
 //! never change a claim without its agent's lock, and never append to a finished turn.
 //!
 //! Statements are the checked ones of `pattern_db_sqlite::runs` and `pattern_db_postgres::runs`
-//! (decision 0023 step 3 (c)), except two whose text varies with the call and stays dynamic: the
-//! insert of a turn's events (its `VALUES` list grows with the events) and recovery's candidate
-//! agents (its filters follow the scope and the agent asked for).
+//! (decision 0023 step 3 (c); recovery's candidate agents are four fixed statements, one per
+//! scope and agent filter), except one whose text varies with the call and stays dynamic: the
+//! insert of a turn's events (its `VALUES` list grows with the events).
 
 pub(crate) mod writes;
 
@@ -725,27 +725,40 @@ pub(crate) async fn recover(
             agents.insert(agent);
         }
     }
-    let mut sql = String::from(
-        "SELECT DISTINCT agent_id FROM batches WHERE state = 'open' AND (claim_token IS NOT NULL",
-    );
-    let mut args: Vec<crate::sql::Arg> = Vec::new();
-    match scope {
-        RecoveryScope::AllOpen => sql.push_str(" OR TRUE)"),
-        RecoveryScope::ExpiredLeases => {
-            args.push(now.into());
-            sql.push_str(&format!(" OR lease_expires_at < ${})", args.len()));
+    // One fixed statement per scope and agent filter (every open batch is a candidate with
+    // `AllOpen`; otherwise one with a claim token or an expired lease).
+    match conn {
+        Conn::Sqlite(c) => {
+            use pattern_db_sqlite::runs as lite;
+            let only = only.map(|a| a.to_string());
+            let ids = match (scope, only.as_deref()) {
+                (RecoveryScope::AllOpen, None) => lite::agents_with_open_batches(c).await?,
+                (RecoveryScope::AllOpen, Some(a)) => lite::agent_with_open_batches(c, a).await?,
+                (RecoveryScope::ExpiredLeases, None) => {
+                    lite::agents_with_stale_batches(c, now).await?
+                }
+                (RecoveryScope::ExpiredLeases, Some(a)) => {
+                    lite::agent_with_stale_batches(c, now, a).await?
+                }
+            };
+            for id in ids {
+                agents.insert(AgentId(id.uuid()?));
+            }
         }
-    }
-    if let Some(a) = only {
-        args.push(a.to_string().into());
-        sql.push_str(&format!(" AND agent_id = ${}", args.len()));
-    }
-    let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
-    for arg in args {
-        q = q.bind(arg);
-    }
-    for row in q.fetch_all(&mut *conn).await? {
-        agents.insert(AgentId(parse_uuid(&row.try_get::<String, _>(0)?)?));
+        Conn::Postgres(c) => {
+            use pattern_db_postgres::runs as pg;
+            let ids = match (scope, only) {
+                (RecoveryScope::AllOpen, None) => pg::agents_with_open_batches(c).await?,
+                (RecoveryScope::AllOpen, Some(a)) => pg::agent_with_open_batches(c, a.0).await?,
+                (RecoveryScope::ExpiredLeases, None) => {
+                    pg::agents_with_stale_batches(c, instant(now)?).await?
+                }
+                (RecoveryScope::ExpiredLeases, Some(a)) => {
+                    pg::agent_with_stale_batches(c, instant(now)?, a.0).await?
+                }
+            };
+            agents.extend(ids.into_iter().map(AgentId));
+        }
     }
 
     let mut out = Vec::new();

@@ -659,20 +659,65 @@ pub(crate) async fn live_page(
     after: &str,
     limit: i64,
 ) -> Result<Vec<ContentRow>> {
-    // An empty `after` is the start (and not a UUID PostgreSQL could compare).
-    let q = if after.is_empty() {
-        let sql = format!("{} ORDER BY m.id LIMIT $1", content_select(t));
-        crate::sql::query(sqlx::AssertSqlSafe(sql))
-    } else {
-        let sql = format!("{} AND m.id > $1 ORDER BY m.id LIMIT $2", content_select(t));
-        crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(after.to_owned())
+    // An empty `after` is the start. One fixed statement per content type and start, checked
+    // in each engine's crate.
+    use ContentType::{Archival, Block, Message};
+    use pattern_db_postgres::search as pg;
+    use pattern_db_sqlite::search as lite;
+    match conn {
+        Conn::Sqlite(c) => {
+            let rows = match (t, after.is_empty()) {
+                (Message, true) => lite::live_messages_first(c, limit).await?,
+                (Message, false) => lite::live_messages_after(c, after, limit).await?,
+                (Block, true) => lite::live_blocks_first(c, limit).await?,
+                (Block, false) => lite::live_blocks_after(c, after, limit).await?,
+                (Archival, true) => lite::live_archival_first(c, limit).await?,
+                (Archival, false) => lite::live_archival_after(c, after, limit).await?,
+            };
+            rows.into_iter()
+                .map(|r| live_content(t, r.id, r.agent_id, r.created_at, r.text))
+                .collect()
+        }
+        Conn::Postgres(c) => {
+            let after = if after.is_empty() {
+                None
+            } else {
+                Some(uuid_arg(after)?)
+            };
+            let rows = match (t, after) {
+                (Message, None) => pg::live_messages_first(c, limit).await?,
+                (Message, Some(after)) => pg::live_messages_after(c, after, limit).await?,
+                (Block, None) => pg::live_blocks_first(c, limit).await?,
+                (Block, Some(after)) => pg::live_blocks_after(c, after, limit).await?,
+                (Archival, None) => pg::live_archival_first(c, limit).await?,
+                (Archival, Some(after)) => pg::live_archival_after(c, after, limit).await?,
+            };
+            rows.into_iter()
+                .map(|r| live_content(t, r.id, r.agent_id, r.created_at, r.text))
+                .collect()
+        }
+    }
+}
+
+/// A content row of type `t` from either engine's checked row: its id, owner, time and raw text
+/// (a message's content JSON, reduced to its text here).
+fn live_content(
+    t: ContentType,
+    id: impl ContentIdText,
+    agent: impl StoredId,
+    created_at: impl StoredTime,
+    raw: String,
+) -> Result<ContentRow> {
+    let text = match t {
+        ContentType::Message => message_text(&decode_content(&raw)?),
+        _ => raw,
     };
-    q.bind(limit)
-        .fetch_all(&mut *conn)
-        .await?
-        .iter()
-        .map(|row| content_from_row(t, row))
-        .collect()
+    Ok(ContentRow {
+        content: ContentRef::new(t, id.text()),
+        agent_id: AgentId(agent.uuid()?),
+        created_at: created_at.time(),
+        text,
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
