@@ -2078,8 +2078,9 @@ pub(crate) trait FromStored<T> {
     fn into_domain(self) -> Result<T>;
 }
 
-/// An id as an engine's row holds it: SQLite the UUID's text, PostgreSQL a `UUID`.
-pub(crate) trait StoredId {
+/// An id as an engine's row holds it: SQLite the UUID's text, PostgreSQL a `UUID`. Public
+/// through [`crate::storage`] for the storage modules above this crate (`pattern_protocol`).
+pub trait StoredId {
     /// The id as a UUID; text that is not one is a corrupt row.
     fn uuid(self) -> Result<uuid::Uuid>;
 }
@@ -2097,7 +2098,8 @@ impl StoredId for uuid::Uuid {
 }
 
 /// An instant as an engine's row holds it: SQLite Unix milliseconds, PostgreSQL a `TIMESTAMPTZ`.
-pub(crate) trait StoredTime {
+/// Public through [`crate::storage`], as [`StoredId`].
+pub trait StoredTime {
     /// The instant.
     fn time(self) -> DateTime<Utc>;
 }

@@ -311,7 +311,7 @@ fn pg_arg(arg: Arg, ty: &PgTypeInfo, args: &mut PgArguments) -> Result<(), BoxDy
 
 /// Unix milliseconds as the `TIMESTAMPTZ` a checked PostgreSQL statement (`pattern_db_postgres`)
 /// binds; out of range is sqlx's encoding error, as when the dynamic [`Query`] converts it.
-pub(crate) fn instant(ms: i64) -> Result<chrono::DateTime<chrono::Utc>, sqlx::Error> {
+pub fn instant(ms: i64) -> Result<chrono::DateTime<chrono::Utc>, sqlx::Error> {
     timestamp(ms).map_err(sqlx::Error::Encode)
 }
 

@@ -41,7 +41,7 @@ use crate::ErrorClass;
 
 pub use crate::config::Backend;
 pub use crate::db::Database;
-pub use crate::ops::Ctx;
+pub use crate::ops::{Ctx, StoredId, StoredTime};
 pub use crate::sql::{Conn, Pool, Query, Row, query};
 pub use crate::writer::{Locks, Write};
 

@@ -25,9 +25,7 @@
 //! module). This module must never commit, roll back or open a transaction itself, and never
 //! write outside the writer.
 
-use chrono::{DateTime, Utc};
-use pattern_db::storage::{from_ms, parse_uuid};
-use pattern_db::{Database, Result};
+use pattern_db::Database;
 
 mod lists;
 mod meeting_writes;
@@ -49,48 +47,7 @@ impl<'a> Store<'a> {
     }
 }
 
-/// Unix milliseconds as the instant a PostgreSQL statement binds (`TIMESTAMPTZ`); out of its
-/// range is the driver's encode error, as a dynamic bind's would be.
-pub(crate) fn instant(ms: i64) -> Result<DateTime<Utc>> {
-    DateTime::from_timestamp_millis(ms).ok_or_else(|| {
-        sqlx::Error::Encode(format!("{ms} ms since 1970 is out of range for TIMESTAMPTZ").into())
-            .into()
-    })
-}
-
-/// An id as an engine's checked row holds it: SQLite the UUID's text, PostgreSQL a `UUID`.
-pub(crate) trait StoredId {
-    /// The id as a UUID; text that is not one is a corrupt row.
-    fn uuid(self) -> Result<uuid::Uuid>;
-}
-
-impl StoredId for String {
-    fn uuid(self) -> Result<uuid::Uuid> {
-        parse_uuid(&self)
-    }
-}
-
-impl StoredId for uuid::Uuid {
-    fn uuid(self) -> Result<uuid::Uuid> {
-        Ok(self)
-    }
-}
-
-/// An instant as an engine's checked row holds it: SQLite Unix milliseconds, PostgreSQL a
-/// `TIMESTAMPTZ`.
-pub(crate) trait StoredTime {
-    /// The instant.
-    fn time(self) -> DateTime<Utc>;
-}
-
-impl StoredTime for i64 {
-    fn time(self) -> DateTime<Utc> {
-        from_ms(self)
-    }
-}
-
-impl StoredTime for DateTime<Utc> {
-    fn time(self) -> DateTime<Utc> {
-        self
-    }
-}
+/// The engine rows' id and instant readers and the instant a PostgreSQL statement binds, shared
+/// with `pattern_db`'s own domains.
+pub(crate) use pattern_db::sql::instant;
+pub(crate) use pattern_db::storage::{StoredId, StoredTime};
