@@ -248,36 +248,18 @@ async fn delete_agent(conn: &mut Conn<'_>, ctx: &Ctx, agent: AgentId) -> Result<
     Ok(())
 }
 
-/// Like [`lock_agent`], and returns the agent's highest stored position.
+/// Like [`lock_agent`], and returns the agent's highest stored position, in the same statement.
+/// On PostgreSQL the writer has locked the agent in an earlier statement, so the read is current
+/// (`begin_batch_postgres` says why that matters).
 async fn lock_agent_position(conn: &mut Conn<'_>, agent: AgentId) -> Result<Option<i64>> {
-    Ok(lock_agent_for_write(conn, agent, false).await?.0)
-}
-
-/// [`lock_agent_position`] that also reads, when `holder` is asked, who holds a run claim on
-/// the agent (the claim check of a `begin_batch` without a claim), in the same statement: one
-/// round trip to the connection's worker instead of two.
-async fn lock_agent_for_write(
-    conn: &mut Conn<'_>,
-    agent: AgentId,
-    holder: bool,
-) -> Result<(Option<i64>, Option<String>)> {
-    // One statement: the revision bump (and so, on PostgreSQL, the row lock) and the lookups.
     let bumped = match conn {
         Conn::Sqlite(c) => {
-            let id = agent.to_string();
-            let bumped = if holder {
-                pattern_db_sqlite::agents::bump_revision_with_holder(c, &id).await?
-            } else {
-                pattern_db_sqlite::agents::bump_revision_with_position(c, &id).await?
-            };
-            bumped.map(|b| (b.max_position, b.run_holder))
+            pattern_db_sqlite::agents::bump_revision_with_position(c, &agent.to_string())
+                .await?
+                .map(|b| b.max_position)
         }
         Conn::Postgres(c) => {
-            if holder {
-                pattern_db_postgres::agents::bump_revision_with_holder(c, agent.0).await?
-            } else {
-                pattern_db_postgres::agents::bump_revision_with_position(c, agent.0).await?
-            }
+            pattern_db_postgres::agents::bump_revision_with_position(c, agent.0).await?
         }
     };
     bumped.ok_or_else(|| AgentError::NotFound(agent).into())
@@ -765,16 +747,29 @@ pub(crate) async fn begin_batch(
     claim_token: Option<i64>,
 ) -> Result<Received> {
     let (content, batch_type) = prepare_trigger(ctx, trigger, opts)?;
-    if let Conn::Postgres(c) = conn {
-        let trigger = Trigger {
-            agent,
-            role: trigger.role,
-            content: &content,
-            batch_type,
-        };
-        return begin_batch_postgres(c, ctx, &trigger, opts, claim_token).await;
-    }
-    let (max, holder) = lock_agent_for_write(conn, agent, claim_token.is_none()).await?;
+    let (max, holder) = match conn {
+        Conn::Postgres(c) => {
+            let trigger = Trigger {
+                agent,
+                role: trigger.role,
+                content: &content,
+                batch_type,
+            };
+            return begin_batch_postgres(c, ctx, &trigger, opts, claim_token).await;
+        }
+        Conn::Sqlite(c) => {
+            // One statement: the revision bump, the newest position and (without a claim) the
+            // run holder. SQLite's write lock is held since `BEGIN IMMEDIATE`, so it is current.
+            let id = agent.to_string();
+            let bumped = if claim_token.is_none() {
+                pattern_db_sqlite::agents::bump_revision_with_holder(c, &id).await?
+            } else {
+                pattern_db_sqlite::agents::bump_revision_with_position(c, &id).await?
+            };
+            let bumped = bumped.ok_or(AgentError::NotFound(agent))?;
+            (bumped.max_position, bumped.run_holder)
+        }
+    };
     if let Some(holder) = holder {
         refuse_while_claimed(conn, ctx, agent, holder).await?;
     }

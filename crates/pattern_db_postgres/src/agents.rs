@@ -62,37 +62,20 @@ pub async fn bump_revision(conn: &mut PgConnection, agent: Uuid) -> sqlx::Result
     Ok(done.rows_affected())
 }
 
-/// The agent's highest stored message position and, when asked, who holds a run claim on it:
-/// what a write learns from the revision bump that opens it.
-pub type Bumped = (Option<i64>, Option<String>);
-
 /// Bumps `agent`'s revision and reads its highest message position in the same statement;
-/// `None` for an unknown agent (the holder is always `None`).
+/// `None` for an unknown agent. The read comes from the statement's snapshot: current only when
+/// an earlier statement of the transaction took the agent's row lock (the writer's up-front
+/// lock), since a statement that waits for that lock keeps its older snapshot.
 pub async fn bump_revision_with_position(
     conn: &mut PgConnection,
     agent: Uuid,
-) -> sqlx::Result<Option<Bumped>> {
-    let row = sqlx::query_scalar!(
+) -> sqlx::Result<Option<Option<i64>>> {
+    sqlx::query_scalar!(
         r#"UPDATE agents SET revision = revision + 1 WHERE id = $1 RETURNING (SELECT m.position FROM messages m WHERE m.agent_id = agents.id ORDER BY m.position DESC LIMIT 1) AS "max_position?: i64""#,
         agent
     )
     .fetch_optional(conn)
-    .await?;
-    Ok(row.map(|max_position| (max_position, None)))
-}
-
-/// [`bump_revision_with_position`] that also reads who holds a run claim on the agent.
-pub async fn bump_revision_with_holder(
-    conn: &mut PgConnection,
-    agent: Uuid,
-) -> sqlx::Result<Option<Bumped>> {
-    let row = sqlx::query!(
-        r#"UPDATE agents SET revision = revision + 1 WHERE id = $1 RETURNING (SELECT m.position FROM messages m WHERE m.agent_id = agents.id ORDER BY m.position DESC LIMIT 1) AS "max_position?: i64", (SELECT r.holder FROM agent_runs r WHERE r.agent_id = agents.id AND r.holder IS NOT NULL) AS "run_holder?: String""#,
-        agent
-    )
-    .fetch_optional(conn)
-    .await?;
-    Ok(row.map(|r| (r.max_position, r.run_holder)))
+    .await
 }
 
 /// `agent`'s revision; `None` for an unknown agent.
