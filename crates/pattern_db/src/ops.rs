@@ -754,6 +754,7 @@ pub(crate) async fn begin_batch(
                 role: trigger.role,
                 content: &content,
                 batch_type,
+                job_hash: search::message_job_hash(ctx, &trigger.content),
             };
             return begin_batch_postgres(c, ctx, &trigger, opts, claim_token).await;
         }
@@ -846,17 +847,20 @@ struct Trigger<'a> {
     role: Role,
     content: &'a str,
     batch_type: BatchType,
+    /// Its embedding job's text hash, when jobs are recorded and it has text.
+    job_hash: Option<String>,
 }
 
-/// `begin_batch` on PostgreSQL. The revision bump comes first and takes the agent's row lock;
-/// the batch and its trigger follow in one statement that also reads the agent's newest
-/// position and run holder, so what it reads was committed before the lock was granted. (A
-/// statement that waits for a row lock keeps the snapshot it started with under `READ
-/// COMMITTED`: reading them in the bump, as stop 29 did, could miss another process's message
-/// or run claim committed while it waited; decision 0025, "Stop 30".) When that statement finds
-/// a position at or above the one it was given, or a holder, it stores nothing and says so: the
-/// holder is judged, the generator moves past the position, and it runs again under the same
-/// lock. Four round trips for a lone acknowledgement: `BEGIN`, the bump, the insert, `COMMIT`.
+/// `begin_batch` on PostgreSQL, inside the writer's transaction. The batch and its trigger are
+/// stored by one call of `pattern_open_batch` (migration 0024), which locks the agent's row and
+/// then reads its newest position and run holder in statements of their own, so what it reads was
+/// committed before the lock was granted. (A statement that waits for a row lock keeps the
+/// snapshot it started with under `READ COMMITTED`: reading them in the locking statement, as
+/// stop 29 did, could miss another process's message or run claim committed while it waited;
+/// decision 0025, "Stop 30".) A parent batch or a retry is checked under the agent's lock first.
+/// When the call finds a position at or above the one it was given, or a holder, it stores
+/// nothing and says so: the holder is judged, the generator moves past the position, and it runs
+/// again under the same lock.
 async fn begin_batch_postgres(
     c: &mut sqlx::PgConnection,
     ctx: &Ctx,
@@ -865,11 +869,13 @@ async fn begin_batch_postgres(
     claim_token: Option<i64>,
 ) -> Result<Received> {
     let agent = trigger.agent;
-    lock_agent(&mut Conn::Postgres(&mut *c), agent).await?;
+    let now = now_ms();
+    if opts.parent_batch.is_some() || opts.retry_of.is_some() {
+        lock_agent(&mut Conn::Postgres(&mut *c), agent).await?;
+    }
     if let Some(parent) = opts.parent_batch {
         load_batch(&mut Conn::Postgres(&mut *c), agent, parent).await?;
     }
-    let now = now_ms();
     if let Some(abandoned) = opts.retry_of {
         claim_retry(&mut Conn::Postgres(&mut *c), agent, abandoned, now).await?;
     }
@@ -878,53 +884,15 @@ async fn begin_batch_postgres(
     let mut max = None;
     // At most: a holder to judge, then a position to move past, then the insert.
     for _ in 0..3 {
-        let position = positions_after(ctx, max, 1)?[0];
-        let batch_row = open_batch_row(
-            ctx,
-            agent,
-            position,
-            trigger.batch_type,
-            opts.parent_batch,
+        let open = OpenPostgres {
+            trigger,
+            parent: opts.parent_batch,
+            claim_token,
+            message_id,
             now,
-            claim_token,
-        );
-        let open = pattern_db_postgres::batches::OpenWithTrigger {
-            id: position.get(),
-            agent_id: agent.0,
-            batch_type: trigger.batch_type.as_str(),
-            parent_batch: batch_row.parent.map(SnowflakeId::get),
-            run_owner: batch_row.owner.as_deref(),
-            lease_expires_at: batch_row
-                .lease_expires_at
-                .map(crate::sql::instant)
-                .transpose()?,
-            claim_token,
-            now: crate::sql::instant(now)?,
-            message_id: message_id.0,
-            role: trigger.role.as_str(),
-            content: trigger.content,
-            token_estimate: NewMessage::estimate_tokens(trigger.content.len()),
         };
-        let attempt = match pattern_db_postgres::batches::insert_open_with_trigger_if_latest(
-            c,
-            &open,
-            check_holder,
-        )
-        .await
-        {
-            // `batches_one_run`: another run's batch of this agent is open.
-            Err(e) if is_unique_violation(&e) && e.to_string().contains("batches") => {
-                return Err(RunError::AgentBusy {
-                    agent,
-                    holder: "another run".into(),
-                }
-                .into());
-            }
-            other => other?,
-        };
-        if attempt.inserted == 1 {
-            let written = [(message_id.0, agent, trigger.content)];
-            search::messages_written(&mut Conn::Postgres(&mut *c), ctx, &written).await?;
+        let (position, attempt) = open_postgres(c, ctx, &open, max, check_holder).await?;
+        if attempt.inserted {
             return Ok(Received {
                 batch_id: position,
                 message_id,
@@ -941,6 +909,113 @@ async fn begin_batch_postgres(
         "begin_batch for agent {agent} found a newer position or a run holder three times under \
          the agent's lock"
     ))))
+}
+
+/// A lone `begin_batch` on PostgreSQL without a run's claim, parent or retry, autocommitted: one
+/// call of `pattern_open_batch` on a connection outside any transaction, so one round trip (the
+/// call is atomic on its own and commits when it returns). `Ok(None)` when it stored nothing
+/// because a run holds the agent or a newer position exists: the caller then runs the write on
+/// its transactional path ([`begin_batch`]), which judges the holder and moves the generator on.
+pub(crate) async fn begin_batch_alone(
+    conn: &mut Conn<'_>,
+    ctx: &Ctx,
+    agent: AgentId,
+    trigger: &NewMessage,
+    opts: &BeginBatch,
+) -> Result<Option<Received>> {
+    let Conn::Postgres(c) = conn else {
+        return Ok(None);
+    };
+    if opts.parent_batch.is_some() || opts.retry_of.is_some() {
+        return Ok(None);
+    }
+    let (content, batch_type) = prepare_trigger(ctx, trigger, opts)?;
+    let trigger = Trigger {
+        agent,
+        role: trigger.role,
+        content: &content,
+        batch_type,
+        job_hash: search::message_job_hash(ctx, &trigger.content),
+    };
+    let message_id = MessageId::new();
+    let open = OpenPostgres {
+        trigger: &trigger,
+        parent: None,
+        claim_token: None,
+        message_id,
+        now: now_ms(),
+    };
+    let (position, attempt) = open_postgres(c, ctx, &open, None, true).await?;
+    Ok(attempt.inserted.then_some(Received {
+        batch_id: position,
+        message_id,
+    }))
+}
+
+/// What one call of `pattern_open_batch` stores, but for the position.
+struct OpenPostgres<'a> {
+    trigger: &'a Trigger<'a>,
+    parent: Option<BatchId>,
+    claim_token: Option<i64>,
+    message_id: MessageId,
+    now: i64,
+}
+
+/// One call of `pattern_open_batch` at a fresh position above `max`: the position and what the
+/// call found. An unknown agent is `AgentError::NotFound`; another run's open batch is
+/// `RunError::AgentBusy`.
+async fn open_postgres(
+    c: &mut sqlx::PgConnection,
+    ctx: &Ctx,
+    open: &OpenPostgres<'_>,
+    max: Option<i64>,
+    check_holder: bool,
+) -> Result<(BatchId, pattern_db_postgres::batches::OpenAttempt)> {
+    let trigger = open.trigger;
+    let agent = trigger.agent;
+    let position = positions_after(ctx, max, 1)?[0];
+    let batch_row = open_batch_row(
+        ctx,
+        agent,
+        position,
+        trigger.batch_type,
+        open.parent,
+        open.now,
+        open.claim_token,
+    );
+    let row = pattern_db_postgres::batches::OpenWithTrigger {
+        id: position.get(),
+        agent_id: agent.0,
+        batch_type: trigger.batch_type.as_str(),
+        parent_batch: batch_row.parent.map(SnowflakeId::get),
+        run_owner: batch_row.owner.as_deref(),
+        lease_expires_at: batch_row
+            .lease_expires_at
+            .map(crate::sql::instant)
+            .transpose()?,
+        claim_token: open.claim_token,
+        now: crate::sql::instant(open.now)?,
+        message_id: open.message_id.0,
+        role: trigger.role.as_str(),
+        content: trigger.content,
+        token_estimate: NewMessage::estimate_tokens(trigger.content.len()),
+        job_hash: trigger.job_hash.as_deref(),
+    };
+    let attempt = match pattern_db_postgres::batches::open_batch(c, &row, check_holder).await {
+        // `batches_one_run`: another run's batch of this agent is open.
+        Err(e) if is_unique_violation(&e) && e.to_string().contains("batches") => {
+            return Err(RunError::AgentBusy {
+                agent,
+                holder: "another run".into(),
+            }
+            .into());
+        }
+        other => other?,
+    };
+    if !attempt.agent_found {
+        return Err(AgentError::NotFound(agent).into());
+    }
+    Ok((position, attempt))
 }
 
 /// Marks abandoned batch `batch` of `agent` retried, inside the transaction that stores the

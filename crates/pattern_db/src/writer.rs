@@ -14,11 +14,13 @@
 //! every agent the group writes (each op's agent, and the agent of each run whose claim fences
 //! an op) in agent id order, in one statement, before any op runs; then the protocol rows of the
 //! ops in the group's sorted order. A group of one `begin_batch` without a fence skips the
-//! up-front statement: its first statement updates its one agent's row (the revision bump),
-//! which takes that same lock in the same place of the order, and reads nothing: under `READ
-//! COMMITTED` a statement that waited for a row lock still reads from the snapshot it started
-//! with, so what the write reads (the newest position, the run holder) comes from its next
-//! statement (`ops::begin_batch_postgres`). Recovery across agents, which discovers the agents it locks
+//! up-front statement: its call of `pattern_open_batch` (migration 0024) locks its one agent's
+//! row first, which is that same lock in the same place of the order, and reads the newest
+//! position and run holder in later statements of its own (under `READ COMMITTED` a statement
+//! that waited for a row lock still reads from the snapshot it started with). Without a parent or
+//! retry that call runs autocommitted, outside any transaction: one round trip for a lone
+//! acknowledgement; when it finds a holder or a newer position it stores nothing and the write
+//! runs on the transactional path. Recovery across agents, which discovers the agents it locks
 //! as it goes, runs alone in its own transaction and takes them in agent order too. A deadlock or
 //! serialization failure that still happens (another process's transaction, a foreign-key check)
 //! rolls the whole group back and it runs again, a few times, before any caller hears of it.
@@ -371,6 +373,9 @@ fn jitter() -> u8 {
 /// One attempt: the outcome of every job. When a lock conflict aborted the attempt, nothing of
 /// it is committed and every outcome is an error (the conflict for at least one).
 async fn attempt_group(pool: &Pool, ctx: &Ctx, group: &[Job]) -> Vec<Result<()>> {
+    if let Some(outcome) = run_alone(pool, ctx, group).await {
+        return vec![outcome];
+    }
     // `BEGIN IMMEDIATE` on SQLite: the write lock up front, so no lock upgrade fails half-way.
     let mut tx = match pool.begin_write().await.map_err(Error::from) {
         Ok(tx) => tx,
@@ -452,6 +457,33 @@ async fn attempt_group(pool: &Pool, ctx: &Ctx, group: &[Job]) -> Vec<Result<()>>
         .collect()
 }
 
+/// PostgreSQL: a group of one `begin_batch` without a fence (nor a parent or retry) runs
+/// autocommitted, as one call that locks, reads and writes (`ops::begin_batch_alone`): one round
+/// trip instead of `BEGIN`, the write and `COMMIT`. `None` when that does not apply, or when the
+/// call stored nothing (a run holds the agent, or a newer position exists): the transactional
+/// path then runs the write.
+async fn run_alone(pool: &Pool, ctx: &Ctx, group: &[Job]) -> Option<Result<()>> {
+    let [job] = group else {
+        return None;
+    };
+    if ctx.backend != Backend::Postgres || job.fence.is_some() {
+        return None;
+    }
+    let (agent, trigger, opts) = job.write.bulk_begin()?;
+    if opts.parent_batch.is_some() || opts.retry_of.is_some() {
+        return None;
+    }
+    let mut pooled = match pool.acquire().await {
+        Ok(pooled) => pooled,
+        Err(e) => return Some(Err(e.into())),
+    };
+    match ops::begin_batch_alone(&mut pooled.conn(), ctx, agent, trigger, opts).await {
+        Ok(Some(received)) => Some(job.write.set_received(received)),
+        Ok(None) => None,
+        Err(e) => Some(Err(e)),
+    }
+}
+
 /// The same failure for every job of a group that could not start.
 fn same_error(e: &Error) -> Error {
     Error::Storage(StorageError::Commit(Arc::new(sqlx::Error::Protocol(
@@ -474,7 +506,7 @@ async fn lock_up_front(tx: &mut crate::sql::Tx, ctx: &Ctx, group: &[Job]) -> Res
         && job.fence.is_none()
         && job.write.bulk_begin().is_some()
     {
-        // Its first statement locks its agent's row (see the module doc): one round trip less.
+        // Its one call locks its agent's row first (see the module doc): one round trip less.
         return Ok(());
     }
     let mut agents = Vec::with_capacity(group.len() + 1);

@@ -1,6 +1,7 @@
 //! Statements on `batches` rows: one batch by id, an agent's newest open batch, a page of an
 //! agent's batches; and a batch's state changes (a step's sequence and lease, complete, reopen,
-//! lease renewal, abandon, the retry claim); a new open batch with its trigger message.
+//! lease renewal, abandon, the retry claim); a new open batch with its trigger message (through
+//! migration 0024's function).
 //!
 //! It must never order, filter or judge what it reads beyond what the statement does. A state
 //! change never checks the batch's state first: the caller has locked the agent and judged the
@@ -45,7 +46,7 @@ pub struct BatchRow {
 }
 
 /// A new open batch and its trigger (the batch's first message, sequence 0), as
-/// [`insert_open_with_trigger_if_latest`] stores them: one statement, so one round trip.
+/// [`open_batch`] stores them: one call, so one round trip.
 #[derive(Clone, Debug)]
 pub struct OpenWithTrigger<'a> {
     /// The batch's `id`, which is also its trigger's `position` and `batch_id`.
@@ -72,35 +73,41 @@ pub struct OpenWithTrigger<'a> {
     pub content: &'a str,
     /// The trigger's `token_estimate`.
     pub token_estimate: i64,
+    /// The trigger's embedding job's `text_hash`: `Some` records (or refreshes) a job for the
+    /// trigger, `None` records none.
+    pub job_hash: Option<&'a str>,
 }
 
-/// What [`insert_open_with_trigger_if_latest`] found, and whether it stored the rows.
+/// What [`open_batch`] found, and whether it stored the rows.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OpenAttempt {
+    /// Whether the agent exists (nothing else is read or written when it does not).
+    pub agent_found: bool,
+    /// Whether the batch and its trigger (and job) were stored.
+    pub inserted: bool,
     /// The agent's highest stored message position before the insert.
     pub max_position: Option<i64>,
     /// Who holds a run claim on the agent (read only when asked; `None` otherwise).
     pub run_holder: Option<String>,
-    /// Messages inserted: 1 when the batch and its trigger were stored, 0 when nothing was.
-    pub inserted: i64,
 }
 
-/// Inserts the open batch and its trigger of `row` (state `open`, next sequence 1, nothing
-/// archived or deleted) only when `row.id` is above every position the agent has stored and,
-/// when `check_holder`, no run holds a claim on the agent; otherwise stores nothing. Either
-/// way it says what it found. One statement, so one round trip; its reads see what was
-/// committed before it started, so the caller runs it after the statement that locked the
-/// agent's row (a statement that waits for that lock keeps its older snapshot: PostgreSQL's
-/// `READ COMMITTED`). A unique violation names the constraint it broke (`batches_one_run`:
-/// another run's batch of the agent is open).
-pub async fn insert_open_with_trigger_if_latest(
+/// Opens the batch of `row` with its trigger through the function `pattern_open_batch`
+/// (migration 0024): it locks the agent's row, then reads the agent's newest position and, when
+/// `check_holder`, its run holder (each read a statement of its own, so it sees what was committed
+/// before the lock was granted, even when the lock was waited for), and stores the batch (state
+/// `open`, next sequence 1), its trigger (sequence 0) and the trigger's job, and bumps the agent's
+/// revision, only when `row.id` is above every stored position and no holder was found;
+/// otherwise it stores nothing. Either way it says what it found. One call, so one round trip,
+/// and atomic on its own: autocommitted it needs no transaction around it. A unique violation
+/// names the constraint it broke (`batches_one_run`: another run's batch of the agent is open).
+pub async fn open_batch(
     conn: &mut PgConnection,
     row: &OpenWithTrigger<'_>,
     check_holder: bool,
 ) -> sqlx::Result<OpenAttempt> {
     sqlx::query_as!(
         OpenAttempt,
-        r#"WITH cur AS (SELECT (SELECT m.position FROM messages m WHERE m.agent_id = $2::uuid ORDER BY m.position DESC LIMIT 1) AS max_position, CASE WHEN $13::boolean THEN (SELECT r.holder FROM agent_runs r WHERE r.agent_id = $2::uuid AND r.holder IS NOT NULL) END AS run_holder), batch AS (INSERT INTO batches (id, agent_id, batch_type, state, parent_batch, run_owner, lease_expires_at, next_sequence, continuations, archived, started_at, completed_at, retried_at, claim_token) SELECT $1::bigint, $2::uuid, $3::text, 'open', $4::bigint, $5::text, $6::timestamptz, 1, 0, FALSE, $7::timestamptz, NULL, NULL, $8::bigint FROM cur WHERE cur.run_holder IS NULL AND (cur.max_position IS NULL OR cur.max_position < $1::bigint) RETURNING id), msg AS (INSERT INTO messages (id, agent_id, position, batch_id, sequence_num, batch_type, role, content, token_estimate, archived, deleted, created_at) SELECT $9::uuid, $2::uuid, batch.id, batch.id, 0, $3::text, $10::text, $11::text::json, $12::bigint, FALSE, FALSE, $7::timestamptz FROM batch RETURNING position) SELECT cur.max_position AS "max_position?: i64", cur.run_holder AS "run_holder?: String", (SELECT COUNT(*) FROM msg) AS "inserted!: i64" FROM cur"#,
+        r#"SELECT o.agent_found AS "agent_found!", o.inserted AS "inserted!", o.max_position AS "max_position?", o.run_holder AS "run_holder?" FROM pattern_open_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) o"#,
         row.id,
         row.agent_id,
         row.batch_type,
@@ -108,12 +115,13 @@ pub async fn insert_open_with_trigger_if_latest(
         row.run_owner,
         row.lease_expires_at,
         row.now,
-        row.claim_token,
         row.message_id,
         row.role,
         row.content,
         row.token_estimate,
-        check_holder
+        row.claim_token,
+        check_holder,
+        row.job_hash
     )
     .fetch_one(conn)
     .await

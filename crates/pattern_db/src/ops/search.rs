@@ -29,7 +29,7 @@ use crate::archival::{
 };
 use crate::config::Backend;
 use crate::error::Result;
-use crate::model::AgentId;
+use crate::model::{AgentId, ContentBlock};
 use crate::search::{
     ChangeKind, ContentRef, ContentRow, ContentType, EmbeddingJob, EmbeddingModelInfo, NewVector,
     SearchChange, StoreReport, TextHit, TextSearch, VectorRow, decode_vector, encode_vector,
@@ -258,6 +258,16 @@ pub(crate) fn message_change_query(
         return Ok(None);
     }
     Ok(Some(change_rows_query(conn, &changes)))
+}
+
+/// The embedding job's text hash for a new message of `content` (what [`messages_written`]
+/// records for it), when jobs are recorded and the message has text.
+pub(crate) fn message_job_hash(ctx: &Ctx, content: &[ContentBlock]) -> Option<String> {
+    if !ctx.record_jobs {
+        return None;
+    }
+    let text = message_text(content);
+    (!text.is_empty()).then(|| text_hash(&text))
 }
 
 /// Messages just inserted (JSON content as stored): the searchable ones are written content.
