@@ -1,6 +1,7 @@
 //! `cargo xtask bench --goals`: runs `pattern_db`'s `goals` bench (issue 17's storage goals on
-//! SQLite) and writes its table into `docs/performance.md` between the two marker lines, from
-//! criterion's `estimates.json` files and the bench's `goals-side.json`. It must never change the
+//! SQLite, and on the throwaway PostgreSQL it starts) and writes its table into
+//! `docs/performance.md` between the two marker lines, from criterion's `estimates.json` files
+//! and the bench's `goals-side.json` and `goals-pg.json`. It must never change the
 //! document outside the markers, and never write a table from figures of an earlier run (it
 //! removes the previous run's estimates first).
 
@@ -11,6 +12,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
 use crate::cmd;
+use crate::guard::PgGuard;
 
 /// The line after which the table goes.
 pub(crate) const BEGIN: &str = "<!-- goals:begin (written by `cargo xtask bench --goals`) -->";
@@ -40,21 +42,23 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     // Figures of an earlier run must not end up in this run's table.
     let _ = std::fs::remove_dir_all(home.join("goals"));
     let _ = std::fs::remove_file(home.join("goals-side.json"));
+    let _ = std::fs::remove_file(home.join("goals-pg.json"));
+    let guard = PgGuard::start(root)?;
     let before = load_average();
     let program = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut bench = std::process::Command::new(program);
-    bench.current_dir(root).env("CRITERION_HOME", &home).args([
-        "bench",
-        "-p",
-        "pattern_db",
-        "--bench",
-        "goals",
-    ]);
+    bench
+        .current_dir(root)
+        .env("CRITERION_HOME", &home)
+        .env(crate::ci::TEST_PG_URL_ENV, guard.url())
+        .args(["bench", "-p", "pattern_db", "--bench", "goals"]);
     if !args.is_empty() {
         bench.arg("--").args(args);
     }
-    cmd::run(&mut bench)?;
+    let ran = cmd::run(&mut bench);
     let after = load_average();
+    guard.stop()?;
+    ran?;
     let quick = std::env::var("PATTERN_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
     let command = format!(
         "{}cargo xtask bench --goals{}",
@@ -208,6 +212,38 @@ fn table(home: &Path, run: &Run) -> Result<String> {
             met(ok).into(),
         ]);
     }
+    let pg: Option<Value> = std::fs::read_to_string(home.join("goals-pg.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    if let Some((median, _)) = estimate(home, "pg_ack_p50") {
+        rows.push([
+            "PostgreSQL: one acknowledgement, p50 (`synchronous_commit=on`)".into(),
+            "<= 0.6 ms".into(),
+            ms(median),
+            met(median <= 0.6e6).into(),
+        ]);
+    }
+    if let Some(pg) = &pg {
+        let figure = |key: &str| pg.get(key).and_then(Value::as_f64);
+        if let (Some(p50), Some(p95)) = (figure("search_p50_ms"), figure("search_p95_ms")) {
+            let pg_scale = figure("messages").map_or_else(
+                || scale.clone(),
+                |m| {
+                    if m >= 1000.0 {
+                        format!("{:.0}k", m / 1000.0)
+                    } else {
+                        format!("{m:.0}")
+                    }
+                },
+            );
+            rows.push([
+                format!("PostgreSQL: full-text search of one agent's {pg_scale} messages, p95"),
+                "<= 10 ms".into(),
+                format!("{p95:.3} ms (p50 {p50:.3} ms)"),
+                met(p95 <= 10.0).into(),
+            ]);
+        }
+    }
     if !measured_any && rows.is_empty() {
         bail!(
             "no goals figures under {}: did the bench run (a name filter may have left them out)?",
@@ -302,6 +338,12 @@ mod tests {
         };
         est("ack_p50", 400_000.0);
         est("acks_100_writers", 100_000.0);
+        est("pg_ack_p50", 550_000.0);
+        std::fs::write(
+            dir.join("goals-pg.json"),
+            r#"{"messages":100000,"searches":200,"search_p50_ms":4.5,"search_p95_ms":12.25}"#,
+        )
+        .unwrap();
         std::fs::write(
             dir.join("goals-side.json"),
             r#"{"messages":100000,"bytes_per_message":700.0,"db_bytes":60000000,"index_bytes":10000000}"#,
@@ -321,6 +363,16 @@ mod tests {
         assert!(t.contains("| 10.0 k/s | not met |"), "{t}");
         assert!(
             t.contains("700 (600 database + 100 full-text index) | not met"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "acknowledgement, p50 (`synchronous_commit=on`) | <= 0.6 ms | 0.550 ms | met |"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("100k messages, p95 | <= 10 ms | 12.250 ms (p50 4.500 ms) | not met |"),
             "{t}"
         );
     }

@@ -18,7 +18,8 @@
 //!   cluster, docs; always stops the cluster it started.
 //! - `test [CRATE] [-- ARGS]` — tests with `PATTERN_TEST_PG_URL` set.
 //! - `bench [CRATE] [-- ARGS]` — benches with `PATTERN_TEST_PG_URL` set; `bench --goals` runs
-//!   `pattern_db`'s storage goals on SQLite and writes their table into `docs/performance.md`.
+//!   `pattern_db`'s storage goals (SQLite, and PostgreSQL's on a throwaway cluster) and writes
+//!   their table into `docs/performance.md`.
 //! - `db up|down|reset|status [--url URL]`, `db new NAME` — migrations.
 //! - `sqlx prepare|check` — the offline query caches of `pattern_db_sqlite` and
 //!   `pattern_db_postgres` (their statements are checked at compile time): regenerate them from a
@@ -85,8 +86,8 @@ enum Command {
     Bench {
         /// Crate to bench; every crate with a `benches/` folder when omitted.
         krate: Option<String>,
-        /// Run only `pattern_db`'s storage goals (SQLite) and write their table into
-        /// `docs/performance.md`.
+        /// Run only `pattern_db`'s storage goals (SQLite and PostgreSQL) and write their table
+        /// into `docs/performance.md`.
         #[arg(long)]
         goals: bool,
         /// Extra arguments passed to the bench binaries after `--`.

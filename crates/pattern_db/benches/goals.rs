@@ -17,6 +17,13 @@
 //!   index directory, divided by the messages of the 100k history, written to
 //!   `goals-side.json` in criterion's output folder beside criterion's own estimates.
 //!
+//! With `PATTERN_TEST_PG_URL` set (as `cargo xtask bench --goals` does), the PostgreSQL goals too:
+//!
+//! - `goals/pg_ack_p50`: one acknowledgement on PostgreSQL (`synchronous_commit=on`);
+//! - `goals/pg_search`: full text over one agent's 100k messages (the same two-word queries);
+//!   every call's latency is kept, and its p50 and p95 are written to `goals-pg.json` beside
+//!   `goals-side.json`.
+//!
 //! Messages are 387 bytes of English-like text drawn from a fixed vocabulary. `PATTERN_BENCH_QUICK=1`
 //! (and criterion's test mode) use 10k messages instead of 100k. `cargo xtask bench --goals` runs
 //! this and writes the table into `docs/performance.md`. This file must never assert timings.
@@ -496,10 +503,133 @@ fn bench_history(c: &mut Criterion, rt: &Runtime) {
     }
 }
 
+/// The PostgreSQL database: one agent for acknowledgements, one with `scale()` messages.
+struct Pg {
+    tdb: TestDb,
+    db: Database,
+    one: MessageStore,
+    history: MessageStore,
+    queries: AtomicUsize,
+    latencies: std::sync::Mutex<Vec<Duration>>,
+}
+
+impl Pg {
+    async fn new() -> Self {
+        let tdb = TestDb::postgres()
+            .await
+            .expect("temporary PostgreSQL database");
+        let db = Database::open(tdb.config()).await.expect("open");
+        let one = agent(&db, "ack").await;
+        let history = agent(&db, "history").await;
+        let start = Instant::now();
+        import(&history, scale()).await;
+        println!(
+            "goals: PostgreSQL: {} messages imported in {:.2} s",
+            scale(),
+            start.elapsed().as_secs_f64()
+        );
+        Self {
+            tdb,
+            db,
+            one,
+            history,
+            queries: AtomicUsize::new(0),
+            latencies: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    async fn search(&self) -> Duration {
+        let i = self.queries.fetch_add(1, Ordering::Relaxed);
+        let opts = TextSearch {
+            agent: Some(self.history.agent_id()),
+            ..TextSearch::default()
+        };
+        let t = Instant::now();
+        black_box(
+            self.db
+                .search_text(&query(i), &opts)
+                .await
+                .expect("search_text"),
+        );
+        let took = t.elapsed();
+        self.latencies.lock().expect("latencies").push(took);
+        took
+    }
+
+    /// p50 and p95 of every search run, into `goals-pg.json`.
+    fn write(&self) {
+        let mut all = self.latencies.lock().expect("latencies").clone();
+        if all.is_empty() {
+            return;
+        }
+        all.sort_unstable();
+        let at = |q: f64| {
+            let i = ((all.len() as f64 * q).ceil() as usize).clamp(1, all.len()) - 1;
+            all[i].as_secs_f64() * 1e3
+        };
+        let json = format!(
+            "{{\"messages\":{},\"searches\":{},\"search_p50_ms\":{:.3},\"search_p95_ms\":{:.3}}}\n",
+            scale(),
+            all.len(),
+            at(0.50),
+            at(0.95)
+        );
+        println!("goals: PostgreSQL full text: {json}");
+        let home = criterion_home();
+        let _ = std::fs::create_dir_all(&home);
+        if let Err(e) = std::fs::write(home.join("goals-pg.json"), json) {
+            eprintln!("goals: cannot write goals-pg.json: {e}");
+        }
+    }
+}
+
+fn bench_postgres(c: &mut Criterion, rt: &Runtime) {
+    if std::env::var_os("PATTERN_TEST_PG_URL").is_none() {
+        eprintln!("goals: PATTERN_TEST_PG_URL is not set: the PostgreSQL goals are not measured");
+        return;
+    }
+    let mut state: Option<Pg> = None;
+    let mut group = c.benchmark_group("goals");
+    group
+        .sample_size(30)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    group.bench_function("pg_ack_p50", |b| {
+        let fx = &*state.get_or_insert_with(|| rt.block_on(Pg::new()));
+        b.to_async(rt).iter(|| async {
+            black_box(
+                fx.one
+                    .begin_batch(Acks::trigger(), BeginBatch::default())
+                    .await
+                    .expect("begin_batch"),
+            )
+        });
+    });
+    group.bench_function("pg_search", |b| {
+        let fx = &*state.get_or_insert_with(|| rt.block_on(Pg::new()));
+        b.to_async(rt).iter_custom(|iters| async move {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                total += fx.search().await;
+            }
+            total
+        });
+    });
+    group.finish();
+    if let Some(fx) = state {
+        fx.write();
+        rt.block_on(async {
+            fx.db.close().await;
+            fx.tdb.cleanup().await.expect("cleanup");
+        });
+    }
+}
+
 fn benches(c: &mut Criterion) {
     let rt = Runtime::new().expect("tokio runtime");
     bench_acks(c, &rt);
     bench_history(c, &rt);
+    bench_postgres(c, &rt);
 }
 
 criterion_group!(goals, benches);
