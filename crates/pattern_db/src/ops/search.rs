@@ -1358,8 +1358,11 @@ pub(crate) async fn ranked_fulltext_indexes(pool: &Pool) -> Result<bool> {
 }
 
 /// Full-text search on PostgreSQL: the query's words normalised by the 'english' configuration
-/// (never read as query syntax), any of them matching the stored tsvector columns, live rows
-/// only, ranked by `ts_rank_cd` (ties: newest first). With the RUM indexes (`ranked`) only the
+/// (never read as query syntax), matching the stored tsvector columns, live rows only, ranked by
+/// `ts_rank_cd` (ties: newest first). Rows holding every word come first: when at least `limit`
+/// rows hold them all, those are the answer (ranking every row that holds any word is what made
+/// a search of common words slow: its cost follows the matches, tens of thousands at 100k
+/// messages; decision 0025, "Stop 31"); otherwise rows holding any word are searched. With the RUM indexes (`ranked`) only the
 /// best candidates of archival passages and blocks by RUM's order are read and ranked (messages,
 /// GIN only: see migration 0020, are all ranked); without them every match is.
 pub(crate) async fn search_pg(
@@ -1382,11 +1385,10 @@ pub(crate) async fn search_pg(
     if lexemes.is_empty() {
         return Ok(Vec::new());
     }
-    let tsquery = lexemes
+    let quoted = lexemes
         .iter()
         .map(|l| format!("'{}'", l.replace('\\', "\\\\").replace('\'', "''")))
-        .collect::<Vec<_>>()
-        .join(" | ");
+        .collect::<Vec<_>>();
     let mut n = 1;
     let mut next = || {
         n += 1;
@@ -1473,7 +1475,24 @@ pub(crate) async fn search_pg(
     // parameter the text does not use.
     let reads_candidates =
         ranked && (opts.wants(ContentType::Archival) || opts.wants(ContentType::Block));
-    let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(tsquery);
+    if quoted.len() >= 2 {
+        let every = run_search_pg(pool, &sql, quoted.join(" & "), opts, reads_candidates).await?;
+        if every.len() >= opts.limit {
+            return Ok(every);
+        }
+    }
+    run_search_pg(pool, &sql, quoted.join(" | "), opts, reads_candidates).await
+}
+
+/// Runs `search_pg`'s statement `sql` for the tsquery text `tsquery`.
+async fn run_search_pg(
+    pool: &Pool,
+    sql: &str,
+    tsquery: String,
+    opts: &TextSearch,
+    reads_candidates: bool,
+) -> Result<Vec<TextHit>> {
+    let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql.to_owned())).bind(tsquery);
     if let Some(a) = opts.agent {
         q = q.bind(a.to_string());
     }
