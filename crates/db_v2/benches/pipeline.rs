@@ -3,7 +3,9 @@
 //! with and without an embedding backlog, and vector search p50/p95 likewise (a query must not
 //! wait for the pipeline's batch); Fts, Vector and Hybrid search p50/p95 at 10k and 100k
 //! passages (synthetic random unit vectors stored for the passages; the query is embedded by
-//! the real model). Percentiles are printed as `PCT ...` lines; criterion times the searches.
+//! the real model), and the same searches on PostgreSQL (groups `search_pg_N`) when
+//! `PATTERN_TEST_PG_URL` is set (as `cargo xtask bench` does). Percentiles are printed as
+//! `PCT ...` lines; criterion times the searches.
 //! It must never be run as a test (timings live here, not in tests). Needs `cargo xtask setup`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
@@ -17,6 +19,7 @@ use db_v2::{
     ConstellationDb, EmbedConfig, Embedder, FastEmbedder, ModelPaths, SearchMode, SearchOptions,
 };
 use pattern_db::search::text_hash;
+use pattern_db::testkit::TestDb;
 use pattern_db::{
     ContentRef, Database, DbConfig, EmbeddingModelInfo, NewAgent, NewArchival, NewVector,
 };
@@ -151,11 +154,15 @@ fn throughput_and_latency(_c: &mut Criterion) {
     });
 }
 
-/// A SQLite database with `n` passages and random unit vectors registered as the real model's.
-async fn corpus(m: &Arc<FastEmbedder>, n: usize) -> (tempfile::TempDir, ConstellationDb) {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("s.db").display());
-    let raw = Database::open(DbConfig::new(url.clone())).await.unwrap();
+/// A database (a SQLite file, or a fresh PostgreSQL database when `postgres`) with `n` passages
+/// and random unit vectors registered as the real model's.
+async fn corpus(m: &Arc<FastEmbedder>, n: usize, postgres: bool) -> (TestDb, ConstellationDb) {
+    let tdb = if postgres {
+        TestDb::postgres().await.unwrap()
+    } else {
+        TestDb::sqlite().unwrap()
+    };
+    let raw = Database::open(tdb.config()).await.unwrap();
     raw.register_embedding_model(EmbeddingModelInfo {
         name: m.name().to_owned(),
         dimension: 384,
@@ -187,13 +194,13 @@ async fn corpus(m: &Arc<FastEmbedder>, n: usize) -> (tempfile::TempDir, Constell
     }
     raw.close().await;
     let db = ConstellationDb::connect(
-        DbConfig::new(url),
+        tdb.config(),
         Some(m.clone() as Arc<dyn Embedder>),
         EmbedConfig::default(),
     )
     .await
     .unwrap();
-    (dir, db)
+    (tdb, db)
 }
 
 fn search(c: &mut Criterion) {
@@ -209,9 +216,19 @@ fn search(c: &mut Criterion) {
         "kitten near the window",
         "deploy server battery",
     ];
-    for n in scales {
-        let (_dir, db) = rt.block_on(corpus(&m, n));
-        let mut group = c.benchmark_group(format!("search_{n}"));
+    let postgres = std::env::var_os("PATTERN_TEST_PG_URL").is_some();
+    let runs = scales
+        .iter()
+        .map(|&n| (n, false))
+        .chain(scales.iter().filter(|_| postgres).map(|&n| (n, true)));
+    for (n, on_pg) in runs {
+        let (tdb, db) = rt.block_on(corpus(&m, n, on_pg));
+        let name = if on_pg {
+            format!("search_pg_{n}")
+        } else {
+            format!("search_{n}")
+        };
+        let mut group = c.benchmark_group(name.clone());
         group.sample_size(20);
         for mode in [SearchMode::Fts, SearchMode::Vector, SearchMode::Hybrid] {
             let opts = SearchOptions::mode(mode).with_limit(10);
@@ -222,7 +239,8 @@ fn search(c: &mut Criterion) {
                     .unwrap();
                 samples.push(t.elapsed());
             }
-            pct(&format!("search {mode:?} at {n}"), samples);
+            let engine = if on_pg { " on PostgreSQL" } else { "" };
+            pct(&format!("search {mode:?} at {n}{engine}"), samples);
             let mut i = 0;
             group.bench_function(format!("{mode:?}"), |b| {
                 b.iter(|| {
@@ -234,6 +252,7 @@ fn search(c: &mut Criterion) {
         }
         group.finish();
         rt.block_on(db.shutdown(Duration::from_millis(100)));
+        rt.block_on(tdb.cleanup()).unwrap();
     }
 }
 
