@@ -457,20 +457,6 @@ pub struct LiveContentRow {
     pub text: String,
 }
 
-/// The first `limit` live messages (their content JSON), in id order.
-pub async fn live_messages_first(
-    conn: &mut SqliteConnection,
-    limit: i64,
-) -> sqlx::Result<Vec<LiveContentRow>> {
-    sqlx::query_as!(
-        LiveContentRow,
-        r#"SELECT m.id AS "id!", m.agent_id AS "agent_id!", m.created_at AS "created_at!: i64", m.content AS "text!" FROM messages m WHERE NOT m.archived AND NOT m.deleted ORDER BY m.id LIMIT $1"#,
-        limit
-    )
-    .fetch_all(conn)
-    .await
-}
-
 /// The first `limit` live messages (their content JSON) after id `after`, in id order.
 pub async fn live_messages_after(
     conn: &mut SqliteConnection,
@@ -487,20 +473,6 @@ pub async fn live_messages_after(
     .await
 }
 
-/// The first `limit` memory blocks (their value), in id order.
-pub async fn live_blocks_first(
-    conn: &mut SqliteConnection,
-    limit: i64,
-) -> sqlx::Result<Vec<LiveContentRow>> {
-    sqlx::query_as!(
-        LiveContentRow,
-        r#"SELECT m.id AS "id!", m.owner_agent_id AS "agent_id!", m.created_at AS "created_at!: i64", m.value AS "text!" FROM memory_blocks m WHERE 1 = 1 ORDER BY m.id LIMIT $1"#,
-        limit
-    )
-    .fetch_all(conn)
-    .await
-}
-
 /// The first `limit` memory blocks (their value) after id `after`, in id order.
 pub async fn live_blocks_after(
     conn: &mut SqliteConnection,
@@ -511,20 +483,6 @@ pub async fn live_blocks_after(
         LiveContentRow,
         r#"SELECT m.id AS "id!", m.owner_agent_id AS "agent_id!", m.created_at AS "created_at!: i64", m.value AS "text!" FROM memory_blocks m WHERE 1 = 1 AND m.id > $1 ORDER BY m.id LIMIT $2"#,
         after,
-        limit
-    )
-    .fetch_all(conn)
-    .await
-}
-
-/// The first `limit` archival passages (their content), in id order.
-pub async fn live_archival_first(
-    conn: &mut SqliteConnection,
-    limit: i64,
-) -> sqlx::Result<Vec<LiveContentRow>> {
-    sqlx::query_as!(
-        LiveContentRow,
-        r#"SELECT m.id AS "id!", m.agent_id AS "agent_id!", m.created_at AS "created_at!: i64", m.content AS "text!" FROM archival_memories m WHERE 1 = 1 ORDER BY m.id LIMIT $1"#,
         limit
     )
     .fetch_all(conn)

@@ -669,20 +669,18 @@ pub(crate) async fn live_page(
     after: &str,
     limit: i64,
 ) -> Result<Vec<ContentRow>> {
-    // An empty `after` is the start. One fixed statement per content type and start, checked
-    // in each engine's crate.
+    // An empty `after` is the start: every id sorts after the empty text (SQLite) and the nil
+    // UUID (PostgreSQL), which no content has. One fixed statement per content type, checked in
+    // each engine's crate.
     use ContentType::{Archival, Block, Message};
     use pattern_db_postgres::search as pg;
     use pattern_db_sqlite::search as lite;
     match conn {
         Conn::Sqlite(c) => {
-            let rows = match (t, after.is_empty()) {
-                (Message, true) => lite::live_messages_first(c, limit).await?,
-                (Message, false) => lite::live_messages_after(c, after, limit).await?,
-                (Block, true) => lite::live_blocks_first(c, limit).await?,
-                (Block, false) => lite::live_blocks_after(c, after, limit).await?,
-                (Archival, true) => lite::live_archival_first(c, limit).await?,
-                (Archival, false) => lite::live_archival_after(c, after, limit).await?,
+            let rows = match t {
+                Message => lite::live_messages_after(c, after, limit).await?,
+                Block => lite::live_blocks_after(c, after, limit).await?,
+                Archival => lite::live_archival_after(c, after, limit).await?,
             };
             rows.into_iter()
                 .map(|r| live_content(t, r.id, r.agent_id, r.created_at, r.text))
@@ -690,17 +688,14 @@ pub(crate) async fn live_page(
         }
         Conn::Postgres(c) => {
             let after = if after.is_empty() {
-                None
+                Uuid::nil()
             } else {
-                Some(uuid_arg(after)?)
+                uuid_arg(after)?
             };
-            let rows = match (t, after) {
-                (Message, None) => pg::live_messages_first(c, limit).await?,
-                (Message, Some(after)) => pg::live_messages_after(c, after, limit).await?,
-                (Block, None) => pg::live_blocks_first(c, limit).await?,
-                (Block, Some(after)) => pg::live_blocks_after(c, after, limit).await?,
-                (Archival, None) => pg::live_archival_first(c, limit).await?,
-                (Archival, Some(after)) => pg::live_archival_after(c, after, limit).await?,
+            let rows = match t {
+                Message => pg::live_messages_after(c, after, limit).await?,
+                Block => pg::live_blocks_after(c, after, limit).await?,
+                Archival => pg::live_archival_after(c, after, limit).await?,
             };
             rows.into_iter()
                 .map(|r| live_content(t, r.id, r.agent_id, r.created_at, r.text))
