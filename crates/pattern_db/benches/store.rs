@@ -7,7 +7,11 @@
 //! - `append_step/10_messages`: one step of ten assistant messages appended to an open batch
 //!   (a fresh batch every 20 steps; the cost of a step into a 2001-message batch is printed);
 //! - `get_recent_20/{1k,100k,1M}`: `get_recent(20)` for an agent with that many messages of
-//!   history (the largest/smallest ratio is printed).
+//!   history (the largest/smallest ratio is printed);
+//! - `content_decode/{text_50,mixed_50}/{hand,derived}`: decoding the stored content of 50
+//!   messages (one text block each; or text, tool call and tool result blocks) with
+//!   `ContentBlock`'s hand-written `Deserialize` and with a copy of the derived one it replaced
+//!   (no database).
 //!
 //! `PATTERN_BENCH_QUICK=1` (and criterion's test mode, `cargo test --benches`) shrinks the
 //! histories and the side timings. Fixtures are built lazily, so a name filter skips the setup of
@@ -638,6 +642,90 @@ fn bench_get_recent(c: &mut Criterion, rt: &Runtime) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// 5. decoding stored content: `ContentBlock`'s hand-written `Deserialize` against the derive
+
+/// `ContentBlock` with the derived `Deserialize` it had before stop 31 (docs/performance.md).
+#[derive(serde::Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+#[allow(dead_code)]
+enum DerivedBlock {
+    Text {
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        input: serde_json::Value,
+        #[serde(default)]
+        signature: Option<String>,
+    },
+    ToolResult {
+        tool_use_id: String,
+        content: String,
+        #[serde(default)]
+        is_error: bool,
+    },
+    Thinking {
+        text: String,
+        #[serde(default)]
+        signature: Option<String>,
+    },
+    Image {
+        media_type: String,
+        reference: String,
+    },
+}
+
+/// The stored content (JSON text) of 50 messages: text blocks only, or a mix with tool calls.
+fn stored_contents(mixed: bool) -> Vec<String> {
+    (0..50)
+        .map(|i| {
+            let blocks = if mixed && i % 2 == 1 {
+                vec![
+                    ContentBlock::text(format!("Answer {i}: {ASSISTANT_TEXT}")),
+                    ContentBlock::tool_use(
+                        format!("call_{i}"),
+                        "search_memory",
+                        serde_json::json!({"query": TRIGGER_TEXT, "limit": 10, "tags": ["a", "b"]}),
+                    ),
+                ]
+            } else if mixed {
+                vec![ContentBlock::tool_result(
+                    format!("call_{i}"),
+                    format!("Result {i}: {TRIGGER_TEXT}"),
+                    false,
+                )]
+            } else {
+                vec![ContentBlock::text(format!("Question {i}: {TRIGGER_TEXT}"))]
+            };
+            serde_json::to_string(&blocks).unwrap()
+        })
+        .collect()
+}
+
+fn bench_content_decode(c: &mut Criterion) {
+    let mut group = c.benchmark_group("content_decode");
+    for (label, mixed) in [("text_50", false), ("mixed_50", true)] {
+        let contents = stored_contents(mixed);
+        group.bench_function(BenchmarkId::new(label, "hand"), |b| {
+            b.iter(|| {
+                for c in &contents {
+                    black_box(serde_json::from_str::<Vec<ContentBlock>>(black_box(c)).unwrap());
+                }
+            });
+        });
+        group.bench_function(BenchmarkId::new(label, "derived"), |b| {
+            b.iter(|| {
+                for c in &contents {
+                    black_box(serde_json::from_str::<Vec<DerivedBlock>>(black_box(c)).unwrap());
+                }
+            });
+        });
+    }
+    group.finish();
+}
+
+// ---------------------------------------------------------------------------------------------
 
 fn benches(c: &mut Criterion) {
     let rt = Runtime::new().expect("tokio runtime");
@@ -645,6 +733,7 @@ fn benches(c: &mut Criterion) {
     bench_throughput(c, &rt);
     bench_append_step(c, &rt);
     bench_get_recent(c, &rt);
+    bench_content_decode(c);
 }
 
 criterion_group!(store, benches);

@@ -17,6 +17,8 @@ use crate::error::{Error, Result};
 use crate::id::SnowflakeId;
 use crate::protocol::OrganizationId;
 
+mod content_de;
+
 /// Identity of an agent. A UUID, rendered in its hyphenated form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -193,8 +195,12 @@ impl FromStr for Role {
 }
 
 /// One block of message content. Stored as JSON tagged by `type`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+///
+/// Its `Deserialize` is written by hand (`model/content_de.rs`) with the rules of
+/// `#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]` (and the fields'
+/// `#[serde(default)]`s), decoding without buffering when `type` comes first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentBlock {
     /// Plain text.
     Text {
