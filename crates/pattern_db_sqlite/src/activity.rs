@@ -53,7 +53,7 @@ pub async fn recent(
 ) -> sqlx::Result<Vec<ActivityRow>> {
     sqlx::query_as!(
         ActivityRow,
-        r#"SELECT id AS "id!: i64", agent_id AS "agent_id!", kind AS "kind!", payload AS "payload!", created_at AS "created_at!: i64" FROM activity_events WHERE agent_id = $1 ORDER BY id DESC LIMIT $2"#,
+        r#"SELECT id AS "id!: i64", agent_id AS "agent_id!", kind AS "kind!", payload AS "payload!", created_at AS "created_at!: i64" FROM activity_events WHERE agent_id = $1 ORDER BY id DESC LIMIT $2 + 0"#,
         agent,
         limit
     )

@@ -232,7 +232,7 @@ pub async fn by_id_in(
 pub async fn newest(conn: &mut SqliteConnection, limit: i64) -> sqlx::Result<Vec<ApprovalRow>> {
     sqlx::query_as!(
         ApprovalRow,
-        r#"SELECT id AS "id!", organization_id AS "organization_id?", agent_id AS "agent_id!", batch_id AS "batch_id?", turn_id AS "turn_id?", tool AS "tool!", call_id AS "call_id?", input AS "input!", reason AS "reason!", requested_at AS "requested_at!", deadline AS "deadline!", state AS "state!", decided_at AS "decided_at?", decided_by AS "decided_by?", denial_reason AS "denial_reason?" FROM approvals ORDER BY id DESC LIMIT $1"#,
+        r#"SELECT id AS "id!", organization_id AS "organization_id?", agent_id AS "agent_id!", batch_id AS "batch_id?", turn_id AS "turn_id?", tool AS "tool!", call_id AS "call_id?", input AS "input!", reason AS "reason!", requested_at AS "requested_at!", deadline AS "deadline!", state AS "state!", decided_at AS "decided_at?", decided_by AS "decided_by?", denial_reason AS "denial_reason?" FROM approvals ORDER BY id DESC LIMIT $1 + 0"#,
         limit
     )
     .fetch_all(conn)
@@ -247,7 +247,7 @@ pub async fn newest_in(
 ) -> sqlx::Result<Vec<ApprovalRow>> {
     sqlx::query_as!(
         ApprovalRow,
-        r#"SELECT id AS "id!", organization_id AS "organization_id?", agent_id AS "agent_id!", batch_id AS "batch_id?", turn_id AS "turn_id?", tool AS "tool!", call_id AS "call_id?", input AS "input!", reason AS "reason!", requested_at AS "requested_at!", deadline AS "deadline!", state AS "state!", decided_at AS "decided_at?", decided_by AS "decided_by?", denial_reason AS "denial_reason?" FROM approvals WHERE organization_id = $1 ORDER BY id DESC LIMIT $2"#,
+        r#"SELECT id AS "id!", organization_id AS "organization_id?", agent_id AS "agent_id!", batch_id AS "batch_id?", turn_id AS "turn_id?", tool AS "tool!", call_id AS "call_id?", input AS "input!", reason AS "reason!", requested_at AS "requested_at!", deadline AS "deadline!", state AS "state!", decided_at AS "decided_at?", decided_by AS "decided_by?", denial_reason AS "denial_reason?" FROM approvals WHERE organization_id = $1 ORDER BY id DESC LIMIT $2 + 0"#,
         org,
         limit
     )
@@ -263,7 +263,7 @@ pub async fn newest_in_state(
 ) -> sqlx::Result<Vec<ApprovalRow>> {
     sqlx::query_as!(
         ApprovalRow,
-        r#"SELECT id AS "id!", organization_id AS "organization_id?", agent_id AS "agent_id!", batch_id AS "batch_id?", turn_id AS "turn_id?", tool AS "tool!", call_id AS "call_id?", input AS "input!", reason AS "reason!", requested_at AS "requested_at!", deadline AS "deadline!", state AS "state!", decided_at AS "decided_at?", decided_by AS "decided_by?", denial_reason AS "denial_reason?" FROM approvals WHERE state = $1 ORDER BY id DESC LIMIT $2"#,
+        r#"SELECT id AS "id!", organization_id AS "organization_id?", agent_id AS "agent_id!", batch_id AS "batch_id?", turn_id AS "turn_id?", tool AS "tool!", call_id AS "call_id?", input AS "input!", reason AS "reason!", requested_at AS "requested_at!", deadline AS "deadline!", state AS "state!", decided_at AS "decided_at?", decided_by AS "decided_by?", denial_reason AS "denial_reason?" FROM approvals WHERE state = $1 ORDER BY id DESC LIMIT $2 + 0"#,
         state,
         limit
     )
@@ -280,7 +280,7 @@ pub async fn newest_in_with_state(
 ) -> sqlx::Result<Vec<ApprovalRow>> {
     sqlx::query_as!(
         ApprovalRow,
-        r#"SELECT id AS "id!", organization_id AS "organization_id?", agent_id AS "agent_id!", batch_id AS "batch_id?", turn_id AS "turn_id?", tool AS "tool!", call_id AS "call_id?", input AS "input!", reason AS "reason!", requested_at AS "requested_at!", deadline AS "deadline!", state AS "state!", decided_at AS "decided_at?", decided_by AS "decided_by?", denial_reason AS "denial_reason?" FROM approvals WHERE organization_id = $1 AND state = $2 ORDER BY id DESC LIMIT $3"#,
+        r#"SELECT id AS "id!", organization_id AS "organization_id?", agent_id AS "agent_id!", batch_id AS "batch_id?", turn_id AS "turn_id?", tool AS "tool!", call_id AS "call_id?", input AS "input!", reason AS "reason!", requested_at AS "requested_at!", deadline AS "deadline!", state AS "state!", decided_at AS "decided_at?", decided_by AS "decided_by?", denial_reason AS "denial_reason?" FROM approvals WHERE organization_id = $1 AND state = $2 ORDER BY id DESC LIMIT $3 + 0"#,
         org,
         state,
         limit

@@ -51,7 +51,7 @@ pub async fn page(
 ) -> sqlx::Result<Vec<ArchivalRow>> {
     sqlx::query_as!(
         ArchivalRow,
-        r#"SELECT a.id AS "id!", a.agent_id AS "agent_id!", a.content AS "content!", a.metadata AS "metadata!", a.tags AS "tags!", a.dedupe_key AS "dedupe_key?", a.created_at AS "created_at!" FROM archival_memories a WHERE a.agent_id = $1 ORDER BY a.id DESC LIMIT $2"#,
+        r#"SELECT a.id AS "id!", a.agent_id AS "agent_id!", a.content AS "content!", a.metadata AS "metadata!", a.tags AS "tags!", a.dedupe_key AS "dedupe_key?", a.created_at AS "created_at!" FROM archival_memories a WHERE a.agent_id = $1 ORDER BY a.id DESC LIMIT $2 + 0"#,
         agent,
         limit
     )
@@ -68,7 +68,7 @@ pub async fn page_before(
 ) -> sqlx::Result<Vec<ArchivalRow>> {
     sqlx::query_as!(
         ArchivalRow,
-        r#"SELECT a.id AS "id!", a.agent_id AS "agent_id!", a.content AS "content!", a.metadata AS "metadata!", a.tags AS "tags!", a.dedupe_key AS "dedupe_key?", a.created_at AS "created_at!" FROM archival_memories a WHERE a.agent_id = $1 AND a.id < $2 ORDER BY a.id DESC LIMIT $3"#,
+        r#"SELECT a.id AS "id!", a.agent_id AS "agent_id!", a.content AS "content!", a.metadata AS "metadata!", a.tags AS "tags!", a.dedupe_key AS "dedupe_key?", a.created_at AS "created_at!" FROM archival_memories a WHERE a.agent_id = $1 AND a.id < $2 ORDER BY a.id DESC LIMIT $3 + 0"#,
         agent,
         before,
         limit
@@ -86,7 +86,7 @@ pub async fn page_tagged(
 ) -> sqlx::Result<Vec<ArchivalRow>> {
     sqlx::query_as!(
         ArchivalRow,
-        r#"SELECT a.id AS "id!", a.agent_id AS "agent_id!", a.content AS "content!", a.metadata AS "metadata!", a.tags AS "tags!", a.dedupe_key AS "dedupe_key?", a.created_at AS "created_at!" FROM archival_memories a WHERE a.agent_id = $1 AND a.id IN (SELECT t.archival_id FROM archival_tags t WHERE t.agent_id = $1 AND t.tag = $2) ORDER BY a.id DESC LIMIT $3"#,
+        r#"SELECT a.id AS "id!", a.agent_id AS "agent_id!", a.content AS "content!", a.metadata AS "metadata!", a.tags AS "tags!", a.dedupe_key AS "dedupe_key?", a.created_at AS "created_at!" FROM archival_memories a WHERE a.agent_id = $1 AND a.id IN (SELECT t.archival_id FROM archival_tags t WHERE t.agent_id = $1 AND t.tag = $2) ORDER BY a.id DESC LIMIT $3 + 0"#,
         agent,
         tag,
         limit
@@ -105,7 +105,7 @@ pub async fn page_tagged_before(
 ) -> sqlx::Result<Vec<ArchivalRow>> {
     sqlx::query_as!(
         ArchivalRow,
-        r#"SELECT a.id AS "id!", a.agent_id AS "agent_id!", a.content AS "content!", a.metadata AS "metadata!", a.tags AS "tags!", a.dedupe_key AS "dedupe_key?", a.created_at AS "created_at!" FROM archival_memories a WHERE a.agent_id = $1 AND a.id < $2 AND a.id IN (SELECT t.archival_id FROM archival_tags t WHERE t.agent_id = $1 AND t.tag = $3) ORDER BY a.id DESC LIMIT $4"#,
+        r#"SELECT a.id AS "id!", a.agent_id AS "agent_id!", a.content AS "content!", a.metadata AS "metadata!", a.tags AS "tags!", a.dedupe_key AS "dedupe_key?", a.created_at AS "created_at!" FROM archival_memories a WHERE a.agent_id = $1 AND a.id < $2 AND a.id IN (SELECT t.archival_id FROM archival_tags t WHERE t.agent_id = $1 AND t.tag = $3) ORDER BY a.id DESC LIMIT $4 + 0"#,
         agent,
         before,
         tag,

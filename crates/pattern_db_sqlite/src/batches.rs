@@ -81,7 +81,7 @@ pub async fn page_before(
 ) -> sqlx::Result<Vec<BatchRow>> {
     sqlx::query_as!(
         BatchRow,
-        r#"SELECT b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived AS "archived: bool", b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token FROM batches b WHERE b.agent_id = $1 AND b.id < $2 ORDER BY b.id DESC LIMIT $3"#,
+        r#"SELECT b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived AS "archived: bool", b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token FROM batches b WHERE b.agent_id = $1 AND b.id < $2 ORDER BY b.id DESC LIMIT $3 + 0"#,
         agent,
         before,
         limit
@@ -98,7 +98,7 @@ pub async fn page_before(
 /// the message's `id, position, sequence_num, role, content, token_estimate, archived,
 /// created_at` (`null`s for a batch without a message); `[]` when there is none.
 ///
-/// `LIMIT $2 + 0`, not `LIMIT $2`: SQLite (3.51) compiles a bare bound `LIMIT` as the constant it
+/// `LIMIT $2 + 0`, not `LIMIT $2 + 0`: SQLite (3.51) compiles a bare bound `LIMIT` as the constant it
 /// was bound to when prepared and marks the statement expired whenever that parameter is bound
 /// again, so every call compiled the whole statement anew (two fifths of its time in SQLite).
 pub async fn revision_and_newest_json(

@@ -72,7 +72,7 @@ pub async fn page_after(
     if include_archived {
         sqlx::query_as!(
             MessageRow,
-            r#"SELECT m.id, m.agent_id, m.position, m.batch_id, m.sequence_num, m.batch_type, m.role, m.content, m.token_estimate, m.archived AS "archived: bool", m.deleted AS "deleted: bool", m.created_at FROM messages m WHERE m.agent_id = $1 AND m.position > $2 AND NOT m.deleted ORDER BY m.position LIMIT $3"#,
+            r#"SELECT m.id, m.agent_id, m.position, m.batch_id, m.sequence_num, m.batch_type, m.role, m.content, m.token_estimate, m.archived AS "archived: bool", m.deleted AS "deleted: bool", m.created_at FROM messages m WHERE m.agent_id = $1 AND m.position > $2 AND NOT m.deleted ORDER BY m.position LIMIT $3 + 0"#,
             agent,
             after,
             limit
@@ -82,7 +82,7 @@ pub async fn page_after(
     } else {
         sqlx::query_as!(
             MessageRow,
-            r#"SELECT m.id, m.agent_id, m.position, m.batch_id, m.sequence_num, m.batch_type, m.role, m.content, m.token_estimate, m.archived AS "archived: bool", m.deleted AS "deleted: bool", m.created_at FROM messages m WHERE m.agent_id = $1 AND m.position > $2 AND NOT m.deleted AND NOT m.archived ORDER BY m.position LIMIT $3"#,
+            r#"SELECT m.id, m.agent_id, m.position, m.batch_id, m.sequence_num, m.batch_type, m.role, m.content, m.token_estimate, m.archived AS "archived: bool", m.deleted AS "deleted: bool", m.created_at FROM messages m WHERE m.agent_id = $1 AND m.position > $2 AND NOT m.deleted AND NOT m.archived ORDER BY m.position LIMIT $3 + 0"#,
             agent,
             after,
             limit

@@ -311,7 +311,7 @@ pub async fn pending(conn: &mut SqliteConnection, agent: &str) -> sqlx::Result<V
 pub async fn due(conn: &mut SqliteConnection, now: i64, limit: i64) -> sqlx::Result<Vec<QueueRow>> {
     sqlx::query_as!(
         QueueRow,
-        r#"SELECT id AS "id!", agent_id AS "agent_id!", batch_type AS "batch_type!", role AS "role!", content AS "content!", source AS "source!", deliver_at AS "deliver_at!", every_ms AS "every_ms?", delivered_at AS "delivered_at?", delivered_batch AS "delivered_batch?", deliveries AS "deliveries!", created_at AS "created_at!", schedule AS "schedule?", cron AS "cron?", time_zone AS "time_zone?", name AS "name?", retry_of AS "retry_of?", protocol_message_id AS "protocol_message_id?" FROM agent_queue WHERE delivered_at IS NULL AND deliver_at <= $1 ORDER BY deliver_at, id LIMIT $2"#,
+        r#"SELECT id AS "id!", agent_id AS "agent_id!", batch_type AS "batch_type!", role AS "role!", content AS "content!", source AS "source!", deliver_at AS "deliver_at!", every_ms AS "every_ms?", delivered_at AS "delivered_at?", delivered_batch AS "delivered_batch?", deliveries AS "deliveries!", created_at AS "created_at!", schedule AS "schedule?", cron AS "cron?", time_zone AS "time_zone?", name AS "name?", retry_of AS "retry_of?", protocol_message_id AS "protocol_message_id?" FROM agent_queue WHERE delivered_at IS NULL AND deliver_at <= $1 ORDER BY deliver_at, id LIMIT $2 + 0"#,
         now,
         limit
     )

@@ -469,7 +469,7 @@ pub async fn turns(
 ) -> sqlx::Result<Vec<TurnRow>> {
     sqlx::query_as!(
         TurnRow,
-        r#"SELECT id AS "id!", agent_id AS "agent_id!", source AS "source!", idempotency_key AS "idempotency_key?", fingerprint AS "fingerprint?", queue_id AS "queue_id?: i64", batch_id AS "batch_id?: i64", state AS "state!", outcome AS "outcome?", last_seq AS "last_seq!: i64", cancel_requested_at AS "cancel_requested_at?: i64", created_at AS "created_at!: i64", finished_at AS "finished_at?: i64" FROM turns WHERE agent_id = $1 ORDER BY id DESC LIMIT $2"#,
+        r#"SELECT id AS "id!", agent_id AS "agent_id!", source AS "source!", idempotency_key AS "idempotency_key?", fingerprint AS "fingerprint?", queue_id AS "queue_id?: i64", batch_id AS "batch_id?: i64", state AS "state!", outcome AS "outcome?", last_seq AS "last_seq!: i64", cancel_requested_at AS "cancel_requested_at?: i64", created_at AS "created_at!: i64", finished_at AS "finished_at?: i64" FROM turns WHERE agent_id = $1 ORDER BY id DESC LIMIT $2 + 0"#,
         agent,
         limit
     )
@@ -486,7 +486,7 @@ pub async fn events(
 ) -> sqlx::Result<Vec<TurnEventRow>> {
     sqlx::query_as!(
         TurnEventRow,
-        r#"SELECT seq AS "seq!: i64", kind AS "kind!", data AS "data!", created_at AS "created_at!: i64" FROM turn_events WHERE turn_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"#,
+        r#"SELECT seq AS "seq!: i64", kind AS "kind!", data AS "data!", created_at AS "created_at!: i64" FROM turn_events WHERE turn_id = $1 AND seq > $2 ORDER BY seq LIMIT $3 + 0"#,
         turn,
         after,
         limit
@@ -503,7 +503,7 @@ pub async fn deliverable(
     limit: i64,
 ) -> sqlx::Result<Vec<String>> {
     sqlx::query_scalar!(
-        r#"SELECT q.agent_id AS "agent_id!" FROM agent_queue q LEFT JOIN agent_runs r ON r.agent_id = q.agent_id LEFT JOIN processes p ON p.holder = r.holder WHERE q.delivered_at IS NULL AND q.deliver_at <= $1 AND (r.holder IS NULL OR p.holder IS NULL OR p.expires_at <= $1) GROUP BY q.agent_id ORDER BY MIN(q.deliver_at), q.agent_id LIMIT $2"#,
+        r#"SELECT q.agent_id AS "agent_id!" FROM agent_queue q LEFT JOIN agent_runs r ON r.agent_id = q.agent_id LEFT JOIN processes p ON p.holder = r.holder WHERE q.delivered_at IS NULL AND q.deliver_at <= $1 AND (r.holder IS NULL OR p.holder IS NULL OR p.expires_at <= $1) GROUP BY q.agent_id ORDER BY MIN(q.deliver_at), q.agent_id LIMIT $2 + 0"#,
         now,
         limit
     )

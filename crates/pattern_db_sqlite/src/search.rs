@@ -79,7 +79,7 @@ pub async fn changes_after(
 ) -> sqlx::Result<Vec<ChangeRow>> {
     sqlx::query_as!(
         ChangeRow,
-        r#"SELECT seq AS "seq!: i64", content_type AS "content_type!", content_id AS "content_id!", agent_id AS "agent_id!", kind AS "kind!" FROM search_changes WHERE seq > $1 ORDER BY seq LIMIT $2"#,
+        r#"SELECT seq AS "seq!: i64", content_type AS "content_type!", content_id AS "content_id!", agent_id AS "agent_id!", kind AS "kind!" FROM search_changes WHERE seq > $1 ORDER BY seq LIMIT $2 + 0"#,
         cursor,
         limit
     )
@@ -273,7 +273,7 @@ pub async fn vectors_first(
 ) -> sqlx::Result<Vec<VectorRow>> {
     sqlx::query_as!(
         VectorRow,
-        r#"SELECT content_type AS "content_type!", content_id AS "content_id!", agent_id AS "agent_id!", created_at AS "created_at!", dimension AS "dimension!", vector AS "vector!" FROM embeddings ORDER BY content_type, content_id LIMIT $1"#,
+        r#"SELECT content_type AS "content_type!", content_id AS "content_id!", agent_id AS "agent_id!", created_at AS "created_at!", dimension AS "dimension!", vector AS "vector!" FROM embeddings ORDER BY content_type, content_id LIMIT $1 + 0"#,
         limit
     )
     .fetch_all(conn)
@@ -289,7 +289,7 @@ pub async fn vectors_after(
 ) -> sqlx::Result<Vec<VectorRow>> {
     sqlx::query_as!(
         VectorRow,
-        r#"SELECT content_type AS "content_type!", content_id AS "content_id!", agent_id AS "agent_id!", created_at AS "created_at!", dimension AS "dimension!", vector AS "vector!" FROM embeddings WHERE content_type > $1 OR (content_type = $1 AND content_id > $2) ORDER BY content_type, content_id LIMIT $3"#,
+        r#"SELECT content_type AS "content_type!", content_id AS "content_id!", agent_id AS "agent_id!", created_at AS "created_at!", dimension AS "dimension!", vector AS "vector!" FROM embeddings WHERE content_type > $1 OR (content_type = $1 AND content_id > $2) ORDER BY content_type, content_id LIMIT $3 + 0"#,
         content_type,
         content_id,
         limit
@@ -370,7 +370,7 @@ pub async fn due_jobs(
 ) -> sqlx::Result<Vec<DueJobRow>> {
     sqlx::query_as!(
         DueJobRow,
-        r#"SELECT content_type AS "content_type!", content_id AS "content_id!", attempts AS "attempts!", text_hash AS "text_hash!" FROM embedding_jobs WHERE next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until <= $1) ORDER BY created_at, content_type, content_id LIMIT $2"#,
+        r#"SELECT content_type AS "content_type!", content_id AS "content_id!", attempts AS "attempts!", text_hash AS "text_hash!" FROM embedding_jobs WHERE next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until <= $1) ORDER BY created_at, content_type, content_id LIMIT $2 + 0"#,
         now,
         limit
     )
@@ -465,7 +465,7 @@ pub async fn live_messages_after(
 ) -> sqlx::Result<Vec<LiveContentRow>> {
     sqlx::query_as!(
         LiveContentRow,
-        r#"SELECT m.id AS "id!", m.agent_id AS "agent_id!", m.created_at AS "created_at!: i64", m.content AS "text!" FROM messages m WHERE NOT m.archived AND NOT m.deleted AND m.id > $1 ORDER BY m.id LIMIT $2"#,
+        r#"SELECT m.id AS "id!", m.agent_id AS "agent_id!", m.created_at AS "created_at!: i64", m.content AS "text!" FROM messages m WHERE NOT m.archived AND NOT m.deleted AND m.id > $1 ORDER BY m.id LIMIT $2 + 0"#,
         after,
         limit
     )
@@ -481,7 +481,7 @@ pub async fn live_blocks_after(
 ) -> sqlx::Result<Vec<LiveContentRow>> {
     sqlx::query_as!(
         LiveContentRow,
-        r#"SELECT m.id AS "id!", m.owner_agent_id AS "agent_id!", m.created_at AS "created_at!: i64", m.value AS "text!" FROM memory_blocks m WHERE 1 = 1 AND m.id > $1 ORDER BY m.id LIMIT $2"#,
+        r#"SELECT m.id AS "id!", m.owner_agent_id AS "agent_id!", m.created_at AS "created_at!: i64", m.value AS "text!" FROM memory_blocks m WHERE 1 = 1 AND m.id > $1 ORDER BY m.id LIMIT $2 + 0"#,
         after,
         limit
     )
@@ -497,7 +497,7 @@ pub async fn live_archival_after(
 ) -> sqlx::Result<Vec<LiveContentRow>> {
     sqlx::query_as!(
         LiveContentRow,
-        r#"SELECT m.id AS "id!", m.agent_id AS "agent_id!", m.created_at AS "created_at!: i64", m.content AS "text!" FROM archival_memories m WHERE 1 = 1 AND m.id > $1 ORDER BY m.id LIMIT $2"#,
+        r#"SELECT m.id AS "id!", m.agent_id AS "agent_id!", m.created_at AS "created_at!: i64", m.content AS "text!" FROM archival_memories m WHERE 1 = 1 AND m.id > $1 ORDER BY m.id LIMIT $2 + 0"#,
         after,
         limit
     )

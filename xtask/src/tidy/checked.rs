@@ -5,6 +5,11 @@
 //! check), and the `_unchecked` macros, which skip the check. It must never flag a checked macro
 //! call, nor a name in a comment, nor a file of another crate (dynamic statements belong in
 //! `pattern_db::sql`).
+//!
+//! In the SQLite crate it also flags a bare bound `LIMIT $n`: SQLite plans with a bound
+//! `LIMIT`'s value and marks the statement to be prepared again whenever that parameter is bound
+//! anew, so every call would compile it from scratch; `LIMIT $n + 0` is an expression it does
+//! not read at planning (`pattern_db_sqlite`'s crate doc).
 
 use super::Violation;
 
@@ -35,11 +40,38 @@ fn unchecked() -> Vec<String> {
     out
 }
 
+/// The position just after each bare bound `LIMIT $n` in `code` (one not followed by ` + 0`).
+fn bare_bound_limits(code: &str) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(at) = code[from..].find("LIMIT $") {
+        let digits = from + at + "LIMIT $".len();
+        let end = code[digits..]
+            .find(|c: char| !c.is_ascii_digit())
+            .map_or(code.len(), |i| digits + i);
+        if end > digits && !code[end..].starts_with(" + 0") {
+            out.push(end);
+        }
+        from = end.max(digits);
+    }
+    out
+}
+
 /// Violations in one Rust file of the checked crate (`path` relative to the root).
 pub(crate) fn check_source(path: &str, text: &str) -> Vec<Violation> {
     let banned = unchecked();
+    let sqlite = path.starts_with(CHECKED_CRATES[0]);
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
+        if sqlite && !bare_bound_limits(line).is_empty() {
+            out.push(Violation::new(
+                path,
+                i + 1,
+                "a bare bound `LIMIT $n` on SQLite: write `LIMIT $n + 0` (a bound LIMIT makes \
+                 SQLite prepare the statement again on every call)"
+                    .to_owned(),
+            ));
+        }
         let code = line.split("//").next().unwrap_or("");
         if let Some(name) = banned.iter().find(|b| code.contains(b.as_str())) {
             out.push(Violation::new(
@@ -59,6 +91,23 @@ pub(crate) fn check_source(path: &str, text: &str) -> Vec<Violation> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn flags_bare_bound_limits_on_sqlite_only() {
+        let text = [
+            r#"sqlx::query!("SELECT 1 FROM t ORDER BY x LIMIT $1", n)"#,
+            r#"sqlx::query!("SELECT 1 FROM t ORDER BY x LIMIT $12 + 0", n)"#,
+            r#"sqlx::query!("SELECT 1 FROM t ORDER BY x LIMIT 5")"#,
+            r#"sqlx::query!("SELECT 1 FROM t LIMIT $2) u LIMIT $3 + 0", n)"#,
+        ]
+        .join("\n");
+        let got: Vec<usize> = check_source("crates/pattern_db_sqlite/src/x.rs", &text)
+            .iter()
+            .map(|v| v.line)
+            .collect();
+        assert_eq!(got, vec![1, 4]);
+        assert!(check_source("crates/pattern_db_postgres/src/x.rs", &text).is_empty());
+    }
 
     #[test]
     fn flags_run_time_statements_and_unchecked_macros_only() {

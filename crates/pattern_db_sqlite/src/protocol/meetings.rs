@@ -473,7 +473,7 @@ pub async fn events_after(
 ) -> sqlx::Result<Vec<EventRow>> {
     sqlx::query_as!(
         EventRow,
-        r#"SELECT meeting_id AS "meeting_id!", seq AS "seq!: i64", event_type AS "event_type!", agent_id AS "agent_id?", data AS "data?", created_at AS "created_at!: i64" FROM protocol_meeting_events WHERE meeting_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"#,
+        r#"SELECT meeting_id AS "meeting_id!", seq AS "seq!: i64", event_type AS "event_type!", agent_id AS "agent_id?", data AS "data?", created_at AS "created_at!: i64" FROM protocol_meeting_events WHERE meeting_id = $1 AND seq > $2 ORDER BY seq LIMIT $3 + 0"#,
         meeting,
         after,
         limit
@@ -489,7 +489,7 @@ pub async fn expired(
     limit: i64,
 ) -> sqlx::Result<Vec<String>> {
     sqlx::query_scalar!(
-        r#"SELECT id AS "id!" FROM protocol_meetings WHERE turn_deadline IS NOT NULL AND turn_deadline <= $1 ORDER BY turn_deadline LIMIT $2"#,
+        r#"SELECT id AS "id!" FROM protocol_meetings WHERE turn_deadline IS NOT NULL AND turn_deadline <= $1 ORDER BY turn_deadline LIMIT $2 + 0"#,
         now,
         limit
     )
