@@ -1,0 +1,2 @@
+-- Purpose: undoes 0025 (nothing on SQLite).
+SELECT 1;
