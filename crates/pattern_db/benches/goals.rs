@@ -241,6 +241,16 @@ impl History {
     }
 }
 
+/// One acknowledgement: a user message opening a batch of `store`'s agent.
+async fn ack(store: &MessageStore) {
+    black_box(
+        store
+            .begin_batch(Acks::trigger(), BeginBatch::default())
+            .await
+            .expect("begin_batch"),
+    );
+}
+
 async fn agent(db: &Database, name: &str) -> MessageStore {
     let agent = db
         .create_agent(NewAgent::named(name))
@@ -387,12 +397,7 @@ impl Acks {
                         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
                         .is_ok()
                     {
-                        black_box(
-                            store
-                                .begin_batch(Self::trigger(), BeginBatch::default())
-                                .await
-                                .expect("begin_batch"),
-                        );
+                        ack(&store).await;
                     }
                 })
             })
@@ -413,14 +418,7 @@ fn bench_acks(c: &mut Criterion, rt: &Runtime) {
         .measurement_time(Duration::from_secs(3));
     group.bench_function("ack_p50", |b| {
         let fx = &*state.get_or_insert_with(|| rt.block_on(Acks::new()));
-        b.to_async(rt).iter(|| async {
-            black_box(
-                fx.one
-                    .begin_batch(Acks::trigger(), BeginBatch::default())
-                    .await
-                    .expect("begin_batch"),
-            )
-        });
+        b.to_async(rt).iter(|| ack(&fx.one));
     });
     group.bench_function("bare_insert", |b| {
         let fx = &*state.get_or_insert_with(|| rt.block_on(Acks::new()));
@@ -614,14 +612,7 @@ fn bench_postgres(c: &mut Criterion, rt: &Runtime) {
         .measurement_time(Duration::from_secs(3));
     group.bench_function("pg_ack_p50", |b| {
         let fx = &*acks.get_or_insert_with(|| rt.block_on(PgAcks::new()));
-        b.to_async(rt).iter(|| async {
-            black_box(
-                fx.one
-                    .begin_batch(Acks::trigger(), BeginBatch::default())
-                    .await
-                    .expect("begin_batch"),
-            )
-        });
+        b.to_async(rt).iter(|| ack(&fx.one));
     });
     group.bench_function("pg_search", |b| {
         let fx = &*state.get_or_insert_with(|| rt.block_on(Pg::new()));

@@ -749,13 +749,7 @@ pub(crate) async fn begin_batch(
     let (content, batch_type) = prepare_trigger(ctx, trigger, opts)?;
     let (max, holder) = match conn {
         Conn::Postgres(c) => {
-            let trigger = Trigger {
-                agent,
-                role: trigger.role,
-                content: &content,
-                batch_type,
-                job_hash: search::message_job_hash(ctx, &trigger.content),
-            };
+            let trigger = Trigger::new(ctx, agent, trigger, &content, batch_type);
             return begin_batch_postgres(c, ctx, &trigger, opts, claim_token).await;
         }
         Conn::Sqlite(c) => {
@@ -851,6 +845,25 @@ struct Trigger<'a> {
     job_hash: Option<String>,
 }
 
+impl<'a> Trigger<'a> {
+    /// `message` of `agent`, whose content `prepare_trigger` serialized as `content`.
+    fn new(
+        ctx: &Ctx,
+        agent: AgentId,
+        message: &NewMessage,
+        content: &'a str,
+        batch_type: BatchType,
+    ) -> Self {
+        Self {
+            agent,
+            role: message.role,
+            content,
+            batch_type,
+            job_hash: search::message_job_hash(ctx, &message.content),
+        }
+    }
+}
+
 /// `begin_batch` on PostgreSQL, inside the writer's transaction. The batch and its trigger are
 /// stored by one call of `pattern_open_batch` (migration 0024), which locks the agent's row and
 /// then reads its newest position and run holder in statements of their own, so what it reads was
@@ -930,13 +943,7 @@ pub(crate) async fn begin_batch_alone(
         return Ok(None);
     }
     let (content, batch_type) = prepare_trigger(ctx, trigger, opts)?;
-    let trigger = Trigger {
-        agent,
-        role: trigger.role,
-        content: &content,
-        batch_type,
-        job_hash: search::message_job_hash(ctx, &trigger.content),
-    };
+    let trigger = Trigger::new(ctx, agent, trigger, &content, batch_type);
     let message_id = MessageId::new();
     let open = OpenPostgres {
         trigger: &trigger,
