@@ -112,6 +112,15 @@ fn met(ok: bool) -> &'static str {
     if ok { "met" } else { "not met" }
 }
 
+/// A message count as the table names it: `100k`, or the number below a thousand.
+fn count_label(messages: f64) -> String {
+    if messages >= 1000.0 {
+        format!("{:.0}k", messages / 1000.0)
+    } else {
+        format!("{messages:.0}")
+    }
+}
+
 /// The markdown table of one run.
 fn table(home: &Path, run: &Run) -> Result<String> {
     let side: Option<Value> = std::fs::read_to_string(home.join("goals-side.json"))
@@ -121,11 +130,7 @@ fn table(home: &Path, run: &Run) -> Result<String> {
         .as_ref()
         .and_then(|s| s.get("messages")?.as_f64())
         .unwrap_or(100_000.0);
-    let scale = if messages >= 1000.0 {
-        format!("{:.0}k", messages / 1000.0)
-    } else {
-        format!("{messages:.0}")
-    };
+    let scale = count_label(messages);
     let mut rows: Vec<[String; 4]> = Vec::new();
     let mut measured_any = false;
     if let Some((median, _)) = estimate(home, "ack_p50") {
@@ -226,16 +231,7 @@ fn table(home: &Path, run: &Run) -> Result<String> {
     if let Some(pg) = &pg {
         let figure = |key: &str| pg.get(key).and_then(Value::as_f64);
         if let (Some(p50), Some(p95)) = (figure("search_p50_ms"), figure("search_p95_ms")) {
-            let pg_scale = figure("messages").map_or_else(
-                || scale.clone(),
-                |m| {
-                    if m >= 1000.0 {
-                        format!("{:.0}k", m / 1000.0)
-                    } else {
-                        format!("{m:.0}")
-                    }
-                },
-            );
+            let pg_scale = figure("messages").map_or_else(|| scale.clone(), count_label);
             rows.push([
                 format!("PostgreSQL: full-text search of one agent's {pg_scale} messages, p95"),
                 "<= 10 ms".into(),
