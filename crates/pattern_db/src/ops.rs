@@ -1106,21 +1106,21 @@ pub(crate) async fn begin_batches_bulk(
     if agents.is_empty() {
         return Ok(out);
     }
-    let lock = match ctx.backend {
-        Backend::Sqlite => "",
-        Backend::Postgres => " FOR NO KEY UPDATE OF a",
-    };
+    // One statement per chunk bumps each agent's revision and returns its newest position and
+    // its run's holder. On PostgreSQL the writer locked these agents' rows up front, in agent
+    // order, before this statement took its snapshot, so the positions it reads are current.
     let mut max: std::collections::HashMap<AgentId, Option<i64>> = std::collections::HashMap::new();
     for chunk in agents.chunks(256) {
         // The IN list is padded (repeating the last id) to one of a few lengths, so the statement
-        // text repeats and stays prepared.
+        // text repeats and stays prepared; a repeated id updates its row once.
         let width = [1, 4, 16, 64, 256]
             .into_iter()
             .find(|w| *w >= chunk.len())
             .unwrap_or(256);
         let sql = format!(
-            "SELECT a.id, (SELECT m.position FROM messages m WHERE m.agent_id = a.id ORDER BY m.position DESC LIMIT 1) \
-             FROM agents a WHERE a.id IN {} ORDER BY a.id{lock}",
+            "UPDATE agents SET revision = revision + 1 WHERE id IN {} RETURNING id, \
+             (SELECT m.position FROM messages m WHERE m.agent_id = agents.id ORDER BY m.position DESC LIMIT 1), \
+             (SELECT r.holder FROM agent_runs r WHERE r.agent_id = agents.id AND r.holder IS NOT NULL)",
             placeholders(1, width, 1)
         );
         let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
@@ -1128,36 +1128,17 @@ pub(crate) async fn begin_batches_bulk(
             q = q.bind(chunk[i.min(chunk.len() - 1)].to_string());
         }
         for row in q.fetch_all(&mut *conn).await? {
-            let id: String = row.try_get(0)?;
-            max.insert(AgentId(parse_uuid(&id)?), row.try_get::<Option<i64>, _>(1)?);
-        }
-        let sql = format!(
-            "UPDATE agents SET revision = revision + 1 WHERE id IN {}",
-            placeholders(1, width, 1)
-        );
-        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
-        for i in 0..width {
-            q = q.bind(chunk[i.min(chunk.len() - 1)].to_string());
-        }
-        q.execute(&mut *conn).await?;
-    }
-    // Agents that ever ran under a claim take the one-by-one path, which checks the claim.
-    for chunk in agents.chunks(256) {
-        let sql = format!(
-            "SELECT COUNT(*) FROM agent_runs WHERE holder IS NOT NULL AND agent_id IN {}",
-            placeholders(1, chunk.len(), 1)
-        );
-        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
-        for a in chunk {
-            q = q.bind(a.to_string());
-        }
-        let held: i64 = q.fetch_one(&mut *conn).await?.try_get(0)?;
-        if held > 0 {
-            return Err(RunError::AgentBusy {
-                agent: chunk[0],
-                holder: "a run (checked one by one)".into(),
+            let id = AgentId(parse_uuid(&row.try_get::<String, _>(0)?)?);
+            // Agents that ever ran under a claim take the one-by-one path, which checks the
+            // claim (the caller rolls this statement back with the rest).
+            if let Some(holder) = row.try_get::<Option<String>, _>(2)? {
+                return Err(RunError::AgentBusy {
+                    agent: id,
+                    holder: format!("{holder} (checked one by one)"),
+                }
+                .into());
             }
-            .into());
+            max.insert(id, row.try_get::<Option<i64>, _>(1)?);
         }
     }
     let now = now_ms();

@@ -579,7 +579,60 @@ async fn waits_for_nothing_after_a_clean_close() {
     tdb.cleanup().await.unwrap();
 }
 
+/// Claimless batches submitted together for many agents, one of them held by a live run: the
+/// held agent's call is refused and writes nothing, every other call commits (whether the writer
+/// grouped them into one bulk statement, which then runs them one by one, or not).
+async fn a_held_agent_in_a_group_is_refused_alone(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let held = db.create_agent(NewAgent::named("held")).await.unwrap();
+    let started = started(db.submit(submit(held.id, "one")).await.unwrap());
+    let mut free = Vec::new();
+    for i in 0..12 {
+        free.push(
+            db.create_agent(NewAgent::named(format!("free-{i}")))
+                .await
+                .unwrap(),
+        );
+    }
+    let before = db.messages(held.id).get_recent(10).await.unwrap();
+    for _ in 0..3 {
+        let mut calls = Vec::new();
+        for (i, agent) in free.iter().enumerate() {
+            if i == free.len() / 2 {
+                calls.push((held.id, db.messages(held.id)));
+            }
+            calls.push((agent.id, db.messages(agent.id)));
+        }
+        let outcomes = futures::future::join_all(calls.iter().map(|(_, store)| {
+            store.begin_batch(NewMessage::user("together"), BeginBatch::default())
+        }))
+        .await;
+        for ((agent, _), outcome) in calls.iter().zip(outcomes) {
+            if *agent == held.id {
+                assert!(
+                    matches!(outcome, Err(Error::Run(RunError::AgentBusy { .. }))),
+                    "{outcome:?}"
+                );
+            } else {
+                outcome.unwrap();
+            }
+        }
+    }
+    assert_eq!(db.messages(held.id).get_recent(10).await.unwrap(), before);
+    for agent in &free {
+        assert_eq!(db.messages(agent.id).get_recent(10).await.unwrap().len(), 3);
+    }
+    assert_eq!(
+        db.run_claim(held.id).await.unwrap().unwrap().token,
+        started.claim.token
+    );
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
 conformance!(
+    a_held_agent_in_a_group_is_refused_alone,
     a_busy_agent_queues_and_the_run_hands_on,
     a_run_that_lost_its_claim_writes_nothing,
     a_dead_process_is_taken_over_at_once,
