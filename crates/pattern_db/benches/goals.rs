@@ -4,6 +4,8 @@
 //! - `goals/ack_p50`: one durable acknowledgement (`begin_batch`, `synchronous=FULL`);
 //!   `goals/bare_insert`: one autocommitted single-row `INSERT` through sqlx on the same file, the
 //!   floor this disk sets (criterion's median is the p50 of the per-sample means);
+//!   `goals/ack_p50_normal`: the same acknowledgement in a database opened with
+//!   `Durability::Normal` (`synchronous=NORMAL`), the setting the peer's figures were taken at;
 //! - `goals/acks_100_writers`: 100 tasks, one agent each, acknowledging as fast as they can
 //!   (time per acknowledgement; acknowledgements per second = 1 / that);
 //! - `goals/import_100k`: `import_legacy` of 100k messages (5 calls of 20k) into a fresh agent;
@@ -40,8 +42,8 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use pattern_db::testkit::TestDb;
 use pattern_db::{
-    BeginBatch, ContentBlock, Database, LegacyMessage, MessageStore, NewAgent, NewMessage, Role,
-    TextSearch,
+    BeginBatch, ContentBlock, Database, Durability, LegacyMessage, MessageStore, NewAgent,
+    NewMessage, Role, TextSearch,
 };
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 use tokio::runtime::Runtime;
@@ -409,8 +411,27 @@ impl Acks {
     }
 }
 
+/// A database of its own opened with `synchronous=NORMAL`, one agent.
+struct NormalAck {
+    tdb: TestDb,
+    db: Database,
+    one: MessageStore,
+}
+
+impl NormalAck {
+    async fn new() -> Self {
+        let tdb = TestDb::sqlite().expect("temporary SQLite database");
+        let mut config = tdb.config();
+        config.durability = Durability::Normal;
+        let db = Database::open(config).await.expect("open");
+        let one = agent(&db, "ack-normal").await;
+        Self { tdb, db, one }
+    }
+}
+
 fn bench_acks(c: &mut Criterion, rt: &Runtime) {
     let mut state: Option<Acks> = None;
+    let mut normal: Option<NormalAck> = None;
     let mut group = c.benchmark_group("goals");
     group
         .sample_size(30)
@@ -418,6 +439,10 @@ fn bench_acks(c: &mut Criterion, rt: &Runtime) {
         .measurement_time(Duration::from_secs(3));
     group.bench_function("ack_p50", |b| {
         let fx = &*state.get_or_insert_with(|| rt.block_on(Acks::new()));
+        b.to_async(rt).iter(|| ack(&fx.one));
+    });
+    group.bench_function("ack_p50_normal", |b| {
+        let fx = &*normal.get_or_insert_with(|| rt.block_on(NormalAck::new()));
         b.to_async(rt).iter(|| ack(&fx.one));
     });
     group.bench_function("bare_insert", |b| {
@@ -433,6 +458,12 @@ fn bench_acks(c: &mut Criterion, rt: &Runtime) {
         b.to_async(rt).iter_custom(|iters| fx.concurrent(iters));
     });
     group.finish();
+    if let Some(fx) = normal {
+        rt.block_on(async {
+            fx.db.close().await;
+            fx.tdb.cleanup().await.expect("cleanup");
+        });
+    }
     if let Some(fx) = state {
         rt.block_on(async {
             fx.bare.close().await;
