@@ -1072,9 +1072,10 @@ async fn refuse_while_claimed(
     Ok(())
 }
 
-/// Many `begin_batch` calls of one write group in a handful of statements: the agents are checked
-/// (and on PostgreSQL locked, in agent order) by one query, then every batch row and every
-/// trigger is inserted by one multi-row statement each. The outer error means the statements
+/// Many `begin_batch` calls of one write group in a handful of statements: one statement bumps
+/// the agents' revisions and returns their newest positions and run holders (on PostgreSQL the
+/// writer has locked them up front, in agent order), then every batch row and every trigger is
+/// inserted by one multi-row statement each. The outer error means the statements
 /// failed and the caller must redo the calls one by one; the inner results are per call.
 pub(crate) async fn begin_batches_bulk(
     conn: &mut Conn<'_>,
