@@ -2,9 +2,11 @@
 //!
 //! Callers queue a [`Write`] and wait for its reply: each domain defines its own writes (a type
 //! per write, with its arguments, its output and the locks it needs) beside its SQL; the writer
-//! knows none of them (decision 0023). A writer task takes the first waiting op plus
-//! every op already queued behind it (up to `max_group`), runs them in one transaction, each inside
-//! its own savepoint, and commits once: one fsync serves the whole group. An op that fails is
+//! knows none of them (decision 0023). A writer task takes the first waiting op plus every op
+//! already queued behind it (up to `max_group`; it yields to the runtime a few times while the
+//! queue still grows, so callers whose last write just committed join the group), runs them in
+//! one transaction, each inside its own savepoint, and commits once: one fsync serves the whole
+//! group. An op that fails is
 //! rolled back to its savepoint alone and its caller gets the error; the others commit. No reply is
 //! sent before the commit that makes it durable has returned.
 //!
@@ -45,6 +47,9 @@ use crate::error::{Error, Result};
 use crate::model::{AgentId, BeginBatch, NewMessage, Received};
 use crate::ops::{self, Ctx};
 use crate::runs::RunClaim;
+
+/// Yields of the writer while gathering a group (see `run`).
+const GATHER_ROUNDS: usize = 4;
 
 /// What a write locks, for the writer's global lock order (see the module doc).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -306,14 +311,22 @@ async fn run(
                     None => break,
                 }
                 if !group[0].exclusive() {
-                    while group.len() < max_group {
-                        match rx.try_recv() {
-                            Ok(job) if job.exclusive() => {
-                                carried = Some(job);
-                                break;
+                    // Callers whose last write just committed are runnable but may not have
+                    // queued their next one yet: yielding lets them, so the group takes them
+                    // instead of committing without them. Yield again only while the queue
+                    // still grew (at most `GATHER_ROUNDS` times): a lone caller pays one yield.
+                    for _ in 0..GATHER_ROUNDS {
+                        tokio::task::yield_now().await;
+                        let before = group.len();
+                        while group.len() < max_group && carried.is_none() {
+                            match rx.try_recv() {
+                                Ok(job) if job.exclusive() => carried = Some(job),
+                                Ok(job) => group.push(job),
+                                Err(_) => break,
                             }
-                            Ok(job) => group.push(job),
-                            Err(_) => break,
+                        }
+                        if group.len() == before || group.len() >= max_group || carried.is_some() {
+                            break;
                         }
                     }
                 }
