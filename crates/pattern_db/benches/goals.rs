@@ -411,27 +411,33 @@ impl Acks {
     }
 }
 
-/// A database of its own opened with `synchronous=NORMAL`, one agent.
-struct NormalAck {
+/// A database of its own with one agent `one` for single acknowledgements (the SQLite one opened
+/// with the given durability; PostgreSQL ignores it).
+struct AckDb {
     tdb: TestDb,
     db: Database,
     one: MessageStore,
 }
 
-impl NormalAck {
-    async fn new() -> Self {
-        let tdb = TestDb::sqlite().expect("temporary SQLite database");
+impl AckDb {
+    async fn new(tdb: TestDb, durability: Durability) -> Self {
         let mut config = tdb.config();
-        config.durability = Durability::Normal;
+        config.durability = durability;
         let db = Database::open(config).await.expect("open");
-        let one = agent(&db, "ack-normal").await;
+        let one = agent(&db, "ack").await;
         Self { tdb, db, one }
     }
 }
 
+/// Closes a fixture's database and drops its temporary database.
+async fn close(db: Database, tdb: TestDb) {
+    db.close().await;
+    tdb.cleanup().await.expect("cleanup");
+}
+
 fn bench_acks(c: &mut Criterion, rt: &Runtime) {
     let mut state: Option<Acks> = None;
-    let mut normal: Option<NormalAck> = None;
+    let mut normal: Option<AckDb> = None;
     let mut group = c.benchmark_group("goals");
     group
         .sample_size(30)
@@ -442,7 +448,12 @@ fn bench_acks(c: &mut Criterion, rt: &Runtime) {
         b.to_async(rt).iter(|| ack(&fx.one));
     });
     group.bench_function("ack_p50_normal", |b| {
-        let fx = &*normal.get_or_insert_with(|| rt.block_on(NormalAck::new()));
+        let fx = &*normal.get_or_insert_with(|| {
+            rt.block_on(AckDb::new(
+                TestDb::sqlite().expect("temporary SQLite database"),
+                Durability::Normal,
+            ))
+        });
         b.to_async(rt).iter(|| ack(&fx.one));
     });
     group.bench_function("bare_insert", |b| {
@@ -459,16 +470,12 @@ fn bench_acks(c: &mut Criterion, rt: &Runtime) {
     });
     group.finish();
     if let Some(fx) = normal {
-        rt.block_on(async {
-            fx.db.close().await;
-            fx.tdb.cleanup().await.expect("cleanup");
-        });
+        rt.block_on(close(fx.db, fx.tdb));
     }
     if let Some(fx) = state {
         rt.block_on(async {
             fx.bare.close().await;
-            fx.db.close().await;
-            fx.tdb.cleanup().await.expect("cleanup");
+            close(fx.db, fx.tdb).await;
         });
     }
 }
@@ -526,29 +533,7 @@ fn bench_history(c: &mut Criterion, rt: &Runtime) {
     });
     group.finish();
     if let Some(fx) = state {
-        rt.block_on(async {
-            fx.db.close().await;
-            fx.tdb.cleanup().await.expect("cleanup");
-        });
-    }
-}
-
-/// A fresh PostgreSQL database with one agent, for acknowledgements (nothing imported: a 100k
-/// import's checkpoint and vacuum would run under the measurement).
-struct PgAcks {
-    tdb: TestDb,
-    db: Database,
-    one: MessageStore,
-}
-
-impl PgAcks {
-    async fn new() -> Self {
-        let tdb = TestDb::postgres()
-            .await
-            .expect("temporary PostgreSQL database");
-        let db = Database::open(tdb.config()).await.expect("open");
-        let one = agent(&db, "ack").await;
-        Self { tdb, db, one }
+        rt.block_on(close(fx.db, fx.tdb));
     }
 }
 
@@ -634,7 +619,7 @@ fn bench_postgres(c: &mut Criterion, rt: &Runtime) {
         eprintln!("goals: PATTERN_TEST_PG_URL is not set: the PostgreSQL goals are not measured");
         return;
     }
-    let mut acks: Option<PgAcks> = None;
+    let mut acks: Option<AckDb> = None;
     let mut state: Option<Pg> = None;
     let mut group = c.benchmark_group("goals");
     group
@@ -642,7 +627,14 @@ fn bench_postgres(c: &mut Criterion, rt: &Runtime) {
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
     group.bench_function("pg_ack_p50", |b| {
-        let fx = &*acks.get_or_insert_with(|| rt.block_on(PgAcks::new()));
+        let fx = &*acks.get_or_insert_with(|| {
+            rt.block_on(async {
+                let tdb = TestDb::postgres()
+                    .await
+                    .expect("temporary PostgreSQL database");
+                AckDb::new(tdb, Durability::Full).await
+            })
+        });
         b.to_async(rt).iter(|| ack(&fx.one));
     });
     group.bench_function("pg_search", |b| {
@@ -657,17 +649,11 @@ fn bench_postgres(c: &mut Criterion, rt: &Runtime) {
     });
     group.finish();
     if let Some(fx) = acks {
-        rt.block_on(async {
-            fx.db.close().await;
-            fx.tdb.cleanup().await.expect("cleanup");
-        });
+        rt.block_on(close(fx.db, fx.tdb));
     }
     if let Some(fx) = state {
         fx.write();
-        rt.block_on(async {
-            fx.db.close().await;
-            fx.tdb.cleanup().await.expect("cleanup");
-        });
+        rt.block_on(close(fx.db, fx.tdb));
     }
 }
 
