@@ -154,7 +154,10 @@ fn open_writer(index: &Index) -> Result<IndexWriter> {
     loop {
         match index.writer_with_num_threads(INDEXING_THREADS, WRITER_BUDGET) {
             Ok(w) => return Ok(w),
-            Err(tantivy::TantivyError::LockFailure(_, _)) if waited < 600 => {
+            Err(tantivy::TantivyError::LockFailure(
+                tantivy::directory::error::LockError::LockBusy,
+                _,
+            )) if waited < 600 => {
                 std::thread::sleep(std::time::Duration::from_millis(50));
                 waited += 1;
             }
@@ -216,6 +219,68 @@ pub(crate) fn dir_for(url: &str) -> Option<PathBuf> {
     Some(PathBuf::from(format!("{path}.search")))
 }
 
+/// The file in an index directory that serialises opening it: handles of this and other
+/// processes take it exclusively (an OS file lock, released when the handle closes) while they
+/// open, create or recreate the index, so none recreates a directory another is creating.
+const OPEN_LOCK: &str = ".pattern-open.lock";
+
+fn dir_error(dir: &Path, what: &str, e: std::io::Error) -> Error {
+    Error::Storage(StorageError::Index(Arc::new(
+        tantivy::TantivyError::SystemError(format!(
+            "cannot {what} index directory {}: {e}",
+            dir.display()
+        )),
+    )))
+}
+
+/// Opens the index in `dir`, creating it when there is none. An index with another schema
+/// (written by another version) or one tantivy cannot open is recreated empty (derived data: the
+/// next catch-up rebuilds it). Holds [`OPEN_LOCK`] throughout, so two handles opening at once
+/// never both create, and a missing `meta.json` seen while another handle creates it is never
+/// taken for damage.
+fn open_dir(dir: &Path, schema: &Schema) -> Result<Index> {
+    std::fs::create_dir_all(dir).map_err(|e| dir_error(dir, "create", e))?;
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(OPEN_LOCK))
+        .map_err(|e| dir_error(dir, "lock", e))?;
+    lock.lock().map_err(|e| dir_error(dir, "lock", e))?;
+    if dir.join("meta.json").exists() {
+        match Index::open_in_dir(dir) {
+            Ok(index) if index.schema() == *schema => return Ok(index),
+            Ok(_) => {
+                tracing::warn!(dir = %dir.display(), "full-text index has another schema; rebuilding it")
+            }
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "full-text index cannot be opened; rebuilding it")
+            }
+        }
+        clear_dir(dir).map_err(|e| dir_error(dir, "clear", e))?;
+    }
+    let created = Index::create_in_dir(dir, schema.clone()).map_err(index_error);
+    // Released only now, with the new index complete on disk.
+    drop(lock);
+    created
+}
+
+/// Removes everything in `dir` but the open lock (which the caller holds).
+fn clear_dir(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_name() == OPEN_LOCK {
+            continue;
+        }
+        if entry.file_type()?.is_dir() {
+            std::fs::remove_dir_all(entry.path())?;
+        } else {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
+}
+
 impl FtsIndex {
     /// Opens (or creates) the index in `dir`; in RAM without one. An index with another schema
     /// (written by another version) is recreated empty, and so rebuilt by the next catch-up.
@@ -229,32 +294,7 @@ impl FtsIndex {
         let (schema, fields) = schema();
         let index = match dir {
             None => Index::create_in_ram(schema.clone()),
-            Some(dir) => {
-                std::fs::create_dir_all(dir).map_err(|e| {
-                    StorageError::Index(Arc::new(tantivy::TantivyError::SystemError(format!(
-                        "cannot create index directory {}: {e}",
-                        dir.display()
-                    ))))
-                })?;
-                let existing = if dir.join("meta.json").exists() {
-                    Index::open_in_dir(dir).ok()
-                } else {
-                    None
-                };
-                match existing {
-                    Some(index) if index.schema() == schema => index,
-                    _ => {
-                        // Another schema, or damaged: derived data, so start over.
-                        let _ = std::fs::remove_dir_all(dir);
-                        std::fs::create_dir_all(dir).map_err(|e| {
-                            StorageError::Index(Arc::new(tantivy::TantivyError::SystemError(
-                                format!("cannot create index directory {}: {e}", dir.display()),
-                            )))
-                        })?;
-                        Index::create_in_dir(dir, schema.clone()).map_err(index_error)?
-                    }
-                }
-            }
+            Some(dir) => open_dir(dir, &schema)?,
         };
         // Before any writer or query takes it from the manager.
         index.tokenizers().register(TOKENIZER, stem::analyzer());
@@ -736,5 +776,74 @@ mod tests {
             Some(PathBuf::from("rel.db.search"))
         );
         assert_eq!(dir_for("postgres://h/db"), None);
+    }
+
+    /// Handles (of this or other processes) opening a new index at once all end up on one index:
+    /// none takes the directory another is creating for damage and clears it under the others.
+    #[test]
+    fn handles_opening_at_once_share_one_index() {
+        for _ in 0..10 {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path().join("db.search");
+            let start = Arc::new(std::sync::Barrier::new(6));
+            let opening: Vec<_> = (0..6)
+                .map(|_| {
+                    let (dir, start) = (dir.clone(), start.clone());
+                    std::thread::spawn(move || {
+                        start.wait();
+                        FtsIndex::open_blocking(Some(&dir))
+                    })
+                })
+                .collect();
+            let handles: Vec<FtsIndex> = opening
+                .into_iter()
+                .map(|t| t.join().unwrap().unwrap())
+                .collect();
+            let f = handles[0].fields;
+            let mut w = open_writer(&handles[0].index).unwrap();
+            w.add_document(doc!(f.key => "archival:1", f.text => "shared"))
+                .unwrap();
+            commit(&mut w, 1).unwrap();
+            drop(w);
+            for h in &handles {
+                h.reader.reload().unwrap();
+                assert_eq!(h.reader.searcher().num_docs(), 1);
+                assert_eq!(h.cursor().unwrap(), Some(1));
+            }
+        }
+    }
+
+    #[test]
+    fn a_damaged_or_foreign_index_is_recreated_empty() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("db.search");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("meta.json"), b"not json").unwrap();
+        let h = FtsIndex::open_blocking(Some(&dir)).unwrap();
+        assert_eq!(h.cursor().unwrap(), None);
+        assert_eq!(h.reader.searcher().num_docs(), 0);
+        drop(h);
+        // Another schema (an index of some other version) is replaced too.
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut other = Schema::builder();
+        other.add_text_field("title", STORED);
+        drop(Index::create_in_dir(&dir, other.build()).unwrap());
+        let h = FtsIndex::open_blocking(Some(&dir)).unwrap();
+        assert_eq!(h.index.schema(), schema().0);
+    }
+
+    /// A writer lock that cannot be taken for another reason than a holder (its directory gone)
+    /// fails at once instead of being waited for.
+    #[test]
+    fn a_vanished_directory_fails_the_writer_at_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("db.search");
+        let h = FtsIndex::open_blocking(Some(&dir)).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let began = std::time::Instant::now();
+        assert!(open_writer(&h.index).is_err());
+        // The busy-lock wait is 30 s; anything near it means the error was waited on.
+        assert!(began.elapsed() < std::time::Duration::from_secs(10));
     }
 }
