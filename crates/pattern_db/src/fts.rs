@@ -18,6 +18,10 @@
 //! background whenever writes pause, and an import hands its messages to the index while it
 //! writes them ([`FtsIndex::index_alongside`]), so the first search after an import finds
 //! nothing left to index.
+//!
+//! Handles of several processes may share one directory: opening is serialised by a file lock
+//! in it ([`open_dir`]), writers by tantivy's writer lock, each writer on the directory opened
+//! afresh ([`open_writer`]); a search that meets a file another handle merged away reloads.
 
 mod stem;
 
@@ -149,11 +153,30 @@ pub(crate) async fn follow(
 
 /// Takes the index's writer lock, waiting while another handle or process holds it (the writer
 /// is held only while changes are applied).
-fn open_writer(index: &Index) -> Result<IndexWriter> {
+///
+/// tantivy's directory keeps the list of files it may delete (`.managed.json`) in memory from
+/// the moment the index is opened, and writes that list back whole: a writer on a long-opened
+/// index would drop what other handles registered since (their segments, once merged away,
+/// never deleted) and never delete them itself. So for an index on disk each writer opens the
+/// directory afresh, and keeps the writer only when, with the lock held, its list is the one on
+/// disk (otherwise another writer came between the open and the lock: open again).
+fn open_writer(index: &Index, dir: Option<&Path>) -> Result<IndexWriter> {
     let mut waited = 0;
     loop {
-        match index.writer_with_num_threads(INDEXING_THREADS, WRITER_BUDGET) {
-            Ok(w) => return Ok(w),
+        let fresh = match dir {
+            Some(dir) => {
+                let fresh = Index::open_in_dir(dir).map_err(index_error)?;
+                fresh.tokenizers().register(TOKENIZER, stem::analyzer());
+                fresh
+            }
+            None => index.clone(),
+        };
+        match fresh.writer_with_num_threads(INDEXING_THREADS, WRITER_BUDGET) {
+            Ok(w) if dir.is_none() || managed_list_current(&fresh)? => return Ok(w),
+            Ok(w) if waited < 600 => {
+                drop(w);
+                waited += 1;
+            }
             Err(tantivy::TantivyError::LockFailure(
                 tantivy::directory::error::LockError::LockBusy,
                 _,
@@ -161,9 +184,30 @@ fn open_writer(index: &Index) -> Result<IndexWriter> {
                 std::thread::sleep(std::time::Duration::from_millis(50));
                 waited += 1;
             }
+            Ok(_) => {
+                return Err(index_error(tantivy::TantivyError::SystemError(
+                    "the full-text index's file list kept changing under its writer lock".into(),
+                )));
+            }
             Err(e) => return Err(index_error(e)),
         }
     }
+}
+
+/// Whether `index`'s in-memory list of managed files is the one on disk.
+fn managed_list_current(index: &Index) -> Result<bool> {
+    use tantivy::Directory;
+    let on_disk: HashSet<PathBuf> = match index.directory().atomic_read(Path::new(".managed.json"))
+    {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+            index_error(tantivy::TantivyError::SystemError(format!(
+                "the full-text index's file list cannot be read: {e}"
+            )))
+        })?,
+        Err(tantivy::directory::error::OpenReadError::FileDoesNotExist(_)) => HashSet::new(),
+        Err(e) => return Err(index_error(e.into())),
+    };
+    Ok(index.directory().list_managed_files() == on_disk)
 }
 
 /// A document to (re)index: the content's live state.
@@ -196,6 +240,8 @@ impl Doc {
 /// The index of one database.
 pub(crate) struct FtsIndex {
     index: Index,
+    /// Its directory (`None`: in memory), which each writer opens afresh ([`open_writer`]).
+    dir: Option<PathBuf>,
     reader: IndexReader,
     fields: Fields,
     /// One catch-up or rebuild at a time.
@@ -305,6 +351,7 @@ impl FtsIndex {
             .map_err(index_error)?;
         Ok(Self {
             index,
+            dir: dir.map(Path::to_path_buf),
             reader,
             fields,
             catching_up: tokio::sync::Mutex::new(()),
@@ -387,10 +434,10 @@ impl FtsIndex {
         cursor: i64,
         clear: bool,
     ) -> Result<()> {
-        let index = self.index.clone();
+        let (index, dir) = (self.index.clone(), self.dir.clone());
         let f = self.fields;
         let writer = tokio::task::spawn_blocking(move || -> Result<IndexWriter> {
-            let mut w = open_writer(&index)?;
+            let mut w = open_writer(&index, dir.as_deref())?;
             if clear {
                 w.delete_all_documents().map_err(index_error)?;
             }
@@ -445,10 +492,10 @@ impl FtsIndex {
             // Never built (the next catch-up rebuilds it from the database) or unreadable.
             _ => return write.await.map(|(out, _)| out),
         };
-        let index = self.index.clone();
+        let (index, dir) = (self.index.clone(), self.dir.clone());
         let f = self.fields;
         let adding = tokio::task::spawn_blocking(move || -> Result<IndexWriter> {
-            let mut w = open_writer(&index)?;
+            let mut w = open_writer(&index, dir.as_deref())?;
             add(&mut w, f, &[], docs)?;
             Ok(w)
         });
@@ -800,7 +847,7 @@ mod tests {
                 .map(|t| t.join().unwrap().unwrap())
                 .collect();
             let f = handles[0].fields;
-            let mut w = open_writer(&handles[0].index).unwrap();
+            let mut w = open_writer(&handles[0].index, handles[0].dir.as_deref()).unwrap();
             w.add_document(doc!(f.key => "archival:1", f.text => "shared"))
                 .unwrap();
             commit(&mut w, 1).unwrap();
@@ -842,8 +889,57 @@ mod tests {
         let h = FtsIndex::open_blocking(Some(&dir)).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         let began = std::time::Instant::now();
-        assert!(open_writer(&h.index).is_err());
+        assert!(open_writer(&h.index, h.dir.as_deref()).is_err());
         // The busy-lock wait is 30 s; anything near it means the error was waited on.
         assert!(began.elapsed() < std::time::Duration::from_secs(10));
+    }
+
+    /// The segment files in `dir` (tantivy names them `<segment id>.<component>`).
+    fn segment_files(dir: &Path) -> HashSet<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name().into_string().unwrap();
+                let (id, _) = name.split_once('.')?;
+                (!id.is_empty() && id != "meta").then(|| id.to_owned())
+            })
+            .collect()
+    }
+
+    /// Two handles (two processes) writing the same index in turn, then one alone after the
+    /// other closed: each writer session sees the files the other registered, so segments merged
+    /// away are deleted whoever wrote them, and the directory keeps only the live segments' files.
+    #[test]
+    fn handles_writing_in_turn_leave_no_dead_segments() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("db.search");
+        let first = FtsIndex::open_blocking(Some(&dir)).unwrap();
+        let second = FtsIndex::open_blocking(Some(&dir)).unwrap();
+        let write = |h: &FtsIndex, n: i64| {
+            let f = h.fields;
+            let mut w = open_writer(&h.index, h.dir.as_deref()).unwrap();
+            w.add_document(doc!(f.key => format!("archival:{n}"), f.text => "turn"))
+                .unwrap();
+            commit(&mut w, n).unwrap();
+            w.wait_merging_threads().unwrap();
+        };
+        for n in 0..40 {
+            write(if n % 2 == 0 { &first } else { &second }, n);
+        }
+        drop(first);
+        for n in 40..80 {
+            write(&second, n);
+        }
+        let live: HashSet<String> = second
+            .index
+            .searchable_segment_ids()
+            .unwrap()
+            .iter()
+            .map(|id| id.uuid_string())
+            .collect();
+        assert!(live.len() < 40, "segments were merged: {}", live.len());
+        assert_eq!(segment_files(&dir), live);
+        second.reader.reload().unwrap();
+        assert_eq!(second.reader.searcher().num_docs(), 80);
     }
 }
