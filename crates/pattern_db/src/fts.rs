@@ -358,37 +358,80 @@ impl FtsIndex {
         })
     }
 
-    /// The cursor of the last committed catch-up; `None` for an index never built.
+    /// The cursor of the commit on disk now; `None` for an index never built.
+    #[cfg(test)]
     fn cursor(&self) -> Result<Option<i64>> {
         let metas = self.index.load_metas().map_err(index_error)?;
         Ok(metas.payload.and_then(|p| p.parse().ok()))
     }
 
-    /// Applies every change after the index's cursor (rebuilding first if it has none).
+    /// Reloads the reader and returns the cursor of exactly the commit it now reads (`None`: an
+    /// index never built). Another handle may commit between reading `meta.json` and reloading;
+    /// a cursor newer than the reader's documents would skip changes a search then misses, so
+    /// the two are read again until the reader's segments are the ones `meta.json` lists.
+    fn reload_with_cursor(&self) -> Result<Option<i64>> {
+        for _ in 0..100 {
+            let metas = self.index.load_metas().map_err(index_error)?;
+            self.reader.reload().map_err(index_error)?;
+            let searcher = self.reader.searcher();
+            let loaded = searcher.generation().segments();
+            let same = metas.segments.len() == loaded.len()
+                && metas
+                    .segments
+                    .iter()
+                    .all(|s| loaded.get(&s.id()) == Some(&s.delete_opstamp()));
+            if same {
+                return Ok(metas.payload.and_then(|p| p.parse().ok()));
+            }
+        }
+        Err(index_error(tantivy::TantivyError::SystemError(
+            "the full-text index kept changing while it was read".into(),
+        )))
+    }
+
+    /// Applies every change after the index's cursor (rebuilding first if it has none), until
+    /// the reader reads a commit whose cursor has no change after it. Other handles commit to
+    /// the same directory meanwhile (even rebuild it from an older head), so each round starts
+    /// from the cursor of the commit the reader reads, never from one remembered.
     pub(crate) async fn catch_up(&self, db: &Database) -> Result<()> {
         let _one = self.catching_up.lock().await;
-        // Another handle or process may have committed since this reader last looked.
-        self.reader.reload().map_err(index_error)?;
-        let (mut cursor, rebuilt) = match self.cursor()? {
-            Some(c) => (c, false),
-            None => (self.rebuild_locked(db).await?.0, true),
-        };
-        // A rebuilt index records its cursor even when nothing came after, so pruning the log
-        // knows this follower.
-        let start = if rebuilt { i64::MIN } else { cursor };
+        // The cursor first read, to record only a change (`Some(None)`: rebuilt, always
+        // recorded).
+        let mut first_read = None;
+        let mut stalled = 0;
         loop {
+            let cursor = match self.reload_with_cursor()? {
+                Some(c) => c,
+                None => {
+                    self.rebuild_locked(db).await?;
+                    first_read = Some(None);
+                    continue;
+                }
+            };
+            let start = *first_read.get_or_insert(Some(cursor));
             let changes = db.search_changes_after(cursor, CHANGES_PER_COMMIT).await?;
-            let Some(last) = changes.last() else { break };
-            let last = last.seq;
+            let Some(last) = changes.last().map(|c| c.seq) else {
+                if start != Some(cursor) {
+                    db.set_search_cursor(CONSUMER, cursor).await?;
+                }
+                return Ok(());
+            };
             let refs = changed_refs(&changes);
             let docs = load_docs(db, &refs).await?;
-            self.apply(refs, docs, last, false).await?;
-            cursor = last;
+            let committed = self.apply(refs, docs, cursor, last, false).await?;
+            // Another handle's rebuild can move the cursor back under this one; a few rounds
+            // of that in a row is not progress.
+            stalled = if committed.is_some_and(|c| c > cursor) {
+                0
+            } else {
+                stalled + 1
+            };
+            if stalled > 16 {
+                return Err(index_error(tantivy::TantivyError::SystemError(
+                    "the full-text index's cursor kept moving back".into(),
+                )));
+            }
         }
-        if cursor != start {
-            db.set_search_cursor(CONSUMER, cursor).await?;
-        }
-        Ok(())
     }
 
     /// Rebuilds the index from the live content; returns the number of documents.
@@ -421,33 +464,42 @@ impl FtsIndex {
         }
         drop(pooled);
         let n = docs.len() as u64;
-        self.apply(Vec::new(), docs, head, true).await?;
+        self.apply(Vec::new(), docs, head, head, true).await?;
         Ok((head, n))
     }
 
-    /// Deletes the documents of `remove`, adds `docs`, and commits with `cursor` as payload
-    /// (`clear`: deletes everything first).
+    /// Deletes the documents of `remove`, adds `docs` (those of the changes after `from` up to
+    /// `cursor`) and commits (`clear`: deletes everything first, and commits `cursor`; otherwise
+    /// the cursor [`commit`] finds safe). Returns the
+    /// cursor committed (`None`: nothing committed, the index was recreated meanwhile).
     async fn apply(
         &self,
         remove: Vec<ContentRef>,
         docs: Vec<Doc>,
+        from: i64,
         cursor: i64,
         clear: bool,
-    ) -> Result<()> {
+    ) -> Result<Option<i64>> {
         let (index, dir) = (self.index.clone(), self.dir.clone());
         let f = self.fields;
-        let writer = tokio::task::spawn_blocking(move || -> Result<IndexWriter> {
-            let mut w = open_writer(&index, dir.as_deref())?;
-            if clear {
-                w.delete_all_documents().map_err(index_error)?;
-            }
-            add(&mut w, f, &remove, docs)?;
-            commit(&mut w, cursor)?;
-            Ok(w)
-        })
-        .await
-        .map_err(join_error)??;
-        self.committed(writer)
+        let (writer, committed) =
+            tokio::task::spawn_blocking(move || -> Result<(IndexWriter, Option<i64>)> {
+                let mut w = open_writer(&index, dir.as_deref())?;
+                if clear {
+                    w.delete_all_documents().map_err(index_error)?;
+                }
+                add(&mut w, f, &remove, docs)?;
+                let committed = if clear {
+                    commit_at(&mut w, cursor).map(Some)?
+                } else {
+                    commit(&mut w, from, cursor)?
+                };
+                Ok((w, committed))
+            })
+            .await
+            .map_err(join_error)??;
+        self.committed(writer)?;
+        Ok(committed)
     }
 
     /// After a commit: the commit is visible now; merging the segments it started can take
@@ -482,12 +534,7 @@ impl FtsIndex {
         write: impl std::future::Future<Output = Result<(T, Option<(i64, i64)>)>>,
     ) -> Result<T> {
         let _one = self.catching_up.lock().await;
-        let cursor = match self
-            .reader
-            .reload()
-            .map_err(index_error)
-            .and_then(|()| self.cursor())
-        {
+        let cursor = match self.reload_with_cursor() {
             Ok(Some(cursor)) => cursor,
             // Never built (the next catch-up rebuilds it from the database) or unreadable.
             _ => return write.await.map(|(out, _)| out),
@@ -532,11 +579,12 @@ impl FtsIndex {
         &self,
         db: &Database,
         mut w: IndexWriter,
-        mut cursor: i64,
+        from: i64,
         first: i64,
         last: i64,
     ) -> Result<()> {
         let f = self.fields;
+        let mut cursor = from;
         while cursor < first - 1 {
             let changes = match db.search_changes_after(cursor, CHANGES_PER_COMMIT).await {
                 Ok(changes) => changes,
@@ -562,11 +610,15 @@ impl FtsIndex {
                 .map_err(join_error)??;
             cursor = end;
         }
-        let w = tokio::task::spawn_blocking(move || commit(&mut w, last).map(|()| w))
-            .await
-            .map_err(join_error)??;
+        let (w, committed) =
+            tokio::task::spawn_blocking(move || commit(&mut w, from, last).map(|c| (w, c)))
+                .await
+                .map_err(join_error)??;
         self.committed(w)?;
-        db.set_search_cursor(CONSUMER, last).await
+        match committed {
+            Some(cursor) => db.set_search_cursor(CONSUMER, cursor).await,
+            None => Ok(()),
+        }
     }
 
     /// Searches the index (already caught up) and checks every hit against the database.
@@ -734,12 +786,32 @@ fn add(w: &mut IndexWriter, f: Fields, remove: &[ContentRef], docs: Vec<Doc>) ->
     Ok(())
 }
 
+/// Commits what `w` holds, the documents of the changes after `from` up to `last` re-read
+/// (on a blocking thread), and returns the cursor it recorded, or `None` (rolled back) when the
+/// index has no cursor (recreated by another handle: the next catch-up rebuilds it).
+///
+/// The commit `w` started from (its cursor read now, under the writer lock) may be another
+/// handle's: one at or after `from` holds every change up to `from`, so with `w`'s documents
+/// every change up to `last` is in (when it is past `last`, `w`'s documents may be older than
+/// its own: recording `last` has its later changes applied again); one before `from` (a
+/// rebuild from an older head) lacks the changes between them, so its cursor is kept.
+fn commit(w: &mut IndexWriter, from: i64, last: i64) -> Result<Option<i64>> {
+    let base = w.index().load_metas().map_err(index_error)?.payload;
+    match base.and_then(|p| p.parse::<i64>().ok()) {
+        Some(base) => commit_at(w, if base >= from { last } else { base }).map(Some),
+        None => {
+            w.rollback().map_err(index_error)?;
+            Ok(None)
+        }
+    }
+}
+
 /// Commits what `w` holds with `cursor` as the index's payload (on a blocking thread).
-fn commit(w: &mut IndexWriter, cursor: i64) -> Result<()> {
+fn commit_at(w: &mut IndexWriter, cursor: i64) -> Result<i64> {
     let mut prepared = w.prepare_commit().map_err(index_error)?;
     prepared.set_payload(&cursor.to_string());
     prepared.commit().map_err(index_error)?;
-    Ok(())
+    Ok(cursor)
 }
 
 /// Discards what `w` holds since its last commit and releases its lock.
@@ -850,7 +922,7 @@ mod tests {
             let mut w = open_writer(&handles[0].index, handles[0].dir.as_deref()).unwrap();
             w.add_document(doc!(f.key => "archival:1", f.text => "shared"))
                 .unwrap();
-            commit(&mut w, 1).unwrap();
+            commit_at(&mut w, 1).unwrap();
             drop(w);
             for h in &handles {
                 h.reader.reload().unwrap();
@@ -920,7 +992,7 @@ mod tests {
             let mut w = open_writer(&h.index, h.dir.as_deref()).unwrap();
             w.add_document(doc!(f.key => format!("archival:{n}"), f.text => "turn"))
                 .unwrap();
-            commit(&mut w, n).unwrap();
+            commit_at(&mut w, n).unwrap();
             w.wait_merging_threads().unwrap();
         };
         for n in 0..40 {
@@ -941,5 +1013,25 @@ mod tests {
         assert_eq!(segment_files(&dir), live);
         second.reader.reload().unwrap();
         assert_eq!(second.reader.searcher().num_docs(), 80);
+    }
+
+    /// An incremental commit records its last change when it started from a commit holding
+    /// every change it read after, and that commit's cursor when it started from an older one
+    /// (another handle's rebuild); none on an index without a cursor.
+    #[test]
+    fn an_incremental_commit_never_records_past_its_base() {
+        let h = FtsIndex::open_blocking(None).unwrap();
+        let mut w = open_writer(&h.index, None).unwrap();
+        assert_eq!(commit(&mut w, 0, 5).unwrap(), None);
+        assert_eq!(h.cursor().unwrap(), None);
+        assert_eq!(commit_at(&mut w, 10).unwrap(), 10);
+        assert_eq!(commit(&mut w, 10, 15).unwrap(), Some(15));
+        // Another handle got further meanwhile: its later changes are applied again.
+        assert_eq!(commit_at(&mut w, 30).unwrap(), 30);
+        assert_eq!(commit(&mut w, 15, 20).unwrap(), Some(20));
+        // Another handle's rebuild from head 3.
+        assert_eq!(commit_at(&mut w, 3).unwrap(), 3);
+        assert_eq!(commit(&mut w, 20, 25).unwrap(), Some(3));
+        assert_eq!(h.cursor().unwrap(), Some(3));
     }
 }

@@ -1386,3 +1386,128 @@ async fn an_import_is_indexed_when_it_returns() {
     db.close().await;
     tdb.cleanup().await.unwrap();
 }
+
+/// Passages each child of `processes_share_the_full_text_index` writes.
+const CHILD_PASSAGES: usize = 30;
+
+/// Not a test on its own: a child of `processes_share_the_full_text_index` (a no-op in a
+/// normal run). It writes passages carrying its word into the shared SQLite file, searching
+/// after every few, and panics (exits non-zero) on any error or on missing one of its writes.
+#[test]
+fn fts_child() {
+    let (Ok(url), Ok(agent), Ok(word), Ok(go)) = (
+        std::env::var("PATTERN_FTS_CHILD"),
+        std::env::var("PATTERN_FTS_AGENT"),
+        std::env::var("PATTERN_FTS_WORD"),
+        std::env::var("PATTERN_FTS_GO"),
+    ) else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let db = Database::open(pattern_db::DbConfig::new(url))
+            .await
+            .unwrap();
+        let agent = agent.parse().unwrap();
+        // Ready; then all children open the (new) index at the same moment.
+        std::fs::write(format!("{go}.{word}"), b"").unwrap();
+        while !std::path::Path::new(&go).exists() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert!(ids(&db, &word, &search(100)).await.is_empty());
+        for i in 0..CHILD_PASSAGES {
+            db.insert_archival(
+                agent,
+                NewArchival::text(format!("{word} passage {i} in the shared file")),
+            )
+            .await
+            .unwrap();
+            if i % 3 == 2 {
+                // A search catches up first: this process sees every write it made.
+                assert_eq!(ids(&db, &word, &search(100)).await.len(), i + 1);
+            }
+        }
+        db.close().await;
+    });
+}
+
+/// Several processes on one SQLite file share its full-text index directory: they open a new
+/// index at the same moment, write, catch up and search it at once, and every search succeeds
+/// and sees every write acknowledged before it, whichever process wrote it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_share_the_full_text_index() {
+    let tdb = fresh(Kind::Sqlite).await;
+    let db = tdb.open().await.unwrap();
+    let a = db.create_agent(NewAgent::named("ada")).await.unwrap();
+    let words = ["heron", "otter", "badger", "marten"];
+    let go = tdb.dir().unwrap().join(format!("go-{}", a.id));
+    let mut children: Vec<std::process::Child> = words
+        .iter()
+        .map(|word| {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "search::fts_child",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("PATTERN_FTS_CHILD", &tdb.url)
+                .env("PATTERN_FTS_AGENT", a.id.to_string())
+                .env("PATTERN_FTS_WORD", word)
+                .env("PATTERN_FTS_GO", &go)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let ready = |w: &&str| std::path::Path::new(&format!("{}.{w}", go.display())).exists();
+    while !words.iter().all(ready) {
+        if let Some(i) = children
+            .iter_mut()
+            .position(|c| c.try_wait().unwrap().is_some())
+        {
+            let out = children.swap_remove(i).wait_with_output().unwrap();
+            panic!(
+                "a child exited before it was ready ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    std::fs::write(&go, b"").unwrap();
+    // This process searches (and so opens, catches up and commits the index) until every
+    // child has exited; what it finds only grows.
+    let mut seen = 0;
+    while children.iter_mut().any(|c| c.try_wait().unwrap().is_none()) {
+        let now = ids(&db, "shared", &search(1000)).await.len();
+        assert!(now >= seen, "a search lost hits: {now} after {seen}");
+        seen = now;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "a child failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for word in words {
+        assert_eq!(ids(&db, word, &search(100)).await.len(), CHILD_PASSAGES);
+    }
+    db.close().await;
+    // A handle opened afterwards finds the same.
+    let db = tdb.open().await.unwrap();
+    assert_eq!(
+        ids(&db, "shared", &search(1000)).await.len(),
+        words.len() * CHILD_PASSAGES
+    );
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
