@@ -409,7 +409,15 @@ impl FtsIndex {
                 }
             };
             let start = *first_read.get_or_insert(Some(cursor));
-            let changes = db.search_changes_after(cursor, CHANGES_PER_COMMIT).await?;
+            let Some(changes) = changes_since(db, cursor).await? else {
+                tracing::warn!(
+                    cursor,
+                    "the search log was pruned past the full-text index's cursor; rebuilding it"
+                );
+                self.rebuild_locked(db).await?;
+                first_read = Some(None);
+                continue;
+            };
             let Some(last) = changes.last().map(|c| c.seq) else {
                 if start != Some(cursor) {
                     db.set_search_cursor(CONSUMER, cursor).await?;
@@ -586,8 +594,13 @@ impl FtsIndex {
         let f = self.fields;
         let mut cursor = from;
         while cursor < first - 1 {
-            let changes = match db.search_changes_after(cursor, CHANGES_PER_COMMIT).await {
-                Ok(changes) => changes,
+            let changes = match changes_since(db, cursor).await {
+                Ok(Some(changes)) => changes,
+                // Pruned past the cursor: the next catch-up rebuilds the index.
+                Ok(None) => {
+                    roll_back(w).await;
+                    return Ok(());
+                }
                 Err(e) => {
                     roll_back(w).await;
                     return Err(e);
@@ -755,6 +768,17 @@ impl FtsIndex {
 }
 
 /// The content whose documents `changes` replace or remove, once each.
+/// The changes after `cursor` (at most [`CHANGES_PER_COMMIT`]), or `None` when the log was
+/// pruned past `cursor` (changes the index needs are gone: it must be rebuilt). The log is read
+/// before the prune mark, so a prune between the two reads is seen.
+async fn changes_since(db: &Database, cursor: i64) -> Result<Option<Vec<SearchChange>>> {
+    let mut pooled = db.reader().acquire().await?;
+    let mut conn = pooled.conn();
+    let changes = sql::changes_after(&mut conn, cursor, CHANGES_PER_COMMIT).await?;
+    let pruned = sql::pruned_through(&mut conn).await?;
+    Ok((pruned <= cursor).then_some(changes))
+}
+
 fn changed_refs(changes: &[SearchChange]) -> Vec<ContentRef> {
     let mut seen = HashSet::new();
     changes

@@ -1511,3 +1511,58 @@ async fn processes_share_the_full_text_index() {
     db.close().await;
     tdb.cleanup().await.unwrap();
 }
+
+/// The log pruned past the full-text index's cursor (another process recorded a later cursor
+/// for the shared follower row just before a rebuild moved the index back, then a retention
+/// pass ran): the next search rebuilds the index instead of missing the pruned changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_behind_a_pruned_log_is_rebuilt() {
+    let tdb = fresh(Kind::Sqlite).await;
+    let db = tdb.open().await.unwrap();
+    let a = db.create_agent(NewAgent::named("ada")).await.unwrap();
+    db.insert_archival(a.id, NewArchival::text("the first heron"))
+        .await
+        .unwrap();
+    assert_eq!(ids(&db, "heron", &search(10)).await.len(), 1);
+    db.close().await;
+    // The index as it was then, kept aside (its files are flat in one directory).
+    let index = std::path::PathBuf::from(format!(
+        "{}.search",
+        tdb.url
+            .trim_start_matches("sqlite://")
+            .split('?')
+            .next()
+            .unwrap()
+    ));
+    let saved = index.with_extension("saved");
+    std::fs::create_dir_all(&saved).unwrap();
+    for entry in std::fs::read_dir(&index).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, saved.join(path.file_name().unwrap())).unwrap();
+    }
+    let db = tdb.open().await.unwrap();
+    let late = db
+        .insert_archival(a.id, NewArchival::text("a late heron"))
+        .await
+        .unwrap();
+    // The newest change is never pruned: a second one keeps the first's out of the log.
+    db.insert_archival(a.id, NewArchival::text("the last heron"))
+        .await
+        .unwrap();
+    assert_eq!(ids(&db, "heron", &search(10)).await.len(), 3);
+    db.close().await;
+    // The index goes back to before the late passage while the shared cursor says it has
+    // applied everything, and the log is pruned to that cursor.
+    std::fs::remove_dir_all(&index).unwrap();
+    std::fs::rename(&saved, &index).unwrap();
+    let db = tdb.open().await.unwrap();
+    let head = db.search_changes_head().await.unwrap();
+    db.set_search_cursor("tantivy", head).await.unwrap();
+    assert!(db.prune_applied_search_changes().await.unwrap() > 0);
+    assert_eq!(db.search_pruned_through().await.unwrap(), head);
+    let found = ids(&db, "heron", &search(10)).await;
+    assert_eq!(found.len(), 3);
+    assert!(found.contains(&ContentRef::archival(late.id)));
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
