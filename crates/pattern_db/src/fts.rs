@@ -769,12 +769,20 @@ impl FtsIndex {
 
 /// The content whose documents `changes` replace or remove, once each.
 /// The changes after `cursor` (at most [`CHANGES_PER_COMMIT`]), or `None` when the log was
-/// pruned past `cursor` (changes the index needs are gone: it must be rebuilt). The log is read
-/// before the prune mark, so a prune between the two reads is seen.
+/// pruned past `cursor` (changes the index needs are gone: it must be rebuilt).
+///
+/// Pruning never deletes the newest change and `seq` has no gaps on SQLite (rows leave the log
+/// only by pruning, oldest first), so the prune mark is read only when the first change is not
+/// `cursor + 1`: none after `cursor` means the newest is at or before it, and `cursor + 1`
+/// still logged means nothing after `cursor` went. The mark is read after the changes, so a
+/// prune between the two reads is seen.
 async fn changes_since(db: &Database, cursor: i64) -> Result<Option<Vec<SearchChange>>> {
     let mut pooled = db.reader().acquire().await?;
     let mut conn = pooled.conn();
     let changes = sql::changes_after(&mut conn, cursor, CHANGES_PER_COMMIT).await?;
+    if changes.first().is_none_or(|c| c.seq == cursor + 1) {
+        return Ok(Some(changes));
+    }
     let pruned = sql::pruned_through(&mut conn).await?;
     Ok((pruned <= cursor).then_some(changes))
 }
