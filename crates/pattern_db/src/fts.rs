@@ -400,11 +400,19 @@ impl FtsIndex {
         let mut first_read = None;
         let mut stalled = 0;
         loop {
+            // Another handle's rebuild or recreation can move the cursor back under this one;
+            // a run of rounds without progress is an error, not a loop.
+            if stalled > 16 {
+                return Err(index_error(tantivy::TantivyError::SystemError(
+                    "the full-text index's cursor kept moving back".into(),
+                )));
+            }
             let cursor = match self.reload_with_cursor()? {
                 Some(c) => c,
                 None => {
                     self.rebuild_locked(db).await?;
                     first_read = Some(None);
+                    stalled += 1;
                     continue;
                 }
             };
@@ -416,6 +424,7 @@ impl FtsIndex {
                 );
                 self.rebuild_locked(db).await?;
                 first_read = Some(None);
+                stalled += 1;
                 continue;
             };
             let Some(last) = changes.last().map(|c| c.seq) else {
@@ -427,18 +436,11 @@ impl FtsIndex {
             let refs = changed_refs(&changes);
             let docs = load_docs(db, &refs).await?;
             let committed = self.apply(refs, docs, cursor, last, false).await?;
-            // Another handle's rebuild can move the cursor back under this one; a few rounds
-            // of that in a row is not progress.
             stalled = if committed.is_some_and(|c| c > cursor) {
                 0
             } else {
                 stalled + 1
             };
-            if stalled > 16 {
-                return Err(index_error(tantivy::TantivyError::SystemError(
-                    "the full-text index's cursor kept moving back".into(),
-                )));
-            }
         }
     }
 
@@ -478,8 +480,8 @@ impl FtsIndex {
 
     /// Deletes the documents of `remove`, adds `docs` (those of the changes after `from` up to
     /// `cursor`) and commits (`clear`: deletes everything first, and commits `cursor`; otherwise
-    /// the cursor [`commit`] finds safe). Returns the
-    /// cursor committed (`None`: nothing committed, the index was recreated meanwhile).
+    /// the cursor [`commit`] finds safe). Returns the cursor committed (`None`: nothing
+    /// committed, the index was recreated meanwhile).
     async fn apply(
         &self,
         remove: Vec<ContentRef>,

@@ -1393,8 +1393,8 @@ const CHILD_PASSAGES: usize = 30;
 /// Not a test on its own: a child of `processes_share_the_full_text_index` (a no-op in a
 /// normal run). It writes passages carrying its word into the shared SQLite file, searching
 /// after every few, and panics (exits non-zero) on any error or on missing one of its writes.
-#[test]
-fn fts_child() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fts_child() {
     let (Ok(url), Ok(agent), Ok(word), Ok(go)) = (
         std::env::var("PATTERN_FTS_CHILD"),
         std::env::var("PATTERN_FTS_AGENT"),
@@ -1403,36 +1403,29 @@ fn fts_child() {
     ) else {
         return;
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
+    let db = Database::open(pattern_db::DbConfig::new(url))
+        .await
         .unwrap();
-    rt.block_on(async move {
-        let db = Database::open(pattern_db::DbConfig::new(url))
-            .await
-            .unwrap();
-        let agent = agent.parse().unwrap();
-        // Ready; then all children open the (new) index at the same moment.
-        std::fs::write(format!("{go}.{word}"), b"").unwrap();
-        while !std::path::Path::new(&go).exists() {
-            tokio::time::sleep(Duration::from_millis(1)).await;
+    let agent = agent.parse().unwrap();
+    // Ready; then all children open the (new) index at the same moment.
+    std::fs::write(format!("{go}.{word}"), b"").unwrap();
+    while !std::path::Path::new(&go).exists() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(ids(&db, &word, &search(100)).await.is_empty());
+    for i in 0..CHILD_PASSAGES {
+        db.insert_archival(
+            agent,
+            NewArchival::text(format!("{word} passage {i} in the shared file")),
+        )
+        .await
+        .unwrap();
+        if i % 3 == 2 {
+            // A search catches up first: this process sees every write it made.
+            assert_eq!(ids(&db, &word, &search(100)).await.len(), i + 1);
         }
-        assert!(ids(&db, &word, &search(100)).await.is_empty());
-        for i in 0..CHILD_PASSAGES {
-            db.insert_archival(
-                agent,
-                NewArchival::text(format!("{word} passage {i} in the shared file")),
-            )
-            .await
-            .unwrap();
-            if i % 3 == 2 {
-                // A search catches up first: this process sees every write it made.
-                assert_eq!(ids(&db, &word, &search(100)).await.len(), i + 1);
-            }
-        }
-        db.close().await;
-    });
+    }
+    db.close().await;
 }
 
 /// Several processes on one SQLite file share its full-text index directory: they open a new
