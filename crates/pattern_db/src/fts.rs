@@ -111,10 +111,13 @@ pub(crate) fn file_vanished(e: &Error) -> bool {
     }
 }
 
+/// An index failure that is not tantivy's own (ours, or the system's), as an index error.
+fn index_failure(what: String) -> Error {
+    index_error(tantivy::TantivyError::SystemError(what))
+}
+
 fn join_error(e: tokio::task::JoinError) -> Error {
-    Error::Storage(StorageError::Index(Arc::new(
-        tantivy::TantivyError::SystemError(format!("index task failed: {e}")),
-    )))
+    index_failure(format!("index task failed: {e}"))
 }
 
 /// How long writes must pause before the follower catches up. A steady stream of writes (an
@@ -185,9 +188,9 @@ fn open_writer(index: &Index, dir: Option<&Path>) -> Result<IndexWriter> {
                 waited += 1;
             }
             Ok(_) => {
-                return Err(index_error(tantivy::TantivyError::SystemError(
+                return Err(index_failure(
                     "the full-text index's file list kept changing under its writer lock".into(),
-                )));
+                ));
             }
             Err(e) => return Err(index_error(e)),
         }
@@ -200,9 +203,9 @@ fn managed_list_current(index: &Index) -> Result<bool> {
     let on_disk: HashSet<PathBuf> = match index.directory().atomic_read(Path::new(".managed.json"))
     {
         Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-            index_error(tantivy::TantivyError::SystemError(format!(
+            index_failure(format!(
                 "the full-text index's file list cannot be read: {e}"
-            )))
+            ))
         })?,
         Err(tantivy::directory::error::OpenReadError::FileDoesNotExist(_)) => HashSet::new(),
         Err(e) => return Err(index_error(e.into())),
@@ -271,12 +274,10 @@ pub(crate) fn dir_for(url: &str) -> Option<PathBuf> {
 const OPEN_LOCK: &str = ".pattern-open.lock";
 
 fn dir_error(dir: &Path, what: &str, e: std::io::Error) -> Error {
-    Error::Storage(StorageError::Index(Arc::new(
-        tantivy::TantivyError::SystemError(format!(
-            "cannot {what} index directory {}: {e}",
-            dir.display()
-        )),
-    )))
+    index_failure(format!(
+        "cannot {what} index directory {}: {e}",
+        dir.display()
+    ))
 }
 
 /// Opens the index in `dir`, creating it when there is none. An index with another schema
@@ -384,9 +385,9 @@ impl FtsIndex {
                 return Ok(metas.payload.and_then(|p| p.parse().ok()));
             }
         }
-        Err(index_error(tantivy::TantivyError::SystemError(
+        Err(index_failure(
             "the full-text index kept changing while it was read".into(),
-        )))
+        ))
     }
 
     /// Applies every change after the index's cursor (rebuilding first if it has none), until
@@ -395,40 +396,40 @@ impl FtsIndex {
     /// from the cursor of the commit the reader reads, never from one remembered.
     pub(crate) async fn catch_up(&self, db: &Database) -> Result<()> {
         let _one = self.catching_up.lock().await;
-        // The cursor first read, to record only a change (`Some(None)`: rebuilt, always
-        // recorded).
-        let mut first_read = None;
+        // The cursor is recorded when it moved from the first one read, or after a rebuild
+        // (even with nothing after it, so pruning the log knows this follower).
+        let (mut first, mut rebuilt) = (None, false);
         let mut stalled = 0;
         loop {
             // Another handle's rebuild or recreation can move the cursor back under this one;
             // a run of rounds without progress is an error, not a loop.
             if stalled > 16 {
-                return Err(index_error(tantivy::TantivyError::SystemError(
+                return Err(index_failure(
                     "the full-text index's cursor kept moving back".into(),
-                )));
+                ));
             }
             let cursor = match self.reload_with_cursor()? {
                 Some(c) => c,
                 None => {
                     self.rebuild_locked(db).await?;
-                    first_read = Some(None);
+                    rebuilt = true;
                     stalled += 1;
                     continue;
                 }
             };
-            let start = *first_read.get_or_insert(Some(cursor));
+            let started = *first.get_or_insert(cursor);
             let Some(changes) = changes_since(db, cursor).await? else {
                 tracing::warn!(
                     cursor,
                     "the search log was pruned past the full-text index's cursor; rebuilding it"
                 );
                 self.rebuild_locked(db).await?;
-                first_read = Some(None);
+                rebuilt = true;
                 stalled += 1;
                 continue;
             };
             let Some(last) = changes.last().map(|c| c.seq) else {
-                if start != Some(cursor) {
+                if rebuilt || started != cursor {
                     db.set_search_cursor(CONSUMER, cursor).await?;
                 }
                 return Ok(());

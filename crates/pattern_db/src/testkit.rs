@@ -93,6 +93,11 @@ impl TestDb {
         self._dir.as_ref().map(TempDir::path)
     }
 
+    /// The full-text index directory beside a SQLite database file (`None` on PostgreSQL).
+    pub fn search_index_dir(&self) -> Option<PathBuf> {
+        crate::fts::dir_for(&self.url)
+    }
+
     /// Default configuration for this database.
     pub fn config(&self) -> DbConfig {
         DbConfig::new(self.url.clone())

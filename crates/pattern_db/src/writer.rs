@@ -6,9 +6,8 @@
 //! already queued behind it (up to `max_group`; it yields to the runtime a few times while the
 //! queue still grows, so callers whose last write just committed join the group), runs them in
 //! one transaction, each inside its own savepoint, and commits once: one fsync serves the whole
-//! group. An op that fails is
-//! rolled back to its savepoint alone and its caller gets the error; the others commit. No reply is
-//! sent before the commit that makes it durable has returned.
+//! group. An op that fails is rolled back to its savepoint alone and its caller gets the error;
+//! the others commit. No reply is sent before the commit that makes it durable has returned.
 //!
 //! **Lock order.** SQLite has exactly one writer task (SQLite allows one writer at a time
 //! anyway). PostgreSQL has several, and every transaction takes its row locks in one global

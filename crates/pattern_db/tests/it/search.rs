@@ -956,13 +956,8 @@ async fn index_repairs_itself(kind: Kind) {
     );
     assert_eq!(ids(&db, "comets", &search(100)).await.len(), 21);
     db.close().await;
-    if let Some(dir) = tdb.dir() {
+    if let Some(index) = tdb.search_index_dir() {
         // Drop the whole index directory: rebuilt from the database on the next search.
-        let index = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| p.to_string_lossy().ends_with(".search"))
-            .expect("index directory beside the database file");
         std::fs::remove_dir_all(&index).unwrap();
         let db = tdb.open().await.unwrap();
         assert_eq!(ids(&db, "comets", &search(100)).await.len(), 21);
@@ -1519,14 +1514,7 @@ async fn an_index_behind_a_pruned_log_is_rebuilt() {
     assert_eq!(ids(&db, "heron", &search(10)).await.len(), 1);
     db.close().await;
     // The index as it was then, kept aside (its files are flat in one directory).
-    let index = std::path::PathBuf::from(format!(
-        "{}.search",
-        tdb.url
-            .trim_start_matches("sqlite://")
-            .split('?')
-            .next()
-            .unwrap()
-    ));
+    let index = tdb.search_index_dir().unwrap();
     let saved = index.with_extension("saved");
     std::fs::create_dir_all(&saved).unwrap();
     for entry in std::fs::read_dir(&index).unwrap() {
