@@ -175,7 +175,17 @@ fn open_writer(index: &Index, dir: Option<&Path>) -> Result<IndexWriter> {
             None => index.clone(),
         };
         match fresh.writer_with_num_threads(INDEXING_THREADS, WRITER_BUDGET) {
-            Ok(w) if dir.is_none() || managed_list_current(&fresh)? => return Ok(w),
+            Ok(w) if dir.is_none() => return Ok(w),
+            Ok(w) if managed_list_current(&fresh)? => {
+                // A writer killed mid-commit leaves files its commit never published, among
+                // them delete files named by segment and operation stamp: this writer counts
+                // from the same published stamp and would find its own names taken
+                // (`FileAlreadyExists` on every commit, so the index never moved again). They
+                // are registered before they are written, so collecting what the published
+                // index does not use removes them.
+                w.garbage_collect_files().wait().map_err(index_error)?;
+                return Ok(w);
+            }
             Ok(w) if waited < 600 => {
                 drop(w);
                 waited += 1;
@@ -1048,6 +1058,48 @@ mod tests {
         assert_eq!(segment_files(&dir), live);
         second.reader.reload().unwrap();
         assert_eq!(second.reader.searcher().num_docs(), 80);
+    }
+
+    /// A process killed during a commit, after it wrote a segment's delete file and before it
+    /// published the commit: the next writer starts from the same published commit, so its
+    /// same delete gets the same file name. It commits (the orphan is collected first) instead
+    /// of failing with `FileAlreadyExists` on every try.
+    #[test]
+    fn a_commit_killed_before_it_was_published_blocks_no_later_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("db.search");
+        let h = FtsIndex::open_blocking(Some(&dir)).unwrap();
+        let f = h.fields;
+        // One segment of ten documents (one indexing thread).
+        let mut w = h.index.writer_with_num_threads(1, WRITER_BUDGET).unwrap();
+        for n in 1..=10 {
+            w.add_document(doc!(f.key => format!("archival:{n}"), f.text => "kept"))
+                .unwrap();
+        }
+        commit_at(&mut w, 1).unwrap();
+        w.wait_merging_threads().unwrap();
+        let published = std::fs::read(dir.join("meta.json")).unwrap();
+        let delete_one = || {
+            let mut w = open_writer(&h.index, h.dir.as_deref())?;
+            w.delete_term(Term::from_field_text(f.key, "archival:1"));
+            commit_at(&mut w, 2)?;
+            w.wait_merging_threads().map_err(index_error)
+        };
+        // The killed commit: its files written, its publication never made.
+        delete_one().unwrap();
+        std::fs::write(dir.join("meta.json"), &published).unwrap();
+        assert!(
+            std::fs::read_dir(&dir).unwrap().any(|e| e
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".del")),
+            "the killed commit left its delete file"
+        );
+        delete_one().unwrap();
+        h.reader.reload().unwrap();
+        assert_eq!(h.reader.searcher().num_docs(), 9);
+        assert_eq!(h.cursor().unwrap(), Some(2));
     }
 
     /// An incremental commit records its last change when it started from a commit holding
