@@ -21,6 +21,7 @@ mod auth;
 mod conformance;
 mod console;
 mod crash;
+mod fts_soak;
 mod identity;
 mod ids;
 mod import;

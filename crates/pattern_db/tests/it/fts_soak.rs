@@ -1,0 +1,414 @@
+//! The SQLite full-text index shared by processes that are killed: several child processes on
+//! one database file insert and delete archival passages, acknowledge, import and archive
+//! messages, rewrite a memory block, prune the change log (as retention passes do) and now and
+//! then rebuild the index, each
+//! checking that its own search sees what it just wrote; the parent searches meanwhile and
+//! SIGKILLs a random child every few hundred milliseconds (mid-write, mid-commit of the index,
+//! mid-rebuild), starting another in its place. At the end a new handle's search agrees with the
+//! database: every live item is found by its own word and nothing else is, no deleted passage,
+//! archived message or old block value is, and every write a child reported acknowledged is
+//! stored.
+//!
+//! The children are this test binary, re-run with `PATTERN_FTS_SOAK_CHILD` set; a child prints a
+//! line for every write only after the store acknowledged it. `PATTERN_FTS_SOAK_SECS` sets the
+//! run's length (6 s by default; the long form is a few minutes).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pattern_db::{
+    AgentId, ArchivalId, BeginBatch, ContentBlock, ContentRef, Database, DbConfig, LegacyMessage,
+    ListArchival, NewAgent, NewArchival, NewBlock, NewMessage, Role, TextSearch,
+};
+use rand::Rng;
+
+use crate::{Kind, fresh};
+
+/// Children writing at once.
+const CHILDREN: usize = 3;
+const RW: &[&str] = &["read_write", "admin"];
+
+fn run_secs() -> u64 {
+    std::env::var("PATTERN_FTS_SOAK_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(6)
+}
+
+async fn found(db: &Database, word: &str) -> Vec<ContentRef> {
+    let opts = TextSearch {
+        limit: 10,
+        ..TextSearch::default()
+    };
+    db.search_text(word, &opts)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|h| h.content)
+        .collect()
+}
+
+/// The last word of a stored text: each item's own word.
+fn own_word(text: &str) -> &str {
+    text.rsplit(' ').next().unwrap_or_default()
+}
+
+/// Entry point of a child; a no-op in a normal test run. Writes until it is killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child() {
+    let (Ok(url), Ok(agent), Ok(tag)) = (
+        std::env::var("PATTERN_FTS_SOAK_CHILD"),
+        std::env::var("PATTERN_FTS_SOAK_AGENT"),
+        std::env::var("PATTERN_FTS_SOAK_TAG"),
+    ) else {
+        return;
+    };
+    let db = Database::open(DbConfig::new(url)).await.unwrap();
+    let agent: AgentId = agent.parse().unwrap();
+    let store = db.messages(agent);
+    let mut passages: Vec<(ArchivalId, String)> = Vec::new();
+    let mut batches = Vec::new();
+    let mut rng = rand::rng();
+    for i in 0u64.. {
+        let word = format!("zq{tag}n{i}");
+        let written = match i % 5 {
+            0 | 3 => {
+                let e = db
+                    .insert_archival(agent, NewArchival::text(format!("soak passage {word}")))
+                    .await
+                    .unwrap();
+                println!("A {} {word} .", e.id);
+                passages.push((e.id, word.clone()));
+                Some(ContentRef::archival(e.id))
+            }
+            1 => {
+                let r = store
+                    .begin_batch(
+                        NewMessage::user(format!("soak message {word}")),
+                        BeginBatch::default(),
+                    )
+                    .await
+                    .unwrap();
+                println!("M {} {word} .", r.message_id);
+                store.complete_batch(r.batch_id).await.unwrap();
+                batches.push((r.batch_id, r.message_id, word.clone()));
+                Some(ContentRef::message(r.message_id))
+            }
+            2 => {
+                let b = db.block(agent, "soak").await.unwrap();
+                db.write_block(
+                    agent,
+                    "soak",
+                    b.version,
+                    format!("soak block {word}"),
+                    "replace",
+                    RW,
+                )
+                .await
+                .unwrap();
+                println!("B {} {word} .", b.id);
+                Some(ContentRef::block(b.id))
+            }
+            _ => {
+                if passages.is_empty() {
+                    None
+                } else {
+                    let (id, gone) = passages.swap_remove(rng.random_range(0..passages.len()));
+                    assert!(db.delete_archival(agent, id).await.unwrap());
+                    println!("D {id} {gone} .");
+                    assert!(found(&db, &gone).await.is_empty(), "deleted {gone} found");
+                    None
+                }
+            }
+        };
+        // This process's search sees what it just wrote, whoever holds the index.
+        if let Some(item) = written {
+            assert_eq!(found(&db, &word).await, [item], "{word}");
+        }
+        if i % 30 == 29 {
+            // An import: the index takes its messages while they are written.
+            let words: Vec<String> = (0..4).map(|k| format!("zq{tag}n{i}k{k}")).collect();
+            let history = words
+                .iter()
+                .enumerate()
+                .map(|(k, w)| LegacyMessage {
+                    role: if k % 2 == 0 {
+                        Role::User
+                    } else {
+                        Role::Assistant
+                    },
+                    content: vec![ContentBlock::text(format!("soak import {w}"))],
+                    created_at: None,
+                    origin: None,
+                })
+                .collect();
+            store.import_legacy(history).await.unwrap();
+            for w in &words {
+                println!("I - {w} .");
+            }
+            assert_eq!(found(&db, &words[3]).await.len(), 1, "{}", words[3]);
+        }
+        if i % 25 == 24 && !batches.is_empty() {
+            // Archiving takes a batch's messages out of live history (and out of search).
+            let (batch, message, gone) = batches.swap_remove(rng.random_range(0..batches.len()));
+            store.archive_batches(vec![batch]).await.unwrap();
+            println!("X {message} {gone} .");
+            assert!(found(&db, &gone).await.is_empty(), "archived {gone} found");
+        }
+        if i % 20 == 19 {
+            db.prune_applied_search_changes().await.unwrap();
+        }
+        if i % 97 == 96 {
+            db.reindex().await.unwrap();
+        }
+    }
+}
+
+/// A write a child reported acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Acked {
+    Passage(String, String),
+    Message(String, String),
+    Block(String, String),
+    Deleted(String, String),
+    Imported(String),
+    Archived(String, String),
+}
+
+/// A running child and the thread reading its acknowledgements.
+struct Running {
+    child: Child,
+    reader: std::thread::JoinHandle<()>,
+}
+
+fn spawn(url: &str, agent: AgentId, tag: &str, log: &Arc<Mutex<Vec<Acked>>>) -> Running {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "fts_soak::child",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("PATTERN_FTS_SOAK_CHILD", url)
+        .env("PATTERN_FTS_SOAK_AGENT", agent.to_string())
+        .env("PATTERN_FTS_SOAK_TAG", tag)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let log = Arc::clone(log);
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            // Only whole lines count: a kill may cut the last one.
+            let parts: Vec<&str> = line.split(' ').collect();
+            let [kind, id, word, "."] = parts[..] else {
+                continue;
+            };
+            let (id, word) = (id.to_owned(), word.to_owned());
+            let acked = match kind {
+                "A" => Acked::Passage(id, word),
+                "M" => Acked::Message(id, word),
+                "B" => Acked::Block(id, word),
+                "D" => Acked::Deleted(id, word),
+                "I" => Acked::Imported(word),
+                "X" => Acked::Archived(id, word),
+                _ => continue,
+            };
+            log.lock().unwrap().push(acked);
+        }
+    });
+    Running { child, reader }
+}
+
+/// Waits for a killed or finished child; its stderr when it exited on its own (a failure).
+fn reap(mut r: Running, killed: bool) -> Option<String> {
+    if killed {
+        r.child.kill().unwrap(); // SIGKILL
+    }
+    let out = r.child.wait_with_output().unwrap();
+    r.reader.join().unwrap();
+    (!killed).then(|| format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_killed_while_sharing_the_index_leave_it_true() {
+    let tdb = fresh(Kind::Sqlite).await;
+    let db = tdb.open().await.unwrap();
+    let mut agents = Vec::new();
+    for n in 0..CHILDREN {
+        let a = db
+            .create_agent(NewAgent::named(format!("soak{n}")))
+            .await
+            .unwrap();
+        db.create_block(
+            a.id,
+            NewBlock {
+                label: "soak".into(),
+                description: String::new(),
+                value: format!("soak block zqstart{n}"),
+                char_limit: 1000,
+                block_type: "core".into(),
+            },
+        )
+        .await
+        .unwrap();
+        agents.push(a.id);
+    }
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut spawned = 0usize;
+    let mut tag = |slot: usize| {
+        spawned += 1;
+        format!("s{slot}g{spawned}x")
+    };
+    let mut running: Vec<Running> = (0..CHILDREN)
+        .map(|s| spawn(&tdb.url, agents[s], &tag(s), &log))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(run_secs());
+    let mut kills = 0;
+    let mut next_kill = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < deadline {
+        if let Some(i) = running
+            .iter_mut()
+            .position(|r| r.child.try_wait().unwrap().is_some())
+        {
+            let failure = reap(running.swap_remove(i), false).unwrap_or_default();
+            panic!("a child exited on its own: {failure}");
+        }
+        if Instant::now() >= next_kill {
+            let slot = rand::rng().random_range(0..CHILDREN);
+            let fresh_child = spawn(&tdb.url, agents[slot], &tag(slot), &log);
+            let _ = reap(std::mem::replace(&mut running[slot], fresh_child), true);
+            kills += 1;
+            next_kill = Instant::now() + Duration::from_millis(rand::rng().random_range(50..500));
+        }
+        // The parent's searches run meanwhile (and catch the index up themselves).
+        let _ = found(&db, "soak").await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for r in running {
+        let _ = reap(r, true);
+    }
+    db.close().await;
+    let acked = log.lock().unwrap().clone();
+    assert!(
+        kills > 0 && acked.len() > 20,
+        "{kills} kills, {} writes",
+        acked.len()
+    );
+
+    // A new handle: its first search catches up with whatever the killed processes left.
+    let db = tdb.open().await.unwrap();
+    let deleted: BTreeMap<String, String> = acked
+        .iter()
+        .filter_map(|a| match a {
+            Acked::Deleted(id, word) => Some((id.clone(), word.clone())),
+            _ => None,
+        })
+        .collect();
+    let archived: BTreeSet<String> = acked
+        .iter()
+        .filter_map(|a| match a {
+            Acked::Archived(id, _) => Some(id.clone()),
+            _ => None,
+        })
+        .collect();
+    let mut live_words: HashMap<String, ContentRef> = HashMap::new();
+    let mut stored_passages = BTreeSet::new();
+    let mut stored_messages = BTreeSet::new();
+    for &agent in &agents {
+        let mut before = None;
+        loop {
+            let page = db
+                .list_archival(
+                    agent,
+                    ListArchival {
+                        limit: 1000,
+                        before,
+                        tag: None,
+                    },
+                )
+                .await
+                .unwrap();
+            for e in &page {
+                stored_passages.insert(e.id.to_string());
+                live_words.insert(own_word(&e.content).to_owned(), ContentRef::archival(e.id));
+            }
+            match page.last() {
+                Some(last) if page.len() == 1000 => before = Some(last.id),
+                _ => break,
+            }
+        }
+        for m in db
+            .messages(agent)
+            .get_all(None, 1_000_000, false)
+            .await
+            .unwrap()
+        {
+            let text = pattern_db::search::message_text(&m.content);
+            stored_messages.insert(m.id.to_string());
+            live_words.insert(own_word(&text).to_owned(), ContentRef::message(m.id));
+        }
+        let b = db.block(agent, "soak").await.unwrap();
+        live_words.insert(own_word(&b.value).to_owned(), ContentRef::block(b.id));
+    }
+    // Every acknowledged write is stored (and a deleted passage is not).
+    for a in &acked {
+        match a {
+            Acked::Passage(id, _) if !deleted.contains_key(id) => {
+                assert!(
+                    stored_passages.contains(id),
+                    "acknowledged passage {id} lost"
+                );
+            }
+            Acked::Message(id, _) if !archived.contains(id) => {
+                assert!(
+                    stored_messages.contains(id),
+                    "acknowledged message {id} lost"
+                );
+            }
+            Acked::Deleted(id, _) => {
+                assert!(!stored_passages.contains(id), "deleted passage {id} stored");
+            }
+            Acked::Archived(id, _) => {
+                assert!(!stored_messages.contains(id), "archived message {id} live");
+            }
+            Acked::Imported(word) => {
+                assert!(live_words.contains_key(word), "imported {word} lost");
+            }
+            _ => {}
+        }
+    }
+    // The index agrees with the database: every live item is found by its word, alone...
+    for (word, item) in &live_words {
+        assert_eq!(
+            &found(&db, word).await,
+            std::slice::from_ref(item),
+            "{word}"
+        );
+    }
+    // ...and no word of a deleted passage, an archived message or a replaced block value finds
+    // anything.
+    for a in &acked {
+        if let Acked::Deleted(_, word)
+        | Acked::Block(_, word)
+        | Acked::Passage(_, word)
+        | Acked::Message(_, word)
+        | Acked::Archived(_, word) = a
+            && !live_words.contains_key(word)
+        {
+            assert!(found(&db, word).await.is_empty(), "{word} is gone");
+        }
+    }
+    eprintln!(
+        "fts soak: {kills} kills, {} acknowledged writes, {} live items checked",
+        acked.len(),
+        live_words.len()
+    );
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
