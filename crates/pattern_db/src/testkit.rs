@@ -8,6 +8,8 @@
 //! This module must never be compiled into a production build: it panics-free but runs shell
 //! commands as the `postgres` user.
 
+pub mod children;
+
 use crate::StorageError;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -9,15 +9,15 @@
 //! archived message or old block value is, and every write a child reported acknowledged is
 //! stored.
 //!
-//! The children are this test binary, re-run with `PATTERN_FTS_SOAK_CHILD` set; a child prints a
-//! line for every write only after the store acknowledged it. `PATTERN_FTS_SOAK_SECS` sets the
+//! The children are this test binary, re-run with `PATTERN_FTS_SOAK_CHILD` set
+//! (`testkit::children`); a child prints a line for every write only after the store
+//! acknowledged it. `PATTERN_FTS_SOAK_SECS` sets the
 //! run's length (6 s by default; the long form is a few minutes).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use pattern_db::testkit::children::Children;
 
 use pattern_db::{
     AgentId, ArchivalId, BeginBatch, ContentBlock, ContentRef, Database, DbConfig, LegacyMessage,
@@ -178,61 +178,22 @@ enum Acked {
     Archived(String, String),
 }
 
-/// A running child and the thread reading its acknowledgements.
-struct Running {
-    child: Child,
-    reader: std::thread::JoinHandle<()>,
-}
-
-fn spawn(url: &str, agent: AgentId, tag: &str, log: &Arc<Mutex<Vec<Acked>>>) -> Running {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "fts_soak::child",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("PATTERN_FTS_SOAK_CHILD", url)
-        .env("PATTERN_FTS_SOAK_AGENT", agent.to_string())
-        .env("PATTERN_FTS_SOAK_TAG", tag)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = child.stdout.take().unwrap();
-    let log = Arc::clone(log);
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(out).lines() {
-            let Ok(line) = line else { break };
-            // Only whole lines count: a kill may cut the last one.
-            let parts: Vec<&str> = line.split(' ').collect();
-            let [kind, id, word, "."] = parts[..] else {
-                continue;
-            };
-            let (id, word) = (id.to_owned(), word.to_owned());
-            let acked = match kind {
-                "A" => Acked::Passage(id, word),
-                "M" => Acked::Message(id, word),
-                "B" => Acked::Block(id, word),
-                "D" => Acked::Deleted(id, word),
-                "I" => Acked::Imported(word),
-                "X" => Acked::Archived(id, word),
-                _ => continue,
-            };
-            log.lock().unwrap().push(acked);
-        }
-    });
-    Running { child, reader }
-}
-
-/// Waits for a killed or finished child; its stderr when it exited on its own (a failure).
-fn reap(mut r: Running, killed: bool) -> Option<String> {
-    if killed {
-        r.child.kill().unwrap(); // SIGKILL
-    }
-    let out = r.child.wait_with_output().unwrap();
-    r.reader.join().unwrap();
-    (!killed).then(|| format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr)))
+/// A child's line: what it wrote, the id and the word.
+fn acked(line: &str) -> Option<Acked> {
+    let parts: Vec<&str> = line.split(' ').collect();
+    let [kind, id, word] = parts[..] else {
+        return None;
+    };
+    let (id, word) = (id.to_owned(), word.to_owned());
+    Some(match kind {
+        "A" => Acked::Passage(id, word),
+        "M" => Acked::Message(id, word),
+        "B" => Acked::Block(id, word),
+        "D" => Acked::Deleted(id, word),
+        "I" => Acked::Imported(word),
+        "X" => Acked::Archived(id, word),
+        _ => return None,
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -259,42 +220,38 @@ async fn processes_killed_while_sharing_the_index_leave_it_true() {
         .unwrap();
         agents.push(a.id);
     }
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let mut spawned = 0usize;
-    let mut tag = |slot: usize| {
-        spawned += 1;
-        format!("s{slot}g{spawned}x")
-    };
-    let mut running: Vec<Running> = (0..CHILDREN)
-        .map(|s| spawn(&tdb.url, agents[s], &tag(s), &log))
-        .collect();
+    let url = tdb.url.clone();
+    let slots = agents.clone();
+    let mut children = Children::start("fts_soak::child", CHILDREN, move |slot, tag| {
+        vec![
+            ("PATTERN_FTS_SOAK_CHILD".into(), url.clone()),
+            ("PATTERN_FTS_SOAK_AGENT".into(), slots[slot].to_string()),
+            ("PATTERN_FTS_SOAK_TAG".into(), tag.to_owned()),
+        ]
+    })
+    .unwrap();
     let deadline = Instant::now() + Duration::from_secs(run_secs());
-    let mut kills = 0;
     let mut next_kill = Instant::now() + Duration::from_millis(300);
     while Instant::now() < deadline {
-        if let Some(i) = running
-            .iter_mut()
-            .position(|r| r.child.try_wait().unwrap().is_some())
-        {
-            let failure = reap(running.swap_remove(i), false).unwrap_or_default();
-            panic!("a child exited on its own: {failure}");
-        }
+        children.check().unwrap();
         if Instant::now() >= next_kill {
-            let slot = rand::rng().random_range(0..CHILDREN);
-            let fresh_child = spawn(&tdb.url, agents[slot], &tag(slot), &log);
-            let _ = reap(std::mem::replace(&mut running[slot], fresh_child), true);
-            kills += 1;
+            children
+                .kill_and_replace(rand::rng().random_range(0..CHILDREN))
+                .unwrap();
             next_kill = Instant::now() + Duration::from_millis(rand::rng().random_range(50..500));
         }
         // The parent's searches run meanwhile (and catch the index up themselves).
         let _ = found(&db, "soak").await;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    for r in running {
-        let _ = reap(r, true);
-    }
+    let kills = children.kills();
+    let acked: Vec<Acked> = children
+        .kill_all()
+        .unwrap()
+        .iter()
+        .filter_map(|l| acked(l))
+        .collect();
     db.close().await;
-    let acked = log.lock().unwrap().clone();
     assert!(
         kills > 0 && acked.len() > 20,
         "{kills} kills, {} writes",
