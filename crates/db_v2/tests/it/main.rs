@@ -20,3 +20,4 @@ mod eval;
 mod pipeline;
 mod quality;
 mod search;
+mod soak;

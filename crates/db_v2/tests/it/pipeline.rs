@@ -17,7 +17,11 @@ use pattern_db::{Backend, ContentRef, ContentType, ListArchival, NewArchival, Ne
 use crate::common::{FlakyEmbedder, HashEmbedder, agent, fresh, open, open_with, quick};
 
 /// Every stored vector equals the embedding of its content's current text, and no job is left.
-async fn assert_vectors_match(db: &ConstellationDb, hasher: &HashEmbedder, refs: &[ContentRef]) {
+pub(crate) async fn assert_vectors_match(
+    db: &ConstellationDb,
+    hasher: &HashEmbedder,
+    refs: &[ContentRef],
+) {
     assert_eq!(db.db().pending_embedding_jobs().await.unwrap(), 0);
     let rows = db.db().resolve_content(refs, None).await.unwrap();
     let vectors = db.db().vectors_for(refs).await.unwrap();

@@ -1,0 +1,216 @@
+//! The embedding pipeline across processes that are killed, on both backends: several child
+//! processes share one database, each inserting and deleting archival passages and rewriting a
+//! memory block while its worker claims and embeds jobs (its own and the others'), pruning the
+//! change log now and then as retention passes do; the parent, a worker too, follows the log
+//! with its handle and SIGKILLs a random child every few hundred milliseconds, starting another
+//! in its place. At the end a new handle finishes every job (the dead processes' claims are
+//! taken at once, not after their lease), every live item has exactly the vector of its
+//! current text, no deleted passage has one, every acknowledged write is stored, and both the
+//! new handle's index and the parent's long-lived one hold exactly the live items.
+//!
+//! `PATTERN_EMBED_SOAK_SECS` sets the run's length (5 s by default; minutes for the long form).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use db_v2::{EmbedConfig, Embedder};
+use pattern_db::testkit::children::Children;
+use pattern_db::{AgentId, Backend, ContentRef, ContentType, ListArchival, NewArchival, NewBlock};
+use rand::Rng;
+
+use crate::common::{HashEmbedder, agent, fresh, open, open_with, quick};
+use crate::pipeline::assert_vectors_match;
+
+const CHILDREN: usize = 3;
+const DIM: usize = 64;
+
+fn run_secs() -> u64 {
+    std::env::var("PATTERN_EMBED_SOAK_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5)
+}
+
+/// Entry point of a child; a no-op in a normal test run. Writes until it is killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child() {
+    let (Ok(url), Ok(agent), Ok(tag)) = (
+        std::env::var("PATTERN_EMBED_SOAK_CHILD"),
+        std::env::var("PATTERN_EMBED_SOAK_AGENT"),
+        std::env::var("PATTERN_EMBED_SOAK_TAG"),
+    ) else {
+        return;
+    };
+    // Slow enough that jobs are pending (and claimed) when the kill comes.
+    let embedder: Arc<dyn Embedder> = Arc::new(HashEmbedder {
+        delay: Duration::from_millis(15),
+        ..HashEmbedder::new(DIM)
+    });
+    let config = EmbedConfig {
+        batch_size: 4,
+        ..quick()
+    };
+    let db =
+        db_v2::ConstellationDb::connect(pattern_db::DbConfig::new(url), Some(embedder), config)
+            .await
+            .unwrap();
+    let agent: AgentId = agent.parse().unwrap();
+    let mut passages = Vec::new();
+    let mut rng = rand::rng();
+    for i in 0u64.. {
+        let word = format!("zq{tag}n{i}");
+        match i % 4 {
+            0 | 2 => {
+                let e = db
+                    .insert_archival(agent, NewArchival::text(format!("soak passage {word}")))
+                    .await
+                    .unwrap();
+                println!("A {} .", e.id);
+                passages.push(e.id);
+            }
+            1 => {
+                let b = db.db().block(agent, "soak").await.unwrap();
+                db.db()
+                    .write_block(
+                        agent,
+                        "soak",
+                        b.version,
+                        format!("soak block {word}"),
+                        "replace",
+                        &["admin"],
+                    )
+                    .await
+                    .unwrap();
+            }
+            _ if !passages.is_empty() => {
+                let id = passages.swap_remove(rng.random_range(0..passages.len()));
+                assert!(db.delete_archival(agent, id).await.unwrap());
+                println!("D {id} .");
+            }
+            _ => {}
+        }
+        if i % 25 == 24 {
+            db.db().prune_applied_search_changes().await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn processes_killed_while_embedding_leave_every_vector_true(backend: Backend) {
+    let tdb = fresh(backend).await;
+    let hasher = Arc::new(HashEmbedder::new(DIM));
+    // The parent embeds too (as one more server would) and keeps its index through every kill.
+    let follower = open(&tdb, Some(hasher.clone() as Arc<dyn Embedder>)).await;
+    let mut agents = Vec::new();
+    for n in 0..CHILDREN {
+        let a = agent(&follower, &format!("soak{n}")).await;
+        follower
+            .db()
+            .create_block(
+                a,
+                NewBlock {
+                    label: "soak".into(),
+                    description: String::new(),
+                    value: format!("soak block zqstart{n}"),
+                    char_limit: 1000,
+                    block_type: "core".into(),
+                },
+            )
+            .await
+            .unwrap();
+        agents.push(a);
+    }
+    let url = tdb.url.clone();
+    let slots = agents.clone();
+    let mut children = Children::start("soak::child", CHILDREN, move |slot, tag| {
+        vec![
+            ("PATTERN_EMBED_SOAK_CHILD".into(), url.clone()),
+            ("PATTERN_EMBED_SOAK_AGENT".into(), slots[slot].to_string()),
+            ("PATTERN_EMBED_SOAK_TAG".into(), tag.to_owned()),
+        ]
+    })
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(run_secs());
+    let mut next_kill = Instant::now() + Duration::from_millis(400);
+    while Instant::now() < deadline {
+        children.check().unwrap();
+        if Instant::now() >= next_kill {
+            children
+                .kill_and_replace(rand::rng().random_range(0..CHILDREN))
+                .unwrap();
+            next_kill = Instant::now() + Duration::from_millis(rand::rng().random_range(100..600));
+        }
+        follower.catch_up().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let kills = children.kills();
+    let lines = children.kill_all().unwrap();
+    assert!(
+        kills > 0 && lines.len() > 10,
+        "{kills} kills, {} writes",
+        lines.len()
+    );
+
+    // A new handle with the same embedder: the dead children's claims are taken at once (an
+    // hour would not pass), and every job is done.
+    let db = open_with(
+        &tdb,
+        Some(hasher.clone() as Arc<dyn Embedder>),
+        EmbedConfig {
+            lease: Duration::from_secs(3600),
+            ..quick()
+        },
+    )
+    .await;
+    assert!(db.wait_idle(Duration::from_secs(120)).await.unwrap());
+    let mut live = Vec::new();
+    let mut stored = BTreeSet::new();
+    for &a in &agents {
+        let entries = db
+            .list_archival(
+                a,
+                ListArchival {
+                    limit: 1000,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert!(entries.len() < 1000, "one page holds every passage");
+        for e in entries {
+            stored.insert(e.id.to_string());
+            live.push(ContentRef::archival(e.id));
+        }
+        let block = db.db().block(a, "soak").await.unwrap();
+        live.push(ContentRef::new(ContentType::Block, block.id.to_string()));
+    }
+    let deleted: BTreeSet<&str> = lines.iter().filter_map(|l| l.strip_prefix("D ")).collect();
+    for line in &lines {
+        if let Some(id) = line.strip_prefix("A ")
+            && !deleted.contains(id)
+        {
+            assert!(stored.contains(id), "acknowledged passage {id} lost");
+        }
+    }
+    for id in &deleted {
+        assert!(!stored.contains(*id), "deleted passage {id} stored");
+    }
+    // Every live item has exactly the vector of its current text (a block's last value), and no
+    // job is left.
+    assert_vectors_match(&db, &hasher, &live).await;
+    // The indexes hold the live items and nothing else: no deleted passage, no block twice.
+    assert_eq!(db.status().await.unwrap().indexed, live.len() as u64);
+    follower.catch_up().await.unwrap();
+    assert_eq!(follower.status().await.unwrap().indexed, live.len() as u64);
+    eprintln!(
+        "embedding soak ({backend:?}): {kills} kills, {} acknowledged writes, {} live items",
+        lines.len(),
+        live.len()
+    );
+    db.shutdown(Duration::from_secs(2)).await;
+    follower.shutdown(Duration::from_secs(2)).await;
+    tdb.cleanup().await.unwrap();
+}
+
+conformance!(processes_killed_while_embedding_leave_every_vector_true);
