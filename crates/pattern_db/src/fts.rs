@@ -182,8 +182,12 @@ fn open_writer(index: &Index, dir: Option<&Path>) -> Result<IndexWriter> {
                 // from the same published stamp and would find its own names taken
                 // (`FileAlreadyExists` on every commit, so the index never moved again). They
                 // are registered before they are written, so collecting what the published
-                // index does not use removes them.
-                w.garbage_collect_files().wait().map_err(index_error)?;
+                // index does not use removes them. A collection that fails (its lock, a file
+                // it cannot delete) fails only a commit that meets such a leftover, and the
+                // next writer collects again, so it does not stop this one.
+                if let Err(e) = w.garbage_collect_files().wait() {
+                    tracing::warn!(error = %e, "the full-text index could not collect unused files");
+                }
                 return Ok(w);
             }
             Ok(w) if waited < 600 => {
