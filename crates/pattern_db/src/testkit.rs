@@ -227,6 +227,31 @@ pub async fn insert_bulk_protocol_messages(
     Ok(())
 }
 
+/// Every archival passage of `agent`, newest first (every page of `list_archival`).
+pub async fn all_archival(
+    db: &Database,
+    agent: crate::AgentId,
+) -> Result<Vec<crate::ArchivalEntry>> {
+    let mut all: Vec<crate::ArchivalEntry> = Vec::new();
+    loop {
+        let page = db
+            .list_archival(
+                agent,
+                crate::ListArchival {
+                    limit: crate::archival::MAX_LIST,
+                    before: all.last().map(|e| e.id),
+                    tag: None,
+                },
+            )
+            .await?;
+        let full = page.len() == crate::archival::MAX_LIST;
+        all.extend(page);
+        if !full {
+            return Ok(all);
+        }
+    }
+}
+
 /// Runs one SQL statement straight on the database, bypassing the writer and every check of the
 /// API: for tests that the schema's own constraints refuse rows the API never writes.
 pub async fn execute_raw(db: &Database, sql: &str) -> Result<()> {

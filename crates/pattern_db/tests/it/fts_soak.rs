@@ -14,14 +14,15 @@
 //! acknowledged it. `PATTERN_FTS_SOAK_SECS` sets the
 //! run's length (6 s by default; the long form is a few minutes).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
+use pattern_db::testkit::all_archival;
 use pattern_db::testkit::children::Children;
 
 use pattern_db::{
     AgentId, ArchivalId, BeginBatch, ContentBlock, ContentRef, Database, DbConfig, LegacyMessage,
-    ListArchival, NewAgent, NewArchival, NewBlock, NewMessage, Role, TextSearch,
+    NewAgent, NewArchival, NewBlock, NewMessage, Role, TextSearch,
 };
 use rand::Rng;
 
@@ -117,6 +118,9 @@ async fn child() {
                     None
                 } else {
                     let (id, gone) = passages.swap_remove(rng.random_range(0..passages.len()));
+                    // Said before, so a kill after the delete commits does not look like a
+                    // lost passage.
+                    println!("d {id} {gone} .");
                     assert!(db.delete_archival(agent, id).await.unwrap());
                     println!("D {id} {gone} .");
                     assert!(found(&db, &gone).await.is_empty(), "deleted {gone} found");
@@ -154,6 +158,7 @@ async fn child() {
         if i % 25 == 24 && !batches.is_empty() {
             // Archiving takes a batch's messages out of live history (and out of search).
             let (batch, message, gone) = batches.swap_remove(rng.random_range(0..batches.len()));
+            println!("x {message} {gone} .");
             store.archive_batches(vec![batch]).await.unwrap();
             println!("X {message} {gone} .");
             assert!(found(&db, &gone).await.is_empty(), "archived {gone} found");
@@ -176,6 +181,8 @@ enum Acked {
     Deleted(String, String),
     Imported(String),
     Archived(String, String),
+    /// About to delete or archive (said before the write, whose outcome a kill can hide).
+    Going(String),
 }
 
 /// A child's line: what it wrote, the id and the word.
@@ -192,6 +199,7 @@ fn acked(line: &str) -> Option<Acked> {
         "D" => Acked::Deleted(id, word),
         "I" => Acked::Imported(word),
         "X" => Acked::Archived(id, word),
+        "d" | "x" => Acked::Going(id),
         _ => return None,
     })
 }
@@ -260,17 +268,10 @@ async fn processes_killed_while_sharing_the_index_leave_it_true() {
 
     // A new handle: its first search catches up with whatever the killed processes left.
     let db = tdb.open().await.unwrap();
-    let deleted: BTreeMap<String, String> = acked
+    let going: BTreeSet<String> = acked
         .iter()
         .filter_map(|a| match a {
-            Acked::Deleted(id, word) => Some((id.clone(), word.clone())),
-            _ => None,
-        })
-        .collect();
-    let archived: BTreeSet<String> = acked
-        .iter()
-        .filter_map(|a| match a {
-            Acked::Archived(id, _) => Some(id.clone()),
+            Acked::Going(id) => Some(id.clone()),
             _ => None,
         })
         .collect();
@@ -278,27 +279,9 @@ async fn processes_killed_while_sharing_the_index_leave_it_true() {
     let mut stored_passages = BTreeSet::new();
     let mut stored_messages = BTreeSet::new();
     for &agent in &agents {
-        let mut before = None;
-        loop {
-            let page = db
-                .list_archival(
-                    agent,
-                    ListArchival {
-                        limit: 1000,
-                        before,
-                        tag: None,
-                    },
-                )
-                .await
-                .unwrap();
-            for e in &page {
-                stored_passages.insert(e.id.to_string());
-                live_words.insert(own_word(&e.content).to_owned(), ContentRef::archival(e.id));
-            }
-            match page.last() {
-                Some(last) if page.len() == 1000 => before = Some(last.id),
-                _ => break,
-            }
+        for e in all_archival(&db, agent).await.unwrap() {
+            stored_passages.insert(e.id.to_string());
+            live_words.insert(own_word(&e.content).to_owned(), ContentRef::archival(e.id));
         }
         for m in db
             .messages(agent)
@@ -316,13 +299,13 @@ async fn processes_killed_while_sharing_the_index_leave_it_true() {
     // Every acknowledged write is stored (and a deleted passage is not).
     for a in &acked {
         match a {
-            Acked::Passage(id, _) if !deleted.contains_key(id) => {
+            Acked::Passage(id, _) if !going.contains(id) => {
                 assert!(
                     stored_passages.contains(id),
                     "acknowledged passage {id} lost"
                 );
             }
-            Acked::Message(id, _) if !archived.contains(id) => {
+            Acked::Message(id, _) if !going.contains(id) => {
                 assert!(
                     stored_messages.contains(id),
                     "acknowledged message {id} lost"
