@@ -227,6 +227,34 @@ pub async fn insert_bulk_protocol_messages(
     Ok(())
 }
 
+/// `n` new agents (`soak0`, `soak1`, ...), each owning a block labelled `label` whose value ends
+/// with a word of its own (`zqstart0`, ...): the setting of the kill-loop soaks.
+pub async fn agents_with_a_block(
+    db: &Database,
+    n: usize,
+    label: &str,
+) -> Result<Vec<crate::AgentId>> {
+    let mut agents = Vec::with_capacity(n);
+    for i in 0..n {
+        let a = db
+            .create_agent(crate::NewAgent::named(format!("soak{i}")))
+            .await?;
+        db.create_block(
+            a.id,
+            crate::NewBlock {
+                label: label.to_owned(),
+                description: String::new(),
+                value: format!("soak block zqstart{i}"),
+                char_limit: 1000,
+                block_type: "core".into(),
+            },
+        )
+        .await?;
+        agents.push(a.id);
+    }
+    Ok(agents)
+}
+
 /// Every archival passage of `agent`, newest first (every page of `list_archival`).
 pub async fn all_archival(
     db: &Database,

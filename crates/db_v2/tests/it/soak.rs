@@ -15,12 +15,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use db_v2::{EmbedConfig, Embedder};
+use pattern_db::testkit::agents_with_a_block;
 use pattern_db::testkit::all_archival;
-use pattern_db::testkit::children::Children;
-use pattern_db::{AgentId, Backend, ContentRef, ContentType, NewArchival, NewBlock};
+use pattern_db::testkit::children::{Children, child_setting};
+use pattern_db::{Backend, ContentRef, ContentType, NewArchival};
 use rand::Rng;
 
-use crate::common::{HashEmbedder, agent, fresh, open, open_with, quick};
+use crate::common::{HashEmbedder, fresh, open, open_with, quick};
 use crate::pipeline::assert_vectors_match;
 
 const CHILDREN: usize = 3;
@@ -36,11 +37,7 @@ fn run_secs() -> u64 {
 /// Entry point of a child; a no-op in a normal test run. Writes until it is killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn child() {
-    let (Ok(url), Ok(agent), Ok(tag)) = (
-        std::env::var("PATTERN_EMBED_SOAK_CHILD"),
-        std::env::var("PATTERN_EMBED_SOAK_AGENT"),
-        std::env::var("PATTERN_EMBED_SOAK_TAG"),
-    ) else {
+    let Some((url, agent, tag)) = child_setting("PATTERN_EMBED_SOAK") else {
         return;
     };
     // Slow enough that jobs are pending (and claimed) when the kill comes.
@@ -56,7 +53,6 @@ async fn child() {
         db_v2::ConstellationDb::connect(pattern_db::DbConfig::new(url), Some(embedder), config)
             .await
             .unwrap();
-    let agent: AgentId = agent.parse().unwrap();
     let mut passages = Vec::new();
     let mut rng = rand::rng();
     for i in 0u64.. {
@@ -106,45 +102,20 @@ async fn processes_killed_while_embedding_leave_every_vector_true(backend: Backe
     let hasher = Arc::new(HashEmbedder::new(DIM));
     // The parent embeds too (as one more server would) and keeps its index through every kill.
     let follower = open(&tdb, Some(hasher.clone() as Arc<dyn Embedder>)).await;
-    let mut agents = Vec::new();
-    for n in 0..CHILDREN {
-        let a = agent(&follower, &format!("soak{n}")).await;
-        follower
-            .db()
-            .create_block(
-                a,
-                NewBlock {
-                    label: "soak".into(),
-                    description: String::new(),
-                    value: format!("soak block zqstart{n}"),
-                    char_limit: 1000,
-                    block_type: "core".into(),
-                },
-            )
-            .await
-            .unwrap();
-        agents.push(a);
-    }
-    let url = tdb.url.clone();
-    let slots = agents.clone();
-    let mut children = Children::start("soak::child", CHILDREN, move |slot, tag| {
-        vec![
-            ("PATTERN_EMBED_SOAK_CHILD".into(), url.clone()),
-            ("PATTERN_EMBED_SOAK_AGENT".into(), slots[slot].to_string()),
-            ("PATTERN_EMBED_SOAK_TAG".into(), tag.to_owned()),
-        ]
-    })
+    let agents = agents_with_a_block(follower.db(), CHILDREN, "soak")
+        .await
+        .unwrap();
+    let mut children = Children::per_agent(
+        "soak::child",
+        "PATTERN_EMBED_SOAK",
+        &tdb.url,
+        agents.clone(),
+        100..600,
+    )
     .unwrap();
     let deadline = Instant::now() + Duration::from_secs(run_secs());
-    let mut next_kill = Instant::now() + Duration::from_millis(400);
     while Instant::now() < deadline {
-        children.check().unwrap();
-        if Instant::now() >= next_kill {
-            children
-                .kill_and_replace(rand::rng().random_range(0..CHILDREN))
-                .unwrap();
-            next_kill = Instant::now() + Duration::from_millis(rand::rng().random_range(100..600));
-        }
+        children.tick().unwrap();
         follower.catch_up().await.unwrap();
         tokio::time::sleep(Duration::from_millis(25)).await;
     }

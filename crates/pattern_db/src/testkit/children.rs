@@ -9,9 +9,11 @@
 //! a production build.
 
 use std::io::{BufRead, BufReader, Read};
+use std::ops::Range;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// What a child's environment is made from: its slot and a tag unique to each start.
 type EnvFn = dyn Fn(usize, &str) -> Vec<(String, String)> + Send;
@@ -33,6 +35,9 @@ pub struct Children {
     started: usize,
     kills: usize,
     lines: Arc<Mutex<Vec<String>>>,
+    /// The gap between two kills, in milliseconds, and when the next one is due.
+    kill_gap: Range<u64>,
+    next_kill: Instant,
 }
 
 impl std::fmt::Debug for Children {
@@ -47,10 +52,12 @@ impl std::fmt::Debug for Children {
 
 impl Children {
     /// Starts `slots` children, each this test binary running only the test named `test`
-    /// (its full path, e.g. `fts_soak::child`) with the variables `env(slot, tag)` added.
+    /// (its full path, e.g. `fts_soak::child`) with the variables `env(slot, tag)` added;
+    /// [`tick`](Self::tick) kills one every `kill_gap` milliseconds (a random gap in the range).
     pub fn start(
         test: &str,
         slots: usize,
+        kill_gap: Range<u64>,
         env: impl Fn(usize, &str) -> Vec<(String, String)> + Send + 'static,
     ) -> std::io::Result<Self> {
         let mut children = Self {
@@ -60,12 +67,37 @@ impl Children {
             started: 0,
             kills: 0,
             lines: Arc::new(Mutex::new(Vec::new())),
+            next_kill: Instant::now() + Duration::from_millis(random_in(&kill_gap)),
+            kill_gap,
         };
         for slot in 0..slots {
             let r = children.spawn(slot)?;
             children.running.push(r);
         }
         Ok(children)
+    }
+
+    /// [`start`](Self::start) with one child per agent of `agents`, its setting in
+    /// `{prefix}_URL`, `{prefix}_AGENT` and `{prefix}_TAG` ([`child_setting`] reads it).
+    pub fn per_agent(
+        test: &str,
+        prefix: &str,
+        url: &str,
+        agents: Vec<crate::AgentId>,
+        kill_gap: Range<u64>,
+    ) -> std::io::Result<Self> {
+        let (prefix, url) = (prefix.to_owned(), url.to_owned());
+        Self::start(test, agents.len(), kill_gap, move |slot, tag| {
+            let agent = agents
+                .get(slot)
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            vec![
+                (format!("{prefix}_URL"), url.clone()),
+                (format!("{prefix}_AGENT"), agent),
+                (format!("{prefix}_TAG"), tag.to_owned()),
+            ]
+        })
     }
 
     fn spawn(&mut self, slot: usize) -> std::io::Result<Running> {
@@ -127,6 +159,18 @@ impl Children {
         Ok(())
     }
 
+    /// To be called often: fails when a child exited on its own ([`check`](Self::check)), and
+    /// when the next kill is due, SIGKILLs a random child and starts another in its place.
+    pub fn tick(&mut self) -> std::io::Result<()> {
+        self.check()?;
+        if Instant::now() >= self.next_kill && !self.running.is_empty() {
+            let slot = usize::try_from(random_in(&(0..self.running.len() as u64))).unwrap_or(0);
+            self.kill_and_replace(slot)?;
+            self.next_kill = Instant::now() + Duration::from_millis(random_in(&self.kill_gap));
+        }
+        Ok(())
+    }
+
     /// An error naming the exit status and the end of the stderr of a child that exited on its
     /// own (it failed); `Ok` while every child runs.
     pub fn check(&mut self) -> std::io::Result<()> {
@@ -168,6 +212,17 @@ impl Drop for Children {
     }
 }
 
+/// A random number in `range` (its start when it is empty).
+fn random_in(range: &Range<u64>) -> u64 {
+    let mut b = [0u8; 8];
+    let _ = getrandom::fill(&mut b);
+    let span = range.end.saturating_sub(range.start);
+    if span == 0 {
+        return range.start;
+    }
+    range.start + u64::from_le_bytes(b) % span
+}
+
 /// Waits for a child (killing it first when `kill`) and its readers; returns its exit status
 /// and the end of its stderr.
 fn reap(mut r: Running, kill: bool) -> std::io::Result<String> {
@@ -184,4 +239,12 @@ fn reap(mut r: Running, kill: bool) -> std::io::Result<String> {
         .map(|e| String::from_utf8_lossy(&e).into_owned())
         .unwrap_or_default();
     Ok(format!("{status}: {stderr}"))
+}
+
+/// In a child of [`Children::per_agent`]: the database URL, the child's agent and its tag (unique
+/// to this start). `None` in a normal test run (the child test then does nothing).
+pub fn child_setting(prefix: &str) -> Option<(String, crate::AgentId, String)> {
+    let var = |name: &str| std::env::var(format!("{prefix}_{name}")).ok();
+    let agent = var("AGENT")?.parse().ok()?;
+    Some((var("URL")?, agent, var("TAG")?))
 }

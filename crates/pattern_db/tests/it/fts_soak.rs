@@ -9,7 +9,7 @@
 //! archived message or old block value is, and every write a child reported acknowledged is
 //! stored.
 //!
-//! The children are this test binary, re-run with `PATTERN_FTS_SOAK_CHILD` set
+//! The children are this test binary, re-run with `PATTERN_FTS_SOAK_URL` set
 //! (`testkit::children`); a child prints a line for every write only after the store
 //! acknowledged it. `PATTERN_FTS_SOAK_SECS` sets the
 //! run's length (6 s by default; the long form is a few minutes).
@@ -17,12 +17,13 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
+use pattern_db::testkit::agents_with_a_block;
 use pattern_db::testkit::all_archival;
-use pattern_db::testkit::children::Children;
+use pattern_db::testkit::children::{Children, child_setting};
 
 use pattern_db::{
-    AgentId, ArchivalId, BeginBatch, ContentBlock, ContentRef, Database, DbConfig, LegacyMessage,
-    NewAgent, NewArchival, NewBlock, NewMessage, Role, TextSearch,
+    ArchivalId, BeginBatch, ContentBlock, ContentRef, Database, DbConfig, LegacyMessage,
+    NewArchival, NewMessage, Role, TextSearch,
 };
 use rand::Rng;
 
@@ -60,15 +61,10 @@ fn own_word(text: &str) -> &str {
 /// Entry point of a child; a no-op in a normal test run. Writes until it is killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn child() {
-    let (Ok(url), Ok(agent), Ok(tag)) = (
-        std::env::var("PATTERN_FTS_SOAK_CHILD"),
-        std::env::var("PATTERN_FTS_SOAK_AGENT"),
-        std::env::var("PATTERN_FTS_SOAK_TAG"),
-    ) else {
+    let Some((url, agent, tag)) = child_setting("PATTERN_FTS_SOAK") else {
         return;
     };
     let db = Database::open(DbConfig::new(url)).await.unwrap();
-    let agent: AgentId = agent.parse().unwrap();
     let store = db.messages(agent);
     let mut passages: Vec<(ArchivalId, String)> = Vec::new();
     let mut batches = Vec::new();
@@ -208,46 +204,18 @@ fn acked(line: &str) -> Option<Acked> {
 async fn processes_killed_while_sharing_the_index_leave_it_true() {
     let tdb = fresh(Kind::Sqlite).await;
     let db = tdb.open().await.unwrap();
-    let mut agents = Vec::new();
-    for n in 0..CHILDREN {
-        let a = db
-            .create_agent(NewAgent::named(format!("soak{n}")))
-            .await
-            .unwrap();
-        db.create_block(
-            a.id,
-            NewBlock {
-                label: "soak".into(),
-                description: String::new(),
-                value: format!("soak block zqstart{n}"),
-                char_limit: 1000,
-                block_type: "core".into(),
-            },
-        )
-        .await
-        .unwrap();
-        agents.push(a.id);
-    }
-    let url = tdb.url.clone();
-    let slots = agents.clone();
-    let mut children = Children::start("fts_soak::child", CHILDREN, move |slot, tag| {
-        vec![
-            ("PATTERN_FTS_SOAK_CHILD".into(), url.clone()),
-            ("PATTERN_FTS_SOAK_AGENT".into(), slots[slot].to_string()),
-            ("PATTERN_FTS_SOAK_TAG".into(), tag.to_owned()),
-        ]
-    })
+    let agents = agents_with_a_block(&db, CHILDREN, "soak").await.unwrap();
+    let mut children = Children::per_agent(
+        "fts_soak::child",
+        "PATTERN_FTS_SOAK",
+        &tdb.url,
+        agents.clone(),
+        50..500,
+    )
     .unwrap();
     let deadline = Instant::now() + Duration::from_secs(run_secs());
-    let mut next_kill = Instant::now() + Duration::from_millis(300);
     while Instant::now() < deadline {
-        children.check().unwrap();
-        if Instant::now() >= next_kill {
-            children
-                .kill_and_replace(rand::rng().random_range(0..CHILDREN))
-                .unwrap();
-            next_kill = Instant::now() + Duration::from_millis(rand::rng().random_range(50..500));
-        }
+        children.tick().unwrap();
         // The parent's searches run meanwhile (and catch the index up themselves).
         let _ = found(&db, "soak").await;
         tokio::time::sleep(Duration::from_millis(20)).await;
