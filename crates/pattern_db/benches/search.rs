@@ -5,7 +5,11 @@
 //!   their search changes; throughput in passages/s), and `single`: one `insert_archival`;
 //! - `fts/{engine}/{10k,100k}`: one `search_text` call (limit 10, a two-word query, cycling over a
 //!   set) over that many archival passages; criterion's median is the p50. The time to load each
-//!   corpus and, on SQLite, to build the tantivy index by the first search is printed.
+//!   corpus and, on SQLite, to build the tantivy index by the first search is printed;
+//! - `fts_after_write/sqlite/{10k,100k}`: one `insert_archival` and then one `search_text`, the
+//!   way an agent writes to memory and searches it: the search first applies that write to the
+//!   tantivy index (a writer session: the directory opened, unused files collected, one commit,
+//!   the reader reloaded). SQLite only (PostgreSQL's full text is in the write itself).
 //!
 //! `PATTERN_BENCH_QUICK=1` (and criterion's test mode) shrinks the corpora to 1k/10k. This file
 //! must never assert timings: it measures and prints.
@@ -208,5 +212,61 @@ fn fts(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(search, inserts, fts);
+fn fts_after_write(c: &mut Criterion) {
+    let rt = Runtime::new().unwrap();
+    let words = vocabulary();
+    let mut group = c.benchmark_group("fts_after_write");
+    group
+        .sample_size(30)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(5));
+    let mut qrng = StdRng::seed_from_u64(3);
+    let queries: Vec<String> = (0..64)
+        .map(|_| {
+            let a = &words[qrng.random_range(500..2500)];
+            let b = &words[qrng.random_range(500..2500)];
+            format!("{a} {b}")
+        })
+        .collect();
+    for (label, size) in corpus_sizes() {
+        let fx = rt.block_on(Fixture::open(Engine::Sqlite));
+        let mut rng = StdRng::seed_from_u64(2);
+        rt.block_on(async {
+            let mut left = size;
+            while left > 0 {
+                let n = left.min(1000);
+                let batch = (0..n)
+                    .map(|_| NewArchival::text(passage(&mut rng, &words)))
+                    .collect();
+                fx.db.insert_archival_many(fx.agent, batch).await.unwrap();
+                left -= n;
+            }
+            // The index built before measuring.
+            fx.db
+                .search_text(&queries[0], &TextSearch::default())
+                .await
+                .unwrap();
+        });
+        let fresh: Vec<String> = (0..256).map(|_| passage(&mut rng, &words)).collect();
+        let next = AtomicUsize::new(0);
+        group.bench_function(BenchmarkId::new("sqlite", label), |b| {
+            b.to_async(&rt).iter(|| {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let text = fresh[i % fresh.len()].clone();
+                let q = &queries[i % queries.len()];
+                let db = fx.db.clone();
+                async move {
+                    db.insert_archival(fx.agent, NewArchival::text(text))
+                        .await
+                        .unwrap();
+                    black_box(db.search_text(q, &TextSearch::default()).await.unwrap())
+                }
+            })
+        });
+        rt.block_on(fx.close());
+    }
+    group.finish();
+}
+
+criterion_group!(search, inserts, fts, fts_after_write);
 criterion_main!(search);
