@@ -7,14 +7,17 @@
 //! SSE; some with an `Idempotency-Key` they repeat (on another instance, or on the same one after
 //! it restarted) expecting the first turn back; some SSE clients drop the connection after k
 //! events and resume on another instance with `Last-Event-ID: k`; a failed turn's batch is
-//! sometimes retried. A chaos loop SIGKILLs (mostly) or SIGTERMs (sometimes) a random process
-//! every few hundred ms and restarts it on the same port. A sampler reads the database every
-//! 100 ms: never two open batches of one agent, and every open batch of a SIGKILLed process
-//! leaves `open` within lease + 10 s. At the end (chaos stopped, servers settled), the checks:
+//! sometimes retried. Memory clients store and delete archival passages on any instance and
+//! search for each right after (on another instance when there are several). A chaos loop
+//! SIGKILLs (mostly) or SIGTERMs (sometimes) a random process every few hundred ms and restarts
+//! it on the same port. A sampler reads the database every 100 ms: never two open batches of one
+//! agent, and every open batch of a SIGKILLed process leaves `open` within lease + 10 s. At the end (chaos stopped, servers settled), the checks:
 //! no acknowledged message lost or stored twice (a retried batch and its retry are one lineage;
 //! unacknowledged messages at most once), no unpaired request reached the model, no turn told
 //! it failed whose batch completed (nor told done whose batch did not), every resumed stream
-//! dense and ended, every repeated key answered with the first turn, and no request hung.
+//! dense and ended, every repeated key answered with the first turn, no request hung, every
+//! search that answered agreed with the archival write acknowledged before it, and at the end
+//! every acknowledged passage (not sent a delete) is found by its marker and no deleted one is.
 //!
 //! `PATTERN_CLUSTER_KILLS` sets how many processes are stopped (the quick form CI runs: 100 on
 //! PostgreSQL, 60 on SQLite, about 160 s together; e.g. 2000 for a long run); `PATTERN_CLUSTER_SEED` replays the clients' and the
@@ -133,6 +136,21 @@ struct Repeat {
     tries: Vec<String>,
 }
 
+/// What the memory clients stored, deleted and saw (archival passages through the API).
+#[derive(Default)]
+struct Memory {
+    /// Every acknowledged insert: marker -> (agent, passage id).
+    stored: BTreeMap<String, (String, String)>,
+    /// Passages a delete was sent for, answered or not (a kill can hide its outcome).
+    going: HashSet<String>,
+    /// Acknowledged deletes: (agent, marker).
+    deleted: Vec<(String, String)>,
+    /// Searches right after an acknowledged write that did not agree with it.
+    disagreed: Vec<String>,
+    /// Searches that answered.
+    searches: usize,
+}
+
 #[derive(Default)]
 struct Ledger {
     sent: BTreeMap<String, Sent>,
@@ -152,6 +170,7 @@ struct Ledger {
     /// Processes that exited on their own.
     died: Vec<String>,
     fatal: Vec<String>,
+    memory: Memory,
 }
 
 struct Run {
@@ -248,6 +267,35 @@ impl Run {
     fn note(&self, marker: &str, line: String) {
         if let Some(s) = lock(&self.ledger).sent.get_mut(marker) {
             s.log.push(line);
+        }
+    }
+
+    /// Searches for `marker` on an instance other than `wrote` when there is one: when the
+    /// search answers, it must find exactly `expected` (the passage just stored) or nothing
+    /// (just deleted).
+    async fn search_agrees(
+        &self,
+        rng: &mut StdRng,
+        wrote: usize,
+        agent: &str,
+        marker: &str,
+        expected: Option<&str>,
+    ) {
+        let slot = self.pick(rng, &[wrote]).await;
+        let Ok(ids) = self
+            .api
+            .search_ids(&self.base(slot), agent, marker, ANSWER_LIMIT)
+            .await
+        else {
+            return;
+        };
+        let mut l = lock(&self.ledger);
+        l.memory.searches += 1;
+        if ids.iter().map(String::as_str).ne(expected) {
+            l.memory.disagreed.push(format!(
+                "{marker}: written on slot {wrote}, searched on slot {slot}: found {ids:?}, \
+                 expected {expected:?}"
+            ));
         }
     }
 
@@ -353,6 +401,62 @@ async fn client(run: Arc<Run>, seed: u64) {
             }
         }
         let pause = rng.random_range(0..100);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+    }
+}
+
+/// Memory clients running beside the turns' clients.
+const MEMORY_CLIENTS: usize = 2;
+
+/// A memory client: archival passages stored, deleted and searched for through any instance
+/// while processes die. Every search that answers must agree with the write acknowledged just
+/// before it (on another instance when there are several).
+async fn memory_client(run: Arc<Run>, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut mine: Vec<(String, String, String)> = Vec::new();
+    while !run.stopping() {
+        let slot = run.pick(&mut rng, &[]).await;
+        let base = run.base(slot);
+        if mine.is_empty() || rng.random_bool(0.7) {
+            let agent = run.agents[rng.random_range(0..run.agents.len())].clone();
+            let m = marker();
+            let text = format!("memory passage {m}");
+            // Not acknowledged (an error or no answer): its outcome is unknown, nothing checked.
+            if let Ok((201, body)) = run
+                .api
+                .insert_archival(&base, &agent, &text, ANSWER_LIMIT)
+                .await
+            {
+                let Some(id) = body["id"].as_str().map(str::to_owned) else {
+                    lock(&run.ledger).fatal.push(format!(
+                        "an archival insert answered 201 without an id: {body}"
+                    ));
+                    continue;
+                };
+                lock(&run.ledger)
+                    .memory
+                    .stored
+                    .insert(m.clone(), (agent.clone(), id.clone()));
+                run.search_agrees(&mut rng, slot, &agent, &m, Some(&id))
+                    .await;
+                mine.push((m, agent, id));
+            }
+        } else {
+            let (m, agent, id) = mine.swap_remove(rng.random_range(0..mine.len()));
+            lock(&run.ledger).memory.going.insert(id.clone());
+            if let Ok(200..=299) = run
+                .api
+                .delete_archival(&base, &agent, &id, ANSWER_LIMIT)
+                .await
+            {
+                lock(&run.ledger)
+                    .memory
+                    .deleted
+                    .push((agent.clone(), m.clone()));
+                run.search_agrees(&mut rng, slot, &agent, &m, None).await;
+            }
+        }
+        let pause = rng.random_range(50..250);
         tokio::time::sleep(Duration::from_millis(pause)).await;
     }
 }
@@ -826,6 +930,10 @@ fn cluster(p: Params) {
         let sampler = tokio::spawn(sampler(probe.clone(), killed_rx, stop_rx));
         let clients: Vec<_> = (0..p.clients)
             .map(|i| tokio::spawn(client(run.clone(), seed.wrapping_add(1 + i as u64))))
+            .chain((0..MEMORY_CLIENTS).map(|i| {
+                let seed = seed.wrapping_add(1_000 + i as u64);
+                tokio::spawn(memory_client(run.clone(), seed))
+            }))
             .collect();
         let chaos_started = Instant::now();
         chaos(run.clone(), p.kills, p.kill_gap.clone(), seed, killed_tx).await;
@@ -855,6 +963,31 @@ fn cluster(p: Params) {
                 Duration::from_secs(180),
             )
             .await;
+        // Every passage acknowledged (and not sent a delete) is found by its marker, alone; no
+        // passage whose delete was acknowledged is.
+        let memory_final = {
+            let memory = std::mem::take(&mut lock(&run.ledger).memory);
+            let mut wrong = Vec::new();
+            let mut search = async |agent: &str, marker: &str, expected: Option<&str>| {
+                let found = run
+                    .api
+                    .search_ids(&run.base(0), agent, marker, ANSWER_LIMIT)
+                    .await;
+                match found {
+                    Ok(ids) if ids.iter().map(String::as_str).eq(expected) => {}
+                    other => wrong.push(format!("{marker}: {other:?}, expected {expected:?}")),
+                }
+            };
+            for (m, (agent, id)) in &memory.stored {
+                if !memory.going.contains(id) {
+                    search(agent, m, Some(id)).await;
+                }
+            }
+            for (agent, m) in &memory.deleted {
+                search(agent, m, None).await;
+            }
+            (memory, wrong)
+        };
         let _ = stop_tx.send(true);
         let sampled = sampler.await.unwrap_or_default();
         let shutdown = run.servers.shutdown(DRAIN + Duration::from_secs(10)).await;
@@ -870,6 +1003,17 @@ fn cluster(p: Params) {
             d.missing_flags.clone(),
         );
         add(v, "fatal harness errors".to_owned(), l.fatal.clone());
+        let (memory, memory_wrong) = memory_final;
+        add(
+            v,
+            "searches right after an acknowledged archival write disagreed with it".to_owned(),
+            memory.disagreed.clone(),
+        );
+        add(
+            v,
+            "final searches disagreed with the acknowledged archival writes".to_owned(),
+            memory_wrong,
+        );
 
         // No acknowledged message lost or stored twice; none stored twice at all.
         let mut lost = Vec::new();
@@ -1132,6 +1276,14 @@ fn cluster(p: Params) {
             setup.as_secs_f64(),
             chaos_time.as_secs_f64(),
             wall.elapsed().as_secs_f64(),
+        );
+        println!(
+            "{}: memory: {} archival passages acknowledged, {} deletes acknowledged, {} searches \
+             right after them answered",
+            p.name,
+            memory.stored.len(),
+            memory.deleted.len(),
+            memory.searches,
         );
         for panic in run.servers.panics().iter().take(EXAMPLES) {
             println!("  server panic: {panic}");

@@ -188,6 +188,81 @@ impl Api {
         }
     }
 
+    /// One JSON request answered within `limit`: its status and body, or why there was none
+    /// (the server was down, or the answer did not come).
+    async fn json(
+        &self,
+        request: reqwest::RequestBuilder,
+        limit: Duration,
+    ) -> Result<(u16, Value), String> {
+        let exchange = async {
+            let response = request
+                .bearer_auth(&self.secret)
+                .send()
+                .await
+                .map_err(|e| format!("request failed: {}", chain(&e.without_url())))?;
+            let status = response.status().as_u16();
+            let text = response
+                .text()
+                .await
+                .map_err(|e| format!("body cut: {}", chain(&e.without_url())))?;
+            Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
+        };
+        tokio::time::timeout(limit, exchange)
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {limit:?}")))
+    }
+
+    /// Stores an archival passage: the answer's status and body.
+    pub async fn insert_archival(
+        &self,
+        base: &str,
+        agent: &str,
+        text: &str,
+        limit: Duration,
+    ) -> Result<(u16, Value), String> {
+        let request = self
+            .http
+            .post(format!("{base}/v1/agents/{agent}/archival"))
+            .json(&json!({ "text": text }));
+        self.json(request, limit).await
+    }
+
+    /// Deletes an archival passage: the answer's status.
+    pub async fn delete_archival(
+        &self,
+        base: &str,
+        agent: &str,
+        id: &str,
+        limit: Duration,
+    ) -> Result<u16, String> {
+        let request = self
+            .http
+            .delete(format!("{base}/v1/agents/{agent}/archival/{id}"));
+        self.json(request, limit).await.map(|(status, _)| status)
+    }
+
+    /// Full-text search of what `agent` sees: the ids of the hits, or the failed answer.
+    pub async fn search_ids(
+        &self,
+        base: &str,
+        agent: &str,
+        query: &str,
+        limit: Duration,
+    ) -> Result<Vec<String>, String> {
+        let request = self
+            .http
+            .post(format!("{base}/v1/agents/{agent}/search"))
+            .json(&json!({ "query": query, "mode": "fts", "limit": 10 }));
+        match self.json(request, limit).await? {
+            (200, Value::Array(hits)) => Ok(hits
+                .iter()
+                .filter_map(|h| h["id"].as_str().map(str::to_owned))
+                .collect()),
+            (status, body) => Err(format!("search answered {status}: {body}")),
+        }
+    }
+
     /// Sends a message as a turn. A streamed one is read until the turn ends, the connection
     /// breaks, or `drop_after` events arrived (then the connection is closed). Gives up after
     /// `limit` (`broke` says so).
