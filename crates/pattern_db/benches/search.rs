@@ -111,6 +111,31 @@ fn passage(rng: &mut StdRng, words: &[String]) -> String {
         .join(" ")
 }
 
+/// Two-word queries: pairs of words of middling frequency (ranks 500..2500).
+fn queries(words: &[String]) -> Vec<String> {
+    let mut qrng = StdRng::seed_from_u64(3);
+    (0..64)
+        .map(|_| {
+            let a = &words[qrng.random_range(500..2500)];
+            let b = &words[qrng.random_range(500..2500)];
+            format!("{a} {b}")
+        })
+        .collect()
+}
+
+/// `size` passages into the fixture's agent, in calls of 1,000.
+async fn load(fx: &Fixture, rng: &mut StdRng, words: &[String], size: usize) {
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(1000);
+        let batch = (0..n)
+            .map(|_| NewArchival::text(passage(rng, words)))
+            .collect();
+        fx.db.insert_archival_many(fx.agent, batch).await.unwrap();
+        left -= n;
+    }
+}
+
 fn inserts(c: &mut Criterion) {
     let rt = Runtime::new().unwrap();
     let words = vocabulary();
@@ -159,31 +184,13 @@ fn fts(c: &mut Criterion) {
         .sample_size(50)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(4));
-    // Queries: pairs of words of middling frequency (ranks 500..2500).
-    let mut qrng = StdRng::seed_from_u64(3);
-    let queries: Vec<String> = (0..64)
-        .map(|_| {
-            let a = &words[qrng.random_range(500..2500)];
-            let b = &words[qrng.random_range(500..2500)];
-            format!("{a} {b}")
-        })
-        .collect();
+    let queries = queries(&words);
     for engine in [Engine::Sqlite, Engine::Postgres] {
         for (label, size) in corpus_sizes() {
             let fx = rt.block_on(Fixture::open(engine));
             let mut rng = StdRng::seed_from_u64(2);
             let started = Instant::now();
-            rt.block_on(async {
-                let mut left = size;
-                while left > 0 {
-                    let n = left.min(1000);
-                    let batch = (0..n)
-                        .map(|_| NewArchival::text(passage(&mut rng, &words)))
-                        .collect();
-                    fx.db.insert_archival_many(fx.agent, batch).await.unwrap();
-                    left -= n;
-                }
-            });
+            rt.block_on(load(&fx, &mut rng, &words, size));
             let loaded = started.elapsed();
             let started = Instant::now();
             let opts = TextSearch::default();
@@ -220,27 +227,12 @@ fn fts_after_write(c: &mut Criterion) {
         .sample_size(30)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(5));
-    let mut qrng = StdRng::seed_from_u64(3);
-    let queries: Vec<String> = (0..64)
-        .map(|_| {
-            let a = &words[qrng.random_range(500..2500)];
-            let b = &words[qrng.random_range(500..2500)];
-            format!("{a} {b}")
-        })
-        .collect();
+    let queries = queries(&words);
     for (label, size) in corpus_sizes() {
         let fx = rt.block_on(Fixture::open(Engine::Sqlite));
         let mut rng = StdRng::seed_from_u64(2);
         rt.block_on(async {
-            let mut left = size;
-            while left > 0 {
-                let n = left.min(1000);
-                let batch = (0..n)
-                    .map(|_| NewArchival::text(passage(&mut rng, &words)))
-                    .collect();
-                fx.db.insert_archival_many(fx.agent, batch).await.unwrap();
-                left -= n;
-            }
+            load(&fx, &mut rng, &words, size).await;
             // The index built before measuring.
             fx.db
                 .search_text(&queries[0], &TextSearch::default())
