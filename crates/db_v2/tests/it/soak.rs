@@ -3,10 +3,10 @@
 //! memory block while its worker claims and embeds jobs (its own and the others'), pruning the
 //! change log now and then as retention passes do; the parent, a worker too, follows the log
 //! with its handle and SIGKILLs a random child every few hundred milliseconds, starting another
-//! in its place. At the end a new handle finishes every job (the dead processes' claims are
-//! taken at once, not after their lease), every live item has exactly the vector of its
-//! current text, no deleted passage has one, every acknowledged write is stored, and both the
-//! new handle's index and the parent's long-lived one hold exactly the live items.
+//! in its place. At the end a new handle finishes every job (the dead processes' claims
+//! included), every live item has exactly the vector of its current text, no deleted passage
+//! has one, every acknowledged write is stored, and both the new handle's index and the
+//! parent's long-lived one hold exactly the live items.
 //!
 //! `PATTERN_EMBED_SOAK_SECS` sets the run's length (5 s by default; minutes for the long form).
 
@@ -15,13 +15,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use db_v2::{EmbedConfig, Embedder};
-use pattern_db::testkit::agents_with_a_block;
-use pattern_db::testkit::all_archival;
 use pattern_db::testkit::children::{Children, child_setting};
+use pattern_db::testkit::{agents_with_a_block, all_archival};
 use pattern_db::{Backend, ContentRef, ContentType, NewArchival};
 use rand::Rng;
 
-use crate::common::{HashEmbedder, fresh, open, open_with, quick};
+use crate::common::{HashEmbedder, fresh, open, quick};
 use crate::pipeline::assert_vectors_match;
 
 const CHILDREN: usize = 3;
@@ -127,17 +126,9 @@ async fn processes_killed_while_embedding_leave_every_vector_true(backend: Backe
         lines.len()
     );
 
-    // A new handle with the same embedder: the dead children's claims are taken at once (an
-    // hour would not pass), and every job is done.
-    let db = open_with(
-        &tdb,
-        Some(hasher.clone() as Arc<dyn Embedder>),
-        EmbedConfig {
-            lease: Duration::from_secs(3600),
-            ..quick()
-        },
-    )
-    .await;
+    // A new handle with the same embedder finishes every job, the dead children's claims
+    // included.
+    let db = open(&tdb, Some(hasher.clone() as Arc<dyn Embedder>)).await;
     assert!(db.wait_idle(Duration::from_secs(120)).await.unwrap());
     let mut live = Vec::new();
     let mut stored = BTreeSet::new();

@@ -1,26 +1,23 @@
 //! The SQLite full-text index shared by processes that are killed: several child processes on
 //! one database file insert and delete archival passages, acknowledge, import and archive
 //! messages, rewrite a memory block, prune the change log (as retention passes do) and now and
-//! then rebuild the index, each
-//! checking that its own search sees what it just wrote; the parent searches meanwhile and
-//! SIGKILLs a random child every few hundred milliseconds (mid-write, mid-commit of the index,
-//! mid-rebuild), starting another in its place. At the end a new handle's search agrees with the
-//! database: every live item is found by its own word and nothing else is, no deleted passage,
-//! archived message or old block value is, and every write a child reported acknowledged is
-//! stored.
+//! then rebuild the index, each checking that its own search sees what it just wrote; the parent
+//! searches meanwhile and SIGKILLs a random child every few hundred milliseconds (mid-write,
+//! mid-commit of the index, mid-rebuild), starting another in its place. At the end a new
+//! handle's search agrees with the database: every live item is found by its own word and
+//! nothing else is, no deleted passage, archived message or old block value is, and every write
+//! a child reported acknowledged is stored.
 //!
 //! The children are this test binary, re-run with `PATTERN_FTS_SOAK_URL` set
 //! (`testkit::children`); a child prints a line for every write only after the store
-//! acknowledged it. `PATTERN_FTS_SOAK_SECS` sets the
-//! run's length (6 s by default; the long form is a few minutes).
+//! acknowledged it. `PATTERN_FTS_SOAK_SECS` sets the run's length (6 s by default; the long form
+//! is a few minutes).
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use pattern_db::testkit::agents_with_a_block;
-use pattern_db::testkit::all_archival;
 use pattern_db::testkit::children::{Children, child_setting};
-
+use pattern_db::testkit::{agents_with_a_block, all_archival};
 use pattern_db::{
     ArchivalId, BeginBatch, ContentBlock, ContentRef, Database, DbConfig, LegacyMessage,
     NewArchival, NewMessage, Role, TextSearch,
