@@ -11,7 +11,8 @@
 //! search for each right after (on another instance when there are several). A chaos loop
 //! SIGKILLs (mostly) or SIGTERMs (sometimes) a random process every few hundred ms and restarts
 //! it on the same port. A sampler reads the database every 100 ms: never two open batches of one
-//! agent, and every open batch of a SIGKILLed process leaves `open` within lease + 10 s. At the end (chaos stopped, servers settled), the checks:
+//! agent, and every open batch of a SIGKILLed process leaves `open` within lease + 10 s. At the
+//! end (chaos stopped, servers settled), the checks:
 //! no acknowledged message lost or stored twice (a retried batch and its retry are one lineage;
 //! unacknowledged messages at most once), no unpaired request reached the model, no turn told
 //! it failed whose batch completed (nor told done whose batch did not), every resumed stream
