@@ -21,8 +21,9 @@
 //! every acknowledged passage (not sent a delete) is found by its marker and no deleted one is.
 //!
 //! `PATTERN_CLUSTER_KILLS` sets how many processes are stopped (the quick form CI runs: 100 on
-//! PostgreSQL, 60 on SQLite, about 160 s together; e.g. 2000 for a long run); `PATTERN_CLUSTER_SEED` replays the clients' and the
-//! chaos loop's choices (timing still varies). This harness must never run beside the other
+//! PostgreSQL, 60 on SQLite, about 160 s together; e.g. 2000 for a long run);
+//! `PATTERN_CLUSTER_SEED` replays the clients' and the chaos loop's choices (timing still
+//! varies). This harness must never run beside the other
 //! heavy tests ([`crate::deploy::exclusive`]), never leave a process behind (the servers die
 //! with their [`ServerSet`]), and never decide a check by sleeping: every wait polls a condition
 //! with a bound.
