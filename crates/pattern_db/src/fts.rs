@@ -784,7 +784,6 @@ impl FtsIndex {
     }
 }
 
-/// The content whose documents `changes` replace or remove, once each.
 /// The changes after `cursor` (at most [`CHANGES_PER_COMMIT`]), or `None` when the log was
 /// pruned past `cursor` (changes the index needs are gone: it must be rebuilt).
 ///
@@ -804,6 +803,7 @@ async fn changes_since(db: &Database, cursor: i64) -> Result<Option<Vec<SearchCh
     Ok((pruned <= cursor).then_some(changes))
 }
 
+/// The content whose documents `changes` replace or remove, once each.
 fn changed_refs(changes: &[SearchChange]) -> Vec<ContentRef> {
     let mut seen = HashSet::new();
     changes

@@ -20,15 +20,15 @@ use pattern_db::testkit::children::{Children, child_setting};
 use pattern_db::testkit::{agents_with_a_block, all_archival};
 use pattern_db::{
     ArchivalId, BeginBatch, ContentBlock, ContentRef, Database, DbConfig, LegacyMessage,
-    NewArchival, NewMessage, Role, TextSearch,
+    NewArchival, NewMessage, Role,
 };
 use rand::Rng;
 
+use crate::search::{RW, ids, search};
 use crate::{Kind, fresh};
 
 /// Children writing at once.
 const CHILDREN: usize = 3;
-const RW: &[&str] = &["read_write", "admin"];
 
 fn run_secs() -> u64 {
     std::env::var("PATTERN_FTS_SOAK_SECS")
@@ -37,17 +37,9 @@ fn run_secs() -> u64 {
         .unwrap_or(6)
 }
 
+/// What a search for `word` finds (at most 10).
 async fn found(db: &Database, word: &str) -> Vec<ContentRef> {
-    let opts = TextSearch {
-        limit: 10,
-        ..TextSearch::default()
-    };
-    db.search_text(word, &opts)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|h| h.content)
-        .collect()
+    ids(db, word, &search(10)).await
 }
 
 /// The last word of a stored text: each item's own word.

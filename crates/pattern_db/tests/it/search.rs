@@ -15,7 +15,7 @@ use serde_json::json;
 
 use crate::{Kind, fresh, open_with};
 
-const RW: &[&str] = &["read_write", "admin"];
+pub(crate) const RW: &[&str] = &["read_write", "admin"];
 
 fn model(name: &str, dimension: u32) -> pattern_db::EmbeddingModelInfo {
     pattern_db::EmbeddingModelInfo {
@@ -44,14 +44,14 @@ fn tagged(content: &str, tags: &[&str], key: Option<&str>) -> NewArchival {
     }
 }
 
-fn search(limit: usize) -> TextSearch {
+pub(crate) fn search(limit: usize) -> TextSearch {
     TextSearch {
         limit,
         ..TextSearch::default()
     }
 }
 
-async fn ids(db: &Database, query: &str, opts: &TextSearch) -> Vec<ContentRef> {
+pub(crate) async fn ids(db: &Database, query: &str, opts: &TextSearch) -> Vec<ContentRef> {
     db.search_text(query, opts)
         .await
         .unwrap()
