@@ -496,14 +496,14 @@ const BATCH_COLUMNS: &str = "b.id, b.agent_id, b.batch_type, b.state, b.parent_b
 /// How many columns [`BATCH_COLUMNS`] has (where a joined message's columns start).
 pub(crate) const BATCH_COLUMN_COUNT: usize = 14;
 
-/// Batches with their messages in one statement: the batches `pick` selects (a `WHERE`, `ORDER
-/// BY` and `LIMIT` over `batches`), each batch's columns followed by one of its live messages'
+/// Batches with their messages in one statement: the batches `pick` selects (a `SELECT` of
+/// whole `batches` rows), each batch's columns followed by one of its live messages'
 /// (NULL for a batch without any). Each batch's messages are one lookup of `messages_by_batch`.
 /// The rows come in no particular order (an `ORDER BY` here made SQLite copy every joined row,
 /// content included, into a sorter): [`batches_from_joined_rows`] orders them.
 pub(crate) fn batches_with_messages(pick: &str) -> String {
     format!(
-        "SELECT {BATCH_COLUMNS}, {MESSAGE_COLUMNS} FROM (SELECT * FROM batches {pick}) b \
+        "SELECT {BATCH_COLUMNS}, {MESSAGE_COLUMNS} FROM ({pick}) b \
          LEFT JOIN messages m ON m.batch_id = b.id AND NOT m.deleted"
     )
 }

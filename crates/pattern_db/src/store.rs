@@ -190,7 +190,7 @@ impl MessageStore {
         // Dynamic on PostgreSQL: a checked statement decodes every column of every row, and
         // this join repeats a batch's columns on each of its messages (decision 0023, 3 (c)).
         let sql = ops::batches_with_messages(
-            "WHERE agent_id = $1 AND NOT archived ORDER BY id DESC LIMIT $2",
+            "SELECT * FROM batches WHERE agent_id = $1 AND NOT archived ORDER BY id DESC LIMIT $2",
         );
         let rows = crate::sql::query(sqlx::AssertSqlSafe(sql))
             .bind(self.agent.to_string())
@@ -329,10 +329,19 @@ impl MessageStore {
         before: BatchId,
         limit: usize,
     ) -> Result<Vec<StoredBatch>> {
-        // Dynamic on both engines, as `get_recent`'s read on PostgreSQL.
-        let sql = ops::batches_with_messages(
-            "WHERE agent_id = $1 AND id < $2 AND NOT archived ORDER BY id LIMIT $3",
-        );
+        // Dynamic on both engines, as `get_recent`'s read on PostgreSQL. SQLite has no index of
+        // batches by agent: its batches are the positions of its messages that are a batch's id
+        // (migration 0026).
+        let sql = ops::batches_with_messages(match self.db.backend() {
+            crate::Backend::Sqlite => {
+                "SELECT b.* FROM messages f CROSS JOIN batches b ON b.id = f.position \
+                 WHERE f.agent_id = $1 AND f.position < $2 AND b.agent_id = $1 AND NOT b.archived \
+                 ORDER BY f.position LIMIT $3"
+            }
+            crate::Backend::Postgres => {
+                "SELECT * FROM batches WHERE agent_id = $1 AND id < $2 AND NOT archived ORDER BY id LIMIT $3"
+            }
+        });
         let rows = crate::sql::query(sqlx::AssertSqlSafe(sql))
             .bind(self.agent.to_string())
             .bind(before.get())

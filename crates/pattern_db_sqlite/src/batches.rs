@@ -3,6 +3,11 @@
 //! lease renewal, abandon, the retry claim); an agent's newest batches with their messages as one
 //! JSON document.
 //!
+//! No index of `batches` is keyed by agent (migration 0026): a batch's id is the position of its
+//! first message, so an agent's batches, in id order, are read by walking its messages'
+//! `messages_by_position` and looking each position up in `batches`' primary key (`CROSS JOIN`
+//! keeps that loop order); open batches have a partial index of their own.
+//!
 //! It must never order, filter or judge what it reads beyond what the statement does. A state
 //! change never checks the batch's state first: the caller has locked the agent and judged the
 //! batch before it runs one.
@@ -81,7 +86,7 @@ pub async fn page_before(
 ) -> sqlx::Result<Vec<BatchRow>> {
     sqlx::query_as!(
         BatchRow,
-        r#"SELECT b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived AS "archived: bool", b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token FROM batches b WHERE b.agent_id = $1 AND b.id < $2 ORDER BY b.id DESC LIMIT $3 + 0"#,
+        r#"SELECT b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived AS "archived: bool", b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent_id = $1 AND f.position < $2 AND b.agent_id = $1 ORDER BY f.position DESC LIMIT $3 + 0"#,
         agent,
         before,
         limit
@@ -107,7 +112,7 @@ pub async fn revision_and_newest_json(
     limit: i64,
 ) -> sqlx::Result<Option<(i64, String)>> {
     let row = sqlx::query!(
-        r#"SELECT a.revision AS "revision!: i64", (SELECT json_group_array(json_array(b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token, m.id, m.position, m.sequence_num, m.role, m.content, m.token_estimate, m.archived, m.created_at)) FROM (SELECT * FROM batches WHERE agent_id = $1 AND NOT archived ORDER BY id DESC LIMIT $2 + 0) b LEFT JOIN messages m ON m.batch_id = b.id AND NOT m.deleted) AS "doc!: String" FROM agents a WHERE a.id = $1"#,
+        r#"SELECT a.revision AS "revision!: i64", (SELECT json_group_array(json_array(b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token, m.id, m.position, m.sequence_num, m.role, m.content, m.token_estimate, m.archived, m.created_at)) FROM (SELECT b.* FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent_id = $1 AND b.agent_id = $1 AND NOT b.archived ORDER BY f.position DESC LIMIT $2 + 0) b LEFT JOIN messages m ON m.batch_id = b.id AND NOT m.deleted) AS "doc!: String" FROM agents a WHERE a.id = $1"#,
         agent,
         limit
     )
@@ -251,7 +256,7 @@ pub async fn archivable_before(
     position: i64,
 ) -> sqlx::Result<Vec<i64>> {
     sqlx::query_scalar!(
-        r#"SELECT b.id AS "id!: i64" FROM batches b WHERE b.agent_id = $1 AND b.id < $2 AND b.state <> 'open' AND NOT b.archived AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.batch_id = b.id AND m.position >= $2) ORDER BY b.id"#,
+        r#"SELECT b.id AS "id!: i64" FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent_id = $1 AND f.position < $2 AND b.agent_id = $1 AND b.state <> 'open' AND NOT b.archived AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.batch_id = b.id AND m.position >= $2) ORDER BY f.position"#,
         agent,
         position
     )
@@ -267,7 +272,7 @@ pub async fn unarchived_in_range(
     through: i64,
 ) -> sqlx::Result<Vec<(i64, String)>> {
     let rows = sqlx::query!(
-        r#"SELECT id AS "id!: i64", state AS "state!" FROM batches WHERE agent_id = $1 AND id >= $2 AND id <= $3 AND NOT archived ORDER BY id"#,
+        r#"SELECT b.id AS "id!: i64", b.state AS "state!" FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent_id = $1 AND f.position >= $2 AND f.position <= $3 AND b.agent_id = $1 AND NOT b.archived ORDER BY f.position"#,
         agent,
         from,
         through

@@ -1,6 +1,9 @@
 //! Property tests of batch invariants over random sequences of store operations: positions
 //! strictly increase, sequence numbers are dense within a batch, every tool result follows its
-//! call in the same batch, and a refused operation changes nothing.
+//! call in the same batch, and a refused operation changes nothing. Steps go to any batch begun
+//! (several may be open at once, so batches' messages interleave), and every way of reading an
+//! agent's batches (newest, pages, the current one, those before an id) agrees with what was
+//! begun: on SQLite they are found through the messages' positions (migration 0026).
 
 use std::collections::HashSet;
 
@@ -18,6 +21,8 @@ enum Action {
     Complete,
     Continue,
     Recover,
+    /// Make the n-th batch begun (modulo) the one the next steps go to.
+    Switch(u8),
 }
 
 fn action() -> impl Strategy<Value = Action> {
@@ -29,6 +34,7 @@ fn action() -> impl Strategy<Value = Action> {
         2 => Just(Action::Complete),
         1 => Just(Action::Continue),
         1 => Just(Action::Recover),
+        2 => any::<u8>().prop_map(Action::Switch),
     ]
 }
 
@@ -39,6 +45,7 @@ async fn run(db: &Database, actions: Vec<Action>) {
         .unwrap();
     let store = db.messages(agent.id);
     let mut current = None;
+    let mut begun = Vec::new();
     let mut pending: Vec<String> = Vec::new();
     let mut next_call = 0u32;
     for action in actions {
@@ -49,8 +56,16 @@ async fn run(db: &Database, actions: Vec<Action>) {
                 .await
                 .map(|r| {
                     current = Some(r.batch_id);
+                    begun.push(r.batch_id);
                     pending.clear();
                 }),
+            (Action::Switch(k), _) => {
+                if !begun.is_empty() {
+                    current = Some(begun[usize::from(*k) % begun.len()]);
+                    pending.clear();
+                }
+                continue;
+            }
             (_, None) => continue,
             (Action::Say, Some(b)) => store
                 .append_step(b, vec![NewMessage::assistant("hm")])
@@ -104,6 +119,7 @@ async fn run(db: &Database, actions: Vec<Action>) {
     }
     // Invariants over the whole stored history.
     let all = store.get_all(None, 10_000, true).await.unwrap();
+    check_batch_reads(&store, &begun).await;
     assert!(
         all.windows(2).all(|w| w[0].position < w[1].position),
         "positions not strictly increasing"
@@ -131,6 +147,62 @@ async fn run(db: &Database, actions: Vec<Action>) {
                 "complete batch with pending calls"
             );
         }
+    }
+}
+
+/// Every read of the agent's batches returns exactly the batches `begun` (ids ascending) it
+/// should.
+async fn check_batch_reads(store: &pattern_db::MessageStore, begun: &[pattern_db::BatchId]) {
+    let recent: Vec<_> = store
+        .get_recent(10_000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|b| b.info.id)
+        .collect();
+    assert_eq!(recent, begun, "get_recent missed or invented a batch");
+    let newest: Vec<_> = store
+        .get_recent(2)
+        .await
+        .unwrap()
+        .iter()
+        .map(|b| b.info.id)
+        .collect();
+    assert_eq!(newest, begun[begun.len().saturating_sub(2)..]);
+    let infos = store.list_batches(None, 10_000).await.unwrap();
+    let listed: Vec<_> = infos.iter().rev().map(|b| b.id).collect();
+    assert_eq!(listed, begun, "list_batches");
+    let open = infos
+        .iter()
+        .find(|b| b.state == pattern_db::BatchState::Open)
+        .map(|b| b.id);
+    assert_eq!(
+        store.current_batch().await.unwrap().map(|b| b.id),
+        open,
+        "current_batch is not the newest open batch"
+    );
+    for (i, id) in begun.iter().enumerate() {
+        let page: Vec<_> = store
+            .list_batches(Some(*id), 2)
+            .await
+            .unwrap()
+            .iter()
+            .map(|b| b.id)
+            .collect();
+        let want: Vec<_> = begun[i.saturating_sub(2)..i]
+            .iter()
+            .rev()
+            .copied()
+            .collect();
+        assert_eq!(page, want, "list_batches before {id:?}");
+        let before: Vec<_> = store
+            .live_batches_before(*id, 3)
+            .await
+            .unwrap()
+            .iter()
+            .map(|b| b.info.id)
+            .collect();
+        assert_eq!(before, begun[..i.min(3)], "live_batches_before {id:?}");
     }
 }
 

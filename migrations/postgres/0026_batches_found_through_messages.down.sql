@@ -1,0 +1,2 @@
+-- Purpose: undoes 0026.
+DROP INDEX IF EXISTS batches_by_parent;
