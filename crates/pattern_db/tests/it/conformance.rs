@@ -1095,6 +1095,106 @@ async fn migrations_are_checksummed_and_reversible(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
+/// Everything the store's batch reads return for `agent`, as text (the read cache bypassed).
+async fn batch_reads(db: &Database, agent: pattern_db::AgentId) -> Vec<String> {
+    db.forget_read_cache();
+    let store = db.messages(agent);
+    let recent = store.get_recent(100).await.unwrap();
+    let mut out: Vec<String> = recent
+        .iter()
+        .map(|b| {
+            let ids: Vec<_> = b.messages.iter().map(|m| m.position.get()).collect();
+            format!("recent {} {:?} {ids:?}", b.info.id.get(), b.info.state)
+        })
+        .collect();
+    for b in store.list_batches(None, 100).await.unwrap() {
+        out.push(format!("listed {} {:?}", b.id.get(), b.state));
+    }
+    let current = store.current_batch().await.unwrap().map(|b| b.id.get());
+    out.push(format!("current {current:?}"));
+    if let Some(last) = recent.last() {
+        for b in store.live_batches_before(last.info.id, 100).await.unwrap() {
+            out.push(format!("before {}", b.info.id.get()));
+        }
+    }
+    out
+}
+
+/// Migration 0026 (SQLite drops its agent-keyed batch index and finds batches through the
+/// messages' positions; both backends index continuation parents): an existing history reads
+/// the same before it, with it reverted, and with it applied again, interleaved open batches,
+/// a continuation and an imported history included.
+async fn batch_reads_are_the_same_across_migration_0026(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let talker = db.create_agent(NewAgent::named("talker")).await.unwrap().id;
+    let other = db.create_agent(NewAgent::named("other")).await.unwrap().id;
+    let store = db.messages(talker);
+    let first = store
+        .begin_batch(NewMessage::user("one"), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
+    let second = store
+        .begin_batch(NewMessage::user("two"), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
+    // Steps go to the older batch after the newer one began: the two interleave.
+    store
+        .append_step(first, vec![NewMessage::assistant("to one")])
+        .await
+        .unwrap();
+    store
+        .append_step(second, vec![NewMessage::assistant("to two")])
+        .await
+        .unwrap();
+    store.complete_batch(first).await.unwrap();
+    store
+        .begin_batch(
+            NewMessage::user("more"),
+            BeginBatch {
+                parent_batch: Some(first),
+                ..BeginBatch::default()
+            },
+        )
+        .await
+        .unwrap();
+    let said = |role, text: &str| LegacyMessage {
+        role,
+        content: vec![ContentBlock::text(text)],
+        created_at: None,
+        origin: None,
+    };
+    db.messages(other)
+        .import_legacy(vec![
+            said(Role::User, "hello"),
+            said(Role::Assistant, "hi"),
+            said(Role::User, "again"),
+            said(Role::Assistant, "yes"),
+        ])
+        .await
+        .unwrap();
+    let reads = async || {
+        (
+            batch_reads(&db, talker).await,
+            batch_reads(&db, other).await,
+        )
+    };
+    let before = reads().await;
+    assert!(before.0.len() > 6 && before.1.len() > 3, "{before:?}");
+    db.migrate_down(25).await.unwrap();
+    assert_eq!(reads().await, before, "read differently with 0026 reverted");
+    db.migrate_up().await.unwrap();
+    assert_eq!(
+        reads().await,
+        before,
+        "read differently with 0026 applied again"
+    );
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
 async fn tamper_checksum(url: &str, kind: Kind) {
     use sqlx::{Connection, Executor};
     match kind {
@@ -1652,6 +1752,7 @@ conformance!(
     cached_reads_see_writes_of_other_processes,
     bad_input_is_typed_and_changes_nothing,
     migrations_are_checksummed_and_reversible,
+    batch_reads_are_the_same_across_migration_0026,
     engine_and_urls,
     blocks_lifecycle,
     bad_block_writes_are_typed_and_change_nothing,
