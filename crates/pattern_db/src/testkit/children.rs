@@ -190,6 +190,21 @@ impl Children {
         self.kills
     }
 
+    /// How many whole lines the children printed so far.
+    pub fn lines_so_far(&self) -> usize {
+        self.lines.lock().map_or(0, |l| l.len())
+    }
+
+    /// Whether a soak that began at `started` with `secs` to run should go on: until `secs` have
+    /// passed, and then, on a machine too busy for the children to have done `at_least` lines
+    /// of work and killed one, up to twice as long again (so a loaded CI run still checks
+    /// something, and a quiet one is not made longer).
+    pub fn keep_going(&self, started: std::time::Instant, secs: u64, at_least: usize) -> bool {
+        let ran = started.elapsed();
+        let base = std::time::Duration::from_secs(secs);
+        ran < base || (ran < base * 3 && (self.lines_so_far() <= at_least || self.kills == 0))
+    }
+
     /// SIGKILLs every child and returns every whole line they printed, in the order read.
     pub fn kill_all(mut self) -> std::io::Result<Vec<String>> {
         for r in std::mem::take(&mut self.running) {
