@@ -1573,8 +1573,15 @@ pub(crate) async fn mark_abandoned(conn: &mut Conn<'_>, batch: BatchId, now: i64
     Ok(())
 }
 
-/// Marks whole batches archived (and their messages); returns the number of messages archived.
-async fn archive_batches(conn: &mut Conn<'_>, ctx: &Ctx, batches: &[i64]) -> Result<u64> {
+/// Marks whole batches of `agent` archived (and their messages), then moves the agent's
+/// `live_from` past them (migration 0027); returns the number of messages archived. The caller
+/// holds the agent's lock.
+async fn archive_batches(
+    conn: &mut Conn<'_>,
+    ctx: &Ctx,
+    agent: AgentId,
+    batches: &[i64],
+) -> Result<u64> {
     search::batches_archived(conn, ctx, batches).await?;
     let mut archived = 0;
     for chunk in batches.chunks(500) {
@@ -1589,6 +1596,16 @@ async fn archive_batches(conn: &mut Conn<'_>, ctx: &Ctx, batches: &[i64]) -> Res
             let done = q.execute(&mut *conn).await?;
             if table == "messages" {
                 archived += done.rows_affected();
+            }
+        }
+    }
+    if !batches.is_empty() {
+        match conn {
+            Conn::Sqlite(c) => {
+                pattern_db_sqlite::batches::advance_live_from(c, &agent.to_string()).await?;
+            }
+            Conn::Postgres(c) => {
+                pattern_db_postgres::batches::advance_live_from(c, agent.0).await?;
             }
         }
     }
@@ -1613,7 +1630,7 @@ async fn archive_before(
             pattern_db_postgres::batches::archivable_before(c, agent.0, position.get()).await?
         }
     };
-    archive_batches(conn, ctx, &ids).await
+    archive_batches(conn, ctx, agent, &ids).await
 }
 
 /// Archives the given whole batches of `agent`; refuses (changing nothing) if any is unknown,
@@ -1640,7 +1657,7 @@ async fn archive_chosen(
             ids.push(batch.get());
         }
     }
-    archive_batches(conn, ctx, &ids).await
+    archive_batches(conn, ctx, agent, &ids).await
 }
 
 async fn summarize_and_archive(
@@ -1674,7 +1691,7 @@ async fn summarize_and_archive(
         .map(|(id, _)| id)
         .collect();
     upsert_summary(conn, ctx, summary).await?;
-    archive_batches(conn, ctx, &ids).await?;
+    archive_batches(conn, ctx, summary.agent_id, &ids).await?;
     Ok(ids.into_iter().map(SnowflakeId).collect())
 }
 

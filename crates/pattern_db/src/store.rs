@@ -329,17 +329,21 @@ impl MessageStore {
         before: BatchId,
         limit: usize,
     ) -> Result<Vec<StoredBatch>> {
-        // Dynamic on both engines, as `get_recent`'s read on PostgreSQL. SQLite has no index of
-        // batches by agent: its batches are the positions of its messages that are a batch's id
-        // (migration 0026).
+        // Dynamic on both engines, as `get_recent`'s read on PostgreSQL. Every batch below the
+        // agent's `live_from` is archived (migration 0027): the walk starts there, not at the
+        // start of a long archived history. SQLite has no index of batches by agent: its
+        // batches are the positions of its messages that are a batch's id (migration 0026).
         let sql = ops::batches_with_messages(match self.db.backend() {
             crate::Backend::Sqlite => {
                 "SELECT b.* FROM messages f CROSS JOIN batches b ON b.id = f.position \
-                 WHERE f.agent_id = $1 AND f.position < $2 AND b.agent_id = $1 AND NOT b.archived \
+                 WHERE f.agent_id = $1 AND f.position >= (SELECT a.live_from FROM agents a WHERE a.id = $1) \
+                 AND f.position < $2 AND b.agent_id = $1 AND NOT b.archived \
                  ORDER BY f.position LIMIT $3"
             }
             crate::Backend::Postgres => {
-                "SELECT * FROM batches WHERE agent_id = $1 AND id < $2 AND NOT archived ORDER BY id LIMIT $3"
+                "SELECT * FROM batches WHERE agent_id = $1 \
+                 AND id >= (SELECT a.live_from FROM agents a WHERE a.id = $1) \
+                 AND id < $2 AND NOT archived ORDER BY id LIMIT $3"
             }
         });
         let rows = crate::sql::query(sqlx::AssertSqlSafe(sql))

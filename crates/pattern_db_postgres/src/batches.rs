@@ -315,7 +315,7 @@ pub async fn archivable_before(
     position: i64,
 ) -> sqlx::Result<Vec<i64>> {
     sqlx::query_scalar!(
-        r#"SELECT b.id AS "id!" FROM batches b WHERE b.agent_id = $1 AND b.id < $2 AND b.state <> 'open' AND NOT b.archived AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.batch_id = b.id AND m.position >= $2) ORDER BY b.id"#,
+        r#"SELECT b.id AS "id!" FROM batches b WHERE b.agent_id = $1 AND b.id >= (SELECT a.live_from FROM agents a WHERE a.id = $1) AND b.id < $2 AND b.state <> 'open' AND NOT b.archived AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.batch_id = b.id AND m.position >= $2) ORDER BY b.id"#,
         agent,
         position
     )
@@ -331,7 +331,7 @@ pub async fn unarchived_in_range(
     through: i64,
 ) -> sqlx::Result<Vec<(i64, String)>> {
     let rows = sqlx::query!(
-        r#"SELECT id AS "id!", state AS "state!" FROM batches WHERE agent_id = $1 AND id >= $2 AND id <= $3 AND NOT archived ORDER BY id"#,
+        r#"SELECT id AS "id!", state AS "state!" FROM batches WHERE agent_id = $1 AND id >= GREATEST($2, (SELECT a.live_from FROM agents a WHERE a.id = $1)) AND id <= $3 AND NOT archived ORDER BY id"#,
         agent,
         from,
         through
@@ -339,4 +339,18 @@ pub async fn unarchived_in_range(
     .fetch_all(conn)
     .await?;
     Ok(rows.into_iter().map(|r| (r.id, r.state)).collect())
+}
+
+/// Moves `agent`'s `live_from` (every batch below it is archived) up to its oldest unarchived
+/// batch at or above the current mark, or past its newest message when every batch is
+/// archived; rows changed. Run after archiving, under the agent's row lock, so the walk covers
+/// the batches just archived, once.
+pub async fn advance_live_from(conn: &mut PgConnection, agent: Uuid) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "UPDATE agents a SET live_from = COALESCE((SELECT b.id FROM batches b WHERE b.agent_id = $1 AND b.id >= a.live_from AND NOT b.archived ORDER BY b.id LIMIT 1), (SELECT m.position + 1 FROM messages m WHERE m.agent_id = $1 ORDER BY m.position DESC LIMIT 1), a.live_from) WHERE a.id = $1",
+        agent
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
 }

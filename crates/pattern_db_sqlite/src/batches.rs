@@ -249,14 +249,14 @@ pub async fn set_retried_at(conn: &mut SqliteConnection, batch: i64, at: i64) ->
 }
 
 /// The ids of `agent`'s closed, unarchived batches below `position` that hold no message at or
-/// after it, oldest first.
+/// after it, oldest first (from the agent's `live_from`: every batch below it is archived).
 pub async fn archivable_before(
     conn: &mut SqliteConnection,
     agent: &str,
     position: i64,
 ) -> sqlx::Result<Vec<i64>> {
     sqlx::query_scalar!(
-        r#"SELECT b.id AS "id!: i64" FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent_id = $1 AND f.position < $2 AND b.agent_id = $1 AND b.state <> 'open' AND NOT b.archived AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.batch_id = b.id AND m.position >= $2) ORDER BY f.position"#,
+        r#"SELECT b.id AS "id!: i64" FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent_id = $1 AND f.position >= (SELECT a.live_from FROM agents a WHERE a.id = $1) AND f.position < $2 AND b.agent_id = $1 AND b.state <> 'open' AND NOT b.archived AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.batch_id = b.id AND m.position >= $2) ORDER BY f.position"#,
         agent,
         position
     )
@@ -272,7 +272,7 @@ pub async fn unarchived_in_range(
     through: i64,
 ) -> sqlx::Result<Vec<(i64, String)>> {
     let rows = sqlx::query!(
-        r#"SELECT b.id AS "id!: i64", b.state AS "state!" FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent_id = $1 AND f.position >= $2 AND f.position <= $3 AND b.agent_id = $1 AND NOT b.archived ORDER BY f.position"#,
+        r#"SELECT b.id AS "id!: i64", b.state AS "state!" FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent_id = $1 AND f.position >= MAX($2, (SELECT a.live_from FROM agents a WHERE a.id = $1)) AND f.position <= $3 AND b.agent_id = $1 AND NOT b.archived ORDER BY f.position"#,
         agent,
         from,
         through
@@ -280,4 +280,18 @@ pub async fn unarchived_in_range(
     .fetch_all(conn)
     .await?;
     Ok(rows.into_iter().map(|r| (r.id, r.state)).collect())
+}
+
+/// Moves `agent`'s `live_from` (every batch below it is archived) up to its oldest unarchived
+/// batch at or above the current mark, or past its newest message when every batch is
+/// archived; rows changed. Run after archiving, under the agent's write lock, so the walk covers
+/// the batches just archived, once.
+pub async fn advance_live_from(conn: &mut SqliteConnection, agent: &str) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "UPDATE agents SET live_from = COALESCE((SELECT b.id FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent_id = $1 AND f.position >= agents.live_from AND b.agent_id = $1 AND NOT b.archived ORDER BY f.position LIMIT 1), (SELECT m.position + 1 FROM messages m WHERE m.agent_id = $1 ORDER BY m.position DESC LIMIT 1), live_from) WHERE id = $1",
+        agent
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
 }

@@ -1120,11 +1120,11 @@ async fn batch_reads(db: &Database, agent: pattern_db::AgentId) -> Vec<String> {
     out
 }
 
-/// Migration 0026 (SQLite drops its agent-keyed batch index and finds batches through the
-/// messages' positions; both backends index continuation parents): an existing history reads
-/// the same before it, with it reverted, and with it applied again, interleaved open batches,
-/// a continuation and an imported history included.
-async fn batch_reads_are_the_same_across_migration_0026(kind: Kind) {
+/// Migrations 0026 (SQLite drops its agent-keyed batch index and finds batches through the
+/// messages' positions; both backends index continuation parents) and 0027 (`live_from`): an
+/// existing history reads the same before them and after they are reverted and applied again,
+/// interleaved open batches, a continuation and an imported history included.
+async fn batch_reads_are_the_same_across_migrations_0026_0027(kind: Kind) {
     let tdb = fresh(kind).await;
     let db = tdb.open().await.unwrap();
     let talker = db.create_agent(NewAgent::named("talker")).await.unwrap().id;
@@ -1183,14 +1183,103 @@ async fn batch_reads_are_the_same_across_migration_0026(kind: Kind) {
     };
     let before = reads().await;
     assert!(before.0.len() > 6 && before.1.len() > 3, "{before:?}");
+    // (This code reads `live_from`, which 0027 adds: nothing is read at 0025.)
     db.migrate_down(25).await.unwrap();
-    assert_eq!(reads().await, before, "read differently with 0026 reverted");
     db.migrate_up().await.unwrap();
     assert_eq!(
         reads().await,
         before,
-        "read differently with 0026 applied again"
+        "read differently with 0026 and 0027 applied again"
     );
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+/// An agent's `live_from` (migration 0027): the position below which every batch is archived.
+async fn live_from(db: &Database, name: &str) -> i64 {
+    let rows = pattern_db::testkit::fetch_texts(
+        db,
+        &format!("SELECT CAST(live_from AS TEXT) FROM agents WHERE name = '{name}'"),
+    )
+    .await
+    .unwrap();
+    rows[0].parse().unwrap()
+}
+
+/// Archiving moves the agent's `live_from` past what it archived, never past a live batch
+/// (an open one older than the others stays live and holds it), and the reads of live batches
+/// start there and return what they returned without it; migration 0027 sets the same mark on
+/// an existing history.
+async fn live_batches_start_after_the_archived_history(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let agent = db.create_agent(NewAgent::named("long")).await.unwrap().id;
+    let store = db.messages(agent);
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        let id = store
+            .begin_batch(NewMessage::user(format!("q{i}")), BeginBatch::default())
+            .await
+            .unwrap()
+            .batch_id;
+        store
+            .append_step(id, vec![NewMessage::assistant(format!("a{i}"))])
+            .await
+            .unwrap();
+        // The third stays open.
+        if i != 2 {
+            store.complete_batch(id).await.unwrap();
+        }
+        ids.push(id);
+    }
+    let live = async |before| -> Vec<SnowflakeId> {
+        store
+            .live_batches_before(before, 10)
+            .await
+            .unwrap()
+            .iter()
+            .map(|b| b.info.id)
+            .collect()
+    };
+    assert_eq!(live_from(&db, "long").await, 0);
+    store.archive_batches(vec![ids[0], ids[1]]).await.unwrap();
+    assert_eq!(live_from(&db, "long").await, ids[2].get());
+    assert_eq!(live(ids[5]).await, vec![ids[2], ids[3], ids[4]]);
+    // A batch archived above the open one: the mark stays at the open one.
+    store.archive_batches(vec![ids[3]]).await.unwrap();
+    assert_eq!(live_from(&db, "long").await, ids[2].get());
+    assert_eq!(live(ids[5]).await, vec![ids[2], ids[4]]);
+    // Archiving below a position skips the open batch and leaves the mark on it.
+    store.archive_before(ids[5]).await.unwrap();
+    assert_eq!(live_from(&db, "long").await, ids[2].get());
+    assert_eq!(live(ids[5]).await, vec![ids[2]]);
+    store.complete_batch(ids[2]).await.unwrap();
+    store.archive_batches(vec![ids[2]]).await.unwrap();
+    assert_eq!(live_from(&db, "long").await, ids[5].get());
+    assert_eq!(live(ids[5]).await, Vec::<SnowflakeId>::new());
+    // Everything archived: the mark is past the newest message, and a new batch is above it.
+    store.archive_batches(vec![ids[5]]).await.unwrap();
+    let all = store.get_all(None, 100, true).await.unwrap();
+    let newest = all.last().unwrap().position.get();
+    assert_eq!(live_from(&db, "long").await, newest + 1);
+    let next = store
+        .begin_batch(NewMessage::user("later"), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
+    let after = store
+        .begin_batch(NewMessage::user("later still"), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
+    assert_eq!(live(after).await, vec![next]);
+    assert_eq!(store.get_recent(10).await.unwrap().len(), 2);
+    // The migration computes the mark from the stored flags: the oldest live batch.
+    assert!(live_from(&db, "long").await <= next.get());
+    db.migrate_down(26).await.unwrap();
+    db.migrate_up().await.unwrap();
+    assert_eq!(live_from(&db, "long").await, next.get());
+    assert_eq!(live(after).await, vec![next]);
     db.close().await;
     tdb.cleanup().await.unwrap();
 }
@@ -1752,7 +1841,8 @@ conformance!(
     cached_reads_see_writes_of_other_processes,
     bad_input_is_typed_and_changes_nothing,
     migrations_are_checksummed_and_reversible,
-    batch_reads_are_the_same_across_migration_0026,
+    batch_reads_are_the_same_across_migrations_0026_0027,
+    live_batches_start_after_the_archived_history,
     engine_and_urls,
     blocks_lifecycle,
     bad_block_writes_are_typed_and_change_nothing,
