@@ -8,6 +8,9 @@
 //!   (a fresh batch every 20 steps; the cost of a step into a 2001-message batch is printed);
 //! - `get_recent_20/{1k,100k,1M}`: `get_recent(20)` for an agent with that many messages of
 //!   history (the largest/smallest ratio is printed);
+//! - `beyond_window_50/{1k,100k}`: `live_batches_before(oldest of the newest 20, 50)`, the read
+//!   every context build that fills its window makes, for an agent whose history is archived but
+//!   for its newest 40 batches (20 live ones are found beyond the window);
 //! - `content_decode/{text_50,mixed_50}/{hand,derived}`: decoding the stored content of 50
 //!   messages (one text block each; or text, tool call and tool result blocks) with
 //!   `ContentBlock`'s hand-written `Deserialize` and with a copy of the derived one it replaced
@@ -641,6 +644,76 @@ fn bench_get_recent(c: &mut Criterion, rt: &Runtime) {
     group.finish();
 }
 
+/// An agent with a long history archived but for its newest 40 batches, and the oldest batch of
+/// its window of 20.
+struct BeyondFx {
+    fx: Fixture,
+    store: MessageStore,
+    window_start: BatchId,
+}
+
+impl BeyondFx {
+    async fn new(engine: Engine, label: &str, messages: usize) -> Self {
+        let fx = Fixture::open(engine).await;
+        let store = fx.agent(&format!("beyond-{label}")).await;
+        support::import_history(&store, messages, history_chunk).await;
+        let live = store.get_recent(40).await.expect("get_recent");
+        let archived = store
+            .archive_before(live[0].info.id)
+            .await
+            .expect("archive_before");
+        let window_start = store.get_recent(20).await.expect("get_recent")[0].info.id;
+        let beyond = store
+            .live_batches_before(window_start, 50)
+            .await
+            .expect("live_batches_before");
+        assert_eq!(beyond.len(), 20, "the live batches beyond the window");
+        println!(
+            "beyond_window_50/{label}/{}: {archived} messages archived, {} live batches beyond",
+            engine.name(),
+            beyond.len()
+        );
+        Self {
+            fx,
+            store,
+            window_start,
+        }
+    }
+}
+
+fn bench_beyond_window(c: &mut Criterion, rt: &Runtime) {
+    let mut group = c.benchmark_group("beyond_window_50");
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    let sizes: Vec<(&str, usize)> = history_sizes()
+        .into_iter()
+        .filter(|(_, n)| *n <= 100_000)
+        .collect();
+    for engine in Engine::ALL {
+        for &(label, messages) in &sizes {
+            let mut state: Option<BeyondFx> = None;
+            group.bench_function(BenchmarkId::new(label, engine.name()), |b| {
+                let fx = &*state
+                    .get_or_insert_with(|| rt.block_on(BeyondFx::new(engine, label, messages)));
+                b.to_async(rt).iter(move || async move {
+                    black_box(
+                        fx.store
+                            .live_batches_before(fx.window_start, 50)
+                            .await
+                            .expect("live_batches_before"),
+                    )
+                });
+            });
+            if let Some(fx) = state {
+                rt.block_on(fx.fx.close());
+            }
+        }
+    }
+    group.finish();
+}
+
 // ---------------------------------------------------------------------------------------------
 // 5. decoding stored content: `ContentBlock`'s hand-written `Deserialize` against the derive
 
@@ -733,6 +806,7 @@ fn benches(c: &mut Criterion) {
     bench_throughput(c, &rt);
     bench_append_step(c, &rt);
     bench_get_recent(c, &rt);
+    bench_beyond_window(c, &rt);
     bench_content_decode(c);
 }
 
