@@ -150,24 +150,17 @@ async fn run(db: &Database, actions: Vec<Action>) {
     }
 }
 
+/// The ids of `batches`, in the order given.
+fn ids(batches: pattern_db::Result<Vec<pattern_db::StoredBatch>>) -> Vec<pattern_db::BatchId> {
+    batches.unwrap().iter().map(|b| b.info.id).collect()
+}
+
 /// Every read of the agent's batches returns exactly the batches `begun` (ids ascending) it
 /// should.
 async fn check_batch_reads(store: &pattern_db::MessageStore, begun: &[pattern_db::BatchId]) {
-    let recent: Vec<_> = store
-        .get_recent(10_000)
-        .await
-        .unwrap()
-        .iter()
-        .map(|b| b.info.id)
-        .collect();
+    let recent = ids(store.get_recent(10_000).await);
     assert_eq!(recent, begun, "get_recent missed or invented a batch");
-    let newest: Vec<_> = store
-        .get_recent(2)
-        .await
-        .unwrap()
-        .iter()
-        .map(|b| b.info.id)
-        .collect();
+    let newest = ids(store.get_recent(2).await);
     assert_eq!(newest, begun[begun.len().saturating_sub(2)..]);
     let infos = store.list_batches(None, 10_000).await.unwrap();
     let listed: Vec<_> = infos.iter().rev().map(|b| b.id).collect();
@@ -195,13 +188,7 @@ async fn check_batch_reads(store: &pattern_db::MessageStore, begun: &[pattern_db
             .copied()
             .collect();
         assert_eq!(page, want, "list_batches before {id:?}");
-        let before: Vec<_> = store
-            .live_batches_before(*id, 3)
-            .await
-            .unwrap()
-            .iter()
-            .map(|b| b.info.id)
-            .collect();
+        let before = ids(store.live_batches_before(*id, 3).await);
         assert_eq!(before, begun[..i.min(3)], "live_batches_before {id:?}");
     }
 }
