@@ -583,12 +583,12 @@ struct RecentRow(
     Option<i64>,
 );
 
-/// The batches of `pattern_db_sqlite::batches::revision_and_newest_json`'s document, oldest
-/// first, each with its messages in sequence order.
+/// The batches of a `pattern_db_sqlite::batches` JSON document (`revision_and_newest_json`,
+/// `live_before_json`), oldest first, each with its messages in sequence order.
 pub(crate) fn batches_from_json(doc: &str) -> Result<Vec<crate::model::StoredBatch>> {
     let rows: Vec<RecentRow> = serde_json::from_str(doc).map_err(|e| {
         Error::Storage(StorageError::Corrupt(format!(
-            "the newest batches do not decode: {e}"
+            "stored batches read as JSON do not decode: {e}"
         )))
     })?;
     let mut batches = Grouped::default();

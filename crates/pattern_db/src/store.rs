@@ -329,28 +329,31 @@ impl MessageStore {
         before: BatchId,
         limit: usize,
     ) -> Result<Vec<StoredBatch>> {
-        // Dynamic on both engines, as `get_recent`'s read on PostgreSQL. Every batch below the
-        // agent's `live_from` is archived (migration 0027): the walk starts there, not at the
-        // start of a long archived history. SQLite has no index of batches by agent: its
-        // batches are the positions of its messages that are a batch's id (migration 0026).
-        let sql = ops::batches_with_messages(match self.db.backend() {
-            crate::Backend::Sqlite => {
-                "SELECT b.* FROM messages f CROSS JOIN batches b ON b.id = f.position \
-                 WHERE f.agent_id = $1 AND f.position >= (SELECT a.live_from FROM agents a WHERE a.id = $1) \
-                 AND f.position < $2 AND b.agent_id = $1 AND NOT b.archived \
-                 ORDER BY f.position LIMIT $3"
-            }
-            crate::Backend::Postgres => {
-                "SELECT * FROM batches WHERE agent_id = $1 \
-                 AND id >= (SELECT a.live_from FROM agents a WHERE a.id = $1) \
-                 AND id < $2 AND NOT archived ORDER BY id LIMIT $3"
-            }
-        });
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut pooled = self.db.reader().acquire().await?;
+        // Every batch below the agent's `live_from` is archived (migration 0027): both walks
+        // start there, not at the start of a long archived history.
+        if let Conn::Sqlite(c) = pooled.conn() {
+            let doc = pattern_db_sqlite::batches::live_before_json(
+                c,
+                &self.agent.to_string(),
+                before.get(),
+                limit,
+            )
+            .await?;
+            return ops::batches_from_json(&doc);
+        }
+        // Dynamic on PostgreSQL, as `get_recent`'s read there.
+        let sql = ops::batches_with_messages(
+            "SELECT * FROM batches WHERE agent_id = $1 \
+             AND id >= (SELECT a.live_from FROM agents a WHERE a.id = $1) \
+             AND id < $2 AND NOT archived ORDER BY id LIMIT $3",
+        );
         let rows = crate::sql::query(sqlx::AssertSqlSafe(sql))
             .bind(self.agent.to_string())
             .bind(before.get())
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(self.db.reader())
+            .bind(limit)
+            .fetch_all(&mut pooled.conn())
             .await?;
         ops::batches_from_joined_rows(&rows)
     }

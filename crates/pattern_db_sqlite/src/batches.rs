@@ -1,7 +1,7 @@
 //! Statements on `batches` rows: one batch by id, an agent's newest open batch, a page of an
 //! agent's batches; and a batch's state changes (a step's sequence and lease, complete, reopen,
-//! lease renewal, abandon, the retry claim); an agent's newest batches with their messages as one
-//! JSON document.
+//! lease renewal, abandon, the retry claim); an agent's newest batches, or its live ones below a
+//! position, with their messages as one JSON document.
 //!
 //! No index of `batches` is keyed by agent (migration 0026): a batch's id is the position of its
 //! first message, so an agent's batches, in id order, are read by walking its messages'
@@ -119,6 +119,25 @@ pub async fn revision_and_newest_json(
     .fetch_optional(conn)
     .await?;
     Ok(row.map(|r| (r.revision, r.doc)))
+}
+
+/// `agent`'s oldest `limit` unarchived batches below `before`, with their live messages, as one
+/// JSON document of the same shape as [`revision_and_newest_json`]'s. The walk starts at the
+/// agent's `live_from` (every batch below it is archived, migration 0027).
+pub async fn live_before_json(
+    conn: &mut SqliteConnection,
+    agent: &str,
+    before: i64,
+    limit: i64,
+) -> sqlx::Result<String> {
+    sqlx::query_scalar!(
+        r#"SELECT json_group_array(json_array(b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token, m.id, m.position, m.sequence_num, m.role, m.content, m.token_estimate, m.archived, m.created_at)) AS "doc!: String" FROM (SELECT b.* FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent_id = $1 AND f.position >= (SELECT a.live_from FROM agents a WHERE a.id = $1) AND f.position < $2 AND b.agent_id = $1 AND NOT b.archived ORDER BY f.position LIMIT $3 + 0) b LEFT JOIN messages m ON m.batch_id = b.id AND NOT m.deleted"#,
+        agent,
+        before,
+        limit
+    )
+    .fetch_one(conn)
+    .await
 }
 
 /// Moves batch `batch`'s next sequence number on by `appended` messages and sets its lease

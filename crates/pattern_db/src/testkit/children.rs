@@ -191,7 +191,7 @@ impl Children {
     }
 
     /// How many whole lines the children printed so far.
-    pub fn lines_so_far(&self) -> usize {
+    fn lines_so_far(&self) -> usize {
         self.lines.lock().map_or(0, |l| l.len())
     }
 
