@@ -34,10 +34,14 @@ use crate::error::{Error, Result};
 use crate::fusion::{HYBRID_K, hybrid_weights, weighted_rank_fusion};
 use crate::index::{EntryMeta, IndexFilter, VectorIndex};
 use crate::options::{SearchHit, SearchMode, SearchOptions};
-use crate::query::content_words;
+use crate::query::{content_words, words_found};
 
 /// Rows per page when loading the vector index or reading the change log.
 const PAGE: usize = 1000;
+
+/// How many of full text's best hits by the index's relevance are ordered by how many of the
+/// query's words they hold (decision 0021, section 8; chosen from 10, 30 and 60).
+const COVERAGE_POOL: usize = 30;
 
 /// Tuning of the embedding pipeline.
 #[derive(Debug, Clone)]
@@ -332,7 +336,8 @@ impl ConstellationDb {
     // -- search ---------------------------------------------------------------------------------
 
     /// Search. Fts: `pattern_db`'s full-text search of the query's content words
-    /// ([`content_words`]). Vector: the query's embedding against the index, hits confirmed live
+    /// ([`content_words`]), its best hits ordered by how many of those words each holds
+    /// ([`words_found`]), then by the backend's relevance. Vector: the query's embedding against the index, hits confirmed live
     /// and visible by `resolve_content`. Hybrid: both, fused by weighted rank fusion with
     /// weights chosen per query ([`hybrid_weights`]; [`HYBRID_K`]; best hit 1.0). Auto: Hybrid
     /// with an embedder, else Fts.
@@ -390,26 +395,42 @@ impl ConstellationDb {
         }
     }
 
+    /// Full text's `limit` best hits: the index's best [`COVERAGE_POOL`] (or `limit`, if more)
+    /// by its relevance, ordered by how many of the query's content words each holds
+    /// ([`words_found`]), then by that relevance. A hit's score is that count plus its
+    /// relevance `r` as `r / (1 + r)` (below 1), so scores fall as the order does.
     async fn fts(&self, query: &str, opts: &SearchOptions, limit: usize) -> Result<Vec<SearchHit>> {
         let text = TextSearch {
             content_types: opts.content_types.clone(),
             agent: opts.agent,
             from: opts.from,
             to: opts.to,
-            limit,
+            limit: limit.clamp(COVERAGE_POOL, MAX_SEARCH_LIMIT),
         };
         let words = content_words(query);
         let hits = self.inner.db.search_text(&words, &text).await?;
-        Ok(hits
+        let mut hits: Vec<SearchHit> = hits
             .into_iter()
-            .map(|h| SearchHit {
-                content: h.content,
-                agent_id: h.agent_id,
-                score: h.score,
-                text: h.text,
-                created_at: h.created_at,
+            .map(|h| {
+                let relevance = if h.score.is_finite() {
+                    h.score.max(0.0)
+                } else {
+                    0.0
+                };
+                let (found, _) = words_found(query, &h.text);
+                SearchHit {
+                    content: h.content,
+                    agent_id: h.agent_id,
+                    score: found as f32 + relevance / (1.0 + relevance),
+                    text: h.text,
+                    created_at: h.created_at,
+                }
             })
-            .collect())
+            .collect();
+        // Stable: hits holding as many words keep the index's order.
+        hits.sort_by(|a, b| b.score.floor().total_cmp(&a.score.floor()));
+        hits.truncate(limit);
+        Ok(hits)
     }
 
     async fn vector(

@@ -39,4 +39,4 @@ pub use fusion::{
 };
 pub use index::{EntryMeta, IndexFilter, SIGN_SCAN_MIN, SignScan, VectorIndex};
 pub use options::{SearchHit, SearchMode, SearchOptions};
-pub use query::{content_words, has_identifier, is_stop_word, term_coverage};
+pub use query::{content_words, has_identifier, is_stop_word, term_coverage, words_found};

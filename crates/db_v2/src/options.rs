@@ -102,8 +102,9 @@ pub struct SearchHit {
     pub content: ContentRef,
     /// Its agent (a block's owner).
     pub agent_id: AgentId,
-    /// Relevance: Fts the backend's score, Vector the cosine similarity, Hybrid the fused
-    /// rank score with the best hit at 1.0. Comparable only within one answer.
+    /// Relevance: Fts how many of the query's content words the hit holds plus the backend's
+    /// score `s` as `s / (1 + s)`, Vector the cosine similarity, Hybrid the fused rank score with
+    /// the best hit at 1.0. Comparable only within one answer; hits come best first.
     pub score: f32,
     /// The content's current text.
     pub text: String,

@@ -72,12 +72,22 @@ pub fn has_identifier(query: &str) -> bool {
 /// light rule (a shared prefix of all but the last two letters of the shorter, at least four
 /// letters: "painted"/"painting", "group"/"groups"). 0 when the query has no content words.
 pub fn term_coverage(query: &str, text: &str) -> f32 {
+    let (found, wanted) = words_found(query, text);
+    if wanted == 0 {
+        return 0.0;
+    }
+    found as f32 / wanted as f32
+}
+
+/// How many of `query`'s distinct content words `text` contains, and how many there are: the
+/// counts behind [`term_coverage`], by its rule.
+pub fn words_found(query: &str, text: &str) -> (usize, usize) {
     let content = content_words(query);
     let mut wanted: Vec<Cow<'_, str>> = words(&content).filter(|w| !is_stop_word(w)).collect();
     wanted.sort();
     wanted.dedup();
     if wanted.is_empty() {
-        return 0.0;
+        return (0, 0);
     }
     // Each distinct word of the text once (a long passage repeats most of its words), and the
     // words of four letters or more by their first four: a shared stem needs those, so a word is
@@ -108,7 +118,7 @@ pub fn term_coverage(query: &str, text: &str) -> f32 {
                 })
         })
         .count();
-    found as f32 / wanted.len() as f32
+    (found, wanted.len())
 }
 
 /// The lower-cased alphanumeric words of `s` (borrowed when already lower case).
@@ -174,6 +184,13 @@ mod tests {
         // Only function words: nothing to cover.
         assert_eq!(term_coverage("what is it", "what is it"), 0.0);
         assert_eq!(term_coverage("", "anything"), 0.0);
+        // The counts behind it: distinct content words, each once however often said.
+        assert_eq!(
+            words_found(q, "Ana: I start as a pilot at Northwind"),
+            (1, 5)
+        );
+        assert_eq!(words_found("group group support", "groups, groups"), (1, 2));
+        assert_eq!(words_found("what is it", "what is it"), (0, 0));
     }
 
     #[test]

@@ -244,9 +244,81 @@ async fn dates_in_questions(backend: Backend) {
     tdb.cleanup().await.unwrap();
 }
 
+/// Full text puts hits holding more of the question's words first (decision 0021, section 8):
+/// the index ranks a passage repeating one rare word above one saying the whole question in
+/// common words; search turns that round, keeps the index's order among hits holding as many
+/// words, and scores fall as the order does.
+async fn hits_holding_more_words_come_first(backend: Backend) {
+    let tdb = fresh(backend).await;
+    let db = open(&tdb, None).await;
+    let ada = agent(&db, "ada").await;
+    let mut passages = vec![
+        "Lantern, lantern, lantern: the lantern again.".to_owned(),
+        "On the long walk home from the harbour we stopped at the festival stalls and later \
+         somebody there lit a lantern by the water."
+            .to_owned(),
+        "The harbour festival was busy this year.".to_owned(),
+    ];
+    // The festival and the harbour are common here, the lantern is not.
+    for i in 0..40 {
+        passages.push(format!("The harbour festival, day {i}: stalls and music."));
+    }
+    let entries = db
+        .insert_archival_many(
+            ada,
+            passages
+                .iter()
+                .map(|p| NewArchival::text(p.as_str()))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let [repeats, whole] = [0, 1].map(|i| ContentRef::archival(entries[i].id));
+    let q = "the lantern at the harbour festival";
+    let index = db
+        .db()
+        .search_text(
+            &db_v2::content_words(q),
+            &pattern_db::TextSearch {
+                agent: Some(ada),
+                limit: 10,
+                ..pattern_db::TextSearch::default()
+            },
+        )
+        .await
+        .unwrap();
+    let by_index: Vec<&ContentRef> = index.iter().map(|h| &h.content).collect();
+    let at = |r: &ContentRef| by_index.iter().position(|x| *x == r);
+    assert!(
+        at(&repeats) < at(&whole),
+        "the index alone ranks the repeated rare word first: {by_index:?}"
+    );
+    let hits = db
+        .search(
+            q,
+            &SearchOptions::mode(SearchMode::Fts)
+                .with_limit(5)
+                .for_agent(ada),
+        )
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 5);
+    assert_eq!(rank(&hits, &whole), Some(0), "{hits:?}");
+    assert!(
+        hits.windows(2).all(|w| w[0].score >= w[1].score),
+        "{hits:?}"
+    );
+    // Below it, every hit holds the harbour and the festival but not the lantern, then the
+    // lantern alone: the passage repeating it is not among the first five.
+    assert_eq!(rank(&hits, &repeats), None, "{hits:?}");
+    assert!(hits[1..].iter().all(|h| h.score.floor() == 2.0), "{hits:?}");
+    tdb.cleanup().await.unwrap();
+}
+
 conformance!(
     meaning_and_exact_terms,
     dates_in_questions,
     filters_and_deletes,
-    without_embedder
+    without_embedder,
+    hits_holding_more_words_come_first
 );
