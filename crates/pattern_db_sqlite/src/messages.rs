@@ -92,10 +92,11 @@ pub async fn page_after(
     }
 }
 
-/// How many of `agent`'s messages are live (neither archived nor deleted).
+/// How many of `agent`'s messages are live (neither archived nor deleted), counted from the
+/// agent's `live_from` (every message below it is in an archived batch, migration 0027).
 pub async fn count_live(conn: &mut SqliteConnection, agent: &str) -> sqlx::Result<i64> {
     sqlx::query_scalar!(
-        r#"SELECT COUNT(*) AS "count!: i64" FROM messages WHERE agent_id = $1 AND NOT archived AND NOT deleted"#,
+        r#"SELECT COUNT(*) AS "count!: i64" FROM messages WHERE agent_id = $1 AND position >= (SELECT a.live_from FROM agents a WHERE a.id = $1) AND NOT archived AND NOT deleted"#,
         agent
     )
     .fetch_one(conn)

@@ -1245,10 +1245,13 @@ async fn live_batches_start_after_the_archived_history(kind: Kind) {
     store.archive_batches(vec![ids[0], ids[1]]).await.unwrap();
     assert_eq!(live_from(&db, "long").await, ids[2].get());
     assert_eq!(live(ids[5]).await, vec![ids[2], ids[3], ids[4]]);
+    // Live messages are counted from the mark: batches 2 to 5, two messages each.
+    assert_eq!(store.count_live().await.unwrap(), 8);
     // A batch archived above the open one: the mark stays at the open one.
     store.archive_batches(vec![ids[3]]).await.unwrap();
     assert_eq!(live_from(&db, "long").await, ids[2].get());
     assert_eq!(live(ids[5]).await, vec![ids[2], ids[4]]);
+    assert_eq!(store.count_live().await.unwrap(), 6);
     // Archiving below a position skips the open batch and leaves the mark on it.
     store.archive_before(ids[5]).await.unwrap();
     assert_eq!(live_from(&db, "long").await, ids[2].get());
@@ -1274,6 +1277,7 @@ async fn live_batches_start_after_the_archived_history(kind: Kind) {
         .batch_id;
     assert_eq!(live(after).await, vec![next]);
     assert_eq!(store.get_recent(10).await.unwrap().len(), 2);
+    assert_eq!(store.count_live().await.unwrap(), 2);
     // The migration computes the mark from the stored flags: the oldest live batch.
     assert!(live_from(&db, "long").await <= next.get());
     db.migrate_down(26).await.unwrap();
