@@ -1454,7 +1454,9 @@ pub(crate) async fn search_pg(
         parts.push(part(
             "message",
             "m",
-            "m.id AS cid, m.agent_id AS aid, m.created_at AS at, CAST(m.content AS TEXT) AS body",
+            // The content is read for the hits only (below): its cast to text costs about a
+            // tenth of a search of common words when made for every match.
+            "m.id AS cid, m.agent_id AS aid, m.created_at AS at, NULL::text AS body",
             "messages m",
             format!(
                 " AND NOT m.archived AND NOT m.deleted{}",
@@ -1462,10 +1464,19 @@ pub(crate) async fn search_pg(
             ),
         ));
     }
-    let sql = format!(
+    let best = format!(
         "SELECT ct, cid, aid, at, body, score FROM ({}) hits ORDER BY score DESC, at DESC, cid LIMIT ${limit}",
         parts.join(" UNION ALL ")
     );
+    let sql = if opts.wants(ContentType::Message) {
+        format!(
+            "SELECT h.ct, h.cid, h.aid, h.at, COALESCE(h.body, CAST(mb.content AS TEXT)) AS body, h.score \
+             FROM ({best}) h LEFT JOIN messages mb ON h.ct = 'message' AND mb.id = h.cid \
+             ORDER BY h.score DESC, h.at DESC, h.cid"
+        )
+    } else {
+        best
+    };
     // Only a ranked part (archival, blocks) reads the candidate count, and PostgreSQL refuses a
     // parameter the text does not use.
     let reads_candidates =

@@ -784,6 +784,13 @@ async fn full_text_search(kind: Kind) {
     ]
     .into();
     assert_eq!(hits.iter().cloned().collect::<HashSet<_>>(), want);
+    // A message hit carries its text (on PostgreSQL read for the hits only).
+    let all = db.search_text("zebras", &search(10)).await.unwrap();
+    let message = all
+        .iter()
+        .find(|h| h.content == ContentRef::message(r.message_id))
+        .unwrap();
+    assert_eq!(message.text, "what about zebra stripes?");
     let top = db.search_text("tantivy planner", &search(5)).await.unwrap();
     assert_eq!(top[0].content, ContentRef::archival(e1.id));
     assert_eq!(top[0].text, "The multi-agent planner uses tantivy");
