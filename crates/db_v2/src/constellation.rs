@@ -43,6 +43,19 @@ const PAGE: usize = 1000;
 /// query's words they hold (decision 0021, section 8; chosen from 10, 30 and 60).
 const COVERAGE_POOL: usize = 30;
 
+/// How much of a full-text hit's text [`words_found`] reads: a block can hold a million
+/// characters, and counting the words of thirty such hits would cost more than the search.
+const COVERAGE_TEXT_BYTES: usize = 64 * 1024;
+
+/// The first [`COVERAGE_TEXT_BYTES`] of `text` (cut at a character boundary).
+fn coverage_text(text: &str) -> &str {
+    let mut end = text.len().min(COVERAGE_TEXT_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.get(..end).unwrap_or(text)
+}
+
 /// Tuning of the embedding pipeline.
 #[derive(Debug, Clone)]
 pub struct EmbedConfig {
@@ -337,8 +350,8 @@ impl ConstellationDb {
 
     /// Search. Fts: `pattern_db`'s full-text search of the query's content words
     /// ([`content_words`]), its best hits ordered by how many of those words each holds
-    /// ([`words_found`]), then by the backend's relevance. Vector: the query's embedding against the index, hits confirmed live
-    /// and visible by `resolve_content`. Hybrid: both, fused by weighted rank fusion with
+    /// ([`words_found`]), then by the backend's relevance. Vector: the query's embedding
+    /// against the index, hits confirmed live and visible by `resolve_content`. Hybrid: both, fused by weighted rank fusion with
     /// weights chosen per query ([`hybrid_weights`]; [`HYBRID_K`]; best hit 1.0). Auto: Hybrid
     /// with an embedder, else Fts.
     /// With `read_dates`, a date the query names ([`date_in_query`]) narrows the time range and
@@ -417,11 +430,12 @@ impl ConstellationDb {
                 } else {
                     0.0
                 };
-                let (found, _) = words_found(query, &h.text);
+                let (found, _) = words_found(query, coverage_text(&h.text));
                 SearchHit {
                     content: h.content,
                     agent_id: h.agent_id,
-                    score: found as f32 + relevance / (1.0 + relevance),
+                    // Below 1 even where `f32` would round a huge relevance's share up to it.
+                    score: found as f32 + (relevance / (1.0 + relevance)).min(0.999),
                     text: h.text,
                     created_at: h.created_at,
                 }
@@ -980,6 +994,16 @@ mod tests {
         assert_eq!(backoff(&c, 4), Duration::from_secs(1));
         assert_eq!(backoff(&c, 1000), Duration::from_secs(1));
         assert_eq!(backoff(&c, -5), Duration::from_millis(100));
+    }
+
+    #[test]
+    fn coverage_reads_a_bounded_prefix_cut_at_a_character() {
+        assert_eq!(coverage_text("short"), "short");
+        // 'é' is two bytes: the cap falls inside one and the cut moves back before it.
+        let long = format!("a{}", "é".repeat(COVERAGE_TEXT_BYTES));
+        let cut = coverage_text(&long);
+        assert_eq!(cut.len(), COVERAGE_TEXT_BYTES - 1);
+        assert!(long.starts_with(cut));
     }
 
     #[test]
