@@ -351,9 +351,9 @@ impl ConstellationDb {
     /// Search. Fts: `pattern_db`'s full-text search of the query's content words
     /// ([`content_words`]), its best hits ordered by how many of those words each holds
     /// ([`words_found`]), then by the backend's relevance. Vector: the query's embedding
-    /// against the index, hits confirmed live and visible by `resolve_content`. Hybrid: both, fused by weighted rank fusion with
-    /// weights chosen per query ([`hybrid_weights`]; [`HYBRID_K`]; best hit 1.0). Auto: Hybrid
-    /// with an embedder, else Fts.
+    /// against the index, hits confirmed live and visible by `resolve_content`. Hybrid: both,
+    /// fused by weighted rank fusion with weights chosen per query ([`hybrid_weights`];
+    /// [`HYBRID_K`]; best hit 1.0). Auto: Hybrid with an embedder, else Fts.
     /// With `read_dates`, a date the query names ([`date_in_query`]) narrows the time range and
     /// the rest of the query is searched; when that finds nothing, the whole query is searched.
     /// Empty and over-long queries and bad limits are typed errors.
@@ -520,7 +520,8 @@ impl ConstellationDb {
             self.vector(query, opts, depth)
         );
         let (fts, vector) = (fts?, vector?);
-        let weights = hybrid_weights(query, fts.iter().map(|h| h.text.as_str()));
+        // The same bounded prefix as the full-text order counts words in.
+        let weights = hybrid_weights(query, fts.iter().map(|h| coverage_text(&h.text)));
         let mut by_ref: HashMap<ContentRef, SearchHit> = HashMap::new();
         let [fts_list, vector_list]: [Vec<ContentRef>; 2] = [fts, vector].map(|list| {
             list.into_iter()
