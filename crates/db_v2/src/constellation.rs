@@ -795,16 +795,22 @@ async fn catch_up(inner: &Inner) -> Result<()> {
         return Ok(());
     }
     let mut cursor = inner.cursor.lock().await;
-    // Changes pruned from the log past the cursor (a retention pass) are gone: load again.
-    if inner.db.search_pruned_through().await? > *cursor {
-        load(inner, &mut cursor).await?;
-    }
     loop {
         let changes = inner.db.search_changes_after(*cursor, PAGE).await?;
+        // Changes pruned from the log past the cursor (a retention pass, maybe another
+        // process's) are gone: load again. The mark is read after the changes, so a prune
+        // between the two reads is seen (read before, a prune in between would leave a page
+        // with a hole in it, applied as if whole).
+        if inner.db.search_pruned_through().await? > *cursor {
+            load(inner, &mut cursor).await?;
+            continue;
+        }
         if changes.is_empty() {
             return Ok(());
         }
-        let full = changes.len() == PAGE;
+        // A page may hold more changes than asked for (one log entry can stand for several
+        // messages); at least `PAGE` means more may follow.
+        let full = changes.len() >= PAGE;
         let wanted: Vec<ContentRef> = changes
             .iter()
             .filter(|c| c.kind == ChangeKind::Vector)

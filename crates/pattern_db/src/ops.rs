@@ -381,7 +381,10 @@ async fn insert_messages(conn: &mut Conn<'_>, ctx: &Ctx, rows: &[MessageRow<'_>]
     for chunk in fixed_chunks(rows) {
         message_rows_query(conn, chunk).execute(&mut *conn).await?;
     }
-    let written: Vec<_> = rows.iter().map(|r| (r.id.0, r.agent, r.content)).collect();
+    let written: Vec<_> = rows
+        .iter()
+        .map(|r| (r.id.0, r.agent, r.position.get(), r.content))
+        .collect();
     search::messages_written(conn, ctx, &written).await
 }
 
@@ -805,7 +808,7 @@ pub(crate) async fn begin_batch(
     };
     // SQLite (without embedding jobs to record): the batch row, the message and its search
     // change in one round trip to the connection's worker.
-    let written = [(message_id.0, agent, content.as_str())];
+    let written = [(message_id.0, agent, position.get(), content.as_str())];
     if let Some(change) = search::message_change_query(conn, ctx, &written)? {
         let mut script = crate::sql::Script::new();
         script.push(batch_rows_query(conn, std::slice::from_ref(&batch_row)));

@@ -227,7 +227,7 @@ impl FromStr for ChangeKind {
 /// One entry of the change log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SearchChange {
-    /// Position in the log; increases in commit order.
+    /// Position in the log; increases in commit order (changes of one log entry share it).
     pub seq: i64,
     /// The content changed.
     pub content: ContentRef,
@@ -506,7 +506,11 @@ impl Database {
 
     // -- change log and vectors -----------------------------------------------------------------
 
-    /// Changes after `cursor` (0: from the start), in `seq` (= commit) order, at most `limit`.
+    /// Changes after `cursor` (0: from the start), in `seq` (= commit) order: the changes of
+    /// whole log entries, at least `limit` when more follow. One entry can stand for several
+    /// messages (SQLite logs a run of an agent's new messages as one entry): its changes share
+    /// its `seq`, so a page may hold somewhat more than `limit` changes (at most 512 more), and
+    /// a follower's cursor is the `seq` of the last change it applied.
     pub async fn search_changes_after(
         &self,
         cursor: i64,

@@ -71,17 +71,23 @@ pub struct DueJobRow {
 // ---------------------------------------------------------------------------------------------
 // change log
 
-/// Up to `limit` changes after `cursor`, in `seq` order.
+/// The changes of the first `entries` log entries after `cursor`, in `seq` order, at most
+/// `changes` of them: a `messages` entry (a span of an agent's positions) becomes a `text`
+/// change of each message it covers, all with the entry's `seq` (in position order), or, when
+/// it covers none, one `delete` of no content (`content_id` empty), which a follower applies as
+/// nothing. When `changes` rows come back, the last entry's may be cut short.
 pub async fn changes_after(
     conn: &mut SqliteConnection,
     cursor: i64,
-    limit: i64,
+    entries: i64,
+    changes: i64,
 ) -> sqlx::Result<Vec<ChangeRow>> {
     sqlx::query_as!(
         ChangeRow,
-        r#"SELECT seq AS "seq!: i64", content_type AS "content_type!", content_id AS "content_id!", agent_id AS "agent_id!", kind AS "kind!" FROM search_changes WHERE seq > $1 ORDER BY seq LIMIT $2 + 0"#,
+        r#"WITH page AS (SELECT seq, content_type, content_id, agent_id, kind, first_position, last_position FROM search_changes WHERE seq > $1 ORDER BY seq LIMIT $2 + 0) SELECT p.seq AS "seq!: i64", p.content_type AS "content_type!", COALESCE(m.id, p.content_id) AS "content_id!: String", p.agent_id AS "agent_id!", CASE WHEN p.kind <> 'messages' THEN p.kind WHEN m.id IS NULL THEN 'delete' ELSE 'text' END AS "kind!: String" FROM page p LEFT JOIN messages m ON p.kind = 'messages' AND m.agent_id = p.agent_id AND m.position BETWEEN p.first_position AND p.last_position ORDER BY p.seq, m.position LIMIT $3 + 0"#,
         cursor,
-        limit
+        entries,
+        changes
     )
     .fetch_all(conn)
     .await

@@ -42,6 +42,10 @@ pub(crate) const CHANGE_LOCK: i64 = 7_061_747_466;
 /// Rows read per page when walking all content.
 const PAGE: i64 = 1000;
 
+/// The most messages one `messages` change (a span of an agent's positions, SQLite) covers, so
+/// a page of the log expands to a bounded number of changes.
+pub(crate) const SPAN_MAX: usize = 512;
+
 /// A content id (the text of a UUID) as the `UUID` a checked PostgreSQL statement binds; text
 /// that is not one is sqlx's encoding error, as when the dynamic [`crate::sql::Query`] converts it.
 fn uuid_arg(text: &str) -> std::result::Result<Uuid, sqlx::Error> {
@@ -236,28 +240,78 @@ pub(crate) async fn content_written(
     Ok(())
 }
 
-/// The one statement that logs the search changes of messages about to be inserted, when that
+/// A message just inserted, as the search log sees it: its id, agent, position and content
+/// (JSON as stored).
+pub(crate) type WrittenMessage<'a> = (Uuid, AgentId, i64, &'a str);
+
+/// Runs of an agent's positions, each at most [`SPAN_MAX`] long, that cover `positions`
+/// (agent, first, last); sorted and grouped here, so any order in is fine.
+fn spans(mut positions: Vec<(AgentId, i64)>) -> Vec<(AgentId, i64, i64)> {
+    positions.sort_unstable_by_key(|(agent, position)| (agent.0, *position));
+    let mut out: Vec<(AgentId, i64, i64)> = Vec::new();
+    let mut length = 0;
+    for (agent, position) in positions {
+        match out.last_mut() {
+            Some((a, _, last)) if *a == agent && length < SPAN_MAX => {
+                *last = position;
+                length += 1;
+            }
+            _ => {
+                out.push((agent, position, position));
+                length = 1;
+            }
+        }
+    }
+    out
+}
+
+/// One multi-row `INSERT` of `messages` changes (SQLite only: PostgreSQL logs no text).
+fn span_rows_query(conn: &Conn<'_>, spans: &[(AgentId, i64, i64)]) -> crate::sql::Query {
+    let sql = format!(
+        "INSERT INTO search_changes (content_type, content_id, agent_id, kind, first_position, last_position) \
+         VALUES {}",
+        value_rows(conn, spans.len(), 6)
+    );
+    let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
+    for (agent, first, last) in spans {
+        q = q
+            .bind(ContentType::Message.as_str())
+            .bind(String::new())
+            .bind(agent.to_string())
+            .bind("messages")
+            .bind(*first)
+            .bind(*last);
+    }
+    q
+}
+
+/// The positions of the messages among `rows` that have text (the searchable ones).
+fn positions_with_text(rows: &[WrittenMessage<'_>]) -> Result<Vec<(AgentId, i64)>> {
+    let mut out = Vec::with_capacity(rows.len());
+    for (_, agent, position, content) in rows {
+        if !message_text(&decode_content(content)?).is_empty() {
+            out.push((*agent, *position));
+        }
+    }
+    Ok(out)
+}
+
+/// The one statement that logs the search change of a message about to be inserted, when that
 /// is all [`messages_written`] would do: SQLite without embedding jobs to record. `None`
-/// otherwise (then call [`messages_written`] after the insert), and when no message has text.
+/// otherwise (then call [`messages_written`] after the insert), and when it has no text.
 pub(crate) fn message_change_query(
     conn: &Conn<'_>,
     ctx: &Ctx,
-    rows: &[(uuid::Uuid, AgentId, &str)],
+    rows: &[WrittenMessage<'_>],
 ) -> Result<Option<crate::sql::Query>> {
     if ctx.backend != Backend::Sqlite || ctx.record_jobs || rows.len() > 1 {
         return Ok(None);
     }
-    let mut changes = Vec::with_capacity(rows.len());
-    let ids: Vec<String> = rows.iter().map(|(id, _, _)| id.to_string()).collect();
-    for ((_, agent, content), id) in rows.iter().zip(&ids) {
-        if !message_text(&decode_content(content)?).is_empty() {
-            changes.push((ContentType::Message, id.as_str(), *agent, ChangeKind::Text));
-        }
-    }
-    if changes.is_empty() {
+    let spans = spans(positions_with_text(rows)?);
+    if spans.is_empty() {
         return Ok(None);
     }
-    Ok(Some(change_rows_query(conn, &changes)))
+    Ok(Some(span_rows_query(conn, &spans)))
 }
 
 /// The embedding job's text hash for a new message of `content` (what [`messages_written`]
@@ -270,27 +324,40 @@ pub(crate) fn message_job_hash(ctx: &Ctx, content: &[ContentBlock]) -> Option<St
     (!text.is_empty()).then(|| text_hash(&text))
 }
 
-/// Messages just inserted (JSON content as stored): the searchable ones are written content.
+/// Messages just inserted: on SQLite the searchable ones are logged as spans of their
+/// positions (one `messages` change per run of an agent's messages, not one per message), and
+/// when jobs are recorded each gets its embedding job.
 pub(crate) async fn messages_written(
     conn: &mut Conn<'_>,
     ctx: &Ctx,
-    rows: &[(uuid::Uuid, AgentId, &str)],
+    rows: &[WrittenMessage<'_>],
 ) -> Result<()> {
     if ctx.backend == Backend::Postgres && !ctx.record_jobs {
         return Ok(());
     }
-    let mut texts = Vec::with_capacity(rows.len());
-    for (id, agent, content) in rows {
+    let mut with_text = Vec::with_capacity(rows.len());
+    for (id, agent, position, content) in rows {
         let text = message_text(&decode_content(content)?);
         if !text.is_empty() {
-            texts.push((ContentType::Message, id.to_string(), *agent, text));
+            with_text.push((id.to_string(), *agent, *position, text));
         }
     }
-    let items: Vec<_> = texts
-        .iter()
-        .map(|(t, id, a, text)| (*t, id.clone(), *a, text.as_str()))
-        .collect();
-    content_written(conn, ctx, &items).await
+    if ctx.backend == Backend::Sqlite {
+        let spans = spans(with_text.iter().map(|(_, a, p, _)| (*a, *p)).collect());
+        for chunk in fixed_chunks(&spans) {
+            span_rows_query(conn, chunk).execute(&mut *conn).await?;
+        }
+    }
+    if ctx.record_jobs {
+        let jobs: Vec<_> = with_text
+            .iter()
+            .map(|(id, agent, _, text)| {
+                (ContentType::Message, id.as_str(), *agent, text_hash(text))
+            })
+            .collect();
+        upsert_jobs(conn, &jobs, true).await?;
+    }
+    Ok(())
 }
 
 /// Content deleted (or archived out of live history) in this transaction: its vector and job go,
@@ -1179,11 +1246,20 @@ pub(crate) async fn changes_after(
 ) -> Result<Vec<SearchChange>> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     match conn {
-        Conn::Sqlite(c) => pattern_db_sqlite::search::changes_after(c, cursor, limit)
-            .await?
-            .into_iter()
-            .map(FromStored::into_domain)
-            .collect(),
+        Conn::Sqlite(c) => {
+            // A span expands to at most `SPAN_MAX` changes: asking for that many more than
+            // `limit` and dropping the last entry's changes when the answer is full leaves
+            // whole entries only (at least `limit` changes), so a follower that moves its cursor
+            // to the last change's `seq` never skips part of a span.
+            let most = limit.saturating_add(SPAN_MAX as i64);
+            let mut rows = pattern_db_sqlite::search::changes_after(c, cursor, limit, most).await?;
+            if i64::try_from(rows.len()).is_ok_and(|n| n >= most)
+                && let Some(last) = rows.last().map(|r| r.seq)
+            {
+                rows.retain(|r| r.seq != last);
+            }
+            rows.into_iter().map(FromStored::into_domain).collect()
+        }
         Conn::Postgres(c) => pattern_db_postgres::search::changes_after(c, cursor, limit)
             .await?
             .into_iter()
@@ -1529,4 +1605,42 @@ async fn run_search_pg(
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SPAN_MAX, spans};
+    use crate::model::AgentId;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Spans cover every position given and nothing of another agent, each at most
+        /// `SPAN_MAX` positions given, and an agent's positions in one run take
+        /// `ceil(n / SPAN_MAX)` spans.
+        #[test]
+        fn spans_cover_exactly_what_was_written(
+            written in prop::collection::btree_set((0u8..3, 0i64..5_000), 0..2_000)
+        ) {
+            let agents: Vec<AgentId> = (0..3).map(|_| AgentId::new()).collect();
+            let positions: Vec<(AgentId, i64)> =
+                written.iter().map(|(a, p)| (agents[usize::from(*a)], *p)).collect();
+            let out = spans(positions.clone());
+            for (agent, position) in &positions {
+                prop_assert!(out.iter().any(|(a, f, l)| a == agent && f <= position && position <= l));
+            }
+            for (agent, first, last) in &out {
+                prop_assert!(first <= last);
+                let inside = positions
+                    .iter()
+                    .filter(|(a, p)| a == agent && first <= p && p <= last)
+                    .count();
+                prop_assert!((1..=SPAN_MAX).contains(&inside));
+            }
+            for agent in &agents {
+                let n = positions.iter().filter(|(a, _)| a == agent).count();
+                let taken = out.iter().filter(|(a, _, _)| a == agent).count();
+                prop_assert_eq!(taken, n.div_ceil(SPAN_MAX));
+            }
+        }
+    }
 }
