@@ -4,8 +4,10 @@
 //! wait for the pipeline's batch); Fts, Vector and Hybrid search p50/p95 at 10k and 100k
 //! passages (synthetic random unit vectors stored for the passages; the query is embedded by
 //! the real model), and the same searches on PostgreSQL (groups `search_pg_N`) when
-//! `PATTERN_TEST_PG_URL` is set (as `cargo xtask bench` does). Percentiles are printed as
-//! `PCT ...` lines; criterion times the searches.
+//! `PATTERN_TEST_PG_URL` is set (as `cargo xtask bench` does). Two corpora: passages of 12 words
+//! of 16 (`search_N`: every query word in most passages, full text's worst case) and 387-byte
+//! English-like passages with the storage goals' two-word queries (`search_en_N`,
+//! `search_pg_en_N`). Percentiles are printed as `PCT ...` lines; criterion times the searches.
 //! It must never be run as a test (timings live here, not in tests). Needs `cargo xtask setup`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
@@ -20,6 +22,7 @@ use db_v2::{
 };
 use pattern_db::search::text_hash;
 use pattern_db::testkit::TestDb;
+use pattern_db::testkit::english::{english, english_query};
 use pattern_db::{
     ContentRef, Database, DbConfig, EmbeddingModelInfo, NewAgent, NewArchival, NewVector,
 };
@@ -154,9 +157,34 @@ fn throughput_and_latency(_c: &mut Criterion) {
     });
 }
 
+/// The texts a search corpus is made of.
+#[derive(Clone, Copy)]
+enum Corpus {
+    /// `sentence`: 12 words of 16, so every query word is in most passages (full text's worst
+    /// case: nothing to skip).
+    Repetitive,
+    /// 387-byte English-like passages and two-word queries of middling words
+    /// (`pattern_db::testkit::english`, the storage goals' workload).
+    English,
+}
+
+impl Corpus {
+    fn text(self, i: usize) -> String {
+        match self {
+            Corpus::Repetitive => sentence(i),
+            Corpus::English => english(i as u64, 387),
+        }
+    }
+}
+
 /// A database (a SQLite file, or a fresh PostgreSQL database when `postgres`) with `n` passages
-/// and random unit vectors registered as the real model's.
-async fn corpus(m: &Arc<FastEmbedder>, n: usize, postgres: bool) -> (TestDb, ConstellationDb) {
+/// of `texts` and random unit vectors registered as the real model's.
+async fn corpus(
+    m: &Arc<FastEmbedder>,
+    n: usize,
+    postgres: bool,
+    texts: Corpus,
+) -> (TestDb, ConstellationDb) {
     let tdb = if postgres {
         TestDb::postgres().await.unwrap()
     } else {
@@ -173,7 +201,9 @@ async fn corpus(m: &Arc<FastEmbedder>, n: usize, postgres: bool) -> (TestDb, Con
     let agent = raw.create_agent(NewAgent::named("a")).await.unwrap().id;
     let mut rng = rand::rngs::StdRng::seed_from_u64(3);
     for start in (0..n).step_by(5000) {
-        let texts: Vec<String> = (start..(start + 5000).min(n)).map(sentence).collect();
+        let texts: Vec<String> = (start..(start + 5000).min(n))
+            .map(|i| texts.text(i))
+            .collect();
         let entries = raw
             .insert_archival_many(
                 agent,
@@ -211,48 +241,58 @@ fn search(c: &mut Criterion) {
         .split(',')
         .map(|s| s.trim().parse().unwrap())
         .collect();
-    let queries = [
+    let repetitive: Vec<String> = [
         "budget for the river garden",
         "kitten near the window",
         "deploy server battery",
-    ];
+    ]
+    .map(String::from)
+    .to_vec();
+    let english_queries: Vec<String> = (0..64).map(english_query).collect();
     let postgres = std::env::var_os("PATTERN_TEST_PG_URL").is_some();
     let runs = scales
         .iter()
         .map(|&n| (n, false))
         .chain(scales.iter().filter(|_| postgres).map(|&n| (n, true)));
+    let corpora = [
+        (Corpus::Repetitive, "", &repetitive),
+        (Corpus::English, "en_", &english_queries),
+    ];
     for (n, on_pg) in runs {
-        let (tdb, db) = rt.block_on(corpus(&m, n, on_pg));
-        let name = if on_pg {
-            format!("search_pg_{n}")
-        } else {
-            format!("search_{n}")
-        };
-        let mut group = c.benchmark_group(name.clone());
-        group.sample_size(20);
-        for mode in [SearchMode::Fts, SearchMode::Vector, SearchMode::Hybrid] {
-            let opts = SearchOptions::mode(mode).with_limit(10);
-            let mut samples = Vec::new();
-            for i in 0..200 {
-                let t = Instant::now();
-                rt.block_on(db.search(queries[i % queries.len()], &opts))
-                    .unwrap();
-                samples.push(t.elapsed());
+        for &(texts, tag, queries) in &corpora {
+            let (tdb, db) = rt.block_on(corpus(&m, n, on_pg, texts));
+            let name = if on_pg {
+                format!("search_pg_{tag}{n}")
+            } else {
+                format!("search_{tag}{n}")
+            };
+            let mut group = c.benchmark_group(name.clone());
+            group.sample_size(20);
+            for mode in [SearchMode::Fts, SearchMode::Vector, SearchMode::Hybrid] {
+                let opts = SearchOptions::mode(mode).with_limit(10);
+                let mut samples = Vec::new();
+                for i in 0..200 {
+                    let t = Instant::now();
+                    rt.block_on(db.search(&queries[i % queries.len()], &opts))
+                        .unwrap();
+                    samples.push(t.elapsed());
+                }
+                let engine = if on_pg { " on PostgreSQL" } else { "" };
+                let words = if tag.is_empty() { "" } else { ", English-like" };
+                pct(&format!("search {mode:?} at {n}{engine}{words}"), samples);
+                let mut i = 0;
+                group.bench_function(format!("{mode:?}"), |b| {
+                    b.iter(|| {
+                        i += 1;
+                        rt.block_on(db.search(&queries[i % queries.len()], &opts))
+                            .unwrap()
+                    })
+                });
             }
-            let engine = if on_pg { " on PostgreSQL" } else { "" };
-            pct(&format!("search {mode:?} at {n}{engine}"), samples);
-            let mut i = 0;
-            group.bench_function(format!("{mode:?}"), |b| {
-                b.iter(|| {
-                    i += 1;
-                    rt.block_on(db.search(queries[i % queries.len()], &opts))
-                        .unwrap()
-                })
-            });
+            group.finish();
+            rt.block_on(db.shutdown(Duration::from_millis(100)));
+            rt.block_on(tdb.cleanup()).unwrap();
         }
-        group.finish();
-        rt.block_on(db.shutdown(Duration::from_millis(100)));
-        rt.block_on(tdb.cleanup()).unwrap();
     }
 }
 

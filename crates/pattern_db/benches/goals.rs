@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use pattern_db::testkit::TestDb;
+use pattern_db::testkit::english::{english, english_query};
 use pattern_db::{
     BeginBatch, ContentBlock, Database, Durability, LegacyMessage, MessageStore, NewAgent,
     NewMessage, Role, TextSearch,
@@ -57,81 +58,9 @@ const MESSAGE_BYTES: usize = 387;
 /// Concurrent writers of `acks_100_writers`.
 const WRITERS: usize = 100;
 
-const WORDS: &[&str] = &[
-    "the", "of", "and", "to", "in", "is", "that", "for", "it", "with", "as", "was", "on", "be",
-    "at", "by", "this", "had", "not", "are", "but", "from", "or", "have", "an", "they", "which",
-    "one", "you", "were", "all", "we", "her", "she", "there", "would", "their", "will", "when",
-    "who", "him", "been", "has", "more", "if", "no", "out", "so", "said", "what", "up", "its",
-    "about", "into", "than", "them", "can", "only", "other", "new", "some", "could", "time",
-    "these", "two", "may", "then", "do", "first", "any", "my", "now", "such", "like", "our",
-    "over", "man", "me", "even", "most", "made", "after", "also", "did", "many", "before", "must",
-    "through", "back", "years", "where", "much", "your", "way", "well", "down", "should",
-    "because", "each", "just", "those", "people", "how", "too", "little", "state", "good", "very",
-    "make", "world", "still", "own", "see", "men", "work", "long", "get", "here", "between",
-    "both", "life", "being", "under", "never", "day", "same", "another", "know", "while", "last",
-    "might", "us", "great", "old", "year", "off", "come", "since", "against", "go", "came",
-    "right", "used", "take", "three", "build", "server", "memory", "garden", "letter", "river",
-    "engine", "window", "market", "doctor", "history", "question", "answer", "morning", "evening",
-    "project", "schedule", "meeting", "budget", "report", "picture", "kitchen", "station",
-    "village", "problem", "message", "weather", "holiday", "library", "teacher", "student",
-    "account", "pattern", "database", "network", "program", "journey", "mountain", "island",
-    "forest", "winter", "summer", "autumn", "spring", "coffee", "bread", "music", "family",
-    "friend", "office", "company", "machine", "language", "science", "harbour", "bridge", "castle",
-    "painting", "recipe", "medicine", "contract", "invoice",
-];
-
 /// Messages of the history and of each import.
 fn scale() -> usize {
     if quick() { 10_000 } else { 100_000 }
-}
-
-/// A small deterministic generator (splitmix64).
-fn next(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// One word, skewed towards the front of the list (common words are common).
-fn word(state: &mut u64) -> &'static str {
-    let a = next(state) as usize % WORDS.len();
-    let b = next(state) as usize % WORDS.len();
-    WORDS[a.min(b)]
-}
-
-/// `MESSAGE_BYTES` bytes of sentences.
-fn english(seed: u64) -> String {
-    let mut state = seed;
-    let mut out = String::with_capacity(MESSAGE_BYTES + 16);
-    let mut sentence = 0;
-    while out.len() < MESSAGE_BYTES {
-        let w = word(&mut state);
-        if sentence == 0 {
-            let mut c = w.chars();
-            if let Some(f) = c.next() {
-                out.extend(f.to_uppercase());
-                out.push_str(c.as_str());
-            }
-        } else {
-            out.push(' ');
-            out.push_str(w);
-        }
-        sentence += 1;
-        if sentence > 8 && next(&mut state).is_multiple_of(4) {
-            out.push_str(". ");
-            sentence = 0;
-        }
-    }
-    out.truncate(MESSAGE_BYTES - 1);
-    let trimmed = out.trim_end().len();
-    out.truncate(trimmed);
-    while out.len() < MESSAGE_BYTES - 1 {
-        out.push('s');
-    }
-    out.push('.');
-    out
 }
 
 /// `len` messages starting at number `first`: user, assistant, user, ... (each pair one batch).
@@ -143,7 +72,7 @@ fn history_chunk(first: usize, len: usize) -> Vec<LegacyMessage> {
             } else {
                 Role::Assistant
             },
-            content: vec![ContentBlock::text(english(i as u64))],
+            content: vec![ContentBlock::text(english(i as u64, MESSAGE_BYTES))],
             created_at: None,
             origin: None,
         })
@@ -152,12 +81,6 @@ fn history_chunk(first: usize, len: usize) -> Vec<LegacyMessage> {
 
 async fn import(store: &MessageStore, messages: usize) {
     support::import_history(store, messages, history_chunk).await;
-}
-
-/// Two-word queries over middling words, cycled.
-fn query(i: usize) -> String {
-    let mid = &WORDS[140..];
-    format!("{} {}", mid[i % mid.len()], mid[(i * 7 + 3) % mid.len()])
 }
 
 fn criterion_home() -> PathBuf {
@@ -203,7 +126,7 @@ impl History {
         let imported = start.elapsed();
         // Everything indexed before the size is taken.
         let t = Instant::now();
-        db.search_text(&query(0), &TextSearch::default())
+        db.search_text(&english_query(0), &TextSearch::default())
             .await
             .expect("search");
         let first_search = t.elapsed();
@@ -236,7 +159,7 @@ impl History {
         };
         let hits = self
             .db
-            .search_text(&query(i), &opts)
+            .search_text(&english_query(i), &opts)
             .await
             .expect("search_text");
         black_box(hits);
@@ -361,12 +284,15 @@ impl Acks {
             writers,
             bare,
             next_id: AtomicI64::new(1),
-            content: format!(r#"[{{"type":"text","text":"{}"}}]"#, english(7)),
+            content: format!(
+                r#"[{{"type":"text","text":"{}"}}]"#,
+                english(7, MESSAGE_BYTES)
+            ),
         }
     }
 
     fn trigger() -> NewMessage {
-        NewMessage::user(english(11))
+        NewMessage::user(english(11, MESSAGE_BYTES))
     }
 
     async fn bare_insert(&self) {
@@ -578,7 +504,7 @@ impl Pg {
         let t = Instant::now();
         black_box(
             self.db
-                .search_text(&query(i), &opts)
+                .search_text(&english_query(i), &opts)
                 .await
                 .expect("search_text"),
         );

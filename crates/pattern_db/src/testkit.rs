@@ -9,6 +9,7 @@
 //! commands as the `postgres` user.
 
 pub mod children;
+pub mod english;
 
 use crate::StorageError;
 use std::path::{Path, PathBuf};
