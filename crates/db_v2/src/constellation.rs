@@ -403,7 +403,7 @@ impl ConstellationDb {
     ) -> Result<Vec<SearchHit>> {
         match mode {
             SearchMode::Fts => self.fts(query, opts, opts.limit).await,
-            SearchMode::Vector => self.vector(query, opts, opts.limit).await,
+            SearchMode::Vector => self.vector(query, opts, opts.limit, false).await,
             _ => self.hybrid(query, opts).await,
         }
     }
@@ -447,23 +447,32 @@ impl ConstellationDb {
         Ok(hits)
     }
 
+    /// The vector search's hits; `alongside`: the query is embedded while the full-text half
+    /// of a hybrid search runs ([`Embedder::embed_query_alongside`]).
     async fn vector(
         &self,
         query: &str,
         opts: &SearchOptions,
         limit: usize,
+        alongside: bool,
     ) -> Result<Vec<SearchHit>> {
         let embedder = self
             .inner
             .embedder
             .as_ref()
             .ok_or(Error::VectorSearchNotConfigured)?;
-        let vectors =
-            [
-                tokio::time::timeout(self.inner.config.embed_timeout, embedder.embed_query(query))
-                    .await
-                    .map_err(|_| Error::EmbedTimeout(self.inner.config.embed_timeout))??,
-            ];
+        let embedding = async {
+            if alongside {
+                embedder.embed_query_alongside(query).await
+            } else {
+                embedder.embed_query(query).await
+            }
+        };
+        let vectors = [
+            tokio::time::timeout(self.inner.config.embed_timeout, embedding)
+                .await
+                .map_err(|_| Error::EmbedTimeout(self.inner.config.embed_timeout))??,
+        ];
         check_output(embedder.as_ref(), 1, &vectors)?;
         let [q] = vectors;
         self.catch_up().await?;
@@ -517,7 +526,7 @@ impl ConstellationDb {
         let depth = (opts.limit * 2).clamp(20, MAX_SEARCH_LIMIT);
         let (fts, vector) = tokio::join!(
             self.fts(query, opts, depth),
-            self.vector(query, opts, depth)
+            self.vector(query, opts, depth, true)
         );
         let (fts, vector) = (fts?, vector?);
         // The same bounded prefix as the full-text order counts words in.

@@ -34,6 +34,14 @@ pub trait Embedder: Send + Sync {
             }),
         }
     }
+
+    /// The vector of a search query embedded while other work of the same search runs (hybrid
+    /// search's full-text half): an embedder that can should leave the machine's other cores
+    /// to that work rather than spread the query over all of them. The default is
+    /// [`Embedder::embed_query`].
+    async fn embed_query_alongside(&self, query: &str) -> Result<Vec<f32>> {
+        self.embed_query(query).await
+    }
 }
 
 /// Check an embedder's output against its contract: one vector per text, each of

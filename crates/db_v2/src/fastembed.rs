@@ -5,9 +5,13 @@
 //! async worker thread (it runs in `spawn_blocking`, behind a mutex, because fastembed's `embed`
 //! takes `&mut self`). Search queries never wait behind bulk embedding: a query takes the bulk
 //! session when it is idle and otherwise a session of its own (one intra-op thread), so it
-//! embeds in milliseconds while the background pipeline holds the bulk session for a batch. The
-//! query session is loaded in the background the first time bulk embedding runs, so a process
-//! that only searches (a one-shot command) never pays for it.
+//! embeds in milliseconds while the background pipeline holds the bulk session for a batch. A
+//! query of a hybrid search (`embed_query_alongside`) takes the query session even when the bulk
+//! one is idle: on one core, the full-text half of the search keeps the other (the bulk
+//! session's threads took both, so the halves ran one after the other; decision 0021). The
+//! query session is loaded in the background the first time bulk embedding or a hybrid query
+//! runs (until it is loaded, queries take the bulk session), so a process that only runs
+//! vector searches (a one-shot command) never pays for it.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -237,9 +241,25 @@ impl Embedder for FastEmbedder {
             )),
         }
     }
+
+    async fn embed_query_alongside(&self, query: &str) -> Result<Vec<f32>> {
+        let mut vectors = self.run(Session::OneCore, vec![query.to_owned()]).await?;
+        match (vectors.pop(), vectors.is_empty()) {
+            (Some(v), true) => Ok(v),
+            _ => Err(Error::Embed(
+                "the query session returned other than one vector".to_owned(),
+            )),
+        }
+    }
 }
 
 impl FastEmbedder {
+    /// Whether the query session (one core) is loaded: until then every query takes the bulk
+    /// session.
+    pub fn query_session_loaded(&self) -> bool {
+        self.queries.get().is_some()
+    }
+
     /// Loads the query session on a thread of its own, once per process (bulk embedding calls
     /// this: only then can a query find the bulk session busy). The session must be of the same
     /// model file as the bulk one; otherwise, or when loading fails, it stays unloaded (logged)
@@ -282,12 +302,15 @@ enum Session {
     /// The bulk session when it is idle (all cores: fastest for one query), else the query
     /// session at once: a query never waits for the pipeline's batch.
     QueryOrIdleBulk,
+    /// The query session (one core) once it is loaded, else the bulk session: a query whose
+    /// search runs other work at the same time.
+    OneCore,
 }
 
 impl FastEmbedder {
     /// Embed `texts` on `session`, off the async workers, within the timeout.
     async fn run(&self, session: Session, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
-        if matches!(session, Session::Bulk) {
+        if matches!(session, Session::Bulk | Session::OneCore) {
             self.start_query_session();
         }
         let bulk = Arc::clone(&self.model);
@@ -301,6 +324,11 @@ impl FastEmbedder {
                     (Err(_), Some(query_session)) => query_session.lock().map_err(poisoned)?,
                     // Not loaded yet (or failed to load): wait for the bulk session.
                     (Err(_), None) => bulk.lock().map_err(poisoned)?,
+                },
+                Session::OneCore => match queries.get() {
+                    Some(query_session) => query_session.lock().map_err(poisoned)?,
+                    // Not loaded yet (or failed to load): the bulk session.
+                    None => bulk.lock().map_err(poisoned)?,
                 },
             };
             guard

@@ -322,3 +322,101 @@ conformance!(
     without_embedder,
     hits_holding_more_words_come_first
 );
+
+/// Which of its query methods a search called.
+struct Counting {
+    inner: crate::common::HashEmbedder,
+    queries: std::sync::atomic::AtomicUsize,
+    alongside: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl Embedder for Counting {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn dimension(&self) -> usize {
+        self.inner.dimension()
+    }
+    fn model_hash(&self) -> &str {
+        self.inner.model_hash()
+    }
+    async fn embed(&self, texts: &[String]) -> db_v2::Result<Vec<Vec<f32>>> {
+        self.inner.embed(texts).await
+    }
+    async fn embed_query(&self, query: &str) -> db_v2::Result<Vec<f32>> {
+        self.queries
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(self.inner.embed(&[query.to_owned()]).await?.remove(0))
+    }
+    async fn embed_query_alongside(&self, query: &str) -> db_v2::Result<Vec<f32>> {
+        self.alongside
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(self.inner.embed(&[query.to_owned()]).await?.remove(0))
+    }
+}
+
+/// Hybrid search embeds its query with `embed_query_alongside` (its full-text half runs at the
+/// same time), vector search with `embed_query`.
+#[tokio::test]
+async fn hybrid_embeds_its_query_alongside_the_full_text() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let tdb = fresh(Backend::Sqlite).await;
+    let counting = Arc::new(Counting {
+        inner: crate::common::HashEmbedder::new(16),
+        queries: Default::default(),
+        alongside: Default::default(),
+    });
+    let db = open(&tdb, Some(counting.clone() as Arc<dyn Embedder>)).await;
+    let who = agent(&db, "ada").await;
+    seed(&db, who).await;
+    assert!(db.wait_idle(Duration::from_secs(30)).await.unwrap());
+    let hybrid = db
+        .search("green tea", &SearchOptions::mode(SearchMode::Hybrid))
+        .await
+        .unwrap();
+    assert!(!hybrid.is_empty());
+    assert_eq!(
+        (
+            counting.queries.load(SeqCst),
+            counting.alongside.load(SeqCst)
+        ),
+        (0, 1)
+    );
+    db.search("green tea", &SearchOptions::mode(SearchMode::Vector))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            counting.queries.load(SeqCst),
+            counting.alongside.load(SeqCst)
+        ),
+        (1, 1)
+    );
+    db.shutdown(Duration::from_secs(2)).await;
+    tdb.cleanup().await.unwrap();
+}
+
+/// The real model's query embedded on one core (the query session, once loaded) is the vector
+/// the bulk session gives, up to float rounding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_on_one_core_is_the_same_vector() {
+    let m = model().await;
+    let text = "when does the train to the coast leave";
+    let bulk = m.embed_query(text).await.unwrap();
+    // The first call starts loading the query session; wait until a call is served by it.
+    // (Served by the bulk session or the query session, whichever is ready.)
+    let first = m.embed_query_alongside(text).await.unwrap();
+    assert_eq!(first.len(), bulk.len());
+    for _ in 0..100 {
+        if m.query_session_loaded() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(m.query_session_loaded(), "the query session never loaded");
+    let one_core = m.embed_query_alongside(text).await.unwrap();
+    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+    let cosine = dot(&bulk, &one_core) / (dot(&bulk, &bulk) * dot(&one_core, &one_core)).sqrt();
+    assert!(cosine > 0.9999, "cosine {cosine}");
+}
