@@ -9,12 +9,12 @@
 //! query of a hybrid search (`embed_query_alongside`) takes the query session even when the bulk
 //! one is idle: on one core, the full-text half of the search keeps the other (the bulk
 //! session's threads took both, so the halves ran one after the other; decision 0021). The
-//! query session is loaded in the background the first time bulk embedding or a hybrid query
-//! runs (until it is loaded, queries take the bulk session), so a process that only runs
-//! vector searches (a one-shot command) never pays for it.
+//! query session is loaded in the background the first time bulk embedding runs or at the
+//! second hybrid query (until it is loaded, queries take the bulk session), so a process that
+//! searches once (a one-shot command) never pays for it.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -101,6 +101,8 @@ pub struct FastEmbedder {
     queries: Arc<OnceLock<Mutex<TextEmbedding>>>,
     /// Set once the query session's loading has started (it is tried once per process).
     queries_started: Arc<AtomicBool>,
+    /// Queries asked for on one core so far (`embed_query_alongside`).
+    one_core_queries: AtomicUsize,
     paths: ModelPaths,
     dimension: usize,
     hash: String,
@@ -130,6 +132,7 @@ impl FastEmbedder {
             model: Arc::new(Mutex::new(model)),
             queries: Arc::new(OnceLock::new()),
             queries_started: Arc::new(AtomicBool::new(false)),
+            one_core_queries: AtomicUsize::new(0),
             paths: paths.clone(),
             dimension,
             hash,
@@ -310,7 +313,11 @@ enum Session {
 impl FastEmbedder {
     /// Embed `texts` on `session`, off the async workers, within the timeout.
     async fn run(&self, session: Session, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
-        if matches!(session, Session::Bulk | Session::OneCore) {
+        // A hybrid query starts the query session's loading from the second one on: a process
+        // that makes one (a one-shot command) does not pay for a session it would not use.
+        let later_query = matches!(session, Session::OneCore)
+            && self.one_core_queries.fetch_add(1, Ordering::AcqRel) > 0;
+        if matches!(session, Session::Bulk) || later_query {
             self.start_query_session();
         }
         let bulk = Arc::clone(&self.model);
