@@ -1296,7 +1296,8 @@ search_conformance!(
 /// messages each: the log holds a few entries for an import of 1,200 messages, and reading it
 /// hands out a text change of every message with text, exactly once, whatever the page size
 /// (a page never ends inside a span); a span whose messages are gone reads as a delete of no
-/// content. Reverting 0028 turns spans back into one change per message.
+/// content. Reverting 0028 turns spans back into one change per message. An oversized entry is
+/// read whole.
 #[tokio::test]
 async fn messages_are_logged_as_spans() {
     use pattern_db::LegacyMessage;
@@ -1390,6 +1391,27 @@ async fn messages_are_logged_as_spans() {
     assert_eq!(
         texts(db.search_changes_after(0, 10_000).await.unwrap()),
         expected
+    );
+    assert_eq!(ids(&db, "imported", &search(1000)).await.len(), 1000);
+    // An entry expanding to more than 512 changes (this version never writes one) is read
+    // whole even at a page size of 1, never as an empty page that would stop the followers.
+    let head = db.search_changes_head().await.unwrap();
+    pattern_db::testkit::execute_raw(
+        &db,
+        &format!(
+            "INSERT INTO search_changes (content_type, content_id, agent_id, kind, first_position, \
+             last_position) SELECT 'message', '', agent_id, 'messages', MIN(position), \
+             MAX(position) FROM messages WHERE agent_id = '{}' GROUP BY agent_id",
+            a.id
+        ),
+    )
+    .await
+    .unwrap();
+    let big = db.search_changes_after(head, 1).await.unwrap();
+    assert_eq!(big.len(), expected.len());
+    assert!(
+        big.iter()
+            .all(|c| c.seq == head + 1 && c.kind == ChangeKind::Text)
     );
     assert_eq!(ids(&db, "imported", &search(1000)).await.len(), 1000);
     db.close().await;
