@@ -234,25 +234,11 @@ impl Embedder for FastEmbedder {
     }
 
     async fn embed_query(&self, query: &str) -> Result<Vec<f32>> {
-        let mut vectors = self
-            .run(Session::QueryOrIdleBulk, vec![query.to_owned()])
-            .await?;
-        match (vectors.pop(), vectors.is_empty()) {
-            (Some(v), true) => Ok(v),
-            _ => Err(Error::Embed(
-                "the query session returned other than one vector".to_owned(),
-            )),
-        }
+        self.run_query(Session::QueryOrIdleBulk, query).await
     }
 
     async fn embed_query_alongside(&self, query: &str) -> Result<Vec<f32>> {
-        let mut vectors = self.run(Session::OneCore, vec![query.to_owned()]).await?;
-        match (vectors.pop(), vectors.is_empty()) {
-            (Some(v), true) => Ok(v),
-            _ => Err(Error::Embed(
-                "the query session returned other than one vector".to_owned(),
-            )),
-        }
+        self.run_query(Session::OneCore, query).await
     }
 }
 
@@ -311,6 +297,17 @@ enum Session {
 }
 
 impl FastEmbedder {
+    /// The vector of one query embedded on `session`.
+    async fn run_query(&self, session: Session, query: &str) -> Result<Vec<f32>> {
+        let mut vectors = self.run(session, vec![query.to_owned()]).await?;
+        match (vectors.pop(), vectors.is_empty()) {
+            (Some(v), true) => Ok(v),
+            _ => Err(Error::Embed(
+                "the query session returned other than one vector".to_owned(),
+            )),
+        }
+    }
+
     /// Embed `texts` on `session`, off the async workers, within the timeout.
     async fn run(&self, session: Session, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
         // A hybrid query starts the query session's loading from the second one on: a process

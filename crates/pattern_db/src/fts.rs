@@ -784,8 +784,8 @@ impl FtsIndex {
     }
 }
 
-/// The changes after `cursor` (whole log entries, about [`CHANGES_PER_COMMIT`]), or `None` when the log was
-/// pruned past `cursor` (changes the index needs are gone: it must be rebuilt).
+/// The changes after `cursor` (whole log entries, about [`CHANGES_PER_COMMIT`]), or `None` when
+/// the log was pruned past `cursor` (changes the index needs are gone: it must be rebuilt).
 ///
 /// Pruning never deletes the newest change and `seq` has no gaps on SQLite (rows leave the log
 /// only by pruning, oldest first), so the prune mark is read only when the first change is not

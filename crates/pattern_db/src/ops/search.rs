@@ -295,17 +295,23 @@ fn span_rows_query(conn: &Conn<'_>, spans: &[(AgentId, i64, i64)]) -> crate::sql
     q
 }
 
-/// Each written message's agent, position and whether it has text (is searchable).
-fn positions_with_text(rows: &[WrittenMessage<'_>]) -> Result<Vec<(AgentId, i64, bool)>> {
-    let mut out = Vec::with_capacity(rows.len());
-    for (_, agent, position, content) in rows {
-        out.push((
-            *agent,
-            *position,
-            !message_text(&decode_content(content)?).is_empty(),
-        ));
-    }
-    Ok(out)
+/// Each written message's agent, position and text (empty: not searchable).
+fn texts_of(rows: &[WrittenMessage<'_>]) -> Result<Vec<(AgentId, i64, String)>> {
+    rows.iter()
+        .map(|(_, agent, position, content)| {
+            Ok((*agent, *position, message_text(&decode_content(content)?)))
+        })
+        .collect()
+}
+
+/// The spans logging messages of these texts (see [`spans`]).
+fn spans_of(texts: &[(AgentId, i64, String)]) -> Vec<(AgentId, i64, i64)> {
+    spans(
+        texts
+            .iter()
+            .map(|(a, p, text)| (*a, *p, !text.is_empty()))
+            .collect(),
+    )
 }
 
 /// The one statement that logs the search change of a message about to be inserted, when that
@@ -319,7 +325,7 @@ pub(crate) fn message_change_query(
     if ctx.backend != Backend::Sqlite || ctx.record_jobs || rows.len() > 1 {
         return Ok(None);
     }
-    let spans = spans(positions_with_text(rows)?);
+    let spans = spans_of(&texts_of(rows)?);
     if spans.is_empty() {
         return Ok(None);
     }
@@ -347,25 +353,22 @@ pub(crate) async fn messages_written(
     if ctx.backend == Backend::Postgres && !ctx.record_jobs {
         return Ok(());
     }
-    let mut written = Vec::with_capacity(rows.len());
-    let mut with_text = Vec::with_capacity(rows.len());
-    for (id, agent, position, content) in rows {
-        let text = message_text(&decode_content(content)?);
-        written.push((*agent, *position, !text.is_empty()));
-        if !text.is_empty() {
-            with_text.push((id.to_string(), *agent, text));
-        }
-    }
+    let texts = texts_of(rows)?;
     if ctx.backend == Backend::Sqlite {
-        let spans = spans(written);
+        let spans = spans_of(&texts);
         for chunk in fixed_chunks(&spans) {
             span_rows_query(conn, chunk).execute(&mut *conn).await?;
         }
     }
     if ctx.record_jobs {
-        let jobs: Vec<_> = with_text
+        let ids: Vec<String> = rows.iter().map(|(id, ..)| id.to_string()).collect();
+        let jobs: Vec<_> = ids
             .iter()
-            .map(|(id, agent, text)| (ContentType::Message, id.as_str(), *agent, text_hash(text)))
+            .zip(&texts)
+            .filter(|(_, (_, _, text))| !text.is_empty())
+            .map(|(id, (agent, _, text))| {
+                (ContentType::Message, id.as_str(), *agent, text_hash(text))
+            })
             .collect();
         upsert_jobs(conn, &jobs, true).await?;
     }
