@@ -8,7 +8,7 @@ use pattern_db::{AgentId, ContentRef, ContentType};
 /// How to search.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SearchMode {
-    /// Full-text only (tantivy on SQLite, tsvector on PostgreSQL): exact words, names, codes.
+    /// Full-text only (tantivy's BM25 on both backends): exact words, names, codes.
     Fts,
     /// Vectors only: meaning, different wording. Needs an embedder.
     Vector,

@@ -79,7 +79,8 @@ pub(crate) enum Command {
     Archival(ArchivalCommand),
     /// Search messages, memory blocks and archival passages (full-text, vector or hybrid).
     Search(SearchArgs),
-    /// Rebuild the full-text index from the database.
+    /// Rebuild the full-text index from the database (SQLite; on PostgreSQL each process keeps
+    /// its own, so this only checks that one builds).
     Reindex,
     /// Embeddings: status, backfill missing vectors, or re-embed everything.
     Embed(EmbedArgs),

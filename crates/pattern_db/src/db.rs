@@ -55,15 +55,12 @@ struct Inner {
     liveness: std::sync::Mutex<Option<Arc<Liveness>>>,
     /// Wake-ups of runs and turns.
     hub: Arc<Hub>,
-    /// The full-text index of a SQLite database, opened by the first search.
+    /// The full-text index, opened by the first search.
     fts: tokio::sync::OnceCell<Arc<crate::fts::FtsIndex>>,
-    /// Where that index lives (`<file>.search`).
+    /// Where that index lives (SQLite: `<file>.search`; PostgreSQL: this handle's memory).
     fts_dir: Option<std::path::PathBuf>,
-    /// Whether a PostgreSQL database has the RUM indexes that rank full-text matches (migration
-    /// 0020, when the extension was available); checked by the first search.
-    ranked_fulltext: tokio::sync::OnceCell<bool>,
-    /// Wakes the task that keeps that index current after writes (SQLite).
-    index_nudge: Option<Arc<tokio::sync::Notify>>,
+    /// Wakes the task that keeps that index current after writes.
+    index_nudge: Arc<tokio::sync::Notify>,
     /// That task, stopped on close.
     index_task: std::sync::Mutex<Option<JoinHandle<()>>>,
     /// The latest batches read per agent, valid while the agent's revision is unchanged.
@@ -307,8 +304,7 @@ impl Database {
                 judge,
             }))
         });
-        let index_nudge =
-            (backend == Backend::Sqlite).then(|| Arc::new(tokio::sync::Notify::new()));
+        let index_nudge = Arc::new(tokio::sync::Notify::new());
         let db = Self {
             inner: Arc::new(Inner {
                 backend,
@@ -323,20 +319,17 @@ impl Database {
                 hub: Arc::new(Hub::new(backend, config.url.clone())),
                 recent: std::sync::Mutex::new(HashMap::new()),
                 fts: tokio::sync::OnceCell::new(),
-                ranked_fulltext: tokio::sync::OnceCell::new(),
                 fts_dir: crate::fts::dir_for(&config.url),
                 index_nudge: index_nudge.clone(),
                 index_task: std::sync::Mutex::new(None),
             }),
         };
-        if let Some(nudge) = index_nudge {
-            let weak = Arc::downgrade(&db.inner);
-            let task = tokio::spawn(crate::fts::follow(nudge, move || {
-                weak.upgrade().map(|inner| Database { inner })
-            }));
-            if let Ok(mut slot) = db.inner.index_task.lock() {
-                *slot = Some(task);
-            }
+        let weak = Arc::downgrade(&db.inner);
+        let task = tokio::spawn(crate::fts::follow(index_nudge, move || {
+            weak.upgrade().map(|inner| Database { inner })
+        }));
+        if let Ok(mut slot) = db.inner.index_task.lock() {
+            *slot = Some(task);
         }
         Ok(db)
     }
@@ -457,12 +450,14 @@ impl Database {
         &self.inner.write_pool
     }
 
-    /// The full-text index (SQLite), opened on first use.
+    /// The full-text index, opened on first use: SQLite's beside its file, PostgreSQL's in
+    /// this handle's memory.
     pub(crate) async fn fts(&self) -> Result<Arc<crate::fts::FtsIndex>> {
         self.inner
             .fts
             .get_or_try_init(|| async {
-                crate::fts::FtsIndex::open(self.inner.fts_dir.clone())
+                let per_process = self.backend() == Backend::Postgres;
+                crate::fts::FtsIndex::open(self.inner.fts_dir.clone(), per_process)
                     .await
                     .map(Arc::new)
             })
@@ -470,15 +465,14 @@ impl Database {
             .cloned()
     }
 
-    /// Whether this PostgreSQL database ranks full-text matches by its RUM indexes (all three
-    /// present: archival passages, blocks, live messages). Checked once per handle: indexes
-    /// created later are used after the database is reopened.
-    pub(crate) async fn ranked_fulltext(&self) -> Result<bool> {
-        self.inner
-            .ranked_fulltext
-            .get_or_try_init(|| crate::ops::search::ranked_fulltext_indexes(self.reader()))
-            .await
-            .copied()
+    /// The full-text index the follower keeps current after writes: SQLite's (shared with every
+    /// handle of the file, so opened here if need be), PostgreSQL's only once a search opened it
+    /// (a process that never searches never builds one).
+    pub(crate) async fn fts_to_follow(&self) -> Result<Option<Arc<crate::fts::FtsIndex>>> {
+        match self.backend() {
+            Backend::Sqlite => self.fts().await.map(Some),
+            Backend::Postgres => Ok(self.inner.fts.get().cloned()),
+        }
     }
 
     /// The read pool: statements outside the writer, each on a pooled connection. Never write
@@ -514,9 +508,7 @@ impl Database {
     /// Tells the full-text index follower that a write has returned (committed or not: a
     /// catch-up with nothing new is one indexed query). Never waits.
     fn nudge_index(&self) {
-        if let Some(nudge) = &self.inner.index_nudge {
-            nudge.notify_one();
-        }
+        self.inner.index_nudge.notify_one();
     }
 
     /// Wake-ups of runs and turns in this process (and, on PostgreSQL, from every process).

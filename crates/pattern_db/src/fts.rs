@@ -1,12 +1,20 @@
-//! The tantivy full-text index of a SQLite database, kept in `<file>.search/` beside it.
+//! The tantivy full-text index of a database: for SQLite kept in `<file>.search/` beside it and
+//! shared by every handle of the file; for PostgreSQL one in memory per handle (each process
+//! serving a database has its own, following the shared database; decision 0028).
 //!
 //! The index is derived data: it follows `search_changes` (text and delete changes) from a
 //! cursor stored in its own commit payload, so a crash between a database commit and an index
 //! commit is repaired by the next catch-up, which every search runs first (one indexed query when
 //! nothing is new). An index without a cursor (new, or its directory dropped) is rebuilt from the
 //! live content. A change re-reads the content's current state, so applying one twice is
-//! harmless. The index's cursor is also recorded in `search_consumers`, so pruning the log never
-//! removes a change it still needs.
+//! harmless. A SQLite index's cursor is also recorded in `search_consumers`, so pruning the log
+//! never removes a change it still needs (a PostgreSQL index, which lives no longer than its
+//! process, is rebuilt when the log was pruned past it).
+//!
+//! PostgreSQL logs no message text (an acknowledgement never takes the log's lock): there the
+//! index also reads the messages written by a transaction at or after its mark
+//! ([`MessageMark`]), every catch-up, so a search sees every message acknowledged before it in
+//! any process.
 //!
 //! Queries are never parsed: the user's text is split by the text field's analyzer (lower-case,
 //! English stemming) and searched as an OR of term queries. Every hit is checked against the
@@ -142,8 +150,9 @@ pub(crate) async fn follow(
             .is_ok()
         {}
         let Some(db) = db() else { return };
-        let caught_up = match db.fts().await {
-            Ok(fts) => fts.catch_up(&db).await,
+        let caught_up = match db.fts_to_follow().await {
+            Ok(Some(fts)) => fts.catch_up(&db).await,
+            Ok(None) => Ok(()),
             Err(e) => Err(e),
         };
         if let Err(e) = caught_up
@@ -263,6 +272,26 @@ pub(crate) struct FtsIndex {
     fields: Fields,
     /// One catch-up or rebuild at a time.
     catching_up: tokio::sync::Mutex<()>,
+    /// PostgreSQL: how far the index has read messages by writing transaction (`None`: SQLite,
+    /// whose log holds its messages). Changed only under `catching_up`.
+    messages: Option<std::sync::Mutex<MessageMark>>,
+}
+
+/// How far a PostgreSQL index has read messages by writing transaction (migration 0029).
+///
+/// Every message written by a transaction below `mark` is in the index: `mark` is the `xmin` of
+/// a snapshot that read them (every transaction below it had ended, so no row below it can
+/// appear or change later without a newer transaction writing it). Rows of later transactions
+/// that a catch-up saw are applied too, without moving the mark, and remembered in `tail` with
+/// the transaction that wrote them, so the next catch-up re-reads only what was written again;
+/// a long transaction elsewhere holding `xmin` back costs each catch-up one index range scan,
+/// not a re-index.
+#[derive(Debug, Default)]
+struct MessageMark {
+    /// `None` until the index is built (the rebuild sets it).
+    mark: Option<i64>,
+    /// Messages at or after `mark` already applied, as (id, writing transaction).
+    tail: HashSet<(String, i64)>,
 }
 
 impl std::fmt::Debug for FtsIndex {
@@ -345,10 +374,17 @@ fn clear_dir(dir: &Path) -> std::io::Result<()> {
 impl FtsIndex {
     /// Opens (or creates) the index in `dir`; in RAM without one. An index with another schema
     /// (written by another version) is recreated empty, and so rebuilt by the next catch-up.
-    pub(crate) async fn open(dir: Option<PathBuf>) -> Result<Self> {
-        tokio::task::spawn_blocking(move || Self::open_blocking(dir.as_deref()))
+    /// `per_process`: the index of a PostgreSQL database, in RAM, which also follows messages by
+    /// writing transaction and records no cursor in the database.
+    pub(crate) async fn open(dir: Option<PathBuf>, per_process: bool) -> Result<Self> {
+        let dir = if per_process { None } else { dir };
+        let mut index = tokio::task::spawn_blocking(move || Self::open_blocking(dir.as_deref()))
             .await
-            .map_err(join_error)?
+            .map_err(join_error)??;
+        if per_process {
+            index.messages = Some(std::sync::Mutex::new(MessageMark::default()));
+        }
+        Ok(index)
     }
 
     fn open_blocking(dir: Option<&Path>) -> Result<Self> {
@@ -370,7 +406,67 @@ impl FtsIndex {
             reader,
             fields,
             catching_up: tokio::sync::Mutex::new(()),
+            messages: None,
         })
+    }
+
+    /// Records the index's cursor in `search_consumers` (an index shared through a file; a
+    /// PostgreSQL process's own index records none: it ends with its process, and a log pruned
+    /// past it has it rebuilt).
+    async fn record_cursor(&self, db: &Database, cursor: i64) -> Result<()> {
+        if self.messages.is_some() {
+            return Ok(());
+        }
+        db.set_search_cursor(CONSUMER, cursor).await
+    }
+
+    /// The message mark, locked (a poisoned lock is an index failure, never a panic).
+    fn marks(&self) -> Result<Option<std::sync::MutexGuard<'_, MessageMark>>> {
+        self.messages
+            .as_ref()
+            .map(|m| {
+                m.lock().map_err(|_| {
+                    index_failure("the full-text index's message mark was poisoned".into())
+                })
+            })
+            .transpose()
+    }
+
+    /// PostgreSQL: applies the messages written since the mark (see [`MessageMark`]) and moves
+    /// the mark to the snapshot's `xmin`. Called with `catching_up` held, after the log's
+    /// changes up to `cursor` (kept as the commit's cursor).
+    async fn catch_up_messages(&self, db: &Database, cursor: i64) -> Result<()> {
+        let Some(mark) = self.marks()?.and_then(|m| m.mark) else {
+            return Ok(());
+        };
+        let (xmin, touched) = {
+            let mut pooled = db.reader().acquire().await?;
+            let mut conn = pooled.conn();
+            sql::messages_touched(&mut conn, mark).await?
+        };
+        let fresh: Vec<ContentRef> = {
+            let Some(marks) = self.marks()? else {
+                return Ok(());
+            };
+            let mut seen = HashSet::new();
+            touched
+                .iter()
+                .filter(|t| !marks.tail.contains(*t))
+                .filter(|(id, _)| seen.insert(id.clone()))
+                .map(|(id, _)| ContentRef::new(ContentType::Message, id.clone()))
+                .collect()
+        };
+        for refs in fresh.chunks(CHANGES_PER_COMMIT) {
+            let docs = load_docs(db, refs).await?;
+            self.apply(refs.to_vec(), docs, cursor, cursor, false)
+                .await?;
+        }
+        if let Some(mut marks) = self.marks()? {
+            let mark = marks.mark.map_or(xmin, |m| m.max(xmin));
+            marks.mark = Some(mark);
+            marks.tail = touched.into_iter().filter(|(_, t)| *t >= mark).collect();
+        }
+        Ok(())
     }
 
     /// The cursor of the commit on disk now; `None` for an index never built.
@@ -444,9 +540,9 @@ impl FtsIndex {
             };
             let Some(last) = changes.last().map(|c| c.seq) else {
                 if rebuilt || started != cursor {
-                    db.set_search_cursor(CONSUMER, cursor).await?;
+                    self.record_cursor(db, cursor).await?;
                 }
-                return Ok(());
+                return self.catch_up_messages(db, cursor).await;
             };
             let refs = changed_refs(&changes);
             let docs = load_docs(db, &refs).await?;
@@ -463,13 +559,21 @@ impl FtsIndex {
     pub(crate) async fn rebuild(&self, db: &Database) -> Result<u64> {
         let _one = self.catching_up.lock().await;
         let (cursor, n) = self.rebuild_locked(db).await?;
-        db.set_search_cursor(CONSUMER, cursor).await?;
+        self.record_cursor(db, cursor).await?;
         Ok(n)
     }
 
     async fn rebuild_locked(&self, db: &Database) -> Result<(i64, u64)> {
         // The head is read first: anything committed after it is in the log tail and is applied
-        // again by the next catch-up (harmless: changes re-read the current state).
+        // again by the next catch-up (harmless: changes re-read the current state). So is the
+        // message mark (PostgreSQL): messages of transactions at or after it are read again.
+        let mark = match self.messages {
+            Some(_) => {
+                let mut pooled = db.reader().acquire().await?;
+                sql::snapshot_xmin(&mut pooled.conn()).await?
+            }
+            None => 0,
+        };
         let head = db.search_changes_head().await?;
         let mut docs = Vec::new();
         let mut pooled = db.reader().acquire().await?;
@@ -490,6 +594,10 @@ impl FtsIndex {
         drop(pooled);
         let n = docs.len() as u64;
         self.apply(Vec::new(), docs, head, head, true).await?;
+        if let Some(mut marks) = self.marks()? {
+            marks.mark = Some(mark);
+            marks.tail.clear();
+        }
         Ok((head, n))
     }
 
@@ -646,7 +754,7 @@ impl FtsIndex {
                 .map_err(join_error)??;
         self.committed(w)?;
         match committed {
-            Some(cursor) => db.set_search_cursor(CONSUMER, cursor).await,
+            Some(cursor) => self.record_cursor(db, cursor).await,
             None => Ok(()),
         }
     }

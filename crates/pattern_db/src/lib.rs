@@ -27,7 +27,7 @@
 //! And search storage (modules [`archival`] and [`search`]): archival memory passages,
 //! embedding jobs recorded in the transaction of the content they belong to, stored vectors of
 //! one registered model, an ordered change log that derived indexes follow, and full-text search
-//! (tantivy beside SQLite files, tsvector on PostgreSQL).
+//! (tantivy: beside SQLite files, in each process's memory on PostgreSQL).
 //!
 //! Every write goes through a group-commit writer: concurrent acknowledgements share one
 //! transaction and one fsync, and none is acknowledged before its commit.

@@ -13,8 +13,9 @@
 //! - **`search_changes`**: an ordered log (`seq` order is commit order) of `text`, `vector` and
 //!   `delete` changes, written in the transaction of the change, so a follower reading after its
 //!   cursor never misses one;
-//! - **full-text search** ([`Database::search_text`]): tantivy beside the SQLite file, following
-//!   the log; tsvector columns on PostgreSQL. User text is never parsed as query syntax, and
+//! - **full-text search** ([`Database::search_text`]): tantivy, beside the SQLite file or in
+//!   each PostgreSQL process's memory, following the log (and on PostgreSQL messages by writing
+//!   transaction). User text is never parsed as query syntax, and
 //!   every hit is checked against [`Database::resolve_content`], so deleted or archived content
 //!   never returns.
 //!
@@ -308,8 +309,7 @@ pub struct TextHit {
     pub content: ContentRef,
     /// Its agent (a block's owner).
     pub agent_id: AgentId,
-    /// Relevance (BM25 with tantivy, `ts_rank_cd` on PostgreSQL); higher is better, comparable
-    /// only within one answer.
+    /// Relevance (tantivy's BM25); higher is better, comparable only within one answer.
     pub score: f32,
     /// When the content was created.
     pub created_at: DateTime<Utc>,
@@ -618,40 +618,27 @@ impl Database {
     /// any word matching (more matching words rank higher).
     pub async fn search_text(&self, query: &str, opts: &TextSearch) -> Result<Vec<TextHit>> {
         check_query(query, opts)?;
-        match self.backend() {
-            Backend::Postgres => {
-                let ranked = self.ranked_fulltext().await?;
-                sql::search_pg(self.reader(), query, opts, ranked).await
-            }
-            Backend::Sqlite => {
-                let fts = self.fts().await?;
-                let mut attempt = 0;
-                loop {
-                    let found = match fts.catch_up(self).await {
-                        Ok(()) => fts.search(self, query, opts).await,
-                        Err(e) => Err(e),
-                    };
-                    match found {
-                        // Another handle or process merged the segments this one read and
-                        // removed their files: the next catch-up reloads the newest ones.
-                        Err(e) if attempt < 3 && crate::fts::file_vanished(&e) => attempt += 1,
-                        found => return found,
-                    }
-                }
+        let fts = self.fts().await?;
+        let mut attempt = 0;
+        loop {
+            let found = match fts.catch_up(self).await {
+                Ok(()) => fts.search(self, query, opts).await,
+                Err(e) => Err(e),
+            };
+            match found {
+                // Another handle or process merged the segments this one read and removed
+                // their files (SQLite): the next catch-up reloads the newest ones.
+                Err(e) if attempt < 3 && crate::fts::file_vanished(&e) => attempt += 1,
+                found => return found,
             }
         }
     }
 
-    /// Rebuilds the full-text index from the database (SQLite; a no-op on PostgreSQL, whose
-    /// tsvector columns are always current). Returns the number of documents indexed.
+    /// Rebuilds the full-text index from the database (SQLite: the one beside the file, for
+    /// every handle; PostgreSQL: this handle's). Returns the number of documents indexed.
     pub async fn reindex(&self) -> Result<u64> {
-        match self.backend() {
-            Backend::Postgres => Ok(0),
-            Backend::Sqlite => {
-                let fts = self.fts().await?;
-                fts.rebuild(self).await
-            }
-        }
+        let fts = self.fts().await?;
+        fts.rebuild(self).await
     }
 }
 

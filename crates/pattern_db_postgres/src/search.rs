@@ -2,15 +2,14 @@
 //! lock, reads, pruning, the `delete` logs of an agent's removal and of a model reset), the
 //! followers' cursors `search_consumers`, the embedding model, embedding jobs (due and locked,
 //! claimed, failed, released), stored vectors `embeddings` (pages, one content's delete), the
-//! fixed reads of full-text search (the RUM indexes' presence, a query's lexemes), and the pages
-//! of live content (messages, blocks, archival passages) the indexes are rebuilt from.
+//! messages written since a full-text follower's transaction mark, and the pages of live content
+//! (messages, blocks, archival passages) the indexes are rebuilt from.
 //!
 //! It must never judge what it stores (model checks, text hashes, vector dimensions: the caller)
 //! and never choose what is logged or when the change-log lock is taken: the caller decides, in
 //! its own transaction. What stays in `pattern_db` (dynamic text): the multi-row `VALUES` inserts
 //! of changes, jobs and vectors and the `IN` lists of content ids, whose length varies with the
-//! call, and the full-text search itself, whose text follows the query's filters and content
-//! types.
+//! call.
 
 use sqlx::PgConnection;
 
@@ -402,26 +401,105 @@ pub async fn fail_job(
 }
 
 // ---------------------------------------------------------------------------------------------
-// full-text search
+// messages by writing transaction (the full-text index's second stream, migration 0029)
 
-/// How many of the RUM indexes of migration 0020 (`archival_rum`, `memory_blocks_rum`) exist in
-/// the current schema.
-pub async fn count_rum_indexes(conn: &mut PgConnection) -> sqlx::Result<i64> {
+/// A message some transaction at or after a follower's mark wrote (inserted or updated).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TouchedRow {
+    /// The message's id.
+    pub id: Uuid,
+    /// The transaction that last wrote it (`xid8`, as a number).
+    pub txid: i64,
+}
+
+/// The `xmin` of the statement's snapshot (every transaction below it has ended) and every
+/// message visible to it whose writing transaction is at or after `mark`, in one snapshot.
+pub async fn messages_touched_since(
+    conn: &mut PgConnection,
+    mark: i64,
+) -> sqlx::Result<(i64, Vec<TouchedRow>)> {
+    let rows = sqlx::query!(
+        r#"SELECT s.xmin AS "xmin!", m.id AS "id?", m.txid::text::bigint AS "txid?" FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin) s LEFT JOIN messages m ON m.txid >= $1::bigint::text::xid8"#,
+        mark
+    )
+    .fetch_all(conn)
+    .await?;
+    let xmin = rows.first().map_or(0, |r| r.xmin);
+    let touched = rows
+        .into_iter()
+        .filter_map(|r| {
+            Some(TouchedRow {
+                id: r.id?,
+                txid: r.txid?,
+            })
+        })
+        .collect();
+    Ok((xmin, touched))
+}
+
+/// The `xmin` of the current snapshot: every transaction below it has ended.
+pub async fn snapshot_xmin(conn: &mut PgConnection) -> sqlx::Result<i64> {
     sqlx::query_scalar!(
-        r#"SELECT COUNT(*) AS "count!" FROM pg_indexes WHERE schemaname = current_schema() AND indexname IN ('archival_rum', 'memory_blocks_rum')"#
+        r#"SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS "xmin!""#
     )
     .fetch_one(conn)
     .await
 }
 
-/// The distinct lexemes of `text` as the 'english' configuration normalises it.
-pub async fn english_lexemes(conn: &mut PgConnection, text: &str) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar!(
-        r#"SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('english'::regconfig, $1))) AS "lexeme!""#,
-        text
+/// Logs a `delete` change for every live message of `agent`; rows inserted.
+pub async fn log_messages_deleted_of_agent(
+    conn: &mut PgConnection,
+    agent: Uuid,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "INSERT INTO search_changes (content_type, content_id, agent_id, kind) SELECT 'message', id, agent_id, 'delete' FROM messages WHERE agent_id = $1 AND NOT archived AND NOT deleted",
+        agent
     )
-    .fetch_all(conn)
-    .await
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Logs a `delete` change for every archival passage of `agent`; rows inserted.
+pub async fn log_archival_deleted_of_agent(
+    conn: &mut PgConnection,
+    agent: Uuid,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "INSERT INTO search_changes (content_type, content_id, agent_id, kind) SELECT 'archival', id, agent_id, 'delete' FROM archival_memories WHERE agent_id = $1",
+        agent
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Logs a `delete` change for every block `agent` owns; rows inserted.
+pub async fn log_blocks_deleted_of_agent(
+    conn: &mut PgConnection,
+    agent: Uuid,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "INSERT INTO search_changes (content_type, content_id, agent_id, kind) SELECT 'block', id, owner_agent_id, 'delete' FROM memory_blocks WHERE owner_agent_id = $1",
+        agent
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Logs a `text` change for every block of another owner that `agent` can see; rows inserted.
+pub async fn log_shared_blocks_changed_of_agent(
+    conn: &mut PgConnection,
+    agent: Uuid,
+) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "INSERT INTO search_changes (content_type, content_id, agent_id, kind) SELECT 'block', b.id, b.owner_agent_id, 'text' FROM memory_block_access x JOIN memory_blocks b ON b.id = x.block_id WHERE x.agent_id = $1 AND b.owner_agent_id <> $1",
+        agent
+    )
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
 }
 
 /// A live content row as the search indexes read it: its id, owner, time and raw text (a

@@ -98,11 +98,19 @@ pub(crate) async fn reindex(env: &Env) -> Result<()> {
     // The rebuild reports no counts as it goes: the terminal shows that it runs, and for how long.
     let bar = super::spinner("reindexing");
     let result = db.raw().reindex().await;
+    let postgres = db.raw().backend() == pattern::db::Backend::Postgres;
     bar.finish_and_clear();
     db.close().await;
     let documents = result?;
     if env.json {
         output::json(&serde_json::json!({ "documents": documents }))
+    } else if postgres {
+        // Each process keeps its own index in memory (decision 0028): this one was built and
+        // dropped; servers keep theirs current without a rebuild.
+        output::line(&format!(
+            "full-text index built from the database: {documents} documents (on PostgreSQL each \
+             process keeps its own index and keeps it current; nothing to rebuild)"
+        ))
     } else {
         output::line(&format!("full-text index rebuilt: {documents} documents"))
     }

@@ -14,7 +14,6 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use crate::sql::Conn;
-use crate::sql::Pool;
 use crate::sql::Row;
 use crate::sql::instant;
 use chrono::{DateTime, Utc};
@@ -32,8 +31,7 @@ use crate::error::Result;
 use crate::model::{AgentId, ContentBlock};
 use crate::search::{
     ChangeKind, ContentRef, ContentRow, ContentType, EmbeddingJob, EmbeddingModelInfo, NewVector,
-    SearchChange, StoreReport, TextHit, TextSearch, VectorRow, decode_vector, encode_vector,
-    message_text, text_hash,
+    SearchChange, StoreReport, VectorRow, decode_vector, encode_vector, message_text, text_hash,
 };
 
 /// The advisory lock key under which PostgreSQL transactions append to `search_changes`.
@@ -137,7 +135,9 @@ pub(crate) async fn change_lock(conn: &mut Conn<'_>, backend: Backend) -> Result
     Ok(())
 }
 
-/// Appends changes to the log (text changes only on SQLite).
+/// Appends changes to the log. PostgreSQL logs no message text: its full-text indexes read new
+/// and updated messages by writing transaction ([`messages_touched`]), so an acknowledgement
+/// never takes the log's lock.
 async fn log_changes(
     conn: &mut Conn<'_>,
     backend: Backend,
@@ -145,7 +145,9 @@ async fn log_changes(
 ) -> Result<()> {
     let rows: Vec<_> = changes
         .iter()
-        .filter(|c| backend == Backend::Sqlite || c.3 != ChangeKind::Text)
+        .filter(|c| {
+            backend == Backend::Sqlite || c.3 != ChangeKind::Text || c.0 != ContentType::Message
+        })
         .collect();
     if rows.is_empty() {
         return Ok(());
@@ -435,7 +437,7 @@ pub(crate) async fn batches_archived(
     Ok(())
 }
 
-/// Who sees a block changed (share, unshare): its full-text document changes (SQLite).
+/// Who sees a block changed (share, unshare): its full-text document changes.
 pub(crate) async fn block_access_changed(
     conn: &mut Conn<'_>,
     ctx: &Ctx,
@@ -452,8 +454,8 @@ pub(crate) async fn block_access_changed(
 }
 
 /// The agent is about to be deleted with everything it owns: log `delete` for what derived
-/// indexes may hold (its vectors everywhere; on SQLite every live content), and `text` for
-/// blocks of others it could see.
+/// indexes may hold (its vectors, every live content), and `text` for blocks of others it could
+/// see.
 pub(crate) async fn agent_removed(conn: &mut Conn<'_>, ctx: &Ctx, agent: AgentId) -> Result<()> {
     change_lock(conn, ctx.backend).await?;
     match conn {
@@ -467,7 +469,12 @@ pub(crate) async fn agent_removed(conn: &mut Conn<'_>, ctx: &Ctx, agent: AgentId
             q::log_shared_blocks_changed_of_agent(c, &a).await?;
         }
         Conn::Postgres(c) => {
-            pattern_db_postgres::search::log_vectors_deleted_of_agent(c, agent.0).await?;
+            use pattern_db_postgres::search as q;
+            q::log_vectors_deleted_of_agent(c, agent.0).await?;
+            q::log_messages_deleted_of_agent(c, agent.0).await?;
+            q::log_archival_deleted_of_agent(c, agent.0).await?;
+            q::log_blocks_deleted_of_agent(c, agent.0).await?;
+            q::log_shared_blocks_changed_of_agent(c, agent.0).await?;
         }
     }
     Ok(())
@@ -1430,202 +1437,34 @@ pub(crate) async fn vectors_for(
 }
 
 // ---------------------------------------------------------------------------------------------
-// PostgreSQL full-text search
+// PostgreSQL: messages by writing transaction
 
-/// How many of a RUM-indexed table's best matches (in RUM's order) are ranked by `ts_rank_cd`
-/// for a search of `limit` hits: enough that RUM's and `ts_rank_cd`'s orders, which weigh length
-/// and proximity differently, agree on the top (measured on the evaluation of decision 0021).
-fn ranked_candidates(limit: usize) -> i64 {
-    i64::try_from(limit.saturating_mul(10).max(200)).unwrap_or(i64::MAX)
+/// PostgreSQL: the `xmin` of the statement's snapshot and the messages (id, writing transaction)
+/// it sees written by a transaction at or after `mark` (see migration 0029). Empty elsewhere.
+pub(crate) async fn messages_touched(
+    conn: &mut Conn<'_>,
+    mark: i64,
+) -> Result<(i64, Vec<(String, i64)>)> {
+    match conn {
+        Conn::Postgres(c) => {
+            let (xmin, rows) = pattern_db_postgres::search::messages_touched_since(c, mark).await?;
+            Ok((
+                xmin,
+                rows.into_iter()
+                    .map(|r| (r.id.to_string(), r.txid))
+                    .collect(),
+            ))
+        }
+        Conn::Sqlite(_) => Ok((0, Vec::new())),
+    }
 }
 
-/// Whether the RUM indexes of migration 0020 exist (both), so archival and block matches can be
-/// read in rank order from the index.
-pub(crate) async fn ranked_fulltext_indexes(pool: &Pool) -> Result<bool> {
-    let mut pooled = pool.acquire().await?;
-    let Conn::Postgres(c) = &mut pooled.conn() else {
-        return Ok(false);
-    };
-    Ok(pattern_db_postgres::search::count_rum_indexes(c).await? == 2)
-}
-
-/// Full-text search on PostgreSQL: the query's words normalised by the 'english' configuration
-/// (never read as query syntax), matching the stored tsvector columns, live rows only, ranked by
-/// `ts_rank_cd` (ties: newest first). Rows holding every word come first: when at least `limit`
-/// rows hold them all, those are the answer (ranking every row that holds any word is what made
-/// a search of common words slow: its cost follows the matches, tens of thousands at 100k
-/// messages; decision 0025, "Stop 31"); otherwise rows holding any word are searched. With the RUM indexes (`ranked`) only the
-/// best candidates of archival passages and blocks by RUM's order are read and ranked (messages,
-/// GIN only: see migration 0020, are all ranked); without them every match is.
-pub(crate) async fn search_pg(
-    pool: &Pool,
-    query: &str,
-    opts: &TextSearch,
-    ranked: bool,
-) -> Result<Vec<TextHit>> {
-    // The words, as the 'english' configuration normalises them (stemmed, stop words dropped);
-    // then an OR of exactly those lexemes, built here so no user text is read as tsquery syntax.
-    // PostgreSQL text cannot hold NUL, which no word contains anyway.
-    let plain = query.replace('\0', " ");
-    let lexemes = {
-        let mut pooled = pool.acquire().await?;
-        let Conn::Postgres(c) = &mut pooled.conn() else {
-            return Ok(Vec::new());
-        };
-        pattern_db_postgres::search::english_lexemes(c, &plain).await?
-    };
-    if lexemes.is_empty() {
-        return Ok(Vec::new());
+/// PostgreSQL: the `xmin` of the current snapshot (0 elsewhere).
+pub(crate) async fn snapshot_xmin(conn: &mut Conn<'_>) -> Result<i64> {
+    match conn {
+        Conn::Postgres(c) => Ok(pattern_db_postgres::search::snapshot_xmin(c).await?),
+        Conn::Sqlite(_) => Ok(0),
     }
-    let quoted = lexemes
-        .iter()
-        .map(|l| format!("'{}'", l.replace('\\', "\\\\").replace('\'', "''")))
-        .collect::<Vec<_>>();
-    let mut n = 1;
-    let mut next = || {
-        n += 1;
-        n
-    };
-    let agent = opts.agent.map(|_| next());
-    let from = opts.from.map(|_| next());
-    let to = opts.to.map(|_| next());
-    let limit = next();
-    let candidates = next();
-    let filters = |agent_column: Option<&str>, at: &str| {
-        let mut f = String::new();
-        if let (Some(p), Some(col)) = (agent, agent_column) {
-            f.push_str(&format!(" AND {col} = ${p}"));
-        }
-        if let Some(p) = from {
-            f.push_str(&format!(" AND {at} >= ${p}"));
-        }
-        if let Some(p) = to {
-            f.push_str(&format!(" AND {at} < ${p}"));
-        }
-        f
-    };
-    // One table's part: its matches with a score (higher is better), `ts_rank_cd` in every
-    // case so the parts compare and ties go to the newest. A table with a RUM index first takes
-    // its best candidates from the index in RUM's order, and only those are ranked.
-    let part = |ct: &str, alias: &str, columns: &str, from_table: &str, conds: String| {
-        let tsv = format!("{alias}.search_tsv");
-        if ranked && ct != "message" {
-            format!(
-                "SELECT '{ct}' AS ct, cid, aid, at, body, ts_rank_cd(tsv, $1::text::tsquery) AS score \
-                 FROM (SELECT {columns}, {tsv} AS tsv FROM {from_table} \
-                 WHERE {tsv} @@ $1::text::tsquery{conds} \
-                 ORDER BY {tsv} <=> $1::text::tsquery LIMIT ${candidates}) {alias}_best"
-            )
-        } else {
-            format!(
-                "SELECT '{ct}' AS ct, {columns}, ts_rank_cd({tsv}, $1::text::tsquery) AS score \
-                 FROM {from_table} WHERE {tsv} @@ $1::text::tsquery{conds}"
-            )
-        }
-    };
-    let mut parts = Vec::new();
-    if opts.wants(ContentType::Archival) {
-        parts.push(part(
-            "archival",
-            "a",
-            "a.id AS cid, a.agent_id AS aid, a.created_at AS at, a.content AS body",
-            "archival_memories a",
-            filters(Some("a.agent_id"), "a.created_at"),
-        ));
-    }
-    if opts.wants(ContentType::Block) {
-        let access = agent.map_or(String::new(), |p| {
-            format!(
-                " AND EXISTS (SELECT 1 FROM memory_block_access x WHERE x.block_id = b.id AND x.agent_id = ${p})"
-            )
-        });
-        parts.push(part(
-            "block",
-            "b",
-            "b.id AS cid, b.owner_agent_id AS aid, b.created_at AS at, b.value AS body",
-            "memory_blocks b",
-            format!("{access}{}", filters(None, "b.created_at")),
-        ));
-    }
-    if opts.wants(ContentType::Message) {
-        parts.push(part(
-            "message",
-            "m",
-            // The content is read for the hits only (below): its cast to text costs about a
-            // tenth of a search of common words when made for every match.
-            "m.id AS cid, m.agent_id AS aid, m.created_at AS at, NULL::text AS body",
-            "messages m",
-            format!(
-                " AND NOT m.archived AND NOT m.deleted{}",
-                filters(Some("m.agent_id"), "m.created_at")
-            ),
-        ));
-    }
-    let best = format!(
-        "SELECT ct, cid, aid, at, body, score FROM ({}) hits ORDER BY score DESC, at DESC, cid LIMIT ${limit}",
-        parts.join(" UNION ALL ")
-    );
-    let sql = if opts.wants(ContentType::Message) {
-        format!(
-            "SELECT h.ct, h.cid, h.aid, h.at, COALESCE(h.body, CAST(mb.content AS TEXT)) AS body, h.score \
-             FROM ({best}) h LEFT JOIN messages mb ON h.ct = 'message' AND mb.id = h.cid \
-             ORDER BY h.score DESC, h.at DESC, h.cid"
-        )
-    } else {
-        best
-    };
-    // Only a ranked part (archival, blocks) reads the candidate count, and PostgreSQL refuses a
-    // parameter the text does not use.
-    let reads_candidates =
-        ranked && (opts.wants(ContentType::Archival) || opts.wants(ContentType::Block));
-    if quoted.len() >= 2 {
-        let every = run_search_pg(pool, &sql, quoted.join(" & "), opts, reads_candidates).await?;
-        if every.len() >= opts.limit {
-            return Ok(every);
-        }
-    }
-    run_search_pg(pool, &sql, quoted.join(" | "), opts, reads_candidates).await
-}
-
-/// Runs `search_pg`'s statement `sql` for the tsquery text `tsquery`.
-async fn run_search_pg(
-    pool: &Pool,
-    sql: &str,
-    tsquery: String,
-    opts: &TextSearch,
-    reads_candidates: bool,
-) -> Result<Vec<TextHit>> {
-    let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql.to_owned())).bind(tsquery);
-    if let Some(a) = opts.agent {
-        q = q.bind(a.to_string());
-    }
-    if let Some(f) = opts.from {
-        q = q.bind(f.timestamp_millis());
-    }
-    if let Some(t) = opts.to {
-        q = q.bind(t.timestamp_millis());
-    }
-    q = q.bind(opts.limit as i64);
-    if reads_candidates {
-        q = q.bind(ranked_candidates(opts.limit));
-    }
-    let mut out = Vec::new();
-    for row in q.fetch_all(pool).await? {
-        let t: ContentType = row.try_get::<String, _>(0)?.parse()?;
-        let body: String = row.try_get(4)?;
-        let text = match t {
-            ContentType::Message => message_text(&decode_content(&body)?),
-            _ => body,
-        };
-        out.push(TextHit {
-            content: ContentRef::new(t, row.try_get::<String, _>(1)?),
-            agent_id: row_agent(&row, 2)?,
-            created_at: from_ms(row.try_get(3)?),
-            score: row.try_get::<f32, _>(5)?,
-            text,
-        });
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

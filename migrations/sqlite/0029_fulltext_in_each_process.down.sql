@@ -1,0 +1,2 @@
+-- Purpose: keeps the version sequence equal on both backends (see the up migration).
+SELECT 1;
