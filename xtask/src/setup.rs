@@ -14,7 +14,7 @@
 //! installs only when missing, and append it to [`STEPS`].
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
@@ -49,10 +49,6 @@ const STEPS: &[Step] = &[
     Step {
         name: "postgresql",
         run: postgresql,
-    },
-    Step {
-        name: "postgresql rum",
-        run: postgresql_rum,
     },
     Step {
         name: "chromium",
@@ -121,45 +117,6 @@ fn postgresql(_root: &Path) -> Result<Outcome> {
     match pg::find_bin_dir() {
         Some(bin) => Ok(Outcome::Installed(bin.display().to_string())),
         None => bail!("installed the postgresql package but still cannot find initdb and pg_ctl"),
-    }
-}
-
-/// The RUM access method for the PostgreSQL found above (`postgresql-NN-rum`): migration 0020
-/// ranks full-text matches by it when present (decision 0004). Optional for users, installed
-/// here so the tests and benches exercise the ranked path.
-fn postgresql_rum(_root: &Path) -> Result<Outcome> {
-    let bin = pg::find_bin_dir().context("PostgreSQL binaries not found (the step before)")?;
-    let major = bin
-        .parent()
-        .and_then(|v| v.file_name())
-        .map(|v| v.to_string_lossy().into_owned())
-        .context("PostgreSQL binaries not under /usr/lib/postgresql/NN/bin")?;
-    let control = PathBuf::from(format!(
-        "/usr/share/postgresql/{major}/extension/rum.control"
-    ));
-    if control.is_file() {
-        return Ok(Outcome::Present(control.display().to_string()));
-    }
-    let package = format!("postgresql-{major}-rum");
-    if !cmd::is_root() {
-        bail!(
-            "{} not found; as root run: apt-get install -y {package}",
-            control.display()
-        );
-    }
-    cmd::run(Command::new("apt-get").arg("update"))?;
-    cmd::run(
-        Command::new("apt-get")
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .args(["install", "-y", &package]),
-    )?;
-    if control.is_file() {
-        Ok(Outcome::Installed(package))
-    } else {
-        bail!(
-            "installed {package} but {} is still missing",
-            control.display()
-        )
     }
 }
 
