@@ -458,8 +458,7 @@ impl FtsIndex {
         };
         for refs in fresh.chunks(CHANGES_PER_COMMIT) {
             let docs = load_docs(db, refs).await?;
-            self.apply(refs.to_vec(), docs, cursor, cursor, false)
-                .await?;
+            self.apply(refs.to_vec(), docs, cursor, cursor).await?;
         }
         if let Some(mut marks) = self.marks()? {
             let mark = marks.mark.map_or(xmin, |m| m.max(xmin));
@@ -546,7 +545,7 @@ impl FtsIndex {
             };
             let refs = changed_refs(&changes);
             let docs = load_docs(db, &refs).await?;
-            let committed = self.apply(refs, docs, cursor, last, false).await?;
+            let committed = self.apply(refs, docs, cursor, last).await?;
             stalled = if committed.is_some_and(|c| c > cursor) {
                 0
             } else {
@@ -575,25 +574,58 @@ impl FtsIndex {
             None => 0,
         };
         let head = db.search_changes_head().await?;
-        let mut docs = Vec::new();
-        let mut pooled = db.reader().acquire().await?;
-        let mut conn = pooled.conn();
-        for t in ContentType::ALL {
-            let mut after = String::new();
-            loop {
-                let page = sql::live_page(&mut conn, t, &after, 2000).await?;
-                let Some(last) = page.last() else { break };
-                after = last.content.id.clone();
-                let full = page.len() == 2000;
-                docs.extend(with_agents(&mut conn, page).await?);
-                if !full {
-                    break;
+        // The writer takes each page while the next is read, so the rebuild holds two pages of
+        // documents at a time, not the whole database's (every PostgreSQL process rebuilds on
+        // its first search).
+        let (index, dir, f) = (self.index.clone(), self.dir.clone(), self.fields);
+        let (pages, mut taken) = tokio::sync::mpsc::channel::<Vec<Doc>>(2);
+        let writing = tokio::task::spawn_blocking(move || -> Result<IndexWriter> {
+            let mut w = open_writer(&index, dir.as_deref())?;
+            w.delete_all_documents().map_err(index_error)?;
+            while let Some(docs) = taken.blocking_recv() {
+                add(&mut w, f, &[], docs)?;
+            }
+            Ok(w)
+        });
+        let read = async {
+            let mut n = 0u64;
+            let mut pooled = db.reader().acquire().await?;
+            let mut conn = pooled.conn();
+            for t in ContentType::ALL {
+                let mut after = String::new();
+                loop {
+                    let page = sql::live_page(&mut conn, t, &after, 2000).await?;
+                    let Some(last) = page.last() else { break };
+                    after = last.content.id.clone();
+                    let full = page.len() == 2000;
+                    let docs = with_agents(&mut conn, page).await?;
+                    n += docs.len() as u64;
+                    if pages.send(docs).await.is_err() {
+                        // The writer failed: its error is the answer.
+                        return Ok(n);
+                    }
+                    if !full {
+                        break;
+                    }
                 }
             }
+            Ok::<u64, Error>(n)
         }
-        drop(pooled);
-        let n = docs.len() as u64;
-        self.apply(Vec::new(), docs, head, head, true).await?;
+        .await;
+        drop(pages);
+        let writer = writing.await.map_err(join_error)?;
+        let (n, mut w) = match (read, writer) {
+            (Ok(n), Ok(w)) => (n, w),
+            (Err(e), Ok(w)) => {
+                roll_back(w).await;
+                return Err(e);
+            }
+            (_, Err(e)) => return Err(e),
+        };
+        let w = tokio::task::spawn_blocking(move || commit_at(&mut w, head).map(|_| w))
+            .await
+            .map_err(join_error)??;
+        self.committed(w)?;
         if let Some(mut marks) = self.marks()? {
             marks.mark = Some(mark);
             marks.tail.clear();
@@ -602,31 +634,22 @@ impl FtsIndex {
     }
 
     /// Deletes the documents of `remove`, adds `docs` (those of the changes after `from` up to
-    /// `cursor`) and commits (`clear`: deletes everything first, and commits `cursor`; otherwise
-    /// the cursor [`commit`] finds safe). Returns the cursor committed (`None`: nothing
-    /// committed, the index was recreated meanwhile).
+    /// `cursor`) and commits the cursor [`commit`] finds safe. Returns the cursor committed
+    /// (`None`: nothing committed, the index was recreated meanwhile).
     async fn apply(
         &self,
         remove: Vec<ContentRef>,
         docs: Vec<Doc>,
         from: i64,
         cursor: i64,
-        clear: bool,
     ) -> Result<Option<i64>> {
         let (index, dir) = (self.index.clone(), self.dir.clone());
         let f = self.fields;
         let (writer, committed) =
             tokio::task::spawn_blocking(move || -> Result<(IndexWriter, Option<i64>)> {
                 let mut w = open_writer(&index, dir.as_deref())?;
-                if clear {
-                    w.delete_all_documents().map_err(index_error)?;
-                }
                 add(&mut w, f, &remove, docs)?;
-                let committed = if clear {
-                    commit_at(&mut w, cursor).map(Some)?
-                } else {
-                    commit(&mut w, from, cursor)?
-                };
+                let committed = commit(&mut w, from, cursor)?;
                 Ok((w, committed))
             })
             .await

@@ -753,8 +753,10 @@ async fn chaos(
                     l.sigterms += 1;
                     if s.forced {
                         l.term_problems.push(format!(
-                            "slot {slot} pid {} did not exit within {grace:?} of SIGTERM",
-                            s.pid
+                            "slot {slot} pid {} did not exit within {grace:?} of SIGTERM; its \
+                             stderr ends: {}",
+                            s.pid,
+                            run.servers.tail(slot).join(" / ")
                         ));
                     } else if !s.status.is_some_and(|st| st.success()) {
                         l.term_problems.push(format!(
