@@ -374,10 +374,9 @@ fn clear_dir(dir: &Path) -> std::io::Result<()> {
 impl FtsIndex {
     /// Opens (or creates) the index in `dir`; in RAM without one. An index with another schema
     /// (written by another version) is recreated empty, and so rebuilt by the next catch-up.
-    /// `per_process`: the index of a PostgreSQL database, in RAM, which also follows messages by
-    /// writing transaction and records no cursor in the database.
+    /// `per_process`: the index of a PostgreSQL database (no directory: in RAM), which also
+    /// follows messages by writing transaction and records no cursor in the database.
     pub(crate) async fn open(dir: Option<PathBuf>, per_process: bool) -> Result<Self> {
-        let dir = if per_process { None } else { dir };
         let mut index = tokio::task::spawn_blocking(move || Self::open_blocking(dir.as_deref()))
             .await
             .map_err(join_error)??;
