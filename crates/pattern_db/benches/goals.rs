@@ -210,6 +210,23 @@ impl Side {
             .fetch_one(&pool)
             .await
             .expect("page_size");
+        // Where the bytes are, per table and index (SQLite's `dbstat`), per message.
+        let by_name: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT name, SUM(pgsize) FROM dbstat GROUP BY name HAVING SUM(pgsize) > 0 \
+             ORDER BY 2 DESC",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap_or_default();
+        let parts: Vec<String> = by_name
+            .iter()
+            .take(8)
+            .map(|(name, bytes)| format!("{name} {:.0}", *bytes as f64 / messages as f64))
+            .collect();
+        println!(
+            "goals: bytes per message by table and index: {}",
+            parts.join(", ")
+        );
         pool.close().await;
         let file = tdb.url.trim_start_matches("sqlite://").to_owned();
         let index_bytes = dir_bytes(Path::new(&format!("{file}.search")));

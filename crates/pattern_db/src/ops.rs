@@ -314,6 +314,16 @@ pub(crate) fn encode_content(ctx_limit: usize, message: &NewMessage) -> Result<S
     Ok(json)
 }
 
+/// The text SQLite stores for a message whose content is `blocks` (migration 0030): the text
+/// of a message of one text block, unless it starts with `[`; `None` for any other content,
+/// stored as its JSON (an array, so it starts with `[`). [`decode_content`] reads both.
+fn sqlite_text(blocks: &[ContentBlock]) -> Option<&str> {
+    match blocks {
+        [ContentBlock::Text { text }] if !text.starts_with('[') => Some(text),
+        _ => None,
+    }
+}
+
 struct MessageRow<'a> {
     id: MessageId,
     agent: AgentId,
@@ -322,7 +332,10 @@ struct MessageRow<'a> {
     seq: i64,
     batch_type: BatchType,
     role: Role,
+    /// The content's JSON.
     content: &'a str,
+    /// What SQLite stores instead of the JSON ([`sqlite_text`]).
+    text: Option<&'a str>,
     created_at: i64,
 }
 
@@ -379,7 +392,7 @@ pub(crate) fn fixed_chunks<T>(mut rows: &[T]) -> Vec<&[T]> {
 
 async fn insert_messages(conn: &mut Conn<'_>, ctx: &Ctx, rows: &[MessageRow<'_>]) -> Result<()> {
     for chunk in fixed_chunks(rows) {
-        message_rows_query(conn, chunk).execute(&mut *conn).await?;
+        message_rows_query(conn, chunk)?.execute(&mut *conn).await?;
     }
     let written: Vec<_> = rows
         .iter()
@@ -388,13 +401,37 @@ async fn insert_messages(conn: &mut Conn<'_>, ctx: &Ctx, rows: &[MessageRow<'_>]
     search::messages_written(conn, ctx, &written).await
 }
 
-/// One multi-row `INSERT` of `rows` into `messages`.
-fn message_rows_query(conn: &Conn<'_>, rows: &[MessageRow<'_>]) -> crate::sql::Query {
-    let sql = format!(
-        "INSERT INTO messages (id, agent_id, position, batch_id, sequence_num, batch_type, role, content, \
-         token_estimate, archived, deleted, created_at) VALUES {}",
-        value_rows(conn, rows.len(), 12)
-    );
+/// The condition that picks the messages of the `agents` row a statement is at: SQLite's
+/// messages carry the agent's number (migration 0030), PostgreSQL's its id.
+fn messages_of_agents_row(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Sqlite => "m.agent = agents.num",
+        Backend::Postgres => "m.agent_id = agents.id",
+    }
+}
+
+/// One multi-row `INSERT` of `rows` into `messages`. On SQLite a row names its agent by id and
+/// the statement stores the agent's number (migration 0030): one lookup of `agents` by its
+/// unique id per row, no round trip. An unknown agent leaves `agent` NULL, which `NOT NULL`
+/// refuses, as the foreign key refuses it on PostgreSQL.
+/// Its role and batch type are stored as codes there (`pattern_db_sqlite::messages`).
+fn message_rows_query(conn: &Conn<'_>, rows: &[MessageRow<'_>]) -> Result<crate::sql::Query> {
+    let sqlite = conn.backend() == Backend::Sqlite;
+    let sql = match conn.backend() {
+        Backend::Sqlite => {
+            let row = "(?, (SELECT num FROM agents WHERE id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+            format!(
+                "INSERT INTO messages (id, agent, position, batch_id, sequence_num, batch_type, role, \
+                 content, token_estimate, archived, deleted, created_at) VALUES {}",
+                vec![row; rows.len()].join(", ")
+            )
+        }
+        Backend::Postgres => format!(
+            "INSERT INTO messages (id, agent_id, position, batch_id, sequence_num, batch_type, role, content, \
+             token_estimate, archived, deleted, created_at) VALUES {}",
+            value_rows(conn, rows.len(), 12)
+        ),
+    };
     let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
     for row in rows {
         q = q
@@ -402,16 +439,36 @@ fn message_rows_query(conn: &Conn<'_>, rows: &[MessageRow<'_>]) -> crate::sql::Q
             .bind(row.agent.to_string())
             .bind(row.position.get())
             .bind(row.batch.get())
-            .bind(row.seq)
-            .bind(row.batch_type.as_str())
-            .bind(row.role.as_str())
-            .bind(row.content.to_owned())
+            .bind(row.seq);
+        q = if sqlite {
+            use pattern_db_sqlite::messages::{BATCH_TYPES, ROLES};
+            q.bind(sqlite_code(&BATCH_TYPES, row.batch_type.as_str())?)
+                .bind(sqlite_code(&ROLES, row.role.as_str())?)
+        } else {
+            q.bind(row.batch_type.as_str()).bind(row.role.as_str())
+        };
+        let stored = if sqlite {
+            row.text.unwrap_or(row.content)
+        } else {
+            row.content
+        };
+        q = q
+            .bind(stored.to_owned())
             .bind(NewMessage::estimate_tokens(row.content.len()))
             .bind(false)
             .bind(false)
             .bind(row.created_at);
     }
-    q
+    Ok(q)
+}
+
+/// SQLite's stored code of `name` among `names`; every role and batch type has one.
+fn sqlite_code(names: &[&str], name: &str) -> Result<i64> {
+    pattern_db_sqlite::messages::code(names, name).ok_or_else(|| {
+        Error::Storage(StorageError::Corrupt(format!(
+            "`{name}` has no stored code among {names:?}"
+        )))
+    })
 }
 
 /// A new batch row.
@@ -499,7 +556,8 @@ const BATCH_COLUMNS: &str = "b.id, b.agent_id, b.batch_type, b.state, b.parent_b
 /// How many columns [`BATCH_COLUMNS`] has (where a joined message's columns start).
 pub(crate) const BATCH_COLUMN_COUNT: usize = 14;
 
-/// Batches with their messages in one statement: the batches `pick` selects (a `SELECT` of
+/// Batches with their messages in one statement, PostgreSQL's read (SQLite's is one JSON
+/// document, [`batches_from_json`]): the batches `pick` selects (a `SELECT` of
 /// whole `batches` rows), each batch's columns followed by one of its live messages'
 /// (NULL for a batch without any). Each batch's messages are one lookup of `messages_by_batch`.
 /// The rows come in no particular order (an `ORDER BY` here made SQLite copy every joined row,
@@ -584,6 +642,7 @@ struct RecentRow(
     Option<i64>,
     Option<i64>,
     Option<i64>,
+    Option<String>,
 );
 
 /// The batches of a `pattern_db_sqlite::batches` JSON document (`revision_and_newest_json`,
@@ -624,7 +683,8 @@ pub(crate) fn batches_from_json(doc: &str) -> Result<Vec<crate::model::StoredBat
             Some(token_estimate),
             Some(archived),
             Some(created_at),
-        ) = (r.14, r.15, r.16, r.17, r.18, r.19, r.20, r.21)
+            Some(batch_type),
+        ) = (r.14, r.15, r.16, r.17, r.18, r.19, r.20, r.21, r.22)
         else {
             continue;
         };
@@ -636,7 +696,7 @@ pub(crate) fn batches_from_json(doc: &str) -> Result<Vec<crate::model::StoredBat
                 position,
                 batch_id: r.0,
                 sequence_num,
-                batch_type: r.2,
+                batch_type,
                 role,
                 content,
                 token_estimate,
@@ -798,6 +858,7 @@ pub(crate) async fn begin_batch(
         batch_type,
         role: trigger.role,
         content: &content,
+        text: sqlite_text(&trigger.content),
         created_at: now,
     };
     let busy = || {
@@ -812,7 +873,7 @@ pub(crate) async fn begin_batch(
     if let Some(change) = search::message_change_query(conn, ctx, &written)? {
         let mut script = crate::sql::Script::new();
         script.push(batch_rows_query(conn, std::slice::from_ref(&batch_row)));
-        script.push(message_rows_query(conn, std::slice::from_ref(&row)));
+        script.push(message_rows_query(conn, std::slice::from_ref(&row))?);
         script.push(change);
         return match script.execute(conn).await {
             // `batches_one_run`: another run's batch of this agent is open.
@@ -1123,9 +1184,10 @@ pub(crate) async fn begin_batches_bulk(
             .unwrap_or(256);
         let sql = format!(
             "UPDATE agents SET revision = revision + 1 WHERE id IN {} RETURNING id, \
-             (SELECT m.position FROM messages m WHERE m.agent_id = agents.id ORDER BY m.position DESC LIMIT 1), \
+             (SELECT m.position FROM messages m WHERE {} ORDER BY m.position DESC LIMIT 1), \
              (SELECT r.holder FROM agent_runs r WHERE r.agent_id = agents.id AND r.holder IS NOT NULL)",
-            placeholders(1, width, 1)
+            placeholders(1, width, 1),
+            messages_of_agents_row(conn.backend()),
         );
         let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
         for i in 0..width {
@@ -1184,6 +1246,7 @@ pub(crate) async fn begin_batches_bulk(
                 batch_type,
                 role,
                 content,
+                text: sqlite_text(&calls[i].1.content),
                 created_at: now,
             })
         })
@@ -1318,6 +1381,7 @@ async fn append_step(
             batch_type,
             role: m.role,
             content,
+            text: sqlite_text(&m.content),
             created_at: now,
         })
         .collect();
@@ -2001,6 +2065,7 @@ pub(crate) async fn import_legacy(
                 batch_type: planned.batch_type,
                 role: message.role,
                 content: &contents[index],
+                text: sqlite_text(&message.content),
                 created_at: at(index),
             });
             for block in &message.content {
@@ -2042,10 +2107,19 @@ pub(crate) async fn import_legacy(
 // ---------------------------------------------------------------------------------------------
 // row decoding, shared with reads
 
+/// A message's columns on PostgreSQL, for a statement that joins its batch as `b` (SQLite reads
+/// batches with their messages as one JSON document: `batches_from_json`).
 const MESSAGE_COLUMNS: &str = "m.id, m.agent_id, m.position, m.batch_id, m.sequence_num, m.batch_type, m.role, \
     m.content, m.token_estimate, m.archived, m.deleted, m.created_at";
 
+/// A message's stored content: its JSON (an array of blocks), or on SQLite the text of a message
+/// of one text block ([`sqlite_text`]), which never starts with `[`.
 pub(crate) fn decode_content(text: &str) -> Result<Vec<ContentBlock>> {
+    if !text.starts_with('[') {
+        return Ok(vec![ContentBlock::Text {
+            text: text.to_owned(),
+        }]);
+    }
     serde_json::from_str(text).map_err(|e| {
         Error::Storage(StorageError::Corrupt(format!(
             "message content does not decode: {e}"
@@ -2294,6 +2368,25 @@ from_stored!(pattern_db_postgres);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// What SQLite stores for a message (its text or its JSON) reads back as the blocks
+        /// written, whatever the texts hold (`[` first, quotes, escapes, nothing).
+        #[test]
+        fn stored_content_reads_back(texts in proptest::collection::vec("\\PC{0,12}|\\[.{0,5}|", 0..3),
+                                     tool in any::<bool>()) {
+            let mut blocks: Vec<ContentBlock> = texts.iter().map(|t| ContentBlock::text(t.as_str())).collect();
+            if tool {
+                blocks.push(ContentBlock::tool_result("c", "done", false));
+            }
+            let json = serde_json::to_string(&blocks).unwrap();
+            let stored = sqlite_text(&blocks).unwrap_or(&json);
+            prop_assert_eq!(decode_content(stored).unwrap(), blocks.clone());
+            prop_assert_eq!(sqlite_text(&blocks).is_some(),
+                blocks.len() == 1 && !tool && !texts[0].starts_with('['));
+        }
+    }
 
     #[test]
     fn numbered_placeholders() {

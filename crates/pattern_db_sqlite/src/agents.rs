@@ -74,7 +74,7 @@ pub async fn bump_revision_with_position(
     agent: &str,
 ) -> sqlx::Result<Option<Bumped>> {
     let row = sqlx::query!(
-        r#"UPDATE agents SET revision = revision + 1 WHERE id = $1 RETURNING (SELECT m.position FROM messages m WHERE m.agent_id = agents.id ORDER BY m.position DESC LIMIT 1) AS "max_position?: i64""#,
+        r#"UPDATE agents SET revision = revision + 1 WHERE id = $1 RETURNING (SELECT m.position FROM messages m WHERE m.agent = agents.num ORDER BY m.position DESC LIMIT 1) AS "max_position?: i64""#,
         agent
     )
     .fetch_optional(conn)
@@ -91,7 +91,7 @@ pub async fn bump_revision_with_holder(
     agent: &str,
 ) -> sqlx::Result<Option<Bumped>> {
     let row = sqlx::query!(
-        r#"UPDATE agents SET revision = revision + 1 WHERE id = $1 RETURNING (SELECT m.position FROM messages m WHERE m.agent_id = agents.id ORDER BY m.position DESC LIMIT 1) AS "max_position?: i64", (SELECT r.holder FROM agent_runs r WHERE r.agent_id = agents.id AND r.holder IS NOT NULL) AS "run_holder?: String""#,
+        r#"UPDATE agents SET revision = revision + 1 WHERE id = $1 RETURNING (SELECT m.position FROM messages m WHERE m.agent = agents.num ORDER BY m.position DESC LIMIT 1) AS "max_position?: i64", (SELECT r.holder FROM agent_runs r WHERE r.agent_id = agents.id AND r.holder IS NOT NULL) AS "run_holder?: String""#,
         agent
     )
     .fetch_optional(conn)

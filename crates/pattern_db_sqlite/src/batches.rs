@@ -86,7 +86,7 @@ pub async fn page_before(
 ) -> sqlx::Result<Vec<BatchRow>> {
     sqlx::query_as!(
         BatchRow,
-        r#"SELECT b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived AS "archived: bool", b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent_id = $1 AND f.position < $2 AND b.agent_id = $1 ORDER BY f.position DESC LIMIT $3 + 0"#,
+        r#"SELECT b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived AS "archived: bool", b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent = (SELECT n.num FROM agents n WHERE n.id = $1) AND f.position < $2 AND b.agent_id = $1 ORDER BY f.position DESC LIMIT $3 + 0"#,
         agent,
         before,
         limit
@@ -101,7 +101,8 @@ pub async fn page_before(
 /// copies and hands over every column of every row it returns, which made most of the time of
 /// reading them as rows). Each element holds the batch's columns (`batches`' order, 14), then
 /// the message's `id, position, sequence_num, role, content, token_estimate, archived,
-/// created_at` (`null`s for a batch without a message); `[]` when there is none.
+/// created_at, batch_type` (role and batch type by name; `null`s for a batch without a
+/// message); `[]` when there is none.
 ///
 /// `LIMIT $2 + 0`, not `LIMIT $2 + 0`: SQLite (3.51) compiles a bare bound `LIMIT` as the constant it
 /// was bound to when prepared and marks the statement expired whenever that parameter is bound
@@ -112,7 +113,7 @@ pub async fn revision_and_newest_json(
     limit: i64,
 ) -> sqlx::Result<Option<(i64, String)>> {
     let row = sqlx::query!(
-        r#"SELECT a.revision AS "revision!: i64", (SELECT json_group_array(json_array(b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token, m.id, m.position, m.sequence_num, m.role, m.content, m.token_estimate, m.archived, m.created_at)) FROM (SELECT b.* FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent_id = $1 AND b.agent_id = $1 AND NOT b.archived ORDER BY f.position DESC LIMIT $2 + 0) b LEFT JOIN messages m ON m.batch_id = b.id AND NOT m.deleted) AS "doc!: String" FROM agents a WHERE a.id = $1"#,
+        r#"SELECT a.revision AS "revision!: i64", (SELECT json_group_array(json_array(b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token, m.id, m.position, m.sequence_num, CASE m.role WHEN 0 THEN 'system' WHEN 1 THEN 'user' WHEN 2 THEN 'assistant' WHEN 3 THEN 'tool' END, m.content, m.token_estimate, m.archived, m.created_at, CASE m.batch_type WHEN 0 THEN 'user_request' WHEN 1 THEN 'agent_to_agent' WHEN 2 THEN 'system_trigger' WHEN 3 THEN 'continuation' END)) FROM (SELECT b.* FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent = a.num AND b.agent_id = $1 AND NOT b.archived ORDER BY f.position DESC LIMIT $2 + 0) b LEFT JOIN messages m ON m.batch_id = b.id AND NOT m.deleted) AS "doc!: String" FROM agents a WHERE a.id = $1"#,
         agent,
         limit
     )
@@ -131,7 +132,7 @@ pub async fn live_before_json(
     limit: i64,
 ) -> sqlx::Result<String> {
     sqlx::query_scalar!(
-        r#"SELECT json_group_array(json_array(b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token, m.id, m.position, m.sequence_num, m.role, m.content, m.token_estimate, m.archived, m.created_at)) AS "doc!: String" FROM (SELECT b.* FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent_id = $1 AND f.position >= (SELECT a.live_from FROM agents a WHERE a.id = $1) AND f.position < $2 AND b.agent_id = $1 AND NOT b.archived ORDER BY f.position LIMIT $3 + 0) b LEFT JOIN messages m ON m.batch_id = b.id AND NOT m.deleted"#,
+        r#"SELECT json_group_array(json_array(b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token, m.id, m.position, m.sequence_num, CASE m.role WHEN 0 THEN 'system' WHEN 1 THEN 'user' WHEN 2 THEN 'assistant' WHEN 3 THEN 'tool' END, m.content, m.token_estimate, m.archived, m.created_at, CASE m.batch_type WHEN 0 THEN 'user_request' WHEN 1 THEN 'agent_to_agent' WHEN 2 THEN 'system_trigger' WHEN 3 THEN 'continuation' END)) AS "doc!: String" FROM (SELECT b.* FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent = (SELECT n.num FROM agents n WHERE n.id = $1) AND f.position >= (SELECT a.live_from FROM agents a WHERE a.id = $1) AND f.position < $2 AND b.agent_id = $1 AND NOT b.archived ORDER BY f.position LIMIT $3 + 0) b LEFT JOIN messages m ON m.batch_id = b.id AND NOT m.deleted"#,
         agent,
         before,
         limit
@@ -275,7 +276,7 @@ pub async fn archivable_before(
     position: i64,
 ) -> sqlx::Result<Vec<i64>> {
     sqlx::query_scalar!(
-        r#"SELECT b.id AS "id!: i64" FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent_id = $1 AND f.position >= (SELECT a.live_from FROM agents a WHERE a.id = $1) AND f.position < $2 AND b.agent_id = $1 AND b.state <> 'open' AND NOT b.archived AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.batch_id = b.id AND m.position >= $2) ORDER BY f.position"#,
+        r#"SELECT b.id AS "id!: i64" FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent = (SELECT n.num FROM agents n WHERE n.id = $1) AND f.position >= (SELECT a.live_from FROM agents a WHERE a.id = $1) AND f.position < $2 AND b.agent_id = $1 AND b.state <> 'open' AND NOT b.archived AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.batch_id = b.id AND m.position >= $2) ORDER BY f.position"#,
         agent,
         position
     )
@@ -291,7 +292,7 @@ pub async fn unarchived_in_range(
     through: i64,
 ) -> sqlx::Result<Vec<(i64, String)>> {
     let rows = sqlx::query!(
-        r#"SELECT b.id AS "id!: i64", b.state AS "state!" FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent_id = $1 AND f.position >= MAX($2, (SELECT a.live_from FROM agents a WHERE a.id = $1)) AND f.position <= $3 AND b.agent_id = $1 AND NOT b.archived ORDER BY f.position"#,
+        r#"SELECT b.id AS "id!: i64", b.state AS "state!" FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent = (SELECT n.num FROM agents n WHERE n.id = $1) AND f.position >= MAX($2, (SELECT a.live_from FROM agents a WHERE a.id = $1)) AND f.position <= $3 AND b.agent_id = $1 AND NOT b.archived ORDER BY f.position"#,
         agent,
         from,
         through
@@ -307,7 +308,7 @@ pub async fn unarchived_in_range(
 /// the batches just archived, once.
 pub async fn advance_live_from(conn: &mut SqliteConnection, agent: &str) -> sqlx::Result<u64> {
     let done = sqlx::query!(
-        "UPDATE agents SET live_from = COALESCE((SELECT b.id FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent_id = $1 AND f.position >= agents.live_from AND b.agent_id = $1 AND NOT b.archived ORDER BY f.position LIMIT 1), (SELECT m.position + 1 FROM messages m WHERE m.agent_id = $1 ORDER BY m.position DESC LIMIT 1), live_from) WHERE id = $1",
+        "UPDATE agents SET live_from = COALESCE((SELECT b.id FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent = agents.num AND f.position >= agents.live_from AND b.agent_id = $1 AND NOT b.archived ORDER BY f.position LIMIT 1), (SELECT m.position + 1 FROM messages m WHERE m.agent = agents.num ORDER BY m.position DESC LIMIT 1), live_from) WHERE id = $1",
         agent
     )
     .execute(conn)

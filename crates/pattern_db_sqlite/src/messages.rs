@@ -1,9 +1,41 @@
 //! Statements on `messages` rows: a batch's live messages in order, its trigger (the message at
 //! sequence 0), a page of an agent's history, and the count of its live messages.
 //!
-//! It must never decode a message's content or judge its role: both come back as stored text.
+//! It must never decode a message's content or judge its role: the content comes back as
+//! stored, the role and batch type as their names.
+//!
+//! A message's role and batch type are stored as codes, their index in [`ROLES`] and
+//! [`BATCH_TYPES`] (migration 0030); the statements here turn them back into names
+//! ([`ROLE_NAME`], [`BATCH_TYPE_NAME`]), and a writer stores [`code`]s.
 
 use sqlx::SqliteConnection;
+
+/// Roles by stored code.
+pub const ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
+
+/// Batch types by stored code.
+pub const BATCH_TYPES: [&str; 4] = [
+    "user_request",
+    "agent_to_agent",
+    "system_trigger",
+    "continuation",
+];
+
+/// The SQL that names the role of the message `m` (the statements of this module spell it out:
+/// sqlx's checked statements are literals).
+pub const ROLE_NAME: &str = "CASE m.role WHEN 0 THEN 'system' WHEN 1 THEN 'user' WHEN 2 THEN 'assistant' WHEN 3 THEN 'tool' END";
+
+/// The SQL that names the batch type of the message `m`.
+pub const BATCH_TYPE_NAME: &str = "CASE m.batch_type WHEN 0 THEN 'user_request' WHEN 1 THEN 'agent_to_agent' WHEN 2 THEN 'system_trigger' WHEN 3 THEN 'continuation' END";
+
+/// The stored code of `name` among `names` ([`ROLES`] or [`BATCH_TYPES`]); `None` for a name
+/// that is not one of them.
+pub fn code(names: &[&str], name: &str) -> Option<i64> {
+    names
+        .iter()
+        .position(|n| *n == name)
+        .and_then(|i| i64::try_from(i).ok())
+}
 
 /// A `messages` row as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,7 +73,7 @@ pub async fn live_of_batch(
 ) -> sqlx::Result<Vec<MessageRow>> {
     sqlx::query_as!(
         MessageRow,
-        r#"SELECT m.id, m.agent_id, m.position, m.batch_id, m.sequence_num, m.batch_type, m.role, m.content, m.token_estimate, m.archived AS "archived: bool", m.deleted AS "deleted: bool", m.created_at FROM messages m WHERE m.batch_id = $1 AND NOT m.deleted ORDER BY m.sequence_num"#,
+        r#"SELECT m.id, b.agent_id, m.position, m.batch_id, m.sequence_num, CASE m.batch_type WHEN 0 THEN 'user_request' WHEN 1 THEN 'agent_to_agent' WHEN 2 THEN 'system_trigger' WHEN 3 THEN 'continuation' END AS "batch_type!: String", CASE m.role WHEN 0 THEN 'system' WHEN 1 THEN 'user' WHEN 2 THEN 'assistant' WHEN 3 THEN 'tool' END AS "role!: String", m.content, m.token_estimate, m.archived AS "archived: bool", m.deleted AS "deleted: bool", m.created_at FROM messages m JOIN batches b ON b.id = m.batch_id WHERE m.batch_id = $1 AND NOT m.deleted ORDER BY m.sequence_num"#,
         batch
     )
     .fetch_all(conn)
@@ -53,7 +85,7 @@ pub async fn live_of_batch(
 pub async fn trigger_of_batch(conn: &mut SqliteConnection, batch: i64) -> sqlx::Result<MessageRow> {
     sqlx::query_as!(
         MessageRow,
-        r#"SELECT m.id, m.agent_id, m.position, m.batch_id, m.sequence_num, m.batch_type, m.role, m.content, m.token_estimate, m.archived AS "archived: bool", m.deleted AS "deleted: bool", m.created_at FROM messages m WHERE m.batch_id = $1 AND m.sequence_num = 0"#,
+        r#"SELECT m.id, b.agent_id, m.position, m.batch_id, m.sequence_num, CASE m.batch_type WHEN 0 THEN 'user_request' WHEN 1 THEN 'agent_to_agent' WHEN 2 THEN 'system_trigger' WHEN 3 THEN 'continuation' END AS "batch_type!: String", CASE m.role WHEN 0 THEN 'system' WHEN 1 THEN 'user' WHEN 2 THEN 'assistant' WHEN 3 THEN 'tool' END AS "role!: String", m.content, m.token_estimate, m.archived AS "archived: bool", m.deleted AS "deleted: bool", m.created_at FROM messages m JOIN batches b ON b.id = m.batch_id WHERE m.batch_id = $1 AND m.sequence_num = 0"#,
         batch
     )
     .fetch_one(conn)
@@ -72,7 +104,7 @@ pub async fn page_after(
     if include_archived {
         sqlx::query_as!(
             MessageRow,
-            r#"SELECT m.id, m.agent_id, m.position, m.batch_id, m.sequence_num, m.batch_type, m.role, m.content, m.token_estimate, m.archived AS "archived: bool", m.deleted AS "deleted: bool", m.created_at FROM messages m WHERE m.agent_id = $1 AND m.position > $2 AND NOT m.deleted ORDER BY m.position LIMIT $3 + 0"#,
+            r#"SELECT m.id, a.id AS agent_id, m.position, m.batch_id, m.sequence_num, CASE m.batch_type WHEN 0 THEN 'user_request' WHEN 1 THEN 'agent_to_agent' WHEN 2 THEN 'system_trigger' WHEN 3 THEN 'continuation' END AS "batch_type!: String", CASE m.role WHEN 0 THEN 'system' WHEN 1 THEN 'user' WHEN 2 THEN 'assistant' WHEN 3 THEN 'tool' END AS "role!: String", m.content, m.token_estimate, m.archived AS "archived: bool", m.deleted AS "deleted: bool", m.created_at FROM agents a JOIN messages m ON m.agent = a.num WHERE a.id = $1 AND m.position > $2 AND NOT m.deleted ORDER BY m.position LIMIT $3 + 0"#,
             agent,
             after,
             limit
@@ -82,7 +114,7 @@ pub async fn page_after(
     } else {
         sqlx::query_as!(
             MessageRow,
-            r#"SELECT m.id, m.agent_id, m.position, m.batch_id, m.sequence_num, m.batch_type, m.role, m.content, m.token_estimate, m.archived AS "archived: bool", m.deleted AS "deleted: bool", m.created_at FROM messages m WHERE m.agent_id = $1 AND m.position > $2 AND NOT m.deleted AND NOT m.archived ORDER BY m.position LIMIT $3 + 0"#,
+            r#"SELECT m.id, a.id AS agent_id, m.position, m.batch_id, m.sequence_num, CASE m.batch_type WHEN 0 THEN 'user_request' WHEN 1 THEN 'agent_to_agent' WHEN 2 THEN 'system_trigger' WHEN 3 THEN 'continuation' END AS "batch_type!: String", CASE m.role WHEN 0 THEN 'system' WHEN 1 THEN 'user' WHEN 2 THEN 'assistant' WHEN 3 THEN 'tool' END AS "role!: String", m.content, m.token_estimate, m.archived AS "archived: bool", m.deleted AS "deleted: bool", m.created_at FROM agents a JOIN messages m ON m.agent = a.num WHERE a.id = $1 AND m.position > $2 AND NOT m.deleted AND NOT m.archived ORDER BY m.position LIMIT $3 + 0"#,
             agent,
             after,
             limit
@@ -96,9 +128,46 @@ pub async fn page_after(
 /// agent's `live_from` (every message below it is in an archived batch, migration 0027).
 pub async fn count_live(conn: &mut SqliteConnection, agent: &str) -> sqlx::Result<i64> {
     sqlx::query_scalar!(
-        r#"SELECT COUNT(*) AS "count!: i64" FROM messages WHERE agent_id = $1 AND position >= (SELECT a.live_from FROM agents a WHERE a.id = $1) AND NOT archived AND NOT deleted"#,
+        r#"SELECT COUNT(*) AS "count!: i64" FROM agents a JOIN messages m ON m.agent = a.num WHERE a.id = $1 AND m.position >= a.live_from AND NOT m.archived AND NOT m.deleted"#,
         agent
     )
     .fetch_one(conn)
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names the SQL gives back are the codes' names, in order.
+    #[test]
+    fn codes_and_names_agree() {
+        for (names, sql, column) in [
+            (&ROLES, ROLE_NAME, "m.role"),
+            (&BATCH_TYPES, BATCH_TYPE_NAME, "m.batch_type"),
+        ] {
+            let cases: Vec<String> = names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| format!("WHEN {i} THEN '{n}'"))
+                .collect();
+            assert_eq!(sql, format!("CASE {column} {} END", cases.join(" ")));
+            for (i, n) in names.iter().enumerate() {
+                assert_eq!(code(names.as_slice(), n), Some(i as i64));
+            }
+        }
+        assert_eq!(code(&ROLES, "robot"), None);
+    }
+
+    /// The checked statements of this module spell the names as the constants do.
+    #[test]
+    fn statements_use_the_names() {
+        let source = include_str!("messages.rs");
+        // Every row-returning statement here reads a whole message; the constants appear once
+        // more, where they are defined.
+        let statements = source.matches(concat!("query_as", "!(")).count();
+        assert_eq!(statements, 4);
+        assert_eq!(source.matches(ROLE_NAME).count(), statements + 1);
+        assert_eq!(source.matches(BATCH_TYPE_NAME).count(), statements + 1);
+    }
 }

@@ -137,7 +137,7 @@ pub async fn eligible_batches(
     cutoff: i64,
 ) -> sqlx::Result<Vec<i64>> {
     sqlx::query_scalar!(
-        r#"SELECT b.id AS "id!: i64" FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent_id = $1 AND b.agent_id = $1 AND b.state <> 'open' AND COALESCE(b.completed_at, b.started_at) < $2 AND (b.state = 'abandoned' OR (b.archived = 1 AND EXISTS (SELECT 1 FROM summaries s WHERE s.agent_id = b.agent_id AND s.from_batch <= b.id AND b.id <= s.through_batch))) ORDER BY f.position"#,
+        r#"SELECT b.id AS "id!: i64" FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent = (SELECT n.num FROM agents n WHERE n.id = $1) AND b.agent_id = $1 AND b.state <> 'open' AND COALESCE(b.completed_at, b.started_at) < $2 AND (b.state = 'abandoned' OR (b.archived = 1 AND EXISTS (SELECT 1 FROM summaries s WHERE s.agent_id = b.agent_id AND s.from_batch <= b.id AND b.id <= s.through_batch))) ORDER BY f.position"#,
         agent,
         cutoff
     )

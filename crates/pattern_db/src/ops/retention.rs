@@ -323,8 +323,10 @@ async fn retain(
         };
         for chunk in ids.chunks(500) {
             let list = placeholders(1, chunk.len(), 2);
-            let count_sql =
-                format!("SELECT COUNT(*) FROM messages WHERE agent_id = $1 AND batch_id IN {list}");
+            let count_sql = format!(
+                "SELECT COUNT(*) FROM messages m JOIN batches b ON b.id = m.batch_id \
+                 WHERE b.agent_id = $1 AND m.batch_id IN {list}"
+            );
             let mut q = crate::sql::query(sqlx::AssertSqlSafe(count_sql)).bind(id.clone());
             for b in chunk {
                 q = q.bind(*b);
@@ -336,13 +338,9 @@ async fn retain(
             }
             // Live messages leave search (vector, job, a logged delete) first.
             search::batches_archived(conn, ctx, chunk).await?;
+            // The batches are the agent's (`eligible` picked them by agent), so their rows are.
             for table in ["messages", "tool_calls"] {
-                let agent_filter = if table == "messages" {
-                    "agent_id = $1 AND "
-                } else {
-                    "$1 = $1 AND "
-                };
-                let sql = format!("DELETE FROM {table} WHERE {agent_filter}batch_id IN {list}");
+                let sql = format!("DELETE FROM {table} WHERE $1 = $1 AND batch_id IN {list}");
                 let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(id.clone());
                 for b in chunk {
                     q = q.bind(*b);

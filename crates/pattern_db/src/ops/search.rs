@@ -420,7 +420,8 @@ pub(crate) async fn batches_archived(
     for chunk in batches.chunks(500) {
         let list = placeholders(1, chunk.len(), 1);
         let sql = format!(
-            "SELECT id, agent_id FROM messages WHERE batch_id IN {list} AND NOT archived AND NOT deleted"
+            "SELECT m.id, b.agent_id FROM messages m JOIN batches b ON b.id = m.batch_id \
+             WHERE m.batch_id IN {list} AND NOT m.archived AND NOT m.deleted"
         );
         let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
         for id in chunk {
@@ -639,7 +640,9 @@ fn row_agent(row: &Row, index: usize) -> Result<AgentId> {
 fn content_select(t: ContentType) -> &'static str {
     match t {
         ContentType::Message => {
-            "SELECT m.id, m.agent_id, m.created_at, m.content FROM messages m WHERE NOT m.archived AND NOT m.deleted"
+            // A message's agent is its batch's (SQLite's messages carry the agent's number).
+            "SELECT m.id, b.agent_id, m.created_at, m.content FROM messages m \
+             JOIN batches b ON b.id = m.batch_id WHERE NOT m.archived AND NOT m.deleted"
         }
         ContentType::Block => {
             "SELECT m.id, m.owner_agent_id, m.created_at, m.value FROM memory_blocks m WHERE 1 = 1"

@@ -351,6 +351,11 @@ async fn continuation_keeps_the_batch(kind: Kind) {
         [b, b2]
     );
     assert!(recent[0].messages.last().unwrap().position > recent[1].messages[0].position);
+    // Every read gives each message its own batch type (SQLite's newest-batches read once gave
+    // every message its batch's).
+    let types =
+        |b: &pattern_db::StoredBatch| b.messages.iter().map(|m| m.batch_type).collect::<Vec<_>>();
+    assert_eq!(types(&recent[0]), types(&batch));
     assert!(matches!(
         store
             .begin_batch(
@@ -1191,6 +1196,145 @@ async fn batch_reads_are_the_same_across_migrations_0026_0027(kind: Kind) {
         before,
         "read differently with 0026 and 0027 applied again"
     );
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
+/// SQLite's messages carry their agent's number, not its id (migration 0030): every read gives
+/// each message its own agent's id, full text finds both agents' words, the history reads the
+/// same after 0030 is reverted (the rows name their agent by id again) and applied again,
+/// deleting an agent takes its messages, and a number is never given out twice.
+#[tokio::test]
+async fn messages_carry_their_agents_number() {
+    use pattern_db::testkit::fetch_texts;
+    let tdb = fresh(Kind::Sqlite).await;
+    let db = tdb.open().await.unwrap();
+    let ada = db.create_agent(NewAgent::named("ada")).await.unwrap().id;
+    let bo = db.create_agent(NewAgent::named("bo")).await.unwrap().id;
+    for (agent, word) in [(ada, "heron"), (bo, "otter"), (ada, "kestrel")] {
+        let store = db.messages(agent);
+        let b = store
+            .begin_batch(
+                NewMessage::user(format!("a {word} flew by")),
+                BeginBatch::default(),
+            )
+            .await
+            .unwrap()
+            .batch_id;
+        store
+            .append_step(b, vec![NewMessage::assistant(format!("the {word} again"))])
+            .await
+            .unwrap();
+        store.complete_batch(b).await.unwrap();
+    }
+    let said = |role, text: &str| LegacyMessage {
+        role,
+        content: vec![ContentBlock::text(text)],
+        created_at: None,
+        origin: None,
+    };
+    db.messages(bo)
+        .import_legacy(vec![
+            said(Role::User, "an imported badger"),
+            said(Role::Assistant, "noted"),
+        ])
+        .await
+        .unwrap();
+    // Content SQLite keeps as JSON: a text that starts with `[`, two blocks, a tool call and
+    // its result; an empty text is kept as its text.
+    let store = db.messages(ada);
+    let b = store
+        .begin_batch(NewMessage::user("[not json"), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
+    let two = NewMessage::new(
+        Role::Assistant,
+        vec![
+            ContentBlock::text("two"),
+            ContentBlock::text("blocks \"quoted\"\n"),
+        ],
+    );
+    store.append_step(b, vec![two, call("c1")]).await.unwrap();
+    store
+        .append_step(b, vec![result("c1"), NewMessage::assistant("")])
+        .await
+        .unwrap();
+    store.complete_batch(b).await.unwrap();
+    let stored = fetch_texts(&db, "SELECT content FROM messages ORDER BY position")
+        .await
+        .unwrap();
+    let json = stored.iter().filter(|c| c.starts_with('[')).count();
+    assert_eq!(json, 4, "{stored:#?}");
+    assert!(stored.contains(&"a heron flew by".to_owned()) && stored.contains(&String::new()));
+    let reads = async || {
+        db.forget_read_cache();
+        let mut out = Vec::new();
+        for agent in [ada, bo] {
+            let all = db.messages(agent).get_all(None, 100, true).await.unwrap();
+            assert!(all.iter().all(|m| m.agent_id == agent), "{all:?}");
+            out.push(format!("{all:?}"));
+            out.extend(batch_reads(&db, agent).await);
+        }
+        out
+    };
+    let before = reads().await;
+    let nums = fetch_texts(
+        &db,
+        "SELECT DISTINCT typeof(agent) || ' ' || agent FROM messages ORDER BY 1",
+    )
+    .await
+    .unwrap();
+    assert_eq!(nums, vec!["integer 1", "integer 2"]);
+    let found = |word: &'static str| {
+        let db = db.clone();
+        async move {
+            let opts = pattern_db::TextSearch {
+                limit: 10,
+                ..Default::default()
+            };
+            let hits = db.search_text(word, &opts).await.unwrap();
+            hits.iter().map(|h| h.agent_id).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(found("kestrel").await, vec![ada, ada]);
+    assert_eq!(found("badger").await, vec![bo]);
+
+    db.migrate_down(29).await.unwrap();
+    let mut named = vec![ada.to_string(), bo.to_string()];
+    named.sort();
+    assert_eq!(
+        fetch_texts(&db, "SELECT DISTINCT agent_id FROM messages ORDER BY 1")
+            .await
+            .unwrap(),
+        named
+    );
+    db.migrate_up().await.unwrap();
+    assert_eq!(
+        reads().await,
+        before,
+        "read differently with 0030 applied again"
+    );
+
+    // Deleting the newest agent takes its messages; the next agent gets a new number.
+    db.delete_agent(bo).await.unwrap();
+    let left = fetch_texts(&db, "SELECT DISTINCT CAST(agent AS TEXT) FROM messages")
+        .await
+        .unwrap();
+    assert_eq!(left, vec!["1"]);
+    let cy = db.create_agent(NewAgent::named("cy")).await.unwrap().id;
+    db.messages(cy)
+        .begin_batch(NewMessage::user("a new otter"), BeginBatch::default())
+        .await
+        .unwrap();
+    let nums = fetch_texts(
+        &db,
+        "SELECT DISTINCT CAST(agent AS TEXT) FROM messages ORDER BY 1",
+    )
+    .await
+    .unwrap();
+    assert_eq!(nums, vec!["1", "3"]);
+    assert_eq!(found("otter").await, vec![cy]);
     db.close().await;
     tdb.cleanup().await.unwrap();
 }

@@ -164,7 +164,10 @@ async fn counts(db: &Database, agent: AgentId) -> Vec<String> {
     let mut out = Vec::new();
     for sql in [
         format!("SELECT CAST(COUNT(*) AS TEXT) FROM batches WHERE agent_id = '{a}'"),
-        format!("SELECT CAST(COUNT(*) AS TEXT) FROM messages WHERE agent_id = '{a}'"),
+        format!(
+            "SELECT CAST(COUNT(*) AS TEXT) FROM messages m JOIN batches b ON b.id = m.batch_id \
+             WHERE b.agent_id = '{a}'"
+        ),
         format!("SELECT CAST(COUNT(*) AS TEXT) FROM activity_events WHERE agent_id = '{a}'"),
         format!("SELECT CAST(COUNT(*) AS TEXT) FROM summaries WHERE agent_id = '{a}'"),
         format!(
@@ -286,7 +289,8 @@ async fn retention_keeps_what_is_needed(kind: Kind) {
         let left: Vec<String> = fetch_texts(
             &db,
             &format!(
-                "SELECT CAST(batch_id AS TEXT) FROM messages WHERE agent_id = '{a}' AND batch_id IN ({})",
+                "SELECT CAST(m.batch_id AS TEXT) FROM messages m JOIN batches b ON b.id = m.batch_id \
+                 WHERE b.agent_id = '{a}' AND m.batch_id IN ({})",
                 expected
                     .iter()
                     .map(ToString::to_string)

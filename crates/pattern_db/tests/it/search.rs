@@ -1407,8 +1407,9 @@ async fn messages_are_logged_as_spans() {
         &db,
         &format!(
             "INSERT INTO search_changes (content_type, content_id, agent_id, kind, first_position, \
-             last_position) SELECT 'message', '', agent_id, 'messages', MIN(position), \
-             MAX(position) FROM messages WHERE agent_id = '{}' GROUP BY agent_id",
+             last_position) SELECT 'message', '', a.id, 'messages', MIN(m.position), \
+             MAX(m.position) FROM messages m JOIN agents a ON a.num = m.agent WHERE a.id = '{}' \
+             GROUP BY a.id",
             a.id
         ),
     )

@@ -113,7 +113,8 @@ impl Probe {
             .collect()
     }
 
-    /// The first message (sequence 0) of every batch: `(batch id, content JSON)`.
+    /// The first message (sequence 0) of every batch: `(batch id, stored content)` (its JSON,
+    /// or on SQLite the text of a message of one text block: markers are found in either).
     pub async fn triggers(&self) -> Result<Vec<(i64, String)>, String> {
         let rows = self
             .rows(
