@@ -50,6 +50,12 @@ use crate::harness::stored::Stored;
 const LEASE: Duration = Duration::from_secs(5);
 /// `--drain-secs` given to every process.
 const DRAIN: Duration = Duration::from_secs(3);
+/// How long a SIGTERMed process may take to exit: what `pattern serve` allows itself after the
+/// drain (up to 10 s for the turns it cancelled to store their last events, up to 10 s more for
+/// runs with no request left, up to 5 s for the embedding worker to finish what it holds) and a
+/// margin. Drain + 10 s was tighter than that; on an overloaded two-core machine (load 6) a
+/// process twice took longer (it was then killed: how much longer is not known).
+const TERM_GRACE: Duration = Duration::from_secs(DRAIN.as_secs() + 10 + 10 + 5 + 5);
 /// A dead run's open batches must leave `open` within this.
 const ABANDON_LIMIT: Duration = Duration::from_secs(5 + 10);
 /// Longest one request may wait for its answer (or a stream for its end) before it counts as
@@ -725,7 +731,7 @@ async fn chaos(
         let how = if rng.random_bool(0.85) {
             Stop::Kill
         } else {
-            Stop::Term(DRAIN + Duration::from_secs(10))
+            Stop::Term(TERM_GRACE)
         };
         sigkills += usize::from(how == Stop::Kill);
         let run = run.clone();
