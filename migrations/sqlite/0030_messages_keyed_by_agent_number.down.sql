@@ -1,6 +1,6 @@
 -- pattern: foreign-keys-off
--- Purpose: messages carry their agent's id again, their role and batch type as text and
--- every content as JSON, and `agents` loses its number (the tables of 0012 and 0027 as they
+-- Purpose: messages carry their agent's id again, their own id, role and batch type as text
+-- and every content as JSON, and `agents` loses its number (the tables of 0012 and 0027 as they
 -- were).
 
 CREATE TABLE messages_old (
@@ -19,7 +19,10 @@ CREATE TABLE messages_old (
 );
 INSERT INTO messages_old (id, agent_id, position, batch_id, sequence_num, batch_type, role,
                           content, token_estimate, archived, deleted, created_at)
-    SELECT m.id, a.id, m.position, m.batch_id, m.sequence_num,
+    SELECT lower(substr(hex(m.id), 1, 8) || '-' || substr(hex(m.id), 9, 4) || '-'
+                 || substr(hex(m.id), 13, 4) || '-' || substr(hex(m.id), 17, 4) || '-'
+                 || substr(hex(m.id), 21)),
+           a.id, m.position, m.batch_id, m.sequence_num,
            CASE m.batch_type WHEN 0 THEN 'user_request' WHEN 1 THEN 'agent_to_agent'
                              WHEN 2 THEN 'system_trigger' WHEN 3 THEN 'continuation' END,
            CASE m.role WHEN 0 THEN 'system' WHEN 1 THEN 'user' WHEN 2 THEN 'assistant'

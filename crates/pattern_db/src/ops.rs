@@ -414,7 +414,8 @@ fn messages_of_agents_row(backend: Backend) -> &'static str {
 /// the statement stores the agent's number (migration 0030): one lookup of `agents` by its
 /// unique id per row, no round trip. An unknown agent leaves `agent` NULL, which `NOT NULL`
 /// refuses, as the foreign key refuses it on PostgreSQL.
-/// Its role and batch type are stored as codes there (`pattern_db_sqlite::messages`).
+/// Its id is stored as 16 bytes there, its role and batch type as codes
+/// (`pattern_db_sqlite::messages`).
 fn message_rows_query(conn: &Conn<'_>, rows: &[MessageRow<'_>]) -> Result<crate::sql::Query> {
     let sqlite = conn.backend() == Backend::Sqlite;
     let sql = match conn.backend() {
@@ -434,8 +435,13 @@ fn message_rows_query(conn: &Conn<'_>, rows: &[MessageRow<'_>]) -> Result<crate:
     };
     let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
     for row in rows {
+        // SQLite stores a message's id as its 16 bytes (migration 0030).
+        q = if sqlite {
+            q.bind(row.id.0.as_bytes().as_slice())
+        } else {
+            q.bind(row.id.to_string())
+        };
         q = q
-            .bind(row.id.to_string())
             .bind(row.agent.to_string())
             .bind(row.position.get())
             .bind(row.batch.get())

@@ -84,7 +84,7 @@ pub async fn changes_after(
 ) -> sqlx::Result<Vec<ChangeRow>> {
     sqlx::query_as!(
         ChangeRow,
-        r#"WITH page AS (SELECT seq, content_type, content_id, agent_id, kind, first_position, last_position FROM search_changes WHERE seq > $1 ORDER BY seq LIMIT $2 + 0) SELECT p.seq AS "seq!: i64", p.content_type AS "content_type!", COALESCE(m.id, p.content_id) AS "content_id!: String", p.agent_id AS "agent_id!", CASE WHEN p.kind <> 'messages' THEN p.kind WHEN m.id IS NULL THEN 'delete' ELSE 'text' END AS "kind!: String" FROM page p LEFT JOIN agents n ON p.kind = 'messages' AND n.id = p.agent_id LEFT JOIN messages m ON p.kind = 'messages' AND m.agent = n.num AND m.position BETWEEN p.first_position AND p.last_position ORDER BY p.seq, m.position LIMIT $3 + 0"#,
+        r#"WITH page AS (SELECT seq, content_type, content_id, agent_id, kind, first_position, last_position FROM search_changes WHERE seq > $1 ORDER BY seq LIMIT $2 + 0) SELECT p.seq AS "seq!: i64", p.content_type AS "content_type!", CASE WHEN m.id IS NULL THEN p.content_id ELSE lower(substr(hex(m.id), 1, 8) || '-' || substr(hex(m.id), 9, 4) || '-' || substr(hex(m.id), 13, 4) || '-' || substr(hex(m.id), 17, 4) || '-' || substr(hex(m.id), 21)) END AS "content_id!: String", p.agent_id AS "agent_id!", CASE WHEN p.kind <> 'messages' THEN p.kind WHEN m.id IS NULL THEN 'delete' ELSE 'text' END AS "kind!: String" FROM page p LEFT JOIN agents n ON p.kind = 'messages' AND n.id = p.agent_id LEFT JOIN messages m ON p.kind = 'messages' AND m.agent = n.num AND m.position BETWEEN p.first_position AND p.last_position ORDER BY p.seq, m.position LIMIT $3 + 0"#,
         cursor,
         entries,
         changes
@@ -187,7 +187,7 @@ pub async fn log_messages_deleted_of_agent(
     agent: &str,
 ) -> sqlx::Result<u64> {
     let done = sqlx::query!(
-        "INSERT INTO search_changes (content_type, content_id, agent_id, kind) SELECT 'message', m.id, a.id, 'delete' FROM agents a JOIN messages m ON m.agent = a.num WHERE a.id = $1 AND NOT m.archived AND NOT m.deleted",
+        "INSERT INTO search_changes (content_type, content_id, agent_id, kind) SELECT 'message', lower(substr(hex(m.id), 1, 8) || '-' || substr(hex(m.id), 9, 4) || '-' || substr(hex(m.id), 13, 4) || '-' || substr(hex(m.id), 17, 4) || '-' || substr(hex(m.id), 21)), a.id, 'delete' FROM agents a JOIN messages m ON m.agent = a.num WHERE a.id = $1 AND NOT m.archived AND NOT m.deleted",
         agent
     )
     .execute(conn)
@@ -463,15 +463,16 @@ pub struct LiveContentRow {
     pub text: String,
 }
 
-/// The first `limit` live messages (their content JSON) after id `after`, in id order.
+/// The first `limit` live messages (their stored content) after id `after` (a UUID's 16 bytes,
+/// or none for the start: every id sorts after the empty blob), in id order.
 pub async fn live_messages_after(
     conn: &mut SqliteConnection,
-    after: &str,
+    after: &[u8],
     limit: i64,
 ) -> sqlx::Result<Vec<LiveContentRow>> {
     sqlx::query_as!(
         LiveContentRow,
-        r#"SELECT m.id AS "id!", a.id AS "agent_id!", m.created_at AS "created_at!: i64", m.content AS "text!" FROM messages m JOIN agents a ON a.num = m.agent WHERE NOT m.archived AND NOT m.deleted AND m.id > $1 ORDER BY m.id LIMIT $2 + 0"#,
+        r#"SELECT lower(substr(hex(m.id), 1, 8) || '-' || substr(hex(m.id), 9, 4) || '-' || substr(hex(m.id), 13, 4) || '-' || substr(hex(m.id), 17, 4) || '-' || substr(hex(m.id), 21)) AS "id!: String", a.id AS "agent_id!", m.created_at AS "created_at!: i64", m.content AS "text!" FROM messages m JOIN agents a ON a.num = m.agent WHERE NOT m.archived AND NOT m.deleted AND m.id > $1 ORDER BY m.id LIMIT $2 + 0"#,
         after,
         limit
     )

@@ -420,8 +420,9 @@ pub(crate) async fn batches_archived(
     for chunk in batches.chunks(500) {
         let list = placeholders(1, chunk.len(), 1);
         let sql = format!(
-            "SELECT m.id, b.agent_id FROM messages m JOIN batches b ON b.id = m.batch_id \
-             WHERE m.batch_id IN {list} AND NOT m.archived AND NOT m.deleted"
+            "SELECT {}, b.agent_id FROM messages m JOIN batches b ON b.id = m.batch_id \
+             WHERE m.batch_id IN {list} AND NOT m.archived AND NOT m.deleted",
+            message_id_text(conn.backend())
         );
         let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
         for id in chunk {
@@ -637,20 +638,41 @@ fn row_agent(row: &Row, index: usize) -> Result<AgentId> {
 }
 
 /// `SELECT id, agent, created_at, text-source FROM ...` for one content type; `tail` follows.
-fn content_select(t: ContentType) -> &'static str {
+fn content_select(backend: Backend, t: ContentType) -> String {
     match t {
-        ContentType::Message => {
-            // A message's agent is its batch's (SQLite's messages carry the agent's number).
-            "SELECT m.id, b.agent_id, m.created_at, m.content FROM messages m \
-             JOIN batches b ON b.id = m.batch_id WHERE NOT m.archived AND NOT m.deleted"
-        }
+        // A message's agent is its batch's (SQLite's messages carry the agent's number), and
+        // SQLite stores its id as 16 bytes (migration 0030).
+        ContentType::Message => format!(
+            "SELECT {}, b.agent_id, m.created_at, m.content FROM messages m \
+             JOIN batches b ON b.id = m.batch_id WHERE NOT m.archived AND NOT m.deleted",
+            message_id_text(backend)
+        ),
         ContentType::Block => {
             "SELECT m.id, m.owner_agent_id, m.created_at, m.value FROM memory_blocks m WHERE 1 = 1"
+                .to_owned()
         }
         ContentType::Archival => {
             "SELECT m.id, m.agent_id, m.created_at, m.content FROM archival_memories m WHERE 1 = 1"
+                .to_owned()
         }
     }
+}
+
+/// The id of the message `m` as a UUID's text: SQLite stores its 16 bytes (migration 0030).
+fn message_id_text(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Sqlite => pattern_db_sqlite::messages::ID_TEXT,
+        Backend::Postgres => "m.id",
+    }
+}
+
+/// A message id (a UUID's text) as a statement binds it: its 16 bytes on SQLite, its text on
+/// PostgreSQL (a `UUID` parameter parses it).
+fn message_id_arg(backend: Backend, id: &str) -> Result<crate::sql::Arg> {
+    Ok(match backend {
+        Backend::Sqlite => uuid_arg(id)?.as_bytes().to_vec().into(),
+        Backend::Postgres => id.to_owned().into(),
+    })
 }
 
 fn content_from_row(t: ContentType, row: &Row) -> Result<ContentRow> {
@@ -689,12 +711,15 @@ pub(crate) async fn load_live(
         for chunk in fixed_chunks(&ids) {
             let sql = format!(
                 "{} AND m.id IN {}",
-                content_select(t),
+                content_select(conn.backend(), t),
                 value_rows(&*conn, 1, chunk.len())
             );
             let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
             for id in chunk {
-                q = q.bind((*id).to_owned());
+                q = match t {
+                    ContentType::Message => q.bind(message_id_arg(conn.backend(), id)?),
+                    _ => q.bind((*id).to_owned()),
+                };
             }
             for row in q.fetch_all(&mut *conn).await? {
                 let row = content_from_row(t, &row)?;
@@ -770,7 +795,15 @@ pub(crate) async fn live_page(
     match conn {
         Conn::Sqlite(c) => {
             let rows = match t {
-                Message => lite::live_messages_after(c, after, limit).await?,
+                Message => {
+                    // SQLite stores a message's id as its 16 bytes (migration 0030).
+                    let after = if after.is_empty() {
+                        Vec::new()
+                    } else {
+                        uuid_arg(after)?.as_bytes().to_vec()
+                    };
+                    lite::live_messages_after(c, &after, limit).await?
+                }
                 Block => lite::live_blocks_after(c, after, limit).await?,
                 Archival => lite::live_archival_after(c, after, limit).await?,
             };
