@@ -145,10 +145,20 @@ pub async fn insert_raw_protocol_message(
 pub async fn refuse_inserts(db: &Database, table: &str, column: &str, value: &str) -> Result<()> {
     let name = format!("pattern_inject_{table}");
     let statements = match db.backend() {
-        Backend::Sqlite => vec![format!(
-            "CREATE TRIGGER {name} BEFORE INSERT ON {table} WHEN NEW.{column} = '{value}' \
-             BEGIN SELECT RAISE(ABORT, 'injected storage failure'); END"
-        )],
+        Backend::Sqlite => {
+            // SQLite stores a message's role and batch type as codes (migration 0030).
+            use pattern_db_sqlite::messages::{BATCH_TYPES, ROLES, code};
+            let stored = match (table, column) {
+                ("messages", "role") => code(&ROLES, value).map(|c| c.to_string()),
+                ("messages", "batch_type") => code(&BATCH_TYPES, value).map(|c| c.to_string()),
+                _ => None,
+            }
+            .unwrap_or_else(|| format!("'{value}'"));
+            vec![format!(
+                "CREATE TRIGGER {name} BEFORE INSERT ON {table} WHEN NEW.{column} = {stored} \
+                 BEGIN SELECT RAISE(ABORT, 'injected storage failure'); END"
+            )]
+        }
         Backend::Postgres => vec![
             format!(
                 "CREATE OR REPLACE FUNCTION {name}() RETURNS trigger AS $body$ BEGIN \
