@@ -410,56 +410,59 @@ fn messages_of_agents_row(backend: Backend) -> &'static str {
     }
 }
 
-/// One multi-row `INSERT` of `rows` into `messages`. On SQLite a row names its agent by id and
-/// the statement stores the agent's number (migration 0030): one lookup of `agents` by its
-/// unique id per row, no round trip. An unknown agent leaves `agent` NULL, which `NOT NULL`
-/// refuses, as the foreign key refuses it on PostgreSQL.
-/// Its id is stored as 16 bytes there, its role and batch type as codes
-/// (`pattern_db_sqlite::messages`).
+/// One multi-row `INSERT` of `rows` into `messages`. SQLite's layout (migration 0030,
+/// `pattern_db_sqlite::messages`): the id as its 16 bytes, the agent as its number (one lookup
+/// of `agents` by its unique id per row, inside the statement; an unknown agent leaves it NULL,
+/// which `NOT NULL` refuses as PostgreSQL's foreign key does), role and batch type as codes, a
+/// one-text message's text instead of its JSON.
 fn message_rows_query(conn: &Conn<'_>, rows: &[MessageRow<'_>]) -> Result<crate::sql::Query> {
     let sqlite = conn.backend() == Backend::Sqlite;
-    let sql = match conn.backend() {
-        Backend::Sqlite => {
-            let row = "(?, (SELECT num FROM agents WHERE id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
-            format!(
-                "INSERT INTO messages (id, agent, position, batch_id, sequence_num, batch_type, role, \
-                 content, token_estimate, archived, deleted, created_at) VALUES {}",
-                vec![row; rows.len()].join(", ")
-            )
-        }
-        Backend::Postgres => format!(
+    let sql = if sqlite {
+        let row = "(?, (SELECT num FROM agents WHERE id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+        format!(
+            "INSERT INTO messages (id, agent, position, batch_id, sequence_num, batch_type, role, \
+             content, token_estimate, archived, deleted, created_at) VALUES {}",
+            vec![row; rows.len()].join(", ")
+        )
+    } else {
+        format!(
             "INSERT INTO messages (id, agent_id, position, batch_id, sequence_num, batch_type, role, content, \
              token_estimate, archived, deleted, created_at) VALUES {}",
             value_rows(conn, rows.len(), 12)
-        ),
+        )
     };
     let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
     for row in rows {
-        // SQLite stores a message's id as its 16 bytes (migration 0030).
-        q = if sqlite {
-            q.bind(row.id.0.as_bytes().as_slice())
+        let (id, batch_type, role, content): (
+            crate::sql::Arg,
+            crate::sql::Arg,
+            crate::sql::Arg,
+            &str,
+        ) = if sqlite {
+            use pattern_db_sqlite::messages::{BATCH_TYPES, ROLES};
+            (
+                row.id.0.as_bytes().as_slice().into(),
+                sqlite_code(&BATCH_TYPES, row.batch_type.as_str())?.into(),
+                sqlite_code(&ROLES, row.role.as_str())?.into(),
+                row.text.unwrap_or(row.content),
+            )
         } else {
-            q.bind(row.id.to_string())
+            (
+                row.id.to_string().into(),
+                row.batch_type.as_str().into(),
+                row.role.as_str().into(),
+                row.content,
+            )
         };
         q = q
+            .bind(id)
             .bind(row.agent.to_string())
             .bind(row.position.get())
             .bind(row.batch.get())
-            .bind(row.seq);
-        q = if sqlite {
-            use pattern_db_sqlite::messages::{BATCH_TYPES, ROLES};
-            q.bind(sqlite_code(&BATCH_TYPES, row.batch_type.as_str())?)
-                .bind(sqlite_code(&ROLES, row.role.as_str())?)
-        } else {
-            q.bind(row.batch_type.as_str()).bind(row.role.as_str())
-        };
-        let stored = if sqlite {
-            row.text.unwrap_or(row.content)
-        } else {
-            row.content
-        };
-        q = q
-            .bind(stored.to_owned())
+            .bind(row.seq)
+            .bind(batch_type)
+            .bind(role)
+            .bind(content.to_owned())
             .bind(NewMessage::estimate_tokens(row.content.len()))
             .bind(false)
             .bind(false)

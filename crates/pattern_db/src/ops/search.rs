@@ -670,9 +670,14 @@ fn message_id_text(backend: Backend) -> &'static str {
 /// PostgreSQL (a `UUID` parameter parses it).
 fn message_id_arg(backend: Backend, id: &str) -> Result<crate::sql::Arg> {
     Ok(match backend {
-        Backend::Sqlite => uuid_arg(id)?.as_bytes().to_vec().into(),
+        Backend::Sqlite => sqlite_message_id(id)?.into(),
         Backend::Postgres => id.to_owned().into(),
     })
+}
+
+/// A message id (a UUID's text) as SQLite stores it: its 16 bytes (migration 0030).
+fn sqlite_message_id(id: &str) -> Result<Vec<u8>> {
+    Ok(uuid_arg(id)?.as_bytes().to_vec())
 }
 
 fn content_from_row(t: ContentType, row: &Row) -> Result<ContentRow> {
@@ -800,7 +805,7 @@ pub(crate) async fn live_page(
                     let after = if after.is_empty() {
                         Vec::new()
                     } else {
-                        uuid_arg(after)?.as_bytes().to_vec()
+                        sqlite_message_id(after)?
                     };
                     lite::live_messages_after(c, &after, limit).await?
                 }
