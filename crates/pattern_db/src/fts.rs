@@ -42,8 +42,7 @@ use std::sync::Arc;
 use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery};
 use tantivy::schema::{
-    FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing,
-    TextOptions, Value,
+    FAST, Field, IndexRecordOption, STORED, Schema, TextFieldIndexing, TextOptions, Value,
 };
 use tantivy::tokenizer::TokenStream;
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term, doc};
@@ -86,14 +85,24 @@ fn schema() -> (Schema, Fields) {
             // indexing time and about a third of the index's bytes.
             .set_index_option(IndexRecordOption::WithFreqs),
     );
+    // Keys and filters match whole values and are never scored: no field norms (a byte per
+    // document and field).
+    let keyword = TextOptions::default().set_indexing_options(
+        TextFieldIndexing::default()
+            .set_tokenizer("raw")
+            .set_index_option(IndexRecordOption::Basic)
+            .set_fieldnorms(false),
+    );
     let fields = Fields {
-        key: b.add_text_field("key", STRING),
-        content_type: b.add_text_field("content_type", STRING | STORED),
+        key: b.add_text_field("key", keyword.clone()),
+        content_type: b.add_text_field("content_type", keyword.clone() | STORED),
         // Stored only: hits read it back, nothing searches by it (indexing it made a second
         // term unique to each document, whose dictionary cost about a tenth of indexing).
         content_id: b.add_text_field("content_id", STORED),
-        agent: b.add_text_field("agent", STRING),
-        created_at: b.add_i64_field("created_at", INDEXED | FAST),
+        agent: b.add_text_field("agent", keyword),
+        // A column only: a time range is answered from it (tantivy's range query scans a fast
+        // field), so no term per distinct time is indexed.
+        created_at: b.add_i64_field("created_at", FAST),
         text: b.add_text_field("text", text_options),
     };
     (b.build(), fields)
