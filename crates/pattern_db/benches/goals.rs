@@ -29,7 +29,8 @@
 //!   apart).
 //!
 //! Messages are 387 bytes of English-like text drawn from a fixed vocabulary. `PATTERN_BENCH_QUICK=1`
-//! (and criterion's test mode) use 10k messages instead of 100k. `cargo xtask bench --goals` runs
+//! (and criterion's test mode) use 10k messages instead of 100k. `PATTERN_BENCH_COMPRESS_FROM=N`
+//! (or `off`) sets the history's `DbConfig::compress_content_from`. `cargo xtask bench --goals` runs
 //! this and writes the table into `docs/performance.md`. This file must never assert timings.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
@@ -93,6 +94,26 @@ fn criterion_home() -> PathBuf {
     target.join("criterion")
 }
 
+/// Bytes of the files under `dir` by extension (tantivy names a segment's parts by it).
+fn bytes_by_extension(dir: &Path, into: &mut std::collections::BTreeMap<String, u64>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        match e.metadata() {
+            Ok(m) if m.is_dir() => bytes_by_extension(&e.path(), into),
+            Ok(m) => {
+                let path = e.path();
+                let ext = path
+                    .extension()
+                    .map_or_else(String::new, |x| x.to_string_lossy().into_owned());
+                *into.entry(ext).or_default() += m.len();
+            }
+            Err(_) => {}
+        }
+    }
+}
+
 fn dir_bytes(dir: &Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
@@ -119,7 +140,15 @@ struct History {
 impl History {
     async fn new() -> Self {
         let tdb = TestDb::sqlite().expect("temporary SQLite database");
-        let db = Database::open(tdb.config()).await.expect("open");
+        let mut config = tdb.config();
+        // `PATTERN_BENCH_COMPRESS_FROM=N` stores messages of N bytes or more compressed
+        // (`DbConfig::compress_content_from`; `off` for none); the default is the product's.
+        match std::env::var("PATTERN_BENCH_COMPRESS_FROM").as_deref() {
+            Ok("off") => config.compress_content_from = None,
+            Ok(n) => config.compress_content_from = Some(n.parse().expect("a byte count")),
+            Err(_) => {}
+        }
+        let db = Database::open(config).await.expect("open");
         let store = agent(&db, "history").await;
         let n = scale();
         let start = Instant::now();
@@ -220,7 +249,7 @@ impl Side {
         .unwrap_or_default();
         let parts: Vec<String> = by_name
             .iter()
-            .take(8)
+            .filter(|(_, bytes)| *bytes as f64 / messages as f64 >= 0.5)
             .map(|(name, bytes)| format!("{name} {:.0}", *bytes as f64 / messages as f64))
             .collect();
         println!(
@@ -230,6 +259,16 @@ impl Side {
         pool.close().await;
         let file = tdb.url.trim_start_matches("sqlite://").to_owned();
         let index_bytes = dir_bytes(Path::new(&format!("{file}.search")));
+        let mut by_extension = std::collections::BTreeMap::new();
+        bytes_by_extension(Path::new(&format!("{file}.search")), &mut by_extension);
+        let parts: Vec<String> = by_extension
+            .iter()
+            .map(|(ext, bytes)| format!("{ext} {:.1}", *bytes as f64 / messages as f64))
+            .collect();
+        println!(
+            "goals: full-text index bytes per message by file kind: {}",
+            parts.join(", ")
+        );
         let side = Self {
             messages,
             db_bytes: u64::try_from(pages * size).unwrap_or(0),

@@ -101,6 +101,13 @@ pub struct DbConfig {
     pub durability: Durability,
     /// Largest serialized content of one message, in bytes; default 1 MiB.
     pub max_content_bytes: usize,
+    /// SQLite: a message whose stored content is at least this many bytes is stored compressed
+    /// (zstd) when that makes it at least a sixteenth smaller; `None` stores every message as
+    /// text. Default 1 KiB: long replies and tool results shrink to about half, while chat-sized
+    /// messages, read on every turn, stay text (at 387 bytes compressing saved 35 % of their
+    /// bytes but made an uncached read of the newest 50 batches 1.8x slower and an import 1.2x;
+    /// decision 0025, "Stop 40"). Never below 64. PostgreSQL compresses large values itself.
+    pub compress_content_from: Option<usize>,
     /// Connections for reads; default 4.
     pub read_connections: u32,
     /// Writer connections on PostgreSQL (SQLite always has exactly one writer); default 4.
@@ -144,6 +151,7 @@ impl DbConfig {
             url: url.into(),
             durability: Durability::Full,
             max_content_bytes: 1024 * 1024,
+            compress_content_from: Some(1024),
             read_connections: 4,
             pg_write_connections: 4,
             max_group: 256,
@@ -176,6 +184,11 @@ impl DbConfig {
         check(
             self.max_content_bytes > 0,
             "max_content_bytes must be positive",
+        )?;
+        check(
+            self.compress_content_from
+                .is_none_or(|from| from >= pattern_db_sqlite::messages::COMPRESS_FROM),
+            "compress_content_from must be at least 64 bytes",
         )?;
         check(
             self.read_connections > 0,

@@ -277,6 +277,7 @@ impl Database {
             backend,
             ids: Arc::new(SnowflakeGenerator::new(machine_id)?),
             max_content_bytes: config.max_content_bytes,
+            compress_from: config.compress_content_from,
             run_owner: config.run_owner.clone(),
             batch_lease: config.batch_lease,
             record_jobs: config.record_embedding_jobs,

@@ -52,6 +52,8 @@ pub struct Ctx {
     pub(crate) backend: Backend,
     pub(crate) ids: Arc<SnowflakeGenerator>,
     pub(crate) max_content_bytes: usize,
+    /// `DbConfig::compress_content_from`.
+    pub(crate) compress_from: Option<usize>,
     pub(crate) run_owner: String,
     pub(crate) batch_lease: Duration,
     /// Record embedding jobs with content writes (`DbConfig::record_embedding_jobs`).
@@ -392,7 +394,9 @@ pub(crate) fn fixed_chunks<T>(mut rows: &[T]) -> Vec<&[T]> {
 
 async fn insert_messages(conn: &mut Conn<'_>, ctx: &Ctx, rows: &[MessageRow<'_>]) -> Result<()> {
     for chunk in fixed_chunks(rows) {
-        message_rows_query(conn, chunk)?.execute(&mut *conn).await?;
+        message_rows_query(conn, ctx, chunk)?
+            .execute(&mut *conn)
+            .await?;
     }
     let written: Vec<_> = rows
         .iter()
@@ -415,7 +419,11 @@ fn messages_of_agents_row(backend: Backend) -> &'static str {
 /// of `agents` by its unique id per row, inside the statement; an unknown agent leaves it NULL,
 /// which `NOT NULL` refuses as PostgreSQL's foreign key does), role and batch type as codes, a
 /// one-text message's text instead of its JSON.
-fn message_rows_query(conn: &Conn<'_>, rows: &[MessageRow<'_>]) -> Result<crate::sql::Query> {
+fn message_rows_query(
+    conn: &Conn<'_>,
+    ctx: &Ctx,
+    rows: &[MessageRow<'_>],
+) -> Result<crate::sql::Query> {
     let sqlite = conn.backend() == Backend::Sqlite;
     let sql = if sqlite {
         let row = "(?, (SELECT num FROM agents WHERE id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
@@ -437,21 +445,29 @@ fn message_rows_query(conn: &Conn<'_>, rows: &[MessageRow<'_>]) -> Result<crate:
             crate::sql::Arg,
             crate::sql::Arg,
             crate::sql::Arg,
-            &str,
+            crate::sql::Arg,
         ) = if sqlite {
-            use pattern_db_sqlite::messages::{BATCH_TYPES, ROLES};
+            use pattern_db_sqlite::messages::{
+                BATCH_TYPES, ContentToStore, ROLES, content_to_store,
+            };
             (
                 row.id.0.as_bytes().as_slice().into(),
                 sqlite_code(&BATCH_TYPES, row.batch_type.as_str())?.into(),
                 sqlite_code(&ROLES, row.role.as_str())?.into(),
-                row.text.unwrap_or(row.content),
+                match ctx
+                    .compress_from
+                    .map(|from| content_to_store(row.text.unwrap_or(row.content), from))
+                {
+                    Some(ContentToStore::Compressed(bytes)) => bytes.into(),
+                    _ => row.text.unwrap_or(row.content).to_owned().into(),
+                },
             )
         } else {
             (
                 row.id.to_string().into(),
                 row.batch_type.as_str().into(),
                 row.role.as_str().into(),
-                row.content,
+                row.content.to_owned().into(),
             )
         };
         q = q
@@ -462,7 +478,7 @@ fn message_rows_query(conn: &Conn<'_>, rows: &[MessageRow<'_>]) -> Result<crate:
             .bind(row.seq)
             .bind(batch_type)
             .bind(role)
-            .bind(content.to_owned())
+            .bind(content)
             .bind(NewMessage::estimate_tokens(row.content.len()))
             .bind(false)
             .bind(false)
@@ -652,6 +668,7 @@ struct RecentRow(
     Option<i64>,
     Option<i64>,
     Option<String>,
+    Option<i64>,
 );
 
 /// The batches of a `pattern_db_sqlite::batches` JSON document (`revision_and_newest_json`,
@@ -697,6 +714,17 @@ pub(crate) fn batches_from_json(doc: &str) -> Result<Vec<crate::model::StoredBat
         else {
             continue;
         };
+        // A compressed content comes as the hex of its bytes (migration 0031).
+        let content = if r.23 == Some(1) {
+            pattern_db_sqlite::messages::text_from_hex(&content).map_err(|e| {
+                Error::Storage(StorageError::Corrupt(format!(
+                    "message {id} in stored batch {}: {e}",
+                    r.0
+                )))
+            })?
+        } else {
+            content
+        };
         batch
             .messages
             .push(message_from_plain(pattern_db_sqlite::MessageRow {
@@ -707,7 +735,7 @@ pub(crate) fn batches_from_json(doc: &str) -> Result<Vec<crate::model::StoredBat
                 sequence_num,
                 batch_type,
                 role,
-                content,
+                content: pattern_db_sqlite::messages::StoredText(content),
                 token_estimate,
                 archived: archived != 0,
                 deleted: false,
@@ -882,7 +910,7 @@ pub(crate) async fn begin_batch(
     if let Some(change) = search::message_change_query(conn, ctx, &written)? {
         let mut script = crate::sql::Script::new();
         script.push(batch_rows_query(conn, std::slice::from_ref(&batch_row)));
-        script.push(message_rows_query(conn, std::slice::from_ref(&row))?);
+        script.push(message_rows_query(conn, ctx, std::slice::from_ref(&row))?);
         script.push(change);
         return match script.execute(conn).await {
             // `batches_one_run`: another run's batch of this agent is open.
@@ -2295,7 +2323,7 @@ macro_rules! from_stored {
                     role: role.parse().map_err(|_| {
                         StorageError::Corrupt(format!("unknown stored role `{role}`"))
                     })?,
-                    content: decode_content(&self.content)?,
+                    content: decode_content(self.content.as_ref())?,
                     token_estimate: self.token_estimate,
                     archived: self.archived,
                     deleted: self.deleted,

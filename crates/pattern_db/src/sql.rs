@@ -636,6 +636,17 @@ macro_rules! col_direct {
 
 col_direct!(f64, f32, Vec<u8>, bool);
 
+/// A message's content: SQLite may store it compressed (migration 0031), which
+/// `pattern_db_sqlite::messages::StoredText` decodes; PostgreSQL stores its text.
+impl Col for pattern_db_sqlite::messages::StoredText {
+    fn sqlite<I: Index>(row: &SqliteRow, index: I) -> SqlxResult<Self> {
+        row.try_get(index)
+    }
+    fn pg<I: Index>(row: &PgRow, index: I) -> SqlxResult<Self> {
+        String::pg(row, index).map(Self)
+    }
+}
+
 impl Col for String {
     fn sqlite<I: Index>(row: &SqliteRow, index: I) -> SqlxResult<Self> {
         row.try_get(index)

@@ -343,14 +343,41 @@ pub fn minus_ms(backend: Backend, column: &str, ms: &str) -> String {
 }
 
 /// The first column (text) of every row `sql` returns, read straight from the database: for
-/// tests that look at what is stored, not at what the API shows.
+/// tests that look at what is stored, not at what the API shows. A message's content SQLite
+/// stored compressed (migration 0031) reads as its text.
 pub async fn fetch_texts(db: &Database, sql: &str) -> Result<Vec<String>> {
+    Ok(fetch_text_pairs_or_one(db, sql, false)
+        .await?
+        .into_iter()
+        .map(|(first, _)| first)
+        .collect())
+}
+
+/// The first two columns (text) of every row `sql` returns, as [`fetch_texts`] reads them.
+pub async fn fetch_text_pairs(db: &Database, sql: &str) -> Result<Vec<(String, String)>> {
+    fetch_text_pairs_or_one(db, sql, true).await
+}
+
+async fn fetch_text_pairs_or_one(
+    db: &Database,
+    sql: &str,
+    two: bool,
+) -> Result<Vec<(String, String)>> {
+    use pattern_db_sqlite::messages::StoredText;
     let mut conn = db.write_pool().acquire().await?;
     let rows = crate::sql::query(sqlx::AssertSqlSafe(sql.to_owned()))
         .fetch_all(&mut conn)
         .await?;
     rows.iter()
-        .map(|r| r.try_get::<String, _>(0).map_err(Error::from))
+        .map(|r| {
+            let first = r.try_get::<StoredText, _>(0)?.into_string();
+            let second = if two {
+                r.try_get::<StoredText, _>(1)?.into_string()
+            } else {
+                String::new()
+            };
+            Ok((first, second))
+        })
         .collect()
 }
 

@@ -101,10 +101,12 @@ pub async fn page_before(
 /// copies and hands over every column of every row it returns, which made most of the time of
 /// reading them as rows). Each element holds the batch's columns (`batches`' order, 14), then
 /// the message's `id, position, sequence_num, role, content, token_estimate, archived,
-/// created_at, batch_type` (role and batch type by name; `null`s for a batch without a
-/// message); `[]` when there is none.
+/// created_at, batch_type, compressed` (role and batch type by name; a compressed content as
+/// the hex of its bytes, JSON holding no bytes, and `compressed` 1:
+/// [`crate::messages::text_from_hex`]; `null`s for a batch without a message); `[]` when there
+/// is none.
 ///
-/// `LIMIT $2 + 0`, not `LIMIT $2 + 0`: SQLite (3.51) compiles a bare bound `LIMIT` as the constant it
+/// `LIMIT $2 + 0`, not the bare parameter: SQLite (3.51) compiles a bare bound `LIMIT` as the constant it
 /// was bound to when prepared and marks the statement expired whenever that parameter is bound
 /// again, so every call compiled the whole statement anew (two fifths of its time in SQLite).
 pub async fn revision_and_newest_json(
@@ -113,7 +115,7 @@ pub async fn revision_and_newest_json(
     limit: i64,
 ) -> sqlx::Result<Option<(i64, String)>> {
     let row = sqlx::query!(
-        r#"SELECT a.revision AS "revision!: i64", (SELECT json_group_array(json_array(b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token, lower(substr(hex(m.id), 1, 8) || '-' || substr(hex(m.id), 9, 4) || '-' || substr(hex(m.id), 13, 4) || '-' || substr(hex(m.id), 17, 4) || '-' || substr(hex(m.id), 21)), m.position, m.sequence_num, CASE m.role WHEN 0 THEN 'system' WHEN 1 THEN 'user' WHEN 2 THEN 'assistant' WHEN 3 THEN 'tool' END, m.content, m.token_estimate, m.archived, m.created_at, CASE m.batch_type WHEN 0 THEN 'user_request' WHEN 1 THEN 'agent_to_agent' WHEN 2 THEN 'system_trigger' WHEN 3 THEN 'continuation' END)) FROM (SELECT b.* FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent = a.num AND b.agent_id = $1 AND NOT b.archived ORDER BY f.position DESC LIMIT $2 + 0) b LEFT JOIN messages m ON m.batch_id = b.id AND NOT m.deleted) AS "doc!: String" FROM agents a WHERE a.id = $1"#,
+        r#"SELECT a.revision AS "revision!: i64", (SELECT json_group_array(json_array(b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token, lower(substr(hex(m.id), 1, 8) || '-' || substr(hex(m.id), 9, 4) || '-' || substr(hex(m.id), 13, 4) || '-' || substr(hex(m.id), 17, 4) || '-' || substr(hex(m.id), 21)), m.position, m.sequence_num, CASE m.role WHEN 0 THEN 'system' WHEN 1 THEN 'user' WHEN 2 THEN 'assistant' WHEN 3 THEN 'tool' END, CASE WHEN typeof(m.content) = 'blob' THEN hex(m.content) ELSE m.content END, m.token_estimate, m.archived, m.created_at, CASE m.batch_type WHEN 0 THEN 'user_request' WHEN 1 THEN 'agent_to_agent' WHEN 2 THEN 'system_trigger' WHEN 3 THEN 'continuation' END, typeof(m.content) = 'blob')) FROM (SELECT b.* FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent = a.num AND b.agent_id = $1 AND NOT b.archived ORDER BY f.position DESC LIMIT $2 + 0) b LEFT JOIN messages m ON m.batch_id = b.id AND NOT m.deleted) AS "doc!: String" FROM agents a WHERE a.id = $1"#,
         agent,
         limit
     )
@@ -132,7 +134,7 @@ pub async fn live_before_json(
     limit: i64,
 ) -> sqlx::Result<String> {
     sqlx::query_scalar!(
-        r#"SELECT json_group_array(json_array(b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token, lower(substr(hex(m.id), 1, 8) || '-' || substr(hex(m.id), 9, 4) || '-' || substr(hex(m.id), 13, 4) || '-' || substr(hex(m.id), 17, 4) || '-' || substr(hex(m.id), 21)), m.position, m.sequence_num, CASE m.role WHEN 0 THEN 'system' WHEN 1 THEN 'user' WHEN 2 THEN 'assistant' WHEN 3 THEN 'tool' END, m.content, m.token_estimate, m.archived, m.created_at, CASE m.batch_type WHEN 0 THEN 'user_request' WHEN 1 THEN 'agent_to_agent' WHEN 2 THEN 'system_trigger' WHEN 3 THEN 'continuation' END)) AS "doc!: String" FROM (SELECT b.* FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent = (SELECT n.num FROM agents n WHERE n.id = $1) AND f.position >= (SELECT a.live_from FROM agents a WHERE a.id = $1) AND f.position < $2 AND b.agent_id = $1 AND NOT b.archived ORDER BY f.position LIMIT $3 + 0) b LEFT JOIN messages m ON m.batch_id = b.id AND NOT m.deleted"#,
+        r#"SELECT json_group_array(json_array(b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token, lower(substr(hex(m.id), 1, 8) || '-' || substr(hex(m.id), 9, 4) || '-' || substr(hex(m.id), 13, 4) || '-' || substr(hex(m.id), 17, 4) || '-' || substr(hex(m.id), 21)), m.position, m.sequence_num, CASE m.role WHEN 0 THEN 'system' WHEN 1 THEN 'user' WHEN 2 THEN 'assistant' WHEN 3 THEN 'tool' END, CASE WHEN typeof(m.content) = 'blob' THEN hex(m.content) ELSE m.content END, m.token_estimate, m.archived, m.created_at, CASE m.batch_type WHEN 0 THEN 'user_request' WHEN 1 THEN 'agent_to_agent' WHEN 2 THEN 'system_trigger' WHEN 3 THEN 'continuation' END, typeof(m.content) = 'blob')) AS "doc!: String" FROM (SELECT b.* FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent = (SELECT n.num FROM agents n WHERE n.id = $1) AND f.position >= (SELECT a.live_from FROM agents a WHERE a.id = $1) AND f.position < $2 AND b.agent_id = $1 AND NOT b.archived ORDER BY f.position LIMIT $3 + 0) b LEFT JOIN messages m ON m.batch_id = b.id AND NOT m.deleted"#,
         agent,
         before,
         limit

@@ -1,14 +1,23 @@
 //! Statements on `messages` rows: a batch's live messages in order, its trigger (the message at
 //! sequence 0), a page of an agent's history, and the count of its live messages.
 //!
-//! It must never decode a message's content or judge its role: the content comes back as
-//! stored, the role and batch type as their names.
+//! It must never parse a message's content or judge its role: the content comes back as the
+//! text its writer stored, the role and batch type as their names.
 //!
 //! A message's role and batch type are stored as codes, their index in [`ROLES`] and
 //! [`BATCH_TYPES`] (migration 0030); the statements here turn them back into names
 //! ([`ROLE_NAME`], [`BATCH_TYPE_NAME`]), and a writer stores [`code`]s.
+//!
+//! A message's content is stored as its text, or as that text compressed (a zstd frame, a
+//! `BLOB`) when that makes it smaller by at least a sixteenth (migration 0031;
+//! [`content_to_store`]). Reads give the text back either way: [`StoredText`] decodes the
+//! column, [`text_from_hex`] the hex of a compressed value inside a JSON document.
 
-use sqlx::SqliteConnection;
+use std::cell::RefCell;
+
+use sqlx::error::BoxDynError;
+use sqlx::sqlite::{Sqlite, SqliteTypeInfo, SqliteValueRef};
+use sqlx::{Decode, SqliteConnection, Type, TypeInfo, ValueRef};
 
 /// Roles by stored code.
 pub const ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
@@ -41,6 +50,146 @@ pub fn code(names: &[&str], name: &str) -> Option<i64> {
         .and_then(|i| i64::try_from(i).ok())
 }
 
+/// The shortest text ever compressed: a zstd frame's own bytes (about ten) leave little to gain
+/// below it. The writer chooses a threshold at or above it ([`content_to_store`]).
+pub const COMPRESS_FROM: usize = 64;
+
+/// The zstd level content is compressed at: on texts of a few hundred bytes the higher levels
+/// gain a byte or two (measured on English prose: 269 bytes per 387 at level 1, 268 at 3, 264 at
+/// 19) for several times the time.
+const LEVEL: i32 = 1;
+
+/// The most bytes a compressed content may expand to: SQLite's own limit on a value's length
+/// (`SQLITE_MAX_LENGTH`, 10^9), so no text it stored is refused, and a corrupt frame header
+/// cannot make a read allocate more.
+const MAX_TEXT: usize = 1_000_000_000;
+
+/// What to store in `messages.content` for a text.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ContentToStore<'a> {
+    /// The text itself (`TEXT`).
+    Text(&'a str),
+    /// The text compressed: one zstd frame recording its size (`BLOB`).
+    Compressed(Vec<u8>),
+}
+
+thread_local! {
+    /// One compression context per thread, reused: creating one costs more than compressing a
+    /// message.
+    static COMPRESSOR: RefCell<Option<zstd::bulk::Compressor<'static>>> = const { RefCell::new(None) };
+    /// One decompression context per thread, reused (creating one cost 20 µs, twenty times
+    /// what decompressing a message takes).
+    static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+}
+
+/// How `text` is stored: compressed when it is at least `from` bytes long (and at least
+/// [`COMPRESS_FROM`]) and that saves at least a sixteenth of it, else as it is. Compression never
+/// fails a write: a context that cannot be made stores the text as it is.
+pub fn content_to_store(text: &str, from: usize) -> ContentToStore<'_> {
+    if text.len() < from.max(COMPRESS_FROM) {
+        return ContentToStore::Text(text);
+    }
+    let compressed = COMPRESSOR.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = zstd::bulk::Compressor::new(LEVEL).ok();
+        }
+        slot.as_mut().and_then(|c| c.compress(text.as_bytes()).ok())
+    });
+    match compressed {
+        Some(bytes) if bytes.len() + text.len() / 16 <= text.len() => {
+            ContentToStore::Compressed(bytes)
+        }
+        _ => ContentToStore::Text(text),
+    }
+}
+
+/// A stored content that does not read back as text.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ContentError {
+    /// A compressed value is not one zstd frame recording its size.
+    #[error("compressed message content is not a zstd frame of known size")]
+    NotAFrame,
+    /// A compressed value does not decompress.
+    #[error("compressed message content does not decompress: {0}")]
+    Corrupt(std::io::Error),
+    /// The text is not UTF-8.
+    #[error("message content is not UTF-8 text: {0}")]
+    NotText(std::string::FromUtf8Error),
+    /// The hex of a compressed value is not hex.
+    #[error("compressed message content in a JSON document is not hex: {0}")]
+    NotHex(hex::FromHexError),
+}
+
+/// The text of a compressed content (a zstd frame, as [`content_to_store`] makes it).
+pub fn decompress(bytes: &[u8]) -> Result<String, ContentError> {
+    let size = match zstd::zstd_safe::get_frame_content_size(bytes) {
+        Ok(Some(size)) => usize::try_from(size).map_err(|_| ContentError::NotAFrame)?,
+        _ => return Err(ContentError::NotAFrame),
+    };
+    if size > MAX_TEXT {
+        return Err(ContentError::NotAFrame);
+    }
+    let text = DECOMPRESSOR
+        .with(|cell| {
+            let mut slot = cell.borrow_mut();
+            if slot.is_none() {
+                *slot = Some(zstd::bulk::Decompressor::new()?);
+            }
+            match slot.as_mut() {
+                Some(d) => d.decompress(bytes, size),
+                None => Err(std::io::Error::other("no decompression context")),
+            }
+        })
+        .map_err(ContentError::Corrupt)?;
+    String::from_utf8(text).map_err(ContentError::NotText)
+}
+
+/// The text of a compressed content given as hex (SQL's `hex()`: JSON holds no bytes).
+pub fn text_from_hex(hex_text: &str) -> Result<String, ContentError> {
+    let bytes = hex::decode(hex_text).map_err(ContentError::NotHex)?;
+    decompress(&bytes)
+}
+
+/// A message's content read back: the stored text, or the text of a compressed value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredText(pub String);
+
+impl StoredText {
+    /// The text.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl AsRef<str> for StoredText {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Type<Sqlite> for StoredText {
+    fn type_info() -> SqliteTypeInfo {
+        <String as Type<Sqlite>>::type_info()
+    }
+
+    fn compatible(ty: &SqliteTypeInfo) -> bool {
+        <String as Type<Sqlite>>::compatible(ty) || <Vec<u8> as Type<Sqlite>>::compatible(ty)
+    }
+}
+
+impl<'r> Decode<'r, Sqlite> for StoredText {
+    fn decode(value: SqliteValueRef<'r>) -> Result<Self, BoxDynError> {
+        if value.type_info().name() == "BLOB" {
+            let bytes = <&[u8] as Decode<'r, Sqlite>>::decode(value)?;
+            Ok(Self(decompress(bytes)?))
+        } else {
+            Ok(Self(<String as Decode<'r, Sqlite>>::decode(value)?))
+        }
+    }
+}
+
 /// A `messages` row as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MessageRow {
@@ -58,8 +207,8 @@ pub struct MessageRow {
     pub batch_type: String,
     /// `role`.
     pub role: String,
-    /// `content` (JSON text).
-    pub content: String,
+    /// `content`: the text its writer stored (JSON, or the text of a one-text message).
+    pub content: StoredText,
     /// `token_estimate`.
     pub token_estimate: i64,
     /// `archived`.
@@ -77,7 +226,7 @@ pub async fn live_of_batch(
 ) -> sqlx::Result<Vec<MessageRow>> {
     sqlx::query_as!(
         MessageRow,
-        r#"SELECT lower(substr(hex(m.id), 1, 8) || '-' || substr(hex(m.id), 9, 4) || '-' || substr(hex(m.id), 13, 4) || '-' || substr(hex(m.id), 17, 4) || '-' || substr(hex(m.id), 21)) AS "id!: String", b.agent_id, m.position, m.batch_id, m.sequence_num, CASE m.batch_type WHEN 0 THEN 'user_request' WHEN 1 THEN 'agent_to_agent' WHEN 2 THEN 'system_trigger' WHEN 3 THEN 'continuation' END AS "batch_type!: String", CASE m.role WHEN 0 THEN 'system' WHEN 1 THEN 'user' WHEN 2 THEN 'assistant' WHEN 3 THEN 'tool' END AS "role!: String", m.content, m.token_estimate, m.archived AS "archived: bool", m.deleted AS "deleted: bool", m.created_at FROM messages m JOIN batches b ON b.id = m.batch_id WHERE m.batch_id = $1 AND NOT m.deleted ORDER BY m.sequence_num"#,
+        r#"SELECT lower(substr(hex(m.id), 1, 8) || '-' || substr(hex(m.id), 9, 4) || '-' || substr(hex(m.id), 13, 4) || '-' || substr(hex(m.id), 17, 4) || '-' || substr(hex(m.id), 21)) AS "id!: String", b.agent_id, m.position, m.batch_id, m.sequence_num, CASE m.batch_type WHEN 0 THEN 'user_request' WHEN 1 THEN 'agent_to_agent' WHEN 2 THEN 'system_trigger' WHEN 3 THEN 'continuation' END AS "batch_type!: String", CASE m.role WHEN 0 THEN 'system' WHEN 1 THEN 'user' WHEN 2 THEN 'assistant' WHEN 3 THEN 'tool' END AS "role!: String", m.content AS "content!: StoredText", m.token_estimate, m.archived AS "archived: bool", m.deleted AS "deleted: bool", m.created_at FROM messages m JOIN batches b ON b.id = m.batch_id WHERE m.batch_id = $1 AND NOT m.deleted ORDER BY m.sequence_num"#,
         batch
     )
     .fetch_all(conn)
@@ -89,7 +238,7 @@ pub async fn live_of_batch(
 pub async fn trigger_of_batch(conn: &mut SqliteConnection, batch: i64) -> sqlx::Result<MessageRow> {
     sqlx::query_as!(
         MessageRow,
-        r#"SELECT lower(substr(hex(m.id), 1, 8) || '-' || substr(hex(m.id), 9, 4) || '-' || substr(hex(m.id), 13, 4) || '-' || substr(hex(m.id), 17, 4) || '-' || substr(hex(m.id), 21)) AS "id!: String", b.agent_id, m.position, m.batch_id, m.sequence_num, CASE m.batch_type WHEN 0 THEN 'user_request' WHEN 1 THEN 'agent_to_agent' WHEN 2 THEN 'system_trigger' WHEN 3 THEN 'continuation' END AS "batch_type!: String", CASE m.role WHEN 0 THEN 'system' WHEN 1 THEN 'user' WHEN 2 THEN 'assistant' WHEN 3 THEN 'tool' END AS "role!: String", m.content, m.token_estimate, m.archived AS "archived: bool", m.deleted AS "deleted: bool", m.created_at FROM messages m JOIN batches b ON b.id = m.batch_id WHERE m.batch_id = $1 AND m.sequence_num = 0"#,
+        r#"SELECT lower(substr(hex(m.id), 1, 8) || '-' || substr(hex(m.id), 9, 4) || '-' || substr(hex(m.id), 13, 4) || '-' || substr(hex(m.id), 17, 4) || '-' || substr(hex(m.id), 21)) AS "id!: String", b.agent_id, m.position, m.batch_id, m.sequence_num, CASE m.batch_type WHEN 0 THEN 'user_request' WHEN 1 THEN 'agent_to_agent' WHEN 2 THEN 'system_trigger' WHEN 3 THEN 'continuation' END AS "batch_type!: String", CASE m.role WHEN 0 THEN 'system' WHEN 1 THEN 'user' WHEN 2 THEN 'assistant' WHEN 3 THEN 'tool' END AS "role!: String", m.content AS "content!: StoredText", m.token_estimate, m.archived AS "archived: bool", m.deleted AS "deleted: bool", m.created_at FROM messages m JOIN batches b ON b.id = m.batch_id WHERE m.batch_id = $1 AND m.sequence_num = 0"#,
         batch
     )
     .fetch_one(conn)
@@ -108,7 +257,7 @@ pub async fn page_after(
     if include_archived {
         sqlx::query_as!(
             MessageRow,
-            r#"SELECT lower(substr(hex(m.id), 1, 8) || '-' || substr(hex(m.id), 9, 4) || '-' || substr(hex(m.id), 13, 4) || '-' || substr(hex(m.id), 17, 4) || '-' || substr(hex(m.id), 21)) AS "id!: String", a.id AS agent_id, m.position, m.batch_id, m.sequence_num, CASE m.batch_type WHEN 0 THEN 'user_request' WHEN 1 THEN 'agent_to_agent' WHEN 2 THEN 'system_trigger' WHEN 3 THEN 'continuation' END AS "batch_type!: String", CASE m.role WHEN 0 THEN 'system' WHEN 1 THEN 'user' WHEN 2 THEN 'assistant' WHEN 3 THEN 'tool' END AS "role!: String", m.content, m.token_estimate, m.archived AS "archived: bool", m.deleted AS "deleted: bool", m.created_at FROM agents a JOIN messages m ON m.agent = a.num WHERE a.id = $1 AND m.position > $2 AND NOT m.deleted ORDER BY m.position LIMIT $3 + 0"#,
+            r#"SELECT lower(substr(hex(m.id), 1, 8) || '-' || substr(hex(m.id), 9, 4) || '-' || substr(hex(m.id), 13, 4) || '-' || substr(hex(m.id), 17, 4) || '-' || substr(hex(m.id), 21)) AS "id!: String", a.id AS agent_id, m.position, m.batch_id, m.sequence_num, CASE m.batch_type WHEN 0 THEN 'user_request' WHEN 1 THEN 'agent_to_agent' WHEN 2 THEN 'system_trigger' WHEN 3 THEN 'continuation' END AS "batch_type!: String", CASE m.role WHEN 0 THEN 'system' WHEN 1 THEN 'user' WHEN 2 THEN 'assistant' WHEN 3 THEN 'tool' END AS "role!: String", m.content AS "content!: StoredText", m.token_estimate, m.archived AS "archived: bool", m.deleted AS "deleted: bool", m.created_at FROM agents a JOIN messages m ON m.agent = a.num WHERE a.id = $1 AND m.position > $2 AND NOT m.deleted ORDER BY m.position LIMIT $3 + 0"#,
             agent,
             after,
             limit
@@ -118,7 +267,7 @@ pub async fn page_after(
     } else {
         sqlx::query_as!(
             MessageRow,
-            r#"SELECT lower(substr(hex(m.id), 1, 8) || '-' || substr(hex(m.id), 9, 4) || '-' || substr(hex(m.id), 13, 4) || '-' || substr(hex(m.id), 17, 4) || '-' || substr(hex(m.id), 21)) AS "id!: String", a.id AS agent_id, m.position, m.batch_id, m.sequence_num, CASE m.batch_type WHEN 0 THEN 'user_request' WHEN 1 THEN 'agent_to_agent' WHEN 2 THEN 'system_trigger' WHEN 3 THEN 'continuation' END AS "batch_type!: String", CASE m.role WHEN 0 THEN 'system' WHEN 1 THEN 'user' WHEN 2 THEN 'assistant' WHEN 3 THEN 'tool' END AS "role!: String", m.content, m.token_estimate, m.archived AS "archived: bool", m.deleted AS "deleted: bool", m.created_at FROM agents a JOIN messages m ON m.agent = a.num WHERE a.id = $1 AND m.position > $2 AND NOT m.deleted AND NOT m.archived ORDER BY m.position LIMIT $3 + 0"#,
+            r#"SELECT lower(substr(hex(m.id), 1, 8) || '-' || substr(hex(m.id), 9, 4) || '-' || substr(hex(m.id), 13, 4) || '-' || substr(hex(m.id), 17, 4) || '-' || substr(hex(m.id), 21)) AS "id!: String", a.id AS agent_id, m.position, m.batch_id, m.sequence_num, CASE m.batch_type WHEN 0 THEN 'user_request' WHEN 1 THEN 'agent_to_agent' WHEN 2 THEN 'system_trigger' WHEN 3 THEN 'continuation' END AS "batch_type!: String", CASE m.role WHEN 0 THEN 'system' WHEN 1 THEN 'user' WHEN 2 THEN 'assistant' WHEN 3 THEN 'tool' END AS "role!: String", m.content AS "content!: StoredText", m.token_estimate, m.archived AS "archived: bool", m.deleted AS "deleted: bool", m.created_at FROM agents a JOIN messages m ON m.agent = a.num WHERE a.id = $1 AND m.position > $2 AND NOT m.deleted AND NOT m.archived ORDER BY m.position LIMIT $3 + 0"#,
             agent,
             after,
             limit
@@ -161,6 +310,88 @@ mod tests {
             }
         }
         assert_eq!(code(&ROLES, "robot"), None);
+    }
+
+    /// Prose is stored compressed and reads back; short or incompressible text is stored as it
+    /// is; a value that is not a whole frame of UTF-8 text is an error. (Frames carry no
+    /// checksum: like a TEXT value, a flipped bit inside one is SQLite's page integrity to guard.)
+    #[test]
+    fn content_compresses_when_it_pays() {
+        let prose = "The heron stood in the shallows of the river all morning, waiting for \
+                     the fish to come back; the otters on the far bank watched it, and the \
+                     kestrel above them watched everything. By noon the river had risen and \
+                     the heron moved to the reeds, where the water was still and clear.";
+        let ContentToStore::Compressed(bytes) = content_to_store(prose, COMPRESS_FROM) else {
+            panic!("prose was not compressed");
+        };
+        assert!(
+            bytes.len() + prose.len() / 16 <= prose.len(),
+            "{}",
+            bytes.len()
+        );
+        assert_eq!(decompress(&bytes).unwrap(), prose);
+        let hex_text: String = bytes.iter().map(|b| format!("{b:02X}")).collect();
+        assert_eq!(text_from_hex(&hex_text).unwrap(), prose);
+
+        let short = "a heron flew by";
+        assert_eq!(content_to_store(short, 0), ContentToStore::Text(short));
+        // A writer's threshold above the text's length keeps it text.
+        assert_eq!(content_to_store(prose, 1024), ContentToStore::Text(prose));
+        // Text of no repetition at all (every byte distinct) does not shrink.
+        let distinct: String = (0x20u8..0x7f).map(char::from).collect();
+        assert_eq!(
+            content_to_store(&distinct, COMPRESS_FROM),
+            ContentToStore::Text(&distinct)
+        );
+        // Exactly at the threshold it is tried.
+        let at = "ab".repeat(COMPRESS_FROM / 2);
+        assert!(matches!(
+            content_to_store(&at, COMPRESS_FROM),
+            ContentToStore::Compressed(_)
+        ));
+
+        assert!(matches!(
+            decompress(b"not zstd"),
+            Err(ContentError::NotAFrame)
+        ));
+        assert!(matches!(
+            decompress(&bytes[..4]),
+            Err(ContentError::NotAFrame)
+        ));
+        assert!(matches!(
+            decompress(&bytes[..bytes.len() - 3]),
+            Err(ContentError::Corrupt(_))
+        ));
+        assert!(matches!(text_from_hex("zz"), Err(ContentError::NotHex(_))));
+        let not_utf8 = zstd::bulk::compress(&[0xff, 0xfe, 0xfd], 1).unwrap();
+        assert!(matches!(
+            decompress(&not_utf8),
+            Err(ContentError::NotText(_))
+        ));
+    }
+
+    proptest::proptest! {
+        /// Whatever the text (any characters, repeated or not, any length around the
+        /// thresholds), what is stored for it reads back as it, from the bytes and from their
+        /// hex; compressed only when long enough and at least a sixteenth smaller.
+        #[test]
+        fn stored_content_reads_back(
+            part in "\\PC{0,80}",
+            times in 1usize..40,
+            from in proptest::prop_oneof![proptest::strategy::Just(COMPRESS_FROM), 0usize..2048],
+        ) {
+            let text = part.repeat(times);
+            match content_to_store(&text, from) {
+                ContentToStore::Text(t) => proptest::prop_assert_eq!(t, text.as_str()),
+                ContentToStore::Compressed(bytes) => {
+                    proptest::prop_assert!(text.len() >= from.max(COMPRESS_FROM));
+                    proptest::prop_assert!(bytes.len() + text.len() / 16 <= text.len());
+                    proptest::prop_assert_eq!(decompress(&bytes).unwrap(), text.clone());
+                    let hex_text: String = bytes.iter().map(|b| format!("{b:02X}")).collect();
+                    proptest::prop_assert_eq!(text_from_hex(&hex_text).unwrap(), text.clone());
+                }
+            }
+        }
     }
 
     /// The checked statements of this module spell the names as the constants do.

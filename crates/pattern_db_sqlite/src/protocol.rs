@@ -415,13 +415,14 @@ pub async fn delivered(
     .await
 }
 
-/// The content (JSON text) of the last assistant message of `batch` (role code 2,
-/// [`crate::messages::ROLES`]).
+/// The content (as its writer stored it: [`crate::messages::StoredText`]) of the last assistant
+/// message of `batch` (role code 2, [`crate::messages::ROLES`]).
 pub async fn final_answer(conn: &mut SqliteConnection, batch: i64) -> sqlx::Result<Option<String>> {
-    sqlx::query_scalar!(
-        r#"SELECT content AS "content!" FROM messages WHERE batch_id = $1 AND role = 2 ORDER BY sequence_num DESC LIMIT 1"#,
+    let content = sqlx::query_scalar!(
+        r#"SELECT content AS "content!: crate::messages::StoredText" FROM messages WHERE batch_id = $1 AND role = 2 ORDER BY sequence_num DESC LIMIT 1"#,
         batch
     )
     .fetch_optional(conn)
-    .await
+    .await?;
+    Ok(content.map(crate::messages::StoredText::into_string))
 }

@@ -459,8 +459,16 @@ pub struct LiveContentRow {
     pub agent_id: String,
     /// `created_at` (milliseconds since the epoch).
     pub created_at: i64,
-    /// The raw text.
+    /// The raw text (a message's as its writer stored it: [`crate::messages::StoredText`]).
     pub text: String,
+}
+
+/// [`LiveContentRow`] as a message's statement reads it.
+struct LiveMessageRow {
+    id: String,
+    agent_id: String,
+    created_at: i64,
+    text: crate::messages::StoredText,
 }
 
 /// The first `limit` live messages (their stored content) after id `after` (a UUID's 16 bytes,
@@ -470,14 +478,23 @@ pub async fn live_messages_after(
     after: &[u8],
     limit: i64,
 ) -> sqlx::Result<Vec<LiveContentRow>> {
-    sqlx::query_as!(
-        LiveContentRow,
-        r#"SELECT lower(substr(hex(m.id), 1, 8) || '-' || substr(hex(m.id), 9, 4) || '-' || substr(hex(m.id), 13, 4) || '-' || substr(hex(m.id), 17, 4) || '-' || substr(hex(m.id), 21)) AS "id!: String", a.id AS "agent_id!", m.created_at AS "created_at!: i64", m.content AS "text!" FROM messages m JOIN agents a ON a.num = m.agent WHERE NOT m.archived AND NOT m.deleted AND m.id > $1 ORDER BY m.id LIMIT $2 + 0"#,
+    let rows = sqlx::query_as!(
+        LiveMessageRow,
+        r#"SELECT lower(substr(hex(m.id), 1, 8) || '-' || substr(hex(m.id), 9, 4) || '-' || substr(hex(m.id), 13, 4) || '-' || substr(hex(m.id), 17, 4) || '-' || substr(hex(m.id), 21)) AS "id!: String", a.id AS "agent_id!", m.created_at AS "created_at!: i64", m.content AS "text!: crate::messages::StoredText" FROM messages m JOIN agents a ON a.num = m.agent WHERE NOT m.archived AND NOT m.deleted AND m.id > $1 ORDER BY m.id LIMIT $2 + 0"#,
         after,
         limit
     )
     .fetch_all(conn)
-    .await
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| LiveContentRow {
+            id: r.id,
+            agent_id: r.agent_id,
+            created_at: r.created_at,
+            text: r.text.into_string(),
+        })
+        .collect())
 }
 
 /// The first `limit` memory blocks (their value) after id `after`, in id order.

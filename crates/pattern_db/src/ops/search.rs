@@ -682,7 +682,10 @@ fn sqlite_message_id(id: &str) -> Result<Vec<u8>> {
 
 fn content_from_row(t: ContentType, row: &Row) -> Result<ContentRow> {
     let id: String = row.try_get(0)?;
-    let raw: String = row.try_get(3)?;
+    // Any content type's text column reads as stored text: only a message's may be compressed.
+    let raw = row
+        .try_get::<pattern_db_sqlite::messages::StoredText, _>(3)?
+        .into_string();
     let text = match t {
         ContentType::Message => message_text(&decode_content(&raw)?),
         _ => raw,

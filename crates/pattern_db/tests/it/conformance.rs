@@ -1200,6 +1200,217 @@ async fn batch_reads_are_the_same_across_migrations_0026_0027(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
+/// SQLite stores a long message's content compressed when that makes it smaller (migration
+/// 0031; `DbConfig::compress_content_from`, 1 KiB by default) and a shorter one as text; every
+/// read gives back what was written: the history, a batch, the newest batches and those before
+/// them (one JSON document), full-text hits, and a full-text index rebuilt from the stored rows.
+/// 0031 refuses to be reverted while a compressed row exists, and rows stored as text (as
+/// before 0031) read the same. A threshold below 64 bytes is refused.
+#[tokio::test]
+async fn long_content_is_stored_compressed_and_reads_back() {
+    use pattern_db::testkit::{execute_raw, fetch_text_pairs, fetch_texts};
+    let tdb = fresh(Kind::Sqlite).await;
+    let db = tdb.open().await.unwrap();
+    let agent = db.create_agent(NewAgent::named("heron")).await.unwrap().id;
+    let store = db.messages(agent);
+    // About 240 bytes: stored as text at the default threshold.
+    let prose = |what: &str| {
+        format!(
+            "The {what} stood in the shallows of the river all morning, waiting for the fish \
+             to come back; the otters on the far bank watched it, and the kestrel above them \
+             watched everything. By noon the river had risen and the {what} moved to the reeds."
+        )
+    };
+    // About 1.2 KB: compressed.
+    let long = |what: &str| {
+        format!(
+            "{} {} {} {} {}",
+            prose(what),
+            prose("otter"),
+            prose("egret"),
+            prose("gull"),
+            prose(what)
+        )
+    };
+    let first = store
+        .begin_batch(NewMessage::user(long("egret")), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
+    store
+        .append_step(first, vec![NewMessage::assistant(prose("swan"))])
+        .await
+        .unwrap();
+    store.complete_batch(first).await.unwrap();
+    let long_call = NewMessage::new(
+        Role::Assistant,
+        vec![
+            ContentBlock::text(long("heron")),
+            ContentBlock::tool_use("c1", "search", json!({"q": prose("stork")})),
+        ],
+    );
+    let long_result = NewMessage::new(
+        Role::Tool,
+        vec![ContentBlock::tool_result("c1", long("crane"), false)],
+    );
+    let second = store
+        .begin_batch(
+            NewMessage::user("where is the heron?"),
+            BeginBatch::default(),
+        )
+        .await
+        .unwrap()
+        .batch_id;
+    store
+        .append_step(second, vec![long_call.clone()])
+        .await
+        .unwrap();
+    store
+        .append_step(
+            second,
+            vec![long_result.clone(), NewMessage::assistant(long("ibis"))],
+        )
+        .await
+        .unwrap();
+    store.complete_batch(second).await.unwrap();
+
+    let stored = fetch_texts(
+        &db,
+        "SELECT typeof(content) FROM messages ORDER BY position",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        stored,
+        ["blob", "text", "text", "blob", "blob", "blob"],
+        "stored kinds"
+    );
+    let written: Vec<Vec<ContentBlock>> = vec![
+        NewMessage::user(long("egret")).content,
+        NewMessage::assistant(prose("swan")).content,
+        NewMessage::user("where is the heron?").content,
+        long_call.content,
+        long_result.content,
+        NewMessage::assistant(long("ibis")).content,
+    ];
+    let reads = async || {
+        db.forget_read_cache();
+        let all: Vec<_> = store
+            .get_all(None, 100, true)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.content)
+            .collect();
+        assert_eq!(all, written, "history");
+        let recent: Vec<_> = store
+            .get_recent(10)
+            .await
+            .unwrap()
+            .into_iter()
+            .flat_map(|b| b.messages)
+            .map(|m| m.content)
+            .collect();
+        assert_eq!(recent, written, "newest batches");
+        let batch: Vec<_> = store
+            .get_batch(second)
+            .await
+            .unwrap()
+            .messages
+            .into_iter()
+            .map(|m| m.content)
+            .collect();
+        assert_eq!(batch, written[2..], "one batch");
+        let before: Vec<_> = store
+            .live_batches_before(second, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .flat_map(|b| b.messages)
+            .map(|m| m.content)
+            .collect();
+        assert_eq!(before, written[..2], "batches before");
+    };
+    reads().await;
+
+    let opts = pattern_db::TextSearch {
+        limit: 10,
+        ..Default::default()
+    };
+    let texts = |hits: Vec<pattern_db::TextHit>| {
+        let mut t: Vec<String> = hits.into_iter().map(|h| h.text).collect();
+        t.sort();
+        t
+    };
+    assert!(long("egret").len() > 1024);
+    let mut want = vec![
+        long("crane"),
+        long("egret"),
+        long("heron"),
+        long("ibis"),
+        prose("swan"),
+    ];
+    want.sort();
+    assert_eq!(texts(db.search_text("kestrel", &opts).await.unwrap()), want);
+    db.reindex().await.unwrap();
+    assert_eq!(
+        texts(db.search_text("kestrel", &opts).await.unwrap()),
+        want,
+        "rebuilt from the stored rows"
+    );
+
+    // 0031 is not reverted while compressed rows exist, and nothing changes.
+    let refused = db.migrate_down(30).await.unwrap_err().to_string();
+    assert!(refused.contains("compressed content"), "{refused}");
+    reads().await;
+    // Stored as text (as a build before 0031 wrote them), they read the same; then 0031
+    // reverts and applies again.
+    let blobs = fetch_text_pairs(
+        &db,
+        "SELECT hex(id), content FROM messages WHERE typeof(content) = 'blob' ORDER BY id",
+    )
+    .await
+    .unwrap();
+    assert_eq!(blobs.len(), 4);
+    for (id, text) in blobs {
+        let text = text.replace('\'', "''");
+        let sql = format!("UPDATE messages SET content = '{text}' WHERE hex(id) = '{id}'");
+        execute_raw(&db, &sql).await.unwrap();
+    }
+    reads().await;
+    db.migrate_down(30).await.unwrap();
+    db.migrate_up().await.unwrap();
+    reads().await;
+
+    // A threshold below 64 bytes is refused; `None` stores everything as text.
+    let mut config = tdb.config();
+    config.compress_content_from = Some(10);
+    let refused = Database::open(config.clone())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("compress_content_from"), "{refused}");
+    config.compress_content_from = None;
+    let plain = Database::open(config).await.unwrap();
+    let b = plain
+        .messages(agent)
+        .begin_batch(NewMessage::user(long("rook")), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
+    let kinds = fetch_texts(
+        &plain,
+        &format!(
+            "SELECT typeof(content) FROM messages WHERE batch_id = {}",
+            b.get()
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(kinds, ["text"]);
+    tdb.cleanup().await.unwrap();
+}
+
 /// SQLite's messages carry their agent's number, not its id (migration 0030): every read gives
 /// each message its own agent's id, full text finds both agents' words, the history reads the
 /// same after 0030 is reverted (the rows name their agent by id again) and applied again,

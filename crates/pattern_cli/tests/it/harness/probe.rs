@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use pattern_db::testkit::fetch_texts;
+use pattern_db::testkit::{fetch_text_pairs, fetch_texts};
 use pattern_db::{Database, DbConfig, MachineId};
 
 /// An open batch.
@@ -114,21 +114,17 @@ impl Probe {
     }
 
     /// The first message (sequence 0) of every batch: `(batch id, stored content)` (its JSON,
-    /// or on SQLite the text of a message of one text block: markers are found in either).
+    /// or on SQLite the text of a message of one text block, compressed or not: markers are
+    /// found in either).
     pub async fn triggers(&self) -> Result<Vec<(i64, String)>, String> {
-        let rows = self
-            .rows(
-                "SELECT CAST(batch_id AS TEXT) || ' ' || content FROM messages \
-                 WHERE sequence_num = 0",
-            )
-            .await?;
-        rows.iter()
-            .map(|row| {
-                let (id, content) = row
-                    .split_once(' ')
-                    .ok_or_else(|| format!("malformed row `{row}`"))?;
-                Ok((num(id, row)?, content.to_owned()))
-            })
+        let rows = fetch_text_pairs(
+            &self.db,
+            "SELECT CAST(batch_id AS TEXT), content FROM messages WHERE sequence_num = 0",
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        rows.into_iter()
+            .map(|(id, content)| Ok((num(&id, &id)?, content)))
             .collect()
     }
 

@@ -1,0 +1,11 @@
+-- Purpose: bytes per message (issue 17's storage goals, decision 0025 "Stop 40"). From this
+-- version on, a message's `content` may be a BLOB: its text compressed (one zstd frame that
+-- records the text's size), stored when the text is at least `DbConfig::compress_content_from`
+-- bytes (1 KiB by default) and the frame at least a sixteenth smaller
+-- (`pattern_db_sqlite::messages::content_to_store`). Any other content stays TEXT, as before,
+-- and existing rows are not rewritten: readers decode both (`StoredText`). The column's TEXT
+-- affinity never converts a BLOB, so no table changes.
+--
+-- The migration itself changes nothing: it records that this file may hold compressed content,
+-- so a build without it (which would fail to read such a row) refuses to open the file.
+SELECT 1;
