@@ -92,11 +92,17 @@ pub async fn serve(
     let app = router(state.clone());
     let sweeper = tokio::spawn(sweep(state.clone()));
     let delivery = state.queue().clone().spawn();
+    // When the shutdown began: each phase after it is logged with the time since, at warn when
+    // it outlasts what it is given, so a slow stop says which wait it was.
+    let signalled = std::sync::Arc::new(std::sync::OnceLock::<std::time::Instant>::new());
     let served = axum::serve(listener, app)
         .with_graceful_shutdown({
             let state = state.clone();
+            let signalled = signalled.clone();
             async move {
                 shutdown.await;
+                let _ = signalled.set(std::time::Instant::now());
+                tracing::info!("shutting down: no new requests or turns");
                 state.shut_down();
                 let drain = state.config().drain;
                 tokio::spawn(async move {
@@ -114,14 +120,34 @@ pub async fn serve(
             }
         })
         .await;
+    let since = || signalled.get().map(std::time::Instant::elapsed);
+    if let Some(took) = since() {
+        // Allowed: the drain, then 10 s for the cancelled turns' last events.
+        let allowed = state.config().drain + std::time::Duration::from_secs(11);
+        if took > allowed {
+            tracing::warn!(
+                seconds = took.as_secs_f64(),
+                allowed = allowed.as_secs_f64(),
+                "shutdown: open connections took longer than allowed to close"
+            );
+        } else {
+            tracing::info!(seconds = took.as_secs_f64(), "shutdown: connections closed");
+        }
+    }
     sweeper.abort();
     delivery.abort();
     state.shut_down();
     state.stop_streams();
     // Runs with no request left open (queued work) end here too, stored as cancelled.
+    let cancelled = std::time::Instant::now();
     state.cancel_running(SHUTDOWN_REASON).await;
     if !state.wait_runs(std::time::Duration::from_secs(10)).await {
-        tracing::warn!("runs still going at shutdown; recovery abandons their batches");
+        tracing::warn!(
+            seconds = cancelled.elapsed().as_secs_f64(),
+            "runs still going at shutdown; recovery abandons their batches"
+        );
+    } else if let Some(took) = since() {
+        tracing::info!(seconds = took.as_secs_f64(), "shutdown: every run ended");
     }
     Ok(served?)
 }

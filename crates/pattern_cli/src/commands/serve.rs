@@ -151,9 +151,25 @@ pub(crate) async fn run(env: &Env, args: ServeArgs) -> Result<()> {
     let served = pattern_server::serve(listener, state, stop).await;
     retention.abort();
     drop(configured);
+    // Stopping the local model server and closing the database (the embedding worker's last
+    // jobs, the writer's queue, the claims and machine id): each timed, at warn when it is
+    // slower than expected, so a slow stop says which wait it was.
+    let phase = std::time::Instant::now();
     drop(local);
+    log_phase("the local model server stopped", phase.elapsed());
+    let phase = std::time::Instant::now();
     pattern.close().await;
+    log_phase("the database closed", phase.elapsed());
     served.map_err(|e| CliError::other(e.to_string()))
+}
+
+/// Logs a shutdown phase's time: at warn past five seconds, else at info.
+fn log_phase(what: &str, took: Duration) {
+    if took > Duration::from_secs(5) {
+        tracing::warn!(seconds = took.as_secs_f64(), "shutdown: {what}, slowly");
+    } else {
+        tracing::info!(seconds = took.as_secs_f64(), "shutdown: {what}");
+    }
 }
 
 /// Applies every agent's stored retention policy (any organization) every `interval`, the first
