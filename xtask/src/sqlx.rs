@@ -18,7 +18,10 @@
 //! crate against a bootstrap schema applied from the same migration files by the engine's shell
 //! (`sqlite3`, `psql`) and writes that into the committed cache, only so that the migrator
 //! builds; the cache is then described again against the migrator's schema. `check` never
-//! bootstraps: a cache that cannot build the binary is stale.
+//! bootstraps: a cache that cannot build the binary is stale. The system `sqlite3` may be older
+//! than the SQLite sqlx bundles (Debian bookworm's is 3.40, the bundled one 3.51), so a SQLite
+//! migration must use no SQL function newer than the shell's (no `unhex`, 3.41: migration 0030
+//! converts hex through a table instead), or `prepare` fails at the bootstrap.
 //!
 //! It must never write into a committed cache in `check`, never touch a database other than its
 //! throwaway ones, and never leave the workspace's normal build artifacts compiled against a live
