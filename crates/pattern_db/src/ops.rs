@@ -450,16 +450,14 @@ fn message_rows_query(
             use pattern_db_sqlite::messages::{
                 BATCH_TYPES, ContentToStore, ROLES, content_to_store,
             };
+            let stored = row.text.unwrap_or(row.content);
             (
                 row.id.0.as_bytes().as_slice().into(),
                 sqlite_code(&BATCH_TYPES, row.batch_type.as_str())?.into(),
                 sqlite_code(&ROLES, row.role.as_str())?.into(),
-                match ctx
-                    .compress_from
-                    .map(|from| content_to_store(row.text.unwrap_or(row.content), from))
-                {
+                match ctx.compress_from.map(|from| content_to_store(stored, from)) {
                     Some(ContentToStore::Compressed(bytes)) => bytes.into(),
-                    _ => row.text.unwrap_or(row.content).to_owned().into(),
+                    _ => stored.to_owned().into(),
                 },
             )
         } else {

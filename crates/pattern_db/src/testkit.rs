@@ -346,23 +346,24 @@ pub fn minus_ms(backend: Backend, column: &str, ms: &str) -> String {
 /// tests that look at what is stored, not at what the API shows. A message's content SQLite
 /// stored compressed (migration 0031) reads as its text.
 pub async fn fetch_texts(db: &Database, sql: &str) -> Result<Vec<String>> {
-    Ok(fetch_text_pairs_or_one(db, sql, false)
-        .await?
-        .into_iter()
-        .map(|(first, _)| first)
-        .collect())
+    let rows = fetch_columns(db, sql, 1).await?;
+    Ok(rows.into_iter().flatten().collect())
 }
 
 /// The first two columns (text) of every row `sql` returns, as [`fetch_texts`] reads them.
 pub async fn fetch_text_pairs(db: &Database, sql: &str) -> Result<Vec<(String, String)>> {
-    fetch_text_pairs_or_one(db, sql, true).await
+    let rows = fetch_columns(db, sql, 2).await?;
+    Ok(rows
+        .into_iter()
+        .map(|mut row| {
+            let second = row.pop().unwrap_or_default();
+            (row.pop().unwrap_or_default(), second)
+        })
+        .collect())
 }
 
-async fn fetch_text_pairs_or_one(
-    db: &Database,
-    sql: &str,
-    two: bool,
-) -> Result<Vec<(String, String)>> {
+/// The first `columns` columns of every row `sql` returns, each read as stored text.
+async fn fetch_columns(db: &Database, sql: &str, columns: usize) -> Result<Vec<Vec<String>>> {
     use pattern_db_sqlite::messages::StoredText;
     let mut conn = db.write_pool().acquire().await?;
     let rows = crate::sql::query(sqlx::AssertSqlSafe(sql.to_owned()))
@@ -370,13 +371,9 @@ async fn fetch_text_pairs_or_one(
         .await?;
     rows.iter()
         .map(|r| {
-            let first = r.try_get::<StoredText, _>(0)?.into_string();
-            let second = if two {
-                r.try_get::<StoredText, _>(1)?.into_string()
-            } else {
-                String::new()
-            };
-            Ok((first, second))
+            (0..columns)
+                .map(|i| Ok(r.try_get::<StoredText, _>(i)?.into_string()))
+                .collect()
         })
         .collect()
 }

@@ -30,6 +30,10 @@
 //! of its messages: measured slower than the dynamic reader, which decodes them once), and every
 //! statement of domains not moved here yet.
 //!
+//! Besides statements it holds SQLite's storage encodings of a message, which its statements
+//! read back (`messages`: role and batch type codes, the id's bytes, the content's optional zstd
+//! compression, `messages::StoredText`); when to compress is the caller's choice.
+//!
 //! This crate must never hold a domain rule (validation, refusals, locking policy, id or time
 //! conversion): it only runs a statement and hands back its rows. It must never build SQL text at
 //! run time (no `sqlx::query(` or `raw_sql` here: tidy refuses it), never open, commit or roll

@@ -1303,32 +1303,18 @@ async fn long_content_is_stored_compressed_and_reads_back() {
             .map(|m| m.content)
             .collect();
         assert_eq!(all, written, "history");
-        let recent: Vec<_> = store
-            .get_recent(10)
-            .await
-            .unwrap()
-            .into_iter()
-            .flat_map(|b| b.messages)
-            .map(|m| m.content)
-            .collect();
+        let contents = |batches: Vec<pattern_db::StoredBatch>| -> Vec<Vec<ContentBlock>> {
+            batches
+                .into_iter()
+                .flat_map(|b| b.messages)
+                .map(|m| m.content)
+                .collect()
+        };
+        let recent = contents(store.get_recent(10).await.unwrap());
         assert_eq!(recent, written, "newest batches");
-        let batch: Vec<_> = store
-            .get_batch(second)
-            .await
-            .unwrap()
-            .messages
-            .into_iter()
-            .map(|m| m.content)
-            .collect();
+        let batch = contents(vec![store.get_batch(second).await.unwrap()]);
         assert_eq!(batch, written[2..], "one batch");
-        let before: Vec<_> = store
-            .live_batches_before(second, 10)
-            .await
-            .unwrap()
-            .into_iter()
-            .flat_map(|b| b.messages)
-            .map(|m| m.content)
-            .collect();
+        let before = contents(store.live_batches_before(second, 10).await.unwrap());
         assert_eq!(before, written[..2], "batches before");
     };
     reads().await;
