@@ -393,16 +393,30 @@ pub(crate) fn fixed_chunks<T>(mut rows: &[T]) -> Vec<&[T]> {
 }
 
 async fn insert_messages(conn: &mut Conn<'_>, ctx: &Ctx, rows: &[MessageRow<'_>]) -> Result<()> {
+    let mut script = crate::sql::Script::new();
+    message_inserts(conn, ctx, rows, &mut script)?;
+    Ok(script.execute(conn).await?)
+}
+
+/// The statements that insert `rows` into `messages` and log them for search (see
+/// [`search::messages_written`]), added to `script`.
+fn message_inserts(
+    conn: &Conn<'_>,
+    ctx: &Ctx,
+    rows: &[MessageRow<'_>],
+    script: &mut crate::sql::Script,
+) -> Result<()> {
     for chunk in fixed_chunks(rows) {
-        message_rows_query(conn, ctx, chunk)?
-            .execute(&mut *conn)
-            .await?;
+        script.push(message_rows_query(conn, ctx, chunk, Insert::Values)?);
     }
     let written: Vec<_> = rows
         .iter()
         .map(|r| (r.id.0, r.agent, r.position.get(), r.content))
         .collect();
-    search::messages_written(conn, ctx, &written).await
+    for q in search::messages_written(conn, ctx, &written)? {
+        script.push(q);
+    }
+    Ok(())
 }
 
 /// The condition that picks the messages of the `agents` row a statement is at: SQLite's
@@ -423,16 +437,23 @@ fn message_rows_query(
     conn: &Conn<'_>,
     ctx: &Ctx,
     rows: &[MessageRow<'_>],
+    insert: Insert,
 ) -> Result<crate::sql::Query> {
     let sqlite = conn.backend() == Backend::Sqlite;
     let sql = if sqlite {
-        let row = "(?, (SELECT num FROM agents WHERE id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+        let row = "?, (SELECT num FROM agents WHERE id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?";
         format!(
             "INSERT INTO messages (id, agent, position, batch_id, sequence_num, batch_type, role, \
-             content, token_estimate, archived, deleted, created_at) VALUES {}",
-            vec![row; rows.len()].join(", ")
+             content, token_estimate, archived, deleted, created_at) {}",
+            insert.rows(row, rows.len())?
         )
     } else {
+        if insert != Insert::Values {
+            return Err(StorageError::Database(sqlx::Error::Protocol(
+                "a guarded insert is SQLite's".into(),
+            ))
+            .into());
+        }
         format!(
             "INSERT INTO messages (id, agent_id, position, batch_id, sequence_num, batch_type, role, content, \
              token_estimate, archived, deleted, created_at) VALUES {}",
@@ -511,18 +532,36 @@ struct BatchRow {
 }
 
 async fn insert_batches(conn: &mut Conn<'_>, rows: &[BatchRow]) -> Result<()> {
+    let mut script = crate::sql::Script::new();
+    batch_inserts(conn, rows, &mut script)?;
+    Ok(script.execute(conn).await?)
+}
+
+/// The statements that insert `rows` into `batches`, added to `script`.
+fn batch_inserts(
+    conn: &Conn<'_>,
+    rows: &[BatchRow],
+    script: &mut crate::sql::Script,
+) -> Result<()> {
     for chunk in fixed_chunks(rows) {
-        batch_rows_query(conn, chunk).execute(&mut *conn).await?;
+        script.push(batch_rows_query(conn, chunk, Insert::Values)?);
     }
     Ok(())
 }
 
 /// One multi-row `INSERT` of `rows` into `batches`.
-fn batch_rows_query(conn: &Conn<'_>, rows: &[BatchRow]) -> crate::sql::Query {
+fn batch_rows_query(
+    conn: &Conn<'_>,
+    rows: &[BatchRow],
+    insert: Insert,
+) -> Result<crate::sql::Query> {
+    let tail = match insert {
+        Insert::Values => format!("VALUES {}", value_rows(conn, rows.len(), 14)),
+        Insert::IfOneChanged => insert.rows(&vec!["?"; 14].join(", "), rows.len())?,
+    };
     let sql = format!(
         "INSERT INTO batches (id, agent_id, batch_type, state, parent_batch, run_owner, lease_expires_at, \
-         next_sequence, continuations, archived, started_at, completed_at, retried_at, claim_token) VALUES {}",
-        value_rows(conn, rows.len(), 14)
+         next_sequence, continuations, archived, started_at, completed_at, retried_at, claim_token) {tail}"
     );
     let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
     for row in rows {
@@ -542,7 +581,34 @@ fn batch_rows_query(conn: &Conn<'_>, rows: &[BatchRow]) -> crate::sql::Query {
             .bind(row.retried_at)
             .bind(row.claim_token);
     }
-    q
+    Ok(q)
+}
+
+/// How an `INSERT` of [`batch_rows_query`] or [`message_rows_query`] takes its rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Insert {
+    /// `VALUES` of every row.
+    Values,
+    /// SQLite, one row: `SELECT` of it `WHERE changes() = 1`, inserted only when the statement
+    /// before it in the same text changed exactly one row (see [`begin_batch_alone`]).
+    IfOneChanged,
+}
+
+impl Insert {
+    /// The rows' clause of `count` rows whose values are `row` (no parentheses).
+    fn rows(self, row: &str, count: usize) -> Result<String> {
+        match self {
+            Self::Values => Ok(format!(
+                "VALUES {}",
+                vec![format!("({row})"); count].join(", ")
+            )),
+            Self::IfOneChanged if count == 1 => Ok(format!("SELECT {row} WHERE changes() = 1")),
+            Self::IfOneChanged => Err(StorageError::Database(sqlx::Error::Protocol(format!(
+                "a guarded insert takes one row, not {count}"
+            )))
+            .into()),
+        }
+    }
 }
 
 /// A tool call row: `(batch, call id, call position, ordinal in its message, result position)`.
@@ -907,8 +973,17 @@ pub(crate) async fn begin_batch(
     let written = [(message_id.0, agent, position.get(), content.as_str())];
     if let Some(change) = search::message_change_query(conn, ctx, &written)? {
         let mut script = crate::sql::Script::new();
-        script.push(batch_rows_query(conn, std::slice::from_ref(&batch_row)));
-        script.push(message_rows_query(conn, ctx, std::slice::from_ref(&row))?);
+        script.push(batch_rows_query(
+            conn,
+            std::slice::from_ref(&batch_row),
+            Insert::Values,
+        )?);
+        script.push(message_rows_query(
+            conn,
+            ctx,
+            std::slice::from_ref(&row),
+            Insert::Values,
+        )?);
         script.push(change);
         return match script.execute(conn).await {
             // `batches_one_run`: another run's batch of this agent is open.
@@ -1023,36 +1098,105 @@ async fn begin_batch_postgres(
     ))))
 }
 
-/// A lone `begin_batch` on PostgreSQL without a run's claim, parent or retry, autocommitted: one
-/// call of `pattern_open_batch` on a connection outside any transaction, so one round trip (the
-/// call is atomic on its own and commits when it returns). `Ok(None)` when it stored nothing
-/// because a run holds the agent or a newer position exists: the caller then runs the write on
-/// its transactional path ([`begin_batch`]), which judges the holder and moves the generator on.
+/// A lone `begin_batch` without a run's claim, parent or retry, in one round trip. PostgreSQL:
+/// one call of `pattern_open_batch` autocommitted on a connection outside any transaction (the
+/// call is atomic on its own and commits when it returns). SQLite: one text of statements run
+/// as a transaction of its own ([`crate::sql::Pooled::sqlite_transaction`]): the agent's
+/// revision is bumped only when no run holds the agent and no message of it sits at or above the
+/// new position, each insert runs only when the statement before it changed one row, and the
+/// last statement says whether the trigger was stored. Either way `Ok(None)` when it stored
+/// nothing because a run holds the agent, a newer position exists or the agent is unknown: the
+/// caller then runs the write on its transactional path ([`begin_batch`]), which judges the
+/// holder, moves the generator on, or says the agent is unknown.
 pub(crate) async fn begin_batch_alone(
-    conn: &mut Conn<'_>,
+    pooled: &mut crate::sql::Pooled,
     ctx: &Ctx,
     agent: AgentId,
     trigger: &NewMessage,
     opts: &BeginBatch,
 ) -> Result<Option<Received>> {
-    let Conn::Postgres(c) = conn else {
-        return Ok(None);
-    };
     if opts.parent_batch.is_some() || opts.retry_of.is_some() {
         return Ok(None);
     }
     let (content, batch_type) = prepare_trigger(ctx, trigger, opts)?;
-    let trigger = Trigger::new(ctx, agent, trigger, &content, batch_type);
     let message_id = MessageId::new();
-    let open = OpenPostgres {
-        trigger: &trigger,
-        parent: None,
-        claim_token: None,
-        message_id,
-        now: now_ms(),
+    let now = now_ms();
+    if let crate::sql::Pooled::Postgres(c) = pooled {
+        let trigger = Trigger::new(ctx, agent, trigger, &content, batch_type);
+        let open = OpenPostgres {
+            trigger: &trigger,
+            parent: None,
+            claim_token: None,
+            message_id,
+            now,
+        };
+        let (position, attempt) = open_postgres(c, ctx, &open, None, true).await?;
+        return Ok(attempt.inserted.then_some(Received {
+            batch_id: position,
+            message_id,
+        }));
+    }
+    let position = positions_after(ctx, None, 1)?[0];
+    let batch = open_batch_row(ctx, agent, position, batch_type, None, now, None);
+    let row = MessageRow {
+        id: message_id,
+        agent,
+        position,
+        batch: position,
+        seq: 0,
+        batch_type,
+        role: trigger.role,
+        content: &content,
+        text: sqlite_text(&trigger.content),
+        created_at: now,
     };
-    let (position, attempt) = open_postgres(c, ctx, &open, None, true).await?;
-    Ok(attempt.inserted.then_some(Received {
+    let mut script = crate::sql::Script::new();
+    script.push(
+        crate::sql::query(
+            "UPDATE agents SET revision = revision + 1 WHERE id = ? \
+             AND NOT EXISTS (SELECT 1 FROM agent_runs r WHERE r.agent_id = agents.id AND r.holder IS NOT NULL) \
+             AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.agent = agents.num AND m.position >= ?)",
+        )
+        .bind(agent.to_string())
+        .bind(position.get()),
+    );
+    let guard = Insert::IfOneChanged;
+    script.push(batch_rows_query(
+        &pooled.conn(),
+        std::slice::from_ref(&batch),
+        guard,
+    )?);
+    script.push(message_rows_query(
+        &pooled.conn(),
+        ctx,
+        std::slice::from_ref(&row),
+        guard,
+    )?);
+    for log in
+        search::message_written_guarded(ctx, agent, position.get(), message_id.0, &trigger.content)
+    {
+        script.push(log);
+    }
+    script.push(
+        crate::sql::query("SELECT EXISTS (SELECT 1 FROM messages WHERE id = ?)")
+            .bind(message_id.0.as_bytes().as_slice()),
+    );
+    let rows = match pooled.sqlite_transaction(script.into_query()?).await {
+        // `batches_one_run`: another run's batch of this agent is open.
+        Err(e) if is_unique_violation(&e) && e.to_string().contains("batches") => {
+            return Err(RunError::AgentBusy {
+                agent,
+                holder: "another run".into(),
+            }
+            .into());
+        }
+        other => other?,
+    };
+    let stored = match rows.last() {
+        Some(row) => row.try_get::<bool, _>(0)?,
+        None => false,
+    };
+    Ok(stored.then_some(Received {
         batch_id: position,
         message_id,
     }))
@@ -1267,7 +1411,6 @@ pub(crate) async fn begin_batches_bulk(
             message_id,
         });
     }
-    insert_batches(conn, &batch_rows).await?;
     let rows: Vec<MessageRow<'_>> = message_ids
         .iter()
         .filter_map(|&(i, id, position, batch_type, role)| {
@@ -1286,7 +1429,11 @@ pub(crate) async fn begin_batches_bulk(
             })
         })
         .collect();
-    insert_messages(conn, ctx, &rows).await?;
+    // The batches, the triggers and their search logs: one text, one round trip on SQLite.
+    let mut script = crate::sql::Script::new();
+    batch_inserts(conn, &batch_rows, &mut script)?;
+    message_inserts(conn, ctx, &rows, &mut script)?;
+    script.execute(conn).await?;
     Ok(out)
 }
 
@@ -2126,8 +2273,10 @@ pub(crate) async fn import_legacy(
         Backend::Sqlite => Some(search::changes_head(conn).await?),
         Backend::Postgres => None,
     };
-    insert_batches(conn, &batch_rows).await?;
-    insert_messages(conn, ctx, &rows).await?;
+    let mut script = crate::sql::Script::new();
+    batch_inserts(conn, &batch_rows, &mut script)?;
+    message_inserts(conn, ctx, &rows, &mut script)?;
+    script.execute(conn).await?;
     insert_calls(conn, &calls).await?;
     let logged = match head {
         Some(before) => {

@@ -21,7 +21,9 @@
 //! that waited for a row lock still reads from the snapshot it started with). Without a parent or
 //! retry that call runs autocommitted, outside any transaction: one round trip for a lone
 //! acknowledgement; when it finds a holder or a newer position it stores nothing and the write
-//! runs on the transactional path. Recovery across agents, which discovers the agents it locks
+//! runs on the transactional path. SQLite does the same for a lone acknowledgement with one text
+//! of statements that is its own `BEGIN IMMEDIATE` ... `COMMIT` (one round trip to the
+//! connection's worker thread instead of four). Recovery across agents, which discovers the agents it locks
 //! as it goes, runs alone in its own transaction and takes them in agent order too. A deadlock or
 //! serialization failure that still happens (another process's transaction, a foreign-key check)
 //! rolls the whole group back and it runs again, a few times, before any caller hears of it.
@@ -469,16 +471,17 @@ async fn attempt_group(pool: &Pool, ctx: &Ctx, group: &[Job]) -> Vec<Result<()>>
         .collect()
 }
 
-/// PostgreSQL: a group of one `begin_batch` without a fence (nor a parent or retry) runs
-/// autocommitted, as one call that locks, reads and writes (`ops::begin_batch_alone`): one round
-/// trip instead of `BEGIN`, the write and `COMMIT`. `None` when that does not apply, or when the
-/// call stored nothing (a run holds the agent, or a newer position exists): the transactional
-/// path then runs the write.
+/// A group of one `begin_batch` without a fence (nor a parent or retry) runs in one round trip
+/// (`ops::begin_batch_alone`) instead of `BEGIN`, the write's statements and `COMMIT`: on
+/// PostgreSQL one autocommitted call that locks, reads and writes; on SQLite one text of
+/// statements that is its own transaction. `None` when that does not apply, or when it stored
+/// nothing (a run holds the agent, a newer position exists, the agent is unknown): the
+/// transactional path then runs the write.
 async fn run_alone(pool: &Pool, ctx: &Ctx, group: &[Job]) -> Option<Result<()>> {
     let [job] = group else {
         return None;
     };
-    if ctx.backend != Backend::Postgres || job.fence.is_some() {
+    if job.fence.is_some() {
         return None;
     }
     let (agent, trigger, opts) = job.write.bulk_begin()?;
@@ -489,9 +492,12 @@ async fn run_alone(pool: &Pool, ctx: &Ctx, group: &[Job]) -> Option<Result<()>> 
         Ok(pooled) => pooled,
         Err(e) => return Some(Err(e.into())),
     };
-    match ops::begin_batch_alone(&mut pooled.conn(), ctx, agent, trigger, opts).await {
+    match ops::begin_batch_alone(&mut pooled, ctx, agent, trigger, opts).await {
         Ok(Some(received)) => Some(job.write.set_received(received)),
-        Ok(None) => None,
+        Ok(None) => {
+            debug!(%agent, "a lone begin_batch stored nothing; it runs on the transactional path");
+            None
+        }
         Err(e) => Some(Err(e)),
     }
 }

@@ -183,38 +183,52 @@ fn change_rows_query(
 
 /// Records (or refreshes) embedding jobs; with `refresh` an existing job takes the new hash and
 /// is due and unclaimed again, without it an existing job is left alone. Returns rows written.
+/// What recording a job does to an existing job of the same content: it starts over.
+const REFRESH_JOB: &str = "DO UPDATE SET text_hash = excluded.text_hash, agent_id = excluded.agent_id, \
+    attempts = 0, next_attempt_at = excluded.next_attempt_at, claimed_until = NULL, claimed_by = NULL, \
+    last_error = NULL";
+
 async fn upsert_jobs(
     conn: &mut Conn<'_>,
     jobs: &[(ContentType, &str, AgentId, String)],
     refresh: bool,
 ) -> Result<u64> {
-    let now = now_ms();
     let mut written = 0;
-    let conflict = if refresh {
-        "DO UPDATE SET text_hash = excluded.text_hash, agent_id = excluded.agent_id, attempts = 0, \
-         next_attempt_at = excluded.next_attempt_at, claimed_until = NULL, claimed_by = NULL, last_error = NULL"
-    } else {
-        "DO NOTHING"
-    };
-    for chunk in fixed_chunks(jobs) {
-        let sql = format!(
-            "INSERT INTO embedding_jobs (content_type, content_id, agent_id, text_hash, next_attempt_at, created_at) \
-             VALUES {} ON CONFLICT (content_type, content_id) {conflict}",
-            value_rows(&*conn, chunk.len(), 6)
-        );
-        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
-        for (t, id, agent, hash) in chunk {
-            q = q
-                .bind(t.as_str())
-                .bind((*id).to_owned())
-                .bind(agent.to_string())
-                .bind(hash.clone())
-                .bind(now)
-                .bind(now);
-        }
+    for q in upsert_jobs_queries(conn, jobs, refresh) {
         written += q.execute(&mut *conn).await?.rows_affected();
     }
     Ok(written)
+}
+
+/// The statements of [`upsert_jobs`], to run in order.
+fn upsert_jobs_queries(
+    conn: &Conn<'_>,
+    jobs: &[(ContentType, &str, AgentId, String)],
+    refresh: bool,
+) -> Vec<crate::sql::Query> {
+    let now = now_ms();
+    let conflict = if refresh { REFRESH_JOB } else { "DO NOTHING" };
+    fixed_chunks(jobs)
+        .into_iter()
+        .map(|chunk| {
+            let sql = format!(
+                "INSERT INTO embedding_jobs (content_type, content_id, agent_id, text_hash, next_attempt_at, created_at) \
+                 VALUES {} ON CONFLICT (content_type, content_id) {conflict}",
+                value_rows(conn, chunk.len(), 6)
+            );
+            let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
+            for (t, id, agent, hash) in chunk {
+                q = q
+                    .bind(t.as_str())
+                    .bind((*id).to_owned())
+                    .bind(agent.to_string())
+                    .bind(hash.clone())
+                    .bind(now)
+                    .bind(now);
+            }
+            q
+        })
+        .collect()
 }
 
 /// Content created or changed in this transaction: logs `text` changes (SQLite) and, when jobs
@@ -334,6 +348,53 @@ pub(crate) fn message_change_query(
     Ok(Some(span_rows_query(conn, &spans)))
 }
 
+/// SQLite: what [`messages_written`] does for one new message, as statements to join into the
+/// script that inserts it, each running only when the statement before it changed exactly one
+/// row (`changes() = 1`): so placed right after the message's `INSERT ... SELECT`, they log
+/// nothing when that inserted nothing. The message's search change (a span of its one position)
+/// when it has text, then its embedding job when jobs are recorded; none without text.
+pub(crate) fn message_written_guarded(
+    ctx: &Ctx,
+    agent: AgentId,
+    position: i64,
+    message_id: Uuid,
+    content: &[ContentBlock],
+) -> Vec<crate::sql::Query> {
+    let text = message_text(content);
+    if text.is_empty() {
+        return Vec::new();
+    }
+    let mut out = vec![
+        crate::sql::query(
+            "INSERT INTO search_changes (content_type, content_id, agent_id, kind, first_position, \
+             last_position) SELECT ?, ?, ?, ?, ?, ? WHERE changes() = 1",
+        )
+        .bind(ContentType::Message.as_str())
+        .bind(String::new())
+        .bind(agent.to_string())
+        .bind("messages")
+        .bind(position)
+        .bind(position),
+    ];
+    if ctx.record_jobs {
+        let now = now_ms();
+        out.push(
+            crate::sql::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO embedding_jobs (content_type, content_id, agent_id, text_hash, \
+                 next_attempt_at, created_at) SELECT ?, ?, ?, ?, ?, ? WHERE changes() = 1 \
+                 ON CONFLICT (content_type, content_id) {REFRESH_JOB}"
+            )))
+            .bind(ContentType::Message.as_str())
+            .bind(message_id.to_string())
+            .bind(agent.to_string())
+            .bind(text_hash(&text))
+            .bind(now)
+            .bind(now),
+        );
+    }
+    out
+}
+
 /// The embedding job's text hash for a new message of `content` (what [`messages_written`]
 /// records for it), when jobs are recorded and the message has text.
 pub(crate) fn message_job_hash(ctx: &Ctx, content: &[ContentBlock]) -> Option<String> {
@@ -346,20 +407,22 @@ pub(crate) fn message_job_hash(ctx: &Ctx, content: &[ContentBlock]) -> Option<St
 
 /// Messages just inserted: on SQLite the searchable ones are logged as spans of their
 /// positions (one `messages` change per run of an agent's messages, not one per message), and
-/// when jobs are recorded each gets its embedding job.
-pub(crate) async fn messages_written(
-    conn: &mut Conn<'_>,
+/// when jobs are recorded each gets its embedding job. The statements that do it, to run in
+/// order after the insert (in the same text, where the caller joins them).
+pub(crate) fn messages_written(
+    conn: &Conn<'_>,
     ctx: &Ctx,
     rows: &[WrittenMessage<'_>],
-) -> Result<()> {
+) -> Result<Vec<crate::sql::Query>> {
+    let mut out = Vec::new();
     if ctx.backend == Backend::Postgres && !ctx.record_jobs {
-        return Ok(());
+        return Ok(out);
     }
     let texts = texts_of(rows)?;
     if ctx.backend == Backend::Sqlite {
         let spans = spans_of(&texts);
         for chunk in fixed_chunks(&spans) {
-            span_rows_query(conn, chunk).execute(&mut *conn).await?;
+            out.push(span_rows_query(conn, chunk));
         }
     }
     if ctx.record_jobs {
@@ -372,9 +435,9 @@ pub(crate) async fn messages_written(
                 (ContentType::Message, id.as_str(), *agent, text_hash(text))
             })
             .collect();
-        upsert_jobs(conn, &jobs, true).await?;
+        out.extend(upsert_jobs_queries(conn, &jobs, true));
     }
-    Ok(())
+    Ok(out)
 }
 
 /// Content deleted (or archived out of live history) in this transaction: its vector and job go,

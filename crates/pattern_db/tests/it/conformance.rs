@@ -2272,3 +2272,80 @@ async fn an_acknowledgement_waiting_for_the_agent_sees_what_the_lock_holder_comm
     db.close().await;
     tdb.cleanup().await.unwrap();
 }
+
+/// SQLite: a lone acknowledgement is one text of statements that is its own transaction
+/// (decision 0025, "Stop 41"). When another process has stored a message of the agent at a
+/// position ahead of this process's id generator, that text stores nothing and the write runs
+/// on its transactional path, which moves the generator past it: the acknowledged batch comes
+/// after the other's message, and the trigger is logged for search as on every other path.
+#[tokio::test]
+async fn a_lone_sqlite_acknowledgement_comes_after_another_process_s_newer_message() {
+    use sqlx::Connection as _;
+    let tdb = fresh(Kind::Sqlite).await;
+    let db = tdb.open().await.unwrap();
+    let agent = db.create_agent(NewAgent::named("ada")).await.unwrap();
+    let store = db.messages(agent.id);
+    let first = store
+        .begin_batch(NewMessage::user("one heron"), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
+    store.complete_batch(first).await.unwrap();
+
+    // The other process: a batch and its message about four minutes ahead of this generator.
+    let ahead = first.get() + (1_i64 << 40);
+    let mut other = sqlx::SqliteConnection::connect(&tdb.url).await.unwrap();
+    let id = agent.id.to_string();
+    let mut tx = other.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO batches (id, agent_id, batch_type, state, next_sequence, continuations, \
+         archived, started_at, completed_at) VALUES (?1, ?2, 'user_request', 'complete', 1, 0, 0, 1, 1)",
+    )
+    .bind(ahead)
+    .bind(&id)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO messages (id, agent, position, batch_id, sequence_num, batch_type, role, \
+         content, token_estimate, archived, deleted, created_at) \
+         SELECT randomblob(16), num, ?1, ?1, 0, 0, 1, 'other', 1, 0, 0, 1 FROM agents WHERE id = ?2",
+    )
+    .bind(ahead)
+    .bind(&id)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE agents SET revision = revision + 1 WHERE id = ?1")
+        .bind(&id)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    other.close().await.unwrap();
+
+    let second = store
+        .begin_batch(NewMessage::user("two kestrel"), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
+    assert!(
+        second.get() > ahead,
+        "the batch acknowledged second ({}) comes after the other's message ({ahead})",
+        second.get()
+    );
+    let recent = store.get_recent(10).await.unwrap();
+    let ids: Vec<i64> = recent.iter().map(|b| b.info.id.get()).collect();
+    assert_eq!(ids, vec![first.get(), ahead, second.get()]);
+    // Both acknowledgements (one per path) are found by full text.
+    for word in ["heron", "kestrel"] {
+        let opts = pattern_db::TextSearch {
+            agent: Some(agent.id),
+            ..Default::default()
+        };
+        let hits = db.search_text(word, &opts).await.unwrap();
+        assert_eq!(hits.len(), 1, "one hit for {word}");
+    }
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
