@@ -888,4 +888,109 @@ mod tests {
             .unwrap();
         assert_eq!(n, 2);
     }
+
+    /// A script longer than [`MAX_JOINED`] runs as several joined texts, each bound with its
+    /// own statements' arguments.
+    #[tokio::test]
+    async fn a_long_script_runs_in_joined_texts_with_their_own_arguments() {
+        let mut c = memory().await;
+        let mut script = Script::new();
+        let n = MAX_JOINED * 2 + 3;
+        for i in 0..n {
+            script.push(
+                query("INSERT INTO t (a, b) VALUES (?, ?)")
+                    .bind(i as i64)
+                    .bind(format!("v{i}")),
+            );
+        }
+        script.execute(&mut Conn::Sqlite(&mut c)).await.unwrap();
+        let rows = query("SELECT a, b FROM t ORDER BY a")
+            .fetch_all(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), n);
+        for (i, row) in rows.iter().enumerate() {
+            assert_eq!(row.try_get::<i64, _>(0).unwrap(), i as i64);
+            assert_eq!(row.try_get::<String, _>(1).unwrap(), format!("v{i}"));
+        }
+    }
+
+    /// A pool of one connection to a file database with table `t`.
+    async fn file_pool(dir: &std::path::Path) -> Pool {
+        let opts = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(dir.join("t.db"))
+            .create_if_missing(true);
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(opts)
+            .await
+            .unwrap();
+        let pool = Pool::Sqlite(pool);
+        query("CREATE TABLE t (a INTEGER NOT NULL UNIQUE, b TEXT)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool
+    }
+
+    async fn count(pool: &Pool) -> i64 {
+        query("SELECT COUNT(*) FROM t")
+            .fetch_one(pool)
+            .await
+            .unwrap()
+            .try_get(0)
+            .unwrap()
+    }
+
+    /// The one-round-trip transaction commits what it ran and returns its rows; when a statement
+    /// fails, what ran before it is rolled back and the connection goes back to the pool outside
+    /// any transaction (the next one-text transaction's `BEGIN` works).
+    #[tokio::test]
+    async fn a_one_text_transaction_commits_or_leaves_nothing_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = file_pool(dir.path()).await;
+        let insert = |a: i64| query("INSERT INTO t (a, b) VALUES (?, 'x')").bind(a);
+
+        let mut script = Script::new();
+        script.push(insert(1));
+        script.push(insert(2));
+        script.push(query("SELECT COUNT(*) FROM t"));
+        let mut pooled = pool.acquire().await.unwrap();
+        let rows = pooled
+            .sqlite_transaction(script.into_query().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].try_get::<i64, _>(0).unwrap(), 2);
+        drop(pooled);
+        assert_eq!(count(&pool).await, 2);
+
+        // The third insert repeats a value: the first two of this text are rolled back.
+        let mut script = Script::new();
+        script.push(insert(3));
+        script.push(insert(4));
+        script.push(insert(1));
+        let mut pooled = pool.acquire().await.unwrap();
+        let err = pooled
+            .sqlite_transaction(script.into_query().unwrap())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.as_database_error().unwrap().kind(),
+            sqlx::error::ErrorKind::UniqueViolation
+        );
+        drop(pooled);
+        assert_eq!(
+            count(&pool).await,
+            2,
+            "nothing of the failed text is stored"
+        );
+
+        // The same (only) connection begins the next transaction: none was left open.
+        let mut pooled = pool.acquire().await.unwrap();
+        pooled.sqlite_transaction(insert(5)).await.unwrap();
+        drop(pooled);
+        assert_eq!(count(&pool).await, 3);
+        pool.close().await;
+    }
 }
