@@ -8,6 +8,9 @@
 //!   (a fresh batch every 20 steps; the cost of a step into a 2001-message batch is printed);
 //! - `get_recent_20/{1k,100k,1M}`: `get_recent(20)` for an agent with that many messages of
 //!   history (the largest/smallest ratio is printed);
+//! - `get_recent_20/after_a_write/1k`: a turn's storage in its shortest form on a 1k history:
+//!   `begin_batch`, `complete_batch`, then `get_recent(20)`, whose cached answer the writes made
+//!   stale (so the read runs its statement with the revision it knows);
 //! - `beyond_window_50/{1k,100k}`: `live_batches_before(oldest of the newest 20, 50)`, the read
 //!   every context build that fills its window makes, for an agent whose history is archived but
 //!   for its newest 40 batches (20 live ones are found beyond the window);
@@ -616,6 +619,25 @@ fn bench_get_recent(c: &mut Criterion, rt: &Runtime) {
             if let Some(fx) = state {
                 built.push((label, fx));
             }
+        }
+        if let Some((label, fx)) = built.first() {
+            group.bench_function(
+                BenchmarkId::new(format!("after_a_write/{label}"), engine.name()),
+                |b| {
+                    b.to_async(rt).iter(|| async {
+                        let got = fx
+                            .store
+                            .begin_batch(NewMessage::user(TRIGGER_TEXT), BeginBatch::default())
+                            .await
+                            .expect("begin_batch");
+                        fx.store
+                            .complete_batch(got.batch_id)
+                            .await
+                            .expect("complete_batch");
+                        black_box(fx.store.get_recent(20).await.expect("get_recent"))
+                    });
+                },
+            );
         }
         if built.len() >= 2 {
             let n = side_calls().min(200);

@@ -402,15 +402,14 @@ impl Database {
         Some(hit.batches[skip..].to_vec())
     }
 
-    /// Whether a `get_recent` answer of at least `n_batches` batches of `agent` is cached at some
-    /// revision (then checking the revision first can save the read; otherwise the read goes
-    /// straight to the statement that returns the revision with the batches).
-    pub(crate) fn may_have_recent(&self, agent: AgentId, n_batches: usize) -> bool {
-        self.inner.recent.lock().is_ok_and(|cache| {
-            cache
-                .get(&agent)
-                .is_some_and(|hit| hit.n_batches >= n_batches)
-        })
+    /// The revision of the cached `get_recent` answer of at least `n_batches` batches of
+    /// `agent`, if one is cached (then checking the revision first can save the read).
+    pub(crate) fn cached_recent_revision(&self, agent: AgentId, n_batches: usize) -> Option<i64> {
+        let cache = self.inner.recent.lock().ok()?;
+        cache
+            .get(&agent)
+            .filter(|hit| hit.n_batches >= n_batches)
+            .map(|hit| hit.revision)
     }
 
     /// Remembers a `get_recent` answer read at `revision` (read before the batches, so the answer

@@ -158,28 +158,32 @@ impl MessageStore {
         let limit = i64::try_from(n_batches).unwrap_or(i64::MAX);
         if let Conn::Sqlite(c) = pooled.conn() {
             let agent = self.agent.to_string();
-            // With an entry cached, one primary-key lookup of the revision decides whether it is
-            // still the answer.
-            if self.db.may_have_recent(self.agent, n_batches) {
-                let Some(revision) = pattern_db_sqlite::agents::revision(c, &agent).await? else {
+            // One statement, one round trip: the revision, and the batches only when it is not
+            // the revision of the answer cached (decision 0025, "Stop 41"); revision and
+            // batches from one snapshot, so the entry cached is exactly that revision's
+            // ("Stop 29"). One JSON value instead of a row per message ("Stop 28").
+            let mut known = self.db.cached_recent_revision(self.agent, n_batches);
+            loop {
+                let Some((revision, doc)) =
+                    pattern_db_sqlite::batches::revision_and_newest_json(c, &agent, limit, known)
+                        .await?
+                else {
                     return Ok(Vec::new());
                 };
-                if let Some(hit) = self.db.cached_recent(self.agent, revision, n_batches) {
-                    return Ok(hit);
-                }
+                let Some(doc) = doc else {
+                    if let Some(hit) = self.db.cached_recent(self.agent, revision, n_batches) {
+                        return Ok(hit);
+                    }
+                    // The entry was replaced since it was looked at: read the batches (the
+                    // second round always brings them).
+                    known = None;
+                    continue;
+                };
+                let batches = ops::batches_from_json(&doc)?;
+                self.db
+                    .cache_recent(self.agent, revision, n_batches, &batches);
+                return Ok(batches);
             }
-            // The revision and the batches in one statement, one snapshot: the entry cached is
-            // exactly that revision's (decision 0025, "Stop 29"). One JSON value instead of a
-            // row per message (decision 0025, "Stop 28").
-            let Some((revision, doc)) =
-                pattern_db_sqlite::batches::revision_and_newest_json(c, &agent, limit).await?
-            else {
-                return Ok(Vec::new());
-            };
-            let batches = ops::batches_from_json(&doc)?;
-            self.db
-                .cache_recent(self.agent, revision, n_batches, &batches);
-            return Ok(batches);
         }
         let Some(revision) = self.revision_on(&mut pooled.conn()).await? else {
             return Ok(Vec::new());

@@ -104,7 +104,9 @@ pub async fn page_before(
 /// created_at, batch_type, compressed` (role and batch type by name; a compressed content as
 /// the hex of its bytes, JSON holding no bytes, and `compressed` 1:
 /// [`crate::messages::text_from_hex`]; `null`s for a batch without a message); `[]` when there
-/// is none.
+/// is none. When the revision equals `known` (the revision of an answer the caller holds) the
+/// document is not built and comes back `None`: one round trip decides whether the caller's
+/// answer is current and, when it is not, brings the new one.
 ///
 /// `LIMIT $2 + 0`, not the bare parameter: SQLite (3.51) compiles a bare bound `LIMIT` as the constant it
 /// was bound to when prepared and marks the statement expired whenever that parameter is bound
@@ -113,11 +115,13 @@ pub async fn revision_and_newest_json(
     conn: &mut SqliteConnection,
     agent: &str,
     limit: i64,
-) -> sqlx::Result<Option<(i64, String)>> {
+    known: Option<i64>,
+) -> sqlx::Result<Option<(i64, Option<String>)>> {
     let row = sqlx::query!(
-        r#"SELECT a.revision AS "revision!: i64", (SELECT json_group_array(json_array(b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token, lower(substr(hex(m.id), 1, 8) || '-' || substr(hex(m.id), 9, 4) || '-' || substr(hex(m.id), 13, 4) || '-' || substr(hex(m.id), 17, 4) || '-' || substr(hex(m.id), 21)), m.position, m.sequence_num, CASE m.role WHEN 0 THEN 'system' WHEN 1 THEN 'user' WHEN 2 THEN 'assistant' WHEN 3 THEN 'tool' END, CASE WHEN typeof(m.content) = 'blob' THEN hex(m.content) ELSE m.content END, m.token_estimate, m.archived, m.created_at, CASE m.batch_type WHEN 0 THEN 'user_request' WHEN 1 THEN 'agent_to_agent' WHEN 2 THEN 'system_trigger' WHEN 3 THEN 'continuation' END, typeof(m.content) = 'blob')) FROM (SELECT b.* FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent = a.num AND b.agent_id = $1 AND NOT b.archived ORDER BY f.position DESC LIMIT $2 + 0) b LEFT JOIN messages m ON m.batch_id = b.id AND NOT m.deleted) AS "doc!: String" FROM agents a WHERE a.id = $1"#,
+        r#"SELECT a.revision AS "revision!: i64", CASE WHEN a.revision = $3 THEN NULL ELSE (SELECT json_group_array(json_array(b.id, b.agent_id, b.batch_type, b.state, b.parent_batch, b.run_owner, b.lease_expires_at, b.next_sequence, b.archived, b.started_at, b.completed_at, b.continuations, b.retried_at, b.claim_token, lower(substr(hex(m.id), 1, 8) || '-' || substr(hex(m.id), 9, 4) || '-' || substr(hex(m.id), 13, 4) || '-' || substr(hex(m.id), 17, 4) || '-' || substr(hex(m.id), 21)), m.position, m.sequence_num, CASE m.role WHEN 0 THEN 'system' WHEN 1 THEN 'user' WHEN 2 THEN 'assistant' WHEN 3 THEN 'tool' END, CASE WHEN typeof(m.content) = 'blob' THEN hex(m.content) ELSE m.content END, m.token_estimate, m.archived, m.created_at, CASE m.batch_type WHEN 0 THEN 'user_request' WHEN 1 THEN 'agent_to_agent' WHEN 2 THEN 'system_trigger' WHEN 3 THEN 'continuation' END, typeof(m.content) = 'blob')) FROM (SELECT b.* FROM messages f CROSS JOIN batches b ON b.id = f.position WHERE f.agent = a.num AND b.agent_id = $1 AND NOT b.archived ORDER BY f.position DESC LIMIT $2 + 0) b LEFT JOIN messages m ON m.batch_id = b.id AND NOT m.deleted) END AS "doc?: String" FROM agents a WHERE a.id = $1"#,
         agent,
-        limit
+        limit,
+        known
     )
     .fetch_optional(conn)
     .await?;
