@@ -341,6 +341,33 @@ struct MessageRow<'a> {
     created_at: i64,
 }
 
+impl<'a> MessageRow<'a> {
+    /// The trigger of a new batch at `position` (its first message, sequence 0), whose content
+    /// `prepare_trigger` serialized as `content`.
+    fn trigger(
+        id: MessageId,
+        agent: AgentId,
+        position: SnowflakeId,
+        batch_type: BatchType,
+        trigger: &'a NewMessage,
+        content: &'a str,
+        now: i64,
+    ) -> Self {
+        Self {
+            id,
+            agent,
+            position,
+            batch: position,
+            seq: 0,
+            batch_type,
+            role: trigger.role,
+            content,
+            text: sqlite_text(&trigger.content),
+            created_at: now,
+        }
+    }
+}
+
 /// `(` `$a, $b, ...` `)` groups for a multi-row VALUES or an IN list, in the numbered form both
 /// engines read (sqlx's `QueryBuilder` is typed to one engine; one SQL text serves both here).
 pub(crate) fn placeholders(rows: usize, columns: usize, first: usize) -> String {
@@ -950,18 +977,9 @@ pub(crate) async fn begin_batch(
         claim_token,
     );
     let message_id = MessageId::new();
-    let row = MessageRow {
-        id: message_id,
-        agent,
-        position,
-        batch: position,
-        seq: 0,
-        batch_type,
-        role: trigger.role,
-        content: &content,
-        text: sqlite_text(&trigger.content),
-        created_at: now,
-    };
+    let row = MessageRow::trigger(
+        message_id, agent, position, batch_type, trigger, &content, now,
+    );
     let busy = || {
         Error::from(RunError::AgentBusy {
             agent,
@@ -1138,18 +1156,9 @@ pub(crate) async fn begin_batch_alone(
     }
     let position = positions_after(ctx, None, 1)?[0];
     let batch = open_batch_row(ctx, agent, position, batch_type, None, now, None);
-    let row = MessageRow {
-        id: message_id,
-        agent,
-        position,
-        batch: position,
-        seq: 0,
-        batch_type,
-        role: trigger.role,
-        content: &content,
-        text: sqlite_text(&trigger.content),
-        created_at: now,
-    };
+    let row = MessageRow::trigger(
+        message_id, agent, position, batch_type, trigger, &content, now,
+    );
     let mut script = crate::sql::Script::new();
     script.push(
         crate::sql::query(
@@ -1389,7 +1398,7 @@ pub(crate) async fn begin_batches_bulk(
     let now = now_ms();
     let mut batch_rows = Vec::new();
     let mut message_ids = Vec::new();
-    for (i, ((agent, trigger, _opts), prep)) in calls.iter().zip(&prepared).enumerate() {
+    for (i, ((agent, _, _), prep)) in calls.iter().zip(&prepared).enumerate() {
         let (Some((_, batch_type)), Some(agent_max)) = (prep, max.get_mut(agent)) else {
             continue;
         };
@@ -1405,7 +1414,7 @@ pub(crate) async fn begin_batches_bulk(
             None,
         ));
         let message_id = MessageId::new();
-        message_ids.push((i, message_id, position, *batch_type, trigger.role));
+        message_ids.push((i, message_id, position, *batch_type));
         out[i] = Ok(Received {
             batch_id: position,
             message_id,
@@ -1413,20 +1422,12 @@ pub(crate) async fn begin_batches_bulk(
     }
     let rows: Vec<MessageRow<'_>> = message_ids
         .iter()
-        .filter_map(|&(i, id, position, batch_type, role)| {
+        .filter_map(|&(i, id, position, batch_type)| {
             let (content, _) = prepared[i].as_ref()?;
-            Some(MessageRow {
-                id,
-                agent: calls[i].0,
-                position,
-                batch: position,
-                seq: 0,
-                batch_type,
-                role,
-                content,
-                text: sqlite_text(&calls[i].1.content),
-                created_at: now,
-            })
+            let (agent, trigger, _) = calls[i];
+            Some(MessageRow::trigger(
+                id, agent, position, batch_type, trigger, content, now,
+            ))
         })
         .collect();
     // The batches, the triggers and their search logs: one text, one round trip on SQLite.
