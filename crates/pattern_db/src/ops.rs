@@ -240,6 +240,21 @@ pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
         .is_some_and(|d| d.kind() == sqlx::error::ErrorKind::UniqueViolation)
 }
 
+/// Whether inserting a new open batch broke `batches_one_run`: another run's batch of the agent
+/// is open.
+fn another_runs_batch(e: &sqlx::Error) -> bool {
+    is_unique_violation(e) && e.to_string().contains("batches")
+}
+
+/// The refusal of a batch while another run's batch of `agent` is open.
+fn agent_busy(agent: AgentId) -> Error {
+    RunError::AgentBusy {
+        agent,
+        holder: "another run".into(),
+    }
+    .into()
+}
+
 async fn delete_agent(conn: &mut Conn<'_>, ctx: &Ctx, agent: AgentId) -> Result<()> {
     lock_agent(conn, agent).await?;
     search::agent_removed(conn, ctx, agent).await?;
@@ -980,12 +995,6 @@ pub(crate) async fn begin_batch(
     let row = MessageRow::trigger(
         message_id, agent, position, batch_type, trigger, &content, now,
     );
-    let busy = || {
-        Error::from(RunError::AgentBusy {
-            agent,
-            holder: "another run".into(),
-        })
-    };
     // SQLite (without embedding jobs to record): the batch row, the message and its search
     // change in one round trip to the connection's worker.
     let written = [(message_id.0, agent, position.get(), content.as_str())];
@@ -1005,7 +1014,7 @@ pub(crate) async fn begin_batch(
         script.push(change);
         return match script.execute(conn).await {
             // `batches_one_run`: another run's batch of this agent is open.
-            Err(e) if is_unique_violation(&e) && e.to_string().contains("batches") => Err(busy()),
+            Err(e) if another_runs_batch(&e) => Err(agent_busy(agent)),
             Err(e) => Err(e.into()),
             Ok(()) => Ok(Received {
                 batch_id: position,
@@ -1016,7 +1025,7 @@ pub(crate) async fn begin_batch(
     match insert_batches(conn, std::slice::from_ref(&batch_row)).await {
         // `batches_one_run`: another run's batch of this agent is open.
         Err(Error::Storage(StorageError::Database(e))) if is_unique_violation(&e) => {
-            return Err(busy());
+            return Err(agent_busy(agent));
         }
         other => other?,
     }
@@ -1192,13 +1201,7 @@ pub(crate) async fn begin_batch_alone(
     );
     let rows = match pooled.sqlite_transaction(script.into_query()?).await {
         // `batches_one_run`: another run's batch of this agent is open.
-        Err(e) if is_unique_violation(&e) && e.to_string().contains("batches") => {
-            return Err(RunError::AgentBusy {
-                agent,
-                holder: "another run".into(),
-            }
-            .into());
-        }
+        Err(e) if another_runs_batch(&e) => return Err(agent_busy(agent)),
         other => other?,
     };
     let stored = match rows.last() {
@@ -1262,13 +1265,7 @@ async fn open_postgres(
     };
     let attempt = match pattern_db_postgres::batches::open_batch(c, &row, check_holder).await {
         // `batches_one_run`: another run's batch of this agent is open.
-        Err(e) if is_unique_violation(&e) && e.to_string().contains("batches") => {
-            return Err(RunError::AgentBusy {
-                agent,
-                holder: "another run".into(),
-            }
-            .into());
-        }
+        Err(e) if another_runs_batch(&e) => return Err(agent_busy(agent)),
         other => other?,
     };
     if !attempt.agent_found {

@@ -181,13 +181,13 @@ fn change_rows_query(
     q
 }
 
-/// Records (or refreshes) embedding jobs; with `refresh` an existing job takes the new hash and
-/// is due and unclaimed again, without it an existing job is left alone. Returns rows written.
 /// What recording a job does to an existing job of the same content: it starts over.
 const REFRESH_JOB: &str = "DO UPDATE SET text_hash = excluded.text_hash, agent_id = excluded.agent_id, \
     attempts = 0, next_attempt_at = excluded.next_attempt_at, claimed_until = NULL, claimed_by = NULL, \
     last_error = NULL";
 
+/// Records (or refreshes) embedding jobs; with `refresh` an existing job takes the new hash and
+/// is due and unclaimed again, without it an existing job is left alone. Returns rows written.
 async fn upsert_jobs(
     conn: &mut Conn<'_>,
     jobs: &[(ContentType, &str, AgentId, String)],
