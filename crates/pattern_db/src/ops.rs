@@ -597,10 +597,7 @@ fn batch_rows_query(
     rows: &[BatchRow],
     insert: Insert,
 ) -> Result<crate::sql::Query> {
-    let tail = match insert {
-        Insert::Values => format!("VALUES {}", value_rows(conn, rows.len(), 14)),
-        Insert::IfOneChanged => insert.rows(&vec!["?"; 14].join(", "), rows.len())?,
-    };
+    let tail = insert.placeholders(conn, rows.len(), 14)?;
     let sql = format!(
         "INSERT INTO batches (id, agent_id, batch_type, state, parent_batch, run_owner, lease_expires_at, \
          next_sequence, continuations, archived, started_at, completed_at, retried_at, claim_token) {tail}"
@@ -626,9 +623,10 @@ fn batch_rows_query(
     Ok(q)
 }
 
-/// How an `INSERT` of [`batch_rows_query`] or [`message_rows_query`] takes its rows.
+/// How a multi-row `INSERT` takes its rows ([`batch_rows_query`], [`message_rows_query`],
+/// `search::span_rows_query`, `search::upsert_jobs_queries`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Insert {
+pub(crate) enum Insert {
     /// `VALUES` of every row.
     Values,
     /// SQLite, one row: `SELECT` of it `WHERE changes() = 1`, inserted only when the statement
@@ -649,6 +647,24 @@ impl Insert {
                 "a guarded insert takes one row, not {count}"
             )))
             .into()),
+        }
+    }
+
+    /// The rows' clause of `count` rows of `columns` parameters each, the statement's only
+    /// parameters ([`value_rows`] for `VALUES`). A guarded insert is SQLite's.
+    pub(crate) fn placeholders(
+        self,
+        conn: &Conn<'_>,
+        count: usize,
+        columns: usize,
+    ) -> Result<String> {
+        match self {
+            Self::Values => Ok(format!("VALUES {}", value_rows(conn, count, columns))),
+            Self::IfOneChanged if conn.backend() != Backend::Sqlite => Err(StorageError::Database(
+                sqlx::Error::Protocol("a guarded insert is SQLite's".into()),
+            )
+            .into()),
+            Self::IfOneChanged => self.rows(&vec!["?"; columns].join(", "), count),
         }
     }
 }
@@ -1190,9 +1206,14 @@ pub(crate) async fn begin_batch_alone(
         std::slice::from_ref(&row),
         guard,
     )?);
-    for log in
-        search::message_written_guarded(ctx, agent, position.get(), message_id.0, &trigger.content)
-    {
+    for log in search::message_written_guarded(
+        &pooled.conn(),
+        ctx,
+        agent,
+        position.get(),
+        message_id.0,
+        &trigger.content,
+    )? {
         script.push(log);
     }
     script.push(

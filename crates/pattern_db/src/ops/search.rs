@@ -20,8 +20,8 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{
-    Ctx, FromStored, StoredId, StoredTime, decode_content, fixed_chunks, from_ms, lock_agent,
-    now_ms, parse_uuid, placeholders, value_rows,
+    Ctx, FromStored, Insert, StoredId, StoredTime, decode_content, fixed_chunks, from_ms,
+    lock_agent, now_ms, parse_uuid, placeholders, value_rows,
 };
 use crate::archival::{
     ARCHIVAL_COLUMNS, ArchivalEntry, ArchivalId, NewArchival, archival_from_row,
@@ -194,18 +194,19 @@ async fn upsert_jobs(
     refresh: bool,
 ) -> Result<u64> {
     let mut written = 0;
-    for q in upsert_jobs_queries(conn, jobs, refresh) {
+    for q in upsert_jobs_queries(conn, jobs, refresh, Insert::Values)? {
         written += q.execute(&mut *conn).await?.rows_affected();
     }
     Ok(written)
 }
 
-/// The statements of [`upsert_jobs`], to run in order.
+/// The statements of [`upsert_jobs`], to run in order, taking their rows as `insert` says.
 fn upsert_jobs_queries(
     conn: &Conn<'_>,
     jobs: &[(ContentType, &str, AgentId, String)],
     refresh: bool,
-) -> Vec<crate::sql::Query> {
+    insert: Insert,
+) -> Result<Vec<crate::sql::Query>> {
     let now = now_ms();
     let conflict = if refresh { REFRESH_JOB } else { "DO NOTHING" };
     fixed_chunks(jobs)
@@ -213,8 +214,8 @@ fn upsert_jobs_queries(
         .map(|chunk| {
             let sql = format!(
                 "INSERT INTO embedding_jobs (content_type, content_id, agent_id, text_hash, next_attempt_at, created_at) \
-                 VALUES {} ON CONFLICT (content_type, content_id) {conflict}",
-                value_rows(conn, chunk.len(), 6)
+                 {} ON CONFLICT (content_type, content_id) {conflict}",
+                insert.placeholders(conn, chunk.len(), 6)?
             );
             let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
             for (t, id, agent, hash) in chunk {
@@ -226,7 +227,7 @@ fn upsert_jobs_queries(
                     .bind(now)
                     .bind(now);
             }
-            q
+            Ok(q)
         })
         .collect()
 }
@@ -291,12 +292,17 @@ fn spans(mut written: Vec<(AgentId, i64, bool)>) -> Vec<(AgentId, i64, i64)> {
     out
 }
 
-/// One multi-row `INSERT` of `messages` changes (SQLite only: PostgreSQL logs no text).
-fn span_rows_query(conn: &Conn<'_>, spans: &[(AgentId, i64, i64)]) -> crate::sql::Query {
+/// One multi-row `INSERT` of `messages` changes (SQLite only: PostgreSQL logs no text), taking
+/// its rows as `insert` says.
+fn span_rows_query(
+    conn: &Conn<'_>,
+    spans: &[(AgentId, i64, i64)],
+    insert: Insert,
+) -> Result<crate::sql::Query> {
     let sql = format!(
         "INSERT INTO search_changes (content_type, content_id, agent_id, kind, first_position, last_position) \
-         VALUES {}",
-        value_rows(conn, spans.len(), 6)
+         {}",
+        insert.placeholders(conn, spans.len(), 6)?
     );
     let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
     for (agent, first, last) in spans {
@@ -308,7 +314,7 @@ fn span_rows_query(conn: &Conn<'_>, spans: &[(AgentId, i64, i64)]) -> crate::sql
             .bind(*first)
             .bind(*last);
     }
-    q
+    Ok(q)
 }
 
 /// Each written message's agent, position and text (empty: not searchable).
@@ -345,7 +351,7 @@ pub(crate) fn message_change_query(
     if spans.is_empty() {
         return Ok(None);
     }
-    Ok(Some(span_rows_query(conn, &spans)))
+    span_rows_query(conn, &spans, Insert::Values).map(Some)
 }
 
 /// SQLite: what [`messages_written`] does for one new message, as statements to join into the
@@ -354,45 +360,29 @@ pub(crate) fn message_change_query(
 /// nothing when that inserted nothing. The message's search change (a span of its one position)
 /// when it has text, then its embedding job when jobs are recorded; none without text.
 pub(crate) fn message_written_guarded(
+    conn: &Conn<'_>,
     ctx: &Ctx,
     agent: AgentId,
     position: i64,
     message_id: Uuid,
     content: &[ContentBlock],
-) -> Vec<crate::sql::Query> {
+) -> Result<Vec<crate::sql::Query>> {
     let text = message_text(content);
     if text.is_empty() {
-        return Vec::new();
+        return Ok(Vec::new());
     }
-    let mut out = vec![
-        crate::sql::query(
-            "INSERT INTO search_changes (content_type, content_id, agent_id, kind, first_position, \
-             last_position) SELECT ?, ?, ?, ?, ?, ? WHERE changes() = 1",
-        )
-        .bind(ContentType::Message.as_str())
-        .bind(String::new())
-        .bind(agent.to_string())
-        .bind("messages")
-        .bind(position)
-        .bind(position),
-    ];
+    let guard = Insert::IfOneChanged;
+    let mut out = vec![span_rows_query(
+        conn,
+        &[(agent, position, position)],
+        guard,
+    )?];
     if ctx.record_jobs {
-        let now = now_ms();
-        out.push(
-            crate::sql::query(sqlx::AssertSqlSafe(format!(
-                "INSERT INTO embedding_jobs (content_type, content_id, agent_id, text_hash, \
-                 next_attempt_at, created_at) SELECT ?, ?, ?, ?, ?, ? WHERE changes() = 1 \
-                 ON CONFLICT (content_type, content_id) {REFRESH_JOB}"
-            )))
-            .bind(ContentType::Message.as_str())
-            .bind(message_id.to_string())
-            .bind(agent.to_string())
-            .bind(text_hash(&text))
-            .bind(now)
-            .bind(now),
-        );
+        let id = message_id.to_string();
+        let job = (ContentType::Message, id.as_str(), agent, text_hash(&text));
+        out.extend(upsert_jobs_queries(conn, &[job], true, guard)?);
     }
-    out
+    Ok(out)
 }
 
 /// The embedding job's text hash for a new message of `content` (what [`messages_written`]
@@ -422,7 +412,7 @@ pub(crate) fn messages_written(
     if ctx.backend == Backend::Sqlite {
         let spans = spans_of(&texts);
         for chunk in fixed_chunks(&spans) {
-            out.push(span_rows_query(conn, chunk));
+            out.push(span_rows_query(conn, chunk, Insert::Values)?);
         }
     }
     if ctx.record_jobs {
@@ -435,7 +425,7 @@ pub(crate) fn messages_written(
                 (ContentType::Message, id.as_str(), *agent, text_hash(text))
             })
             .collect();
-        out.extend(upsert_jobs_queries(conn, &jobs, true));
+        out.extend(upsert_jobs_queries(conn, &jobs, true, Insert::Values)?);
     }
     Ok(out)
 }
