@@ -4,6 +4,9 @@
 //!   a bare one-row autocommit `INSERT` through sqlx on the same database (the ratio is printed);
 //! - `throughput/acks_1_agent` and `throughput/acks_100_agents`: durable acknowledgements per
 //!   second from one writer task and from 100 concurrent tasks, one agent each (group commit);
+//!   `throughput/turns_100_agents`: time per turn (`begin_batch`, one answer by `append_step`,
+//!   `complete_batch`) from 100 concurrent tasks, one agent each: groups that mix the bulk
+//!   acknowledgements with writes that each run in their own savepoint;
 //! - `append_step/10_messages`: one step of ten assistant messages appended to an open batch
 //!   (a fresh batch every 20 steps; the cost of a step into a 2001-message batch is printed);
 //! - `get_recent_20/{1k,100k,1M}`: `get_recent(20)` for an agent with that many messages of
@@ -344,9 +347,38 @@ impl ThroughputFx {
     }
 }
 
-/// `iters` acknowledgements spread over `writers` tasks (one agent each) that take work from a
+/// One turn's storage without a run: the trigger acknowledged, one answer appended, the batch
+/// completed.
+async fn turn(store: &MessageStore) {
+    let received = store
+        .begin_batch(trigger(), BeginBatch::default())
+        .await
+        .expect("begin_batch");
+    store
+        .append_step(
+            received.batch_id,
+            vec![NewMessage::assistant(ASSISTANT_TEXT)],
+        )
+        .await
+        .expect("append_step");
+    black_box(
+        store
+            .complete_batch(received.batch_id)
+            .await
+            .expect("complete_batch"),
+    );
+}
+
+/// What each task of [`spread`] repeats.
+#[derive(Clone, Copy)]
+enum Work {
+    Ack,
+    Turn,
+}
+
+/// `iters` units of `work` spread over `writers` tasks (one agent each) that take work from a
 /// shared budget until it is spent; returns the wall time.
-async fn acks(stores: Vec<MessageStore>, iters: u64) -> Duration {
+async fn spread(stores: Vec<MessageStore>, iters: u64, work: Work) -> Duration {
     let budget = std::sync::Arc::new(AtomicU64::new(iters));
     let start = Instant::now();
     let tasks: Vec<_> = stores
@@ -356,7 +388,10 @@ async fn acks(stores: Vec<MessageStore>, iters: u64) -> Duration {
             let budget = budget.clone();
             tokio::spawn(async move {
                 while take_one(&budget) {
-                    ack(&store).await;
+                    match work {
+                        Work::Ack => ack(&store).await,
+                        Work::Turn => turn(&store).await,
+                    }
                 }
             })
         })
@@ -377,11 +412,15 @@ fn bench_throughput(c: &mut Criterion, rt: &Runtime) {
         .throughput(Throughput::Elements(1));
     for engine in Engine::ALL {
         let mut state: Option<ThroughputFx> = None;
-        for (name, writers) in [("acks_1_agent", 1), ("acks_100_agents", AGENTS)] {
+        for (name, writers, work) in [
+            ("acks_1_agent", 1, Work::Ack),
+            ("acks_100_agents", AGENTS, Work::Ack),
+            ("turns_100_agents", AGENTS, Work::Turn),
+        ] {
             group.bench_function(BenchmarkId::new(name, engine.name()), |b| {
                 let fx = &*state.get_or_insert_with(|| rt.block_on(ThroughputFx::new(engine)));
                 b.to_async(rt)
-                    .iter_custom(move |iters| acks(fx.stores[..writers].to_vec(), iters));
+                    .iter_custom(move |iters| spread(fx.stores[..writers].to_vec(), iters, work));
             });
         }
         if let Some(fx) = state {

@@ -565,6 +565,12 @@ async fn run_job(tx: &mut crate::sql::Tx, ctx: &Ctx, job: &Job) -> Result<()> {
 /// leaves the others intact. `begin_batch` calls without a claim go first, together, through
 /// the bulk path (three statements for the lot); if that fails they are retried one by one.
 /// Stops at the first lock conflict (the caller runs the whole group again).
+///
+/// On SQLite the `RELEASE` that ends a savepoint is sent in one text with the `SAVEPOINT` that
+/// begins the next op, and the last one is left to the `COMMIT` (which releases every savepoint)
+/// or the rollback: one round trip to the connection's worker thread less per op. A savepoint is
+/// still released before the next one begins, so SQLite's statement journal is emptied after
+/// each op (it stays small, in memory) and a failing op rolls back to its own savepoint only.
 async fn run_group(
     tx: &mut crate::sql::Tx,
     ctx: &Ctx,
@@ -583,15 +589,22 @@ async fn run_group(
             calls.push((agent, trigger, opts));
         }
     }
+    // SQLite: the savepoint whose `RELEASE` waits for the next `SAVEPOINT` (see above).
+    let defer_release = ctx.backend == Backend::Sqlite;
+    let mut unreleased: Option<Savepoint> = None;
     if begins.len() >= 2 {
         crate::sql::query("SAVEPOINT pattern_bulk")
             .execute(&mut *tx)
             .await?;
         match ops::begin_batches_bulk(&mut tx.conn(), ctx, &calls).await {
             Ok(results) => {
-                crate::sql::query("RELEASE SAVEPOINT pattern_bulk")
-                    .execute(&mut *tx)
-                    .await?;
+                if defer_release {
+                    unreleased = Some(Savepoint::Bulk);
+                } else {
+                    crate::sql::query("RELEASE SAVEPOINT pattern_bulk")
+                        .execute(&mut *tx)
+                        .await?;
+                }
                 for (i, result) in begins.into_iter().zip(results) {
                     outcomes[i] = Some(result.and_then(|r| group[i].write.set_received(r)));
                 }
@@ -615,7 +628,7 @@ async fn run_group(
         if outcome.is_some() {
             continue;
         }
-        crate::sql::query("SAVEPOINT pattern_op")
+        crate::sql::query(Savepoint::begin_op_after(unreleased.take()))
             .execute(&mut *tx)
             .await?;
         let result = run_job(tx, ctx, job).await;
@@ -624,9 +637,13 @@ async fn run_group(
                 .execute(&mut *tx)
                 .await?;
         }
-        crate::sql::query("RELEASE SAVEPOINT pattern_op")
-            .execute(&mut *tx)
-            .await?;
+        if defer_release {
+            unreleased = Some(Savepoint::Op);
+        } else {
+            crate::sql::query("RELEASE SAVEPOINT pattern_op")
+                .execute(&mut *tx)
+                .await?;
+        }
         let conflict = matches!(&result, Err(e) if e.is_lock_conflict());
         *outcome = Some(result);
         if conflict {
@@ -634,6 +651,26 @@ async fn run_group(
         }
     }
     Ok(())
+}
+
+/// A savepoint of [`run_group`] still to release.
+#[derive(Clone, Copy)]
+enum Savepoint {
+    /// `pattern_bulk`, around the bulk `begin_batch` calls.
+    Bulk,
+    /// `pattern_op`, around one op.
+    Op,
+}
+
+impl Savepoint {
+    /// The text that begins an op's savepoint, releasing `unreleased` first in the same text.
+    fn begin_op_after(unreleased: Option<Self>) -> &'static str {
+        match unreleased {
+            None => "SAVEPOINT pattern_op",
+            Some(Self::Bulk) => "RELEASE SAVEPOINT pattern_bulk; SAVEPOINT pattern_op",
+            Some(Self::Op) => "RELEASE SAVEPOINT pattern_op; SAVEPOINT pattern_op",
+        }
+    }
 }
 
 fn fail_all(group: &[Job], e: &Error) -> Vec<Result<()>> {
