@@ -1235,6 +1235,54 @@ pub(crate) async fn begin_batch_alone(
     }))
 }
 
+/// A lone `complete_batch` without a run's claim on SQLite, in one round trip: one text of
+/// statements run as a transaction of its own ([`crate::sql::Pooled::sqlite_transaction`]). The
+/// agent's revision is bumped only when the batch is open, begun without a claim, not an
+/// `agent_to_agent` batch (whose completion marks a session message read) and waits for no
+/// tool result and no approval; the batch is completed only when that bump changed one row, and
+/// read back only when the completion did. `Ok(None)` when it stored nothing (the batch is in
+/// another state, a run's, an `agent_to_agent` one, waiting, unknown; or PostgreSQL, whose
+/// transactional path it leaves alone): the caller then runs the write on its transactional path
+/// ([`complete_batch`]), which answers or refuses as always.
+pub(crate) async fn complete_batch_alone(
+    pooled: &mut crate::sql::Pooled,
+    agent: AgentId,
+    batch: BatchId,
+) -> Result<Option<BatchInfo>> {
+    if pooled.conn().backend() != Backend::Sqlite {
+        return Ok(None);
+    }
+    let mut script = crate::sql::Script::new();
+    script.push(
+        crate::sql::query(
+            "UPDATE agents SET revision = revision + 1 WHERE id = ? AND EXISTS (SELECT 1 FROM batches b \
+             WHERE b.id = ? AND b.agent_id = agents.id AND b.state = 'open' AND b.claim_token IS NULL \
+             AND b.batch_type <> 'agent_to_agent' \
+             AND NOT EXISTS (SELECT 1 FROM tool_calls t WHERE t.batch_id = b.id AND t.result_position IS NULL) \
+             AND NOT EXISTS (SELECT 1 FROM approvals p WHERE p.batch_id = b.id AND p.state = 'pending'))",
+        )
+        .bind(agent.to_string())
+        .bind(batch.get()),
+    );
+    // What `pattern_db_sqlite::batches::mark_complete` stores.
+    script.push(
+        crate::sql::query(
+            "UPDATE batches SET state = 'complete', completed_at = ?, run_owner = NULL, \
+             lease_expires_at = NULL WHERE id = ? AND changes() = 1",
+        )
+        .bind(now_ms())
+        .bind(batch.get()),
+    );
+    script.push(
+        crate::sql::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {BATCH_COLUMNS} FROM batches b WHERE b.id = ? AND changes() = 1"
+        )))
+        .bind(batch.get()),
+    );
+    let rows = pooled.sqlite_transaction(script.into_query()?).await?;
+    rows.last().map(batch_from_row).transpose()
+}
+
 /// What one call of `pattern_open_batch` stores, but for the position.
 struct OpenPostgres<'a> {
     trigger: &'a Trigger<'a>,
@@ -1674,12 +1722,13 @@ pub(crate) async fn complete_batch(
     if !pending.is_empty() {
         return Err(BatchError::PendingToolCalls { batch, pending }.into());
     }
+    let now = now_ms();
     match conn {
         Conn::Sqlite(c) => {
-            pattern_db_sqlite::batches::mark_complete(c, batch.get(), now_ms()).await?;
+            pattern_db_sqlite::batches::mark_complete(c, batch.get(), now).await?;
         }
         Conn::Postgres(c) => {
-            let now = crate::sql::instant(now_ms())?;
+            let now = crate::sql::instant(now)?;
             pattern_db_postgres::batches::mark_complete(c, batch.get(), now).await?;
         }
     }
@@ -1695,7 +1744,15 @@ pub(crate) async fn complete_batch(
         "the run ended before an answer",
     )
     .await?;
-    load_batch(conn, agent, batch).await
+    // The row as `mark_complete` left it (nothing since writes this batch's row): the row read
+    // above, complete now, without owner or lease. No second read, one round trip less.
+    Ok(BatchInfo {
+        state: BatchState::Complete,
+        completed_at: Some(from_ms(now)),
+        run_owner: None,
+        lease_expires_at: None,
+        ..info
+    })
 }
 
 async fn continue_batch(

@@ -135,6 +135,25 @@ pub trait Write: Send + Sync + 'static {
     fn from_received(_received: Received) -> Option<Self::Output> {
         None
     }
+
+    /// Whether the write has a form that runs in one round trip ([`Write::apply_alone`]), for
+    /// when it is the only write of its group and no run's claim fences it. Asked before a
+    /// connection is taken for it.
+    fn has_alone_form(&self, _ctx: &Ctx) -> bool {
+        false
+    }
+
+    /// That form: the write run on `pooled`, outside the writer's transaction, as a transaction
+    /// of its own (SQLite: [`crate::sql::Pooled::sqlite_transaction`]). `Ok(None)` when it stored
+    /// nothing (what it found needs the full rules): the writer then runs [`Write::apply`] on its
+    /// transactional path. It must never store part of the write.
+    fn apply_alone(
+        &self,
+        _pooled: &mut crate::sql::Pooled,
+        _ctx: &Ctx,
+    ) -> impl Future<Output = Result<Option<Self::Output>>> + Send {
+        async { Ok(None) }
+    }
 }
 
 /// A queued write with its reply, its type erased for the queue.
@@ -150,6 +169,14 @@ trait Pending: Send + Sync {
     ) -> BoxFuture<'a, Result<()>>;
     /// Keeps the output of a bulk `begin_batch`.
     fn set_received(&self, received: Received) -> Result<()>;
+    /// See [`Write::has_alone_form`].
+    fn has_alone_form(&self, ctx: &Ctx) -> bool;
+    /// Runs [`Write::apply_alone`] and keeps its output; `Ok(false)` when it stored nothing.
+    fn run_alone<'a>(
+        &'a self,
+        pooled: &'a mut crate::sql::Pooled,
+        ctx: &'a Ctx,
+    ) -> BoxFuture<'a, Result<bool>>;
     /// Answers the caller: the kept output when `outcome` is `Ok` (committed), else the error.
     fn reply(self: Box<Self>, outcome: Result<()>);
 }
@@ -197,6 +224,23 @@ impl<W: Write> Pending for Typed<W> {
             Some(output) => self.keep(output),
             None => Err(StorageError::Poisoned("a bulk begin_batch of another write").into()),
         }
+    }
+
+    fn has_alone_form(&self, ctx: &Ctx) -> bool {
+        self.write.has_alone_form(ctx)
+    }
+
+    fn run_alone<'a>(
+        &'a self,
+        pooled: &'a mut crate::sql::Pooled,
+        ctx: &'a Ctx,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            match self.write.apply_alone(pooled, ctx).await? {
+                Some(output) => self.keep(output).map(|()| true),
+                None => Ok(false),
+            }
+        })
     }
 
     fn reply(self: Box<Self>, outcome: Result<()>) {
@@ -471,12 +515,13 @@ async fn attempt_group(pool: &Pool, ctx: &Ctx, group: &[Job]) -> Vec<Result<()>>
         .collect()
 }
 
-/// A group of one `begin_batch` without a fence (nor a parent or retry) runs in one round trip
-/// (`ops::begin_batch_alone`) instead of `BEGIN`, the write's statements and `COMMIT`: on
-/// PostgreSQL one autocommitted call that locks, reads and writes; on SQLite one text of
-/// statements that is its own transaction. `None` when that does not apply, or when it stored
-/// nothing (a run holds the agent, a newer position exists, the agent is unknown): the
-/// transactional path then runs the write.
+/// A group of one write without a fence runs in one round trip when it can, instead of `BEGIN`,
+/// the write's statements and `COMMIT`. A `begin_batch` (without a parent or retry) through
+/// `ops::begin_batch_alone`: on PostgreSQL one autocommitted call that locks, reads and writes;
+/// on SQLite one text of statements that is its own transaction. Any other write through its
+/// own one-trip form ([`Write::apply_alone`]), when it has one. `None` when that does not apply,
+/// or when it stored nothing (a run holds the agent, a newer position exists, the agent is
+/// unknown, the write found what needs its full rules): the transactional path then runs it.
 async fn run_alone(pool: &Pool, ctx: &Ctx, group: &[Job]) -> Option<Result<()>> {
     let [job] = group else {
         return None;
@@ -484,18 +529,35 @@ async fn run_alone(pool: &Pool, ctx: &Ctx, group: &[Job]) -> Option<Result<()>> 
     if job.fence.is_some() {
         return None;
     }
-    let (agent, trigger, opts) = job.write.bulk_begin()?;
-    if opts.parent_batch.is_some() || opts.retry_of.is_some() {
+    let begin = job.write.bulk_begin();
+    if let Some((_, _, opts)) = begin
+        && (opts.parent_batch.is_some() || opts.retry_of.is_some())
+    {
+        return None;
+    }
+    if begin.is_none() && !job.write.has_alone_form(ctx) {
         return None;
     }
     let mut pooled = match pool.acquire().await {
         Ok(pooled) => pooled,
         Err(e) => return Some(Err(e.into())),
     };
-    match ops::begin_batch_alone(&mut pooled, ctx, agent, trigger, opts).await {
-        Ok(Some(received)) => Some(job.write.set_received(received)),
-        Ok(None) => {
-            debug!(%agent, "a lone begin_batch stored nothing; it runs on the transactional path");
+    let stored = match begin {
+        Some((agent, trigger, opts)) => {
+            match ops::begin_batch_alone(&mut pooled, ctx, agent, trigger, opts).await {
+                Ok(Some(received)) => job.write.set_received(received).map(|()| true),
+                Ok(None) => Ok(false),
+                Err(e) => Err(e),
+            }
+        }
+        None => job.write.run_alone(&mut pooled, ctx).await,
+    };
+    match stored {
+        Ok(true) => Some(Ok(())),
+        Ok(false) => {
+            debug!(
+                "a lone write stored nothing in one round trip; it runs on the transactional path"
+            );
             None
         }
         Err(e) => Some(Err(e)),

@@ -191,7 +191,8 @@ pub async fn advance_sequence(
     Ok(done.rows_affected())
 }
 
-/// Marks batch `batch` complete at `now` (no owner, no lease); rows changed.
+/// Marks batch `batch` complete at `now` (no owner, no lease); rows changed. `pattern_db`'s
+/// `complete_batch` returns the row it read before with these same changes, not a fresh read.
 pub async fn mark_complete(
     conn: &mut PgConnection,
     batch: i64,

@@ -166,7 +166,8 @@ pub async fn advance_sequence(
     Ok(done.rows_affected())
 }
 
-/// Marks batch `batch` complete at `now` (no owner, no lease); rows changed.
+/// Marks batch `batch` complete at `now` (no owner, no lease); rows changed. `pattern_db`'s
+/// `complete_batch` returns the row it read before with these same changes, not a fresh read.
 pub async fn mark_complete(conn: &mut SqliteConnection, batch: i64, now: i64) -> sqlx::Result<u64> {
     let done = sqlx::query!(
         "UPDATE batches SET state = 'complete', completed_at = $1, run_owner = NULL, lease_expires_at = NULL WHERE id = $2",

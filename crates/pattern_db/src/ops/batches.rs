@@ -110,6 +110,22 @@ impl Write for BatchChange {
         Locks::agent(self.agent)
     }
 
+    /// Completing, on SQLite: [`super::complete_batch_alone`].
+    fn has_alone_form(&self, ctx: &Ctx) -> bool {
+        self.change == Change::Complete && ctx.backend == crate::config::Backend::Sqlite
+    }
+
+    async fn apply_alone(
+        &self,
+        pooled: &mut crate::sql::Pooled,
+        _ctx: &Ctx,
+    ) -> Result<Option<BatchInfo>> {
+        if self.change != Change::Complete {
+            return Ok(None);
+        }
+        super::complete_batch_alone(pooled, self.agent, self.batch).await
+    }
+
     async fn apply(
         &self,
         conn: &mut Conn<'_>,

@@ -157,6 +157,8 @@ async fn batch_lifecycle(kind: Kind) {
     assert_eq!(done.state, BatchState::Complete);
     assert!(done.completed_at.is_some());
     assert_eq!(done.run_owner, None);
+    // What completing returns is what is stored (it is not read again).
+    assert_eq!(store.batch_info(received.batch_id).await.unwrap(), done);
     // Completing again is a no-op.
     assert_eq!(
         store.complete_batch(received.batch_id).await.unwrap().state,
@@ -2170,8 +2172,73 @@ async fn protocol_organizations_and_agents(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
+/// A completion without a run's claim (on SQLite one text that is its own transaction:
+/// decision 0025, "Stop 42"): what it returns is what is stored, the agent's revision moves once
+/// so a cached read sees it, and a batch the short form must not complete (a tool call waiting,
+/// already complete) gets the answer it always got, nothing changed.
+async fn a_lone_completion_is_stored_once_or_left_to_the_full_rules(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let db = tdb.open().await.unwrap();
+    let agent = db.create_agent(NewAgent::named("ada")).await.unwrap();
+    let store = db.messages(agent.id);
+    let b = store
+        .begin_batch(NewMessage::user("one"), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
+    store
+        .append_step(b, vec![NewMessage::assistant("done")])
+        .await
+        .unwrap();
+    let cached = store.get_recent(5).await.unwrap();
+    assert_eq!(cached.last().unwrap().info.state, BatchState::Open);
+    let before = store.revision().await.unwrap().unwrap();
+    let done = store.complete_batch(b).await.unwrap();
+    assert_eq!(store.revision().await.unwrap(), Some(before + 1));
+    assert_eq!(done.state, BatchState::Complete);
+    assert_eq!(done.message_count, 2);
+    assert_eq!(
+        (done.run_owner.as_deref(), done.lease_expires_at),
+        (None, None)
+    );
+    assert_eq!(store.batch_info(b).await.unwrap(), done);
+    assert_eq!(
+        store.get_recent(5).await.unwrap().last().unwrap().info,
+        done
+    );
+
+    // A tool call waits for its result: refused, nothing changed.
+    let waiting = store
+        .begin_batch(NewMessage::user("two"), BeginBatch::default())
+        .await
+        .unwrap()
+        .batch_id;
+    store.append_step(waiting, vec![call("x")]).await.unwrap();
+    let revision = store.revision().await.unwrap();
+    assert!(matches!(
+        store.complete_batch(waiting).await,
+        Err(Error::Batch(BatchError::PendingToolCalls { pending, .. })) if pending == ["x"]
+    ));
+    assert_eq!(store.revision().await.unwrap(), revision);
+    assert_eq!(
+        store.batch_info(waiting).await.unwrap().state,
+        BatchState::Open
+    );
+    store.append_step(waiting, vec![result("x")]).await.unwrap();
+    assert_eq!(
+        store.complete_batch(waiting).await.unwrap().state,
+        BatchState::Complete
+    );
+
+    // Completing a complete batch answers with it as stored.
+    assert_eq!(store.complete_batch(b).await.unwrap(), done);
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
 conformance!(
     agents,
+    a_lone_completion_is_stored_once_or_left_to_the_full_rules,
     batch_lifecycle,
     pairing_is_enforced,
     continuation_keeps_the_batch,
