@@ -652,7 +652,6 @@ async fn run_group(
         }
     }
     // SQLite: the savepoint whose `RELEASE` waits for the next `SAVEPOINT` (see above).
-    let defer_release = ctx.backend == Backend::Sqlite;
     let mut unreleased: Option<Savepoint> = None;
     if begins.len() >= 2 {
         crate::sql::query("SAVEPOINT pattern_bulk")
@@ -660,13 +659,7 @@ async fn run_group(
             .await?;
         match ops::begin_batches_bulk(&mut tx.conn(), ctx, &calls).await {
             Ok(results) => {
-                if defer_release {
-                    unreleased = Some(Savepoint::Bulk);
-                } else {
-                    crate::sql::query("RELEASE SAVEPOINT pattern_bulk")
-                        .execute(&mut *tx)
-                        .await?;
-                }
+                unreleased = Savepoint::Bulk.end(tx, ctx).await?;
                 for (i, result) in begins.into_iter().zip(results) {
                     outcomes[i] = Some(result.and_then(|r| group[i].write.set_received(r)));
                 }
@@ -699,13 +692,7 @@ async fn run_group(
                 .execute(&mut *tx)
                 .await?;
         }
-        if defer_release {
-            unreleased = Some(Savepoint::Op);
-        } else {
-            crate::sql::query("RELEASE SAVEPOINT pattern_op")
-                .execute(&mut *tx)
-                .await?;
-        }
+        unreleased = Savepoint::Op.end(tx, ctx).await?;
         let conflict = matches!(&result, Err(e) if e.is_lock_conflict());
         *outcome = Some(result);
         if conflict {
@@ -725,6 +712,24 @@ enum Savepoint {
 }
 
 impl Savepoint {
+    /// Ends this savepoint after its work: on PostgreSQL its `RELEASE` now (`None`), on SQLite
+    /// nothing yet: it is returned, to be released with the next savepoint or by `COMMIT`.
+    async fn end(
+        self,
+        tx: &mut crate::sql::Tx,
+        ctx: &Ctx,
+    ) -> std::result::Result<Option<Self>, sqlx::Error> {
+        if ctx.backend == Backend::Sqlite {
+            return Ok(Some(self));
+        }
+        let release = match self {
+            Self::Bulk => "RELEASE SAVEPOINT pattern_bulk",
+            Self::Op => "RELEASE SAVEPOINT pattern_op",
+        };
+        crate::sql::query(release).execute(&mut *tx).await?;
+        Ok(None)
+    }
+
     /// The text that begins an op's savepoint, releasing `unreleased` first in the same text.
     fn begin_op_after(unreleased: Option<Self>) -> &'static str {
         match unreleased {
