@@ -515,44 +515,26 @@ async fn attempt_group(pool: &Pool, ctx: &Ctx, group: &[Job]) -> Vec<Result<()>>
         .collect()
 }
 
-/// A group of one write without a fence runs in one round trip when it can, instead of `BEGIN`,
-/// the write's statements and `COMMIT`. A `begin_batch` (without a parent or retry) through
-/// `ops::begin_batch_alone`: on PostgreSQL one autocommitted call that locks, reads and writes;
-/// on SQLite one text of statements that is its own transaction. Any other write through its
-/// own one-trip form ([`Write::apply_alone`]), when it has one. `None` when that does not apply,
-/// or when it stored nothing (a run holds the agent, a newer position exists, the agent is
-/// unknown, the write found what needs its full rules): the transactional path then runs it.
+/// A group of one write without a fence runs in one round trip when the write has a form for
+/// it ([`Write::apply_alone`]), instead of `BEGIN`, the write's statements and `COMMIT`: a
+/// `begin_batch` without a parent or retry (`ops::begin_batch_alone`: on PostgreSQL one
+/// autocommitted call that locks, reads and writes; on SQLite one text of statements that is its
+/// own transaction), a completion on SQLite (`ops::complete_batch_alone`). `None` when that does
+/// not apply, or when it stored nothing (a run holds the agent, a newer position exists, the
+/// agent is unknown, the write found what needs its full rules): the transactional path then
+/// runs it.
 async fn run_alone(pool: &Pool, ctx: &Ctx, group: &[Job]) -> Option<Result<()>> {
     let [job] = group else {
         return None;
     };
-    if job.fence.is_some() {
-        return None;
-    }
-    let begin = job.write.bulk_begin();
-    if let Some((_, _, opts)) = begin
-        && (opts.parent_batch.is_some() || opts.retry_of.is_some())
-    {
-        return None;
-    }
-    if begin.is_none() && !job.write.has_alone_form(ctx) {
+    if job.fence.is_some() || !job.write.has_alone_form(ctx) {
         return None;
     }
     let mut pooled = match pool.acquire().await {
         Ok(pooled) => pooled,
         Err(e) => return Some(Err(e.into())),
     };
-    let stored = match begin {
-        Some((agent, trigger, opts)) => {
-            match ops::begin_batch_alone(&mut pooled, ctx, agent, trigger, opts).await {
-                Ok(Some(received)) => job.write.set_received(received).map(|()| true),
-                Ok(None) => Ok(false),
-                Err(e) => Err(e),
-            }
-        }
-        None => job.write.run_alone(&mut pooled, ctx).await,
-    };
-    match stored {
+    match job.write.run_alone(&mut pooled, ctx).await {
         Ok(true) => Some(Ok(())),
         Ok(false) => {
             debug!(

@@ -43,8 +43,7 @@ pub const ID_TEXT: &str = "lower(substr(hex(m.id), 1, 8) || '-' || substr(hex(m.
 
 /// The SQL that gives the id of the message `m` as its 32 hex digits (no hyphens), which
 /// `uuid::Uuid::parse_str` reads: for rows whose id is parsed, not compared as text. One `hex`
-/// call per row instead of [`ID_TEXT`]'s five, four `substr` and a `lower` (a fifth of the
-/// SQLite work of reading 50 messages).
+/// call per row instead of [`ID_TEXT`]'s five, four `substr` and a `lower`.
 pub const ID_HEX: &str = "hex(m.id)";
 
 /// The stored code of `name` among `names` ([`ROLES`] or [`BATCH_TYPES`]); `None` for a name

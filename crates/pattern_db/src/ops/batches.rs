@@ -48,6 +48,19 @@ impl Write for BeginBatch {
         Some((self.agent, &self.trigger, &self.opts))
     }
 
+    /// Without a parent or retry: [`super::begin_batch_alone`] (both engines).
+    fn has_alone_form(&self, _ctx: &Ctx) -> bool {
+        self.opts.parent_batch.is_none() && self.opts.retry_of.is_none()
+    }
+
+    async fn apply_alone(
+        &self,
+        pooled: &mut crate::sql::Pooled,
+        ctx: &Ctx,
+    ) -> Result<Option<Received>> {
+        super::begin_batch_alone(pooled, ctx, self.agent, &self.trigger, &self.opts).await
+    }
+
     fn from_received(received: Received) -> Option<Received> {
         Some(received)
     }
