@@ -694,11 +694,14 @@ fn row_agent(row: &Row, index: usize) -> Result<AgentId> {
 fn content_select(backend: Backend, t: ContentType) -> String {
     match t {
         // A message's agent is its batch's (SQLite's messages carry the agent's number), and
-        // SQLite stores its id as 16 bytes (migration 0030).
+        // SQLite stores its id as 16 bytes (migration 0030), read as its hex digits.
         ContentType::Message => format!(
             "SELECT {}, b.agent_id, m.created_at, m.content FROM messages m \
              JOIN batches b ON b.id = m.batch_id WHERE NOT m.archived AND NOT m.deleted",
-            message_id_text(backend)
+            match backend {
+                Backend::Sqlite => pattern_db_sqlite::messages::ID_HEX,
+                Backend::Postgres => "m.id",
+            }
         ),
         ContentType::Block => {
             "SELECT m.id, m.owner_agent_id, m.created_at, m.value FROM memory_blocks m WHERE 1 = 1"
@@ -711,21 +714,27 @@ fn content_select(backend: Backend, t: ContentType) -> String {
     }
 }
 
+/// The condition `column IN` the ids of one JSON array parameter (`$1`): the whole list is
+/// one statement of one text whatever its length, so a search's few dozen hits are one round
+/// trip and one cached statement, not one per fixed-size chunk. SQLite compares `unhex` of each
+/// element when the column holds a message id's 16 bytes (`bytes`); PostgreSQL's ids are
+/// `UUID`s.
+fn in_id_list(backend: Backend, column: &str, bytes: bool) -> String {
+    match (backend, bytes) {
+        (Backend::Sqlite, true) => format!("{column} IN (SELECT unhex(value) FROM json_each(?))"),
+        (Backend::Sqlite, false) => format!("{column} IN (SELECT value FROM json_each(?))"),
+        (Backend::Postgres, _) => format!(
+            "{column} IN (SELECT CAST(value AS UUID) FROM jsonb_array_elements_text(CAST($1 AS JSONB)))"
+        ),
+    }
+}
+
 /// The id of the message `m` as a UUID's text: SQLite stores its 16 bytes (migration 0030).
 fn message_id_text(backend: Backend) -> &'static str {
     match backend {
         Backend::Sqlite => pattern_db_sqlite::messages::ID_TEXT,
         Backend::Postgres => "m.id",
     }
-}
-
-/// A message id (a UUID's text) as a statement binds it: its 16 bytes on SQLite, its text on
-/// PostgreSQL (a `UUID` parameter parses it).
-fn message_id_arg(backend: Backend, id: &str) -> Result<crate::sql::Arg> {
-    Ok(match backend {
-        Backend::Sqlite => sqlite_message_id(id)?.into(),
-        Backend::Postgres => id.to_owned().into(),
-    })
 }
 
 /// A message id (a UUID's text) as SQLite stores it: its 16 bytes (migration 0030).
@@ -739,9 +748,13 @@ fn content_from_row(t: ContentType, row: &Row) -> Result<ContentRow> {
     let raw = row
         .try_get::<pattern_db_sqlite::messages::StoredText, _>(3)?
         .into_string();
-    let text = match t {
-        ContentType::Message => message_text(&decode_content(&raw)?),
-        _ => raw,
+    let (id, text) = match t {
+        // SQLite gives a message's id as its hex digits: the ref holds the hyphenated text.
+        ContentType::Message => (
+            uuid_arg(&id)?.to_string(),
+            message_text(&decode_content(&raw)?),
+        ),
+        _ => (id, raw),
     };
     Ok(ContentRow {
         content: ContentRef::new(t, id),
@@ -751,41 +764,44 @@ fn content_from_row(t: ContentType, row: &Row) -> Result<ContentRow> {
     })
 }
 
-/// The live rows among `refs` (visible to `agent` when given), keyed by ref.
+/// The live rows among `refs` (visible to `agent` when given), keyed by ref: one statement per
+/// content type present (and one for the access of the blocks found, with `agent`).
 pub(crate) async fn load_live(
     conn: &mut Conn<'_>,
     refs: &[ContentRef],
     agent: Option<AgentId>,
 ) -> Result<HashMap<ContentRef, ContentRow>> {
+    let backend = conn.backend();
     let mut out = HashMap::with_capacity(refs.len());
     for t in ContentType::ALL {
-        let mut ids: Vec<&str> = refs
+        // Ids are UUIDs: text that is not one names no content (and PostgreSQL's UUID column
+        // would refuse to compare with it). SQLite's message ids are compared as their bytes.
+        let mut ids: Vec<String> = refs
             .iter()
             .filter(|r| r.content_type == t)
-            .map(|r| r.id.as_str())
+            .filter_map(|r| Uuid::parse_str(&r.id).ok().map(|id| (r, id)))
+            .map(|(r, id)| match (backend, t) {
+                (Backend::Sqlite, ContentType::Message) => id.simple().to_string(),
+                _ => r.id.clone(),
+            })
             .collect();
-        // Ids are UUIDs: text that is not one names no content (and PostgreSQL's UUID column
-        // would refuse to compare with it).
-        ids.retain(|id| Uuid::parse_str(id).is_ok());
+        if ids.is_empty() {
+            continue;
+        }
         ids.sort_unstable();
         ids.dedup();
-        for chunk in fixed_chunks(&ids) {
-            let sql = format!(
-                "{} AND m.id IN {}",
-                content_select(conn.backend(), t),
-                value_rows(&*conn, 1, chunk.len())
-            );
-            let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
-            for id in chunk {
-                q = match t {
-                    ContentType::Message => q.bind(message_id_arg(conn.backend(), id)?),
-                    _ => q.bind((*id).to_owned()),
-                };
-            }
-            for row in q.fetch_all(&mut *conn).await? {
-                let row = content_from_row(t, &row)?;
-                out.insert(row.content.clone(), row);
-            }
+        let sql = format!(
+            "{} AND {}",
+            content_select(backend, t),
+            in_id_list(backend, "m.id", t == ContentType::Message)
+        );
+        let rows = crate::sql::query(sqlx::AssertSqlSafe(sql))
+            .bind(serde_json::Value::from(ids).to_string())
+            .fetch_all(&mut *conn)
+            .await?;
+        for row in rows {
+            let row = content_from_row(t, &row)?;
+            out.insert(row.content.clone(), row);
         }
     }
     if let Some(agent) = agent {
@@ -795,16 +811,22 @@ pub(crate) async fn load_live(
             .map(|r| r.id.as_str())
             .collect();
         let mut visible = HashSet::new();
-        for chunk in fixed_chunks(&blocks) {
+        if !blocks.is_empty() {
+            // The list is the first parameter, the agent the second.
             let sql = format!(
-                "SELECT block_id FROM memory_block_access WHERE agent_id = $1 AND block_id IN {}",
-                placeholders(1, chunk.len(), 2)
+                "SELECT block_id FROM memory_block_access WHERE {} AND agent_id = {}",
+                in_id_list(backend, "block_id", false),
+                match backend {
+                    Backend::Sqlite => "?",
+                    Backend::Postgres => "$2",
+                }
             );
-            let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(agent.to_string());
-            for id in chunk {
-                q = q.bind((*id).to_owned());
-            }
-            for row in q.fetch_all(&mut *conn).await? {
+            let rows = crate::sql::query(sqlx::AssertSqlSafe(sql))
+                .bind(serde_json::Value::from(blocks).to_string())
+                .bind(agent.to_string())
+                .fetch_all(&mut *conn)
+                .await?;
+            for row in rows {
                 visible.insert(row.try_get::<String, _>(0)?);
             }
         }
