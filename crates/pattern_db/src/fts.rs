@@ -284,6 +284,17 @@ pub(crate) struct FtsIndex {
     /// PostgreSQL: how far the index has read messages by writing transaction (`None`: SQLite,
     /// whose log holds its messages). Changed only under `catching_up`.
     messages: Option<std::sync::Mutex<MessageMark>>,
+    /// The `meta.json` the reader's segments were loaded from, and its cursor (see
+    /// [`FtsIndex::reload_with_cursor`]).
+    loaded: std::sync::Mutex<Option<Loaded>>,
+}
+
+/// The commit a reader reads: the bytes of its `meta.json` and the cursor in its payload.
+/// Equal bytes are the same commit (a commit's opstamp only grows and its segments' ids are
+/// random), so a reader loaded from them reads exactly what they list.
+struct Loaded {
+    meta: Vec<u8>,
+    cursor: Option<i64>,
 }
 
 /// How far a PostgreSQL index has read messages by writing transaction (migration 0029).
@@ -415,6 +426,7 @@ impl FtsIndex {
             fields,
             catching_up: tokio::sync::Mutex::new(()),
             messages: None,
+            loaded: std::sync::Mutex::new(None),
         })
     }
 
@@ -487,7 +499,20 @@ impl FtsIndex {
     /// index never built). Another handle may commit between reading `meta.json` and reloading;
     /// a cursor newer than the reader's documents would skip changes a search then misses, so
     /// the two are read again until the reader's segments are the ones `meta.json` lists.
+    ///
+    /// A reload opens every segment afresh (tantivy reuses none, and takes the directory's
+    /// meta lock to do it), so it is skipped while `meta.json` holds the bytes the reader was
+    /// loaded from: reading the file is all a search pays when nothing was committed since
+    /// (decision 0025, "Stop 43"). The bytes are recorded only when they read the same before
+    /// and after a reload that loaded exactly the segments they list.
     fn reload_with_cursor(&self) -> Result<Option<i64>> {
+        let meta = self.meta_bytes()?;
+        if let Some(loaded) = self.loaded()?.as_ref()
+            && meta.as_deref() == Some(loaded.meta.as_slice())
+        {
+            return Ok(loaded.cursor);
+        }
+        let mut before = meta;
         for _ in 0..100 {
             let metas = self.index.load_metas().map_err(index_error)?;
             self.reader.reload().map_err(index_error)?;
@@ -498,13 +523,45 @@ impl FtsIndex {
                     .segments
                     .iter()
                     .all(|s| loaded.get(&s.id()) == Some(&s.delete_opstamp()));
+            let after = self.meta_bytes()?;
+            let cursor = metas.payload.and_then(|p| p.parse().ok());
             if same {
-                return Ok(metas.payload.and_then(|p| p.parse().ok()));
+                *self.loaded()? = match (before, after) {
+                    (Some(b), Some(a)) if a == b => Some(Loaded { meta: a, cursor }),
+                    _ => None,
+                };
+                return Ok(cursor);
             }
+            before = after;
         }
         Err(index_failure(
             "the full-text index kept changing while it was read".into(),
         ))
+    }
+
+    /// The bytes of the index's `meta.json` (`None`: no commit yet).
+    fn meta_bytes(&self) -> Result<Option<Vec<u8>>> {
+        use tantivy::Directory;
+        match self.index.directory().atomic_read(Path::new("meta.json")) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(tantivy::directory::error::OpenReadError::FileDoesNotExist(_)) => Ok(None),
+            Err(e) => Err(index_error(e.into())),
+        }
+    }
+
+    /// The commit the reader was last loaded from, locked (a poisoned lock is an index
+    /// failure, never a panic).
+    fn loaded(&self) -> Result<std::sync::MutexGuard<'_, Option<Loaded>>> {
+        self.loaded
+            .lock()
+            .map_err(|_| index_failure("the full-text index's reader state was poisoned".into()))
+    }
+
+    /// Makes the next catch-up reload the reader whatever `meta.json` holds (a search met a
+    /// segment file removed under it).
+    pub(crate) fn forget_loaded(&self) -> Result<()> {
+        *self.loaded()? = None;
+        Ok(())
     }
 
     /// Applies every change after the index's cursor (rebuilding first if it has none), until
@@ -676,7 +733,7 @@ impl FtsIndex {
                 tracing::debug!(error = %e, "merging the full-text index's segments failed");
             }
         }));
-        self.reader.reload().map_err(index_error)
+        self.reload_with_cursor().map(|_| ())
     }
 
     /// Runs `write`, a write that stores new content (`docs`, with ids no document has yet) and
@@ -1263,5 +1320,41 @@ mod tests {
         assert_eq!(commit_at(&mut w, 3).unwrap(), 3);
         assert_eq!(commit(&mut w, 20, 25).unwrap(), Some(3));
         assert_eq!(h.cursor().unwrap(), Some(3));
+    }
+
+    /// A reader is reloaded only when `meta.json` changed: searches with nothing committed
+    /// since keep the searcher they have (no segment reopened), and another handle's commit,
+    /// even one that leaves the cursor where it was, is read by the next reload.
+    #[test]
+    fn the_reader_is_reloaded_only_for_a_new_commit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("db.search");
+        let first = FtsIndex::open_blocking(Some(&dir)).unwrap();
+        let second = FtsIndex::open_blocking(Some(&dir)).unwrap();
+        let write = |h: &FtsIndex, n: i64, cursor: i64| {
+            let f = h.fields;
+            let mut w = open_writer(&h.index, h.dir.as_deref()).unwrap();
+            w.add_document(doc!(f.key => format!("archival:{n}"), f.text => "turn"))
+                .unwrap();
+            commit_at(&mut w, cursor).unwrap();
+            w.wait_merging_threads().unwrap();
+        };
+        let generation = |h: &FtsIndex| h.reader.searcher().generation().generation_id();
+        write(&first, 1, 1);
+        assert_eq!(second.reload_with_cursor().unwrap(), Some(1));
+        let loaded = generation(&second);
+        for _ in 0..3 {
+            assert_eq!(second.reload_with_cursor().unwrap(), Some(1));
+        }
+        assert_eq!(generation(&second), loaded, "nothing new: no reload");
+        write(&first, 2, 1);
+        assert_eq!(second.reload_with_cursor().unwrap(), Some(1));
+        assert_ne!(generation(&second), loaded);
+        assert_eq!(second.reader.searcher().num_docs(), 2);
+        // Forgotten: the next reload opens the segments again.
+        let loaded = generation(&second);
+        second.forget_loaded().unwrap();
+        assert_eq!(second.reload_with_cursor().unwrap(), Some(1));
+        assert_ne!(generation(&second), loaded);
     }
 }

@@ -628,7 +628,10 @@ impl Database {
             match found {
                 // Another handle or process merged the segments this one read and removed
                 // their files (SQLite): the next catch-up reloads the newest ones.
-                Err(e) if attempt < 3 && crate::fts::file_vanished(&e) => attempt += 1,
+                Err(e) if attempt < 3 && crate::fts::file_vanished(&e) => {
+                    fts.forget_loaded()?;
+                    attempt += 1;
+                }
                 found => return found,
             }
         }
