@@ -455,7 +455,7 @@ impl FtsIndex {
     /// PostgreSQL: applies the messages written since the mark (see [`MessageMark`]) and moves
     /// the mark to the snapshot's `xmin`. Called with `catching_up` held, after the log's
     /// changes up to `cursor` (kept as the commit's cursor).
-    async fn catch_up_messages(&self, db: &Database, cursor: i64) -> Result<()> {
+    async fn catch_up_messages(self: &Arc<Self>, db: &Database, cursor: i64) -> Result<()> {
         let Some(mark) = self.marks()?.and_then(|m| m.mark) else {
             return Ok(());
         };
@@ -568,7 +568,7 @@ impl FtsIndex {
     /// the reader reads a commit whose cursor has no change after it. Other handles commit to
     /// the same directory meanwhile (even rebuild it from an older head), so each round starts
     /// from the cursor of the commit the reader reads, never from one remembered.
-    pub(crate) async fn catch_up(&self, db: &Database) -> Result<()> {
+    pub(crate) async fn catch_up(self: &Arc<Self>, db: &Database) -> Result<()> {
         let _one = self.catching_up.lock().await;
         // The cursor is recorded when it moved from the first one read, or after a rebuild
         // (even with nothing after it, so pruning the log knows this follower).
@@ -620,14 +620,14 @@ impl FtsIndex {
     }
 
     /// Rebuilds the index from the live content; returns the number of documents.
-    pub(crate) async fn rebuild(&self, db: &Database) -> Result<u64> {
+    pub(crate) async fn rebuild(self: &Arc<Self>, db: &Database) -> Result<u64> {
         let _one = self.catching_up.lock().await;
         let (cursor, n) = self.rebuild_locked(db).await?;
         self.record_cursor(db, cursor).await?;
         Ok(n)
     }
 
-    async fn rebuild_locked(&self, db: &Database) -> Result<(i64, u64)> {
+    async fn rebuild_locked(self: &Arc<Self>, db: &Database) -> Result<(i64, u64)> {
         // The head is read first: anything committed after it is in the log tail and is applied
         // again by the next catch-up (harmless: changes re-read the current state). So is the
         // message mark (PostgreSQL): messages of transactions at or after it are read again.
@@ -702,7 +702,7 @@ impl FtsIndex {
     /// `cursor`) and commits the cursor [`commit`] finds safe. Returns the cursor committed
     /// (`None`: nothing committed, the index was recreated meanwhile).
     async fn apply(
-        &self,
+        self: &Arc<Self>,
         remove: Vec<ContentRef>,
         docs: Vec<Doc>,
         from: i64,
@@ -726,11 +726,19 @@ impl FtsIndex {
     /// After a commit: the commit is visible now; merging the segments it started can take
     /// seconds on a large index and no search needs it, so it finishes on its own thread. The
     /// writer's lock is held until then: the next catch-up with changes to apply waits for it in
-    /// `open_writer`, one with nothing new does not.
-    fn committed(&self, writer: IndexWriter) -> Result<()> {
+    /// `open_writer`, one with nothing new does not. Once the merges are done (and the writer's
+    /// lock released), that thread reloads the reader under the catch-up lock, so opening the
+    /// merged segments (milliseconds for a large one) is not left to the next search.
+    fn committed(self: &Arc<Self>, writer: IndexWriter) -> Result<()> {
+        let index = Arc::downgrade(self);
         std::mem::drop(tokio::task::spawn_blocking(move || {
             if let Err(e) = writer.wait_merging_threads() {
                 tracing::debug!(error = %e, "merging the full-text index's segments failed");
+            }
+            let Some(index) = index.upgrade() else { return };
+            let _one = index.catching_up.blocking_lock();
+            if let Err(e) = index.reload_with_cursor() {
+                tracing::debug!(error = %e, "the full-text index's reader could not reload");
             }
         }));
         self.reload_with_cursor().map(|_| ())
@@ -749,7 +757,7 @@ impl FtsIndex {
     /// the next catch-up (its cursor did not move), logged, never reported as a failed write.
     /// Holds the catch-up lock throughout, so no catch-up applies the write's changes twice.
     pub(crate) async fn index_alongside<T>(
-        &self,
+        self: &Arc<Self>,
         db: &Database,
         docs: Vec<Doc>,
         write: impl std::future::Future<Output = Result<(T, Option<(i64, i64)>)>>,
@@ -797,7 +805,7 @@ impl FtsIndex {
     /// `first..=last` and `w` holds their documents: the changes after `cursor` and before
     /// `first` are added, then everything is committed with `last` as the cursor.
     async fn commit_after(
-        &self,
+        self: &Arc<Self>,
         db: &Database,
         mut w: IndexWriter,
         from: i64,
