@@ -1231,6 +1231,17 @@ mod tests {
             .collect()
     }
 
+    /// Commits one document (`archival:{n}`) through a writer of `h` with `cursor` as its
+    /// cursor, and waits for its merges.
+    fn commit_one(h: &FtsIndex, n: i64, cursor: i64) {
+        let f = h.fields;
+        let mut w = open_writer(&h.index, h.dir.as_deref()).unwrap();
+        w.add_document(doc!(f.key => format!("archival:{n}"), f.text => "turn"))
+            .unwrap();
+        commit_at(&mut w, cursor).unwrap();
+        w.wait_merging_threads().unwrap();
+    }
+
     /// Two handles (two processes) writing the same index in turn, then one alone after the
     /// other closed: each writer session sees the files the other registered, so segments merged
     /// away are deleted whoever wrote them, and the directory keeps only the live segments' files.
@@ -1240,14 +1251,7 @@ mod tests {
         let dir = tmp.path().join("db.search");
         let first = FtsIndex::open_blocking(Some(&dir)).unwrap();
         let second = FtsIndex::open_blocking(Some(&dir)).unwrap();
-        let write = |h: &FtsIndex, n: i64| {
-            let f = h.fields;
-            let mut w = open_writer(&h.index, h.dir.as_deref()).unwrap();
-            w.add_document(doc!(f.key => format!("archival:{n}"), f.text => "turn"))
-                .unwrap();
-            commit_at(&mut w, n).unwrap();
-            w.wait_merging_threads().unwrap();
-        };
+        let write = |h: &FtsIndex, n: i64| commit_one(h, n, n);
         for n in 0..40 {
             write(if n % 2 == 0 { &first } else { &second }, n);
         }
@@ -1339,14 +1343,7 @@ mod tests {
         let dir = tmp.path().join("db.search");
         let first = FtsIndex::open_blocking(Some(&dir)).unwrap();
         let second = FtsIndex::open_blocking(Some(&dir)).unwrap();
-        let write = |h: &FtsIndex, n: i64, cursor: i64| {
-            let f = h.fields;
-            let mut w = open_writer(&h.index, h.dir.as_deref()).unwrap();
-            w.add_document(doc!(f.key => format!("archival:{n}"), f.text => "turn"))
-                .unwrap();
-            commit_at(&mut w, cursor).unwrap();
-            w.wait_merging_threads().unwrap();
-        };
+        let write = commit_one;
         let generation = |h: &FtsIndex| h.reader.searcher().generation().generation_id();
         write(&first, 1, 1);
         assert_eq!(second.reload_with_cursor().unwrap(), Some(1));
