@@ -714,11 +714,11 @@ fn content_select(backend: Backend, t: ContentType) -> String {
     }
 }
 
-/// The condition `column IN` the ids of one JSON array parameter (`$1`): the whole list is
-/// one statement of one text whatever its length, so a search's few dozen hits are one round
-/// trip and one cached statement, not one per fixed-size chunk. SQLite compares `unhex` of each
-/// element when the column holds a message id's 16 bytes (`bytes`); PostgreSQL's ids are
-/// `UUID`s.
+/// The condition `column IN` the ids of one JSON array, the statement's first parameter: the
+/// whole list is one statement of one text whatever its length, so a search's few dozen hits
+/// are one round trip and one cached statement, not one per fixed-size chunk. SQLite compares
+/// `unhex` of each element when the column holds a message id's 16 bytes (`bytes`);
+/// PostgreSQL's ids are `UUID`s.
 fn in_id_list(backend: Backend, column: &str, bytes: bool) -> String {
     match (backend, bytes) {
         (Backend::Sqlite, true) => format!("{column} IN (SELECT unhex(value) FROM json_each(?))"),
