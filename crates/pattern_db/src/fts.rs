@@ -1343,16 +1343,15 @@ mod tests {
         let dir = tmp.path().join("db.search");
         let first = FtsIndex::open_blocking(Some(&dir)).unwrap();
         let second = FtsIndex::open_blocking(Some(&dir)).unwrap();
-        let write = commit_one;
         let generation = |h: &FtsIndex| h.reader.searcher().generation().generation_id();
-        write(&first, 1, 1);
+        commit_one(&first, 1, 1);
         assert_eq!(second.reload_with_cursor().unwrap(), Some(1));
         let loaded = generation(&second);
         for _ in 0..3 {
             assert_eq!(second.reload_with_cursor().unwrap(), Some(1));
         }
         assert_eq!(generation(&second), loaded, "nothing new: no reload");
-        write(&first, 2, 1);
+        commit_one(&first, 2, 1);
         assert_eq!(second.reload_with_cursor().unwrap(), Some(1));
         assert_ne!(generation(&second), loaded);
         assert_eq!(second.reader.searcher().num_docs(), 2);

@@ -779,10 +779,12 @@ pub(crate) async fn load_live(
         let mut ids: Vec<String> = refs
             .iter()
             .filter(|r| r.content_type == t)
-            .filter_map(|r| Uuid::parse_str(&r.id).ok().map(|id| (r, id)))
-            .map(|(r, id)| match (backend, t) {
-                (Backend::Sqlite, ContentType::Message) => id.simple().to_string(),
-                _ => r.id.clone(),
+            .filter_map(|r| {
+                let id = Uuid::parse_str(&r.id).ok()?;
+                Some(match (backend, t) {
+                    (Backend::Sqlite, ContentType::Message) => id.simple().to_string(),
+                    _ => r.id.clone(),
+                })
             })
             .collect();
         if ids.is_empty() {
