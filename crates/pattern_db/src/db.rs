@@ -220,9 +220,16 @@ impl Database {
     pub async fn open(config: DbConfig) -> Result<Self> {
         let backend = config.validate()?;
         let options = connect_options(&config, backend)?;
-        let (read_size, write_size) = match backend {
-            Backend::Sqlite => (config.read_connections, 1),
-            Backend::Postgres => (config.read_connections, config.pg_write_connections),
+        // Writer tasks and write connections: SQLite has one writer task, which keeps its
+        // connection from one group to the next (`writer::Held`), and a second connection for
+        // what writes outside it (a machine id leased again, registration at close).
+        let (read_size, write_size, writers) = match backend {
+            Backend::Sqlite => (config.read_connections, 2, 1),
+            Backend::Postgres => (
+                config.read_connections,
+                config.pg_write_connections,
+                config.pg_write_connections,
+            ),
         };
         let write_pool = pool(&config, &options, write_size).await?;
         if backend == Backend::Sqlite {
@@ -289,7 +296,7 @@ impl Database {
         let writer = Writer::start(
             write_pool.clone(),
             ctx.clone(),
-            write_size as usize,
+            writers as usize,
             config.queue_capacity,
             config.max_group,
         );

@@ -35,8 +35,9 @@ use sqlx::postgres::types::Oid;
 use sqlx::postgres::{PgArguments, PgRow, PgTypeInfo};
 use sqlx::sqlite::{SqliteArguments, SqliteRow};
 use sqlx::{
-    Arguments, Executor as _, PgConnection, PgPool, Postgres, Row as _, SqlSafeStr, SqlStr, Sqlite,
-    SqliteConnection, SqlitePool, Statement as _, Transaction, TypeInfo, ValueRef,
+    Arguments, Connection as _, Executor as _, PgConnection, PgPool, Postgres, Row as _,
+    SqlSafeStr, SqlStr, Sqlite, SqliteConnection, SqlitePool, Statement as _, Transaction,
+    TypeInfo, ValueRef,
 };
 
 use crate::config::Backend;
@@ -71,11 +72,28 @@ impl Pool {
 
     /// A transaction: `BEGIN IMMEDIATE` on SQLite (the write lock up front, so no lock upgrade
     /// fails half-way), `BEGIN` on PostgreSQL.
-    pub async fn begin_write(&self) -> SqlxResult<Tx> {
+    pub async fn begin_write(&self) -> SqlxResult<Tx<'static>> {
         Ok(match self {
             Self::Sqlite(p) => Tx::Sqlite(p.begin_with("BEGIN IMMEDIATE").await?),
             Self::Postgres(p) => Tx::Postgres(p.begin().await?),
         })
+    }
+
+    /// Whether [`Pool::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        match self {
+            Self::Sqlite(p) => p.is_closed(),
+            Self::Postgres(p) => p.is_closed(),
+        }
+    }
+
+    /// Completes when the pool is closed ([`Pool::close`] was called): a holder of a
+    /// connection of it must then give it back, or the close waits for it.
+    pub fn close_event(&self) -> sqlx::pool::CloseEvent {
+        match self {
+            Self::Sqlite(p) => p.close_event(),
+            Self::Postgres(p) => p.close_event(),
+        }
     }
 
     /// Closes every connection (waits for the ones in use to come back).
@@ -103,6 +121,15 @@ impl Pooled {
             Self::Sqlite(c) => Conn::Sqlite(c),
             Self::Postgres(c) => Conn::Postgres(c),
         }
+    }
+
+    /// A transaction on this connection, as [`Pool::begin_write`] opens one on any: the
+    /// connection stays this caller's when it ends (no trip back to the pool).
+    pub async fn begin_write(&mut self) -> SqlxResult<Tx<'_>> {
+        Ok(match self {
+            Self::Sqlite(c) => Tx::Sqlite((**c).begin_with("BEGIN IMMEDIATE").await?),
+            Self::Postgres(c) => Tx::Postgres((**c).begin().await?),
+        })
     }
 
     /// SQLite: `query` (one or more statements joined by [`Script::into_query`], anonymous
@@ -170,16 +197,17 @@ impl Drop for CloseUnlessSettled<'_> {
     }
 }
 
-/// An open transaction; rolled back when dropped without [`Tx::commit`].
+/// An open transaction, on a pool's connection (`'static`) or a borrowed one; rolled back when
+/// dropped without [`Tx::commit`].
 #[derive(Debug)]
-pub enum Tx {
+pub enum Tx<'c> {
     /// SQLite.
-    Sqlite(Transaction<'static, Sqlite>),
+    Sqlite(Transaction<'c, Sqlite>),
     /// PostgreSQL.
-    Postgres(Transaction<'static, Postgres>),
+    Postgres(Transaction<'c, Postgres>),
 }
 
-impl Tx {
+impl Tx<'_> {
     /// The transaction's connection, to run statements on.
     pub fn conn(&mut self) -> Conn<'_> {
         match self {
@@ -284,8 +312,8 @@ impl<'c> From<&'c mut Pooled> for On<'c> {
     }
 }
 
-impl<'c> From<&'c mut Tx> for On<'c> {
-    fn from(tx: &'c mut Tx) -> Self {
+impl<'c> From<&'c mut Tx<'_>> for On<'c> {
+    fn from(tx: &'c mut Tx<'_>) -> Self {
         match tx {
             Tx::Sqlite(t) => On::Sqlite(t),
             Tx::Postgres(t) => On::Postgres(t),

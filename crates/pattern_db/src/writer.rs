@@ -23,7 +23,9 @@
 //! acknowledgement; when it finds a holder or a newer position it stores nothing and the write
 //! runs on the transactional path. SQLite does the same for a lone acknowledgement with one text
 //! of statements that is its own `BEGIN IMMEDIATE` ... `COMMIT` (one round trip to the
-//! connection's worker thread instead of four). Recovery across agents, which discovers the agents it locks
+//! connection's worker thread instead of four), on a connection SQLite's one writer task keeps
+//! from one group to the next (`Held`: no trip back through sqlx's pool, which pings each
+//! connection it gets back). Recovery across agents, which discovers the agents it locks
 //! as it goes, runs alone in its own transaction and takes them in agent order too. A deadlock or
 //! serialization failure that still happens (another process's transaction, a foreign-key check)
 //! rolls the whole group back and it runs again, a few times, before any caller hears of it.
@@ -345,13 +347,15 @@ async fn run(
 ) {
     // An exclusive op met while collecting a group waits for the next round, alone.
     let mut carried: Option<Job> = None;
+    // SQLite: the writer's own connection, kept from one group to the next (see `Held`).
+    let mut held = Held::new(ctx.backend);
     loop {
         let mut group = Vec::new();
         match carried.take() {
             Some(job) => group.push(job),
             None => {
                 let mut rx = rx.lock().await;
-                match rx.recv().await {
+                match held.wait(&pool, &mut rx).await {
                     Some(job) => group.push(job),
                     None => break,
                 }
@@ -385,7 +389,7 @@ async fn run(
             });
         }
         debug!(writer = n, size = group.len(), "committing write group");
-        commit_group(&pool, &ctx, group).await;
+        commit_group(&pool, &ctx, &mut held, group).await;
     }
     if let Some(job) = carried {
         job.reply(Err(Error::Storage(StorageError::Closed)));
@@ -393,12 +397,68 @@ async fn run(
     debug!(writer = n, "writer stopped: every handle dropped");
 }
 
+/// The connection a writer runs its groups on. On SQLite (one writer task) it is kept from one
+/// group to the next while every write of a group succeeds: a connection going back to sqlx's
+/// pool is pinged first (a round trip to its worker thread, about 0.1 ms here) and is not
+/// available until then, so with the one write connection every lone acknowledgement waited
+/// for the previous one's ping. A group with a failed write gives it back (a rollback that
+/// failed has marked it to be closed; the pool's ping checks any other), and the writer takes
+/// one again for its next group. PostgreSQL's writers take one per group (several writers share
+/// the pool, and the pool's ping finds a connection the server dropped before it is used). A
+/// kept connection goes back when the pool closes ([`Held::wait`]), so `Database::close` never
+/// waits for it.
+struct Held {
+    keep: bool,
+    conn: Option<crate::sql::Pooled>,
+}
+
+impl Held {
+    fn new(backend: Backend) -> Self {
+        Self {
+            keep: backend == Backend::Sqlite,
+            conn: None,
+        }
+    }
+
+    /// The next job of the queue; a kept connection is given back as soon as the pool closes.
+    async fn wait(&mut self, pool: &Pool, rx: &mut mpsc::Receiver<Job>) -> Option<Job> {
+        if self.conn.is_none() {
+            return rx.recv().await;
+        }
+        tokio::select! {
+            job = rx.recv() => job,
+            () = pool.close_event() => {
+                self.conn = None;
+                rx.recv().await
+            }
+        }
+    }
+
+    /// The connection, taken from the pool when none is held.
+    async fn get(&mut self, pool: &Pool) -> Result<&mut crate::sql::Pooled> {
+        let conn = match self.conn.take() {
+            Some(conn) => conn,
+            None => pool.acquire().await?,
+        };
+        Ok(self.conn.insert(conn))
+    }
+
+    /// After a group: keeps the connection only on SQLite, after writes that all succeeded, while
+    /// the pool is open.
+    fn settle(&mut self, pool: &Pool, outcomes: &[Result<()>]) {
+        if !self.keep || outcomes.iter().any(Result::is_err) || pool.is_closed() {
+            self.conn = None;
+        }
+    }
+}
+
 /// Runs a group, again when it hit a lock conflict, and replies to every job.
-async fn commit_group(pool: &Pool, ctx: &Ctx, group: Vec<Job>) {
+async fn commit_group(pool: &Pool, ctx: &Ctx, held: &mut Held, group: Vec<Job>) {
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let outcomes = attempt_group(pool, ctx, &group).await;
+        let outcomes = attempt_group(pool, ctx, held, &group).await;
+        held.settle(pool, &outcomes);
         let conflict = outcomes
             .iter()
             .any(|o| matches!(o, Err(e) if e.is_lock_conflict()));
@@ -430,12 +490,16 @@ fn jitter() -> u8 {
 
 /// One attempt: the outcome of every job. When a lock conflict aborted the attempt, nothing of
 /// it is committed and every outcome is an error (the conflict for at least one).
-async fn attempt_group(pool: &Pool, ctx: &Ctx, group: &[Job]) -> Vec<Result<()>> {
-    if let Some(outcome) = run_alone(pool, ctx, group).await {
+async fn attempt_group(pool: &Pool, ctx: &Ctx, held: &mut Held, group: &[Job]) -> Vec<Result<()>> {
+    let conn = match held.get(pool).await {
+        Ok(conn) => conn,
+        Err(e) => return fail_all(group, &e),
+    };
+    if let Some(outcome) = run_alone(conn, ctx, group).await {
         return vec![outcome];
     }
     // `BEGIN IMMEDIATE` on SQLite: the write lock up front, so no lock upgrade fails half-way.
-    let mut tx = match pool.begin_write().await.map_err(Error::from) {
+    let mut tx = match conn.begin_write().await.map_err(Error::from) {
         Ok(tx) => tx,
         Err(e) => return fail_all(group, &e),
     };
@@ -523,18 +587,18 @@ async fn attempt_group(pool: &Pool, ctx: &Ctx, group: &[Job]) -> Vec<Result<()>>
 /// not apply, or when it stored nothing (a run holds the agent, a newer position exists, the
 /// agent is unknown, the write found what needs its full rules): the transactional path then
 /// runs it.
-async fn run_alone(pool: &Pool, ctx: &Ctx, group: &[Job]) -> Option<Result<()>> {
+async fn run_alone(
+    pooled: &mut crate::sql::Pooled,
+    ctx: &Ctx,
+    group: &[Job],
+) -> Option<Result<()>> {
     let [job] = group else {
         return None;
     };
     if job.fence.is_some() || !job.write.has_alone_form(ctx) {
         return None;
     }
-    let mut pooled = match pool.acquire().await {
-        Ok(pooled) => pooled,
-        Err(e) => return Some(Err(e.into())),
-    };
-    match job.write.run_alone(&mut pooled, ctx).await {
+    match job.write.run_alone(pooled, ctx).await {
         Ok(true) => Some(Ok(())),
         Ok(false) => {
             debug!(
@@ -555,7 +619,7 @@ fn same_error(e: &Error) -> Error {
 
 /// PostgreSQL: the change-log advisory lock (when needed), then the row locks of every agent
 /// the group writes, in agent order, in one statement.
-async fn lock_up_front(tx: &mut crate::sql::Tx, ctx: &Ctx, group: &[Job]) -> Result<()> {
+async fn lock_up_front(tx: &mut crate::sql::Tx<'_>, ctx: &Ctx, group: &[Job]) -> Result<()> {
     if group.iter().any(|job| job.write.locks().logs_changes) {
         // PostgreSQL: the search change-log lock before any agent row lock (see
         // `Locks::logs_changes`).
@@ -598,7 +662,7 @@ async fn lock_up_front(tx: &mut crate::sql::Tx, ctx: &Ctx, group: &[Job]) -> Res
 }
 
 /// One job: its fence (when a run writes it), then the write.
-async fn run_job(tx: &mut crate::sql::Tx, ctx: &Ctx, job: &Job) -> Result<()> {
+async fn run_job(tx: &mut crate::sql::Tx<'_>, ctx: &Ctx, job: &Job) -> Result<()> {
     if let Some(fence) = &job.fence {
         ops::runs::check_fence(&mut tx.conn(), ctx, fence).await?;
     }
@@ -616,7 +680,7 @@ async fn run_job(tx: &mut crate::sql::Tx, ctx: &Ctx, job: &Job) -> Result<()> {
 /// still released before the next one begins, so SQLite's statement journal is emptied after
 /// each op (it stays small, in memory) and a failing op rolls back to its own savepoint only.
 async fn run_group(
-    tx: &mut crate::sql::Tx,
+    tx: &mut crate::sql::Tx<'_>,
     ctx: &Ctx,
     group: &[Job],
     outcomes: &mut [Option<Result<()>>],
@@ -698,7 +762,7 @@ impl Savepoint {
     /// nothing yet: it is returned, to be released with the next savepoint or by `COMMIT`.
     async fn end(
         self,
-        tx: &mut crate::sql::Tx,
+        tx: &mut crate::sql::Tx<'_>,
         ctx: &Ctx,
     ) -> std::result::Result<Option<Self>, sqlx::Error> {
         if ctx.backend == Backend::Sqlite {
