@@ -43,6 +43,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     let _ = std::fs::remove_dir_all(home.join("goals"));
     let _ = std::fs::remove_file(home.join("goals-side.json"));
     let _ = std::fs::remove_file(home.join("goals-pg.json"));
+    let _ = std::fs::remove_file(home.join("goals-next-search.json"));
     let guard = PgGuard::start(root)?;
     let before = load_average();
     let program = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -225,13 +226,26 @@ fn table(home: &Path, run: &Run) -> Result<String> {
         ]);
     }
     if let Some((median, _)) = estimate(home, "first_search_after_import") {
-        let ok = search.is_some_and(|s| median <= 2.0 * s);
-        rows.push([
-            format!("first search after a {scale} import, p50"),
-            "as fast as any other (<= 2x the search p50)".into(),
-            ms(median),
-            met(ok).into(),
-        ]);
+        // The next search of the same agent right after it searches the same index; the
+        // reference search above ran before the samples' imports grew it.
+        let next = std::fs::read_to_string(home.join("goals-next-search.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .and_then(|v| v.get("next_search_p50_ms")?.as_f64());
+        rows.push(match next {
+            Some(next) => [
+                format!("first search after a {scale} import, p50"),
+                "as fast as any other (<= 2x the next search on the same index)".into(),
+                format!("{} (the next search {next:.3} ms)", ms(median)),
+                met(median <= 2.0 * next * 1e6).into(),
+            ],
+            None => [
+                format!("first search after a {scale} import, p50"),
+                "as fast as any other (<= 2x the search p50)".into(),
+                ms(median),
+                met(search.is_some_and(|s| median <= 2.0 * s)).into(),
+            ],
+        });
     }
     let pg: Option<Value> = std::fs::read_to_string(home.join("goals-pg.json"))
         .ok()
@@ -352,6 +366,13 @@ mod tests {
         est("ack_p50_normal", 300_000.0);
         est("acks_100_writers", 100_000.0);
         est("pg_ack_p50", 550_000.0);
+        est("search", 1_000_000.0);
+        est("first_search_after_import", 3_000_000.0);
+        std::fs::write(
+            dir.join("goals-next-search.json"),
+            r#"{"samples":10,"next_search_p50_ms":2.0}"#,
+        )
+        .unwrap();
         std::fs::write(
             dir.join("goals-pg.json"),
             r#"{"messages":100000,"searches":200,"search_p50_ms":4.5,"search_p95_ms":12.25}"#,
@@ -390,6 +411,11 @@ mod tests {
         );
         assert!(
             t.contains("100k messages, p95 | <= 10 ms | 12.250 ms (p50 4.500 ms) | not met |"),
+            "{t}"
+        );
+        // Against the next search on the same index (2 ms), not the earlier reference (1 ms).
+        assert!(
+            t.contains("on the same index) | 3.000 ms (the next search 2.000 ms) | met |"),
             "{t}"
         );
     }
