@@ -807,6 +807,65 @@ async fn many_agents_write_at_once(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
+/// The writer keeps its connection between write groups (SQLite) and gives it back after a
+/// failed one: a write failing in one handle leaves no transaction open (another handle of the
+/// same database writes at once), the next write succeeds, and closing never waits for the
+/// connection the writer keeps.
+async fn a_failed_write_leaves_the_writer_usable_and_closable(kind: Kind) {
+    let tdb = fresh(kind).await;
+    let a = tdb.open().await.unwrap();
+    let b = tdb.open().await.unwrap();
+    let agent = a.create_agent(NewAgent::named("ada")).await.unwrap();
+    let ack = |db: &Database, text: &str| {
+        let store = db.messages(agent.id);
+        let text = text.to_owned();
+        async move {
+            tokio::time::timeout(
+                Duration::from_secs(5),
+                store.begin_batch(NewMessage::user(text), BeginBatch::default()),
+            )
+            .await
+            .expect("an acknowledgement waited for a lock nobody should hold")
+        }
+    };
+    let first = ack(&a, "one").await.unwrap();
+    a.messages(agent.id)
+        .complete_batch(first.batch_id)
+        .await
+        .unwrap();
+    let ghost = a
+        .messages(pattern_db::AgentId::new())
+        .begin_batch(NewMessage::user("nobody"), BeginBatch::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(ghost, Error::Agent(AgentError::NotFound(_))),
+        "{ghost}"
+    );
+    let second = ack(&b, "two").await.unwrap();
+    b.messages(agent.id)
+        .complete_batch(second.batch_id)
+        .await
+        .unwrap();
+    let third = ack(&a, "three").await.unwrap();
+    assert!(third.batch_id > second.batch_id);
+    let texts: Vec<String> = a
+        .messages(agent.id)
+        .get_all(None, 10, false)
+        .await
+        .unwrap()
+        .iter()
+        .map(pattern_db::Message::text)
+        .collect();
+    assert_eq!(texts, ["one", "two", "three"]);
+    for db in [a, b] {
+        tokio::time::timeout(Duration::from_secs(10), db.close())
+            .await
+            .expect("close waited for the writer's connection");
+    }
+    tdb.cleanup().await.unwrap();
+}
+
 async fn grouped_acknowledgements_fail_one_by_one(kind: Kind) {
     // Concurrent begin_batch calls are committed together; bad ones in the same group fail alone.
     let tdb = fresh(kind).await;
@@ -2248,6 +2307,7 @@ conformance!(
     activity_log,
     legacy_import,
     many_agents_write_at_once,
+    a_failed_write_leaves_the_writer_usable_and_closable,
     grouped_acknowledgements_fail_one_by_one,
     machine_ids_are_leased_per_process,
     cached_reads_see_writes_of_other_processes,
