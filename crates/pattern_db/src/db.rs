@@ -156,6 +156,10 @@ fn sqlite_pragmas(durability: Durability) -> &'static str {
     }
 }
 
+/// How long a PostgreSQL connection may have been idle in the pool and still be handed out
+/// without a ping (see `pool`).
+const PG_PING_IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 async fn pool(config: &DbConfig, options: &Options, size: u32) -> Result<Pool> {
     let durability = config.durability;
     let failed = |backend: Backend| {
@@ -192,6 +196,21 @@ async fn pool(config: &DbConfig, options: &Options, size: u32) -> Result<Pool> {
                 .max_connections(size)
                 .min_connections(0)
                 .acquire_timeout(config.connect_timeout)
+                // sqlx pings a connection when it comes back to the pool and, by default, again
+                // before handing it out: a round trip to the server on every acquire (every
+                // acknowledgement, every read). One that came back less than
+                // `PG_PING_IDLE_AFTER` ago passed the first ping then and is handed out as it
+                // is; one idle longer (the server may have closed it meanwhile) is pinged first,
+                // and a broken one is replaced before anyone uses it.
+                .test_before_acquire(false)
+                .before_acquire(|conn, meta| {
+                    Box::pin(async move {
+                        if meta.idle_for >= PG_PING_IDLE_AFTER {
+                            sqlx::Connection::ping(conn).await?;
+                        }
+                        Ok(true)
+                    })
+                })
                 .connect_with(options.clone())
                 .await
                 .map_err(failed(Backend::Postgres))?,

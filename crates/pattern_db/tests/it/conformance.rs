@@ -2322,6 +2322,52 @@ conformance!(
     protocol_organizations_and_agents,
 );
 
+/// PostgreSQL: the server ends the sessions of the pool's idle connections (a restart, an idle
+/// timeout, an administrator). Connections idle longer than a second are pinged before they are
+/// handed out, so the next reads and writes run on connections opened again, not on dead ones.
+#[tokio::test]
+async fn connections_the_server_closed_while_idle_are_replaced() {
+    use sqlx::Connection as _;
+    let tdb = fresh(Kind::Postgres).await;
+    let db = tdb.open().await.unwrap();
+    let agent = db.create_agent(NewAgent::named("ada")).await.unwrap();
+    let store = db.messages(agent.id);
+    let first = store
+        .begin_batch(NewMessage::user("one"), BeginBatch::default())
+        .await
+        .unwrap();
+    assert_eq!(store.get_all(None, 10, false).await.unwrap().len(), 1);
+
+    let mut admin = sqlx::PgConnection::connect(&tdb.url).await.unwrap();
+    let ended: i64 = sqlx::query_scalar(
+        "WITH others AS MATERIALIZED (SELECT pid FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()) \
+         SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM others",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert!(ended > 0, "no session of the handle was ended");
+    admin.close().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    store.complete_batch(first.batch_id).await.unwrap();
+    store
+        .begin_batch(NewMessage::user("two"), BeginBatch::default())
+        .await
+        .unwrap();
+    let texts: Vec<String> = store
+        .get_all(None, 10, false)
+        .await
+        .unwrap()
+        .iter()
+        .map(pattern_db::Message::text)
+        .collect();
+    assert_eq!(texts, ["one", "two"]);
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
 /// PostgreSQL: another process stores a message while holding the agent's row lock, and an
 /// acknowledgement of this process waits for that lock. The acknowledgement must see what the
 /// other committed: its batch comes after the other's message even when this process's id
