@@ -403,8 +403,9 @@ async fn run(
 /// available until then, so with the one write connection every lone acknowledgement waited
 /// for the previous one's ping. A group with a failed write gives it back (a rollback that
 /// failed has marked it to be closed; the pool's ping checks any other), and the writer takes
-/// one again for its next group. PostgreSQL's writers take one per group (several writers share
-/// the pool, and the pool's ping finds a connection the server dropped before it is used). A
+/// one again for its next group. PostgreSQL's writers take one per group: several writers share
+/// the pool, and one idle for a second is pinged before it is handed out, so a connection the
+/// server dropped meanwhile is replaced before it is used (`db::pool`). A
 /// kept connection goes back when the pool closes ([`Held::wait`]), so `Database::close` never
 /// waits for it.
 struct Held {
