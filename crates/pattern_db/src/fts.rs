@@ -31,6 +31,7 @@
 //! in it ([`open_dir`]), writers by tantivy's writer lock, each writer on the directory opened
 //! afresh ([`open_writer`]); a search that meets a file another handle merged away reloads.
 
+mod dir;
 mod stem;
 
 use crate::StorageError;
@@ -59,8 +60,19 @@ use crate::search::{
 pub(crate) const CONSUMER: &str = "tantivy";
 /// Memory budget of the index writer (shared by its threads).
 const WRITER_BUDGET: usize = 50_000_000;
-/// Threads the index writer tokenizes and indexes documents on.
+/// Threads the index writer tokenizes and indexes documents on, for a rebuild or an import.
 const INDEXING_THREADS: usize = 2;
+/// Documents below which a catch-up's writer indexes on one thread with tantivy's smallest
+/// memory budget: each writer starts its threads afresh (`open_writer`) and each indexing thread
+/// allocates and clears a term table sized by its budget, and a search right after a write
+/// waits for both.
+const ONE_THREAD_BELOW: usize = 2_000;
+/// tantivy's smallest memory budget of an indexing thread (`MEMORY_BUDGET_NUM_BYTES_MIN`).
+const SMALL_BUDGET: usize = 15_000_000;
+/// Threads merging the index's segments. tantivy's default is four, started with every writer;
+/// a merge runs on one thread anyway, and more merges at once would take cores the database's
+/// own work needs.
+const MERGE_THREADS: usize = 1;
 /// Changes applied per index commit (an import's changes are applied in few commits: each commit
 /// opens a writer, writes a segment, syncs its files and waits for merges).
 const CHANGES_PER_COMMIT: usize = 50_000;
@@ -181,18 +193,29 @@ pub(crate) async fn follow(
 /// never deleted) and never delete them itself. So for an index on disk each writer opens the
 /// directory afresh, and keeps the writer only when, with the lock held, its list is the one on
 /// disk (otherwise another writer came between the open and the lock: open again).
-fn open_writer(index: &Index, dir: Option<&Path>) -> Result<IndexWriter> {
+fn open_writer(index: &Index, dir: Option<&Path>, threads: usize) -> Result<IndexWriter> {
+    let threads = threads.max(1);
+    let per_thread = if threads == 1 {
+        SMALL_BUDGET
+    } else {
+        WRITER_BUDGET / threads
+    };
+    let options = tantivy::indexer::IndexWriterOptions::builder()
+        .num_worker_threads(threads)
+        .num_merge_threads(MERGE_THREADS)
+        .memory_budget_per_thread(per_thread)
+        .build();
     let mut waited = 0;
     loop {
         let fresh = match dir {
             Some(dir) => {
-                let fresh = Index::open_in_dir(dir).map_err(index_error)?;
+                let fresh = open_index(dir).map_err(index_error)?;
                 fresh.tokenizers().register(TOKENIZER, stem::analyzer());
                 fresh
             }
             None => index.clone(),
         };
-        match fresh.writer_with_num_threads(INDEXING_THREADS, WRITER_BUDGET) {
+        match fresh.writer_with_options(options.clone()) {
             Ok(w) if dir.is_none() => return Ok(w),
             Ok(w) if managed_list_current(&fresh)? => {
                 // A writer killed mid-commit leaves files its commit never published, among
@@ -226,6 +249,15 @@ fn open_writer(index: &Index, dir: Option<&Path>) -> Result<IndexWriter> {
             }
             Err(e) => return Err(index_error(e)),
         }
+    }
+}
+
+/// Indexing threads for a writer that takes `docs` documents.
+fn threads_for(docs: usize) -> usize {
+    if docs < ONE_THREAD_BELOW {
+        1
+    } else {
+        INDEXING_THREADS
     }
 }
 
@@ -358,7 +390,7 @@ fn open_dir(dir: &Path, schema: &Schema) -> Result<Index> {
         .map_err(|e| dir_error(dir, "lock", e))?;
     lock.lock().map_err(|e| dir_error(dir, "lock", e))?;
     if dir.join("meta.json").exists() {
-        match Index::open_in_dir(dir) {
+        match open_index(dir) {
             Ok(index) if index.schema() == *schema => return Ok(index),
             Ok(_) => {
                 tracing::warn!(dir = %dir.display(), "full-text index has another schema; rebuilding it")
@@ -369,10 +401,17 @@ fn open_dir(dir: &Path, schema: &Schema) -> Result<Index> {
         }
         clear_dir(dir).map_err(|e| dir_error(dir, "clear", e))?;
     }
-    let created = Index::create_in_dir(dir, schema.clone()).map_err(index_error);
+    let created = dir::SyncAtPublish::open(dir)
+        .and_then(|d| Index::create(d, schema.clone(), tantivy::IndexSettings::default()))
+        .map_err(index_error);
     // Released only now, with the new index complete on disk.
     drop(lock);
     created
+}
+
+/// The index in `dir`, on a directory that syncs a commit's files together ([`dir`]).
+fn open_index(dir: &Path) -> tantivy::Result<Index> {
+    Index::open(dir::SyncAtPublish::open(dir)?)
 }
 
 /// Removes everything in `dir` but the open lock (which the caller holds).
@@ -645,7 +684,7 @@ impl FtsIndex {
         let (index, dir, f) = (self.index.clone(), self.dir.clone(), self.fields);
         let (pages, mut taken) = tokio::sync::mpsc::channel::<Vec<Doc>>(2);
         let writing = tokio::task::spawn_blocking(move || -> Result<IndexWriter> {
-            let mut w = open_writer(&index, dir.as_deref())?;
+            let mut w = open_writer(&index, dir.as_deref(), INDEXING_THREADS)?;
             w.delete_all_documents().map_err(index_error)?;
             while let Some(docs) = taken.blocking_recv() {
                 add(&mut w, f, &[], docs)?;
@@ -712,7 +751,7 @@ impl FtsIndex {
         let f = self.fields;
         let (writer, committed) =
             tokio::task::spawn_blocking(move || -> Result<(IndexWriter, Option<i64>)> {
-                let mut w = open_writer(&index, dir.as_deref())?;
+                let mut w = open_writer(&index, dir.as_deref(), threads_for(docs.len()))?;
                 add(&mut w, f, &remove, docs)?;
                 let committed = commit(&mut w, from, cursor)?;
                 Ok((w, committed))
@@ -770,8 +809,9 @@ impl FtsIndex {
         };
         let (index, dir) = (self.index.clone(), self.dir.clone());
         let f = self.fields;
+        let threads = threads_for(docs.len());
         let adding = tokio::task::spawn_blocking(move || -> Result<IndexWriter> {
-            let mut w = open_writer(&index, dir.as_deref())?;
+            let mut w = open_writer(&index, dir.as_deref(), threads)?;
             add(&mut w, f, &[], docs)?;
             Ok(w)
         });
@@ -1172,7 +1212,7 @@ mod tests {
                 .map(|t| t.join().unwrap().unwrap())
                 .collect();
             let f = handles[0].fields;
-            let mut w = open_writer(&handles[0].index, handles[0].dir.as_deref()).unwrap();
+            let mut w = open_writer(&handles[0].index, handles[0].dir.as_deref(), 1).unwrap();
             w.add_document(doc!(f.key => "archival:1", f.text => "shared"))
                 .unwrap();
             commit_at(&mut w, 1).unwrap();
@@ -1214,7 +1254,7 @@ mod tests {
         let h = FtsIndex::open_blocking(Some(&dir)).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         let began = std::time::Instant::now();
-        assert!(open_writer(&h.index, h.dir.as_deref()).is_err());
+        assert!(open_writer(&h.index, h.dir.as_deref(), 1).is_err());
         // The busy-lock wait is 30 s; anything near it means the error was waited on.
         assert!(began.elapsed() < std::time::Duration::from_secs(10));
     }
@@ -1235,7 +1275,7 @@ mod tests {
     /// cursor, and waits for its merges.
     fn commit_one(h: &FtsIndex, n: i64, cursor: i64) {
         let f = h.fields;
-        let mut w = open_writer(&h.index, h.dir.as_deref()).unwrap();
+        let mut w = open_writer(&h.index, h.dir.as_deref(), 1).unwrap();
         w.add_document(doc!(f.key => format!("archival:{n}"), f.text => "turn"))
             .unwrap();
         commit_at(&mut w, cursor).unwrap();
@@ -1292,7 +1332,7 @@ mod tests {
         w.wait_merging_threads().unwrap();
         let published = std::fs::read(dir.join("meta.json")).unwrap();
         let delete_one = || {
-            let mut w = open_writer(&h.index, h.dir.as_deref())?;
+            let mut w = open_writer(&h.index, h.dir.as_deref(), 1)?;
             w.delete_term(Term::from_field_text(f.key, "archival:1"));
             commit_at(&mut w, 2)?;
             w.wait_merging_threads().map_err(index_error)
@@ -1320,7 +1360,7 @@ mod tests {
     #[test]
     fn an_incremental_commit_never_records_past_its_base() {
         let h = FtsIndex::open_blocking(None).unwrap();
-        let mut w = open_writer(&h.index, None).unwrap();
+        let mut w = open_writer(&h.index, None, 1).unwrap();
         assert_eq!(commit(&mut w, 0, 5).unwrap(), None);
         assert_eq!(h.cursor().unwrap(), None);
         assert_eq!(commit_at(&mut w, 10).unwrap(), 10);
