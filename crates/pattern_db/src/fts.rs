@@ -1354,6 +1354,47 @@ mod tests {
         assert_eq!(h.cursor().unwrap(), Some(2));
     }
 
+    /// As above after a machine crash that also lost the list of managed files (written
+    /// without a sync between commits, `fts::dir`): the killed commit's delete file is on disk
+    /// but unknown to tantivy's collection, and the next commit writes under its name anyway.
+    #[test]
+    fn a_commit_lost_with_its_file_list_blocks_no_later_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("db.search");
+        let h = FtsIndex::open_blocking(Some(&dir)).unwrap();
+        let f = h.fields;
+        let mut w = h.index.writer_with_num_threads(1, WRITER_BUDGET).unwrap();
+        for n in 1..=10 {
+            w.add_document(doc!(f.key => format!("archival:{n}"), f.text => "kept"))
+                .unwrap();
+        }
+        commit_at(&mut w, 1).unwrap();
+        w.wait_merging_threads().unwrap();
+        let published = std::fs::read(dir.join("meta.json")).unwrap();
+        let managed = std::fs::read(dir.join(".managed.json")).unwrap();
+        let delete_one = || {
+            let mut w = open_writer(&h.index, h.dir.as_deref(), 1)?;
+            w.delete_term(Term::from_field_text(f.key, "archival:1"));
+            commit_at(&mut w, 2)?;
+            w.wait_merging_threads().map_err(index_error)
+        };
+        delete_one().unwrap();
+        std::fs::write(dir.join("meta.json"), &published).unwrap();
+        std::fs::write(dir.join(".managed.json"), &managed).unwrap();
+        assert!(
+            std::fs::read_dir(&dir).unwrap().any(|e| e
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".del")),
+            "the lost commit left its delete file"
+        );
+        delete_one().unwrap();
+        h.reader.reload().unwrap();
+        assert_eq!(h.reader.searcher().num_docs(), 9);
+        assert_eq!(h.cursor().unwrap(), Some(2));
+    }
+
     /// An incremental commit records its last change when it started from a commit holding
     /// every change it read after, and that commit's cursor when it started from an older one
     /// (another handle's rebuild); none on an index without a cursor.

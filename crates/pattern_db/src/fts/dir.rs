@@ -13,7 +13,10 @@
 //!
 //! A crash of the machine between two commits can leave `.managed.json` (tantivy's list of the
 //! files it may delete) not yet synced: the index then fails to open and is recreated and
-//! rebuilt (`fts::open_dir`), or lists too few files and leaves a few unused ones on disk.
+//! rebuilt (`fts::open_dir`), or lists too few files, so files of the unpublished commit stay
+//! on disk unknown to tantivy's collection. A later writer that meets one of them under the
+//! same name (the next writer counts from the same published operation stamp) replaces it
+//! rather than failing every commit on it.
 //! This module must never let `meta.json` be written before the files written before it are
 //! synced.
 
@@ -118,7 +121,20 @@ impl Directory for SyncAtPublish {
     }
 
     fn open_write(&self, path: &Path) -> Result<WritePtr, OpenWriteError> {
-        let file = self.inner.open_write(path)?;
+        let file = match self.inner.open_write(path) {
+            Err(OpenWriteError::FileAlreadyExists(_)) => {
+                // tantivy names every file it writes anew (a segment's id, an operation stamp
+                // counted from the published `meta.json`), and one writer at a time writes: a
+                // file already there is left from a commit a crash kept from being published,
+                // which no reader can have open. Replaced, or every later commit would fail
+                // on the same name.
+                tracing::warn!(path = %path.display(), "replacing a full-text index file left by an unpublished commit");
+                std::fs::remove_file(self.root.join(path))
+                    .map_err(|e| OpenWriteError::wrap_io_error(e, path.to_path_buf()))?;
+                self.inner.open_write(path)?
+            }
+            opened => opened?,
+        };
         Ok(BufWriter::new(Box::new(Unsynced {
             file,
             path: path.to_path_buf(),
@@ -224,6 +240,15 @@ mod tests {
         // Other atomic writes (meta.json) are tantivy's own, synced at once.
         dir.atomic_write(Path::new("meta.json"), b"{}").unwrap();
         assert!(dir.unsynced.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_file_left_by_an_unpublished_commit_is_replaced() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("a.0.del"), b"left by a crash").unwrap();
+        let dir = SyncAtPublish::open(tmp.path()).unwrap();
+        write_file(&dir, "a.0.del", b"new");
+        assert_eq!(std::fs::read(tmp.path().join("a.0.del")).unwrap(), b"new");
     }
 
     #[test]
