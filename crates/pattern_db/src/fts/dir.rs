@@ -182,7 +182,7 @@ struct Unsynced {
     dir: SyncAtPublish,
 }
 
-impl Write for Unsynced {
+impl io::Write for Unsynced {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.file.write(buf)
     }
