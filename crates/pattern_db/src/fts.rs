@@ -1312,57 +1312,17 @@ mod tests {
         assert_eq!(second.reader.searcher().num_docs(), 80);
     }
 
-    /// A process killed during a commit, after it wrote a segment's delete file and before it
-    /// published the commit: the next writer starts from the same published commit, so its
-    /// same delete gets the same file name. It commits (the orphan is collected first) instead
-    /// of failing with `FileAlreadyExists` on every try.
-    #[test]
-    fn a_commit_killed_before_it_was_published_blocks_no_later_one() {
+    /// A commit whose files were written and whose publication was never made, then the same
+    /// delete again: the next writer starts from the same published commit, so its delete file
+    /// gets the same name. It must commit instead of failing with `FileAlreadyExists` on every
+    /// try. `list_lost`: the crash also lost the rewrite of tantivy's list of managed files
+    /// (the machine's, `fts::dir` writes that list without a sync between commits).
+    fn an_unpublished_commit_blocks_no_later_one(list_lost: bool) {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("db.search");
         let h = FtsIndex::open_blocking(Some(&dir)).unwrap();
         let f = h.fields;
         // One segment of ten documents (one indexing thread).
-        let mut w = h.index.writer_with_num_threads(1, WRITER_BUDGET).unwrap();
-        for n in 1..=10 {
-            w.add_document(doc!(f.key => format!("archival:{n}"), f.text => "kept"))
-                .unwrap();
-        }
-        commit_at(&mut w, 1).unwrap();
-        w.wait_merging_threads().unwrap();
-        let published = std::fs::read(dir.join("meta.json")).unwrap();
-        let delete_one = || {
-            let mut w = open_writer(&h.index, h.dir.as_deref(), 1)?;
-            w.delete_term(Term::from_field_text(f.key, "archival:1"));
-            commit_at(&mut w, 2)?;
-            w.wait_merging_threads().map_err(index_error)
-        };
-        // The killed commit: its files written, its publication never made.
-        delete_one().unwrap();
-        std::fs::write(dir.join("meta.json"), &published).unwrap();
-        assert!(
-            std::fs::read_dir(&dir).unwrap().any(|e| e
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .ends_with(".del")),
-            "the killed commit left its delete file"
-        );
-        delete_one().unwrap();
-        h.reader.reload().unwrap();
-        assert_eq!(h.reader.searcher().num_docs(), 9);
-        assert_eq!(h.cursor().unwrap(), Some(2));
-    }
-
-    /// As above after a machine crash that also lost the list of managed files (written
-    /// without a sync between commits, `fts::dir`): the killed commit's delete file is on disk
-    /// but unknown to tantivy's collection, and the next commit writes under its name anyway.
-    #[test]
-    fn a_commit_lost_with_its_file_list_blocks_no_later_one() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("db.search");
-        let h = FtsIndex::open_blocking(Some(&dir)).unwrap();
-        let f = h.fields;
         let mut w = h.index.writer_with_num_threads(1, WRITER_BUDGET).unwrap();
         for n in 1..=10 {
             w.add_document(doc!(f.key => format!("archival:{n}"), f.text => "kept"))
@@ -1380,19 +1340,34 @@ mod tests {
         };
         delete_one().unwrap();
         std::fs::write(dir.join("meta.json"), &published).unwrap();
-        std::fs::write(dir.join(".managed.json"), &managed).unwrap();
+        if list_lost {
+            std::fs::write(dir.join(".managed.json"), &managed).unwrap();
+        }
         assert!(
             std::fs::read_dir(&dir).unwrap().any(|e| e
                 .unwrap()
                 .file_name()
                 .to_string_lossy()
                 .ends_with(".del")),
-            "the lost commit left its delete file"
+            "the unpublished commit left its delete file"
         );
         delete_one().unwrap();
         h.reader.reload().unwrap();
         assert_eq!(h.reader.searcher().num_docs(), 9);
         assert_eq!(h.cursor().unwrap(), Some(2));
+    }
+
+    /// A process killed during a commit: the orphan, listed as managed, is collected first.
+    #[test]
+    fn a_commit_killed_before_it_was_published_blocks_no_later_one() {
+        an_unpublished_commit_blocks_no_later_one(false);
+    }
+
+    /// A machine crash that also lost the list: the orphan, unknown to tantivy's collection,
+    /// is replaced by the directory when the next commit writes under its name.
+    #[test]
+    fn a_commit_lost_with_its_file_list_blocks_no_later_one() {
+        an_unpublished_commit_blocks_no_later_one(true);
     }
 
     /// An incremental commit records its last change when it started from a commit holding
