@@ -62,13 +62,10 @@ pub(crate) const CONSUMER: &str = "tantivy";
 const WRITER_BUDGET: usize = 50_000_000;
 /// Threads the index writer tokenizes and indexes documents on, for a rebuild or an import.
 const INDEXING_THREADS: usize = 2;
-/// Documents below which a catch-up's writer indexes on one thread with tantivy's smallest
-/// memory budget: each writer starts its threads afresh (`open_writer`) and each indexing thread
-/// allocates and clears a term table sized by its budget, and a search right after a write
-/// waits for both.
+/// Documents below which a catch-up's writer indexes on one thread: each indexing thread that
+/// receives documents writes a segment of its own (its files, a term table of 2^19 slots to
+/// allocate, clear and walk, later a merge), and a search right after a write waits for that.
 const ONE_THREAD_BELOW: usize = 2_000;
-/// tantivy's smallest memory budget of an indexing thread (`MEMORY_BUDGET_NUM_BYTES_MIN`).
-const SMALL_BUDGET: usize = 15_000_000;
 /// Threads merging the index's segments. tantivy's default is four, started with every writer;
 /// a merge runs on one thread anyway, and more merges at once would take cores the database's
 /// own work needs.
@@ -195,15 +192,10 @@ pub(crate) async fn follow(
 /// disk (otherwise another writer came between the open and the lock: open again).
 fn open_writer(index: &Index, dir: Option<&Path>, threads: usize) -> Result<IndexWriter> {
     let threads = threads.max(1);
-    let per_thread = if threads == 1 {
-        SMALL_BUDGET
-    } else {
-        WRITER_BUDGET / threads
-    };
     let options = tantivy::indexer::IndexWriterOptions::builder()
         .num_worker_threads(threads)
         .num_merge_threads(MERGE_THREADS)
-        .memory_budget_per_thread(per_thread)
+        .memory_budget_per_thread(WRITER_BUDGET / threads)
         .build();
     let mut waited = 0;
     loop {
