@@ -54,22 +54,21 @@ impl SyncAtPublish {
         })
     }
 
+    fn unsynced(&self) -> io::Result<std::sync::MutexGuard<'_, Vec<PathBuf>>> {
+        self.unsynced.lock().map_err(|_| {
+            io::Error::other("the index directory's list of unsynced files is poisoned")
+        })
+    }
+
     fn remember(&self, path: &Path) -> io::Result<()> {
-        self.unsynced
-            .lock()
-            .map_err(|_| {
-                io::Error::other("the index directory's list of unsynced files is poisoned")
-            })?
-            .push(self.root.join(path));
+        self.unsynced()?.push(self.root.join(path));
         Ok(())
     }
 
     /// Syncs every remembered file; one that no longer exists (deleted since: a segment merged
     /// away) needs none. On an error the files stay remembered, so the next call tries again.
     fn sync_files(&self) -> io::Result<()> {
-        let mut list = self.unsynced.lock().map_err(|_| {
-            io::Error::other("the index directory's list of unsynced files is poisoned")
-        })?;
+        let mut list = self.unsynced()?;
         list.sort();
         list.dedup();
         if list.is_empty() {
