@@ -19,7 +19,9 @@
 //!   queries run; SQLite's and the OS's page caches stay warm, as they are for a working agent);
 //! - bytes per message: the database (page count x page size, WAL included) plus the full-text
 //!   index directory, divided by the messages of the 100k history, written to
-//!   `goals-side.json` in criterion's output folder beside criterion's own estimates.
+//!   `goals-side.json` in criterion's output folder beside criterion's own estimates; and the
+//!   same for a history of its own once all but its newest 25 batches are archived (stored
+//!   compressed, out of full text), with the time the archiving took.
 //!
 //! With `PATTERN_TEST_PG_URL` set (as `cargo xtask bench --goals` does), the PostgreSQL goals too:
 //!
@@ -32,7 +34,8 @@
 //!
 //! Messages are 387 bytes of English-like text drawn from a fixed vocabulary. `PATTERN_BENCH_QUICK=1`
 //! (and criterion's test mode) use 10k messages instead of 100k. `PATTERN_BENCH_COMPRESS_FROM=N`
-//! (or `off`) sets the history's `DbConfig::compress_content_from`. `cargo xtask bench --goals` runs
+//! (or `off`) sets the history's `DbConfig::compress_content_from`; `PATTERN_BENCH_COMPRESS_ARCHIVED=off`
+//! turns the archived history's `DbConfig::compress_archived_from` off. `cargo xtask bench --goals` runs
 //! this and writes the table into `docs/performance.md`. This file must never assert timings.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
@@ -166,7 +169,8 @@ impl History {
         let first_search = t.elapsed();
         let recent = store.get_recent(25).await.expect("get_recent");
         assert_eq!(recent.iter().map(|b| b.messages.len()).sum::<usize>(), 50);
-        let side = Side::measure(&tdb, n, imported, first_search).await;
+        let archived = Archived::measure(n).await;
+        let side = Side::measure(&tdb, n, imported, first_search, archived).await;
         side.write();
         Self {
             tdb,
@@ -238,6 +242,124 @@ async fn agent(db: &Database, name: &str) -> MessageStore {
     db.messages(agent.id)
 }
 
+/// The database's bytes (page count x page size, WAL included), those of its free pages
+/// (emptied, kept for the next writes), and its full-text index directory's, each broken down per message on stdout (SQLite's `dbstat` by table and index, the
+/// index by file kind), prefixed with `what`.
+async fn sizes(tdb: &TestDb, messages: usize, what: &str) -> (u64, u64, u64) {
+    let options = SqliteConnectOptions::from_str(&tdb.url).expect("sqlite URL");
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .expect("connect");
+    let pages: i64 = sqlx::query_scalar("PRAGMA page_count")
+        .fetch_one(&pool)
+        .await
+        .expect("page_count");
+    let size: i64 = sqlx::query_scalar("PRAGMA page_size")
+        .fetch_one(&pool)
+        .await
+        .expect("page_size");
+    let free: i64 = sqlx::query_scalar("PRAGMA freelist_count")
+        .fetch_one(&pool)
+        .await
+        .expect("freelist_count");
+    let by_name: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT name, SUM(pgsize) FROM dbstat GROUP BY name HAVING SUM(pgsize) > 0 \
+         ORDER BY 2 DESC",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap_or_default();
+    let parts: Vec<String> = by_name
+        .iter()
+        .filter(|(_, bytes)| *bytes as f64 / messages as f64 >= 0.5)
+        .map(|(name, bytes)| format!("{name} {:.0}", *bytes as f64 / messages as f64))
+        .collect();
+    println!(
+        "goals: {what}bytes per message by table and index: {}",
+        parts.join(", ")
+    );
+    pool.close().await;
+    let file = tdb.url.trim_start_matches("sqlite://").to_owned();
+    let index_bytes = dir_bytes(Path::new(&format!("{file}.search")));
+    let mut by_extension = std::collections::BTreeMap::new();
+    bytes_by_extension(Path::new(&format!("{file}.search")), &mut by_extension);
+    let parts: Vec<String> = by_extension
+        .iter()
+        .map(|(ext, bytes)| format!("{ext} {:.1}", *bytes as f64 / messages as f64))
+        .collect();
+    println!(
+        "goals: {what}full-text index bytes per message by file kind: {}",
+        parts.join(", ")
+    );
+    (
+        u64::try_from(pages * size).unwrap_or(0),
+        u64::try_from(free * size).unwrap_or(0),
+        index_bytes,
+    )
+}
+
+/// The same history once archived: what an agent's history becomes when it leaves the context
+/// window (summarised or cut), stored compressed (`DbConfig::compress_archived_from`) and out of
+/// full-text search.
+struct Archived {
+    /// Pages in use: the pages the archive emptied are on the free list, which the next writes
+    /// take before the file grows (`VACUUM` would return them to the file system).
+    db_bytes: u64,
+    index_bytes: u64,
+    /// The `archive_before` call that archived all but the newest 25 batches.
+    archive_s: f64,
+}
+
+impl Archived {
+    /// A database of its own (default configuration) with `messages` imported into one agent,
+    /// then every batch but the newest 25 archived, the index brought current (a search applies
+    /// the removals), the applied search changes pruned (as the followers' pruning does) and
+    /// the sizes taken.
+    async fn measure(messages: usize) -> Self {
+        let tdb = TestDb::sqlite().expect("temporary SQLite database");
+        let mut config = tdb.config();
+        // `PATTERN_BENCH_COMPRESS_ARCHIVED=off` leaves archived messages as they were written
+        // (`DbConfig::compress_archived_from`); the default is the product's.
+        if std::env::var("PATTERN_BENCH_COMPRESS_ARCHIVED").as_deref() == Ok("off") {
+            config.compress_archived_from = None;
+        }
+        let db = Database::open(config).await.expect("open");
+        let store = agent(&db, "archived").await;
+        import(&store, messages).await;
+        let newest = store.get_recent(25).await.expect("get_recent");
+        let cut = newest.first().expect("batches").info.id;
+        let t = Instant::now();
+        let archived = store.archive_before(cut).await.expect("archive_before");
+        let archive_s = t.elapsed().as_secs_f64();
+        assert_eq!(
+            archived as usize,
+            messages - 50,
+            "all but the newest 25 batches"
+        );
+        db.search_text(&english_query(0), &TextSearch::default())
+            .await
+            .expect("search");
+        db.prune_applied_search_changes().await.expect("prune");
+        let (file_bytes, free_bytes, index_bytes) =
+            sizes(&tdb, messages, "archived history: ").await;
+        db.close().await;
+        let db_bytes = file_bytes - free_bytes;
+        println!(
+            "goals: archived history: database {db_bytes} bytes in use ({free_bytes} more in \
+             free pages) + index {index_bytes} bytes = {:.0} bytes per message; archived in \
+             {archive_s:.2} s",
+            (db_bytes + index_bytes) as f64 / messages as f64
+        );
+        Self {
+            db_bytes,
+            index_bytes,
+            archive_s,
+        }
+    }
+}
+
 /// Figures that are not timings, for `cargo xtask bench --goals`.
 struct Side {
     messages: usize,
@@ -245,60 +367,25 @@ struct Side {
     index_bytes: u64,
     history_import_s: f64,
     history_first_search_ms: f64,
+    archived: Archived,
 }
 
 impl Side {
-    async fn measure(tdb: &TestDb, messages: usize, imported: Duration, first: Duration) -> Self {
-        let options = SqliteConnectOptions::from_str(&tdb.url).expect("sqlite URL");
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(options)
-            .await
-            .expect("connect");
-        let pages: i64 = sqlx::query_scalar("PRAGMA page_count")
-            .fetch_one(&pool)
-            .await
-            .expect("page_count");
-        let size: i64 = sqlx::query_scalar("PRAGMA page_size")
-            .fetch_one(&pool)
-            .await
-            .expect("page_size");
-        // Where the bytes are, per table and index (SQLite's `dbstat`), per message.
-        let by_name: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT name, SUM(pgsize) FROM dbstat GROUP BY name HAVING SUM(pgsize) > 0 \
-             ORDER BY 2 DESC",
-        )
-        .fetch_all(&pool)
-        .await
-        .unwrap_or_default();
-        let parts: Vec<String> = by_name
-            .iter()
-            .filter(|(_, bytes)| *bytes as f64 / messages as f64 >= 0.5)
-            .map(|(name, bytes)| format!("{name} {:.0}", *bytes as f64 / messages as f64))
-            .collect();
-        println!(
-            "goals: bytes per message by table and index: {}",
-            parts.join(", ")
-        );
-        pool.close().await;
-        let file = tdb.url.trim_start_matches("sqlite://").to_owned();
-        let index_bytes = dir_bytes(Path::new(&format!("{file}.search")));
-        let mut by_extension = std::collections::BTreeMap::new();
-        bytes_by_extension(Path::new(&format!("{file}.search")), &mut by_extension);
-        let parts: Vec<String> = by_extension
-            .iter()
-            .map(|(ext, bytes)| format!("{ext} {:.1}", *bytes as f64 / messages as f64))
-            .collect();
-        println!(
-            "goals: full-text index bytes per message by file kind: {}",
-            parts.join(", ")
-        );
+    async fn measure(
+        tdb: &TestDb,
+        messages: usize,
+        imported: Duration,
+        first: Duration,
+        archived: Archived,
+    ) -> Self {
+        let (db_bytes, _, index_bytes) = sizes(tdb, messages, "").await;
         let side = Self {
             messages,
-            db_bytes: u64::try_from(pages * size).unwrap_or(0),
+            db_bytes,
             index_bytes,
             history_import_s: imported.as_secs_f64(),
             history_first_search_ms: first.as_secs_f64() * 1e3,
+            archived,
         };
         println!(
             "goals: {} messages: database {} bytes + index {} bytes = {:.0} bytes per message; \
@@ -323,13 +410,19 @@ impl Side {
         let _ = std::fs::create_dir_all(&home);
         let json = format!(
             "{{\"messages\":{},\"message_bytes\":{MESSAGE_BYTES},\"db_bytes\":{},\"index_bytes\":{},\
-             \"bytes_per_message\":{:.1},\"history_import_s\":{:.3},\"history_first_search_ms\":{:.3}}}\n",
+             \"bytes_per_message\":{:.1},\"history_import_s\":{:.3},\"history_first_search_ms\":{:.3},\
+             \"archived_db_bytes\":{},\"archived_index_bytes\":{},\"archived_bytes_per_message\":{:.1},\
+             \"archive_s\":{:.3}}}\n",
             self.messages,
             self.db_bytes,
             self.index_bytes,
             self.per_message(),
             self.history_import_s,
-            self.history_first_search_ms
+            self.history_first_search_ms,
+            self.archived.db_bytes,
+            self.archived.index_bytes,
+            (self.archived.db_bytes + self.archived.index_bytes) as f64 / self.messages as f64,
+            self.archived.archive_s,
         );
         if let Err(e) = std::fs::write(home.join("goals-side.json"), json) {
             eprintln!("goals: cannot write goals-side.json: {e}");

@@ -108,6 +108,14 @@ pub struct DbConfig {
     /// bytes but made an uncached read of the newest 50 batches 1.8x slower and an import 1.2x;
     /// decision 0025, "Stop 40"). Never below 64. PostgreSQL compresses large values itself.
     pub compress_content_from: Option<usize>,
+    /// SQLite: when batches are archived (they left the context window: summarised, cut or
+    /// moved out by retention), their messages of at least this many bytes are rewritten
+    /// compressed, in the archiving transaction, where that makes them at least a sixteenth
+    /// smaller. Archived history is read rarely (it has left full-text search and the newest
+    /// batches), so its bytes matter more than a read's microseconds: default 64 (every
+    /// chat-sized message; 387-byte English shrinks by about a third), `None` leaves archived
+    /// messages as they were written. Never below 64. PostgreSQL compresses large values itself.
+    pub compress_archived_from: Option<usize>,
     /// Connections for reads; default 4.
     pub read_connections: u32,
     /// Writer connections on PostgreSQL (SQLite always has exactly one writer); default 4.
@@ -152,6 +160,7 @@ impl DbConfig {
             durability: Durability::Full,
             max_content_bytes: 1024 * 1024,
             compress_content_from: Some(1024),
+            compress_archived_from: Some(pattern_db_sqlite::messages::COMPRESS_FROM),
             read_connections: 4,
             pg_write_connections: 4,
             max_group: 256,
@@ -189,6 +198,11 @@ impl DbConfig {
             self.compress_content_from
                 .is_none_or(|from| from >= pattern_db_sqlite::messages::COMPRESS_FROM),
             "compress_content_from must be at least 64 bytes",
+        )?;
+        check(
+            self.compress_archived_from
+                .is_none_or(|from| from >= pattern_db_sqlite::messages::COMPRESS_FROM),
+            "compress_archived_from must be at least 64 bytes",
         )?;
         check(
             self.read_connections > 0,

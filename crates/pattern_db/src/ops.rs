@@ -54,6 +54,8 @@ pub struct Ctx {
     pub(crate) max_content_bytes: usize,
     /// `DbConfig::compress_content_from`.
     pub(crate) compress_from: Option<usize>,
+    /// `DbConfig::compress_archived_from`.
+    pub(crate) compress_archived_from: Option<usize>,
     pub(crate) run_owner: String,
     pub(crate) batch_lease: Duration,
     /// Record embedding jobs with content writes (`DbConfig::record_embedding_jobs`).
@@ -1910,6 +1912,7 @@ async fn archive_batches(
     search::batches_archived(conn, ctx, batches).await?;
     let mut archived = 0;
     for chunk in batches.chunks(500) {
+        pack_archived(conn, ctx, chunk).await?;
         let list = placeholders(1, chunk.len(), 2);
         for table in ["batches", "messages"] {
             let column = if table == "batches" { "id" } else { "batch_id" };
@@ -1935,6 +1938,96 @@ async fn archive_batches(
         }
     }
     Ok(archived)
+}
+
+/// The most messages one statement moves (three arguments each).
+const PACK_CHUNK: usize = 250;
+
+/// SQLite: moves these batches' messages (being archived) to the end of the `messages` table,
+/// their stored text compressed where that pays (`DbConfig::compress_archived_from`,
+/// [`pattern_db_sqlite::messages::content_to_store`]), in the archiving transaction; returns how
+/// many it compressed. Rewriting a row in place would leave the bytes it saved as free space
+/// inside its page, which the table (appended in rowid order) never fills again: each row gets a
+/// new rowid past the largest instead, so the archived rows are packed together and the pages
+/// they leave are emptied onto the free list, which later writes take first. Nothing refers to
+/// a message's rowid (its id is its key); the text read back is the same, so no cache, index or
+/// embedding changes. Compressing runs on tokio's blocking pool, not on the writer's task, and
+/// never fails the archive: when it cannot run, the rows move as they were. PostgreSQL: nothing
+/// (it compresses large values itself and reuses a page's free space).
+async fn pack_archived(conn: &mut Conn<'_>, ctx: &Ctx, batches: &[i64]) -> Result<u64> {
+    use pattern_db_sqlite::messages::{ContentToStore, content_to_store};
+    let Some(from) = ctx.compress_archived_from else {
+        return Ok(0);
+    };
+    if ctx.backend != Backend::Sqlite || batches.is_empty() {
+        return Ok(0);
+    }
+    let list = batches
+        .iter()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let rows = crate::sql::query(
+        "SELECT id, CASE WHEN typeof(content) = 'text' AND length(CAST(content AS BLOB)) >= $2 \
+         THEN content END FROM messages \
+         WHERE batch_id IN (SELECT value FROM json_each($1)) ORDER BY agent, position",
+    )
+    .bind(format!("[{list}]"))
+    .bind(i64::try_from(from).unwrap_or(i64::MAX))
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut texts = Vec::with_capacity(rows.len());
+    for row in &rows {
+        texts.push((
+            row.try_get::<Vec<u8>, _>(0)?,
+            row.try_get::<Option<String>, _>(1)?,
+        ));
+    }
+    drop(rows);
+    if texts.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<Vec<u8>> = texts.iter().map(|(id, _)| id.clone()).collect();
+    let compressed = tokio::task::spawn_blocking(move || {
+        texts
+            .into_iter()
+            .map(
+                |(_, text)| match text.as_deref().map(|t| content_to_store(t, from)) {
+                    Some(ContentToStore::Compressed(bytes)) => Some(bytes),
+                    _ => None,
+                },
+            )
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "archived messages left uncompressed: compressing failed");
+        vec![None; ids.len()]
+    });
+    let last = crate::sql::query("SELECT COALESCE(MAX(rowid), 0) FROM messages")
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut next = match last.first() {
+        Some(row) => row.try_get::<i64, _>(0)?,
+        None => 0,
+    };
+    let done = compressed.iter().filter(|c| c.is_some()).count();
+    let mut rest = ids.into_iter().zip(compressed).peekable();
+    while rest.peek().is_some() {
+        let chunk: Vec<_> = rest.by_ref().take(PACK_CHUNK).collect();
+        let sql = format!(
+            "UPDATE messages SET rowid = v.column2, content = COALESCE(v.column3, messages.content) \
+             FROM (VALUES {}) AS v WHERE messages.id = v.column1",
+            placeholders(chunk.len(), 3, 1)
+        );
+        let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
+        for (id, bytes) in chunk {
+            next += 1;
+            q = q.bind(id).bind(next).bind(bytes);
+        }
+        q.execute(&mut *conn).await?;
+    }
+    Ok(u64::try_from(done).unwrap_or(u64::MAX))
 }
 
 async fn archive_before(

@@ -1261,6 +1261,137 @@ async fn batch_reads_are_the_same_across_migrations_0026_0027(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
+/// Archived history is stored compressed on SQLite (`DbConfig::compress_archived_from`, 64
+/// bytes by default): archiving rewrites each message of at least that size whose compressed
+/// form is smaller (plain text, JSON content with tool calls, text beyond ASCII), leaves short
+/// and incompressible ones as text, and touches no live batch; every read of the archived
+/// history gives back what was written, before and after. With the setting off, archived rows
+/// stay text. PostgreSQL archives the same and reads back the same (it compresses large values
+/// itself).
+async fn archived_history_is_stored_compressed_and_reads_back(kind: Kind) {
+    use pattern_db::testkit::fetch_texts;
+    let tdb = fresh(kind).await;
+    for setting in [Some(64), None] {
+        let db = open_with(&tdb, |c| c.compress_archived_from = setting).await;
+        let name = if setting.is_some() { "heron" } else { "egret" };
+        let agent = db.create_agent(NewAgent::named(name)).await.unwrap().id;
+        let store = db.messages(agent);
+        let prose = |what: &str| {
+            format!(
+                "The {what} stood in the shallows of the river all morning, waiting for the \
+                 fish to come back; the otters on the far bank watched it, and by noon the \
+                 {what} had moved to the reeds."
+            )
+        };
+        // 72 characters with no repeats worth coding: compressing saves less than a sixteenth
+        // (the frame's own bytes), so it stays text.
+        let alphabet: Vec<char> = ('A'..='Z').chain('a'..='z').chain('0'..='9').collect();
+        let mut state = 7_u64;
+        let noise: String = (0..72)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1);
+                alphabet[(state >> 33) as usize % alphabet.len()]
+            })
+            .collect();
+        let messages = [
+            vec![
+                NewMessage::user(prose("heron")),
+                NewMessage::assistant("short"),
+            ],
+            vec![
+                NewMessage::user(format!("Où est le héron ? {}", prose("héron"))),
+                NewMessage::new(
+                    Role::Assistant,
+                    vec![
+                        ContentBlock::text(prose("stork")),
+                        ContentBlock::tool_use("c1", "search", json!({"q": prose("crane")})),
+                    ],
+                ),
+                NewMessage::new(
+                    Role::Tool,
+                    vec![ContentBlock::tool_result("c1", prose("ibis"), false)],
+                ),
+                NewMessage::assistant(noise.clone()),
+            ],
+            vec![NewMessage::user(prose("gull"))],
+        ];
+        let mut ids = Vec::new();
+        for batch in &messages {
+            let b = store
+                .begin_batch(batch[0].clone(), BeginBatch::default())
+                .await
+                .unwrap()
+                .batch_id;
+            if batch.len() > 1 {
+                store.append_step(b, batch[1..].to_vec()).await.unwrap();
+            }
+            store.complete_batch(b).await.unwrap();
+            ids.push(b);
+        }
+        let written: Vec<Vec<ContentBlock>> = messages
+            .iter()
+            .flatten()
+            .map(|m| m.content.clone())
+            .collect();
+        let reads = async || {
+            db.forget_read_cache();
+            let all: Vec<_> = store
+                .get_all(None, 100, true)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|m| m.content)
+                .collect();
+            assert_eq!(all, written, "history");
+            for (i, batch) in ids.iter().enumerate() {
+                let read: Vec<_> = store
+                    .get_batch(*batch)
+                    .await
+                    .unwrap()
+                    .messages
+                    .into_iter()
+                    .map(|m| m.content)
+                    .collect();
+                let want: Vec<_> = messages[i].iter().map(|m| m.content.clone()).collect();
+                assert_eq!(read, want, "batch {i}");
+            }
+        };
+        reads().await;
+        let archived = store.archive_before(ids[2]).await.unwrap();
+        assert_eq!(archived, 6, "the first two batches");
+        reads().await;
+        let live: Vec<_> = store
+            .get_recent(10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|b| b.info.id)
+            .collect();
+        assert_eq!(live, [ids[2]], "only the last batch is live");
+        if kind == Kind::Sqlite {
+            let stored = fetch_texts(
+                &db,
+                &format!(
+                    "SELECT typeof(m.content) FROM messages m JOIN agents a ON a.num = m.agent \
+                     WHERE a.name = '{name}' ORDER BY m.position"
+                ),
+            )
+            .await
+            .unwrap();
+            let want = if setting.is_some() {
+                ["blob", "text", "blob", "blob", "blob", "text", "text"]
+            } else {
+                ["text"; 7]
+            };
+            assert_eq!(stored, want, "stored kinds with {setting:?}");
+        }
+        db.close().await;
+    }
+    tdb.cleanup().await.unwrap();
+}
+
 /// SQLite stores a long message's content compressed when that makes it smaller (migration
 /// 0031; `DbConfig::compress_content_from`, 1 KiB by default) and a shorter one as text; every
 /// read gives back what was written: the history, a batch, the newest batches and those before
@@ -2304,6 +2435,7 @@ conformance!(
     recovery_abandons_expired_open_batches,
     get_recent_returns_whole_batches,
     archive_and_summaries,
+    archived_history_is_stored_compressed_and_reads_back,
     activity_log,
     legacy_import,
     many_agents_write_at_once,
