@@ -209,16 +209,17 @@ pub async fn delete_all_vectors(conn: &mut PgConnection) -> sqlx::Result<u64> {
     Ok(done.rows_affected())
 }
 
-/// Deletes the vector of one content; rows deleted.
-pub async fn delete_vector(
+/// Deletes the vectors of the contents of one type among `content_ids`, in one statement; rows
+/// deleted.
+pub async fn delete_vectors(
     conn: &mut PgConnection,
     content_type: &str,
-    content_id: Uuid,
+    content_ids: &[Uuid],
 ) -> sqlx::Result<u64> {
     let done = sqlx::query!(
-        "DELETE FROM embeddings WHERE content_type = $1 AND content_id = $2",
+        "DELETE FROM embeddings WHERE content_type = $1 AND content_id = ANY($2)",
         content_type,
-        content_id
+        content_ids
     )
     .execute(conn)
     .await?;
@@ -295,16 +296,17 @@ pub async fn delete_all_jobs(conn: &mut PgConnection) -> sqlx::Result<u64> {
     Ok(done.rows_affected())
 }
 
-/// Deletes the job of one content; rows deleted.
-pub async fn delete_job(
+/// Deletes the embedding jobs of the contents of one type among `content_ids`, in one
+/// statement; rows deleted.
+pub async fn delete_jobs(
     conn: &mut PgConnection,
     content_type: &str,
-    content_id: Uuid,
+    content_ids: &[Uuid],
 ) -> sqlx::Result<u64> {
     let done = sqlx::query!(
-        "DELETE FROM embedding_jobs WHERE content_type = $1 AND content_id = $2",
+        "DELETE FROM embedding_jobs WHERE content_type = $1 AND content_id = ANY($2)",
         content_type,
-        content_id
+        content_ids
     )
     .execute(conn)
     .await?;

@@ -256,16 +256,18 @@ pub async fn delete_all_vectors(conn: &mut SqliteConnection) -> sqlx::Result<u64
     Ok(done.rows_affected())
 }
 
-/// Deletes the vector of one content; rows deleted.
-pub async fn delete_vector(
+/// Deletes the vectors of the contents of one type whose ids `content_ids` lists (a JSON array
+/// of ids), in one statement; rows deleted.
+pub async fn delete_vectors(
     conn: &mut SqliteConnection,
     content_type: &str,
-    content_id: &str,
+    content_ids: &str,
 ) -> sqlx::Result<u64> {
     let done = sqlx::query!(
-        "DELETE FROM embeddings WHERE content_type = $1 AND content_id = $2",
+        "DELETE FROM embeddings WHERE content_type = $1 \
+         AND content_id IN (SELECT value FROM json_each($2))",
         content_type,
-        content_id
+        content_ids
     )
     .execute(conn)
     .await?;
@@ -345,16 +347,18 @@ pub async fn delete_all_jobs(conn: &mut SqliteConnection) -> sqlx::Result<u64> {
     Ok(done.rows_affected())
 }
 
-/// Deletes the job of one content; rows deleted.
-pub async fn delete_job(
+/// Deletes the embedding jobs of the contents of one type whose ids `content_ids` lists (a JSON
+/// array of ids), in one statement; rows deleted.
+pub async fn delete_jobs(
     conn: &mut SqliteConnection,
     content_type: &str,
-    content_id: &str,
+    content_ids: &str,
 ) -> sqlx::Result<u64> {
     let done = sqlx::query!(
-        "DELETE FROM embedding_jobs WHERE content_type = $1 AND content_id = $2",
+        "DELETE FROM embedding_jobs WHERE content_type = $1 \
+         AND content_id IN (SELECT value FROM json_each($2))",
         content_type,
-        content_id
+        content_ids
     )
     .execute(conn)
     .await?;

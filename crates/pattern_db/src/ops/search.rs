@@ -445,24 +445,37 @@ pub(crate) async fn content_removed(
         .map(|(t, id, agent)| (*t, id.as_str(), *agent, ChangeKind::Delete))
         .collect();
     log_changes(conn, ctx.backend, &changes).await?;
+    // Their vectors and embedding jobs: two statements per content type and chunk, not two
+    // per content (archiving 100k messages made 200k round trips).
+    let mut by_type: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
     for (t, id, _) in items {
-        match conn {
-            Conn::Sqlite(c) => pattern_db_sqlite::search::delete_vector(c, t.as_str(), id).await?,
-            Conn::Postgres(c) => {
-                pattern_db_postgres::search::delete_vector(c, t.as_str(), uuid_arg(id)?).await?
-            }
-        };
+        by_type.entry(t.as_str()).or_default().push(id.as_str());
     }
-    for (t, id, _) in items {
-        match conn {
-            Conn::Sqlite(c) => pattern_db_sqlite::search::delete_job(c, t.as_str(), id).await?,
-            Conn::Postgres(c) => {
-                pattern_db_postgres::search::delete_job(c, t.as_str(), uuid_arg(id)?).await?
+    for (t, ids) in by_type {
+        for chunk in ids.chunks(REMOVED_CHUNK) {
+            match conn {
+                Conn::Sqlite(c) => {
+                    let list = serde_json::to_string(chunk)
+                        .map_err(|e| StorageError::Corrupt(format!("content ids as JSON: {e}")))?;
+                    pattern_db_sqlite::search::delete_vectors(c, t, &list).await?;
+                    pattern_db_sqlite::search::delete_jobs(c, t, &list).await?;
+                }
+                Conn::Postgres(c) => {
+                    let list = chunk
+                        .iter()
+                        .map(|id| uuid_arg(id))
+                        .collect::<std::result::Result<Vec<_>, _>>()?;
+                    pattern_db_postgres::search::delete_vectors(c, t, &list).await?;
+                    pattern_db_postgres::search::delete_jobs(c, t, &list).await?;
+                }
             }
-        };
+        }
     }
     Ok(())
 }
+
+/// The most contents one statement deletes the vectors or jobs of.
+const REMOVED_CHUNK: usize = 1000;
 
 /// The live messages of these batches are about to be archived.
 pub(crate) async fn batches_archived(
