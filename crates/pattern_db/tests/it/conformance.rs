@@ -1392,6 +1392,72 @@ async fn archived_history_is_stored_compressed_and_reads_back(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
+/// SQLite: archiving moves the archived rows to the table's end, so the pages they leave are
+/// emptied onto the free list (a row rewritten in place would leave its saved bytes inside a
+/// page the table never fills again), and the next messages take those pages before the file
+/// grows. Every message still reads back.
+#[tokio::test]
+async fn archiving_empties_the_pages_its_rows_leave() {
+    use pattern_db::testkit::fetch_texts;
+    let tdb = fresh(Kind::Sqlite).await;
+    let db = tdb.open().await.unwrap();
+    let agent = db.create_agent(NewAgent::named("heron")).await.unwrap().id;
+    let store = db.messages(agent);
+    let text = |i: usize| {
+        format!(
+            "Note {i}: the heron stood in the shallows of the river all morning, waiting for \
+             the fish to come back, while the otters on the far bank watched it and the kestrel \
+             above them watched everything; by noon the river had risen and it moved on."
+        )
+    };
+    let mut last = None;
+    for i in 0..120 {
+        let b = store
+            .begin_batch(NewMessage::user(text(i)), BeginBatch::default())
+            .await
+            .unwrap()
+            .batch_id;
+        store.complete_batch(b).await.unwrap();
+        last = Some(b);
+    }
+    let count = |sql: &'static str| {
+        let db = &db;
+        async move {
+            fetch_texts(db, sql).await.unwrap()[0]
+                .parse::<i64>()
+                .unwrap()
+        }
+    };
+    let pages = "SELECT CAST(COUNT(*) AS TEXT) FROM dbstat WHERE name = 'messages'";
+    let free = "SELECT CAST(freelist_count AS TEXT) FROM pragma_freelist_count()";
+    let (pages_before, free_before) = (count(pages).await, count(free).await);
+    assert_eq!(
+        store.archive_before(last.unwrap()).await.unwrap(),
+        119,
+        "all but the last batch"
+    );
+    let (pages_after, free_after) = (count(pages).await, count(free).await);
+    assert!(
+        pages_after < pages_before && free_after > free_before,
+        "messages' pages {pages_before} -> {pages_after}, free pages {free_before} -> {free_after}"
+    );
+    // The next writes take the free pages first.
+    for i in 0..40 {
+        store
+            .begin_batch(NewMessage::user(text(1000 + i)), BeginBatch::default())
+            .await
+            .unwrap();
+    }
+    assert!(count(free).await < free_after, "free pages reused");
+    let all = store.get_all(None, 500, true).await.unwrap();
+    assert_eq!(all.len(), 160);
+    for (i, m) in all.iter().take(120).enumerate() {
+        assert_eq!(m.content, NewMessage::user(text(i)).content, "message {i}");
+    }
+    db.close().await;
+    tdb.cleanup().await.unwrap();
+}
+
 /// SQLite stores a long message's content compressed when that makes it smaller (migration
 /// 0031; `DbConfig::compress_content_from`, 1 KiB by default) and a shorter one as text; every
 /// read gives back what was written: the history, a batch, the newest batches and those before
