@@ -111,7 +111,8 @@ pub struct DbConfig {
     /// SQLite: when batches are archived (they left the context window: summarised, cut or
     /// moved out by retention), their messages of at least this many bytes are rewritten
     /// compressed, in the archiving transaction, where that makes them at least a sixteenth
-    /// smaller. Archived history is read rarely (it has left full-text search and the newest
+    /// smaller, and every archived row is moved to the table's end so the pages it leaves are
+    /// freed for later writes (decision 0025, "Stop 46"). Archived history is read rarely (it has left full-text search and the newest
     /// batches), so its bytes matter more than a read's microseconds: default 64 (every
     /// chat-sized message; 387-byte English shrinks by about a third), `None` leaves archived
     /// messages as they were written. Never below 64. PostgreSQL compresses large values itself.
