@@ -1943,24 +1943,24 @@ async fn archive_batches(
 /// The most messages one statement moves (three arguments each).
 const PACK_CHUNK: usize = 250;
 
-/// SQLite: moves these batches' messages (being archived) to the end of the `messages` table,
-/// their stored text compressed where that pays (`DbConfig::compress_archived_from`,
-/// [`pattern_db_sqlite::messages::content_to_store`]), in the archiving transaction; returns how
-/// many it compressed. Rewriting a row in place would leave the bytes it saved as free space
-/// inside its page, which the table (appended in rowid order) never fills again: each row gets a
-/// new rowid past the largest instead, so the archived rows are packed together and the pages
-/// they leave are emptied onto the free list, which later writes take first. Nothing refers to
-/// a message's rowid (its id is its key); the text read back is the same, so no cache, index or
-/// embedding changes. Compressing runs on tokio's blocking pool, not on the writer's task, and
-/// never fails the archive: when it cannot run, the rows move as they were. PostgreSQL: nothing
-/// (it compresses large values itself and reuses a page's free space).
-async fn pack_archived(conn: &mut Conn<'_>, ctx: &Ctx, batches: &[i64]) -> Result<u64> {
+/// SQLite: moves these batches' messages (being archived) to the end of the `messages` table, their
+/// stored text compressed where that pays (`DbConfig::compress_archived_from`,
+/// [`pattern_db_sqlite::messages::content_to_store`]), in the archiving transaction. Rewriting a
+/// row in place would leave the bytes it saved as free space inside its page, which the table
+/// (appended in rowid order) never fills again: each row gets a new rowid past the largest instead,
+/// so the archived rows are packed together and the pages they leave are emptied onto the free
+/// list, which later writes take first. Nothing refers to a message's rowid (its id is its key);
+/// the text read back is the same, so no cache, index or embedding changes. Compressing runs on
+/// tokio's blocking pool, not on the writer's task, and never fails the archive: when it cannot
+/// run, the rows move as they were. PostgreSQL: nothing (it compresses large values itself and
+/// reuses a page's free space).
+async fn pack_archived(conn: &mut Conn<'_>, ctx: &Ctx, batches: &[i64]) -> Result<()> {
     use pattern_db_sqlite::messages::{ContentToStore, content_to_store};
     let Some(from) = ctx.compress_archived_from else {
-        return Ok(0);
+        return Ok(());
     };
     if ctx.backend != Backend::Sqlite || batches.is_empty() {
-        return Ok(0);
+        return Ok(());
     }
     let list = batches
         .iter()
@@ -1985,7 +1985,7 @@ async fn pack_archived(conn: &mut Conn<'_>, ctx: &Ctx, batches: &[i64]) -> Resul
     }
     drop(rows);
     if texts.is_empty() {
-        return Ok(0);
+        return Ok(());
     }
     let ids: Vec<Vec<u8>> = texts.iter().map(|(id, _)| id.clone()).collect();
     let compressed = tokio::task::spawn_blocking(move || {
@@ -2011,7 +2011,6 @@ async fn pack_archived(conn: &mut Conn<'_>, ctx: &Ctx, batches: &[i64]) -> Resul
         Some(row) => row.try_get::<i64, _>(0)?,
         None => 0,
     };
-    let done = compressed.iter().filter(|c| c.is_some()).count();
     let mut rest = ids.into_iter().zip(compressed).peekable();
     while rest.peek().is_some() {
         let chunk: Vec<_> = rest.by_ref().take(PACK_CHUNK).collect();
@@ -2027,7 +2026,7 @@ async fn pack_archived(conn: &mut Conn<'_>, ctx: &Ctx, batches: &[i64]) -> Resul
         }
         q.execute(&mut *conn).await?;
     }
-    Ok(u64::try_from(done).unwrap_or(u64::MAX))
+    Ok(())
 }
 
 async fn archive_before(
