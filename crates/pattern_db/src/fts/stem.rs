@@ -6,7 +6,7 @@
 //! It must produce exactly the tokens `en_stem` produces (an index written by one is searched
 //! with the other); a test compares them.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use tantivy::tokenizer::{
     LowerCaser, RemoveLongFilter, SimpleTokenizer, TextAnalyzer, Token, TokenFilter, TokenStream,
@@ -37,7 +37,7 @@ impl TokenFilter for RememberingStemmer {
         StemFilter {
             inner,
             stemmer: frostem::Stemmer::new(frostem::Algorithm::English),
-            stems: HashMap::new(),
+            stems: FxHashMap::default(),
         }
     }
 }
@@ -47,7 +47,7 @@ pub(super) struct StemFilter<T> {
     inner: T,
     stemmer: frostem::Stemmer,
     /// Lower-cased word -> its stem.
-    stems: HashMap<String, String>,
+    stems: FxHashMap<String, String>,
 }
 
 impl<T: Tokenizer> Tokenizer for StemFilter<T> {
@@ -65,7 +65,7 @@ impl<T: Tokenizer> Tokenizer for StemFilter<T> {
 pub(super) struct StemStream<'a, T> {
     tail: T,
     stemmer: frostem::Stemmer,
-    stems: &'a mut HashMap<String, String>,
+    stems: &'a mut FxHashMap<String, String>,
 }
 
 impl<T: TokenStream> TokenStream for StemStream<'_, T> {
