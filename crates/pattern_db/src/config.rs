@@ -92,6 +92,11 @@ pub enum MachineId {
     Fixed(u16),
 }
 
+/// Batches at the end of an imported history whose messages stay as any other's
+/// ([`DbConfig::compress_imported_from`]): more than a context build reads by default
+/// (context_v2's `max_batches`, 200), so the next turn after an import decompresses nothing.
+pub const IMPORT_PLAIN_BATCHES: usize = 256;
+
 /// Everything needed to open a [`crate::Database`].
 #[derive(Debug, Clone)]
 pub struct DbConfig {
@@ -117,6 +122,15 @@ pub struct DbConfig {
     /// chat-sized message; 387-byte English shrinks by about a third), `None` leaves archived
     /// messages as they were written. Never below 64. PostgreSQL compresses large values itself.
     pub compress_archived_from: Option<usize>,
+    /// SQLite: an imported history's messages (`import_legacy`, agent imports) of at least this
+    /// many bytes are stored compressed (where that makes them at least a sixteenth smaller),
+    /// except those of the import's newest [`IMPORT_PLAIN_BATCHES`] batches, which the next
+    /// context builds read and which stay as `compress_content_from` says. An import brings
+    /// history that is mostly older than any context window: read by search hits and by
+    /// scrolling back, rarely, so its bytes matter more than a read's microseconds (decision
+    /// 0025, "Stop 47"). Default 64; `None` stores imported messages as any other. Never below
+    /// 64. PostgreSQL compresses large values itself.
+    pub compress_imported_from: Option<usize>,
     /// Connections for reads; default 4.
     pub read_connections: u32,
     /// Writer connections on PostgreSQL (SQLite always has exactly one writer); default 4.
@@ -162,6 +176,7 @@ impl DbConfig {
             max_content_bytes: 1024 * 1024,
             compress_content_from: Some(1024),
             compress_archived_from: Some(pattern_db_sqlite::messages::COMPRESS_FROM),
+            compress_imported_from: Some(pattern_db_sqlite::messages::COMPRESS_FROM),
             read_connections: 4,
             pg_write_connections: 4,
             max_group: 256,
@@ -204,6 +219,11 @@ impl DbConfig {
             self.compress_archived_from
                 .is_none_or(|from| from >= pattern_db_sqlite::messages::COMPRESS_FROM),
             "compress_archived_from must be at least 64 bytes",
+        )?;
+        check(
+            self.compress_imported_from
+                .is_none_or(|from| from >= pattern_db_sqlite::messages::COMPRESS_FROM),
+            "compress_imported_from must be at least 64 bytes",
         )?;
         check(
             self.read_connections > 0,

@@ -305,6 +305,7 @@ impl Database {
             max_content_bytes: config.max_content_bytes,
             compress_from: config.compress_content_from,
             compress_archived_from: config.compress_archived_from,
+            compress_imported_from: config.compress_imported_from,
             run_owner: config.run_owner.clone(),
             batch_lease: config.batch_lease,
             record_jobs: config.record_embedding_jobs,

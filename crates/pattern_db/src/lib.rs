@@ -87,7 +87,7 @@ pub use approvals::{Approval, ApprovalDecision, ApprovalFilter, ApprovalState, N
 pub use archival::{ArchivalEntry, ArchivalId, ListArchival, NewArchival, OCCURRED_AT_KEY};
 pub use auth::{ApiKey, ApiKeyId, IssuedKey};
 pub use blocks::{BlockVersion, NewBlock, StoredBlock};
-pub use config::{Backend, DbConfig, Durability, MachineId};
+pub use config::{Backend, DbConfig, Durability, IMPORT_PLAIN_BATCHES, MachineId};
 pub use console::{ConsoleSession, IssuedConsoleSession};
 pub use db::{Database, MIN_SQLITE_VERSION};
 pub use error::{Error, ErrorClass, Result, StorageError};

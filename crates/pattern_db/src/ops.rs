@@ -56,6 +56,8 @@ pub struct Ctx {
     pub(crate) compress_from: Option<usize>,
     /// `DbConfig::compress_archived_from`.
     pub(crate) compress_archived_from: Option<usize>,
+    /// `DbConfig::compress_imported_from`.
+    pub(crate) compress_imported_from: Option<usize>,
     pub(crate) run_owner: String,
     pub(crate) batch_lease: Duration,
     /// Record embedding jobs with content writes (`DbConfig::record_embedding_jobs`).
@@ -356,6 +358,9 @@ struct MessageRow<'a> {
     /// What SQLite stores instead of the JSON ([`sqlite_text`]).
     text: Option<&'a str>,
     created_at: i64,
+    /// Imported history older than the import's newest batches: stored compressed from
+    /// `DbConfig::compress_imported_from` bytes as well.
+    imported_cold: bool,
 }
 
 impl<'a> MessageRow<'a> {
@@ -381,6 +386,7 @@ impl<'a> MessageRow<'a> {
             content,
             text: sqlite_text(&trigger.content),
             created_at: now,
+            imported_cold: false,
         }
     }
 }
@@ -516,11 +522,16 @@ fn message_rows_query(
                 BATCH_TYPES, ContentToStore, ROLES, content_to_store,
             };
             let stored = row.text.unwrap_or(row.content);
+            let from = match (ctx.compress_from, ctx.compress_imported_from) {
+                (Some(any), Some(imported)) if row.imported_cold => Some(any.min(imported)),
+                (None, imported) if row.imported_cold => imported,
+                (any, _) => any,
+            };
             (
                 row.id.0.as_bytes().as_slice().into(),
                 sqlite_code(&BATCH_TYPES, row.batch_type.as_str())?.into(),
                 sqlite_code(&ROLES, row.role.as_str())?.into(),
-                match ctx.compress_from.map(|from| content_to_store(stored, from)) {
+                match from.map(|from| content_to_store(stored, from)) {
                     Some(ContentToStore::Compressed(bytes)) => bytes.into(),
                     _ => stored.to_owned().into(),
                 },
@@ -1634,6 +1645,7 @@ async fn append_step(
             content,
             text: sqlite_text(&m.content),
             created_at: now,
+            imported_cold: false,
         })
         .collect();
     insert_messages(conn, ctx, &rows).await?;
@@ -1952,7 +1964,9 @@ const PACK_CHUNK: usize = 250;
 /// list, which later writes take first. Nothing refers to a message's rowid (its id is its key);
 /// the text read back is the same, so no cache, index or embedding changes. Compressing runs on
 /// tokio's blocking pool, not on the writer's task, and never fails the archive: when it cannot
-/// run, the rows move as they were. PostgreSQL: nothing (it compresses large values itself and
+/// run, the rows stay as they were. A run of [`PACK_CHUNK`] rows none of which shrinks (an
+/// imported history stored compressed already, `DbConfig::compress_imported_from`; short
+/// messages) stays where it is. PostgreSQL: nothing (it compresses large values itself and
 /// reuses a page's free space).
 async fn pack_archived(conn: &mut Conn<'_>, ctx: &Ctx, batches: &[i64]) -> Result<()> {
     use pattern_db_sqlite::messages::{ContentToStore, content_to_store};
@@ -2014,6 +2028,11 @@ async fn pack_archived(conn: &mut Conn<'_>, ctx: &Ctx, batches: &[i64]) -> Resul
     let mut rest = ids.into_iter().zip(compressed).peekable();
     while rest.peek().is_some() {
         let chunk: Vec<_> = rest.by_ref().take(PACK_CHUNK).collect();
+        // Rows none of which shrinks now (stored compressed when imported, or too short) are
+        // left where they are: moving them would free nothing, and their pages lose no row.
+        if chunk.iter().all(|(_, bytes)| bytes.is_none()) {
+            continue;
+        }
         let sql = format!(
             "UPDATE messages SET rowid = v.column2, content = COALESCE(v.column3, messages.content) \
              FROM (VALUES {}) AS v WHERE messages.id = v.column1",
@@ -2381,11 +2400,20 @@ pub(crate) async fn import_legacy(
     let mut batch_rows = Vec::with_capacity(plan.batches.len());
     let mut rows = Vec::with_capacity(messages.len());
     let mut calls: Vec<CallRow> = Vec::new();
+    // The batches before the newest `IMPORT_PLAIN_BATCHES` are history no context build reads
+    // soon (`DbConfig::compress_imported_from`).
+    let stored_batches = plan
+        .batches
+        .iter()
+        .filter(|b| !b.messages.is_empty())
+        .count();
+    let cold_batches = stored_batches.saturating_sub(crate::config::IMPORT_PLAIN_BATCHES);
     for planned in &plan.batches {
         let (Some(&first), Some(&last)) = (planned.messages.first(), planned.messages.last())
         else {
             continue;
         };
+        let imported_cold = batch_rows.len() < cold_batches;
         let batch = positions[first];
         batch_rows.push(BatchRow {
             id: batch,
@@ -2417,6 +2445,7 @@ pub(crate) async fn import_legacy(
                 content: &contents[index],
                 text: sqlite_text(&message.content),
                 created_at: at(index),
+                imported_cold,
             });
             for block in &message.content {
                 match block {

@@ -1392,6 +1392,233 @@ async fn archived_history_is_stored_compressed_and_reads_back(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
+/// An imported history is stored compressed on SQLite (`DbConfig::compress_imported_from`, 64
+/// bytes by default) except the messages of its newest `IMPORT_PLAIN_BATCHES` batches, which
+/// the next context builds read; short and incompressible messages stay text; every read (the
+/// whole history, a batch, the newest batches, a search hit) gives back what was imported, and
+/// again once the old batches are archived, which leaves rows stored compressed already where
+/// they are and moves the rest. With the setting off, every imported row is text. PostgreSQL
+/// imports and reads back the same.
+async fn imported_history_is_stored_compressed_but_its_newest_batches(kind: Kind) {
+    use pattern_db::testkit::fetch_texts;
+    use pattern_db::{IMPORT_PLAIN_BATCHES, TextSearch};
+    let tdb = fresh(kind).await;
+    for setting in [Some(64), None] {
+        let db = open_with(&tdb, |c| c.compress_imported_from = setting).await;
+        let name = if setting.is_some() { "heron" } else { "egret" };
+        let agent = db.create_agent(NewAgent::named(name)).await.unwrap().id;
+        let store = db.messages(agent);
+        let prose = |i: usize| {
+            format!(
+                "Turn {i}: the heron stood in the shallows of the river all morning, waiting \
+                 for the fish to come back; the otters on the far bank watched it, and by noon \
+                 the heron had moved to the reeds."
+            )
+        };
+        // Three old batches of every kind of content, then the newest `IMPORT_PLAIN_BATCHES`.
+        let mut history = vec![
+            (
+                Role::User,
+                vec![ContentBlock::text(format!(
+                    "Où est le héron ? {}",
+                    prose(0)
+                ))],
+            ),
+            (
+                Role::Assistant,
+                vec![
+                    ContentBlock::text(prose(1)),
+                    ContentBlock::tool_use("c1", "search", json!({"q": prose(2)})),
+                ],
+            ),
+            (
+                Role::Tool,
+                vec![ContentBlock::tool_result("c1", prose(3), false)],
+            ),
+            (Role::Assistant, vec![ContentBlock::text("short")]),
+            (Role::User, vec![ContentBlock::text("kingfisher")]),
+            (Role::Assistant, vec![ContentBlock::text(prose(5))]),
+            (Role::User, vec![ContentBlock::text(prose(6))]),
+            (Role::Assistant, vec![ContentBlock::text(prose(7))]),
+        ];
+        // More old batches than archiving moves in one statement (250 rows), then the newest.
+        const OLD_PAIRS: usize = 150;
+        let old_messages = 8 + 2 * OLD_PAIRS;
+        for i in 0..OLD_PAIRS + IMPORT_PLAIN_BATCHES {
+            history.push((Role::User, vec![ContentBlock::text(prose(100 + 2 * i))]));
+            history.push((
+                Role::Assistant,
+                vec![ContentBlock::text(prose(101 + 2 * i))],
+            ));
+        }
+        let written: Vec<Vec<ContentBlock>> = history.iter().map(|(_, c)| c.clone()).collect();
+        let plan = store
+            .import_legacy(
+                history
+                    .into_iter()
+                    .map(|(role, content)| LegacyMessage {
+                        role,
+                        content,
+                        created_at: None,
+                        origin: None,
+                    })
+                    .collect(),
+            )
+            .await
+            .unwrap();
+        assert!(plan.anomalies.is_empty(), "{:?}", plan.anomalies);
+        assert_eq!(plan.batches.len(), 3 + OLD_PAIRS + IMPORT_PLAIN_BATCHES);
+        db.forget_read_cache();
+        let all: Vec<_> = store
+            .get_all(None, 10_000, true)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.content)
+            .collect();
+        assert_eq!(all, written, "history");
+        let oldest = store.get_all(None, 1, true).await.unwrap()[0].batch_id;
+        let first: Vec<_> = store
+            .get_batch(oldest)
+            .await
+            .unwrap()
+            .messages
+            .into_iter()
+            .map(|m| m.content)
+            .collect();
+        assert_eq!(first, written[..4], "the oldest batch");
+        let recent = store.get_recent(plan.batches.len()).await.unwrap();
+        let recent: Vec<_> = recent
+            .into_iter()
+            .flat_map(|b| b.messages.into_iter().map(|m| m.content))
+            .collect();
+        assert_eq!(recent, written, "the newest batches");
+        let hits = db
+            .search_text(
+                "kingfisher",
+                &TextSearch {
+                    agent: Some(agent),
+                    limit: 5,
+                    ..TextSearch::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(hits.len(), 1, "{hits:?}");
+        assert_eq!(hits[0].text, "kingfisher");
+        let hits = db
+            .search_text(
+                "otters",
+                &TextSearch {
+                    agent: Some(agent),
+                    limit: 100,
+                    ..TextSearch::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(hits.len(), 100);
+        for hit in &hits {
+            assert!(
+                written
+                    .iter()
+                    .any(|c| pattern_db::search::message_text(c) == hit.text),
+                "a hit's text is a message's: {}",
+                hit.text
+            );
+        }
+        if kind == Kind::Sqlite {
+            let stored = fetch_texts(
+                &db,
+                &format!(
+                    "SELECT typeof(m.content) FROM messages m JOIN agents a ON a.num = m.agent \
+                     WHERE a.name = '{name}' ORDER BY m.position"
+                ),
+            )
+            .await
+            .unwrap();
+            let (first, old) = if setting.is_some() {
+                (
+                    [
+                        "blob", "blob", "blob", "text", "text", "blob", "blob", "blob",
+                    ],
+                    "blob",
+                )
+            } else {
+                (["text"; 8], "text")
+            };
+            assert_eq!(stored[..8], first, "the first batches with {setting:?}");
+            assert!(
+                stored[8..old_messages].iter().all(|t| t == old),
+                "the old batches with {setting:?}"
+            );
+            assert!(
+                stored[old_messages..].iter().all(|t| t == "text"),
+                "the newest {IMPORT_PLAIN_BATCHES} batches stay text"
+            );
+        }
+        // Archive the old batches and ten of the newest: on SQLite a statement's worth of rows
+        // (250) that shrink no more (stored compressed, or short) stays where it is; the rest,
+        // with text to compress among them, move to the table's end.
+        let rowids = async || {
+            fetch_texts(
+                &db,
+                &format!(
+                    "SELECT CAST(m.rowid AS TEXT) FROM messages m JOIN agents a ON a.num = m.agent \
+                     WHERE a.name = '{name}' ORDER BY m.position"
+                ),
+            )
+            .await
+            .unwrap()
+        };
+        let before = if kind == Kind::Sqlite {
+            rowids().await
+        } else {
+            Vec::new()
+        };
+        let archiving = old_messages + 20;
+        let cut = store.get_all(None, 10_000, true).await.unwrap()[archiving].batch_id;
+        let archived = store.archive_before(cut).await.unwrap();
+        assert_eq!(archived as usize, archiving);
+        db.forget_read_cache();
+        let after: Vec<_> = store
+            .get_all(None, 10_000, true)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.content)
+            .collect();
+        assert_eq!(after, written, "history once archived");
+        let live: Vec<_> = store
+            .get_recent(plan.batches.len())
+            .await
+            .unwrap()
+            .into_iter()
+            .flat_map(|b| b.messages.into_iter().map(|m| m.content))
+            .collect();
+        assert_eq!(live, written[archiving..], "the live batches");
+        if kind == Kind::Sqlite {
+            let moved = rowids().await;
+            let stayed = if setting.is_some() { 250 } else { 0 };
+            assert_eq!(
+                moved[..stayed],
+                before[..stayed],
+                "rows that shrink no more stay"
+            );
+            assert!(
+                moved[stayed..archiving]
+                    .iter()
+                    .zip(&before[stayed..archiving])
+                    .all(|(m, b)| m != b),
+                "the other archived rows moved"
+            );
+            assert_eq!(moved[archiving..], before[archiving..], "live rows stay");
+        }
+        db.close().await;
+    }
+    tdb.cleanup().await.unwrap();
+}
+
 /// SQLite: archiving moves the archived rows to the table's end, so the pages they leave are
 /// emptied onto the free list (a row rewritten in place would leave its saved bytes inside a
 /// page the table never fills again), and the next messages take those pages before the file
@@ -2502,6 +2729,7 @@ conformance!(
     get_recent_returns_whole_batches,
     archive_and_summaries,
     archived_history_is_stored_compressed_and_reads_back,
+    imported_history_is_stored_compressed_but_its_newest_batches,
     activity_log,
     legacy_import,
     many_agents_write_at_once,
