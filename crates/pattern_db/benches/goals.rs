@@ -18,7 +18,9 @@
 //!   with the read cache emptied before every call (the database's revision lookup and both
 //!   queries run; SQLite's and the OS's page caches stay warm, as they are for a working agent);
 //! - bytes per message: the database (page count x page size, WAL included) plus the full-text
-//!   index directory, divided by the messages of the 100k history, written to
+//!   index directory, divided by the messages of the 100k history (imported: all but each
+//!   import call's newest 256 batches stored compressed, `DbConfig::compress_imported_from`),
+//!   written to
 //!   `goals-side.json` in criterion's output folder beside criterion's own estimates; and the
 //!   same for a history of its own once all but its newest 25 batches are archived (stored
 //!   compressed, out of full text), with the time the archiving took.
@@ -34,8 +36,10 @@
 //!
 //! Messages are 387 bytes of English-like text drawn from a fixed vocabulary. `PATTERN_BENCH_QUICK=1`
 //! (and criterion's test mode) use 10k messages instead of 100k. `PATTERN_BENCH_COMPRESS_FROM=N`
-//! (or `off`) sets the history's `DbConfig::compress_content_from`; `PATTERN_BENCH_COMPRESS_ARCHIVED=off`
-//! turns the archived history's `DbConfig::compress_archived_from` off. `cargo xtask bench --goals` runs
+//! (or `off`) sets the history's `DbConfig::compress_content_from`; `PATTERN_BENCH_COMPRESS_IMPORTED=off`
+//! turns its `DbConfig::compress_imported_from` off (the history stored as acknowledged
+//! messages are); `PATTERN_BENCH_COMPRESS_ARCHIVED=off` turns the archived history's
+//! `DbConfig::compress_archived_from` off. `cargo xtask bench --goals` runs
 //! this and writes the table into `docs/performance.md`. This file must never assert timings.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
@@ -154,6 +158,11 @@ impl History {
             Ok("off") => config.compress_content_from = None,
             Ok(n) => config.compress_content_from = Some(n.parse().expect("a byte count")),
             Err(_) => {}
+        }
+        // `PATTERN_BENCH_COMPRESS_IMPORTED=off` stores the imported history as acknowledged
+        // messages are stored (`DbConfig::compress_imported_from`); the default is the product's.
+        if std::env::var("PATTERN_BENCH_COMPRESS_IMPORTED").as_deref() == Ok("off") {
+            config.compress_imported_from = None;
         }
         let db = Database::open(config).await.expect("open");
         let store = agent(&db, "history").await;
@@ -310,16 +319,21 @@ struct Archived {
     index_bytes: u64,
     /// The `archive_before` call that archived all but the newest 25 batches.
     archive_s: f64,
+    /// The database and index before the archive: the history as acknowledgements store it
+    /// (nothing compressed).
+    plain_bytes: u64,
 }
 
 impl Archived {
-    /// A database of its own (default configuration) with `messages` imported into one agent,
-    /// then every batch but the newest 25 archived, the index brought current (a search applies
-    /// the removals), the applied search changes pruned (as the followers' pruning does) and
-    /// the sizes taken.
+    /// A database of its own (default configuration, but the import stored as acknowledged
+    /// messages are: what archiving does to a history written turn by turn) with `messages`
+    /// imported into one agent, then every batch but the newest 25 archived, the index brought
+    /// current (a search applies the removals), the applied search changes pruned (as the
+    /// followers' pruning does) and the sizes taken.
     async fn measure(messages: usize) -> Self {
         let tdb = TestDb::sqlite().expect("temporary SQLite database");
         let mut config = tdb.config();
+        config.compress_imported_from = None;
         // `PATTERN_BENCH_COMPRESS_ARCHIVED=off` leaves archived messages as they were written
         // (`DbConfig::compress_archived_from`); the default is the product's.
         if std::env::var("PATTERN_BENCH_COMPRESS_ARCHIVED").as_deref() == Ok("off") {
@@ -328,6 +342,16 @@ impl Archived {
         let db = Database::open(config).await.expect("open");
         let store = agent(&db, "archived").await;
         import(&store, messages).await;
+        db.search_text(&english_query(0), &TextSearch::default())
+            .await
+            .expect("search");
+        let (file_bytes, _, index_bytes) =
+            sizes(&tdb, messages, "history stored as acknowledged: ").await;
+        let plain_bytes = file_bytes + index_bytes;
+        println!(
+            "goals: history stored as acknowledged: {:.0} bytes per message",
+            plain_bytes as f64 / messages as f64
+        );
         let newest = store.get_recent(25).await.expect("get_recent");
         let cut = newest.first().expect("batches").info.id;
         let t = Instant::now();
@@ -356,6 +380,7 @@ impl Archived {
             db_bytes,
             index_bytes,
             archive_s,
+            plain_bytes,
         }
     }
 }
@@ -412,7 +437,7 @@ impl Side {
             "{{\"messages\":{},\"message_bytes\":{MESSAGE_BYTES},\"db_bytes\":{},\"index_bytes\":{},\
              \"bytes_per_message\":{:.1},\"history_import_s\":{:.3},\"history_first_search_ms\":{:.3},\
              \"archived_db_bytes\":{},\"archived_index_bytes\":{},\"archived_bytes_per_message\":{:.1},\
-             \"archive_s\":{:.3}}}\n",
+             \"archive_s\":{:.3},\"plain_bytes_per_message\":{:.1}}}\n",
             self.messages,
             self.db_bytes,
             self.index_bytes,
@@ -423,6 +448,7 @@ impl Side {
             self.archived.index_bytes,
             (self.archived.db_bytes + self.archived.index_bytes) as f64 / self.messages as f64,
             self.archived.archive_s,
+            self.archived.plain_bytes as f64 / self.messages as f64,
         );
         if let Err(e) = std::fs::write(home.join("goals-side.json"), json) {
             eprintln!("goals: cannot write goals-side.json: {e}");
