@@ -1261,6 +1261,20 @@ async fn batch_reads_are_the_same_across_migrations_0026_0027(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
+/// SQLite: `expr` (over the message `m`) of every message of the agent named `name`, in
+/// position order, read straight from the table.
+async fn stored_per_message(db: &Database, name: &str, expr: &str) -> Vec<String> {
+    pattern_db::testkit::fetch_texts(
+        db,
+        &format!(
+            "SELECT {expr} FROM messages m JOIN agents a ON a.num = m.agent \
+             WHERE a.name = '{name}' ORDER BY m.position"
+        ),
+    )
+    .await
+    .unwrap()
+}
+
 /// Archived history is stored compressed on SQLite (`DbConfig::compress_archived_from`, 64
 /// bytes by default): archiving rewrites each message of at least that size whose compressed
 /// form is smaller (plain text, JSON content with tool calls, text beyond ASCII), leaves short
@@ -1269,7 +1283,6 @@ async fn batch_reads_are_the_same_across_migrations_0026_0027(kind: Kind) {
 /// stay text. PostgreSQL archives the same and reads back the same (it compresses large values
 /// itself).
 async fn archived_history_is_stored_compressed_and_reads_back(kind: Kind) {
-    use pattern_db::testkit::fetch_texts;
     let tdb = fresh(kind).await;
     for setting in [Some(64), None] {
         let db = open_with(&tdb, |c| c.compress_archived_from = setting).await;
@@ -1371,15 +1384,7 @@ async fn archived_history_is_stored_compressed_and_reads_back(kind: Kind) {
             .collect();
         assert_eq!(live, [ids[2]], "only the last batch is live");
         if kind == Kind::Sqlite {
-            let stored = fetch_texts(
-                &db,
-                &format!(
-                    "SELECT typeof(m.content) FROM messages m JOIN agents a ON a.num = m.agent \
-                     WHERE a.name = '{name}' ORDER BY m.position"
-                ),
-            )
-            .await
-            .unwrap();
+            let stored = stored_per_message(&db, name, "typeof(m.content)").await;
             let want = if setting.is_some() {
                 ["blob", "text", "blob", "blob", "blob", "text", "text"]
             } else {
@@ -1400,7 +1405,6 @@ async fn archived_history_is_stored_compressed_and_reads_back(kind: Kind) {
 /// they are and moves the rest. With the setting off, every imported row is text. PostgreSQL
 /// imports and reads back the same.
 async fn imported_history_is_stored_compressed_but_its_newest_batches(kind: Kind) {
-    use pattern_db::testkit::fetch_texts;
     use pattern_db::{IMPORT_PLAIN_BATCHES, TextSearch};
     let tdb = fresh(kind).await;
     for setting in [Some(64), None] {
@@ -1528,15 +1532,7 @@ async fn imported_history_is_stored_compressed_but_its_newest_batches(kind: Kind
             );
         }
         if kind == Kind::Sqlite {
-            let stored = fetch_texts(
-                &db,
-                &format!(
-                    "SELECT typeof(m.content) FROM messages m JOIN agents a ON a.num = m.agent \
-                     WHERE a.name = '{name}' ORDER BY m.position"
-                ),
-            )
-            .await
-            .unwrap();
+            let stored = stored_per_message(&db, name, "typeof(m.content)").await;
             let (first, old) = if setting.is_some() {
                 (
                     [
@@ -1560,17 +1556,7 @@ async fn imported_history_is_stored_compressed_but_its_newest_batches(kind: Kind
         // Archive the old batches and ten of the newest: on SQLite a statement's worth of rows
         // (250) that shrink no more (stored compressed, or short) stays where it is; the rest,
         // with text to compress among them, move to the table's end.
-        let rowids = async || {
-            fetch_texts(
-                &db,
-                &format!(
-                    "SELECT CAST(m.rowid AS TEXT) FROM messages m JOIN agents a ON a.num = m.agent \
-                     WHERE a.name = '{name}' ORDER BY m.position"
-                ),
-            )
-            .await
-            .unwrap()
-        };
+        let rowids = async || stored_per_message(&db, name, "CAST(m.rowid AS TEXT)").await;
         let before = if kind == Kind::Sqlite {
             rowids().await
         } else {
