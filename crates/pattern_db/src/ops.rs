@@ -358,9 +358,9 @@ struct MessageRow<'a> {
     /// What SQLite stores instead of the JSON ([`sqlite_text`]).
     text: Option<&'a str>,
     created_at: i64,
-    /// Imported history older than the import's newest batches: stored compressed from
-    /// `DbConfig::compress_imported_from` bytes as well.
-    imported_cold: bool,
+    /// SQLite: the stored text already compressed (an import's old history,
+    /// `DbConfig::compress_imported_from`), stored instead of it.
+    compressed: Option<&'a [u8]>,
 }
 
 impl<'a> MessageRow<'a> {
@@ -386,7 +386,7 @@ impl<'a> MessageRow<'a> {
             content,
             text: sqlite_text(&trigger.content),
             created_at: now,
-            imported_cold: false,
+            compressed: None,
         }
     }
 }
@@ -522,18 +522,16 @@ fn message_rows_query(
                 BATCH_TYPES, ContentToStore, ROLES, content_to_store,
             };
             let stored = row.text.unwrap_or(row.content);
-            let from = match (ctx.compress_from, ctx.compress_imported_from) {
-                (Some(any), Some(imported)) if row.imported_cold => Some(any.min(imported)),
-                (None, imported) if row.imported_cold => imported,
-                (any, _) => any,
-            };
             (
                 row.id.0.as_bytes().as_slice().into(),
                 sqlite_code(&BATCH_TYPES, row.batch_type.as_str())?.into(),
                 sqlite_code(&ROLES, row.role.as_str())?.into(),
-                match from.map(|from| content_to_store(stored, from)) {
-                    Some(ContentToStore::Compressed(bytes)) => bytes.into(),
-                    _ => stored.to_owned().into(),
+                match row.compressed {
+                    Some(bytes) => bytes.to_vec().into(),
+                    None => match ctx.compress_from.map(|from| content_to_store(stored, from)) {
+                        Some(ContentToStore::Compressed(bytes)) => bytes.into(),
+                        _ => stored.to_owned().into(),
+                    },
                 },
             )
         } else {
@@ -1645,7 +1643,7 @@ async fn append_step(
             content,
             text: sqlite_text(&m.content),
             created_at: now,
-            imported_cold: false,
+            compressed: None,
         })
         .collect();
     insert_messages(conn, ctx, &rows).await?;
@@ -2365,6 +2363,64 @@ pub(crate) struct Legacy<'a> {
     pub(crate) now: i64,
 }
 
+/// SQLite: the stored text of each message of an import's old history (every batch but its
+/// newest [`crate::config::IMPORT_PLAIN_BATCHES`]) compressed, where that pays
+/// (`DbConfig::compress_imported_from`; [`pattern_db_sqlite::messages::content_to_store`]), by
+/// message index; `None` for the rest, stored as any message is. Runs on tokio's blocking pool,
+/// not on the writer's task, and never fails the import: when it cannot run, nothing is
+/// compressed. Empty on PostgreSQL (it compresses large values itself).
+async fn compress_imported(
+    ctx: &Ctx,
+    import: &Legacy<'_>,
+    contents: &[String],
+) -> Vec<Option<Vec<u8>>> {
+    use pattern_db_sqlite::messages::{ContentToStore, content_to_store};
+    let from = match (ctx.compress_from, ctx.compress_imported_from) {
+        (Some(any), Some(imported)) => any.min(imported),
+        (None, Some(imported)) => imported,
+        (_, None) => return Vec::new(),
+    };
+    if ctx.backend != Backend::Sqlite {
+        return Vec::new();
+    }
+    let stored: Vec<&[usize]> = import
+        .plan
+        .batches
+        .iter()
+        .map(|b| b.messages.as_slice())
+        .filter(|m| !m.is_empty())
+        .collect();
+    let old = stored
+        .len()
+        .saturating_sub(crate::config::IMPORT_PLAIN_BATCHES);
+    let texts: Vec<(usize, String)> = stored[..old]
+        .iter()
+        .flat_map(|m| m.iter())
+        .map(|&i| {
+            let text = sqlite_text(&import.messages[i].content).unwrap_or(&contents[i]);
+            (i, text.to_owned())
+        })
+        .collect();
+    if texts.is_empty() {
+        return Vec::new();
+    }
+    let count = import.messages.len();
+    tokio::task::spawn_blocking(move || {
+        let mut out = vec![None; count];
+        for (i, text) in texts {
+            if let ContentToStore::Compressed(bytes) = content_to_store(&text, from) {
+                out[i] = Some(bytes);
+            }
+        }
+        out
+    })
+    .await
+    .unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "imported messages stored uncompressed: compressing failed");
+        Vec::new()
+    })
+}
+
 /// Stores a planned legacy history; returns its batches and, on SQLite, the first and last
 /// search change it logged.
 pub(crate) async fn import_legacy(
@@ -2397,23 +2453,15 @@ pub(crate) async fn import_legacy(
             .created_at
             .map_or(now, |t| t.timestamp_millis())
     };
+    let compressed = compress_imported(ctx, import, &contents).await;
     let mut batch_rows = Vec::with_capacity(plan.batches.len());
     let mut rows = Vec::with_capacity(messages.len());
     let mut calls: Vec<CallRow> = Vec::new();
-    // The batches before the newest `IMPORT_PLAIN_BATCHES` are history no context build reads
-    // soon (`DbConfig::compress_imported_from`).
-    let stored_batches = plan
-        .batches
-        .iter()
-        .filter(|b| !b.messages.is_empty())
-        .count();
-    let cold_batches = stored_batches.saturating_sub(crate::config::IMPORT_PLAIN_BATCHES);
     for planned in &plan.batches {
         let (Some(&first), Some(&last)) = (planned.messages.first(), planned.messages.last())
         else {
             continue;
         };
-        let imported_cold = batch_rows.len() < cold_batches;
         let batch = positions[first];
         batch_rows.push(BatchRow {
             id: batch,
@@ -2445,7 +2493,7 @@ pub(crate) async fn import_legacy(
                 content: &contents[index],
                 text: sqlite_text(&message.content),
                 created_at: at(index),
-                imported_cold,
+                compressed: compressed.get(index).and_then(|c| c.as_deref()),
             });
             for block in &message.content {
                 match block {
