@@ -2393,33 +2393,47 @@ async fn compress_imported(
     let old = stored
         .len()
         .saturating_sub(crate::config::IMPORT_PLAIN_BATCHES);
-    let texts: Vec<(usize, String)> = stored[..old]
+    let indexes: Vec<usize> = stored[..old]
         .iter()
-        .flat_map(|m| m.iter())
-        .map(|&i| {
-            let text = sqlite_text(&import.messages[i].content).unwrap_or(&contents[i]);
-            (i, text.to_owned())
-        })
+        .flat_map(|m| m.iter().copied())
         .collect();
-    if texts.is_empty() {
-        return Vec::new();
-    }
-    let count = import.messages.len();
-    tokio::task::spawn_blocking(move || {
-        let mut out = vec![None; count];
-        for (i, text) in texts {
-            if let ContentToStore::Compressed(bytes) = content_to_store(&text, from) {
-                out[i] = Some(bytes);
+    let mut out = vec![None; import.messages.len()];
+    // The texts go to the blocking pool copied, a bounded number at a time.
+    for chunk in indexes.chunks(COMPRESS_CHUNK) {
+        let texts: Vec<(usize, String)> = chunk
+            .iter()
+            .map(|&i| {
+                let text = sqlite_text(&import.messages[i].content).unwrap_or(&contents[i]);
+                (i, text.to_owned())
+            })
+            .collect();
+        let done = tokio::task::spawn_blocking(move || {
+            texts
+                .into_iter()
+                .filter_map(|(i, text)| match content_to_store(&text, from) {
+                    ContentToStore::Compressed(bytes) => Some((i, bytes)),
+                    ContentToStore::Text(_) => None,
+                })
+                .collect::<Vec<_>>()
+        })
+        .await;
+        match done {
+            Ok(done) => {
+                for (i, bytes) in done {
+                    out[i] = Some(bytes);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "imported messages stored uncompressed: compressing failed");
+                return Vec::new();
             }
         }
-        out
-    })
-    .await
-    .unwrap_or_else(|e| {
-        tracing::warn!(error = %e, "imported messages stored uncompressed: compressing failed");
-        Vec::new()
-    })
+    }
+    out
 }
+
+/// The most texts [`compress_imported`] hands to the blocking pool at once.
+const COMPRESS_CHUNK: usize = 4096;
 
 /// Stores a planned legacy history; returns its batches and, on SQLite, the first and last
 /// search change it logged.

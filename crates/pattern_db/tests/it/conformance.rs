@@ -1445,8 +1445,9 @@ async fn imported_history_is_stored_compressed_but_its_newest_batches(kind: Kind
             (Role::User, vec![ContentBlock::text(prose(6))]),
             (Role::Assistant, vec![ContentBlock::text(prose(7))]),
         ];
-        // More old batches than archiving moves in one statement (250 rows), then the newest.
-        const OLD_PAIRS: usize = 150;
+        // More old messages than an import compresses at once (4,096) and than archiving moves
+        // in one statement (250), then the newest batches.
+        const OLD_PAIRS: usize = 2_100;
         let old_messages = 8 + 2 * OLD_PAIRS;
         for i in 0..OLD_PAIRS + IMPORT_PLAIN_BATCHES {
             history.push((Role::User, vec![ContentBlock::text(prose(100 + 2 * i))]));
@@ -1554,8 +1555,8 @@ async fn imported_history_is_stored_compressed_but_its_newest_batches(kind: Kind
             );
         }
         // Archive the old batches and ten of the newest: on SQLite a statement's worth of rows
-        // (250) that shrink no more (stored compressed, or short) stays where it is; the rest,
-        // with text to compress among them, move to the table's end.
+        // (250) that shrink no more (stored compressed, or short) stays where it is; rows with
+        // text to compress move to the table's end.
         let rowids = async || stored_per_message(&db, name, "CAST(m.rowid AS TEXT)").await;
         let before = if kind == Kind::Sqlite {
             rowids().await
@@ -1585,18 +1586,24 @@ async fn imported_history_is_stored_compressed_but_its_newest_batches(kind: Kind
         assert_eq!(live, written[archiving..], "the live batches");
         if kind == Kind::Sqlite {
             let moved = rowids().await;
-            let stayed = if setting.is_some() { 250 } else { 0 };
+            // Archiving moves rows 250 to a statement: the first 250 were stored compressed
+            // (or are short), so they stay; rows that were text move, compressed.
+            let (stayed, text_from) = if setting.is_some() {
+                (250, old_messages)
+            } else {
+                (0, 0)
+            };
             assert_eq!(
                 moved[..stayed],
                 before[..stayed],
                 "rows that shrink no more stay"
             );
             assert!(
-                moved[stayed..archiving]
+                moved[text_from..archiving]
                     .iter()
-                    .zip(&before[stayed..archiving])
+                    .zip(&before[text_from..archiving])
                     .all(|(m, b)| m != b),
-                "the other archived rows moved"
+                "the archived rows that were text moved"
             );
             assert_eq!(moved[archiving..], before[archiving..], "live rows stay");
         }
