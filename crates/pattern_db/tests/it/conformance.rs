@@ -1261,6 +1261,31 @@ async fn batch_reads_are_the_same_across_migrations_0026_0027(kind: Kind) {
     tdb.cleanup().await.unwrap();
 }
 
+/// The contents of every message of `store`'s agent, archived ones included, in order.
+async fn history_contents(store: &pattern_db::MessageStore) -> Vec<Vec<ContentBlock>> {
+    store
+        .get_all(None, 10_000, true)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.content)
+        .collect()
+}
+
+/// The contents of the messages of `store`'s newest `batches` live batches, in order.
+async fn recent_contents(
+    store: &pattern_db::MessageStore,
+    batches: usize,
+) -> Vec<Vec<ContentBlock>> {
+    store
+        .get_recent(batches)
+        .await
+        .unwrap()
+        .into_iter()
+        .flat_map(|b| b.messages.into_iter().map(|m| m.content))
+        .collect()
+}
+
 /// SQLite: `expr` (over the message `m`) of every message of the agent named `name`, in
 /// position order, read straight from the table.
 async fn stored_per_message(db: &Database, name: &str, expr: &str) -> Vec<String> {
@@ -1350,13 +1375,7 @@ async fn archived_history_is_stored_compressed_and_reads_back(kind: Kind) {
             .collect();
         let reads = async || {
             db.forget_read_cache();
-            let all: Vec<_> = store
-                .get_all(None, 100, true)
-                .await
-                .unwrap()
-                .into_iter()
-                .map(|m| m.content)
-                .collect();
+            let all = history_contents(&store).await;
             assert_eq!(all, written, "history");
             for (i, batch) in ids.iter().enumerate() {
                 let read: Vec<_> = store
@@ -1474,13 +1493,7 @@ async fn imported_history_is_stored_compressed_but_its_newest_batches(kind: Kind
         assert!(plan.anomalies.is_empty(), "{:?}", plan.anomalies);
         assert_eq!(plan.batches.len(), 3 + OLD_PAIRS + IMPORT_PLAIN_BATCHES);
         db.forget_read_cache();
-        let all: Vec<_> = store
-            .get_all(None, 10_000, true)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|m| m.content)
-            .collect();
+        let all = history_contents(&store).await;
         assert_eq!(all, written, "history");
         let oldest = store.get_all(None, 1, true).await.unwrap()[0].batch_id;
         let first: Vec<_> = store
@@ -1492,11 +1505,7 @@ async fn imported_history_is_stored_compressed_but_its_newest_batches(kind: Kind
             .map(|m| m.content)
             .collect();
         assert_eq!(first, written[..4], "the oldest batch");
-        let recent = store.get_recent(plan.batches.len()).await.unwrap();
-        let recent: Vec<_> = recent
-            .into_iter()
-            .flat_map(|b| b.messages.into_iter().map(|m| m.content))
-            .collect();
+        let recent = recent_contents(&store, plan.batches.len()).await;
         assert_eq!(recent, written, "the newest batches");
         let hits = db
             .search_text(
@@ -1568,21 +1577,9 @@ async fn imported_history_is_stored_compressed_but_its_newest_batches(kind: Kind
         let archived = store.archive_before(cut).await.unwrap();
         assert_eq!(archived as usize, archiving);
         db.forget_read_cache();
-        let after: Vec<_> = store
-            .get_all(None, 10_000, true)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|m| m.content)
-            .collect();
+        let after = history_contents(&store).await;
         assert_eq!(after, written, "history once archived");
-        let live: Vec<_> = store
-            .get_recent(plan.batches.len())
-            .await
-            .unwrap()
-            .into_iter()
-            .flat_map(|b| b.messages.into_iter().map(|m| m.content))
-            .collect();
+        let live = recent_contents(&store, plan.batches.len()).await;
         assert_eq!(live, written[archiving..], "the live batches");
         if kind == Kind::Sqlite {
             let moved = rowids().await;
@@ -1773,13 +1770,7 @@ async fn long_content_is_stored_compressed_and_reads_back() {
     ];
     let reads = async || {
         db.forget_read_cache();
-        let all: Vec<_> = store
-            .get_all(None, 100, true)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|m| m.content)
-            .collect();
+        let all = history_contents(&store).await;
         assert_eq!(all, written, "history");
         let contents = |batches: Vec<pattern_db::StoredBatch>| -> Vec<Vec<ContentBlock>> {
             batches
