@@ -1507,30 +1507,18 @@ async fn imported_history_is_stored_compressed_but_its_newest_batches(kind: Kind
         assert_eq!(first, written[..4], "the oldest batch");
         let recent = recent_contents(&store, plan.batches.len()).await;
         assert_eq!(recent, written, "the newest batches");
-        let hits = db
-            .search_text(
-                "kingfisher",
-                &TextSearch {
-                    agent: Some(agent),
-                    limit: 5,
-                    ..TextSearch::default()
-                },
-            )
-            .await
-            .unwrap();
+        let search = async |query: &str, limit: usize| {
+            let opts = TextSearch {
+                agent: Some(agent),
+                limit,
+                ..TextSearch::default()
+            };
+            db.search_text(query, &opts).await.unwrap()
+        };
+        let hits = search("kingfisher", 5).await;
         assert_eq!(hits.len(), 1, "{hits:?}");
         assert_eq!(hits[0].text, "kingfisher");
-        let hits = db
-            .search_text(
-                "otters",
-                &TextSearch {
-                    agent: Some(agent),
-                    limit: 100,
-                    ..TextSearch::default()
-                },
-            )
-            .await
-            .unwrap();
+        let hits = search("otters", 100).await;
         assert_eq!(hits.len(), 100);
         for hit in &hits {
             assert!(
