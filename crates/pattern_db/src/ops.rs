@@ -1967,7 +1967,6 @@ const PACK_CHUNK: usize = 250;
 /// messages) stays where it is. PostgreSQL: nothing (it compresses large values itself and
 /// reuses a page's free space).
 async fn pack_archived(conn: &mut Conn<'_>, ctx: &Ctx, batches: &[i64]) -> Result<()> {
-    use pattern_db_sqlite::messages::{ContentToStore, content_to_store};
     let Some(from) = ctx.compress_archived_from else {
         return Ok(());
     };
@@ -1988,34 +1987,20 @@ async fn pack_archived(conn: &mut Conn<'_>, ctx: &Ctx, batches: &[i64]) -> Resul
     .bind(i64::try_from(from).unwrap_or(i64::MAX))
     .fetch_all(&mut *conn)
     .await?;
+    let mut ids = Vec::with_capacity(rows.len());
     let mut texts = Vec::with_capacity(rows.len());
     for row in &rows {
-        texts.push((
-            row.try_get::<Vec<u8>, _>(0)?,
-            row.try_get::<Option<String>, _>(1)?,
-        ));
+        ids.push(row.try_get::<Vec<u8>, _>(0)?);
+        texts.push(row.try_get::<Option<String>, _>(1)?);
     }
     drop(rows);
-    if texts.is_empty() {
+    if ids.is_empty() {
         return Ok(());
     }
-    let ids: Vec<Vec<u8>> = texts.iter().map(|(id, _)| id.clone()).collect();
-    let compressed = tokio::task::spawn_blocking(move || {
-        texts
-            .into_iter()
-            .map(
-                |(_, text)| match text.as_deref().map(|t| content_to_store(t, from)) {
-                    Some(ContentToStore::Compressed(bytes)) => Some(bytes),
-                    _ => None,
-                },
-            )
-            .collect::<Vec<_>>()
-    })
-    .await
-    .unwrap_or_else(|e| {
-        tracing::warn!(error = %e, "archived messages left uncompressed: compressing failed");
-        vec![None; ids.len()]
-    });
+    let count = ids.len();
+    let compressed = compress_texts(texts, from)
+        .await
+        .unwrap_or_else(|| vec![None; count]);
     let last = crate::sql::query("SELECT COALESCE(MAX(rowid), 0) FROM messages")
         .fetch_all(&mut *conn)
         .await?;
@@ -2374,7 +2359,6 @@ async fn compress_imported(
     import: &Legacy<'_>,
     contents: &[String],
 ) -> Vec<Option<Vec<u8>>> {
-    use pattern_db_sqlite::messages::{ContentToStore, content_to_store};
     let from = match (ctx.compress_from, ctx.compress_imported_from) {
         (Some(any), Some(imported)) => any.min(imported),
         (None, Some(imported)) => imported,
@@ -2400,36 +2384,48 @@ async fn compress_imported(
     let mut out = vec![None; import.messages.len()];
     // The texts go to the blocking pool copied, a bounded number at a time.
     for chunk in indexes.chunks(COMPRESS_CHUNK) {
-        let texts: Vec<(usize, String)> = chunk
+        let texts = chunk
             .iter()
             .map(|&i| {
                 let text = sqlite_text(&import.messages[i].content).unwrap_or(&contents[i]);
-                (i, text.to_owned())
+                Some(text.to_owned())
             })
             .collect();
-        let done = tokio::task::spawn_blocking(move || {
-            texts
-                .into_iter()
-                .filter_map(|(i, text)| match content_to_store(&text, from) {
-                    ContentToStore::Compressed(bytes) => Some((i, bytes)),
-                    ContentToStore::Text(_) => None,
-                })
-                .collect::<Vec<_>>()
-        })
-        .await;
-        match done {
-            Ok(done) => {
-                for (i, bytes) in done {
-                    out[i] = Some(bytes);
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "imported messages stored uncompressed: compressing failed");
-                return Vec::new();
-            }
+        let Some(done) = compress_texts(texts, from).await else {
+            return Vec::new();
+        };
+        for (&i, bytes) in chunk.iter().zip(done) {
+            out[i] = bytes;
         }
     }
     out
+}
+
+/// SQLite: each text compressed where that pays ([`pattern_db_sqlite::messages::content_to_store`]
+/// from `from` bytes), `None` for the rest and for `None`; on tokio's blocking pool, not on the
+/// writer's task. `None` (logged) when the pool cannot run it: callers store the texts as they
+/// are, so compression never fails a write.
+async fn compress_texts(texts: Vec<Option<String>>, from: usize) -> Option<Vec<Option<Vec<u8>>>> {
+    use pattern_db_sqlite::messages::{ContentToStore, content_to_store};
+    let done = tokio::task::spawn_blocking(move || {
+        texts
+            .into_iter()
+            .map(
+                |text| match text.as_deref().map(|t| content_to_store(t, from)) {
+                    Some(ContentToStore::Compressed(bytes)) => Some(bytes),
+                    _ => None,
+                },
+            )
+            .collect()
+    })
+    .await;
+    match done {
+        Ok(done) => Some(done),
+        Err(e) => {
+            tracing::warn!(error = %e, "messages stored uncompressed: compressing failed");
+            None
+        }
+    }
 }
 
 /// The most texts [`compress_imported`] hands to the blocking pool at once.
