@@ -509,6 +509,11 @@ impl Database {
         &self.inner.read
     }
 
+    /// The settings every write runs with (for work done before a write is queued).
+    pub(crate) fn ctx(&self) -> &crate::ops::Ctx {
+        &self.inner.ctx
+    }
+
     /// Queues a write. Inside [`crate::runs::fenced`] it carries the run's claim (unless the op
     /// carries its own).
     pub async fn write<W: Write>(&self, write: W) -> Result<W::Output> {

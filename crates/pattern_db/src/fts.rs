@@ -253,6 +253,15 @@ fn threads_for(docs: usize) -> usize {
     }
 }
 
+/// Indexing threads for a writer that takes `docs` documents while a write of the same content
+/// runs ([`FtsIndex::index_alongside`]): one core is left to the write (the database's worker
+/// and the statements it runs), so on two cores the index takes one thread and writes one
+/// segment rather than two, which also leaves fewer segments to merge.
+fn alongside_threads(docs: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    threads_for(docs).min(cores.saturating_sub(1)).max(1)
+}
+
 /// Whether `index`'s in-memory list of managed files is the one on disk.
 fn managed_list_current(index: &Index) -> Result<bool> {
     use tantivy::Directory;
@@ -775,22 +784,26 @@ impl FtsIndex {
         self.reload_with_cursor().map(|_| ())
     }
 
-    /// Runs `write`, a write that stores new content (`docs`, with ids no document has yet) and
-    /// returns the first and last search change it logged, while the index's threads take
-    /// `docs` at the same time; once the write has committed, the changes before it that the
-    /// index had not applied are applied too, and the index commits with the write's last change
-    /// as its cursor. So the index is current when the write returns, at the cost of the longer
-    /// of the two rather than their sum (an import: the first search after it does not index
-    /// it).
+    /// Runs `write`, a write that stores new content (the documents `docs` makes, with ids no
+    /// document has yet; about `expected` of them) and returns the first and last search change
+    /// it logged, while the index takes the documents on a thread of its own: it indexes them,
+    /// writes their segment and syncs its files ([`tantivy::PreparedCommit`]) while the database
+    /// writes, then waits for the write's outcome. Once the write has committed, the changes
+    /// before it that the index had not applied are applied too, and the index commits with the
+    /// write's last change as its cursor. So the index is current when the write returns, at the
+    /// cost of the longer of the two rather than their sum (an import: the first search after it
+    /// does not index it), and publishing it after the database commits costs little more than
+    /// writing `meta.json`.
     ///
     /// The write's result is the caller's answer: a failed write discards the documents (the
-    /// index writer rolls back), and an index that fails after the write committed is left to
+    /// prepared commit is aborted), and an index that fails after the write committed is left to
     /// the next catch-up (its cursor did not move), logged, never reported as a failed write.
     /// Holds the catch-up lock throughout, so no catch-up applies the write's changes twice.
     pub(crate) async fn index_alongside<T>(
         self: &Arc<Self>,
         db: &Database,
-        docs: Vec<Doc>,
+        expected: usize,
+        docs: impl FnOnce() -> Vec<Doc> + Send + 'static,
         write: impl std::future::Future<Output = Result<(T, Option<(i64, i64)>)>>,
     ) -> Result<T> {
         let _one = self.catching_up.lock().await;
@@ -799,32 +812,40 @@ impl FtsIndex {
             // Never built (the next catch-up rebuilds it from the database) or unreadable.
             _ => return write.await.map(|(out, _)| out),
         };
+        let (decide, decision) = tokio::sync::oneshot::channel();
         let (index, dir) = (self.index.clone(), self.dir.clone());
-        let f = self.fields;
-        let threads = threads_for(docs.len());
-        let adding = tokio::task::spawn_blocking(move || -> Result<IndexWriter> {
+        let (f, threads) = (self.fields, alongside_threads(expected));
+        let indexing = tokio::task::spawn_blocking(move || {
             let mut w = open_writer(&index, dir.as_deref(), threads)?;
-            add(&mut w, f, &[], docs)?;
-            Ok(w)
+            add(&mut w, f, &[], docs())?;
+            let committed = commit_prepared(&mut w, decision)?;
+            Ok::<_, Error>((w, committed))
         });
         let written = write.await;
-        let writer = adding.await.map_err(join_error).and_then(|w| w);
         let (out, logged) = match written {
             Ok(done) => done,
             Err(e) => {
-                if let Ok(w) = writer {
-                    roll_back(w).await;
+                // Dropping the decision aborts the prepared commit.
+                drop(decide);
+                if let Err(e) = indexing.await.map_err(join_error).and_then(|r| r) {
+                    tracing::debug!(error = %e, "the full-text index's writer failed beside a failed write");
                 }
                 return Err(e);
             }
         };
-        let indexed = match (writer, logged) {
-            (Ok(w), Some((first, last))) => self.commit_after(db, w, cursor, first, last).await,
-            (Ok(w), None) => {
-                roll_back(w).await;
-                Ok(())
+        let indexed = match logged {
+            Some((first, last)) => {
+                self.finish_alongside(db, indexing, decide, cursor, first, last)
+                    .await
             }
-            (Err(e), _) => Err(e),
+            None => {
+                drop(decide);
+                indexing
+                    .await
+                    .map_err(join_error)
+                    .and_then(|r| r)
+                    .map(|_| ())
+            }
         };
         if let Err(e) = indexed {
             tracing::warn!(error = %e, "the full-text index could not take the written content; \
@@ -834,36 +855,67 @@ impl FtsIndex {
     }
 
     /// The rest of [`FtsIndex::index_alongside`] once the write committed its changes
-    /// `first..=last` and `w` holds their documents: the changes after `cursor` and before
-    /// `first` are added, then everything is committed with `last` as the cursor.
-    async fn commit_after(
+    /// `first..=last` and `indexing` holds their documents' prepared commit, started from the
+    /// index at `from`. Without changes between `from` and `first` (no other write came between
+    /// the index's last commit and this one) the prepared commit is published with `last` as the
+    /// cursor. Otherwise it is published without moving the cursor, and the documents of those
+    /// changes are added and committed with `last` (a crash between the two commits re-applies
+    /// the write's changes: harmless, a change re-reads its content).
+    async fn finish_alongside(
+        self: &Arc<Self>,
+        db: &Database,
+        indexing: tokio::task::JoinHandle<Result<(IndexWriter, Option<i64>)>>,
+        decide: tokio::sync::oneshot::Sender<Commit>,
+        from: i64,
+        first: i64,
+        last: i64,
+    ) -> Result<()> {
+        let before = if from < first - 1 {
+            changes_since(db, from).await
+        } else {
+            Ok(Some(Vec::new()))
+        };
+        let before: Vec<SearchChange> = match before {
+            Ok(Some(changes)) => changes.into_iter().filter(|c| c.seq < first).collect(),
+            // Pruned past the cursor (the next catch-up rebuilds the index), or unreadable:
+            // dropping the decision aborts the prepared commit.
+            other => {
+                drop(decide);
+                indexing.await.map_err(join_error)??;
+                return other.map(|_| ());
+            }
+        };
+        let done = if before.is_empty() { last } else { from };
+        // A writer that failed already has its error in `indexing`.
+        let _ = decide.send(Commit { from, last: done });
+        let (w, committed) = indexing.await.map_err(join_error)??;
+        let Some(committed) = committed else {
+            // Recreated by another handle meanwhile: the next catch-up rebuilds it.
+            return self.committed(w);
+        };
+        if before.is_empty() {
+            self.committed(w)?;
+            return self.record_cursor(db, committed).await;
+        }
+        self.commit_changes_before(db, w, before, from, first, last)
+            .await
+    }
+
+    /// Adds the documents of the changes after `from` and before `first` (the first page of
+    /// them is `page`) to `w` and commits them with `last` as the cursor: the changes of
+    /// `first..=last` are already committed by `w`.
+    async fn commit_changes_before(
         self: &Arc<Self>,
         db: &Database,
         mut w: IndexWriter,
+        mut page: Vec<SearchChange>,
         from: i64,
         first: i64,
         last: i64,
     ) -> Result<()> {
         let f = self.fields;
-        let mut cursor = from;
-        while cursor < first - 1 {
-            let changes = match changes_since(db, cursor).await {
-                Ok(Some(changes)) => changes,
-                // Pruned past the cursor: the next catch-up rebuilds the index.
-                Ok(None) => {
-                    roll_back(w).await;
-                    return Ok(());
-                }
-                Err(e) => {
-                    roll_back(w).await;
-                    return Err(e);
-                }
-            };
-            let before: Vec<_> = changes.into_iter().filter(|c| c.seq < first).collect();
-            let Some(end) = before.last().map(|c| c.seq) else {
-                break;
-            };
-            let refs = changed_refs(&before);
+        while let Some(end) = page.last().map(|c| c.seq) {
+            let refs = changed_refs(&page);
             let docs = match load_docs(db, &refs).await {
                 Ok(docs) => docs,
                 Err(e) => {
@@ -874,7 +926,21 @@ impl FtsIndex {
             w = tokio::task::spawn_blocking(move || add(&mut w, f, &refs, docs).map(|()| w))
                 .await
                 .map_err(join_error)??;
-            cursor = end;
+            if end >= first - 1 {
+                break;
+            }
+            page = match changes_since(db, end).await {
+                Ok(Some(changes)) => changes.into_iter().filter(|c| c.seq < first).collect(),
+                // Pruned past the cursor: the next catch-up rebuilds the index.
+                Ok(None) => {
+                    roll_back(w).await;
+                    return Ok(());
+                }
+                Err(e) => {
+                    roll_back(w).await;
+                    return Err(e);
+                }
+            };
         }
         let (w, committed) =
             tokio::task::spawn_blocking(move || commit(&mut w, from, last).map(|c| (w, c)))
@@ -1074,21 +1140,69 @@ fn add(w: &mut IndexWriter, f: Fields, remove: &[ContentRef], docs: Vec<Doc>) ->
 /// Commits what `w` holds, the documents of the changes after `from` up to `last` re-read
 /// (on a blocking thread), and returns the cursor it recorded, or `None` (rolled back) when the
 /// index has no cursor (recreated by another handle: the next catch-up rebuilds it).
-///
-/// The commit `w` started from (its cursor read now, under the writer lock) may be another
-/// handle's: one at or after `from` holds every change up to `from`, so with `w`'s documents
-/// every change up to `last` is in (when it is past `last`, `w`'s documents may be older than
-/// its own: recording `last` has its later changes applied again); one before `from` (a
-/// rebuild from an older head) lacks the changes between them, so its cursor is kept.
 fn commit(w: &mut IndexWriter, from: i64, last: i64) -> Result<Option<i64>> {
-    let base = w.index().load_metas().map_err(index_error)?.payload;
-    match base.and_then(|p| p.parse::<i64>().ok()) {
-        Some(base) => commit_at(w, if base >= from { last } else { base }).map(Some),
+    match cursor_to_commit(base_cursor(w)?, from, last) {
+        Some(cursor) => commit_at(w, cursor).map(Some),
         None => {
             w.rollback().map_err(index_error)?;
             Ok(None)
         }
     }
+}
+
+/// The cursor of the commit `w` started from (`None`: the index has none, recreated by
+/// another handle). Read under the writer lock, so it is the last commit before `w`'s.
+fn base_cursor(w: &IndexWriter) -> Result<Option<i64>> {
+    let base = w.index().load_metas().map_err(index_error)?.payload;
+    Ok(base.and_then(|p| p.parse::<i64>().ok()))
+}
+
+/// The cursor a commit records when it holds the documents of the changes after `from` up to
+/// `last` and starts from a commit at `base` ([`base_cursor`]); `None` without a base.
+///
+/// The base may be another handle's commit: one at or after `from` holds every change up to
+/// `from`, so with the new documents every change up to `last` is in (when it is past `last`,
+/// the new documents may be older than its own: recording `last` has its later changes applied
+/// again); one before `from` (a rebuild from an older head) lacks the changes between them, so
+/// its cursor is kept.
+fn cursor_to_commit(base: Option<i64>, from: i64, last: i64) -> Option<i64> {
+    base.map(|base| if base >= from { last } else { base })
+}
+
+/// What [`FtsIndex::index_alongside`]'s indexing thread is told once the write committed: commit
+/// the documents as those of the changes after `from` up to `last` ([`cursor_to_commit`]).
+struct Commit {
+    from: i64,
+    last: i64,
+}
+
+/// Prepares the commit of what `w` holds (its segments written, their files synced) and, once
+/// `decision` says so, publishes it ([`Commit`]); aborts it when the decision is dropped (the
+/// write failed, or logged nothing). Returns the cursor committed; `None` when nothing was
+/// (aborted, or the index has no cursor). On a blocking thread: it waits for the write.
+fn commit_prepared(
+    w: &mut IndexWriter,
+    decision: tokio::sync::oneshot::Receiver<Commit>,
+) -> Result<Option<i64>> {
+    let base = base_cursor(w)?;
+    let directory = w.index().directory().clone();
+    let mut prepared = w.prepare_commit().map_err(index_error)?;
+    // The new segments' files synced now, while the database writes: publishing then syncs only
+    // what is left (`fts::dir`). A failed sync is tried again when the commit is published.
+    if let Err(e) = tantivy::Directory::sync_directory(&directory) {
+        tracing::debug!(error = %e, "the full-text index's new files could not be synced yet");
+    }
+    let cursor = match decision.blocking_recv() {
+        Ok(Commit { from, last }) => cursor_to_commit(base, from, last),
+        Err(_) => None,
+    };
+    let Some(cursor) = cursor else {
+        prepared.abort().map_err(index_error)?;
+        return Ok(None);
+    };
+    prepared.set_payload(&cursor.to_string());
+    prepared.commit().map_err(index_error)?;
+    Ok(Some(cursor))
 }
 
 /// Commits what `w` holds with `cursor` as the index's payload (on a blocking thread).

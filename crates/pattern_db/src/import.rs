@@ -126,8 +126,10 @@ pub struct ImportedAgent {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct PlannedImport {
     pub(crate) import: AgentImport,
-    pub(crate) messages: Vec<LegacyMessage>,
+    pub(crate) messages: std::sync::Arc<Vec<LegacyMessage>>,
     pub(crate) plan: legacy::ImportPlan,
+    /// The messages encoded and compressed before the write ([`crate::ops::prepare_legacy`]).
+    pub(crate) prepared: crate::ops::PreparedLegacy,
     /// Ids for the summaries, in order.
     pub(crate) summary_ids: Vec<crate::id::SnowflakeId>,
 }
@@ -226,10 +228,13 @@ impl Database {
             .iter()
             .map(|_| self.next_id())
             .collect::<Result<Vec<_>>>()?;
+        let messages = std::sync::Arc::new(messages);
+        let prepared = crate::ops::prepare_legacy(self.ctx(), messages.clone(), &plan).await?;
         let planned = PlannedImport {
             import,
             messages,
             plan,
+            prepared,
             summary_ids,
         };
         self.write(crate::ops::agents::ImportAgent(planned)).await
@@ -270,6 +275,8 @@ impl Database {
                     .collect(),
             })
             .collect();
+        let messages = std::sync::Arc::new(import.messages);
+        let prepared = crate::ops::prepare_legacy(self.ctx(), messages.clone(), &plan).await?;
         let planned = PlannedImport {
             import: AgentImport {
                 agent: import.agent,
@@ -278,8 +285,9 @@ impl Database {
                 summaries: Vec::new(),
                 archival: import.archival,
             },
-            messages: import.messages,
+            messages,
             plan: plan.clone(),
+            prepared,
             summary_ids: Vec::new(),
         };
         let imported = self.write(crate::ops::agents::ImportAgent(planned)).await?;

@@ -2256,6 +2256,7 @@ async fn import_agent(
             messages: &planned.messages,
             plan: &planned.plan,
             ids: &ids,
+            prepared: &planned.prepared,
             now: now_ms(),
         };
         import_legacy(conn, ctx, &legacy).await?.0
@@ -2344,31 +2345,42 @@ pub(crate) struct Legacy<'a> {
     pub(crate) plan: &'a ImportPlan,
     /// One id per message.
     pub(crate) ids: &'a [MessageId],
+    /// The messages encoded (and compressed) ahead of the transaction ([`prepare_legacy`]).
+    pub(crate) prepared: &'a PreparedLegacy,
     /// The time of messages that carry none (ms).
     pub(crate) now: i64,
 }
 
-/// SQLite: the stored text of each message of an import's old history (every batch but its
-/// newest [`crate::config::IMPORT_PLAIN_BATCHES`]) compressed, where that pays
-/// (`DbConfig::compress_imported_from`; [`pattern_db_sqlite::messages::content_to_store`]), by
-/// message index; `None` for the rest, stored as any message is. Runs on tokio's blocking pool,
-/// not on the writer's task, and never fails the import: when it cannot run, nothing is
-/// compressed. Empty on PostgreSQL (it compresses large values itself).
-async fn compress_imported(
+/// An import's messages made ready to store before its transaction begins
+/// ([`prepare_legacy`]), so the writer, which every other write waits for, spends its time on
+/// the statements alone.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct PreparedLegacy {
+    /// Each message's content as JSON (its shape and size checked).
+    contents: Vec<String>,
+    /// SQLite: by message index, the stored text of each message of the old history (every
+    /// batch but the newest [`crate::config::IMPORT_PLAIN_BATCHES`]) compressed, where that pays
+    /// (`DbConfig::compress_imported_from`; [`pattern_db_sqlite::messages::content_to_store`]);
+    /// `None` for the rest, stored as any message is. Empty when nothing is compressed, and on
+    /// PostgreSQL (it compresses large values itself).
+    compressed: Vec<Option<Vec<u8>>>,
+}
+
+/// Encodes and checks every message of an import (`ContentTooLarge`, shapes) and, on SQLite,
+/// compresses its old history (see [`PreparedLegacy`]), on tokio's blocking pool: neither an
+/// async worker nor the writer spends the time (about 5 µs a message).
+pub(crate) async fn prepare_legacy(
     ctx: &Ctx,
-    import: &Legacy<'_>,
-    contents: &[String],
-) -> Vec<Option<Vec<u8>>> {
+    messages: Arc<Vec<LegacyMessage>>,
+    plan: &ImportPlan,
+) -> Result<PreparedLegacy> {
     let from = match (ctx.compress_from, ctx.compress_imported_from) {
-        (Some(any), Some(imported)) => any.min(imported),
-        (None, Some(imported)) => imported,
-        (_, None) => return Vec::new(),
+        _ if ctx.backend != Backend::Sqlite => None,
+        (Some(any), Some(imported)) => Some(any.min(imported)),
+        (None, Some(imported)) => Some(imported),
+        (_, None) => None,
     };
-    if ctx.backend != Backend::Sqlite {
-        return Vec::new();
-    }
-    let stored: Vec<&[usize]> = import
-        .plan
+    let stored: Vec<&[usize]> = plan
         .batches
         .iter()
         .map(|b| b.messages.as_slice())
@@ -2377,28 +2389,42 @@ async fn compress_imported(
     let old = stored
         .len()
         .saturating_sub(crate::config::IMPORT_PLAIN_BATCHES);
-    let indexes: Vec<usize> = stored[..old]
-        .iter()
-        .flat_map(|m| m.iter().copied())
-        .collect();
-    let mut out = vec![None; import.messages.len()];
-    // The texts go to the blocking pool copied, a bounded number at a time.
-    for chunk in indexes.chunks(COMPRESS_CHUNK) {
-        let texts = chunk
+    let old: Vec<usize> = match from {
+        Some(_) => stored[..old]
             .iter()
-            .map(|&i| {
-                let text = sqlite_text(&import.messages[i].content).unwrap_or(&contents[i]);
-                Some(text.to_owned())
-            })
-            .collect();
-        let Some(done) = compress_texts(texts, from).await else {
-            return Vec::new();
-        };
-        for (&i, bytes) in chunk.iter().zip(done) {
-            out[i] = bytes;
+            .flat_map(|m| m.iter().copied())
+            .collect(),
+        None => Vec::new(),
+    };
+    let limit = ctx.max_content_bytes;
+    let prepared = tokio::task::spawn_blocking(move || -> Result<PreparedLegacy> {
+        use pattern_db_sqlite::messages::{ContentToStore, content_to_store};
+        let contents = messages
+            .iter()
+            .map(|m| encode_content(limit, &NewMessage::new(m.role, m.content.clone())))
+            .collect::<Result<Vec<_>>>()?;
+        let mut compressed = Vec::new();
+        if let (Some(from), false) = (from, old.is_empty()) {
+            compressed.resize(messages.len(), None);
+            for i in old {
+                let text = sqlite_text(&messages[i].content).unwrap_or(&contents[i]);
+                if let ContentToStore::Compressed(bytes) = content_to_store(text, from) {
+                    compressed[i] = Some(bytes);
+                }
+            }
         }
+        Ok(PreparedLegacy {
+            contents,
+            compressed,
+        })
+    })
+    .await;
+    match prepared {
+        Ok(prepared) => prepared,
+        // As if it had run here: a panic goes on, a runtime shutting down closed the database.
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => Err(StorageError::Closed.into()),
     }
-    out
 }
 
 /// SQLite: each text compressed where that pays ([`pattern_db_sqlite::messages::content_to_store`]
@@ -2428,9 +2454,6 @@ async fn compress_texts(texts: Vec<Option<String>>, from: usize) -> Option<Vec<O
     }
 }
 
-/// The most texts [`compress_imported`] hands to the blocking pool at once.
-const COMPRESS_CHUNK: usize = 4096;
-
 /// Stores a planned legacy history; returns its batches and, on SQLite, the first and last
 /// search change it logged.
 pub(crate) async fn import_legacy(
@@ -2446,15 +2469,16 @@ pub(crate) async fn import_legacy(
             import.ids.len()
         ))));
     }
-    let contents = messages
-        .iter()
-        .map(|m| {
-            encode_content(
-                ctx.max_content_bytes,
-                &NewMessage::new(m.role, m.content.clone()),
-            )
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let (contents, compressed) = (&import.prepared.contents, &import.prepared.compressed);
+    if contents.len() != messages.len()
+        || !(compressed.is_empty() || compressed.len() == messages.len())
+    {
+        return Err(Error::Storage(StorageError::Corrupt(format!(
+            "an import of {} messages was prepared as {}",
+            messages.len(),
+            contents.len()
+        ))));
+    }
     let max = lock_agent_position(conn, agent).await?;
     // Positions follow the input order, so the history reads as it was written.
     let positions = positions_after(ctx, max, messages.len())?;
@@ -2463,7 +2487,6 @@ pub(crate) async fn import_legacy(
             .created_at
             .map_or(now, |t| t.timestamp_millis())
     };
-    let compressed = compress_imported(ctx, import, &contents).await;
     let mut batch_rows = Vec::with_capacity(plan.batches.len());
     let mut rows = Vec::with_capacity(messages.len());
     let mut calls: Vec<CallRow> = Vec::new();

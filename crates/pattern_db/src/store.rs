@@ -497,32 +497,42 @@ impl MessageStore {
         }
         let now = ops::now_ms();
         let ids: Vec<crate::MessageId> = messages.iter().map(|_| crate::MessageId::new()).collect();
-        let docs: Vec<crate::fts::Doc> = match self.db.backend() {
-            crate::Backend::Sqlite => messages
+        let messages = std::sync::Arc::new(messages);
+        // Encoding and compressing run before the write is queued, so the writer (which every
+        // other write waits for) holds the import's transaction for its statements alone.
+        let write = async {
+            let prepared = ops::prepare_legacy(self.db.ctx(), messages.clone(), &plan).await?;
+            self.write(crate::ops::batches::ImportLegacy {
+                agent: self.agent,
+                messages: messages.clone(),
+                plan: plan.clone(),
+                ids: ids.clone(),
+                prepared,
+                now,
+            })
+            .await
+        };
+        if self.db.backend() == crate::Backend::Postgres {
+            write.await?;
+            return Ok(plan);
+        }
+        // SQLite: the full-text index takes the messages while they are prepared and written
+        // (on a thread of its own, which also makes their documents), so it is current when the
+        // import returns (decision 0025, "Stop 28").
+        let (agent, docs_of, docs_ids) = (self.agent, messages.clone(), ids.clone());
+        let docs = move || {
+            docs_of
                 .iter()
-                .zip(&ids)
+                .zip(&docs_ids)
                 .filter_map(|(m, id)| {
                     let at = m.created_at.map_or(now, |t| t.timestamp_millis());
-                    crate::fts::Doc::message(*id, self.agent, at, &m.content)
+                    crate::fts::Doc::message(*id, agent, at, &m.content)
                 })
-                .collect(),
-            crate::Backend::Postgres => Vec::new(),
+                .collect()
         };
-        let write = self.write(crate::ops::batches::ImportLegacy {
-            agent: self.agent,
-            messages,
-            plan: plan.clone(),
-            ids,
-            now,
-        });
-        if docs.is_empty() {
-            write.await?;
-        } else {
-            // SQLite: the full-text index takes the messages while they are written, so it is
-            // current when the import returns (decision 0025, "Stop 28").
-            let fts = self.db.fts().await?;
-            fts.index_alongside(&self.db, docs, write).await?;
-        }
+        let fts = self.db.fts().await?;
+        fts.index_alongside(&self.db, messages.len(), docs, write)
+            .await?;
         Ok(plan)
     }
 }

@@ -54,18 +54,29 @@ pub(crate) async fn import_history(
     messages: usize,
     chunk: impl Fn(usize, usize) -> Vec<LegacyMessage>,
 ) {
-    let mut first = 0;
-    while first < messages {
-        let len = IMPORT_CHUNK.min(messages - first);
-        let plan = store
-            .import_legacy(chunk(first, len))
-            .await
-            .expect("import_legacy");
+    import_chunks(store, history_chunks(messages, chunk)).await;
+}
+
+/// The calls of [`import_history`]: `messages` messages, [`IMPORT_CHUNK`] per call.
+pub(crate) fn history_chunks(
+    messages: usize,
+    chunk: impl Fn(usize, usize) -> Vec<LegacyMessage>,
+) -> Vec<Vec<LegacyMessage>> {
+    (0..messages)
+        .step_by(IMPORT_CHUNK)
+        .map(|first| chunk(first, IMPORT_CHUNK.min(messages - first)))
+        .collect()
+}
+
+/// Imports each of `chunks` into `store` with one `import_legacy` call; a history with anything
+/// the importer could not pair fails.
+pub(crate) async fn import_chunks(store: &MessageStore, chunks: Vec<Vec<LegacyMessage>>) {
+    for messages in chunks {
+        let plan = store.import_legacy(messages).await.expect("import_legacy");
         assert!(
             plan.anomalies.is_empty(),
             "unexpected import anomalies: {:?}",
             plan.anomalies
         );
-        first += len;
     }
 }

@@ -298,8 +298,10 @@ impl Write for UpsertSummary {
 #[derive(Debug)]
 pub(crate) struct ImportLegacy {
     pub(crate) agent: AgentId,
-    pub(crate) messages: Vec<LegacyMessage>,
+    pub(crate) messages: std::sync::Arc<Vec<LegacyMessage>>,
     pub(crate) plan: ImportPlan,
+    /// The messages encoded and compressed before the write ([`super::prepare_legacy`]).
+    pub(crate) prepared: super::PreparedLegacy,
     /// The messages' ids, one per message (chosen before the write, so the full-text index can
     /// take the messages while they are written).
     pub(crate) ids: Vec<crate::MessageId>,
@@ -326,6 +328,7 @@ impl Write for ImportLegacy {
             messages: &self.messages,
             plan: &self.plan,
             ids: &self.ids,
+            prepared: &self.prepared,
             now: self.now,
         };
         super::import_legacy(conn, ctx, &legacy).await
