@@ -43,7 +43,7 @@ use std::sync::Arc;
 use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery};
 use tantivy::schema::{
-    FAST, Field, IndexRecordOption, STORED, Schema, TextFieldIndexing, TextOptions, Value,
+    BytesOptions, FAST, Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value,
 };
 use tantivy::tokenizer::TokenStream;
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term, doc};
@@ -79,7 +79,6 @@ const TOKENIZER: &str = "en_stem";
 struct Fields {
     key: Field,
     content_type: Field,
-    content_id: Field,
     agent: Field,
     created_at: Field,
     text: Field,
@@ -102,12 +101,15 @@ fn schema() -> (Schema, Fields) {
             .set_index_option(IndexRecordOption::Basic)
             .set_fieldnorms(false),
     );
+    // The content a document is, as a term (deletes name it) and stored (hits read it back):
+    // its compact bytes ([`key_bytes`]). The one term unique to each document: its dictionary
+    // is the costliest part of writing and merging segments, so it is kept short (18 bytes for
+    // a UUID's content, where its text was 44).
+    // (No field norms: a byte fields' default.)
+    let key = BytesOptions::default().set_indexed().set_stored();
     let fields = Fields {
-        key: b.add_text_field("key", keyword.clone()),
-        content_type: b.add_text_field("content_type", keyword.clone() | STORED),
-        // Stored only: hits read it back, nothing searches by it (indexing it made a second
-        // term unique to each document, whose dictionary cost about a tenth of indexing).
-        content_id: b.add_text_field("content_id", STORED),
+        key: b.add_bytes_field("key", key),
+        content_type: b.add_text_field("content_type", keyword.clone()),
         agent: b.add_text_field("agent", keyword),
         // A column only: a time range is answered from it (tantivy's range query scans a fast
         // field), so no term per distinct time is indexed.
@@ -115,6 +117,47 @@ fn schema() -> (Schema, Fields) {
         text: b.add_text_field("text", text_options),
     };
     (b.build(), fields)
+}
+
+/// The bytes of `content`'s key: its type's code, then a UUID's 16 bytes (an id that is a UUID
+/// in its canonical text, as every id of this database is) or the id's text after a marker, so
+/// no two contents share a key. [`content_of_key`] reads it back.
+fn key_bytes(content: &ContentRef) -> Vec<u8> {
+    let code = ContentType::ALL
+        .iter()
+        .position(|t| *t == content.content_type)
+        .and_then(|i| u8::try_from(i).ok())
+        .unwrap_or(u8::MAX);
+    let mut key = Vec::with_capacity(18);
+    key.push(code);
+    match uuid::Uuid::try_parse(&content.id) {
+        Ok(id) if id.hyphenated().to_string() == content.id => {
+            key.push(KEY_UUID);
+            key.extend_from_slice(id.as_bytes());
+        }
+        _ => {
+            key.push(KEY_TEXT);
+            key.extend_from_slice(content.id.as_bytes());
+        }
+    }
+    key
+}
+
+/// [`key_bytes`]'s marker of an id stored as a UUID's 16 bytes.
+const KEY_UUID: u8 = 0;
+/// [`key_bytes`]'s marker of an id stored as its text.
+const KEY_TEXT: u8 = 1;
+
+/// The content a key names ([`key_bytes`]); `None` for bytes no key has.
+fn content_of_key(key: &[u8]) -> Option<ContentRef> {
+    let (&code, rest) = key.split_first()?;
+    let content_type = *ContentType::ALL.get(usize::from(code))?;
+    let id = match rest.split_first()? {
+        (&KEY_UUID, bytes) => uuid::Uuid::from_slice(bytes).ok()?.hyphenated().to_string(),
+        (&KEY_TEXT, bytes) => std::str::from_utf8(bytes).ok()?.to_owned(),
+        _ => return None,
+    };
+    Some(ContentRef::new(content_type, id))
 }
 
 fn index_error(e: tantivy::TantivyError) -> Error {
@@ -244,6 +287,49 @@ fn open_writer(index: &Index, dir: Option<&Path>, threads: usize) -> Result<Inde
     }
 }
 
+/// How long a handle keeps the writer of a write indexed alongside (an import's call) after its
+/// commit, for its next one ([`FtsIndex::committed`]): the calls of an import each find it open
+/// (opening one costs about 10 ms: the directory, its file list, collecting unused files) and
+/// never wait for the merges the previous call started (a merge of eight calls' segments takes
+/// about half a second, and holds the writer's lock). Other handles and processes wait for the
+/// lock at most this long after the import's last call (and its merges). Catch-ups never keep
+/// their writer: a process searching after every write would hold the lock for good.
+const KEEP_WRITER: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The writer of a handle's last commit, while it is kept ([`KEEP_WRITER`]).
+#[derive(Default)]
+struct Kept {
+    /// The writer and its indexing threads.
+    writer: Option<(IndexWriter, usize)>,
+    /// Counts commits, so a release meant for one commit's writer never takes a later one's.
+    generation: u64,
+}
+
+/// A writer with at least `threads` indexing threads: the one this handle kept from its last
+/// commit, or a new one ([`open_writer`]; one kept with fewer threads is released first, waiting
+/// for its merges as a new writer would wait for its lock). With the threads it has.
+fn take_writer(
+    index: &Index,
+    dir: Option<&Path>,
+    kept: &std::sync::Mutex<Kept>,
+    threads: usize,
+) -> Result<(IndexWriter, usize)> {
+    let taken = kept
+        .lock()
+        .map_err(|_| index_failure("the full-text index's kept writer was poisoned".into()))?
+        .writer
+        .take();
+    if let Some((w, has)) = taken {
+        if has >= threads {
+            return Ok((w, has));
+        }
+        if let Err(e) = w.wait_merging_threads() {
+            tracing::debug!(error = %e, "merging the full-text index's segments failed");
+        }
+    }
+    Ok((open_writer(index, dir, threads)?, threads))
+}
+
 /// Indexing threads for a writer that takes `docs` documents.
 fn threads_for(docs: usize) -> usize {
     if docs < ONE_THREAD_BELOW {
@@ -314,6 +400,9 @@ pub(crate) struct FtsIndex {
     fields: Fields,
     /// One catch-up or rebuild at a time.
     catching_up: tokio::sync::Mutex<()>,
+    /// The writer of the last commit, kept a while for the next one ([`KEEP_WRITER`]); taken
+    /// only under `catching_up`, released by the task [`FtsIndex::committed`] starts.
+    kept: Arc<std::sync::Mutex<Kept>>,
     /// PostgreSQL: how far the index has read messages by writing transaction (`None`: SQLite,
     /// whose log holds its messages). Changed only under `catching_up`.
     messages: Option<std::sync::Mutex<MessageMark>>,
@@ -465,6 +554,7 @@ impl FtsIndex {
             reader,
             fields,
             catching_up: tokio::sync::Mutex::new(()),
+            kept: Arc::default(),
             messages: None,
             loaded: std::sync::Mutex::new(None),
         })
@@ -683,14 +773,15 @@ impl FtsIndex {
         // documents at a time, not the whole database's (every PostgreSQL process rebuilds on
         // its first search).
         let (index, dir, f) = (self.index.clone(), self.dir.clone(), self.fields);
+        let kept = self.kept.clone();
         let (pages, mut taken) = tokio::sync::mpsc::channel::<Vec<Doc>>(2);
-        let writing = tokio::task::spawn_blocking(move || -> Result<IndexWriter> {
-            let mut w = open_writer(&index, dir.as_deref(), INDEXING_THREADS)?;
+        let writing = tokio::task::spawn_blocking(move || -> Result<(IndexWriter, usize)> {
+            let (mut w, threads) = take_writer(&index, dir.as_deref(), &kept, INDEXING_THREADS)?;
             w.delete_all_documents().map_err(index_error)?;
             while let Some(docs) = taken.blocking_recv() {
                 add(&mut w, f, &[], docs)?;
             }
-            Ok(w)
+            Ok((w, threads))
         });
         let read = async {
             let mut n = 0u64;
@@ -719,9 +810,9 @@ impl FtsIndex {
         .await;
         drop(pages);
         let writer = writing.await.map_err(join_error)?;
-        let (n, mut w) = match (read, writer) {
+        let (n, (mut w, threads)) = match (read, writer) {
             (Ok(n), Ok(w)) => (n, w),
-            (Err(e), Ok(w)) => {
+            (Err(e), Ok((w, _))) => {
                 roll_back(w).await;
                 return Err(e);
             }
@@ -730,7 +821,7 @@ impl FtsIndex {
         let w = tokio::task::spawn_blocking(move || commit_at(&mut w, head).map(|_| w))
             .await
             .map_err(join_error)??;
-        self.committed(w)?;
+        self.committed(w, threads, false)?;
         if let Some(mut marks) = self.marks()? {
             marks.mark = Some(mark);
             marks.tail.clear();
@@ -748,40 +839,79 @@ impl FtsIndex {
         from: i64,
         cursor: i64,
     ) -> Result<Option<i64>> {
-        let (index, dir) = (self.index.clone(), self.dir.clone());
+        let (index, dir, kept) = (self.index.clone(), self.dir.clone(), self.kept.clone());
         let f = self.fields;
-        let (writer, committed) =
-            tokio::task::spawn_blocking(move || -> Result<(IndexWriter, Option<i64>)> {
-                let mut w = open_writer(&index, dir.as_deref(), threads_for(docs.len()))?;
-                add(&mut w, f, &remove, docs)?;
-                let committed = commit(&mut w, from, cursor)?;
-                Ok((w, committed))
-            })
-            .await
-            .map_err(join_error)??;
-        self.committed(writer)?;
+        let (writer, threads, committed) = tokio::task::spawn_blocking(move || {
+            let wanted = threads_for(docs.len());
+            let (mut w, threads) = take_writer(&index, dir.as_deref(), &kept, wanted)?;
+            add(&mut w, f, &remove, docs)?;
+            let committed = commit(&mut w, from, cursor)?;
+            Ok::<_, Error>((w, threads, committed))
+        })
+        .await
+        .map_err(join_error)??;
+        self.committed(writer, threads, false)?;
         Ok(committed)
     }
 
-    /// After a commit: the commit is visible now; merging the segments it started can take
-    /// seconds on a large index and no search needs it, so it finishes on its own thread. The
-    /// writer's lock is held until then: the next catch-up with changes to apply waits for it in
-    /// `open_writer`, one with nothing new does not. Once the merges are done (and the writer's
-    /// lock released), that thread reloads the reader under the catch-up lock, so opening the
-    /// merged segments (milliseconds for a large one) is not left to the next search.
-    fn committed(self: &Arc<Self>, writer: IndexWriter) -> Result<()> {
-        let index = Arc::downgrade(self);
-        std::mem::drop(tokio::task::spawn_blocking(move || {
-            if let Err(e) = writer.wait_merging_threads() {
-                tracing::debug!(error = %e, "merging the full-text index's segments failed");
-            }
-            let Some(index) = index.upgrade() else { return };
-            let _one = index.catching_up.blocking_lock();
-            if let Err(e) = index.reload_with_cursor() {
-                tracing::debug!(error = %e, "the full-text index's reader could not reload");
+    /// After a commit: the commit is visible now. The writer (with its `threads`) is released
+    /// on its own thread ([`release`]): merging the segments its commits started can take
+    /// seconds on a large index and no search needs it, so that thread waits for the merges,
+    /// drops the writer (its lock released) and then reloads the reader under the catch-up
+    /// lock, so opening the merged segments (milliseconds for a large one) is not left to the
+    /// next search. A catch-up with nothing new never needs the writer. With `keep` (a write
+    /// indexed alongside: the next call of an import is likely on its way) the writer is kept
+    /// for the next commit of this handle first ([`KEEP_WRITER`]).
+    fn committed(self: &Arc<Self>, writer: IndexWriter, threads: usize, keep: bool) -> Result<()> {
+        if keep {
+            self.keep(writer, threads)?;
+        } else {
+            let index = Arc::downgrade(self);
+            std::mem::drop(tokio::task::spawn_blocking(move || release(writer, &index)));
+        }
+        self.reload_with_cursor().map(|_| ())
+    }
+
+    /// Keeps `writer` (with its `threads`) for the next commit, and starts the task that releases
+    /// it when none took it ([`FtsIndex::committed`]).
+    fn keep(self: &Arc<Self>, writer: IndexWriter, threads: usize) -> Result<()> {
+        let (generation, earlier) = {
+            let mut kept = self.kept.lock().map_err(|_| {
+                index_failure("the full-text index's kept writer was poisoned".into())
+            })?;
+            kept.generation += 1;
+            (kept.generation, kept.writer.replace((writer, threads)))
+        };
+        // Never one kept already (every writer is taken from the slot under the catch-up lock);
+        // were there one, it is released like any other, not dropped on this async thread.
+        if let Some((earlier, _)) = earlier {
+            let index = Arc::downgrade(self);
+            std::mem::drop(tokio::task::spawn_blocking(move || {
+                release(earlier, &index)
+            }));
+        }
+        let (kept, index) = (self.kept.clone(), Arc::downgrade(self));
+        std::mem::drop(tokio::spawn(async move {
+            tokio::time::sleep(KEEP_WRITER).await;
+            let writer = match kept.lock() {
+                Ok(mut kept) if kept.generation == generation => kept.writer.take(),
+                _ => None,
+            };
+            if let Some((writer, _)) = writer {
+                let _ = tokio::task::spawn_blocking(move || release(writer, &index)).await;
             }
         }));
-        self.reload_with_cursor().map(|_| ())
+        Ok(())
+    }
+
+    /// The end of an indexing thread whose commit was aborted (or never prepared): its writer
+    /// kept, its error the answer.
+    async fn after_abort(
+        self: &Arc<Self>,
+        indexing: tokio::task::JoinHandle<Result<(IndexWriter, usize, Option<i64>)>>,
+    ) -> Result<()> {
+        let (w, threads, _) = indexing.await.map_err(join_error)??;
+        self.keep(w, threads)
     }
 
     /// Runs `write`, a write that stores new content (the documents `docs` makes, with ids no
@@ -813,13 +943,13 @@ impl FtsIndex {
             _ => return write.await.map(|(out, _)| out),
         };
         let (decide, decision) = tokio::sync::oneshot::channel();
-        let (index, dir) = (self.index.clone(), self.dir.clone());
-        let (f, threads) = (self.fields, alongside_threads(expected));
+        let (index, dir, kept) = (self.index.clone(), self.dir.clone(), self.kept.clone());
+        let (f, wanted) = (self.fields, alongside_threads(expected));
         let indexing = tokio::task::spawn_blocking(move || {
-            let mut w = open_writer(&index, dir.as_deref(), threads)?;
+            let (mut w, threads) = take_writer(&index, dir.as_deref(), &kept, wanted)?;
             add(&mut w, f, &[], docs())?;
             let committed = commit_prepared(&mut w, decision)?;
-            Ok::<_, Error>((w, committed))
+            Ok::<_, Error>((w, threads, committed))
         });
         let written = write.await;
         let (out, logged) = match written {
@@ -827,7 +957,7 @@ impl FtsIndex {
             Err(e) => {
                 // Dropping the decision aborts the prepared commit.
                 drop(decide);
-                if let Err(e) = indexing.await.map_err(join_error).and_then(|r| r) {
+                if let Err(e) = self.after_abort(indexing).await {
                     tracing::debug!(error = %e, "the full-text index's writer failed beside a failed write");
                 }
                 return Err(e);
@@ -840,11 +970,7 @@ impl FtsIndex {
             }
             None => {
                 drop(decide);
-                indexing
-                    .await
-                    .map_err(join_error)
-                    .and_then(|r| r)
-                    .map(|_| ())
+                self.after_abort(indexing).await
             }
         };
         if let Err(e) = indexed {
@@ -864,7 +990,7 @@ impl FtsIndex {
     async fn finish_alongside(
         self: &Arc<Self>,
         db: &Database,
-        indexing: tokio::task::JoinHandle<Result<(IndexWriter, Option<i64>)>>,
+        indexing: tokio::task::JoinHandle<Result<(IndexWriter, usize, Option<i64>)>>,
         decide: tokio::sync::oneshot::Sender<Commit>,
         from: i64,
         first: i64,
@@ -881,23 +1007,23 @@ impl FtsIndex {
             // dropping the decision aborts the prepared commit.
             other => {
                 drop(decide);
-                indexing.await.map_err(join_error)??;
+                self.after_abort(indexing).await?;
                 return other.map(|_| ());
             }
         };
         let done = if before.is_empty() { last } else { from };
         // A writer that failed already has its error in `indexing`.
         let _ = decide.send(Commit { from, last: done });
-        let (w, committed) = indexing.await.map_err(join_error)??;
+        let (w, threads, committed) = indexing.await.map_err(join_error)??;
         let Some(committed) = committed else {
             // Recreated by another handle meanwhile: the next catch-up rebuilds it.
-            return self.committed(w);
+            return self.committed(w, threads, true);
         };
         if before.is_empty() {
-            self.committed(w)?;
+            self.committed(w, threads, true)?;
             return self.record_cursor(db, committed).await;
         }
-        self.commit_changes_before(db, w, before, from, first, last)
+        self.commit_changes_before(db, (w, threads), before, from, first, last)
             .await
     }
 
@@ -907,7 +1033,7 @@ impl FtsIndex {
     async fn commit_changes_before(
         self: &Arc<Self>,
         db: &Database,
-        mut w: IndexWriter,
+        (mut w, threads): (IndexWriter, usize),
         mut page: Vec<SearchChange>,
         from: i64,
         first: i64,
@@ -946,7 +1072,7 @@ impl FtsIndex {
             tokio::task::spawn_blocking(move || commit(&mut w, from, last).map(|c| (w, c)))
                 .await
                 .map_err(join_error)??;
-        self.committed(w)?;
+        self.committed(w, threads, true)?;
         match committed {
             Some(cursor) => self.record_cursor(db, cursor).await,
             None => Ok(()),
@@ -976,10 +1102,9 @@ impl FtsIndex {
                 let mut out = Vec::with_capacity(top.len());
                 for (score, address) in top {
                     let d: TantivyDocument = searcher.doc(address).map_err(index_error)?;
-                    let t = d.get_first(f.content_type).and_then(|v| v.as_str());
-                    let id = d.get_first(f.content_id).and_then(|v| v.as_str());
-                    if let (Some(t), Some(id)) = (t, id) {
-                        out.push((score, ContentRef::new(t.parse()?, id)));
+                    let key = d.get_first(f.key).and_then(|v| v.as_bytes());
+                    if let Some(content) = key.and_then(content_of_key) {
+                        out.push((score, content));
                     }
                 }
                 Ok::<_, Error>(out)
@@ -1116,16 +1241,29 @@ fn changed_refs(changes: &[SearchChange]) -> Vec<ContentRef> {
         .collect()
 }
 
+/// Releases a writer no longer kept (on a blocking thread): waits for its merges, drops it (its
+/// lock released) and reloads `index`'s reader, so the merged segments are open before a search
+/// needs them.
+fn release(writer: IndexWriter, index: &std::sync::Weak<FtsIndex>) {
+    if let Err(e) = writer.wait_merging_threads() {
+        tracing::debug!(error = %e, "merging the full-text index's segments failed");
+    }
+    let Some(index) = index.upgrade() else { return };
+    let _one = index.catching_up.blocking_lock();
+    if let Err(e) = index.reload_with_cursor() {
+        tracing::debug!(error = %e, "the full-text index's reader could not reload");
+    }
+}
+
 /// Deletes the documents of `remove` and adds `docs` (on a blocking thread).
 fn add(w: &mut IndexWriter, f: Fields, remove: &[ContentRef], docs: Vec<Doc>) -> Result<()> {
     for r in remove {
-        w.delete_term(Term::from_field_text(f.key, &r.to_string()));
+        w.delete_term(Term::from_field_bytes(f.key, &key_bytes(r)));
     }
     for d in docs {
         let mut document = doc!(
-            f.key => d.content.to_string(),
+            f.key => key_bytes(&d.content),
             f.content_type => d.content.content_type.as_str(),
-            f.content_id => d.content.id.clone(),
             f.created_at => d.created_at,
             f.text => d.text,
         );
@@ -1283,6 +1421,38 @@ mod tests {
         assert!(!file_vanished(&Error::Storage(StorageError::Closed)));
     }
 
+    /// Every content's key reads back as that content, and different contents (of one type or
+    /// another, UUID ids or not) never share a key.
+    #[test]
+    fn keys_name_one_content_each() {
+        let id = uuid::Uuid::now_v7();
+        let ids = [
+            id.hyphenated().to_string(),
+            id.simple().to_string(),
+            id.hyphenated().to_string().to_uppercase(),
+            "1".to_owned(),
+            String::new(),
+            "\u{0}x".to_owned(),
+        ];
+        let mut seen = HashSet::new();
+        for t in ContentType::ALL {
+            for id in &ids {
+                let content = ContentRef::new(t, id.clone());
+                let key = key_bytes(&content);
+                assert_eq!(content_of_key(&key), Some(content.clone()));
+                assert!(seen.insert(key), "{content} shares its key");
+            }
+        }
+        assert_eq!(
+            key_bytes(&ContentRef::new(ContentType::Message, ids[0].clone())).len(),
+            18
+        );
+        assert_eq!(content_of_key(&[]), None);
+        assert_eq!(content_of_key(&[9, KEY_TEXT]), None);
+        assert_eq!(content_of_key(&[0, 7]), None);
+        assert_eq!(content_of_key(&[0, KEY_UUID, 1, 2]), None);
+    }
+
     #[test]
     fn index_lives_beside_the_file() {
         assert_eq!(
@@ -1319,7 +1489,7 @@ mod tests {
                 .collect();
             let f = handles[0].fields;
             let mut w = open_writer(&handles[0].index, handles[0].dir.as_deref(), 1).unwrap();
-            w.add_document(doc!(f.key => "archival:1", f.text => "shared"))
+            w.add_document(doc!(f.key => key_bytes(&ContentRef::new(ContentType::Archival, "1")), f.text => "shared"))
                 .unwrap();
             commit_at(&mut w, 1).unwrap();
             drop(w);
@@ -1345,7 +1515,7 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
         std::fs::create_dir_all(&dir).unwrap();
         let mut other = Schema::builder();
-        other.add_text_field("title", STORED);
+        other.add_text_field("title", tantivy::schema::STORED);
         drop(Index::create_in_dir(&dir, other.build()).unwrap());
         let h = FtsIndex::open_blocking(Some(&dir)).unwrap();
         assert_eq!(h.index.schema(), schema().0);
@@ -1382,7 +1552,7 @@ mod tests {
     fn commit_one(h: &FtsIndex, n: i64, cursor: i64) {
         let f = h.fields;
         let mut w = open_writer(&h.index, h.dir.as_deref(), 1).unwrap();
-        w.add_document(doc!(f.key => format!("archival:{n}"), f.text => "turn"))
+        w.add_document(doc!(f.key => key_bytes(&ContentRef::new(ContentType::Archival, n.to_string())), f.text => "turn"))
             .unwrap();
         commit_at(&mut w, cursor).unwrap();
         w.wait_merging_threads().unwrap();
@@ -1431,7 +1601,7 @@ mod tests {
         // One segment of ten documents (one indexing thread).
         let mut w = h.index.writer_with_num_threads(1, WRITER_BUDGET).unwrap();
         for n in 1..=10 {
-            w.add_document(doc!(f.key => format!("archival:{n}"), f.text => "kept"))
+            w.add_document(doc!(f.key => key_bytes(&ContentRef::new(ContentType::Archival, n.to_string())), f.text => "kept"))
                 .unwrap();
         }
         commit_at(&mut w, 1).unwrap();
@@ -1440,7 +1610,10 @@ mod tests {
         let managed = std::fs::read(dir.join(".managed.json")).unwrap();
         let delete_one = || {
             let mut w = open_writer(&h.index, h.dir.as_deref(), 1)?;
-            w.delete_term(Term::from_field_text(f.key, "archival:1"));
+            w.delete_term(Term::from_field_bytes(
+                f.key,
+                &key_bytes(&ContentRef::new(ContentType::Archival, "1")),
+            ));
             commit_at(&mut w, 2)?;
             w.wait_merging_threads().map_err(index_error)
         };

@@ -357,6 +357,8 @@ struct MessageRow<'a> {
     content: &'a str,
     /// What SQLite stores instead of the JSON ([`sqlite_text`]).
     text: Option<&'a str>,
+    /// The content the JSON encodes (what the search log reads the text of).
+    blocks: &'a [ContentBlock],
     created_at: i64,
     /// SQLite: the stored text already compressed (an import's old history,
     /// `DbConfig::compress_imported_from`), stored instead of it.
@@ -385,6 +387,7 @@ impl<'a> MessageRow<'a> {
             role: trigger.role,
             content,
             text: sqlite_text(&trigger.content),
+            blocks: &trigger.content,
             created_at: now,
             compressed: None,
         }
@@ -461,7 +464,7 @@ fn message_inserts(
     }
     let written: Vec<_> = rows
         .iter()
-        .map(|r| (r.id.0, r.agent, r.position.get(), r.content))
+        .map(|r| (r.id.0, r.agent, r.position.get(), r.blocks))
         .collect();
     for q in search::messages_written(conn, ctx, &written)? {
         script.push(q);
@@ -1024,7 +1027,12 @@ pub(crate) async fn begin_batch(
     );
     // SQLite (without embedding jobs to record): the batch row, the message and its search
     // change in one round trip to the connection's worker.
-    let written = [(message_id.0, agent, position.get(), content.as_str())];
+    let written = [(
+        message_id.0,
+        agent,
+        position.get(),
+        trigger.content.as_slice(),
+    )];
     if let Some(change) = search::message_change_query(conn, ctx, &written)? {
         let mut script = crate::sql::Script::new();
         script.push(batch_rows_query(
@@ -1642,6 +1650,7 @@ async fn append_step(
             role: m.role,
             content,
             text: sqlite_text(&m.content),
+            blocks: &m.content,
             created_at: now,
             compressed: None,
         })
@@ -2525,6 +2534,7 @@ pub(crate) async fn import_legacy(
                 role: message.role,
                 content: &contents[index],
                 text: sqlite_text(&message.content),
+                blocks: &message.content,
                 created_at: at(index),
                 compressed: compressed.get(index).and_then(|c| c.as_deref()),
             });

@@ -331,6 +331,21 @@ pub fn message_text(content: &[ContentBlock]) -> String {
     parts.join("\n")
 }
 
+/// Whether [`message_text`] of `content` is not empty, without building it.
+pub(crate) fn has_message_text(content: &[ContentBlock]) -> bool {
+    let mut parts = content.iter().filter_map(|block| match block {
+        ContentBlock::Text { text } => Some(text.as_str()),
+        ContentBlock::ToolResult { content, .. } => Some(content.as_str()),
+        _ => None,
+    });
+    match (parts.next(), parts.next()) {
+        (None, _) => false,
+        // Two parts or more are joined by a line break.
+        (Some(_), Some(_)) => true,
+        (Some(one), None) => !one.is_empty(),
+    }
+}
+
 /// sha256 of `text`, lower-case hex: the hash stored with jobs and vectors.
 pub fn text_hash(text: &str) -> String {
     let digest = Sha256::digest(text.as_bytes());
@@ -725,6 +740,38 @@ impl SearchError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `has_message_text` answers as `message_text` would, for every mix of up to three blocks
+    /// of every kind, empty or not.
+    #[test]
+    fn has_text_agrees_with_the_text() {
+        let kinds = [
+            ContentBlock::text(""),
+            ContentBlock::text("a"),
+            ContentBlock::tool_result("c", "", false),
+            ContentBlock::tool_result("c", "r", false),
+            ContentBlock::tool_use("c", "t", serde_json::json!({})),
+        ];
+        let mut mixes: Vec<Vec<ContentBlock>> = vec![Vec::new()];
+        let mut last: Vec<Vec<ContentBlock>> = vec![Vec::new()];
+        for _ in 0..3 {
+            last = last
+                .iter()
+                .flat_map(|m| {
+                    kinds.iter().map(move |k| {
+                        let mut m = m.clone();
+                        m.push(k.clone());
+                        m
+                    })
+                })
+                .collect();
+            mixes.extend(last.iter().cloned());
+        }
+        assert_eq!(mixes.len(), 1 + 5 + 25 + 125);
+        for m in &mixes {
+            assert_eq!(has_message_text(m), !message_text(m).is_empty(), "{m:?}");
+        }
+    }
 
     #[test]
     fn hashes_are_sha256_hex() {

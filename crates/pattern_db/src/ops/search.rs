@@ -31,7 +31,8 @@ use crate::error::Result;
 use crate::model::{AgentId, ContentBlock};
 use crate::search::{
     ChangeKind, ContentRef, ContentRow, ContentType, EmbeddingJob, EmbeddingModelInfo, NewVector,
-    SearchChange, StoreReport, VectorRow, decode_vector, encode_vector, message_text, text_hash,
+    SearchChange, StoreReport, VectorRow, decode_vector, encode_vector, has_message_text,
+    message_text, text_hash,
 };
 
 /// The advisory lock key under which PostgreSQL transactions append to `search_changes`.
@@ -257,9 +258,8 @@ pub(crate) async fn content_written(
     Ok(())
 }
 
-/// A message just inserted, as the search log sees it: its id, agent, position and content
-/// (JSON as stored).
-pub(crate) type WrittenMessage<'a> = (Uuid, AgentId, i64, &'a str);
+/// A message just inserted, as the search log sees it: its id, agent, position and content.
+pub(crate) type WrittenMessage<'a> = (Uuid, AgentId, i64, &'a [ContentBlock]);
 
 /// Runs of an agent's written messages, each at most [`SPAN_MAX`] messages long, that cover the
 /// positions of `written` with text (agent, first, last). A run counts every message written
@@ -317,21 +317,11 @@ fn span_rows_query(
     Ok(q)
 }
 
-/// Each written message's agent, position and text (empty: not searchable).
-fn texts_of(rows: &[WrittenMessage<'_>]) -> Result<Vec<(AgentId, i64, String)>> {
-    rows.iter()
-        .map(|(_, agent, position, content)| {
-            Ok((*agent, *position, message_text(&decode_content(content)?)))
-        })
-        .collect()
-}
-
-/// The spans logging messages of these texts (see [`spans`]).
-fn spans_of(texts: &[(AgentId, i64, String)]) -> Vec<(AgentId, i64, i64)> {
+/// The spans logging these written messages (see [`spans`]).
+fn spans_of(rows: &[WrittenMessage<'_>]) -> Vec<(AgentId, i64, i64)> {
     spans(
-        texts
-            .iter()
-            .map(|(a, p, text)| (*a, *p, !text.is_empty()))
+        rows.iter()
+            .map(|(_, a, p, content)| (*a, *p, has_message_text(content)))
             .collect(),
     )
 }
@@ -347,7 +337,7 @@ pub(crate) fn message_change_query(
     if ctx.backend != Backend::Sqlite || ctx.record_jobs || rows.len() > 1 {
         return Ok(None);
     }
-    let spans = spans_of(&texts_of(rows)?);
+    let spans = spans_of(rows);
     if spans.is_empty() {
         return Ok(None);
     }
@@ -408,22 +398,21 @@ pub(crate) fn messages_written(
     if ctx.backend == Backend::Postgres && !ctx.record_jobs {
         return Ok(out);
     }
-    let texts = texts_of(rows)?;
     if ctx.backend == Backend::Sqlite {
-        let spans = spans_of(&texts);
+        let spans = spans_of(rows);
         for chunk in fixed_chunks(&spans) {
             out.push(span_rows_query(conn, chunk, Insert::Values)?);
         }
     }
     if ctx.record_jobs {
-        let ids: Vec<String> = rows.iter().map(|(id, ..)| id.to_string()).collect();
-        let jobs: Vec<_> = ids
+        let texts: Vec<(String, AgentId, String)> = rows
             .iter()
-            .zip(&texts)
-            .filter(|(_, (_, _, text))| !text.is_empty())
-            .map(|(id, (agent, _, text))| {
-                (ContentType::Message, id.as_str(), *agent, text_hash(text))
-            })
+            .map(|(id, agent, _, content)| (id.to_string(), *agent, message_text(content)))
+            .filter(|(_, _, text)| !text.is_empty())
+            .collect();
+        let jobs: Vec<_> = texts
+            .iter()
+            .map(|(id, agent, text)| (ContentType::Message, id.as_str(), *agent, text_hash(text)))
             .collect();
         out.extend(upsert_jobs_queries(conn, &jobs, true, Insert::Values)?);
     }
