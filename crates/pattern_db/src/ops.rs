@@ -269,19 +269,23 @@ async fn delete_agent(conn: &mut Conn<'_>, ctx: &Ctx, agent: AgentId) -> Result<
     Ok(())
 }
 
-/// Like [`lock_agent`], and returns the agent's highest stored position, in the same statement.
+/// Like [`lock_agent`], and returns the agent's highest stored position, in the same statement,
+/// and on SQLite the agent's number (what its messages carry: [`MessageRow::agent_num`]).
 /// On PostgreSQL the writer has locked the agent in an earlier statement, so the read is current
 /// (`begin_batch_postgres` says why that matters).
-async fn lock_agent_position(conn: &mut Conn<'_>, agent: AgentId) -> Result<Option<i64>> {
+async fn lock_agent_position(
+    conn: &mut Conn<'_>,
+    agent: AgentId,
+) -> Result<(Option<i64>, Option<i64>)> {
     let bumped = match conn {
         Conn::Sqlite(c) => {
             pattern_db_sqlite::agents::bump_revision_with_position(c, &agent.to_string())
                 .await?
-                .map(|b| b.max_position)
+                .map(|b| (b.max_position, Some(b.num)))
         }
-        Conn::Postgres(c) => {
-            pattern_db_postgres::agents::bump_revision_with_position(c, agent.0).await?
-        }
+        Conn::Postgres(c) => pattern_db_postgres::agents::bump_revision_with_position(c, agent.0)
+            .await?
+            .map(|max| (max, None)),
     };
     bumped.ok_or_else(|| AgentError::NotFound(agent).into())
 }
@@ -348,6 +352,9 @@ fn sqlite_text(blocks: &[ContentBlock]) -> Option<&str> {
 struct MessageRow<'a> {
     id: MessageId,
     agent: AgentId,
+    /// SQLite: the agent's number when the write knows it already (bound as it is; otherwise
+    /// each row looks it up by the agent's id).
+    agent_num: Option<i64>,
     position: SnowflakeId,
     batch: BatchId,
     seq: i64,
@@ -380,6 +387,7 @@ impl<'a> MessageRow<'a> {
         Self {
             id,
             agent,
+            agent_num: None,
             position,
             batch: position,
             seq: 0,
@@ -493,8 +501,14 @@ fn message_rows_query(
     insert: Insert,
 ) -> Result<crate::sql::Query> {
     let sqlite = conn.backend() == Backend::Sqlite;
+    // Every row's agent number known: bound as it is, no lookup per row.
+    let numbered = rows.iter().all(|r| r.agent_num.is_some());
     let sql = if sqlite {
-        let row = "?, (SELECT num FROM agents WHERE id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?";
+        let row = if numbered {
+            "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?"
+        } else {
+            "?, (SELECT num FROM agents WHERE id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?"
+        };
         format!(
             "INSERT INTO messages (id, agent, position, batch_id, sequence_num, batch_type, role, \
              content, token_estimate, archived, deleted, created_at) {}",
@@ -545,9 +559,13 @@ fn message_rows_query(
                 row.content.to_owned().into(),
             )
         };
+        let agent: crate::sql::Arg = match row.agent_num {
+            Some(num) if sqlite && numbered => num.into(),
+            _ => row.agent.to_string().into(),
+        };
         q = q
             .bind(id)
-            .bind(row.agent.to_string())
+            .bind(agent)
             .bind(row.position.get())
             .bind(row.batch.get())
             .bind(row.seq)
@@ -1607,7 +1625,7 @@ async fn append_step(
         .iter()
         .map(|m| encode_content(ctx.max_content_bytes, m))
         .collect::<Result<Vec<_>>>()?;
-    let max = lock_agent_position(conn, agent).await?;
+    let (max, agent_num) = lock_agent_position(conn, agent).await?;
     let info = load_batch(conn, agent, batch).await?;
     if info.state != BatchState::Open {
         return Err(BatchError::NotOpen {
@@ -1643,6 +1661,7 @@ async fn append_step(
         .map(|(i, ((m, content), position))| MessageRow {
             id: MessageId::new(),
             agent,
+            agent_num,
             position: *position,
             batch,
             seq: first_seq + i as i64,
@@ -2488,7 +2507,7 @@ pub(crate) async fn import_legacy(
             contents.len()
         ))));
     }
-    let max = lock_agent_position(conn, agent).await?;
+    let (max, agent_num) = lock_agent_position(conn, agent).await?;
     // Positions follow the input order, so the history reads as it was written.
     let positions = positions_after(ctx, max, messages.len())?;
     let at = |index: usize| {
@@ -2527,6 +2546,7 @@ pub(crate) async fn import_legacy(
             rows.push(MessageRow {
                 id: import.ids[index],
                 agent,
+                agent_num,
                 position: positions[index],
                 batch,
                 seq: seq as i64,

@@ -60,6 +60,8 @@ pub async fn bump_revision(conn: &mut SqliteConnection, agent: &str) -> sqlx::Re
 /// What a write learns from the revision bump that opens it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Bumped {
+    /// The agent's number (what its messages carry: `messages.agent`).
+    pub num: i64,
     /// The agent's highest stored message position, if it has any message.
     pub max_position: Option<i64>,
     /// Who holds a run claim on the agent, if anyone (only read by
@@ -74,12 +76,13 @@ pub async fn bump_revision_with_position(
     agent: &str,
 ) -> sqlx::Result<Option<Bumped>> {
     let row = sqlx::query!(
-        r#"UPDATE agents SET revision = revision + 1 WHERE id = $1 RETURNING (SELECT m.position FROM messages m WHERE m.agent = agents.num ORDER BY m.position DESC LIMIT 1) AS "max_position?: i64""#,
+        r#"UPDATE agents SET revision = revision + 1 WHERE id = $1 RETURNING num, (SELECT m.position FROM messages m WHERE m.agent = agents.num ORDER BY m.position DESC LIMIT 1) AS "max_position?: i64""#,
         agent
     )
     .fetch_optional(conn)
     .await?;
     Ok(row.map(|r| Bumped {
+        num: r.num,
         max_position: r.max_position,
         run_holder: None,
     }))
@@ -91,12 +94,13 @@ pub async fn bump_revision_with_holder(
     agent: &str,
 ) -> sqlx::Result<Option<Bumped>> {
     let row = sqlx::query!(
-        r#"UPDATE agents SET revision = revision + 1 WHERE id = $1 RETURNING (SELECT m.position FROM messages m WHERE m.agent = agents.num ORDER BY m.position DESC LIMIT 1) AS "max_position?: i64", (SELECT r.holder FROM agent_runs r WHERE r.agent_id = agents.id AND r.holder IS NOT NULL) AS "run_holder?: String""#,
+        r#"UPDATE agents SET revision = revision + 1 WHERE id = $1 RETURNING num, (SELECT m.position FROM messages m WHERE m.agent = agents.num ORDER BY m.position DESC LIMIT 1) AS "max_position?: i64", (SELECT r.holder FROM agent_runs r WHERE r.agent_id = agents.id AND r.holder IS NOT NULL) AS "run_holder?: String""#,
         agent
     )
     .fetch_optional(conn)
     .await?;
     Ok(row.map(|r| Bumped {
+        num: r.num,
         max_position: r.max_position,
         run_holder: r.run_holder,
     }))
