@@ -24,12 +24,15 @@
 //!
 //! Besides the catch-up of every search, a follower task ([`follow`]) catches up in the
 //! background whenever writes pause, and an import hands its messages to the index while it
-//! writes them ([`FtsIndex::index_alongside`]), so the first search after an import finds
-//! nothing left to index.
+//! writes them ([`FtsIndex::index_alongside`]: the index writes and syncs its segment while the
+//! database writes, and publishes it once the database committed), so the first search after an
+//! import finds nothing left to index.
 //!
 //! Handles of several processes may share one directory: opening is serialised by a file lock
 //! in it ([`open_dir`]), writers by tantivy's writer lock, each writer on the directory opened
-//! afresh ([`open_writer`]); a search that meets a file another handle merged away reloads.
+//! afresh ([`open_writer`]) and released after its commit's merges (an import's kept a moment
+//! for its next call, [`KEEP_WRITER`]); a search that meets a file another handle merged away
+//! reloads. Index keys are compact bytes ([`key_bytes`]).
 
 mod dir;
 mod stem;
