@@ -2382,7 +2382,7 @@ pub(crate) struct Legacy<'a> {
 /// An import's messages made ready to store before its transaction begins
 /// ([`prepare_legacy`]), so the writer, which every other write waits for, spends its time on
 /// the statements alone.
-#[derive(Debug, Default, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct PreparedLegacy {
     /// Each message's content as JSON (its shape and size checked).
     contents: Vec<String>,
@@ -2426,7 +2426,6 @@ pub(crate) async fn prepare_legacy(
     };
     let limit = ctx.max_content_bytes;
     let prepared = tokio::task::spawn_blocking(move || -> Result<PreparedLegacy> {
-        use pattern_db_sqlite::messages::{ContentToStore, content_to_store};
         let contents = messages
             .iter()
             .map(|m| encode_content(limit, &NewMessage::new(m.role, m.content.clone())))
@@ -2436,9 +2435,7 @@ pub(crate) async fn prepare_legacy(
             compressed.resize(messages.len(), None);
             for i in old {
                 let text = sqlite_text(&messages[i].content).unwrap_or(&contents[i]);
-                if let ContentToStore::Compressed(bytes) = content_to_store(text, from) {
-                    compressed[i] = Some(bytes);
-                }
+                compressed[i] = compressed_text(text, from);
             }
         }
         Ok(PreparedLegacy {
@@ -2455,21 +2452,25 @@ pub(crate) async fn prepare_legacy(
     }
 }
 
+/// SQLite: `text` compressed when that pays ([`pattern_db_sqlite::messages::content_to_store`]
+/// from `from` bytes); `None` when it is stored as it is. CPU work: on a blocking thread.
+fn compressed_text(text: &str, from: usize) -> Option<Vec<u8>> {
+    use pattern_db_sqlite::messages::{ContentToStore, content_to_store};
+    match content_to_store(text, from) {
+        ContentToStore::Compressed(bytes) => Some(bytes),
+        ContentToStore::Text(_) => None,
+    }
+}
+
 /// SQLite: each text compressed where that pays ([`pattern_db_sqlite::messages::content_to_store`]
 /// from `from` bytes), `None` for the rest and for `None`; on tokio's blocking pool, not on the
 /// writer's task. `None` (logged) when the pool cannot run it: callers store the texts as they
 /// are, so compression never fails a write.
 async fn compress_texts(texts: Vec<Option<String>>, from: usize) -> Option<Vec<Option<Vec<u8>>>> {
-    use pattern_db_sqlite::messages::{ContentToStore, content_to_store};
     let done = tokio::task::spawn_blocking(move || {
         texts
-            .into_iter()
-            .map(
-                |text| match text.as_deref().map(|t| content_to_store(t, from)) {
-                    Some(ContentToStore::Compressed(bytes)) => Some(bytes),
-                    _ => None,
-                },
-            )
+            .iter()
+            .map(|text| text.as_deref().and_then(|t| compressed_text(t, from)))
             .collect()
     })
     .await;

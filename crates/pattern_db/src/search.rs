@@ -320,24 +320,21 @@ pub struct TextHit {
 /// The searchable text of a message: its text blocks and tool results, in order, one per line.
 /// Tool calls, thinking and images are not searchable. Empty when there is none.
 pub fn message_text(content: &[ContentBlock]) -> String {
-    let mut parts = Vec::new();
-    for block in content {
-        match block {
-            ContentBlock::Text { text } => parts.push(text.as_str()),
-            ContentBlock::ToolResult { content, .. } => parts.push(content.as_str()),
-            _ => {}
-        }
-    }
-    parts.join("\n")
+    text_parts(content).collect::<Vec<_>>().join("\n")
+}
+
+/// The parts [`message_text`] joins: text blocks and tool results, in order.
+fn text_parts(content: &[ContentBlock]) -> impl Iterator<Item = &str> {
+    content.iter().filter_map(|block| match block {
+        ContentBlock::Text { text } => Some(text.as_str()),
+        ContentBlock::ToolResult { content, .. } => Some(content.as_str()),
+        _ => None,
+    })
 }
 
 /// Whether [`message_text`] of `content` is not empty, without building it.
 pub(crate) fn has_message_text(content: &[ContentBlock]) -> bool {
-    let mut parts = content.iter().filter_map(|block| match block {
-        ContentBlock::Text { text } => Some(text.as_str()),
-        ContentBlock::ToolResult { content, .. } => Some(content.as_str()),
-        _ => None,
-    });
+    let mut parts = text_parts(content);
     match (parts.next(), parts.next()) {
         (None, _) => false,
         // Two parts or more are joined by a line break.
