@@ -360,8 +360,11 @@ struct MessageRow<'a> {
     seq: i64,
     batch_type: BatchType,
     role: Role,
-    /// The content's JSON.
+    /// The content's JSON (empty for an import's message SQLite stores as `text`: see
+    /// [`PreparedContent::Text`]).
     content: &'a str,
+    /// The length of the content's JSON (what the token estimate counts).
+    json_len: usize,
     /// What SQLite stores instead of the JSON ([`sqlite_text`]).
     text: Option<&'a str>,
     /// The content the JSON encodes (what the search log reads the text of).
@@ -394,6 +397,7 @@ impl<'a> MessageRow<'a> {
             batch_type,
             role: trigger.role,
             content,
+            json_len: content.len(),
             text: sqlite_text(&trigger.content),
             blocks: &trigger.content,
             created_at: now,
@@ -572,7 +576,7 @@ fn message_rows_query(
             .bind(batch_type)
             .bind(role)
             .bind(content)
-            .bind(NewMessage::estimate_tokens(row.content.len()))
+            .bind(NewMessage::estimate_tokens(row.json_len))
             .bind(false)
             .bind(false)
             .bind(row.created_at);
@@ -1668,6 +1672,7 @@ async fn append_step(
             batch_type,
             role: m.role,
             content,
+            json_len: content.len(),
             text: sqlite_text(&m.content),
             blocks: &m.content,
             created_at: now,
@@ -2384,14 +2389,83 @@ pub(crate) struct Legacy<'a> {
 /// the statements alone.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct PreparedLegacy {
-    /// Each message's content as JSON (its shape and size checked).
-    contents: Vec<String>,
+    /// Each message's content (its shape and size checked).
+    contents: Vec<PreparedContent>,
     /// SQLite: by message index, the stored text of each message of the old history (every
     /// batch but the newest [`crate::config::IMPORT_PLAIN_BATCHES`]) compressed, where that pays
     /// (`DbConfig::compress_imported_from`; [`pattern_db_sqlite::messages::content_to_store`]);
     /// `None` for the rest, stored as any message is. Empty when nothing is compressed, and on
     /// PostgreSQL (it compresses large values itself).
     compressed: Vec<Option<Vec<u8>>>,
+}
+
+/// One message of an import, made ready to store ([`prepare_legacy`]).
+#[derive(Debug, Clone, PartialEq)]
+enum PreparedContent {
+    /// Its content's JSON.
+    Json(String),
+    /// SQLite, a message of one text block: stored as its text ([`sqlite_text`]), so its JSON
+    /// is never written; only its length counts (the size limit, the token estimate).
+    Text {
+        /// The length its JSON has ([`text_json_len`]).
+        json_len: usize,
+    },
+}
+
+impl PreparedContent {
+    /// `message` checked (`ContentTooLarge` past `limit` bytes of JSON, its shape) and, unless
+    /// `sqlite` stores it as its text, encoded.
+    fn of(message: &LegacyMessage, sqlite: bool, limit: usize) -> Result<Self> {
+        match sqlite.then(|| sqlite_text(&message.content)).flatten() {
+            // One text block passes every shape check; its size is its JSON's.
+            Some(text) => match text_json_len(text) {
+                size if size > limit => Err(BatchError::ContentTooLarge { size, limit }.into()),
+                json_len => Ok(Self::Text { json_len }),
+            },
+            None => encode_content(
+                limit,
+                &NewMessage::new(message.role, message.content.clone()),
+            )
+            .map(Self::Json),
+        }
+    }
+
+    /// The JSON, empty for [`PreparedContent::Text`] (stored as its text).
+    fn json(&self) -> &str {
+        match self {
+            PreparedContent::Json(json) => json,
+            PreparedContent::Text { .. } => "",
+        }
+    }
+
+    fn json_len(&self) -> usize {
+        match self {
+            PreparedContent::Json(json) => json.len(),
+            PreparedContent::Text { json_len } => *json_len,
+        }
+    }
+}
+
+/// The length of the JSON serde_json writes for a content of one text block `text`
+/// (`[{"type":"text","text":"…"}]`), without writing it: `"` and `\` and the control
+/// characters are escaped (`\n`-style where JSON has a short form, `\u00XX` for the rest).
+fn text_json_len(text: &str) -> usize {
+    const WRAPPER: usize = r#"[{"type":"text","text":""}]"#.len();
+    let escaped = |b: &u8| *b < 0x20 || *b == b'"' || *b == b'\\';
+    // Prose has nothing to escape: one counting pass (which compilers vectorize; an early
+    // exit would not be), then the rest only if needed.
+    if text.as_bytes().iter().filter(|b| escaped(b)).count() == 0 {
+        return WRAPPER + text.len();
+    }
+    let escapes: usize = text
+        .bytes()
+        .filter(escaped)
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 1,
+            _ => 5,
+        })
+        .sum();
+    WRAPPER + text.len() + escapes
 }
 
 /// Encodes and checks every message of an import (`ContentTooLarge`, shapes) and, on SQLite,
@@ -2425,16 +2499,17 @@ pub(crate) async fn prepare_legacy(
         None => Vec::new(),
     };
     let limit = ctx.max_content_bytes;
+    let sqlite = ctx.backend == Backend::Sqlite;
     let prepared = tokio::task::spawn_blocking(move || -> Result<PreparedLegacy> {
         let contents = messages
             .iter()
-            .map(|m| encode_content(limit, &NewMessage::new(m.role, m.content.clone())))
+            .map(|m| PreparedContent::of(m, sqlite, limit))
             .collect::<Result<Vec<_>>>()?;
         let mut compressed = Vec::new();
         if let (Some(from), false) = (from, old.is_empty()) {
             compressed.resize(messages.len(), None);
             for i in old {
-                let text = sqlite_text(&messages[i].content).unwrap_or(&contents[i]);
+                let text = sqlite_text(&messages[i].content).unwrap_or(contents[i].json());
                 compressed[i] = compressed_text(text, from);
             }
         }
@@ -2553,7 +2628,8 @@ pub(crate) async fn import_legacy(
                 seq: seq as i64,
                 batch_type: planned.batch_type,
                 role: message.role,
-                content: &contents[index],
+                content: contents[index].json(),
+                json_len: contents[index].json_len(),
                 text: sqlite_text(&message.content),
                 blocks: &message.content,
                 created_at: at(index),
@@ -2878,6 +2954,14 @@ mod tests {
             prop_assert_eq!(decode_content(stored).unwrap(), blocks.clone());
             prop_assert_eq!(sqlite_text(&blocks).is_some(),
                 blocks.len() == 1 && !tool && !texts[0].starts_with('['));
+        }
+
+        /// An import's text messages are measured, not encoded: the length must be the JSON's
+        /// to the byte (the size limit and the token estimate count it), whatever the text holds.
+        #[test]
+        fn text_json_len_is_the_json_length(text in "(\\PC|[\\x00-\\x1f\"\\\\\u{7f}\u{2028}\u{2029}é😀])*") {
+            let json = serde_json::to_string(&[ContentBlock::text(text.as_str())]).unwrap();
+            prop_assert_eq!(text_json_len(&text), json.len(), "{}", json);
         }
     }
 

@@ -1105,6 +1105,46 @@ async fn bad_input_is_typed_and_changes_nothing(kind: Kind) {
             .await,
         Err(Error::Agent(AgentError::NotFound(_)))
     ));
+    // An import refuses the same sizes as any write, counted on the content's JSON (quotes and
+    // control characters escaped), with nothing of it stored; SQLite measures a text message's
+    // JSON without writing it.
+    let json_len = |t: &str| {
+        serde_json::to_string(&[ContentBlock::text(t)])
+            .unwrap()
+            .len()
+    };
+    let sized = |len: usize| {
+        let mut text = "\"quoted\"\n\t\u{1}é ".to_owned();
+        text.push_str(&"x".repeat(len - json_len(&text)));
+        assert_eq!(json_len(&text), len);
+        text
+    };
+    let user = |text: String| LegacyMessage {
+        role: Role::User,
+        content: vec![ContentBlock::text(text)],
+        created_at: None,
+        origin: None,
+    };
+    let written = store
+        .begin_batch(NewMessage::user(sized(1001)), BeginBatch::default())
+        .await
+        .unwrap_err();
+    let imported = store
+        .import_legacy(vec![user(sized(1000)), user(sized(1001))])
+        .await
+        .unwrap_err();
+    for err in [written, imported] {
+        assert!(
+            matches!(
+                err,
+                Error::Batch(BatchError::ContentTooLarge {
+                    size: 1001,
+                    limit: 1000
+                })
+            ),
+            "{err}"
+        );
+    }
     // Nothing of the above was stored.
     assert_eq!(store.get_all(None, 100, true).await.unwrap().len(), 1);
     assert_eq!(
@@ -1115,6 +1155,13 @@ async fn bad_input_is_typed_and_changes_nothing(kind: Kind) {
             .len(),
         0
     );
+    // At the limit, both are stored.
+    store.import_legacy(vec![user(sized(1000))]).await.unwrap();
+    store
+        .begin_batch(NewMessage::user(sized(1000)), BeginBatch::default())
+        .await
+        .unwrap();
+    assert_eq!(store.get_all(None, 100, true).await.unwrap().len(), 3);
     db.close().await;
     tdb.cleanup().await.unwrap();
 }
