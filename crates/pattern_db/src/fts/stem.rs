@@ -1,100 +1,153 @@
 //! The full-text index's English analyzer: what tantivy's `en_stem` does (its simple
-//! tokenizer, tokens over 40 bytes dropped, lower case, the Snowball English stemmer), with each
-//! word's stem remembered, so a word seen before is not stemmed again. Stemming was a quarter of
-//! indexing; conversation text repeats its words.
+//! tokenizer, tokens of 40 bytes or more dropped, lower case, the Snowball English stemmer) in
+//! one pass over the text, with each word's stem remembered, so a word seen before is neither
+//! lower-cased nor stemmed again. Tokenizing was a quarter of indexing through `en_stem`'s chain
+//! of four streams (each token copied, scanned and rewritten by each); conversation text repeats
+//! its words.
 //!
-//! It must produce exactly the tokens `en_stem` produces (an index written by one is searched
-//! with the other); a test compares them.
+//! It must produce exactly the tokens `en_stem` produces, offsets and positions included (an
+//! index written by one is searched with the other); tests compare them.
 
 use rustc_hash::FxHashMap;
 
-use tantivy::tokenizer::{
-    LowerCaser, RemoveLongFilter, SimpleTokenizer, TextAnalyzer, Token, TokenFilter, TokenStream,
-    Tokenizer,
-};
+use tantivy::tokenizer::{TextAnalyzer, Token, TokenStream, Tokenizer};
 
 /// Words remembered per analyzer (each indexing thread has its own); the memory is forgotten
 /// when full, so a stream of distinct words cannot grow it without bound.
 const REMEMBERED: usize = 50_000;
 
+/// `en_stem` drops tokens of this many bytes or more (as written, before lower-casing).
+const TOO_LONG: usize = 40;
+
 /// The analyzer registered as the index's `en_stem`.
 pub(super) fn analyzer() -> TextAnalyzer {
-    TextAnalyzer::builder(SimpleTokenizer::default())
-        .filter(RemoveLongFilter::limit(40))
-        .filter(LowerCaser)
-        .filter(RememberingStemmer)
-        .build()
+    TextAnalyzer::from(English {
+        token: Token::default(),
+        stemmer: frostem::Stemmer::new(frostem::Algorithm::English),
+        stems: FxHashMap::default(),
+        lower: String::new(),
+    })
 }
 
-/// The English stemmer as a token filter that remembers stems.
-#[derive(Clone, Copy)]
-struct RememberingStemmer;
-
-impl TokenFilter for RememberingStemmer {
-    type Tokenizer<T: Tokenizer> = StemFilter<T>;
-
-    fn transform<T: Tokenizer>(self, inner: T) -> StemFilter<T> {
-        StemFilter {
-            inner,
-            stemmer: frostem::Stemmer::new(frostem::Algorithm::English),
-            stems: FxHashMap::default(),
-        }
-    }
-}
-
+/// `en_stem` as one tokenizer that remembers stems.
 #[derive(Clone)]
-pub(super) struct StemFilter<T> {
-    inner: T,
+struct English {
+    token: Token,
     stemmer: frostem::Stemmer,
-    /// Lower-cased word -> its stem.
+    /// A word as written -> its stem.
     stems: FxHashMap<String, String>,
+    /// The word being stemmed, lower-cased.
+    lower: String,
 }
 
-impl<T: Tokenizer> Tokenizer for StemFilter<T> {
-    type TokenStream<'a> = StemStream<'a, T::TokenStream<'a>>;
+impl Tokenizer for English {
+    type TokenStream<'a> = EnglishStream<'a>;
 
-    fn token_stream<'a>(&'a mut self, text: &'a str) -> Self::TokenStream<'a> {
-        StemStream {
-            tail: self.inner.token_stream(text),
-            stemmer: self.stemmer,
-            stems: &mut self.stems,
+    fn token_stream<'a>(&'a mut self, text: &'a str) -> EnglishStream<'a> {
+        self.token.reset();
+        EnglishStream {
+            text,
+            at: 0,
+            english: self,
         }
     }
 }
 
-pub(super) struct StemStream<'a, T> {
-    tail: T,
-    stemmer: frostem::Stemmer,
-    stems: &'a mut FxHashMap<String, String>,
+struct EnglishStream<'a> {
+    text: &'a str,
+    /// Where the next word is looked for (a char boundary).
+    at: usize,
+    english: &'a mut English,
 }
 
-impl<T: TokenStream> TokenStream for StemStream<'_, T> {
-    fn advance(&mut self) -> bool {
-        if !self.tail.advance() {
-            return false;
+impl EnglishStream<'_> {
+    /// The next word: a longest run of alphanumeric characters (the simple tokenizer's), as
+    /// byte offsets; ASCII is read byte by byte, anything else a char at a time.
+    fn next_word(&mut self) -> Option<(usize, usize)> {
+        let (text, bytes) = (self.text, self.text.as_bytes());
+        let word_char_at = |i: usize| -> (bool, usize) {
+            match bytes[i] {
+                b if b.is_ascii() => (b.is_ascii_alphanumeric(), 1),
+                _ => text[i..]
+                    .chars()
+                    .next()
+                    .map_or((false, 1), |c| (c.is_alphanumeric(), c.len_utf8())),
+            }
+        };
+        let mut i = self.at;
+        let from = loop {
+            if i >= bytes.len() {
+                self.at = i;
+                return None;
+            }
+            match word_char_at(i) {
+                (true, _) => break i,
+                (false, len) => i += len,
+            }
+        };
+        let mut to = from;
+        while to < bytes.len() {
+            match word_char_at(to) {
+                (true, len) => to += len,
+                (false, _) => break,
+            }
         }
-        let token = self.tail.token_mut();
-        if let Some(stem) = self.stems.get(token.text.as_str()) {
+        self.at = to;
+        Some((from, to))
+    }
+}
+
+impl TokenStream for EnglishStream<'_> {
+    fn advance(&mut self) -> bool {
+        loop {
+            // A position per word found, kept or not (as the simple tokenizer counts them
+            // before the long ones are dropped), and one for the call that finds none.
+            let token = &mut self.english.token;
+            token.position = token.position.wrapping_add(1);
+            let Some((from, to)) = self.next_word() else {
+                self.english.token.text.clear();
+                return false;
+            };
+            if to - from >= TOO_LONG {
+                continue;
+            }
+            let word = &self.text[from..to];
+            let English {
+                token,
+                stemmer,
+                stems,
+                lower,
+            } = &mut *self.english;
+            token.offset_from = from;
+            token.offset_to = to;
             token.text.clear();
-            token.text.push_str(stem);
+            if let Some(stem) = stems.get(word) {
+                token.text.push_str(stem);
+                return true;
+            }
+            lower.clear();
+            if word.is_ascii() {
+                lower.push_str(word);
+                lower.make_ascii_lowercase();
+            } else {
+                lower.extend(word.chars().flat_map(char::to_lowercase));
+            }
+            let stem = stemmer.stem(lower).into_owned();
+            token.text.push_str(&stem);
+            if stems.len() >= REMEMBERED {
+                stems.clear();
+            }
+            stems.insert(word.to_owned(), stem);
             return true;
         }
-        let word = std::mem::take(&mut token.text);
-        let stem = self.stemmer.stem(&word).into_owned();
-        token.text.push_str(&stem);
-        if self.stems.len() >= REMEMBERED {
-            self.stems.clear();
-        }
-        self.stems.insert(word, stem);
-        true
     }
 
     fn token(&self) -> &Token {
-        self.tail.token()
+        &self.english.token
     }
 
     fn token_mut(&mut self) -> &mut Token {
-        self.tail.token_mut()
+        &mut self.english.token
     }
 }
 
@@ -141,6 +194,10 @@ mod tests {
             "",
             "   ...   ",
             "x1 2024-04-01 don't isn't user's O'Brien",
+            // 39 and 40 bytes as written; lower-casing İ makes a 39-byte word 40 bytes long.
+            "abcdefghijabcdefghijabcdefghijabcdefghi abcdefghijabcdefghijabcdefghijabcdefghij",
+            "İbcdefghijabcdefghijabcdefghijabcdefgh İSTANBUL İstanbul istanbul",
+            "Σίσυφος ΣΊΣΥΦΟΣ ﬁnal ǅemal 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ٣٤٥ 東京 x²",
         ]);
     }
 
