@@ -9,6 +9,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+// The allocator the `pattern` binary runs with, so the figures are those of what ships.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use db_v2::{EntryMeta, IndexFilter, SignScan, VectorIndex, hybrid_weights};
 use rand::{Rng, SeedableRng};

@@ -26,6 +26,10 @@
     unreachable_pub
 )]
 
+// The allocator the `pattern` binary runs with, so the figures are those of what ships.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[path = "../tests/it/harness/mod.rs"]
 mod harness;
 

@@ -24,6 +24,11 @@ use clap::Parser;
 use crate::cli::Cli;
 use crate::env::Env;
 
+// mimalloc: about 3 % less CPU than glibc's allocator on an import (decision 0025, "Stop 50");
+// the libraries never choose an allocator, their users do.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

@@ -6,6 +6,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+// The allocator the `pattern` binary runs with, so the figures are those of what ships.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use context_v2::{AssemblySummary, MemoryContext, ModelInfo, Provider, ToolDefinition};
 use criterion::{Criterion, criterion_group, criterion_main};
 use futures::StreamExt;
