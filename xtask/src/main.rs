@@ -25,6 +25,8 @@
 //!   `pattern_db_postgres` (their statements are checked at compile time): regenerate them from a
 //!   throwaway migrated SQLite file and PostgreSQL cluster of their own, or fail when a committed
 //!   one is stale.
+//! - `dictionary --out PATH` — trains a zstd dictionary for SQLite's compressed message content
+//!   from the repository's own prose, as the built-in one was made; never overwrites a file.
 //! - `demo [-- ARGS]` — the main job: setup, then `pattern demo` (a real agent conversation).
 //! - `eval recall [--postgres] [--external PATH]` — the whole generated recall evaluation (or a
 //!   public set kept outside the repository) with the real model: recall@5/10 and MRR per mode
@@ -34,6 +36,7 @@ mod ci;
 mod cmd;
 mod db;
 mod demo;
+mod dictionary;
 mod eval;
 mod goals;
 mod guard;
@@ -112,6 +115,12 @@ enum Command {
         #[command(subcommand)]
         which: eval::Which,
     },
+    /// Train a dictionary for SQLite's compressed message content (never overwrites a file).
+    Dictionary {
+        /// Where to write it; must not exist.
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
     /// Run the demo (extra arguments are passed through).
     Demo {
         /// Extra arguments passed to the demo after `--`.
@@ -136,6 +145,7 @@ fn main() -> ExitCode {
         Command::Db { action } => db::run(&root, action),
         Command::Sqlx { action } => sqlx::run(&root, action),
         Command::Demo { args } => demo::run(&root, &args),
+        Command::Dictionary { out } => dictionary::run(&root, &out),
         Command::Eval { which } => eval::run(&root, which),
     };
     match result {

@@ -10,10 +10,14 @@
 //!
 //! A message's content is stored as its text, or as that text compressed (a zstd frame, a
 //! `BLOB`) when that makes it smaller by at least a sixteenth (migration 0031;
-//! [`content_to_store`]). Reads give the text back either way: [`StoredText`] decodes the
-//! column, [`text_from_hex`] the hex of a compressed value inside a JSON document.
+//! [`content_to_store`]). Frames are compressed with the built-in dictionary ([`ENGLISH_1_ID`],
+//! migration 0032), which the frame names; frames of earlier builds name none. Reads give the
+//! text back either way: [`StoredText`] decodes the column, [`text_from_hex`] the hex of a
+//! compressed value inside a JSON document. A frame naming a dictionary this build does not have
+//! is an error ([`ContentError::UnknownDictionary`]), never text decoded with another one.
 
 use std::cell::RefCell;
+use std::sync::OnceLock;
 
 use sqlx::error::BoxDynError;
 use sqlx::sqlite::{Sqlite, SqliteTypeInfo, SqliteValueRef};
@@ -64,6 +68,37 @@ pub const COMPRESS_FROM: usize = 64;
 /// 19) for several times the time.
 const LEVEL: i32 = 1;
 
+/// The built-in dictionary (zstd's format, 4 KiB): entropy tables and phrases of English prose,
+/// trained by `cargo xtask dictionary` from this repository's own documentation (decision 0025,
+/// "Stop 50"). A 387-byte message compressed alone spends most of its time building the entropy
+/// tables of its one block and a good part of its bytes describing them; with the dictionary's
+/// tables it does neither. Part of the storage format: frames name it by id and every later build
+/// must read them, so it never changes (another dictionary would be a new file beside it).
+const ENGLISH_1: &[u8] = include_bytes!("messages/english-1.zdict");
+
+/// The id frames compressed with the built-in dictionary name.
+pub const ENGLISH_1_ID: u32 = 1_617_573_300;
+
+/// The built-in dictionary, prepared once per process for compressing (at [`LEVEL`]) and for
+/// decompressing; `None` when zstd cannot prepare it (out of memory): content is then
+/// compressed without it, and frames that name it cannot be read.
+struct Prepared {
+    encoder: zstd::dict::EncoderDictionary<'static>,
+    decoder: zstd::dict::DecoderDictionary<'static>,
+}
+
+fn english() -> Option<&'static Prepared> {
+    static PREPARED: OnceLock<Option<Prepared>> = OnceLock::new();
+    PREPARED
+        .get_or_init(|| {
+            Some(Prepared {
+                encoder: zstd::dict::EncoderDictionary::try_copy(ENGLISH_1, LEVEL).ok()?,
+                decoder: zstd::dict::DecoderDictionary::try_copy(ENGLISH_1).ok()?,
+            })
+        })
+        .as_ref()
+}
+
 /// The most bytes a compressed content may expand to: SQLite's own limit on a value's length
 /// (`SQLITE_MAX_LENGTH`, 10^9), so no text it stored is refused, and a corrupt frame header
 /// cannot make a read allocate more.
@@ -83,8 +118,12 @@ thread_local! {
     /// message.
     static COMPRESSOR: RefCell<Option<zstd::bulk::Compressor<'static>>> = const { RefCell::new(None) };
     /// One decompression context per thread, reused (creating one cost 20 µs, twenty times
-    /// what decompressing a message takes).
+    /// what decompressing a message takes), for frames that name no dictionary.
     static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+    /// And one for frames that name the built-in dictionary. (zstd applies a context's
+    /// dictionary to every frame that names none: a frame is read only with the dictionary it
+    /// names, or with none.)
+    static ENGLISH_DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
 }
 
 /// How `text` is stored: compressed when it is at least `from` bytes long (and at least
@@ -97,7 +136,10 @@ pub fn content_to_store(text: &str, from: usize) -> ContentToStore<'_> {
     let compressed = COMPRESSOR.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
-            *slot = zstd::bulk::Compressor::new(LEVEL).ok();
+            *slot = match english() {
+                Some(d) => zstd::bulk::Compressor::with_prepared_dictionary(&d.encoder).ok(),
+                None => zstd::bulk::Compressor::new(LEVEL).ok(),
+            };
         }
         slot.as_mut().and_then(|c| c.compress(text.as_bytes()).ok())
     });
@@ -125,6 +167,10 @@ pub enum ContentError {
     /// The hex of a compressed value is not hex.
     #[error("compressed message content in a JSON document is not hex: {0}")]
     NotHex(hex::FromHexError),
+    /// A frame names a dictionary this build does not have (written by a later build, or
+    /// corrupt), or the built-in one could not be prepared.
+    #[error("compressed message content names dictionary {0}, which this build cannot use")]
+    UnknownDictionary(u32),
 }
 
 /// The text of a compressed content (a zstd frame, as [`content_to_store`] makes it).
@@ -136,11 +182,23 @@ pub fn decompress(bytes: &[u8]) -> Result<String, ContentError> {
     if size > MAX_TEXT {
         return Err(ContentError::NotAFrame);
     }
-    let text = DECOMPRESSOR
+    let named = zstd::zstd_safe::get_dict_id_from_frame(bytes).map(u32::from);
+    let (contexts, dictionary) = match named {
+        None => (&DECOMPRESSOR, None),
+        Some(ENGLISH_1_ID) => match english() {
+            Some(d) => (&ENGLISH_DECOMPRESSOR, Some(&d.decoder)),
+            None => return Err(ContentError::UnknownDictionary(ENGLISH_1_ID)),
+        },
+        Some(other) => return Err(ContentError::UnknownDictionary(other)),
+    };
+    let text = contexts
         .with(|cell| {
             let mut slot = cell.borrow_mut();
             if slot.is_none() {
-                *slot = Some(zstd::bulk::Decompressor::new()?);
+                *slot = Some(match dictionary {
+                    Some(d) => zstd::bulk::Decompressor::with_prepared_dictionary(d)?,
+                    None => zstd::bulk::Decompressor::new()?,
+                });
             }
             match slot.as_mut() {
                 Some(d) => d.decompress(bytes, size),
@@ -335,6 +393,11 @@ mod tests {
             bytes.len()
         );
         assert_eq!(decompress(&bytes).unwrap(), prose);
+        assert_eq!(
+            zstd::zstd_safe::get_dict_id_from_frame(&bytes).map(u32::from),
+            Some(ENGLISH_1_ID),
+            "compressed with the built-in dictionary"
+        );
         let hex_text: String = bytes.iter().map(|b| format!("{b:02X}")).collect();
         assert_eq!(text_from_hex(&hex_text).unwrap(), prose);
 
@@ -372,6 +435,93 @@ mod tests {
         assert!(matches!(
             decompress(&not_utf8),
             Err(ContentError::NotText(_))
+        ));
+    }
+
+    /// The built-in dictionary is the file shipped with the first build that wrote frames with
+    /// it, byte for byte: changing it would make every such frame unreadable.
+    #[test]
+    fn built_in_dictionary_never_changes() {
+        let fnv1a = ENGLISH_1.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        assert_eq!((ENGLISH_1.len(), fnv1a), (4_096, 0x2010_243f_8226_90ca));
+        assert_eq!(
+            zstd::zstd_safe::get_dict_id_from_dict(ENGLISH_1).map(u32::from),
+            Some(ENGLISH_1_ID)
+        );
+        // It pays on English: smaller than the same prose compressed alone.
+        let prose = "We stopped at the old mill on the way back, because the children wanted to \
+                     see the water wheel turning, and the miller showed them how the grain was \
+                     ground between the stones before it went to the baker in the village.";
+        let ContentToStore::Compressed(with) = content_to_store(prose, COMPRESS_FROM) else {
+            panic!("prose was not compressed");
+        };
+        let alone = zstd::bulk::compress(prose.as_bytes(), LEVEL).unwrap();
+        assert!(
+            with.len() < alone.len(),
+            "{} vs {}",
+            with.len(),
+            alone.len()
+        );
+    }
+
+    /// Frames that name no dictionary (every compressed row written before migration 0032)
+    /// read back, before and after frames that name the built-in one on the same thread.
+    #[test]
+    fn frames_without_a_dictionary_read_back() {
+        let texts = [
+            "The heron stood in the shallows of the river all morning, waiting for the fish to \
+             come back; the otters on the far bank watched it all morning, waiting too."
+                .to_owned(),
+            "abcdabcdabcdabcd-efgh-efgh-efgh-efgh aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".repeat(4),
+            (0..200)
+                .map(|i| char::from(b'a' + (i * 7 % 26) as u8))
+                .collect(),
+        ];
+        for text in &texts {
+            let plain = zstd::bulk::compress(text.as_bytes(), LEVEL).unwrap();
+            assert_eq!(zstd::zstd_safe::get_dict_id_from_frame(&plain), None);
+            assert_eq!(&decompress(&plain).unwrap(), text);
+            // Read after and before a frame with the dictionary on the same thread.
+            let ContentToStore::Compressed(with) = content_to_store(text, COMPRESS_FROM) else {
+                panic!("not compressed: {text}");
+            };
+            assert_eq!(&decompress(&with).unwrap(), text);
+            assert_eq!(&decompress(&plain).unwrap(), text);
+        }
+    }
+
+    /// A frame naming a dictionary this build does not have is refused by its id, never read
+    /// with another dictionary.
+    #[test]
+    fn frames_naming_another_dictionary_are_refused() {
+        let samples: Vec<Vec<u8>> = (0..400)
+            .map(|i| {
+                format!(
+                    "order {i} of crate {} shipped to dock {} on day {} with {} boxes of tea",
+                    i * 7 % 13,
+                    i % 5,
+                    i % 31,
+                    i * 3 % 17
+                )
+                .into_bytes()
+            })
+            .collect();
+        let other = zstd::dict::from_samples(&samples, 4096).unwrap();
+        let id = zstd::zstd_safe::get_dict_id_from_dict(&other)
+            .map(u32::from)
+            .unwrap();
+        assert_ne!(id, ENGLISH_1_ID);
+        let text = "order 12 of crate 6 shipped to dock 2 on day 12 with 2 boxes of tea, and \
+                    order 13 of crate 0 shipped to dock 3 on day 13 with 5 boxes of tea";
+        let frame = zstd::bulk::Compressor::with_dictionary(LEVEL, &other)
+            .unwrap()
+            .compress(text.as_bytes())
+            .unwrap();
+        assert!(matches!(
+            decompress(&frame),
+            Err(ContentError::UnknownDictionary(named)) if named == id
         ));
     }
 

@@ -1714,8 +1714,9 @@ async fn archiving_empties_the_pages_its_rows_leave() {
 /// 0031; `DbConfig::compress_content_from`, 1 KiB by default) and a shorter one as text; every
 /// read gives back what was written: the history, a batch, the newest batches and those before
 /// them (one JSON document), full-text hits, and a full-text index rebuilt from the stored rows.
-/// 0031 refuses to be reverted while a compressed row exists, and rows stored as text (as
-/// before 0031) read the same. A threshold below 64 bytes is refused.
+/// Frames name the built-in dictionary; 0032 refuses to be reverted while one does, 0031 while
+/// a compressed row exists; rows compressed without a dictionary (as before 0032) and rows
+/// stored as text (as before 0031) read the same. A threshold below 64 bytes is refused.
 #[tokio::test]
 async fn long_content_is_stored_compressed_and_reads_back() {
     use pattern_db::testkit::{execute_raw, fetch_text_pairs, fetch_texts};
@@ -1849,12 +1850,31 @@ async fn long_content_is_stored_compressed_and_reads_back() {
         "rebuilt from the stored rows"
     );
 
-    // 0031 is not reverted while compressed rows exist, and nothing changes.
-    let refused = db.migrate_down(30).await.unwrap_err().to_string();
-    assert!(refused.contains("compressed content"), "{refused}");
+    // Every frame names the built-in dictionary; 0032 is not reverted while one does, nor 0031
+    // while compressed rows exist, and nothing changes.
+    let frames = fetch_texts(
+        &db,
+        "SELECT hex(content) FROM messages WHERE typeof(content) = 'blob'",
+    )
+    .await
+    .unwrap();
+    let named: Vec<Option<u32>> = frames
+        .iter()
+        .map(|f| {
+            let bytes = hex::decode(f).unwrap();
+            zstd::zstd_safe::get_dict_id_from_frame(&bytes).map(u32::from)
+        })
+        .collect();
+    let english = pattern_db_sqlite::messages::ENGLISH_1_ID;
+    assert_eq!(named, vec![Some(english); 4], "dictionary ids");
+    let refused = db.migrate_down(31).await.unwrap_err().to_string();
+    assert!(
+        refused.contains("compressed with a dictionary"),
+        "{refused}"
+    );
     reads().await;
-    // Stored as text (as a build before 0031 wrote them), they read the same; then 0031
-    // reverts and applies again.
+    // Compressed without a dictionary (as a build before 0032 wrote them), they read the same;
+    // then 0032 reverts, and 0031 still refuses.
     let blobs = fetch_text_pairs(
         &db,
         "SELECT hex(id), content FROM messages WHERE typeof(content) = 'blob' ORDER BY id",
@@ -1862,6 +1882,22 @@ async fn long_content_is_stored_compressed_and_reads_back() {
     .await
     .unwrap();
     assert_eq!(blobs.len(), 4);
+    for (id, text) in &blobs {
+        let frame: String = zstd::bulk::compress(text.as_bytes(), 1)
+            .unwrap()
+            .iter()
+            .map(|b| format!("{b:02X}"))
+            .collect();
+        let sql = format!("UPDATE messages SET content = X'{frame}' WHERE hex(id) = '{id}'");
+        execute_raw(&db, &sql).await.unwrap();
+    }
+    reads().await;
+    db.migrate_down(31).await.unwrap();
+    let refused = db.migrate_down(30).await.unwrap_err().to_string();
+    assert!(refused.contains("compressed content"), "{refused}");
+    reads().await;
+    // Stored as text (as a build before 0031 wrote them), they read the same; then 0031
+    // reverts and both apply again.
     for (id, text) in blobs {
         let text = text.replace('\'', "''");
         let sql = format!("UPDATE messages SET content = '{text}' WHERE hex(id) = '{id}'");
