@@ -1,8 +1,8 @@
 //! `cargo xtask dictionary --out PATH`: trains a zstd dictionary for SQLite's compressed message
 //! content from this repository's own English prose (every Markdown file under `docs/`, then
 //! `ARCHITECTURE.md` and `README.md`), the way `pattern_db_sqlite`'s built-in dictionary was
-//! made (`crates/pattern_db_sqlite/src/messages/english-1.zdict`, from the tree of the commit that
-//! added it).
+//! made (`crates/pattern_db_sqlite/src/messages/english-1.zdict`: this command run in a checkout
+//! of commit 806052a, the parent of the commit that added it, makes the same bytes).
 //!
 //! Samples are paragraphs (whitespace collapsed, at least 64 bytes), each as text and every
 //! fourth also as the JSON of a one-text-block message, the two forms content is stored in. A
