@@ -32,7 +32,7 @@
 //! in it ([`open_dir`]), writers by tantivy's writer lock, each writer on the directory opened
 //! afresh ([`open_writer`]) and released after its commit's merges (an import's kept a moment
 //! for its next call, [`KEEP_WRITER`]); a search that meets a file another handle merged away
-//! reloads. Index keys are compact bytes ([`key_bytes`]).
+//! reloads. A document names its content by columns ([`Key`]): no term per document.
 
 mod dir;
 mod stem;
@@ -44,12 +44,21 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tantivy::collector::TopDocs;
-use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery};
+use tantivy::columnar::Column;
+use tantivy::query::doc_predicate_query::{
+    ConstOrVariableSegmentPredicate, DocPredicate, DocPredicateQuery, SegmentDocPredicate,
+};
+use tantivy::query::{
+    AllScorer, BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery,
+};
 use tantivy::schema::{
     BytesOptions, FAST, Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value,
 };
 use tantivy::tokenizer::TokenStream;
-use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term, doc};
+use tantivy::{
+    DocAddress, DocId, Index, IndexReader, IndexWriter, ReloadPolicy, SegmentReader,
+    TantivyDocument, Term, doc,
+};
 
 use crate::db::Database;
 use crate::error::{Error, Result};
@@ -81,11 +90,20 @@ const TOKENIZER: &str = "en_stem";
 #[derive(Clone, Copy)]
 struct Fields {
     key: Field,
+    kind: Field,
+    id_hi: Field,
+    id_lo: Field,
     content_type: Field,
     agent: Field,
     created_at: Field,
     text: Field,
 }
+
+/// The fast field of a document's content type ([`Key`]).
+const KIND: &str = "kind";
+/// The fast fields of a UUID id's high and low 64 bits ([`Key`]).
+const ID_HI: &str = "id_hi";
+const ID_LO: &str = "id_lo";
 
 fn schema() -> (Schema, Fields) {
     let mut b = Schema::builder();
@@ -104,14 +122,18 @@ fn schema() -> (Schema, Fields) {
             .set_index_option(IndexRecordOption::Basic)
             .set_fieldnorms(false),
     );
-    // The content a document is, as a term (deletes name it) and stored (hits read it back):
-    // its compact bytes ([`key_bytes`]). The one term unique to each document: its dictionary
-    // is the costliest part of writing and merging segments, so it is kept short (18 bytes for
-    // a UUID's content, where its text was 44).
+    // The content a document is ([`Key`]): for an id that is a UUID (every id this database
+    // makes) columns only, the type's code and the id's two halves, read back for a hit and
+    // scanned by a removal ([`Removal`]); no term, whose dictionary of one entry per document
+    // was the costliest part of writing and merging segments. Any other id is a term (deletes
+    // name it) and stored (hits read it back): its compact bytes ([`key_bytes`]).
     // (No field norms: a byte fields' default.)
     let key = BytesOptions::default().set_indexed().set_stored();
     let fields = Fields {
         key: b.add_bytes_field("key", key),
+        kind: b.add_u64_field(KIND, FAST),
+        id_hi: b.add_u64_field(ID_HI, FAST),
+        id_lo: b.add_u64_field(ID_LO, FAST),
         content_type: b.add_text_field("content_type", keyword.clone()),
         agent: b.add_text_field("agent", keyword),
         // A column only: a time range is answered from it (tantivy's range query scans a fast
@@ -122,17 +144,55 @@ fn schema() -> (Schema, Fields) {
     (b.build(), fields)
 }
 
-/// The bytes of `content`'s key: its type's code, then a UUID's 16 bytes (an id that is a UUID
-/// in its canonical text, as every id of this database is) or the id's text after a marker, so
-/// no two contents share a key. [`content_of_key`] reads it back.
-fn key_bytes(content: &ContentRef) -> Vec<u8> {
-    let code = ContentType::ALL
+/// How the index names a content: by columns when its id is a UUID in its canonical text (as
+/// every id of this database is), else by a term of its compact bytes ([`key_bytes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Key {
+    /// The type's code ([`kind_code`]) and the id's high and low 64 bits.
+    Uuid { kind: u64, hi: u64, lo: u64 },
+    /// Any other id: a term.
+    Text,
+}
+
+impl Key {
+    fn of(content: &ContentRef) -> Self {
+        match uuid::Uuid::try_parse(&content.id) {
+            Ok(id) if id.hyphenated().to_string() == content.id => {
+                let (hi, lo) = id.as_u64_pair();
+                Key::Uuid {
+                    kind: u64::from(kind_code(content.content_type)),
+                    hi,
+                    lo,
+                }
+            }
+            _ => Key::Text,
+        }
+    }
+
+    /// The content of a document whose columns hold `kind`, `hi` and `lo`; `None` for a code
+    /// no type has.
+    fn content(kind: u64, hi: u64, lo: u64) -> Option<ContentRef> {
+        let content_type = *ContentType::ALL.get(usize::try_from(kind).ok()?)?;
+        let id = uuid::Uuid::from_u64_pair(hi, lo).hyphenated().to_string();
+        Some(ContentRef::new(content_type, id))
+    }
+}
+
+/// A content type's code: its place in [`ContentType::ALL`].
+fn kind_code(t: ContentType) -> u8 {
+    ContentType::ALL
         .iter()
-        .position(|t| *t == content.content_type)
+        .position(|x| *x == t)
         .and_then(|i| u8::try_from(i).ok())
-        .unwrap_or(u8::MAX);
+        .unwrap_or(u8::MAX)
+}
+
+/// The bytes of `content`'s key term: its type's code, then a UUID's 16 bytes (an id that is a
+/// UUID in its canonical text) or the id's text after a marker, so no two contents share a key.
+/// [`content_of_key`] reads it back. Only contents whose [`Key`] is text are indexed by it.
+fn key_bytes(content: &ContentRef) -> Vec<u8> {
     let mut key = Vec::with_capacity(18);
-    key.push(code);
+    key.push(kind_code(content.content_type));
     match uuid::Uuid::try_parse(&content.id) {
         Ok(id) if id.hyphenated().to_string() == content.id => {
             key.push(KEY_UUID);
@@ -161,6 +221,146 @@ fn content_of_key(key: &[u8]) -> Option<ContentRef> {
         _ => return None,
     };
     Some(ContentRef::new(content_type, id))
+}
+
+/// The documents of a set of UUID-keyed contents, as a query a writer deletes by: each
+/// segment's id columns are scanned, and a segment whose ids' range holds none of the set's
+/// (every older segment, for new content: ids are UUIDv7, rising with time) is skipped whole.
+#[derive(Debug)]
+struct Removal {
+    /// (high bits, low bits, type code) of each content.
+    ids: Arc<HashSet<(u64, u64, u64)>>,
+    /// The set's high bits, sorted and once each.
+    his: Arc<Vec<u64>>,
+}
+
+impl Removal {
+    /// The removal of `keys`' UUID contents (`None` when there are none).
+    fn of<'k>(keys: impl IntoIterator<Item = &'k Key>) -> Option<Self> {
+        let ids: HashSet<(u64, u64, u64)> = keys
+            .into_iter()
+            .filter_map(|k| match *k {
+                Key::Uuid { kind, hi, lo } => Some((hi, lo, kind)),
+                Key::Text => None,
+            })
+            .collect();
+        if ids.is_empty() {
+            return None;
+        }
+        let mut his: Vec<u64> = ids.iter().map(|(hi, _, _)| *hi).collect();
+        his.sort_unstable();
+        his.dedup();
+        Some(Self {
+            ids: Arc::new(ids),
+            his: Arc::new(his),
+        })
+    }
+}
+
+/// [`Removal`] in one segment: the documents whose columns name a content of the set.
+struct SegmentRemoval {
+    ids: Arc<HashSet<(u64, u64, u64)>>,
+    his: Arc<Vec<u64>>,
+    hi: Column<u64>,
+    lo: Column<u64>,
+    kind: Column<u64>,
+}
+
+impl SegmentDocPredicate for SegmentRemoval {
+    fn eval(&mut self, doc: DocId) -> bool {
+        let Some(hi) = self.hi.first(doc) else {
+            return false;
+        };
+        if self.his.binary_search(&hi).is_err() {
+            return false;
+        }
+        match (self.lo.first(doc), self.kind.first(doc)) {
+            (Some(lo), Some(kind)) => self.ids.contains(&(hi, lo, kind)),
+            _ => false,
+        }
+    }
+
+    fn cost(&self) -> u64 {
+        10
+    }
+}
+
+impl DocPredicate for Removal {
+    type SegmentDocPredicate = SegmentRemoval;
+
+    fn doc_predicate(
+        &self,
+        segment: &SegmentReader,
+    ) -> tantivy::Result<ConstOrVariableSegmentPredicate<SegmentRemoval>> {
+        let ff = segment.fast_fields();
+        let (Some(hi), Some(lo), Some(kind)) = (
+            ff.column_opt::<u64>(ID_HI)?,
+            ff.column_opt::<u64>(ID_LO)?,
+            ff.column_opt::<u64>(KIND)?,
+        ) else {
+            return Ok(ConstOrVariableSegmentPredicate::Const(false));
+        };
+        let first = self.his.partition_point(|h| *h < hi.min_value());
+        if self.his.get(first).is_none_or(|h| *h > hi.max_value()) {
+            return Ok(ConstOrVariableSegmentPredicate::Const(false));
+        }
+        Ok(ConstOrVariableSegmentPredicate::Variable {
+            predicate: SegmentRemoval {
+                ids: self.ids.clone(),
+                his: self.his.clone(),
+                hi,
+                lo,
+                kind,
+            },
+            necessary_condition: Box::new(AllScorer::new(segment.max_doc())),
+        })
+    }
+}
+
+/// The content of each of a searcher's documents, read from its columns ([`Key`]) or, for a
+/// text key, its stored bytes; each segment's columns opened once.
+struct KeyReader<'s> {
+    searcher: &'s tantivy::Searcher,
+    key: Field,
+    columns: HashMap<u32, Option<[Column<u64>; 3]>>,
+}
+
+impl<'s> KeyReader<'s> {
+    fn new(searcher: &'s tantivy::Searcher, key: Field) -> Self {
+        Self {
+            searcher,
+            key,
+            columns: HashMap::new(),
+        }
+    }
+
+    /// The content of the document at `address` (`None`: it names none, e.g. a code no type
+    /// has).
+    fn content(&mut self, address: DocAddress) -> Result<Option<ContentRef>> {
+        let columns = match self.columns.entry(address.segment_ord) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let ff = self
+                    .searcher
+                    .segment_reader(address.segment_ord)
+                    .fast_fields();
+                let open = |name| ff.column_opt::<u64>(name).map_err(index_error);
+                v.insert(match (open(KIND)?, open(ID_HI)?, open(ID_LO)?) {
+                    (Some(kind), Some(hi), Some(lo)) => Some([kind, hi, lo]),
+                    _ => None,
+                })
+            }
+        };
+        if let Some([kind, hi, lo]) = columns {
+            let doc = address.doc_id;
+            if let (Some(k), Some(h), Some(l)) = (kind.first(doc), hi.first(doc), lo.first(doc)) {
+                return Ok(Key::content(k, h, l));
+            }
+        }
+        let d: TantivyDocument = self.searcher.doc(address).map_err(index_error)?;
+        let key = d.get_first(self.key).and_then(|v| v.as_bytes());
+        Ok(key.and_then(content_of_key))
+    }
 }
 
 fn index_error(e: tantivy::TantivyError) -> Error {
@@ -1103,10 +1303,9 @@ impl FtsIndex {
                     .search(&*q2, &TopDocs::with_limit(fetch).order_by_score())
                     .map_err(index_error)?;
                 let mut out = Vec::with_capacity(top.len());
+                let mut keys = KeyReader::new(&searcher, f.key);
                 for (score, address) in top {
-                    let d: TantivyDocument = searcher.doc(address).map_err(index_error)?;
-                    let key = d.get_first(f.key).and_then(|v| v.as_bytes());
-                    if let Some(content) = key.and_then(content_of_key) {
+                    if let Some(content) = keys.content(address)? {
                         out.push((score, content));
                     }
                 }
@@ -1259,17 +1458,39 @@ fn release(writer: IndexWriter, index: &std::sync::Weak<FtsIndex>) {
 }
 
 /// Deletes the documents of `remove` and adds `docs` (on a blocking thread).
+///
+/// A UUID-keyed content is removed by one [`Removal`] for all of them (a scan of the segments
+/// whose ids' range holds one), any other by its key term.
 fn add(w: &mut IndexWriter, f: Fields, remove: &[ContentRef], docs: Vec<Doc>) -> Result<()> {
-    for r in remove {
-        w.delete_term(Term::from_field_bytes(f.key, &key_bytes(r)));
+    let keys: Vec<Key> = remove.iter().map(Key::of).collect();
+    for (r, key) in remove.iter().zip(&keys) {
+        if *key == Key::Text {
+            w.delete_term(Term::from_field_bytes(f.key, &key_bytes(r)));
+        }
+    }
+    if let Some(removal) = Removal::of(&keys) {
+        // `delete_query` is hidden from tantivy's documentation but public, and what
+        // `delete_term` itself calls.
+        w.delete_query(Box::new(DocPredicateQuery::from(removal)))
+            .map_err(index_error)?;
     }
     for d in docs {
         let mut document = doc!(
-            f.key => key_bytes(&d.content),
             f.content_type => d.content.content_type.as_str(),
             f.created_at => d.created_at,
             f.text => d.text,
         );
+        match Key::of(&d.content) {
+            Key::Uuid { kind, hi, lo } => {
+                document.add_u64(f.kind, kind);
+                document.add_u64(f.id_hi, hi);
+                document.add_u64(f.id_lo, lo);
+            }
+            Key::Text => {
+                document.add_u64(f.kind, u64::from(kind_code(d.content.content_type)));
+                document.add_bytes(f.key, &key_bytes(&d.content));
+            }
+        }
         for a in d.agents {
             document.add_text(f.agent, a.to_string());
         }
@@ -1444,6 +1665,14 @@ mod tests {
                 let key = key_bytes(&content);
                 assert_eq!(content_of_key(&key), Some(content.clone()));
                 assert!(seen.insert(key), "{content} shares its key");
+                // Only the canonical text of a UUID is named by columns, and they read back.
+                match Key::of(&content) {
+                    Key::Uuid { kind, hi, lo } => {
+                        assert_eq!(*id, ids[0]);
+                        assert_eq!(Key::content(kind, hi, lo), Some(content.clone()));
+                    }
+                    Key::Text => assert_ne!(*id, ids[0]),
+                }
             }
         }
         assert_eq!(
@@ -1454,6 +1683,98 @@ mod tests {
         assert_eq!(content_of_key(&[9, KEY_TEXT]), None);
         assert_eq!(content_of_key(&[0, 7]), None);
         assert_eq!(content_of_key(&[0, KEY_UUID, 1, 2]), None);
+        assert_eq!(Key::content(u64::from(u8::MAX), 1, 2), None);
+    }
+
+    /// Documents to add: one per content, its text the content's id.
+    fn docs_of(contents: &[ContentRef]) -> Vec<Doc> {
+        contents
+            .iter()
+            .map(|c| Doc {
+                content: c.clone(),
+                agents: Vec::new(),
+                created_at: 0,
+                text: "turn".to_owned(),
+            })
+            .collect()
+    }
+
+    /// The contents a searcher's documents name ([`KeyReader`]), every live document read.
+    fn live_contents(h: &FtsIndex) -> Vec<ContentRef> {
+        h.reader.reload().unwrap();
+        let searcher = h.reader.searcher();
+        let mut keys = KeyReader::new(&searcher, h.fields.key);
+        let mut out = Vec::new();
+        for (ord, segment) in searcher.segment_readers().iter().enumerate() {
+            for doc in segment.doc_ids_alive() {
+                let address = DocAddress::new(u32::try_from(ord).unwrap(), doc);
+                out.push(keys.content(address).unwrap().unwrap());
+            }
+        }
+        out.sort_by(|a, b| (a.content_type, &a.id).cmp(&(b.content_type, &b.id)));
+        out
+    }
+
+    /// A removal finds its contents in any segment (an old one, the newest, one written in the
+    /// same commit before it), by columns for UUID ids and by the term for any other, and leaves
+    /// every other document, including another type's with the same id; a segment whose ids'
+    /// range holds none of the removal's is skipped without reading a document.
+    #[test]
+    fn removals_find_their_contents_in_every_segment() {
+        let h = FtsIndex::open_blocking(None).unwrap();
+        let f = h.fields;
+        let message = |id: &uuid::Uuid| ContentRef::new(ContentType::Message, id.to_string());
+        // UUIDv7s a second apart (ids made within one millisecond share their high bits).
+        let ids: Vec<uuid::Uuid> = (0..9)
+            .map(|i| {
+                let at = uuid::Timestamp::from_unix(uuid::NoContext, 1_700_000_000 + i, 0);
+                uuid::Uuid::new_v7(at)
+            })
+            .collect();
+        let mut all: Vec<ContentRef> = ids.iter().map(message).collect();
+        let archival = ContentRef::new(ContentType::Archival, ids[4].to_string());
+        let text = ContentRef::new(ContentType::Archival, "1");
+        all.extend([archival.clone(), text.clone()]);
+        // Three commits, three segments: ids 0-2, 3-5 (and the other type's and the text id),
+        // 6-8.
+        for chunk in [&all[0..3], &[&all[3..6], &all[9..11]].concat(), &all[6..9]] {
+            let mut w = open_writer(&h.index, None, 1).unwrap();
+            add(&mut w, f, &[], docs_of(chunk)).unwrap();
+            commit_at(&mut w, 1).unwrap();
+            w.wait_merging_threads().unwrap();
+        }
+        let gone = [all[1].clone(), all[4].clone(), all[8].clone(), text];
+        let mut w = open_writer(&h.index, None, 1).unwrap();
+        // Re-adding content 8 in the removal's commit keeps one copy of it.
+        add(&mut w, f, &gone, docs_of(&all[8..9])).unwrap();
+        commit_at(&mut w, 2).unwrap();
+        w.wait_merging_threads().unwrap();
+
+        let mut expected: Vec<ContentRef> = all
+            .iter()
+            .filter(|c| !gone[..3].contains(c) && c.id != "1")
+            .cloned()
+            .chain([all[8].clone()])
+            .collect();
+        expected.sort_by(|a, b| (a.content_type, &a.id).cmp(&(b.content_type, &b.id)));
+        assert_eq!(live_contents(&h), expected);
+        assert!(expected.contains(&archival));
+
+        // The first segment's ids are all older than content 8's: skipped whole.
+        let searcher = h.reader.searcher();
+        let removal = Removal::of(&[Key::of(&all[8])]).unwrap();
+        let skipped = searcher
+            .segment_readers()
+            .iter()
+            .filter(|s| {
+                matches!(
+                    removal.doc_predicate(s).unwrap(),
+                    ConstOrVariableSegmentPredicate::Const(false)
+                )
+            })
+            .count();
+        assert!(skipped >= 1, "no segment was skipped");
+        assert_eq!(Removal::of(&[Key::Text]).map(|_| ()), None);
     }
 
     #[test]
