@@ -1956,10 +1956,14 @@ async fn archive_batches(
     let mut archived = 0;
     for chunk in batches.chunks(500) {
         pack_archived(conn, ctx, chunk).await?;
-        let list = placeholders(1, chunk.len(), 2);
+        // SQLite's parameters anonymous, bound in order ([`value_rows`]).
+        let (flag, list) = match conn.backend() {
+            Backend::Sqlite => ("?", value_rows(conn, 1, chunk.len())),
+            Backend::Postgres => ("$1", placeholders(1, chunk.len(), 2)),
+        };
         for table in ["batches", "messages"] {
             let column = if table == "batches" { "id" } else { "batch_id" };
-            let sql = format!("UPDATE {table} SET archived = $1 WHERE {column} IN {list}");
+            let sql = format!("UPDATE {table} SET archived = {flag} WHERE {column} IN {list}");
             let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(true);
             for id in chunk {
                 q = q.bind(*id);
@@ -2052,7 +2056,7 @@ async fn pack_archived(conn: &mut Conn<'_>, ctx: &Ctx, batches: &[i64]) -> Resul
         let sql = format!(
             "UPDATE messages SET rowid = v.column2, content = COALESCE(v.column3, messages.content) \
              FROM (VALUES {}) AS v WHERE messages.id = v.column1",
-            placeholders(chunk.len(), 3, 1)
+            value_rows(conn, chunk.len(), 3)
         );
         let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
         for (id, bytes) in chunk {

@@ -473,7 +473,7 @@ pub(crate) async fn batches_archived(
     batches: &[i64],
 ) -> Result<()> {
     for chunk in batches.chunks(500) {
-        let list = placeholders(1, chunk.len(), 1);
+        let list = value_rows(conn, 1, chunk.len());
         let sql = format!(
             "SELECT {}, b.agent_id FROM messages m JOIN batches b ON b.id = m.batch_id \
              WHERE m.batch_id IN {list} AND NOT m.archived AND NOT m.deleted",
