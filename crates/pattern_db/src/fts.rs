@@ -82,6 +82,11 @@ const ONE_THREAD_BELOW: usize = 2_000;
 /// a merge runs on one thread anyway, and more merges at once would take cores the database's
 /// own work needs.
 const MERGE_THREADS: usize = 1;
+/// Segments of about one size merged at once (tantivy's log merge policy; its default is 8). An
+/// index that keeps growing merges each document once per level, and with 16 there are fewer
+/// levels: an import after a million others used 7 % less CPU (decision 0025, "Stop 51"), with
+/// searches no slower (up to 15 segments a level to look a term up in, each lookup a few µs).
+const MERGE_AT: usize = 16;
 /// Changes applied per index commit (an import's changes are applied in few commits: each commit
 /// opens a writer, writes a segment, syncs its files and waits for merges).
 const CHANGES_PER_COMMIT: usize = 50_000;
@@ -453,7 +458,12 @@ fn open_writer(index: &Index, dir: Option<&Path>, threads: usize) -> Result<Inde
             }
             None => index.clone(),
         };
-        match fresh.writer_with_options(options.clone()) {
+        let writer = fresh.writer_with_options(options.clone()).inspect(|w| {
+            let mut policy = tantivy::merge_policy::LogMergePolicy::default();
+            policy.set_min_num_segments(MERGE_AT);
+            w.set_merge_policy(Box::new(policy));
+        });
+        match writer {
             Ok(w) if dir.is_none() => return Ok(w),
             Ok(w) if managed_list_current(&fresh)? => {
                 // A writer killed mid-commit leaves files its commit never published, among
