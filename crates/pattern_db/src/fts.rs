@@ -161,8 +161,8 @@ enum Key {
 
 impl Key {
     fn of(content: &ContentRef) -> Self {
-        match uuid::Uuid::try_parse(&content.id) {
-            Ok(id) if id.hyphenated().to_string() == content.id => {
+        match canonical_uuid(&content.id) {
+            Some(id) => {
                 let (hi, lo) = id.as_u64_pair();
                 Key::Uuid {
                     kind: u64::from(kind_code(content.content_type)),
@@ -170,7 +170,7 @@ impl Key {
                     lo,
                 }
             }
-            _ => Key::Text,
+            None => Key::Text,
         }
     }
 
@@ -198,17 +198,26 @@ fn kind_code(t: ContentType) -> u8 {
 fn key_bytes(content: &ContentRef) -> Vec<u8> {
     let mut key = Vec::with_capacity(18);
     key.push(kind_code(content.content_type));
-    match uuid::Uuid::try_parse(&content.id) {
-        Ok(id) if id.hyphenated().to_string() == content.id => {
+    match canonical_uuid(&content.id) {
+        Some(id) => {
             key.push(KEY_UUID);
             key.extend_from_slice(id.as_bytes());
         }
-        _ => {
+        None => {
             key.push(KEY_TEXT);
             key.extend_from_slice(content.id.as_bytes());
         }
     }
     key
+}
+
+/// `id` as a UUID when it is one in its canonical text (lower-case, hyphenated), the only form
+/// that reads back the same from the UUID; compared without allocating (every document of an
+/// import asks).
+fn canonical_uuid(id: &str) -> Option<uuid::Uuid> {
+    let uuid = uuid::Uuid::try_parse(id).ok()?;
+    let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    (uuid.hyphenated().encode_lower(&mut text).as_bytes() == id.as_bytes()).then_some(uuid)
 }
 
 /// [`key_bytes`]'s marker of an id stored as a UUID's 16 bytes.
@@ -1696,7 +1705,7 @@ mod tests {
         assert_eq!(Key::content(u64::from(u8::MAX), 1, 2), None);
     }
 
-    /// Documents to add: one per content, its text the content's id.
+    /// Documents to add: one per content, each with the same text.
     fn docs_of(contents: &[ContentRef]) -> Vec<Doc> {
         contents
             .iter()
