@@ -8,7 +8,9 @@
 //! in the words of what it looks for is one full text answers well, a paraphrase is not.
 //!
 //! It must never return an empty query for a non-empty one: a question made only of function
-//! words is searched as given (the user may mean them).
+//! words is searched as given (the user may mean them; the index itself drops its 33
+//! commonest, "the", "of", "and" and the like, as Lucene's English analyzer does, so those
+//! alone find nothing in full text and the vector half answers).
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};

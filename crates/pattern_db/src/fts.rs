@@ -90,7 +90,10 @@ const MERGE_AT: usize = 16;
 /// Changes applied per index commit (an import's changes are applied in few commits: each commit
 /// opens a writer, writes a segment, syncs its files and waits for merges).
 const CHANGES_PER_COMMIT: usize = 50_000;
-const TOKENIZER: &str = "en_stem";
+/// The text field's analyzer ([`stem`]: `en_stem` with English stop words dropped). Its name is
+/// in the schema, so an index written by a build whose analyzer differed (`en_stem` until stop
+/// 52) has another schema and is rebuilt on open.
+const TOKENIZER: &str = "en_stem_stop";
 
 #[derive(Clone, Copy)]
 struct Fields {

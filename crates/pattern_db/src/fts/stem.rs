@@ -1,12 +1,19 @@
 //! The full-text index's English analyzer: what tantivy's `en_stem` does (its simple
-//! tokenizer, tokens of 40 bytes or more dropped, lower case, the Snowball English stemmer) in
-//! one pass over the text, with each word's stem remembered, so a word seen before is neither
-//! lower-cased nor stemmed again. Tokenizing was a quarter of indexing through `en_stem`'s chain
-//! of four streams (each token copied, scanned and rewritten by each); conversation text repeats
-//! its words.
+//! tokenizer, tokens of 40 bytes or more dropped, lower case, the Snowball English stemmer),
+//! with English stop words dropped after lower-casing as Lucene's English analyzer drops them
+//! (its 33 words, tantivy's `StopWordFilter` for English), in one pass over the text, with each
+//! word's stem remembered, so a word seen before is neither lower-cased nor stemmed again.
+//! Tokenizing was a quarter of indexing through `en_stem`'s chain of four streams (each token
+//! copied, scanned and rewritten by each); conversation text repeats its words.
 //!
-//! It must produce exactly the tokens `en_stem` produces, offsets and positions included (an
-//! index written by one is searched with the other); tests compare them.
+//! Stop words are about a quarter of English text's words, each in nearly every document: their
+//! postings were the index's longest lists, cost every import a hash lookup and a posting per
+//! word, and a query naming one read a list as long as the index while its weight (BM25's idf)
+//! is nearly nothing (decision 0025, "Stop 52").
+//!
+//! It must produce exactly the tokens of that chain, offsets and positions included (a removed
+//! word keeps its position, as the filter leaves it); tests compare them. Queries go through
+//! the same analyzer, so a query of stop words only has no term (no full-text hit).
 
 use rustc_hash::FxHashMap;
 
@@ -19,7 +26,21 @@ const REMEMBERED: usize = 50_000;
 /// `en_stem` drops tokens of this many bytes or more (as written, before lower-casing).
 const TOO_LONG: usize = 40;
 
-/// The analyzer registered as the index's `en_stem`.
+/// The words dropped once lower-cased: Lucene's English stop words (tantivy's list for
+/// `Language::English`, which tests compare with), sorted for a binary search.
+const STOP_WORDS: [&str; 33] = [
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it",
+    "no", "not", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these",
+    "they", "this", "to", "was", "will", "with",
+];
+
+/// Whether the lower-cased `word` is a stop word.
+fn is_stop_word(word: &str) -> bool {
+    // Every stop word is 1 to 5 ASCII letters.
+    word.len() <= 5 && STOP_WORDS.binary_search(&word).is_ok()
+}
+
+/// The analyzer registered under the index's tokenizer name (`fts::TOKENIZER`).
 pub(super) fn analyzer() -> TextAnalyzer {
     TextAnalyzer::from(English {
         token: Token::default(),
@@ -29,13 +50,13 @@ pub(super) fn analyzer() -> TextAnalyzer {
     })
 }
 
-/// `en_stem` as one tokenizer that remembers stems.
+/// `en_stem` and the stop words as one tokenizer that remembers stems.
 #[derive(Clone)]
 struct English {
     token: Token,
     stemmer: frostem::Stemmer,
-    /// A word as written -> its stem.
-    stems: FxHashMap<String, String>,
+    /// A word as written -> its stem, `None` for a stop word.
+    stems: FxHashMap<String, Option<String>>,
     /// The word being stemmed, lower-cased.
     lower: String,
 }
@@ -121,9 +142,13 @@ impl TokenStream for EnglishStream<'_> {
             token.offset_from = from;
             token.offset_to = to;
             token.text.clear();
-            if let Some(stem) = stems.get(word) {
-                token.text.push_str(stem);
-                return true;
+            match stems.get(word) {
+                Some(Some(stem)) => {
+                    token.text.push_str(stem);
+                    return true;
+                }
+                Some(None) => continue,
+                None => {}
             }
             lower.clear();
             if word.is_ascii() {
@@ -132,13 +157,18 @@ impl TokenStream for EnglishStream<'_> {
             } else {
                 lower.extend(word.chars().flat_map(char::to_lowercase));
             }
-            let stem = stemmer.stem(lower).into_owned();
-            token.text.push_str(&stem);
+            let stem = (!is_stop_word(lower)).then(|| stemmer.stem(lower).into_owned());
+            if let Some(stem) = &stem {
+                token.text.push_str(stem);
+            }
             if stems.len() >= REMEMBERED {
                 stems.clear();
             }
+            let kept = stem.is_some();
             stems.insert(word.to_owned(), stem);
-            return true;
+            if kept {
+                return true;
+            }
         }
     }
 
@@ -167,10 +197,17 @@ mod tests {
         out
     }
 
-    fn same_as_en_stem(texts: &[&str]) {
-        let mut theirs = TokenizerManager::default()
-            .get("en_stem")
-            .expect("tantivy registers en_stem");
+    /// tantivy's `en_stem` with its English stop word filter after lower-casing.
+    fn same_as_tantivy_chain(texts: &[&str]) {
+        use tantivy::tokenizer::{
+            Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter,
+        };
+        let mut theirs = TextAnalyzer::builder(SimpleTokenizer::default())
+            .filter(RemoveLongFilter::limit(TOO_LONG))
+            .filter(LowerCaser)
+            .filter(StopWordFilter::new(Language::English).expect("tantivy has English stop words"))
+            .filter(Stemmer::new(Language::English))
+            .build();
         let mut ours = analyzer();
         // Twice through the same analyzer: the second pass reads remembered stems.
         for _ in 0..2 {
@@ -185,8 +222,23 @@ mod tests {
     }
 
     #[test]
-    fn the_tokens_are_en_stem_s() {
-        same_as_en_stem(&[
+    fn the_tokens_are_the_chain_s() {
+        // tantivy's `en_stem` is the chain without the stop words.
+        let mut en_stem = TokenizerManager::default()
+            .get("en_stem")
+            .expect("tantivy registers en_stem");
+        assert_eq!(
+            tokens(&mut en_stem, "The cats RAN"),
+            vec![
+                ("the".into(), 0, 3, 0),
+                ("cat".into(), 4, 8, 1),
+                ("ran".into(), 9, 12, 2)
+            ]
+        );
+        same_as_tantivy_chain(&[
+            "The cat and THE dog; it is, as they say, a thing of theirs. There: then, these were",
+            "A an AND are As at be but by for if in into is it no not of on or such that the their \
+             then there these they this to was will with",
             "Running runners RAN quickly; the Quickest runs generously",
             "caresses ponies ties caress cats Organization organizations",
             "Ünïcödé Straße façade naïve ÉCOLE écoles",
@@ -201,11 +253,37 @@ mod tests {
         ]);
     }
 
+    #[test]
+    fn stop_words_are_sorted_and_short() {
+        assert!(STOP_WORDS.windows(2).all(|w| w[0] < w[1]));
+        assert!(STOP_WORDS.iter().all(|w| w.len() <= 5 && w.is_ascii()));
+        let mut ours = analyzer();
+        assert_eq!(
+            tokens(&mut ours, "the"),
+            Vec::<(String, usize, usize, usize)>::new()
+        );
+        assert_eq!(
+            tokens(&mut ours, "The Theory"),
+            vec![("theori".into(), 4, 10, 1)]
+        );
+    }
+
     proptest! {
         #[test]
         fn any_text_gives_en_stem_s_tokens(texts in proptest::collection::vec("\\PC{0,80}", 1..6)) {
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            same_as_en_stem(&refs);
+            same_as_tantivy_chain(&refs);
+        }
+
+        #[test]
+        fn stop_words_among_words_give_the_chain_s_tokens(
+            texts in proptest::collection::vec(
+                "((the|The|THE|a|A|an|And|is|it|IT'S|theirs|thereby|theory|cats|İs|Tо|,|\\.| ){0,24})",
+                1..6,
+            )
+        ) {
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            same_as_tantivy_chain(&refs);
         }
     }
 }
