@@ -1956,15 +1956,12 @@ async fn archive_batches(
     let mut archived = 0;
     for chunk in batches.chunks(500) {
         pack_archived(conn, ctx, chunk).await?;
-        // SQLite's parameters anonymous, bound in order ([`value_rows`]).
-        let (flag, list) = match conn.backend() {
-            Backend::Sqlite => ("?", value_rows(conn, 1, chunk.len())),
-            Backend::Postgres => ("$1", placeholders(1, chunk.len(), 2)),
-        };
+        // The ids are the statement's only parameters ([`value_rows`]: anonymous on SQLite).
+        let list = value_rows(conn, 1, chunk.len());
         for table in ["batches", "messages"] {
             let column = if table == "batches" { "id" } else { "batch_id" };
-            let sql = format!("UPDATE {table} SET archived = {flag} WHERE {column} IN {list}");
-            let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql)).bind(true);
+            let sql = format!("UPDATE {table} SET archived = TRUE WHERE {column} IN {list}");
+            let mut q = crate::sql::query(sqlx::AssertSqlSafe(sql));
             for id in chunk {
                 q = q.bind(*id);
             }

@@ -157,18 +157,17 @@ impl TokenStream for EnglishStream<'_> {
             } else {
                 lower.extend(word.chars().flat_map(char::to_lowercase));
             }
-            let stem = (!is_stop_word(lower)).then(|| stemmer.stem(lower).into_owned());
-            if let Some(stem) = &stem {
-                token.text.push_str(stem);
-            }
             if stems.len() >= REMEMBERED {
                 stems.clear();
             }
-            let kept = stem.is_some();
-            stems.insert(word.to_owned(), stem);
-            if kept {
-                return true;
+            if is_stop_word(lower) {
+                stems.insert(word.to_owned(), None);
+                continue;
             }
+            let stem = stemmer.stem(lower).into_owned();
+            token.text.push_str(&stem);
+            stems.insert(word.to_owned(), Some(stem));
+            return true;
         }
     }
 
@@ -270,7 +269,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn any_text_gives_en_stem_s_tokens(texts in proptest::collection::vec("\\PC{0,80}", 1..6)) {
+        fn any_text_gives_the_chain_s_tokens(texts in proptest::collection::vec("\\PC{0,80}", 1..6)) {
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
             same_as_tantivy_chain(&refs);
         }
